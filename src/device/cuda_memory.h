@@ -1,0 +1,13 @@
+// Device allocation entry points. Built against the CUDA runtime in the CUDA preset; in a CPU-only
+// build they report that no CUDA backend was compiled in.
+#pragma once
+
+#include <cstddef>
+
+namespace deepinfer {
+
+bool CudaBackendCompiled();
+void* CudaMalloc(size_t bytes, int device_index);
+void CudaFree(void* ptr, int device_index);
+
+}  // namespace deepinfer
