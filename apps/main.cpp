@@ -8,6 +8,13 @@
 #include "base/error.h"
 #include "base/logging.h"
 
+namespace deepinfer::apps {
+std::map<std::string, CommandRegistrar>& CommandRegistry() {
+  static std::map<std::string, CommandRegistrar> registry;
+  return registry;
+}
+}  // namespace deepinfer::apps
+
 int main(int argc, char** argv) {
   CLI::App app{"DeepInfer: a DeepSeek-V4 inference engine"};
   app.require_subcommand(1);
@@ -17,7 +24,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.parse_complete_callback([&] { deepinfer::InitLogging(log_level); });
 
-  deepinfer::apps::RegisterGenerate(app);
+  for (auto& [name, registrar] : deepinfer::apps::CommandRegistry()) registrar(app);
 
   try {
     app.parse(argc, argv);
