@@ -34,10 +34,10 @@ DATA = os.path.join(HERE, ".data")
 
 def demo_config(vocab_size: int) -> Config:
     return Config(
-        vocab_size=vocab_size, dim=256, n_layers=7, n_heads=8, head_dim=128, rope_dim=32,
+        vocab_size=vocab_size, dim=256, n_layers=7, n_heads=8, head_dim=128, rope_dim=64,
         q_lora_rank=128, o_groups=2, o_lora_rank=128, window=64,
         compress_ratios=[0, 0, 4, 128, 4, 128, 4, 0],
-        index_n_heads=8, index_head_dim=64, index_topk=32,
+        index_n_heads=8, index_head_dim=128, index_topk=32,
         hc_mult=4, hc_iters=20, hc_eps=1e-6,
         n_experts=8, n_shared=1, topk_experts=2, moe_inter=128, n_hash_layers=3,
         route_scale=1.5, swiglu_limit=10.0, norm_eps=1e-6,
@@ -243,7 +243,8 @@ def main():
         if step % 25 == 0 or step <= 3:
             rec = {"step": step, "t": round(time.time() - t0, 1), "tokens": tokens, "lr": lr,
                    "loss": lm.item(), "mtp_loss": mtp.item(), "index_kl": None if il is None else il.item(),
-                   "grad_norm": gn.item()}
+                   "grad_norm": gn.item(), "tok_per_s": round(tokens / (time.time() - t0)),
+                   "mem_gb": round(torch.cuda.max_memory_allocated() / 2 ** 30, 1) if dev.type == "cuda" else 0}
             log["curve"].append(rec)
             print(json.dumps(rec), flush=True)
         if time.time() - last_eval > args.eval_every:
