@@ -1,0 +1,41 @@
+// CPU row-wise kernels: RMSNorm, embedding gather, RoPE, quantization round trips, Hadamard.
+// All activations are fp32; weights may be BF16/F16/F32.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tensor/tensor_view.h"
+
+namespace deepinfer::cpu {
+
+// y[m, :] = w ⊙ x[m, :] / sqrt(mean(x[m, :]²) + eps). `weight` may be empty (no weight: the
+// per-head q normalization). x and y: [M, N] f32, may alias. Row strides honored.
+void RmsNorm(const TensorView& x, const TensorView& weight, float eps, const TensorView& y);
+
+// y[m, :] = table[ids[m], :] as f32. ids: int32 [M]; table [V, D] BF16/F16/F32; y [M, D] f32.
+void Embedding(const int32_t* ids, int64_t num_ids, const TensorView& table, const TensorView& y);
+
+// Per-dimension inverse frequencies of the interleaved RoPE, computed in float32 as the
+// reference does: f_i = 1 / base^(2i/dim); with YaRN (original_max_positions > 0) each f_i is
+// blended toward f_i / factor by a linear ramp between the beta_fast and beta_slow correction
+// dimensions. No magnitude scaling.
+std::vector<float> RopeInverseFrequencies(int64_t rope_dim, double base, int64_t original_max_positions,
+                                          double factor, double beta_fast, double beta_slow);
+
+// Rotates the pairs (x[2i], x[2i+1]) of the last `rope_dim` channels of every head row by
+// angle pos·f_i (or −pos·f_i when `inverse`). x: [M, H, D] f32 (any row stride), positions [M].
+void Rope(const TensorView& x, const int64_t* positions, const std::vector<float>& inv_freq,
+          bool inverse);
+
+// In place: each block of `block` values is quantized with a power-of-two scale
+// 2^ceil(log2(max(amax, 1e-4) / 448)), rounded to e4m3 (nearest even) and scaled back.
+void Fp8RoundTrip(float* x, int64_t n, int64_t block);
+// In place: blocks of `block` values, scale 2^ceil(log2(max(amax, 6·2^-126) / 6)), rounded to
+// e2m1 (nearest even) and scaled back.
+void Fp4RoundTrip(float* x, int64_t n, int64_t block);
+// In place orthonormal Walsh–Hadamard transform of length n (a power of two), scaled 1/sqrt(n):
+// x ← x · H_n / sqrt(n) with H_n the Sylvester matrix.
+void Hadamard(float* x, int64_t n);
+
+}  // namespace deepinfer::cpu

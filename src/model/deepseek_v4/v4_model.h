@@ -1,0 +1,73 @@
+// DeepSeek-V4 forward (dsv4-model.md §3–§8) written against ops/. The only code that knows the
+// V4 layer order.
+#pragma once
+
+#include <vector>
+
+#include "model/deepseek_v4/v4_state.h"
+#include "model/deepseek_v4/v4_weights.h"
+#include "model/model.h"
+#include "ops/ops.h"
+
+namespace deepinfer::v4 {
+
+class V4State : public ModelState {
+ public:
+  V4State(StateLayout layout, int64_t num_slots, int64_t num_blocks)
+      : storage_(std::move(layout), num_slots, num_blocks) {}
+  int64_t num_slots() const override { return storage_.num_slots(); }
+  int64_t num_blocks() const override { return storage_.num_blocks(); }
+  int64_t block_size() const override { return storage_.layout().block_size; }
+  size_t bytes() const override { return storage_.bytes(); }
+  size_t bytes_per_slot() const override { return storage_.layout().slot_floats * sizeof(float); }
+  size_t bytes_per_block() const override { return storage_.layout().block_floats * sizeof(float); }
+  void ResetSlot(int32_t slot) override { storage_.ResetSlot(slot); }
+  void CopySlot(int32_t from, int32_t to) override { storage_.CopySlot(from, to); }
+  void PoisonBlock(int32_t block) override { storage_.PoisonBlock(block); }
+  const StateStorage& storage() const { return storage_; }
+
+ private:
+  StateStorage storage_;
+};
+
+class V4Model : public Model {
+ public:
+  V4Model(ModelConfig config, ModelWeights weights, Numerics numerics);
+
+  const ModelConfig& config() const override { return config_; }
+  std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks,
+                                          int64_t block_size) const override;
+  size_t BytesPerSlot(int64_t block_size) const override;
+  size_t BytesPerBlock(int64_t block_size) const override;
+  void Forward(const ForwardBatch& batch, ModelState& state, const TensorView& logits,
+               const ForwardHooks* hooks) const override;
+
+  const ModelWeights& weights() const { return weights_; }
+
+ private:
+  struct StepContext;  // per-step token metadata and scratch (v4_model.cpp)
+
+  void Block(const StepContext& ctx, const BlockWeights& w, HostTensor& streams) const;
+  void Attention(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
+                 const TensorView& out) const;
+  void Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
+           const TensorView& out) const;
+  // Attention of one sequence chunk over its window, compressed rows and selected rows.
+  void AttendSequence(const StepContext& ctx, const BlockWeights& w, const SequenceChunk& seq,
+                      const TensorView& q, const TensorView& kv, const TensorView& index_q,
+                      const TensorView& index_w, const TensorView& out) const;
+  // Streams a chunk through a compressor and stores the emitted rows (normalized, rotated,
+  // rounded) into the sequence's paged rows.
+  void Compress(const StepContext& ctx, const BlockWeights& w, const SequenceChunk& seq,
+                bool indexer, const TensorView& kv_proj, const TensorView& score_proj) const;
+
+  const ops::RopeTable& RopeFor(int64_t layer) const;
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  Numerics numerics_;
+  ops::RopeTable rope_plain_;       // base rope_theta, no YaRN (ratio-0 layers)
+  ops::RopeTable rope_compressed_;  // compress_rope_theta with YaRN (CSA / HCA layers)
+};
+
+}  // namespace deepinfer::v4

@@ -1,0 +1,79 @@
+// Per-sequence state of DeepSeek-V4 in host memory (dsv4-model.md §6): a fixed part per state
+// slot and a paged part per block.
+//
+//   slot  (one per running sequence, fp32):
+//     every layer (trunk + MTP):  raw window ring [window, head_dim]; row of position p = p % window
+//     compressed layers:          compressor kv state + score state, each [coff·ratio, coff·dim]
+//     CSA layers:                 indexer compressor kv + score, each [8, 2·index_dim]
+//   block (block_size tokens of one sequence, fp32):
+//     compressed layers:          block_size/ratio main rows [head_dim]
+//     CSA layers:                 block_size/4 index rows [index_dim]
+//   Compressed row r of a sequence lives in block block_table[r / rows_per_block] at
+//   r % rows_per_block. Block 0 exists and is never handed out (the null block).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "device/buffer.h"
+#include "kernels/cpu/compressor.h"
+#include "model/config.h"
+
+namespace deepinfer::v4 {
+
+struct StateLayout {
+  int64_t block_size = 128;
+  int64_t window = 0;
+  int64_t head_dim = 0;
+  int64_t index_dim = 0;
+  int64_t num_layers = 0;                 // trunk + MTP
+  std::vector<int64_t> ratio;             // per layer
+  std::vector<int64_t> window_offset;     // per layer, floats into a slot
+  std::vector<int64_t> compressor_offset; // per layer (−1 if none): kv state, then score state
+  std::vector<int64_t> indexer_offset;    // per layer (−1 if none): kv state, then score state
+  std::vector<int64_t> main_rows_offset;  // per layer (−1 if none), floats into a block
+  std::vector<int64_t> index_rows_offset; // per layer (−1 if none)
+  int64_t slot_floats = 0;
+  int64_t block_floats = 0;
+
+  static StateLayout ForConfig(const ModelConfig& config, int64_t block_size);
+  int64_t rows_per_block(int64_t layer) const { return block_size / ratio[layer]; }
+  cpu::CompressorShape main_shape(int64_t layer) const { return {ratio[layer], head_dim}; }
+  cpu::CompressorShape index_shape() const { return {4, index_dim}; }
+};
+
+class StateStorage {
+ public:
+  StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks);
+
+  const StateLayout& layout() const { return layout_; }
+  int64_t num_slots() const { return num_slots_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  size_t bytes() const { return slots_.size() + blocks_.size(); }
+
+  float* Window(int32_t slot, int64_t layer) const;
+  float* CompressorKv(int32_t slot, int64_t layer) const;
+  float* CompressorScore(int32_t slot, int64_t layer) const;
+  float* IndexerKv(int32_t slot, int64_t layer) const;
+  float* IndexerScore(int32_t slot, int64_t layer) const;
+  float* MainRows(int32_t block, int64_t layer) const;   // [rows_per_block, head_dim]
+  float* IndexRows(int32_t block, int64_t layer) const;  // [rows_per_block, index_dim]
+
+  // Empties a slot for a new sequence: windows zeroed, compressor states reset.
+  void ResetSlot(int32_t slot) const;
+  // Copies slot `from` into slot `to` (whole fixed state).
+  void CopySlot(int32_t from, int32_t to) const;
+  // Overwrites every float of a block with NaN (debug: use-after-release becomes visible).
+  void PoisonBlock(int32_t block) const;
+
+ private:
+  float* Slot(int32_t slot) const;
+  float* Block(int32_t block) const;
+  StateLayout layout_;
+  int64_t num_slots_;
+  int64_t num_blocks_;
+  Buffer slots_;
+  Buffer blocks_;
+};
+
+}  // namespace deepinfer::v4

@@ -1,0 +1,37 @@
+// ForwardBatch: what the model sees of one step — tokens, positions and where each sequence's
+// state lives. Plain data; the model never sees requests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "tensor/tensor_view.h"
+
+namespace deepinfer {
+
+struct SequenceChunk {
+  int64_t token_offset = 0;   // index of this chunk's first token in ForwardBatch::token_ids
+  int64_t num_tokens = 0;     // tokens of this sequence in the step (prefill chunk or 1 decode)
+  int64_t start_pos = 0;      // tokens already folded into the sequence's state
+  int32_t state_slot = -1;    // fixed-state slot (windows, compressor partial state)
+  const int32_t* block_table = nullptr;  // paged-row blocks, logical block i -> physical id
+  int64_t num_blocks = 0;
+  bool want_logits = true;    // produce logits for the chunk's last token
+};
+
+struct ForwardBatch {
+  const int32_t* token_ids = nullptr;  // [num_tokens]
+  int64_t num_tokens = 0;
+  std::vector<SequenceChunk> seqs;
+};
+
+// Optional observation points for tests and tools.
+struct ForwardHooks {
+  // After block `layer` with its output residual streams [num_tokens, hc_mult, hidden] (f32) and
+  // the absolute position of every token.
+  std::function<void(int64_t layer, const TensorView& streams, const std::vector<int64_t>& positions)>
+      on_block_output;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,73 @@
+// The model interface the runner drives, and the registry that builds one from a model dir.
+// Architecture-specific code (layer order, state layout) lives behind it in one folder per
+// family (deepseek_v4/); nothing else switches on the architecture.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/weight_source.h"
+
+namespace deepinfer {
+
+// Numerics switches (dsv4-model.md §9). The default is the exact fp32 math of the reference
+// goldens; the two round trips reproduce the reference's quantization simulation and are what
+// the FP8 / FP4 state formats store.
+struct Numerics {
+  bool kv_fp8 = false;       // FP8 e4m3 round trip of the KV nope channels (blocks of 64)
+  bool indexer_fp4 = false;  // FP4 e2m1 round trip of indexer queries and keys (blocks of 32)
+};
+
+// Per-sequence model state (windows, compressor state, paged rows), owned by the runner.
+class ModelState {
+ public:
+  virtual ~ModelState() = default;
+  virtual int64_t num_slots() const = 0;
+  virtual int64_t num_blocks() const = 0;
+  virtual int64_t block_size() const = 0;  // tokens per paged block
+  virtual size_t bytes() const = 0;
+  virtual size_t bytes_per_slot() const = 0;
+  virtual size_t bytes_per_block() const = 0;
+  virtual void ResetSlot(int32_t slot) = 0;
+  virtual void CopySlot(int32_t from, int32_t to) = 0;
+  virtual void PoisonBlock(int32_t block) = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  // State for `num_slots` sequences and `num_blocks` paged blocks (block 0 = null) of
+  // `block_size` tokens.
+  virtual std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks,
+                                                  int64_t block_size) const = 0;
+  // Bytes of state one slot and one block take, for sizing pools before allocating.
+  virtual size_t BytesPerSlot(int64_t block_size) const = 0;
+  virtual size_t BytesPerBlock(int64_t block_size) const = 0;
+  // One step. logits: [number of chunks with want_logits, vocab] f32, in chunk order.
+  virtual void Forward(const ForwardBatch& batch, ModelState& state, const TensorView& logits,
+                       const ForwardHooks* hooks = nullptr) const = 0;
+};
+
+struct LoadOptions {
+  std::string load_format = "auto";  // "auto" (safetensors) or "dummy"
+  uint64_t dummy_seed = 0;
+  Numerics numerics;
+};
+
+struct LoadedModel {
+  std::unique_ptr<WeightSource> weights;  // owns the mapping / dummy buffers the model views
+  std::unique_ptr<Model> model;
+  std::vector<std::string> unused_tensors;
+};
+
+// Reads MODEL_DIR/config.json, picks the architecture's factory and loads the weights.
+LoadedModel LoadModel(const std::string& model_dir, const LoadOptions& options);
+// The same from an already-parsed config (dummy weights need no files).
+LoadedModel LoadModel(const ModelConfig& config, const std::string& model_dir,
+                      const LoadOptions& options);
+
+}  // namespace deepinfer

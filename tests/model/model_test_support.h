@@ -1,0 +1,50 @@
+// Helpers for model tests: the reference goldens, and a single-sequence driver that feeds a
+// model through ModelState the way the runner does (one slot, a block table covering the
+// sequence).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "model/safetensors.h"
+
+namespace deepinfer::testing {
+
+struct Golden {
+  std::string dir;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> greedy;
+  std::vector<float> step_margins;        // top-1 − top-2 logit per decode step
+  std::vector<std::vector<int32_t>> step_top5;
+  std::vector<int64_t> dump_positions;
+  std::unique_ptr<SafetensorsFile> tensors;  // prefill.last_logits, layer{i}.hidden_streams
+};
+
+std::vector<std::string> GoldenNames();
+Golden LoadGolden(const std::string& name);
+
+// Drives one sequence through a model: Prefill(ids, chunk) then Decode(token) steps.
+class SequenceDriver {
+ public:
+  explicit SequenceDriver(const Model& model, int64_t max_tokens = 4096, int64_t block_size = 128);
+
+  // Feeds `ids` in chunks of `chunk` tokens (0 = all at once); returns the logits after the
+  // last token. `hooks` (optional) observe every chunk.
+  std::vector<float> Prefill(const std::vector<int32_t>& ids, int64_t chunk = 0,
+                             const ForwardHooks* hooks = nullptr);
+  std::vector<float> Step(int32_t token);
+  int64_t position() const { return position_; }
+
+ private:
+  std::vector<float> Run(const int32_t* ids, int64_t n, const ForwardHooks* hooks);
+  const Model& model_;
+  std::unique_ptr<ModelState> state_;
+  std::vector<int32_t> block_table_;
+  int64_t position_ = 0;
+};
+
+int32_t Argmax(const std::vector<float>& v);
+
+}  // namespace deepinfer::testing
