@@ -286,7 +286,7 @@ Status ParseStopAndSampling(FieldReader& body, ChatRequest& request) {
 
 }  // namespace
 
-Result<ChatRequest> ParseAnthropicRequest(const OrderedJson& body_json) {
+Result<ChatRequest> ParseAnthropicRequestJson(const OrderedJson& body_json) {
   FieldReader body(body_json, "");
   if (!body.ok()) return body.status();
   ChatRequest request;
@@ -313,7 +313,7 @@ Result<ChatRequest> ParseAnthropicRequest(const OrderedJson& body_json) {
 Result<ChatRequest> ParseAnthropicRequest(std::string_view body_text) {
   Result<OrderedJson> body = ParseJsonText(body_text);
   if (!body.ok()) return body.status();
-  return ParseAnthropicRequest(body.value());
+  return ParseAnthropicRequestJson(body.value());
 }
 
 }  // namespace deepinfer::recipe

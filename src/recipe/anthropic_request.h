@@ -26,7 +26,7 @@
 
 namespace deepinfer::recipe {
 
-Result<ChatRequest> ParseAnthropicRequest(const OrderedJson& body);
+Result<ChatRequest> ParseAnthropicRequestJson(const OrderedJson& body);
 Result<ChatRequest> ParseAnthropicRequest(std::string_view body_text);
 
 }  // namespace deepinfer::recipe

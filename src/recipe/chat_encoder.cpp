@@ -309,7 +309,8 @@ Status Renderer::AppendTransition(size_t i, RenderedPrompt& out) {
 Status Renderer::RenderMessage(size_t i, RenderedPrompt& out) {
   const Entry& entry = entries_[i];
   const Message& msg = entry.msg;
-  const std::string_view effort = (i == 0 && options_.thinking) ? options_.effort_prefix : "";
+  std::string_view effort;
+  if (i == 0 && options_.thinking) effort = options_.effort_prefix;
   if (rules_.system_token && i == 0 && (!effort.empty() || msg.role == Role::kSystem)) {
     out.text += kSystemToken;
   }

@@ -383,7 +383,7 @@ Result<std::vector<Message>> ParseReferenceCase(const OrderedJson& input) {
   return parsed;
 }
 
-Result<ChatRequest> ParseChatRequest(const OrderedJson& body_json) {
+Result<ChatRequest> ParseChatRequestJson(const OrderedJson& body_json) {
   FieldReader body(body_json, "");
   if (!body.ok()) return body.status();
   ChatRequest request;
@@ -414,7 +414,7 @@ Result<ChatRequest> ParseChatRequest(const OrderedJson& body_json) {
 Result<ChatRequest> ParseChatRequest(std::string_view body_text) {
   Result<OrderedJson> body = ParseJsonText(body_text);
   if (!body.ok()) return body.status();
-  return ParseChatRequest(body.value());
+  return ParseChatRequestJson(body.value());
 }
 
 }  // namespace deepinfer::recipe

@@ -23,8 +23,8 @@ enum class MessageDialect {
   kReference,
 };
 
-// A chat-completions body (already parsed JSON, or text).
-Result<ChatRequest> ParseChatRequest(const OrderedJson& body);
+// A chat-completions body: JSON text, or already parsed JSON.
+Result<ChatRequest> ParseChatRequestJson(const OrderedJson& body);
 Result<ChatRequest> ParseChatRequest(std::string_view body_text);
 
 // A "messages" array; `path` prefixes error messages (normally "messages").
