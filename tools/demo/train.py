@@ -7,7 +7,7 @@ Writes to OUT_DIR: model-0000N.safetensors shards (official V4 names, BF16 + F32
 shipped; each shard < 16 MiB), config.json, train_log.json (loss curve, final metrics, the
 BF16 vs FP8/FP4 held-out comparison).
 
-Losses: next-token CE + 0.3 x MTP CE (slot i: trunk streams at i + embedding of token i+1 ->
+Losses: next-token CE + 0.5 x MTP CE (slot i: trunk streams at i + embedding of token i+1 ->
 token i+2) + lightning-indexer KL (indexer inputs detached: the indexer learns to match the
 main attention's distribution over the visible compressed rows, averaged over heads; the rest
 of the model never sees this loss). Score-routed layers balance their experts with the
@@ -107,7 +107,7 @@ def update_route_bias(model, u=1e-3):
             gate.bias += u * torch.sign(load.mean() - load)
 
 
-def losses(model, win, train=True, mtp_w=0.3, idx_w=1.0):
+def losses(model, win, train=True, mtp_w=0.5, idx_w=1.0):
     ids = win[:, :-1]
     out = model(ids, want_mtp=True, train_indexer=train)
     V = model.cfg.vocab_size
@@ -127,7 +127,7 @@ def evaluate(model, data: torch.Tensor, seq: int, batch: int, max_windows=None, 
     n = (data.numel() - 1) // seq
     if max_windows:
         n = min(n, max_windows)
-    nll_sum, cnt, mtp_hit, mtp_cnt, mtp_nll = 0.0, 0, 0, 0, 0.0
+    nll_sum, cnt, mtp_hit, mtp_cnt, mtp_nll, hit = 0.0, 0, 0, 0, 0.0, 0
     dev = data.device
     for s in range(0, n, batch):
         idx = torch.arange(s, min(n, s + batch), device=dev)[:, None] * seq + torch.arange(seq + 1, device=dev)
@@ -137,12 +137,13 @@ def evaluate(model, data: torch.Tensor, seq: int, batch: int, max_windows=None, 
         V = model.cfg.vocab_size
         nll_sum += F.cross_entropy(out["logits"].float().reshape(-1, V), win[:, 1:].reshape(-1), reduction="sum").item()
         cnt += win[:, 1:].numel()
+        hit += (out["logits"].argmax(-1) == win[:, 1:]).sum().item()
         ml = out["mtp_logits"].float()
         mtp_nll += F.cross_entropy(ml.reshape(-1, V), win[:, 2:].reshape(-1), reduction="sum").item()
         mtp_hit += (ml.argmax(-1) == win[:, 2:]).sum().item()
         mtp_cnt += win[:, 2:].numel()
     model.train()
-    return {"nll": nll_sum / cnt, "ppl": math.exp(nll_sum / cnt), "tokens": cnt,
+    return {"nll": nll_sum / cnt, "ppl": math.exp(nll_sum / cnt), "tokens": cnt, "top1_acc": hit / cnt,
             "mtp_top1_acc": mtp_hit / mtp_cnt, "mtp_nll": mtp_nll / mtp_cnt}
 
 
