@@ -18,6 +18,12 @@ struct SequenceChunk {
   const int32_t* block_table = nullptr;  // paged-row blocks, logical block i -> physical id
   int64_t num_blocks = 0;
   bool want_logits = true;    // produce logits for the chunk's last token
+  // Where the sequence's prompt ends (0: treat this chunk's end as the prompt end). The CSA
+  // indexer breaks ties between equal scores the way the reference's one-shot prefill does,
+  // which depends on how many compressed rows the whole prompt has: a query inside the prompt
+  // ranks the rows that exist at prompt_end, a later (decode) query the rows that exist at its
+  // own position. With it, every chunking of a prompt selects what the one-shot prefill selects.
+  int64_t prompt_end = 0;
 };
 
 struct ForwardBatch {

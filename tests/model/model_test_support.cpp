@@ -50,6 +50,7 @@ std::vector<float> SequenceDriver::Run(const int32_t* ids, int64_t n, const Forw
   chunk.state_slot = 0;
   chunk.block_table = block_table_.data();
   chunk.num_blocks = static_cast<int64_t>(block_table_.size());
+  chunk.prompt_end = prompt_end_;
   batch.seqs.push_back(chunk);
   const int64_t vocab = model_.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(vocab));
@@ -62,6 +63,7 @@ std::vector<float> SequenceDriver::Prefill(const std::vector<int32_t>& ids, int6
                                            const ForwardHooks* hooks) {
   const int64_t n = static_cast<int64_t>(ids.size());
   if (chunk <= 0) chunk = n;
+  prompt_end_ = position_ + n;
   std::vector<float> logits;
   for (int64_t b = 0; b < n; b += chunk) {
     logits = Run(ids.data() + b, std::min(chunk, n - b), hooks);

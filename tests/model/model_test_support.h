@@ -43,6 +43,7 @@ class SequenceDriver {
   std::unique_ptr<ModelState> state_;
   std::vector<int32_t> block_table_;
   int64_t position_ = 0;
+  int64_t prompt_end_ = 0;  // set by Prefill; Step() tokens come after it
 };
 
 int32_t Argmax(const std::vector<float>& v);

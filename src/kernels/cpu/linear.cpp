@@ -12,6 +12,7 @@ namespace {
 
 constexpr int64_t kGemvMaxRows = 4;       // M at or below this uses the dot-product path
 constexpr int64_t kTileRows = 256;        // weight rows dequantized per sgemm call
+constexpr int64_t kMinParallelMacs = 1 << 18;  // below this, threads cost more than they save
 
 float Dot(const float* a, const float* b, int64_t n) {
   float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
@@ -57,7 +58,7 @@ void Linear(const TensorView& x, const LinearWeight& w, const TensorView& y) {
     return;
   }
   if (m <= kGemvMaxRows) {
-#pragma omp parallel
+#pragma omp parallel if (n * k >= kMinParallelMacs)
     {
       std::vector<float> row(static_cast<size_t>(k));
 #pragma omp for schedule(static)
@@ -71,7 +72,7 @@ void Linear(const TensorView& x, const LinearWeight& w, const TensorView& y) {
   std::vector<float> tile(static_cast<size_t>(std::min(n, kTileRows) * k));
   for (int64_t o0 = 0; o0 < n; o0 += kTileRows) {
     const int64_t rows = std::min(kTileRows, n - o0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * k >= kMinParallelMacs)
     for (int64_t o = 0; o < rows; ++o) DequantizeRow(w, o0 + o, tile.data() + o * k);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m),
                 static_cast<int>(rows), static_cast<int>(k), 1.f, xp, static_cast<int>(ldx),
@@ -93,7 +94,7 @@ void GroupedLinear(const TensorView& x, const LinearWeight& w, int64_t num_group
   // Dequantize one group's [R, K] block at a time, then y[:, g, :] = x[:, g, :] · Wgᵀ.
   std::vector<float> wg(static_cast<size_t>(r * k));
   for (int64_t g = 0; g < num_groups; ++g) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (r * k >= kMinParallelMacs)
     for (int64_t o = 0; o < r; ++o) DequantizeRow(w, g * r + o, wg.data() + o * k);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(r),
                 static_cast<int>(k), 1.f, xp + g * k, static_cast<int>(num_groups * k), wg.data(),

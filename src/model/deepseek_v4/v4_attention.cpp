@@ -155,12 +155,15 @@ void V4Model::AttendSequence(const StepContext& ctx, const BlockWeights& w, cons
                                  : ratio == 4 ? std::min<int64_t>(c.index_topk, (last_pos + 1) / 4)
                                               : (last_pos + 1) / ratio;
   const int64_t max_keys = window + max_compressed;
+  const int64_t prompt_end = seq.prompt_end > 0 ? seq.prompt_end : last_pos + 1;
+  // Rows the indexer ranks for the query at position p (see SequenceChunk::prompt_end).
+  auto index_candidates = [&](int64_t p) { return (p < prompt_end ? prompt_end : p + 1) / 4; };
   const int64_t max_index_rows = ratio == 4 ? (last_pos + 1) / 4 : 0;
   auto main_row = [&](int64_t r) {
     return st.MainRows(seq.block_table[r / per_block], w.layer) + (r % per_block) * hd;
   };
 
-#pragma omp parallel
+#pragma omp parallel if (seq.num_tokens > 1)
   {
     std::vector<float> keys(static_cast<size_t>(max_keys * hd));
     std::vector<float> scores(static_cast<size_t>(heads * max_keys));
@@ -189,11 +192,9 @@ void V4Model::AttendSequence(const StepContext& ctx, const BlockWeights& w, cons
           const float* src = st.IndexRows(seq.block_table[r / per_block], w.layer) + (r % per_block) * id;
           std::memcpy(index_keys.data() + r * id, src, id * sizeof(float));
         }
-        // Candidates: every row that exists once this chunk is done, as in the reference's
-        // one-shot prefill (and its decode, where all of them are visible).
         const int64_t k = ops::IndexerTopK(index_q.data<float>() + t * c.index_n_heads * id,
                                            index_w.data<float>() + t * c.index_n_heads, c.index_n_heads,
-                                           id, index_keys.data(), visible, max_index_rows,
+                                           id, index_keys.data(), visible, index_candidates(p),
                                            c.index_topk, index_scratch.data(), selected.data());
         for (int64_t i = 0; i < k; ++i, ++n) std::memcpy(keys.data() + n * hd, main_row(selected[i]), hd * sizeof(float));
       }
