@@ -17,7 +17,7 @@ from .model import Config, Transformer
 from .quant import (dequant_fp4_weight, dequant_fp8_weight, quantize_fp4_weight,
                     quantize_fp8_weight)
 
-F32_PAT = re.compile(r"(hc_.*|.*attn_sink|.*\.ape|.*gate\.bias)$")
+F32_PAT = re.compile(r"((.*\.)?hc_\w+|.*\.attn_sink|.*\.ape|.*\.gate\.bias)$")
 FP8_PAT = re.compile(r".*(attn\.wq_a|attn\.wq_b|attn\.wkv|attn\.wo_a|attn\.wo_b|indexer\.wq_b|"
                      r"shared_experts\.w[123]|e_proj|h_proj)\.weight$")
 FP4_PAT = re.compile(r".*ffn\.experts\.\d+\.w[123]\.weight$")
