@@ -66,6 +66,18 @@ def load_model(model_dir, device="cpu", strict=True):
     return model.to(device).eval(), cfg
 
 
+@torch.no_grad()
+def simulate_weight_quant_(model):
+    """Round the weights in place to what the FP8/FP4 checkpoint would hold (the weight half of
+    the quantization simulation; `model.quant.all()` is the activation half)."""
+    for n, p in model.named_parameters():
+        if FP4_PAT.match(n):
+            p.copy_(dequant_fp4_weight(*quantize_fp4_weight(p.float())).to(p.dtype))
+        elif FP8_PAT.match(n):
+            p.copy_(dequant_fp8_weight(*quantize_fp8_weight(p.float())).to(p.dtype))
+    return model
+
+
 def official_state_dict(model, fmt="bf16"):
     """fmt 'bf16': BF16 (+F32/I64 where shipped). fmt 'fp8': + FP8 dense linears, FP4 experts."""
     out = {}

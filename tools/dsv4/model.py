@@ -104,7 +104,8 @@ class Config:
                  rope_scaling={"type": "yarn", "factor": self.rope_factor,
                                "original_max_position_embeddings": self.original_seq_len,
                                "beta_fast": self.beta_fast, "beta_slow": self.beta_slow},
-                 torch_dtype="bfloat16")
+                 torch_dtype="bfloat16", attention_bias=False, attention_dropout=0.0,
+                 initializer_range=0.02, use_cache=True)
         return d
 
 
