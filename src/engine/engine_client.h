@@ -15,19 +15,13 @@
 
 #include "base/status.h"
 #include "base/thread_annotations.h"
+#include "core/finish_reason.h"
 #include "core/sampling_params.h"
 #include "core/types.h"
 
 namespace deepinfer {
 
-enum class FinishReason {
-  kNone,
-  kStop,    // EOS or a stop token id (the token is the delta's last token)
-  kLength,  // max_tokens reached, or the context length
-  kAbort,   // Abort() (client disconnect, stop string found on the output side, shutdown)
-  kError,   // the request failed inside the engine
-};
-const char* FinishReasonName(FinishReason r);
+
 
 struct TopLogprob {
   TokenId token = 0;

@@ -33,6 +33,7 @@ class ModelState {
   virtual size_t bytes_per_block() const = 0;
   virtual void ResetSlot(int32_t slot) = 0;
   virtual void CopySlot(int32_t from, int32_t to) = 0;
+  virtual void CopyBlock(int32_t from, int32_t to) = 0;
   virtual void PoisonBlock(int32_t block) = 0;
 };
 

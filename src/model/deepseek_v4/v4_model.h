@@ -23,6 +23,7 @@ class V4State : public ModelState {
   size_t bytes_per_block() const override { return storage_.layout().block_floats * sizeof(float); }
   void ResetSlot(int32_t slot) override { storage_.ResetSlot(slot); }
   void CopySlot(int32_t from, int32_t to) override { storage_.CopySlot(from, to); }
+  void CopyBlock(int32_t from, int32_t to) override { storage_.CopyBlock(from, to); }
   void PoisonBlock(int32_t block) override { storage_.PoisonBlock(block); }
   const StateStorage& storage() const { return storage_; }
 

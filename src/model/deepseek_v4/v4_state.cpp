@@ -120,6 +120,11 @@ void StateStorage::CopySlot(int32_t from, int32_t to) const {
   std::memcpy(Slot(to), Slot(from), static_cast<size_t>(layout_.slot_floats) * sizeof(float));
 }
 
+void StateStorage::CopyBlock(int32_t from, int32_t to) const {
+  if (from == to) return;
+  std::memcpy(Block(to), Block(from), static_cast<size_t>(layout_.block_floats) * sizeof(float));
+}
+
 void StateStorage::PoisonBlock(int32_t block) const {
   float* b = Block(block);
   std::fill(b, b + layout_.block_floats, std::numeric_limits<float>::quiet_NaN());

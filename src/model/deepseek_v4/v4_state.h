@@ -63,6 +63,8 @@ class StateStorage {
   void ResetSlot(int32_t slot) const;
   // Copies slot `from` into slot `to` (whole fixed state).
   void CopySlot(int32_t from, int32_t to) const;
+  // Copies every row of block `from` into block `to`.
+  void CopyBlock(int32_t from, int32_t to) const;
   // Overwrites every float of a block with NaN (debug: use-after-release becomes visible).
   void PoisonBlock(int32_t block) const;
 

@@ -1,0 +1,152 @@
+#include "runner/model_runner.h"
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "sampling/sampler.h"
+
+namespace deepinfer {
+
+ModelRunner::ModelRunner(const Model& model, RunnerOptions options)
+    : model_(model), options_(std::move(options)) {
+  state_ = model_.CreateState(options_.num_slots + options_.num_pack_slots, options_.num_blocks,
+                              options_.block_size);
+  worker_ = std::thread([this] { WorkerLoop(); });
+}
+
+ModelRunner::~ModelRunner() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void ModelRunner::Launch(SchedulerOutput out) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(out));
+  }
+  cv_.notify_all();
+}
+
+StepResult ModelRunner::Wait(uint64_t step_id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_.count(step_id) > 0; });
+  Outcome outcome = std::move(done_.at(step_id));
+  done_.erase(step_id);
+  if (outcome.error) std::rethrow_exception(outcome.error);
+  return std::move(outcome.result);
+}
+
+void ModelRunner::WorkerLoop() {
+  for (;;) {
+    SchedulerOutput out;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      out = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Outcome outcome;
+    try {
+      outcome.result = Execute(out);
+    } catch (...) {
+      outcome.error = std::current_exception();
+      outcome.result.step_id = out.step_id;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_.emplace(out.step_id, std::move(outcome));
+    }
+    cv_.notify_all();
+  }
+}
+
+void ModelRunner::ApplyCopies(const std::vector<PackCopy>& copies) {
+  for (const PackCopy& c : copies) {
+    state_->CopySlot(c.from_slot, c.to_slot);
+    if (c.from_block != 0) state_->CopyBlock(c.from_block, c.to_block);
+  }
+}
+
+StepResult ModelRunner::Execute(const SchedulerOutput& out) {
+  StepResult result;
+  result.step_id = out.step_id;
+  result.started_at = NowSeconds();
+  for (SeqId id : out.finished_seq_ids) seqs_.erase(id);
+  // Saves of finished sequences read state that new sequences may reuse from here on.
+  ApplyCopies(out.pre_copies);
+  for (int32_t block : out.poison_blocks) state_->PoisonBlock(block);
+  for (const NewSequence& ns : out.new_seqs) {
+    SequenceMirror m;
+    m.tokens = ns.tokens;
+    m.prompt_len = ns.prompt_len;
+    m.sampling = ns.sampling;
+    m.rng_seed = ns.rng_seed;
+    m.slot = ns.slot;
+    m.blocks = ns.block_ids;
+    if (ns.restore.from_slot >= 0) {
+      ApplyCopies({ns.restore});
+    } else if (ns.reset_slot) {
+      state_->ResetSlot(ns.slot);
+    }
+    seqs_[ns.seq_id] = std::move(m);
+  }
+  for (const SequenceDiff& d : out.diffs) {
+    auto& blocks = seqs_.at(d.seq_id).blocks;
+    blocks.insert(blocks.end(), d.new_block_ids.begin(), d.new_block_ids.end());
+  }
+
+  ForwardBatch batch;
+  std::vector<TokenId> ids;
+  ids.reserve(static_cast<size_t>(out.num_tokens()));
+  std::vector<SeqId> sample_order;
+  for (const ScheduledChunk& c : out.chunks) {
+    const SequenceMirror& m = seqs_.at(c.seq_id);
+    DI_CHECK(static_cast<int64_t>(m.tokens.size()) >= c.start_pos + c.num_tokens,
+             "sequence {}: chunk [{}, {}) but only {} tokens known to the runner", c.seq_id, c.start_pos,
+             c.start_pos + c.num_tokens, m.tokens.size());
+    SequenceChunk sc;
+    sc.token_offset = static_cast<int64_t>(ids.size());
+    sc.num_tokens = c.num_tokens;
+    sc.start_pos = c.start_pos;
+    sc.state_slot = m.slot;
+    sc.block_table = m.blocks.data();
+    sc.num_blocks = static_cast<int64_t>(m.blocks.size());
+    sc.want_logits = c.sample;
+    sc.prompt_end = c.prompt_end;
+    ids.insert(ids.end(), m.tokens.begin() + c.start_pos, m.tokens.begin() + c.start_pos + c.num_tokens);
+    batch.seqs.push_back(sc);
+    if (c.sample) sample_order.push_back(c.seq_id);
+  }
+  batch.token_ids = ids.data();
+  batch.num_tokens = static_cast<int64_t>(ids.size());
+  if (!batch.seqs.empty()) {
+    const int64_t vocab = model_.config().vocab_size;
+    const int64_t rows = static_cast<int64_t>(sample_order.size());
+    std::vector<float> logits(static_cast<size_t>(std::max<int64_t>(rows, 1) * vocab));
+    model_.Forward(batch, *state_, TensorView(logits.data(), DType::kF32, {rows, vocab}));
+    for (int64_t r = 0; r < rows; ++r) {
+      SequenceMirror& m = seqs_.at(sample_order[r]);
+      sampling::SequenceContext ctx;
+      ctx.params = &m.sampling;
+      ctx.tokens = &m.tokens;
+      ctx.prompt_len = m.prompt_len;
+      ctx.rng_seed = m.rng_seed;
+      ctx.eos_token_ids = &options_.eos_token_ids;
+      ctx.sampleable_vocab = options_.sampleable_vocab;
+      SampledToken st = sampling::Sample(logits.data() + r * vocab, vocab, ctx);
+      st.seq_id = sample_order[r];
+      m.tokens.push_back(st.token);
+      result.sampled.push_back(std::move(st));
+    }
+  }
+  ApplyCopies(out.post_copies);
+  result.finished_at = NowSeconds();
+  result.forward_seconds = result.finished_at - result.started_at;
+  return result;
+}
+
+}  // namespace deepinfer
