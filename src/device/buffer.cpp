@@ -1,5 +1,7 @@
 #include "device/buffer.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -7,9 +9,19 @@
 
 namespace deepinfer {
 
+namespace {
+constexpr size_t kMapThreshold = size_t{1} << 20;
+}  // namespace
+
 Buffer::Buffer(size_t bytes, DeviceId device) : bytes_(bytes), device_(device) {
   if (bytes == 0) return;
   if (device.is_cpu()) {
+    if (bytes >= kMapThreshold) {
+      // Large host buffers come from the kernel zero-filled and are paged in on first touch.
+      data_ = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      DI_CHECK(data_ != MAP_FAILED, "host mapping of {} bytes failed", bytes);
+      return;
+    }
     const size_t rounded = (bytes + 63) / 64 * 64;
     data_ = std::aligned_alloc(64, rounded);
     DI_CHECK(data_ != nullptr, "host allocation of {} bytes failed", bytes);
@@ -34,7 +46,11 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 void Buffer::Release() {
   if (data_ == nullptr) return;
   if (device_.is_cpu()) {
-    std::free(data_);
+    if (bytes_ >= kMapThreshold) {
+      ::munmap(data_, bytes_);
+    } else {
+      std::free(data_);
+    }
   } else {
     CudaFree(data_, device_.index);
   }

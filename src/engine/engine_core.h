@@ -37,7 +37,7 @@ struct EngineOptions {
   int64_t max_model_len = 0;            // 0: min(max_position_embeddings, 16384)
   int32_t block_size = 128;
   int32_t num_blocks = 0;               // 0: from cache_memory_mb
-  int64_t cache_memory_mb = 1024;       // paged blocks + packs, when num_blocks is 0
+  int64_t cache_memory_mb = 256;        // slots, packs and paged blocks, when num_blocks is 0
   int32_t num_packs = 0;                // resume packs; 0: 2·max_num_seqs
   bool enable_prefix_caching = true;
   int32_t pack_interval_blocks = 16;

@@ -1,0 +1,36 @@
+#include "apps/engine_flags.h"
+
+#include "apps/default_model.h"
+
+namespace deepinfer::apps {
+
+void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
+  cmd->add_option("model_dir", f.model_dir, "model directory (HF layout); default: the shipped demo model");
+  auto* g = cmd->add_option_group("Engine");
+  g->add_option("--max-num-seqs", f.options.max_num_seqs, "sequences running at once")->capture_default_str();
+  g->add_option("--max-num-batched-tokens", f.options.max_num_batched_tokens, "tokens per step")->capture_default_str();
+  g->add_option("--max-model-len", f.options.max_model_len,
+                "prompt + completion tokens per sequence (0: the model's, at most 16384)")->capture_default_str();
+  g->add_option("--block-size", f.options.block_size, "tokens per state-cache block")->capture_default_str();
+  g->add_option("--num-cache-blocks", f.options.num_blocks, "state-cache blocks (0: from --cache-memory-mb)")->capture_default_str();
+  g->add_option("--cache-memory-mb", f.options.cache_memory_mb, "state-cache memory when --num-cache-blocks is 0")->capture_default_str();
+  g->add_flag("--no-enable-prefix-caching", f.no_prefix_cache, "disable the prefix cache");
+  g->add_option("--pack-interval-blocks", f.options.pack_interval_blocks,
+                "keep a resume pack every K blocks of a long prompt (0: prompt ends only)")->capture_default_str();
+  g->add_flag("--sync", f.sync, "synchronous step loop (no CPU/compute overlap)");
+  g->add_option("--load-format", f.options.load.load_format, "auto | safetensors | dummy")->capture_default_str();
+  g->add_option("--dummy-seed", f.options.load.dummy_seed, "seed of the dummy weights")->capture_default_str();
+  g->add_flag("--kv-fp8", f.options.load.numerics.kv_fp8, "round KV nope channels through FP8 (reference QAT)");
+  g->add_flag("--indexer-fp4", f.options.load.numerics.indexer_fp4, "round indexer q/k through FP4 (reference QAT)");
+  g->add_option("--served-model-name", f.options.served_model_name, "model name reported by the API");
+}
+
+EngineOptions ResolveEngineOptions(const EngineFlags& f) {
+  EngineOptions o = f.options;
+  o.model_dir = f.model_dir.empty() ? DefaultModelDir() : f.model_dir;
+  o.async_scheduling = !f.sync;
+  o.enable_prefix_caching = !f.no_prefix_cache;
+  return o;
+}
+
+}  // namespace deepinfer::apps

@@ -1,0 +1,25 @@
+// Flags shared by the commands that run the engine (generate, chat, serve, bench), named like
+// vLLM's where they mean the same, and the model directory positional argument.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "engine/engine_core.h"
+
+namespace deepinfer::apps {
+
+struct EngineFlags {
+  std::string model_dir;  // positional; empty: DefaultModelDir()
+  EngineOptions options;
+  bool sync = false;      // --sync: the synchronous loop
+  bool no_prefix_cache = false;
+};
+
+// Adds [MODEL_DIR] and the engine flags to `cmd`.
+void AddEngineFlags(CLI::App* cmd, EngineFlags& flags);
+// The EngineOptions the flags describe (model dir resolved).
+EngineOptions ResolveEngineOptions(const EngineFlags& flags);
+
+}  // namespace deepinfer::apps
