@@ -140,10 +140,10 @@ void Scheduler::AddChunk(Sequence& s, int64_t n, SchedulerOutput& out) {
   }
 }
 
-bool Scheduler::Preempt(SchedulerOutput& out, const Sequence* keep) {
+Scheduler::Sequence* Scheduler::Preempt(SchedulerOutput& out) {
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
     Sequence& v = Get(*it);
-    if (&v == keep || v.last_step == static_cast<int64_t>(out.step_id)) continue;
+    if (v.last_step == static_cast<int64_t>(out.step_id)) continue;  // already in this step
     running_.erase(std::next(it).base());
     v.status = Status::kPreempted;
     v.release_pending = true;
@@ -151,9 +151,9 @@ bool Scheduler::Preempt(SchedulerOutput& out, const Sequence* keep) {
     ++stats_.num_preemptions;
     // Released now if no step in flight touches it, else once that step completes.
     ReleaseReady(out);
-    return true;
+    return &v;
   }
-  return false;
+  return nullptr;
 }
 
 bool Scheduler::ScheduleRunning(Sequence& s, SchedulerOutput& out, int64_t& budget) {
@@ -161,9 +161,12 @@ bool Scheduler::ScheduleRunning(Sequence& s, SchedulerOutput& out, int64_t& budg
   const int64_t n = ChunkLength(s, budget);
   if (n <= 0) return true;
   if (!cache_.EnsureBlocks(s.cache, s.num_computed + n)) {
-    // One victim per shortage: with steps in flight its blocks come back only once they
-    // complete, and preempting more now would not help this step.
-    if (!Preempt(out, &s) || !cache_.EnsureBlocks(s.cache, s.num_computed + n)) return false;
+    // One victim per shortage, the newest running sequence (possibly this one): with steps in
+    // flight its blocks come back only once they complete, and preempting more now would not
+    // help this step.
+    const Sequence* victim = Preempt(out);
+    if (victim == &s) return true;
+    if (victim == nullptr || !cache_.EnsureBlocks(s.cache, s.num_computed + n)) return false;
   }
   AddChunk(s, n, out);
   budget -= n;
@@ -219,7 +222,7 @@ SchedulerOutput Scheduler::Schedule() {
   ReleaseReady(out);
   if (config_.preempt_every_n_steps > 0 && out.step_id % config_.preempt_every_n_steps == 0 &&
       running_.size() > 1) {
-    Preempt(out, nullptr);
+    Preempt(out);
   }
   int64_t budget = config_.max_num_batched_tokens;
   const std::vector<SeqId> running = running_;  // preemption may shrink running_

@@ -119,7 +119,8 @@ class Scheduler {
   bool Admit(Sequence& s, SchedulerOutput& out, int64_t& budget);
   int64_t ChunkLength(const Sequence& s, int64_t budget) const;
   void AddChunk(Sequence& s, int64_t n, SchedulerOutput& out);
-  bool Preempt(SchedulerOutput& out, const Sequence* keep);
+  // Preempts the newest running sequence not already in this step; returns it (or null).
+  Sequence* Preempt(SchedulerOutput& out);
   void MarkFinished(Sequence& s, FinishReason reason);
   FinishReason StopReason(const Sequence& s, TokenId token) const;
 
