@@ -326,6 +326,8 @@ Result<OrderedJson> ParseJsonText(std::string_view text) {
     return OrderedJson::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     return InvalidArgument(fmt::format("request body is not valid JSON (byte {})", e.byte));
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double
+    return InvalidArgument("request body is not valid JSON (a number is out of range)");
   }
 }
 

@@ -99,6 +99,25 @@ std::string StripOneSpace(std::string_view s) {
   return std::string(s);
 }
 
+// Appends `c` (input is whole UTF-8 characters) unless `buffer` holds `limit` bytes and `c`
+// starts a new character; a continuation byte joins only an incomplete last character, so a
+// character is taken whole or not at all. Returns false when `c` was refused.
+bool AppendBounded(std::string& buffer, char c, size_t limit) {
+  if ((static_cast<uint8_t>(c) & 0xc0) != 0x80) {
+    if (buffer.size() >= limit) return false;
+    buffer += c;
+    return true;
+  }
+  size_t lead = buffer.size();
+  while (lead > 0 && (static_cast<uint8_t>(buffer[lead - 1]) & 0xc0) == 0x80) --lead;
+  if (lead == 0) return false;
+  const auto first = static_cast<uint8_t>(buffer[lead - 1]);
+  const size_t length = first >= 0xf0 ? 4 : first >= 0xe0 ? 3 : first >= 0xc0 ? 2 : 1;
+  if (buffer.size() - (lead - 1) >= length) return false;
+  buffer += c;
+  return true;
+}
+
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -160,6 +179,7 @@ class OutputParser::Machine {
   Stage stage_ = Stage::kContent;
   uint64_t stage_epoch_ = 0;
   bool leading_ = true;      // drop newlines (start of reasoning / answer)
+  bool replay_current_ = false;  // a default action refused its byte: re-read it after SetStage
   bool stopped_ = false;
   bool finished_ = false;
   bool silent_done_ = false; // after a stop string: drop the rest without warnings
@@ -188,6 +208,15 @@ class OutputParser::Machine {
 
 OutputParser::Machine::Machine(ParserOptions options) : options_(std::move(options)) {
   using S = Stage;
+  // Input is repaired to whole UTF-8 characters; stop strings get the same repair so that a
+  // match always starts and ends on a character boundary.
+  for (auto& stop : options_.stop) {
+    Utf8Sanitizer repair;
+    std::string repaired;
+    repair.Append(stop, repaired);
+    repair.Flush(repaired);
+    stop = std::move(repaired);
+  }
   auto add = [&](Pattern p, std::initializer_list<Stage> stages) {
     patterns_.push_back(std::move(p));
     for (Stage s : stages) stage_patterns_[static_cast<size_t>(s)].push_back(patterns_.size() - 1);
@@ -261,7 +290,8 @@ bool OutputParser::Machine::Resolve(size_t count) {
     const uint64_t epoch = stage_epoch_;
     DefaultAction(pending_[k]);
     if (stage_epoch_ != epoch) {
-      input_.insert(input_pos_, pending_, k + 1, std::string::npos);
+      const size_t from = std::exchange(replay_current_, false) ? k : k + 1;
+      input_.insert(input_pos_, pending_, from, std::string::npos);
       pending_.clear();
       ResetMatchers();
       return false;
@@ -313,18 +343,18 @@ void OutputParser::Machine::DefaultAction(char c) {
       return;
     case Stage::kToolName:
       if (c == '"') return BeginInvoke();
-      if (tag_.size() < kMaxNameLength) tag_ += c;
+      AppendBounded(tag_, c, kMaxNameLength);
       return;
     case Stage::kParamName:
       if (c == '"') {
         param_name_ = std::exchange(tag_, {});
         return SetStage(Stage::kParamAttrs);
       }
-      if (tag_.size() < kMaxNameLength) tag_ += c;
+      AppendBounded(tag_, c, kMaxNameLength);
       return;
     case Stage::kParamAttrs:
       if (c == '>') return OnParamAttrsEnd();
-      if (tag_.size() < kMaxAttributeLength) tag_ += c;
+      AppendBounded(tag_, c, kMaxAttributeLength);
       return;
     case Stage::kParamValue:
       if (skip_param_) return;
@@ -411,12 +441,12 @@ void OutputParser::Machine::OnMarker(const Pattern& pattern) {
 
 void OutputParser::Machine::OnTagOpenByte(char c) {
   if (c == '>' || c == '"') return DispatchOpenTag(c);
-  if (tag_.size() >= kMaxTagLength) {
+  if (!AppendBounded(tag_, c, kMaxTagLength)) {
     Warn(WarningKind::kMalformedToolCall, "a DSML tag is too long");
     if (!in_block_) OpenBlock();
-    return SetStage(StructuralStage());
+    replay_current_ = true;
+    SetStage(StructuralStage());
   }
-  tag_ += c;
 }
 
 void OutputParser::Machine::DispatchOpenTag(char terminator) {
@@ -447,11 +477,11 @@ void OutputParser::Machine::DispatchOpenTag(char terminator) {
 
 void OutputParser::Machine::OnTagCloseByte(char c) {
   if (c == '>') return DispatchCloseTag();
-  if (tag_.size() >= kMaxTagLength) {
+  if (!AppendBounded(tag_, c, kMaxTagLength)) {
     Warn(WarningKind::kMalformedToolCall, "a DSML end tag is too long");
-    return SetStage(StructuralStage());
+    replay_current_ = true;
+    SetStage(StructuralStage());
   }
-  tag_ += c;
 }
 
 void OutputParser::Machine::DispatchCloseTag() {
@@ -539,7 +569,8 @@ void OutputParser::Machine::CloseParam() {
   std::string tail;
   if (param_is_string_) {
     tail = "\"";
-  } else if (nlohmann::json::accept(json_value_)) {
+  } else if (json_value_.find('\0') == std::string::npos &&  // nlohmann stops at NUL
+             nlohmann::json::accept(json_value_)) {
     tail = json_value_;
   } else {
     Warn(WarningKind::kInvalidArguments,
@@ -621,6 +652,7 @@ void OutputParser::Machine::Finish() {
     pending_.clear();
     ResetMatchers();
     DefaultAction(first);
+    if (std::exchange(replay_current_, false)) input_.insert(input_.begin(), first);
     Run();
   }
   if (stage_ == Stage::kTagClose && !in_block_) {

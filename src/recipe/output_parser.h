@@ -39,7 +39,7 @@ struct ParserOptions {
   bool strip_leading_newlines = true;
   bool parse_tool_calls = true;  // false: DSML markup is plain answer text
   bool json_mode = false;
-  std::vector<std::string> stop;  // empty strings are ignored
+  std::vector<std::string> stop;  // empty strings are ignored; invalid UTF-8 becomes U+FFFD
   // Tool-call ids: prefix + 24 hex digits derived from (seed, call index).
   std::string tool_call_id_prefix = "call_";
   uint64_t tool_call_id_seed = 0;
