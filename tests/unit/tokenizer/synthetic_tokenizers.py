@@ -174,10 +174,12 @@ def _char_model_cases():
             (None, False, False, False, False), ("[UNK]", False, False, False, True),
             ("[UNK]", True, False, False, False), (None, False, True, False, True),
             ("[UNK]", True, True, True, False)]):
+        # the string form cannot hold a token with a space: only the pair form gets (" ", "a")
+        encoded = ([[l, r] for l, r in merges] if pairs else
+                   [f"{l} {r}" for l, r in merges if " " not in l + r])
         model = {"type": "BPE", "dropout": None, "unk_token": unk, "continuing_subword_prefix": None,
                  "end_of_word_suffix": None, "fuse_unk": fuse, "byte_fallback": fallback,
-                 "ignore_merges": ignore, "vocab": dict(vocab),
-                 "merges": [[l, r] for l, r in merges] if pairs else [f"{l} {r}" for l, r in merges]}
+                 "ignore_merges": ignore, "vocab": dict(vocab), "merges": encoded}
         if fallback:  # without its own characters: every non-ASCII char falls back to bytes
             del model["vocab"]["é"], model["vocab"]["中"]
         pre = None if index % 2 == 0 else _sequence(_split(r"\s+", "MergedWithNext"))
