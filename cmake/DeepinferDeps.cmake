@@ -1,6 +1,5 @@
 # Third-party dependencies: all from Debian packages (scripts/install-deps.sh), none fetched.
 find_package(Threads REQUIRED)
-find_package(OpenMP REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(nlohmann_json REQUIRED)

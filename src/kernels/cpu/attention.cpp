@@ -1,6 +1,6 @@
 #include "kernels/cpu/attention.h"
 
-#include <cblas.h>
+#include "kernels/cpu/blas.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,6 +13,7 @@ void AttentionWithSink(const float* q, int64_t num_heads, const float* kv, int64
     std::fill(out, out + num_heads * d, 0.f);
     return;
   }
+  EnsureBlasSingleThreaded();
   const int h = static_cast<int>(num_heads), ni = static_cast<int>(n), di = static_cast<int>(d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, h, ni, di, scale, q, di, kv, di, 0.f,
               scores, ni);

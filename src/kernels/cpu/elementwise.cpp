@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "base/math.h"
+#include "base/thread_pool.h"
 #include "tensor/dtype.h"
 
 namespace deepinfer::cpu {
@@ -30,15 +31,16 @@ void RmsNorm(const TensorView& x, const TensorView& weight, float eps, const Ten
   }
   const float* xp = x.data<float>();
   float* yp = y.data<float>();
-#pragma omp parallel for schedule(static) if (m > 16)
-  for (int64_t r = 0; r < m; ++r) {
-    const float* xr = xp + r * x.stride(0);
-    float* yr = yp + r * y.stride(0);
-    float ss = 0.f;
-    for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.f / std::sqrt(ss / static_cast<float>(n) + eps);
-    for (int64_t i = 0; i < n; ++i) yr[i] = w[i] * (xr[i] * inv);
-  }
+  ParallelFor(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = xp + r * x.stride(0);
+      float* yr = yp + r * y.stride(0);
+      float ss = 0.f;
+      for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.f / std::sqrt(ss / static_cast<float>(n) + eps);
+      for (int64_t i = 0; i < n; ++i) yr[i] = w[i] * (xr[i] * inv);
+    }
+  });
 }
 
 void Embedding(const int32_t* ids, int64_t num_ids, const TensorView& table, const TensorView& y) {

@@ -1,6 +1,7 @@
 #include "kernels/cpu/hc.h"
 
-#include <cblas.h>
+#include "base/thread_pool.h"
+#include "kernels/cpu/blas.h"
 
 #include <cmath>
 #include <vector>
@@ -19,6 +20,7 @@ std::vector<float> Mixes(const TensorView& x, const HcParams& p, int64_t rows) {
            "hc: fn is {}, expected [{}, {}] f32", p.fn.ShapeString(), rows, width);
   std::vector<float> mix(static_cast<size_t>(m * rows));
   const float* xp = x.data<float>();
+  EnsureBlasSingleThreaded();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(rows),
               static_cast<int>(width), 1.f, xp, static_cast<int>(width), p.fn.data<float>(),
               static_cast<int>(width), 0.f, mix.data(), static_cast<int>(rows));
@@ -97,8 +99,8 @@ void HcPost(const TensorView& o, const TensorView& x, const TensorView& post,
             const TensorView& comb, const TensorView& x_out) {
   const int64_t m = x.size(0), s = x.size(1), d = x.size(2);
   DI_CHECK(x_out.raw() != x.raw(), "hc_post output must not alias its input");
-#pragma omp parallel for schedule(static) if (m > 8)
-  for (int64_t r = 0; r < m; ++r) {
+  ParallelFor(m, std::max<int64_t>(1, 8192 / (s * d)), [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* orow = o.data<float>() + r * o.stride(0);
     const float* xr = x.data<float>() + r * s * d;
     const float* pr = post.data<float>() + r * s;
@@ -113,6 +115,7 @@ void HcPost(const TensorView& o, const TensorView& x, const TensorView& post,
       }
     }
   }
+  });
 }
 
 void HcHead(const TensorView& x, const HcParams& p, const TensorView& y) {

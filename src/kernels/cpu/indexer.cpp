@@ -1,6 +1,6 @@
 #include "kernels/cpu/indexer.h"
 
-#include <cblas.h>
+#include "kernels/cpu/blas.h"
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +14,7 @@ int64_t IndexerTopK(const float* q, const float* weights, int64_t num_heads, int
                     const float* keys, int64_t num_visible, int64_t num_candidates, int64_t top_k,
                     float* scratch, int32_t* selected) {
   if (num_visible == 0) return 0;
+  EnsureBlasSingleThreaded();
   float* per_head = scratch;  // [H, num_visible]
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(num_heads),
               static_cast<int>(num_visible), static_cast<int>(head_dim), 1.f, q,

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/thread_pool.h"
 #include "model/deepseek_v4/v4_step.h"
 
 namespace deepinfer::v4 {
@@ -74,7 +75,9 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   for (const SequenceChunk& seq : ctx.batch->seqs) {
     if (aw.compressor) Compress(ctx, w, seq, false, ckv.view(), cscore.view());
     if (aw.indexer) Compress(ctx, w, seq, true, ikv.view(), iscore.view());
-    AttendSequence(ctx, w, seq, q.view(), kv.view(), index_q.view(), index_w.view(), o.view());
+  }
+  AttendTokens(ctx, w, q.view(), kv.view(), index_q.view(), index_w.view(), o.view());
+  for (const SequenceChunk& seq : ctx.batch->seqs) {
     // Only now may the chunk's rows enter the ring: its earlier queries read older rows there.
     float* ring = ctx.state->Window(seq.state_slot, w.layer);
     const int64_t window = c.sliding_window;
@@ -139,44 +142,43 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, const Sequ
   }
 }
 
-void V4Model::AttendSequence(const StepContext& ctx, const BlockWeights& w, const SequenceChunk& seq,
-                             const TensorView& q, const TensorView& kv, const TensorView& index_q,
-                             const TensorView& index_w, const TensorView& out) const {
+void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const TensorView& q,
+                           const TensorView& kv, const TensorView& index_q, const TensorView& index_w,
+                           const TensorView& out) const {
   const auto& c = config_;
   const StateStorage& st = *ctx.state;
+  const std::vector<SequenceChunk>& seqs = ctx.batch->seqs;
   const int64_t heads = c.num_attention_heads, hd = c.head_dim, window = c.sliding_window;
   const int64_t ratio = w.compress_ratio;
   const int64_t per_block = ratio ? st.layout().rows_per_block(w.layer) : 1;
-  const float* ring = st.Window(seq.state_slot, w.layer);
   const float* sinks = w.attn.attn_sink.data<float>();
   const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  const int64_t last_pos = seq.start_pos + seq.num_tokens - 1;
-  const int64_t max_compressed = ratio == 0   ? 0
-                                 : ratio == 4 ? std::min<int64_t>(c.index_topk, (last_pos + 1) / 4)
-                                              : (last_pos + 1) / ratio;
-  const int64_t max_keys = window + max_compressed;
-  const int64_t prompt_end = seq.prompt_end > 0 ? seq.prompt_end : last_pos + 1;
-  // Rows the indexer ranks for the query at position p (see SequenceChunk::prompt_end).
-  auto index_candidates = [&](int64_t p) { return (p < prompt_end ? prompt_end : p + 1) / 4; };
-  const int64_t max_index_rows = ratio == 4 ? (last_pos + 1) / 4 : 0;
-  auto main_row = [&](int64_t r) {
-    return st.MainRows(seq.block_table[r / per_block], w.layer) + (r % per_block) * hd;
-  };
+  int64_t max_keys = window, max_index_rows = 0;
+  for (const SequenceChunk& seq : seqs) {
+    const int64_t rows = ratio ? (seq.start_pos + seq.num_tokens) / ratio : 0;
+    max_keys = std::max(max_keys, window + (ratio == 4 ? std::min<int64_t>(c.index_topk, rows) : rows));
+    if (ratio == 4) max_index_rows = std::max(max_index_rows, rows);
+  }
 
-#pragma omp parallel if (seq.num_tokens > 1)
-  {
+  // One task per token of the batch (token t belongs to chunk chunk_of[t]).
+  std::vector<int32_t> chunk_of(static_cast<size_t>(ctx.batch->num_tokens));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    for (int64_t j = 0; j < seqs[i].num_tokens; ++j) chunk_of[seqs[i].token_offset + j] = static_cast<int32_t>(i);
+  }
+  ParallelFor(ctx.batch->num_tokens, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> keys(static_cast<size_t>(max_keys * hd));
     std::vector<float> scores(static_cast<size_t>(heads * max_keys));
-    std::vector<float> index_keys, index_scratch;
-    std::vector<int32_t> selected;
-    if (ratio == 4) {
-      index_keys.resize(static_cast<size_t>(max_index_rows * c.index_head_dim));
-      index_scratch.resize(static_cast<size_t>(c.index_n_heads * max_index_rows));
-      selected.resize(static_cast<size_t>(c.index_topk));
-    }
-#pragma omp for schedule(dynamic)
-    for (int64_t j = 0; j < seq.num_tokens; ++j) {
-      const int64_t p = seq.start_pos + j, t = seq.token_offset + j;
+    std::vector<float> index_keys(static_cast<size_t>(max_index_rows * c.index_head_dim));
+    std::vector<float> index_scratch(static_cast<size_t>(c.index_n_heads * max_index_rows));
+    std::vector<int32_t> selected(static_cast<size_t>(ratio == 4 ? c.index_topk : 0));
+    for (int64_t t = t0; t < t1; ++t) {
+      const SequenceChunk& seq = seqs[chunk_of[t]];
+      const int64_t p = seq.start_pos + (t - seq.token_offset);
+      const float* ring = st.Window(seq.state_slot, w.layer);
+      auto main_row = [&](int64_t r) {
+        return st.MainRows(seq.block_table[r / per_block], w.layer) + (r % per_block) * hd;
+      };
+      // The raw window: this chunk's fresh rows, older ones from the ring.
       int64_t n = 0;
       for (int64_t kp = std::max<int64_t>(0, p - window + 1); kp <= p; ++kp, ++n) {
         const float* src = kp >= seq.start_pos ? kv.data<float>() + (seq.token_offset + kp - seq.start_pos) * hd
@@ -192,16 +194,20 @@ void V4Model::AttendSequence(const StepContext& ctx, const BlockWeights& w, cons
           const float* src = st.IndexRows(seq.block_table[r / per_block], w.layer) + (r % per_block) * id;
           std::memcpy(index_keys.data() + r * id, src, id * sizeof(float));
         }
+        // Rows the indexer ranks (see SequenceChunk::prompt_end): those existing at the prompt
+        // end for a prompt query, at its own position for a later one.
+        const int64_t prompt_end = seq.prompt_end > 0 ? seq.prompt_end : seq.start_pos + seq.num_tokens;
+        const int64_t candidates = (p < prompt_end ? prompt_end : p + 1) / 4;
         const int64_t k = ops::IndexerTopK(index_q.data<float>() + t * c.index_n_heads * id,
                                            index_w.data<float>() + t * c.index_n_heads, c.index_n_heads,
-                                           id, index_keys.data(), visible, index_candidates(p),
+                                           id, index_keys.data(), visible, candidates,
                                            c.index_topk, index_scratch.data(), selected.data());
         for (int64_t i = 0; i < k; ++i, ++n) std::memcpy(keys.data() + n * hd, main_row(selected[i]), hd * sizeof(float));
       }
       ops::AttentionWithSink(q.data<float>() + t * heads * hd, heads, keys.data(), n, hd, sinks, scale,
                              scores.data(), out.data<float>() + t * heads * hd);
     }
-  }
+  });
 }
 
 }  // namespace deepinfer::v4
