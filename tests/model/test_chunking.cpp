@@ -1,9 +1,11 @@
 // Chunked prefill and token-by-token decode against one-shot prefill (issue 2, acceptance 3).
 //
-// On a config whose index_topk covers every compressed row (so the indexer's choice cannot
-// depend on how the prompt was cut), every chunking must give the one-shot logits up to fp32
-// summation-order noise; on the golden configs (where the top-k binds) every chunking must
-// give the reference's greedy continuation.
+// The CPU kernels are batch invariant (kernels/cpu/linear.h) and the compressor streams token by
+// token, so any chunking performs exactly the one-shot prefill's arithmetic: logits must be
+// bit-identical (the acceptance asks for "within fp32 rounding"; we hold the stronger property).
+// On a config whose index_topk covers every compressed row this is checked on logits; on the
+// golden configs (where the top-k binds and ties are broken as the one-shot prefill breaks them)
+// every chunking must give the reference's greedy continuation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,7 +47,7 @@ TEST(Chunking, AnyChunkingEqualsOneShotWhenTopKCoversAllRows) {
     for (size_t i = 0; i < reference.size(); ++i) worst = std::max(worst, MaxScaledDiff(chunked[i], reference[i]));
     std::printf("chunk %ld: max scaled logit difference vs one-shot %.3g over %zu positions\n",
                 static_cast<long>(chunk), worst, reference.size());
-    EXPECT_LE(worst, 1e-4f) << "chunk size " << chunk;
+    EXPECT_EQ(worst, 0.f) << "chunk size " << chunk;
   }
 }
 
@@ -60,7 +62,7 @@ TEST(Chunking, TokenByTokenPrefillEqualsOneShot) {
   const std::vector<float> a = one_shot.Prefill(prompt, 0);
   std::vector<float> b;
   for (int32_t tok : prompt) b = stepped.Step(tok);
-  EXPECT_LE(MaxScaledDiff(b, a), 1e-4f);
+  EXPECT_EQ(MaxScaledDiff(b, a), 0.f);
 }
 
 class GoldenChunking : public ::testing::TestWithParam<std::string> {};

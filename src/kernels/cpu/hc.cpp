@@ -1,7 +1,7 @@
 #include "kernels/cpu/hc.h"
 
 #include "base/thread_pool.h"
-#include "kernels/cpu/blas.h"
+#include "kernels/cpu/linear.h"
 
 #include <cmath>
 #include <vector>
@@ -20,10 +20,12 @@ std::vector<float> Mixes(const TensorView& x, const HcParams& p, int64_t rows) {
            "hc: fn is {}, expected [{}, {}] f32", p.fn.ShapeString(), rows, width);
   std::vector<float> mix(static_cast<size_t>(m * rows));
   const float* xp = x.data<float>();
-  EnsureBlasSingleThreaded();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(rows),
-              static_cast<int>(width), 1.f, xp, static_cast<int>(width), p.fn.data<float>(),
-              static_cast<int>(width), 0.f, mix.data(), static_cast<int>(rows));
+  // Row by row with the fixed-order dot product: batch invariant, like Linear.
+  ParallelFor(m, std::max<int64_t>(1, 32768 / (rows * width)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      for (int64_t j = 0; j < rows; ++j) mix[r * rows + j] = DotF32(xp + r * width, p.fn.data<float>() + j * width, width);
+    }
+  });
   for (int64_t r = 0; r < m; ++r) {
     const float* xr = xp + r * width;
     float ss = 0.f;
