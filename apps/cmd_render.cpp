@@ -3,8 +3,8 @@
 // Reads one chat-completion request body (OpenAI/DeepSeek shape: messages, tools, tool_choice,
 // thinking {type}, reasoning_effort, response_format) on stdin and writes the exact prompt the
 // server would feed the model: the text with nothing appended, or with --ids the token ids as
-// one JSON array (tokenized with DIR/tokenizer.json, no special tokens added: BOS is part of
-// the text). The chat-encoding rules come from DIR/config.json (recipe/encoding_rules.h);
+// one JSON array and a newline (tokenized with DIR/tokenizer.json, no special tokens added: BOS
+// is part of the text). The chat-encoding rules come from DIR/config.json (recipe/encoding_rules.h);
 // without --model the default model directory is used, and the DeepSeek-V4 rules if it has no
 // config.json yet. A bad request prints "error: <field>: <reason>" and exits 1.
 #include <cstdio>
@@ -20,6 +20,7 @@
 #include "recipe/chat_request.h"
 #include "recipe/encoding_rules.h"
 #include "recipe/request_encoding.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::apps {
 namespace {
@@ -49,7 +50,14 @@ void RunRender(const RenderArgs& args) {
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     return;
   }
-  DI_THROW("--ids needs the tokenizer module, which this build does not have");
+  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::FromFile(dir + "/tokenizer.json");
+  std::string out = "[";
+  for (int32_t id : tokenizer->Encode(prompt)) {
+    if (out.size() > 1) out += ',';
+    out += std::to_string(id);
+  }
+  out += "]\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
 }
 
 void RegisterRender(CLI::App& app) {
