@@ -235,6 +235,12 @@ int32_t StateCacheManager::num_ready_packs() const {
   return n;
 }
 
+int32_t StateCacheManager::num_pack_blocks() const {
+  int32_t n = 0;
+  for (const Pack& p : packs_) n += p.block != kNullBlock;
+  return n;
+}
+
 std::string StateCacheManager::CheckIntegrity(const std::vector<const SequenceCache*>& live) const {
   if (std::string err = pool_.CheckIntegrity(); !err.empty()) return "block pool: " + err;
   std::vector<int32_t> refs(static_cast<size_t>(pool_.num_blocks()), 0);

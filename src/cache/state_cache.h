@@ -107,6 +107,7 @@ class StateCacheManager {
   const BlockPool& pool() const { return pool_; }
   int32_t num_free_slots() const { return static_cast<int32_t>(free_slots_.size()); }
   int32_t num_ready_packs() const;
+  int32_t num_pack_blocks() const;  // blocks held by packs (partial-block copies)
 
  private:
   enum class PackState { kFree, kPending, kReady };

@@ -100,7 +100,8 @@ struct EngineStats {
   int64_t num_running = 0;
   int64_t num_waiting = 0;
   int64_t num_blocks_total = 0;
-  int64_t num_blocks_used = 0;        // referenced by requests (cached-but-free blocks excluded)
+  int64_t num_blocks_used = 0;        // referenced by running sequences (0 when idle)
+  int64_t num_blocks_in_packs = 0;    // held by resume packs (the prefix cache's own copies)
   int64_t num_blocks_cached_free = 0; // free but holding prefix-cache content
   int64_t num_slots_total = 0;
   int64_t num_slots_used = 0;

@@ -126,6 +126,7 @@ Result<std::shared_ptr<RequestStream>> EngineCore::Submit(GenerationRequest requ
     req->id = next_id_++;
     req->stream = std::make_shared<RequestStream>(req->id);
     ++num_queued_;
+    idle_ = false;
     new_requests_.emplace_back(req, std::move(request));
   }
   cv_.notify_all();
@@ -289,6 +290,10 @@ void EngineCore::RunOneIteration() {
   } else if (!launched && scheduler_->HasUnfinished()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));  // waiting for resources to free
   }
+  UpdateStats(host, launched, t0);
+}
+
+void EngineCore::UpdateStats(double host, bool launched, double t0) {
   const SchedulerStats ss = scheduler_->Stats();
   const cache::BlockPool& pool = scheduler_->cache().pool();
   std::lock_guard<std::mutex> lock(mu_);
@@ -300,7 +305,8 @@ void EngineCore::RunOneIteration() {
   timing_.host_seconds += host;
   stats_.num_running = ss.num_running;
   stats_.num_waiting = ss.num_waiting + static_cast<int64_t>(new_requests_.size());
-  stats_.num_blocks_used = pool.num_used();
+  stats_.num_blocks_in_packs = scheduler_->cache().num_pack_blocks();
+  stats_.num_blocks_used = pool.num_used() - stats_.num_blocks_in_packs;
   stats_.num_blocks_cached_free = pool.num_cached();
   stats_.num_slots_used = options_.max_num_seqs - scheduler_->cache().num_free_slots();
   stats_.num_packs = scheduler_->cache().num_ready_packs();
@@ -316,14 +322,17 @@ void EngineCore::Loop() {
     TakeIntake();
     const bool idle = !scheduler_->HasUnfinished() && !scheduler_->HasPendingRelease() && in_flight_.empty();
     if (idle) {
+      UpdateStats(0, false, 0);
       std::unique_lock<std::mutex> lock(mu_);
       if (stop_ && new_requests_.empty() && aborts_.empty()) return;
       last_runner_finish_ = -1;  // an idle gap is not loop overhead
+      idle_ = true;
+      cv_.notify_all();
       cv_.wait(lock, [&] { return stop_ || !new_requests_.empty() || !aborts_.empty(); });
+      idle_ = false;
       continue;
     }
     RunOneIteration();
-    // Generation tokens for the stats (completion tokens emitted so far).
   }
 }
 
@@ -345,6 +354,11 @@ void EngineCore::Drain(std::chrono::milliseconds timeout) {
     cv_.notify_all();
     cv_.wait(lock, [&] { return num_queued_ == 0; });
   }
+}
+
+bool EngineCore::WaitIdle(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout, [&] { return idle_ && new_requests_.empty() && aborts_.empty(); });
 }
 
 std::string EngineCore::CheckIntegrity() const { return scheduler_->CheckIntegrity(); }

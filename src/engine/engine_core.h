@@ -71,6 +71,10 @@ class EngineCore : public EngineClient {
   const EngineInfo& info() const override { return info_; }
   void Drain(std::chrono::milliseconds timeout) override;
 
+  // Waits until the loop has nothing to do: every request finished and every release,
+  // pack commit and step done (stats then show the idle cache). False on timeout.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+
   LoopTiming timing() const;
   const EngineOptions& options() const { return options_; }
   const Model& model() const { return *loaded_.model; }
@@ -95,6 +99,7 @@ class EngineCore : public EngineClient {
   void Emit(const std::vector<SequenceUpdate>& updates);
   void FinishSequence(Request& r, int32_t index, FinishReason reason, StreamEvent& event);
   void PushAndMaybeClose(Request& r, StreamEvent event);
+  void UpdateStats(double host_seconds, bool launched, double t0);
 
   EngineOptions options_;
   EngineInfo info_;
@@ -111,6 +116,7 @@ class EngineCore : public EngineClient {
   int64_t num_queued_ DI_GUARDED_BY(mu_) = 0;  // submitted, not finished
   bool stop_ DI_GUARDED_BY(mu_) = false;
   bool draining_ DI_GUARDED_BY(mu_) = false;
+  bool idle_ DI_GUARDED_BY(mu_) = true;
   RequestId next_id_ DI_GUARDED_BY(mu_) = 1;
   EngineStats stats_ DI_GUARDED_BY(mu_);
   LoopTiming timing_ DI_GUARDED_BY(mu_);
