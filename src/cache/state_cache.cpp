@@ -41,7 +41,7 @@ int32_t StateCacheManager::BlocksFor(int64_t num_tokens) const {
 }
 
 std::optional<PrefixHit> StateCacheManager::Admit(SequenceCache& seq, const TokenIds& tokens,
-                                                  int64_t max_hit_tokens) {
+                                                  int64_t max_hit_tokens, uint64_t step) {
   DI_CHECK(seq.slot < 0 && seq.blocks.empty(), "admitting a sequence that holds state");
   if (free_slots_.empty()) return std::nullopt;
   const int64_t bs = config_.block_size;
@@ -66,7 +66,8 @@ std::optional<PrefixHit> StateCacheManager::Admit(SequenceCache& seq, const Toke
       if (it == packs_by_parent_.end()) continue;
       for (int32_t id : it->second) {
         const Pack& p = packs_[id];
-        if (p.position > limit || (best >= 0 && p.position <= packs_[best].position)) continue;
+        if (p.position > limit || p.usable_from > step) continue;
+        if (best >= 0 && p.position <= packs_[best].position) continue;
         if (!std::equal(p.partial.begin(), p.partial.end(), tokens.begin() + b * bs)) continue;
         best = id;
         best_b = b;
@@ -134,7 +135,7 @@ void StateCacheManager::LruRemove(Pack& p) {
 void StateCacheManager::FreePack(int32_t id) {
   Pack& p = packs_[id];
   LruRemove(p);
-  if (p.state == PackState::kReady) {
+  if (p.state != PackState::kFree) {
     auto& list = packs_by_parent_[p.parent];
     list.erase(std::find(list.begin(), list.end(), id));
     if (list.empty()) packs_by_parent_.erase(p.parent);
@@ -154,7 +155,8 @@ std::optional<int32_t> StateCacheManager::TakePack() {
 }
 
 std::optional<PackReservation> StateCacheManager::ReservePack(const SequenceCache& seq,
-                                                             const TokenIds& tokens, int64_t position) {
+                                                             const TokenIds& tokens, int64_t position,
+                                                             uint64_t usable_from_step) {
   if (!config_.enable_prefix_caching || position <= 0 || position > static_cast<int64_t>(tokens.size())) {
     return std::nullopt;
   }
@@ -180,7 +182,9 @@ std::optional<PackReservation> StateCacheManager::ReservePack(const SequenceCach
   p.key = key;
   p.partial.assign(tokens.begin() + b * bs, tokens.begin() + position);
   p.position = position;
+  p.usable_from = usable_from_step;
   p.block = res.block;
+  packs_by_parent_[parent].push_back(*id);
   return res;
 }
 
@@ -188,7 +192,6 @@ void StateCacheManager::CommitPack(int32_t id) {
   Pack& p = packs_.at(id);
   DI_CHECK(p.state == PackState::kPending, "commit of pack {} that is not pending", id);
   p.state = PackState::kReady;
-  packs_by_parent_[p.parent].push_back(id);
   if (p.refs == 0) {
     p.lru = lru_.insert(lru_.end(), id);
     p.in_lru = true;
@@ -273,7 +276,7 @@ std::string StateCacheManager::CheckIntegrity(const std::vector<const SequenceCa
     const auto it = packs_by_parent_.find(p.parent);
     const bool indexed = it != packs_by_parent_.end() &&
                          std::count(it->second.begin(), it->second.end(), static_cast<int32_t>(i)) == 1;
-    if ((p.state == PackState::kReady) != indexed) return fmt::format("pack {} index state wrong", i);
+    if (!indexed) return fmt::format("pack {} is not indexed", i);
     if (p.in_lru != (p.state == PackState::kReady && p.refs == 0)) return fmt::format("pack {} LRU state wrong", i);
     lru_expected += p.in_lru;
   }

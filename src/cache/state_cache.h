@@ -12,9 +12,11 @@
 // parent is derived from the model salt and the request's cache salt. A pack is keyed by
 // (hash of the last full block before P, the tokens after it up to P).
 //
-// Packs pass through states: pending (reserved; the runner's copy is scheduled), ready
-// (visible to lookups), and each restore holds a reference until the runner has copied it.
-// Unreferenced ready packs are evicted least-recently-used first when a new one is needed.
+// Packs pass through states: pending (reserved; the runner's copy is scheduled) and ready (the
+// copy is done). Steps run in order, so a pack may be restored by any step from the one its
+// copy runs before (usable_from_step) on, even while still pending: lookups see it from then.
+// Each restore holds a reference until the runner has copied it. Unreferenced ready packs are
+// evicted least-recently-used first when a new one is needed.
 // Host-only; the memory lives in the runner.
 #pragma once
 
@@ -72,9 +74,10 @@ class StateCacheManager {
   uint64_t SaltFor(const std::string& cache_salt) const;
 
   // Gives `seq` a slot and, with prefix caching, references the longest cached prefix of
-  // `tokens` that ends at a ready pack and covers at most `max_hit_tokens`. nullopt (nothing
-  // changed) when no slot (or no block for the partial copy) is free.
-  std::optional<PrefixHit> Admit(SequenceCache& seq, const TokenIds& tokens, int64_t max_hit_tokens);
+  // `tokens` that ends at a pack usable in step `step` and covers at most `max_hit_tokens`.
+  // nullopt (nothing changed) when no slot (or no block for the partial copy) is free.
+  std::optional<PrefixHit> Admit(SequenceCache& seq, const TokenIds& tokens, int64_t max_hit_tokens,
+                                 uint64_t step = UINT64_MAX);
 
   // Grows the block table to cover `num_tokens`; false (nothing changed) if blocks run out.
   bool EnsureBlocks(SequenceCache& seq, int64_t num_tokens);
@@ -86,10 +89,11 @@ class StateCacheManager {
   // sequence's state covers) in the prefix cache.
   void CacheFullBlocks(SequenceCache& seq, const TokenIds& known_tokens, int64_t num_covered);
 
-  // Reserves a pack for the state of `seq` after `position` tokens of `tokens`. nullopt if
-  // caching is off, an equal pack exists, or no pack/block can be had.
+  // Reserves a pack for the state of `seq` after `position` tokens of `tokens`, restorable by
+  // steps from `usable_from_step` on. nullopt if caching is off, an equal pack exists, or no
+  // pack/block can be had.
   std::optional<PackReservation> ReservePack(const SequenceCache& seq, const TokenIds& tokens,
-                                             int64_t position);
+                                             int64_t position, uint64_t usable_from_step = 0);
   void CommitPack(int32_t pack);      // the runner's copy is done: visible to lookups
   void ReleasePackRef(int32_t pack);  // a restore has been copied
 
@@ -118,6 +122,7 @@ class StateCacheManager {
     BlockHash key = 0;
     TokenIds partial;             // tokens after the last full block, up to the position
     int64_t position = 0;
+    uint64_t usable_from = 0;     // first step that may restore it
     BlockId block = kNullBlock;   // owned partial-block copy
     std::list<int32_t>::iterator lru;  // valid while ready and unreferenced
     bool in_lru = false;
@@ -134,7 +139,7 @@ class StateCacheManager {
   std::vector<bool> slot_used_;
   std::vector<Pack> packs_;
   std::list<int32_t> lru_;           // ready unreferenced packs, least recently used first
-  std::unordered_map<BlockHash, std::vector<int32_t>> packs_by_parent_;  // ready packs
+  std::unordered_map<BlockHash, std::vector<int32_t>> packs_by_parent_;  // pending and ready
   std::vector<BlockId> evicted_;
 };
 

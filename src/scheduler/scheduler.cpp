@@ -50,21 +50,28 @@ bool Scheduler::Abort(SeqId seq_id) {
   return true;
 }
 
+void Scheduler::SaveEndPacks(SchedulerOutput& out) {
+  // A resume pack at the end of a finished sequence: the next turn of a conversation resends
+  // it as its prefix. Saved by the first step after the finish (its copy runs after every step
+  // in flight), so a request arriving right away can already restore it in this step.
+  for (SeqId id : releasing_) {
+    Sequence& s = Get(id);
+    if (!s.end_pack_pending) continue;
+    s.end_pack_pending = false;
+    if (s.cache.slot < 0 || s.num_computed <= 0 || s.num_computed > static_cast<int64_t>(s.tokens.size())) continue;
+    cache_.CacheFullBlocks(s.cache, s.tokens, s.num_computed);
+    if (auto pk = cache_.ReservePack(s.cache, s.tokens, s.num_computed, out.step_id)) {
+      PackCopy copy{s.cache.slot, cache_.pack_slot(pk->pack), 0, pk->block};
+      if (pk->block != cache::kNullBlock) copy.from_block = s.cache.blocks.at(s.num_computed / cache_.config().block_size);
+      out.pre_copies.push_back(copy);
+      pending_commits_.push_back({out.step_id, pk->pack});
+    }
+  }
+}
+
 void Scheduler::Release(Sequence& s, SchedulerOutput& out) {
-  const bool finished_normally = s.status == Status::kFinished &&
-                                 (s.finish == FinishReason::kStop || s.finish == FinishReason::kLength);
   if (s.cache.slot >= 0) {
     cache_.CacheFullBlocks(s.cache, s.tokens, s.num_computed);
-    // A resume pack at the end of a finished sequence: the next turn of a conversation resends
-    // it as its prefix.
-    if (finished_normally && s.num_computed > 0 && s.num_computed <= static_cast<int64_t>(s.tokens.size())) {
-      if (auto pk = cache_.ReservePack(s.cache, s.tokens, s.num_computed)) {
-        PackCopy copy{s.cache.slot, cache_.pack_slot(pk->pack), 0, pk->block};
-        if (pk->block != cache::kNullBlock) copy.from_block = s.cache.blocks.at(s.num_computed / cache_.config().block_size);
-        out.pre_copies.push_back(copy);
-        pending_commits_.push_back({out.step_id, pk->pack});
-      }
-    }
     std::vector<cache::BlockId> freed;
     cache_.Release(s.cache, config_.poison_released_blocks ? &freed : nullptr);
     out.poison_blocks.insert(out.poison_blocks.end(), freed.begin(), freed.end());
@@ -131,7 +138,7 @@ void Scheduler::AddChunk(Sequence& s, int64_t n, SchedulerOutput& out) {
   const bool prompt_end = end == s.prompt_len && c.start_pos < s.prompt_len;
   const bool interval_point = interval > 0 && end < s.prompt_len && end % interval == 0;
   if ((prompt_end || interval_point) && end <= static_cast<int64_t>(s.tokens.size())) {
-    if (auto pk = cache_.ReservePack(s.cache, s.tokens, end)) {
+    if (auto pk = cache_.ReservePack(s.cache, s.tokens, end, out.step_id + 1)) {
       PackCopy copy{s.cache.slot, cache_.pack_slot(pk->pack), 0, pk->block};
       if (pk->block != cache::kNullBlock) copy.from_block = s.cache.blocks.at(end / cache_.config().block_size);
       out.post_copies.push_back(copy);
@@ -175,7 +182,7 @@ bool Scheduler::ScheduleRunning(Sequence& s, SchedulerOutput& out, int64_t& budg
 
 bool Scheduler::Admit(Sequence& s, SchedulerOutput& out, int64_t& budget) {
   const int64_t known = static_cast<int64_t>(s.tokens.size());
-  const auto hit = cache_.Admit(s.cache, s.tokens, known - 1);
+  const auto hit = cache_.Admit(s.cache, s.tokens, known - 1, out.step_id);
   if (!hit) return false;
   s.num_computed = hit->num_tokens;
   s.placeholders = 0;
@@ -219,6 +226,7 @@ bool Scheduler::Admit(Sequence& s, SchedulerOutput& out, int64_t& budget) {
 SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput out;
   out.step_id = next_step_++;
+  SaveEndPacks(out);
   ReleaseReady(out);
   if (config_.preempt_every_n_steps > 0 && out.step_id % config_.preempt_every_n_steps == 0 &&
       running_.size() > 1) {
@@ -274,7 +282,10 @@ std::vector<SequenceUpdate> Scheduler::Update(const SchedulerOutput& out, const 
     u.seq_id = st.seq_id;
     u.sampled = st;
     u.finish = StopReason(s, st.token);
-    if (u.finish != FinishReason::kNone) MarkFinished(s, u.finish);
+    if (u.finish != FinishReason::kNone) {
+      MarkFinished(s, u.finish);
+      s.end_pack_pending = true;
+    }
     updates.push_back(std::move(u));
   }
   return updates;

@@ -106,6 +106,7 @@ class Scheduler {
     bool admitted_once = false;
     int64_t cached_prompt_tokens = 0;
     bool release_pending = false;
+    bool end_pack_pending = false;  // finished normally: save a pack at its end
   };
   struct PendingPack {
     uint64_t step = 0;
@@ -113,6 +114,7 @@ class Scheduler {
   };
 
   Sequence& Get(SeqId id);
+  void SaveEndPacks(SchedulerOutput& out);
   void ReleaseReady(SchedulerOutput& out);
   void Release(Sequence& s, SchedulerOutput& out);
   bool ScheduleRunning(Sequence& s, SchedulerOutput& out, int64_t& budget);
