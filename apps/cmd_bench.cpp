@@ -1,0 +1,110 @@
+// deepinfer bench overlap [MODEL_DIR] [--requests N] [--prompt-len L] [--max-tokens T] [--json F]
+//
+// Runs one synthetic workload through the engine twice, in the synchronous and in the
+// overlapped loop, and reports for each where a step's wall time goes: the runner's busy time
+// (copies, forward, sampling), the host's scheduling and bookkeeping, and the time the runner
+// sat idle between consecutive steps waiting for the host (the "exposed" host time). The
+// overlapped loop exists to drive the exposed fraction to zero.
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "apps/commands.h"
+#include "apps/engine_flags.h"
+#include "base/timer.h"
+#include "engine/engine_core.h"
+
+namespace deepinfer::apps {
+namespace {
+
+struct BenchArgs {
+  EngineFlags engine;
+  int requests = 64;
+  int prompt_len = 64;
+  int max_tokens = 64;
+  std::string json;
+};
+
+nlohmann::json RunMode(const BenchArgs& a, bool async) {
+  EngineOptions o = ResolveEngineOptions(a.engine);
+  o.async_scheduling = async;
+  EngineCore engine(o);
+  std::mt19937 rng(1);
+  const int32_t vocab = static_cast<int32_t>(engine.info().vocab_size);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  Stopwatch clock;
+  for (int i = 0; i < a.requests; ++i) {
+    GenerationRequest r;
+    for (int j = 0; j < a.prompt_len; ++j) r.prompt.push_back(2 + static_cast<TokenId>(rng() % (vocab - 2)));
+    r.sampling.temperature = 0.f;
+    r.sampling.max_tokens = a.max_tokens;
+    r.sampling.ignore_eos = true;
+    auto s = engine.Submit(std::move(r));
+    if (!s.ok()) throw Error(s.status().ToString());
+    streams.push_back(s.value());
+  }
+  int64_t tokens = 0;
+  for (auto& s : streams) {
+    bool done = false;
+    while (!done) {
+      s->WaitFor(std::chrono::milliseconds(100));
+      for (const StreamEvent& e : s->Drain()) {
+        for (const auto& d : e.deltas) tokens += static_cast<int64_t>(d.tokens.size());
+        done |= e.done;
+      }
+    }
+  }
+  const double wall = clock.Seconds();
+  engine.WaitIdle(std::chrono::seconds(60));
+  const LoopTiming t = engine.timing();
+  const double steps = static_cast<double>(std::max<int64_t>(t.steps, 1));
+  nlohmann::json j;
+  j["mode"] = async ? "overlapped" : "synchronous";
+  j["steps"] = t.steps;
+  j["wall_s"] = wall;
+  j["output_tokens_per_s"] = static_cast<double>(tokens) / wall;
+  j["step_ms"] = 1e3 * t.loop_seconds / steps;
+  j["runner_busy_ms_per_step"] = 1e3 * t.runner_seconds / steps;
+  j["host_ms_per_step"] = 1e3 * t.host_seconds / steps;
+  j["runner_idle_ms_per_step"] = 1e3 * t.exposed_seconds / steps;
+  j["host_fraction_of_step"] = t.host_seconds / std::max(t.loop_seconds, 1e-12);
+  j["exposed_fraction_of_step"] = t.exposed_seconds / std::max(t.runner_seconds + t.exposed_seconds, 1e-12);
+  return j;
+}
+
+void RunBench(const BenchArgs& a) {
+  nlohmann::json report;
+  report["workload"] = {{"requests", a.requests}, {"prompt_len", a.prompt_len}, {"max_tokens", a.max_tokens},
+                        {"max_num_seqs", a.engine.options.max_num_seqs}};
+  std::printf("%-12s %6s %9s %10s %10s %10s %9s %9s\n", "mode", "steps", "tok/s", "step ms", "runner ms",
+              "host ms", "host/step", "exposed");
+  for (bool async : {false, true}) {
+    const nlohmann::json m = RunMode(a, async);
+    std::printf("%-12s %6ld %9.1f %10.3f %10.3f %10.3f %8.1f%% %8.1f%%\n", m["mode"].get<std::string>().c_str(),
+                m["steps"].get<long>(), m["output_tokens_per_s"].get<double>(), m["step_ms"].get<double>(),
+                m["runner_busy_ms_per_step"].get<double>(), m["host_ms_per_step"].get<double>(),
+                100 * m["host_fraction_of_step"].get<double>(), 100 * m["exposed_fraction_of_step"].get<double>());
+    report["modes"].push_back(m);
+  }
+  std::printf("host/step: scheduling and bookkeeping time as a share of the step's wall time;\n"
+              "exposed: the share of runner time spent idle between steps waiting for the host.\n");
+  if (!a.json.empty()) std::ofstream(a.json) << report.dump(2) << "\n";
+}
+
+void RegisterBench(CLI::App& app) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* overlap = bench->add_subcommand("overlap", "Step-time breakdown, synchronous vs overlapped loop");
+  AddEngineFlags(overlap, a->engine);
+  overlap->add_option("--requests", a->requests, "requests, all submitted at once")->capture_default_str();
+  overlap->add_option("--prompt-len", a->prompt_len, "prompt tokens per request")->capture_default_str();
+  overlap->add_option("--max-tokens", a->max_tokens, "output tokens per request")->capture_default_str();
+  overlap->add_option("--json", a->json, "write the report as JSON");
+  overlap->callback([a] { RunBench(*a); });
+}
+
+}  // namespace
+DEEPINFER_COMMAND("bench", RegisterBench);
+}  // namespace deepinfer::apps
