@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <span>
 
 #include "base/error.h"
 #include "tokenizer/utf8.h"
@@ -14,6 +15,10 @@ namespace deepinfer::tokenizer_internal {
 namespace {
 
 constexpr uint64_t kEmptyPair = ~uint64_t{0};
+// Bit filter over merge pairs (256 KiB, cache-resident): indexed by the top bits of the pair hash,
+// the table slot by the low bits.
+constexpr int kFilterBits = 21;
+constexpr int kFilterShift = 64 - kFilterBits;
 
 uint64_t PairKey(int32_t left, int32_t right) {
   return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
@@ -32,6 +37,8 @@ struct Merge {
   uint32_t rank;
   uint32_t pos;
   int32_t new_id;
+  int32_t left;   // the pair the entry was made for
+  int32_t right;
 };
 struct MergeAfter {
   bool operator()(const Merge& a, const Merge& b) const {
@@ -63,10 +70,18 @@ class BpeModel::WordCache {
  public:
   static constexpr size_t kMaxWordBytes = 256;
 
+  WordCache() {
+    for (Shard& shard : shards_) shard.slots = std::make_unique<Slot[]>(kNumSlots);
+  }
+
+  // Starts loading the slot where the lookup of `hash` begins (the slot arrays never move).
+  void Prefetch(uint64_t hash) const {
+    __builtin_prefetch(&shards_[hash >> kShardShift].slots[hash & kSlotMask]);
+  }
+
   bool Lookup(std::string_view word, uint64_t hash, std::vector<int32_t>& out) {
     Shard& shard = shards_[hash >> kShardShift];
     std::lock_guard<std::mutex> lock(shard.mutex);
-    if (shard.slots.empty()) return false;
     for (size_t i = hash & kSlotMask;; i = (i + 1) & kSlotMask) {
       const Slot& slot = shard.slots[i];
       if (slot.num_ids == 0) return false;
@@ -83,7 +98,7 @@ class BpeModel::WordCache {
     if (num_ids == 0 || num_ids > UINT16_MAX) return;
     Shard& shard = shards_[hash >> kShardShift];
     std::lock_guard<std::mutex> lock(shard.mutex);
-    if (shard.slots.empty() || shard.size >= kMaxEntries) shard.Reset();
+    if (shard.size >= kMaxEntries) shard.Reset();
     size_t i = hash & kSlotMask;
     while (shard.slots[i].num_ids != 0) {
       const Slot& slot = shard.slots[i];
@@ -116,13 +131,13 @@ class BpeModel::WordCache {
   };
   struct Shard {
     void Reset() {
-      slots.assign(kNumSlots, Slot{});
+      std::fill(slots.get(), slots.get() + kNumSlots, Slot{});
       keys.clear();
       ids.clear();
       size = 0;
     }
     std::mutex mutex;
-    std::vector<Slot> slots;
+    std::unique_ptr<Slot[]> slots;  // kNumSlots, allocated once
     std::string keys;
     std::vector<int32_t> ids;
     size_t size = 0;
@@ -139,6 +154,7 @@ BpeModel::BpeModel(TokenMap vocab, const std::vector<std::pair<std::string, std:
   const size_t capacity = std::bit_ceil(std::max<size_t>(16, merges.size() * 2));
   merge_table_.assign(capacity, MergeEntry{kEmptyPair, 0, 0});
   merge_mask_ = capacity - 1;
+  merge_filter_.assign((uint64_t{1} << kFilterBits) / 64, 0);
   auto lookup = [&](const std::string& token, size_t rank) {
     auto it = vocab_.find(token);
     if (it == vocab_.end()) {
@@ -153,6 +169,11 @@ BpeModel::BpeModel(TokenMap vocab, const std::vector<std::pair<std::string, std:
     const int32_t new_id = lookup(left + right, rank);
     InsertMerge(left_id, right_id, static_cast<uint32_t>(rank), new_id);
   }
+  std::vector<int32_t> ids;
+  ids.reserve(vocab_.size());
+  for (const auto& [token, id] : vocab_) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  vocab_has_duplicate_ids_ = std::adjacent_find(ids.begin(), ids.end()) != ids.end();
   if (options_.unk_token) {
     auto it = vocab_.find(*options_.unk_token);
     if (it != vocab_.end()) unk_id_ = it->second;
@@ -172,7 +193,10 @@ BpeModel::~BpeModel() = default;
 
 const BpeModel::MergeEntry* BpeModel::FindMerge(int32_t left, int32_t right) const {
   const uint64_t key = PairKey(left, right);
-  for (uint64_t slot = MixPair(key) & merge_mask_;; slot = (slot + 1) & merge_mask_) {
+  const uint64_t mixed = MixPair(key);
+  const uint64_t bit = mixed >> kFilterShift;  // most pairs have no merge: the small filter says so
+  if ((merge_filter_[bit >> 6] & (uint64_t{1} << (bit & 63))) == 0) return nullptr;
+  for (uint64_t slot = mixed & merge_mask_;; slot = (slot + 1) & merge_mask_) {
     const MergeEntry& entry = merge_table_[slot];
     if (entry.pair == key) return &entry;
     if (entry.pair == kEmptyPair) return nullptr;
@@ -181,6 +205,8 @@ const BpeModel::MergeEntry* BpeModel::FindMerge(int32_t left, int32_t right) con
 
 void BpeModel::InsertMerge(int32_t left, int32_t right, uint32_t rank, int32_t new_id) {
   const uint64_t key = PairKey(left, right);
+  const uint64_t bit = MixPair(key) >> kFilterShift;
+  merge_filter_[bit >> 6] |= uint64_t{1} << (bit & 63);
   for (uint64_t slot = MixPair(key) & merge_mask_;; slot = (slot + 1) & merge_mask_) {
     MergeEntry& entry = merge_table_[slot];
     if (entry.pair == kEmptyPair || entry.pair == key) {
@@ -249,14 +275,19 @@ void BpeModel::InitialSymbols(std::string_view piece, std::vector<Symbol>& symbo
 void BpeModel::MergeAll(std::vector<Symbol>& symbols, std::vector<int32_t>& out) const {
   thread_local std::vector<Merge> queue;
   queue.clear();
+  for (size_t i = 0; i + 1 < symbols.size(); ++i) {  // independent lookups: overlap their misses
+    __builtin_prefetch(&merge_table_[MixPair(PairKey(symbols[i].id, symbols[i + 1].id)) & merge_mask_]);
+  }
   for (size_t i = 0; i + 1 < symbols.size(); ++i) {
     if (const MergeEntry* m = FindMerge(symbols[i].id, symbols[i + 1].id)) {
-      queue.push_back(Merge{m->rank, static_cast<uint32_t>(i), m->new_id});
+      queue.push_back(Merge{m->rank, static_cast<uint32_t>(i), m->new_id, symbols[i].id,
+                            symbols[i + 1].id});
     }
   }
   std::make_heap(queue.begin(), queue.end(), MergeAfter());
   auto push = [&](uint32_t pos, const MergeEntry* m) {
-    queue.push_back(Merge{m->rank, pos, m->new_id});
+    queue.push_back(Merge{m->rank, pos, m->new_id, static_cast<int32_t>(m->pair >> 32),
+                          static_cast<int32_t>(m->pair & 0xFFFFFFFF)});
     std::push_heap(queue.begin(), queue.end(), MergeAfter());
   };
   while (!queue.empty()) {
@@ -266,8 +297,14 @@ void BpeModel::MergeAll(std::vector<Symbol>& symbols, std::vector<int32_t>& out)
     Symbol& current = symbols[top.pos];
     if (current.len == 0 || current.next < 0) continue;
     Symbol& right = symbols[static_cast<size_t>(current.next)];
-    const MergeEntry* now = FindMerge(current.id, right.id);
-    if (now == nullptr || now->new_id != top.new_id) continue;  // stale entry
+    if (current.id != top.left || right.id != top.right) {
+      // The pair changed since the entry was made. The reference still merges if the new pair
+      // yields the same token id; the new pair's text is longer than the old one, so that needs
+      // two strings sharing an id, which only a vocabulary with duplicate ids has.
+      if (!vocab_has_duplicate_ids_) continue;
+      const MergeEntry* now = FindMerge(current.id, right.id);
+      if (now == nullptr || now->new_id != top.new_id) continue;
+    }
     current.id = top.new_id;
     current.len += right.len;
     current.next = right.next;
@@ -308,6 +345,28 @@ void BpeModel::EncodeUncached(std::string_view piece, std::vector<int32_t>& out)
 }
 
 void BpeModel::Encode(std::string_view piece, std::vector<int32_t>& out) const {
+  EncodeWithHash(piece, XXH3_64bits(piece.data(), piece.size()), out);
+}
+
+void BpeModel::EncodePieces(std::span<const std::string_view> pieces,
+                            std::vector<int32_t>& out) const {
+  // Hash every piece first so the word-cache slots of the next pieces can be loaded while the
+  // current one is encoded.
+  constexpr size_t kPrefetchAhead = 4;
+  thread_local std::vector<uint64_t> hashes;
+  hashes.resize(pieces.size());
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    hashes[i] = XXH3_64bits(pieces[i].data(), pieces[i].size());
+    if (i < kPrefetchAhead) cache_->Prefetch(hashes[i]);
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (i + kPrefetchAhead < pieces.size()) cache_->Prefetch(hashes[i + kPrefetchAhead]);
+    EncodeWithHash(pieces[i], hashes[i], out);
+  }
+}
+
+void BpeModel::EncodeWithHash(std::string_view piece, uint64_t hash,
+                              std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   if (byte_level_ && piece.size() <= 2 && !options_.ignore_merges) {  // no cache needed
     const int32_t first = byte_symbol_id_[static_cast<uint8_t>(piece[0])];
@@ -328,7 +387,6 @@ void BpeModel::Encode(std::string_view piece, std::vector<int32_t>& out) const {
     EncodeUncached(piece, out);
     return;
   }
-  const uint64_t hash = XXH3_64bits(piece.data(), piece.size());
   if (cache_->Lookup(piece, hash, out)) return;
   const size_t first = out.size();
   EncodeUncached(piece, out);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -40,8 +41,10 @@ class BpeModel {
            BpeOptions options, bool byte_level, const std::string& what);
   ~BpeModel();
 
-  // Appends the ids of `piece` (non-empty; valid UTF-8 unless byte_level). Thread-safe.
+  // Appends the ids of `piece` (valid UTF-8 unless byte_level). Thread-safe.
   void Encode(std::string_view piece, std::vector<int32_t>& out) const;
+  // Encode for each of `pieces`, in order (faster than one call per piece).
+  void EncodePieces(std::span<const std::string_view> pieces, std::vector<int32_t>& out) const;
 
   const TokenMap& vocab() const { return vocab_; }
 
@@ -68,13 +71,17 @@ class BpeModel {
   // Applies the merges to `symbols` (the reference's Word::merge_all) and appends the ids.
   void MergeAll(std::vector<Symbol>& symbols, std::vector<int32_t>& out) const;
   void EncodeUncached(std::string_view piece, std::vector<int32_t>& out) const;
+  // `hash`: XXH3_64bits of the piece, the word-cache key.
+  void EncodeWithHash(std::string_view piece, uint64_t hash, std::vector<int32_t>& out) const;
 
   TokenMap vocab_;
   BpeOptions options_;
   bool byte_level_;
   std::optional<int32_t> unk_id_;
+  bool vocab_has_duplicate_ids_ = false;
   std::vector<MergeEntry> merge_table_;  // open addressing, power-of-two size
   uint64_t merge_mask_ = 0;
+  std::vector<uint64_t> merge_filter_;  // one bit per hash bucket that holds some merge
   std::array<int32_t, 256> byte_symbol_id_{};       // byte-level: id of each byte's character
   std::array<std::string, 256> byte_symbol_text_;   // byte-level: each byte's character, UTF-8
   std::array<int32_t, 256> fallback_id_{};          // id of "<0xXX>" or -1

@@ -69,7 +69,7 @@ void TokenizerImpl::EncodeSegment(std::string_view segment, std::vector<int32_t>
   pieces.clear();
   scratch.owned.clear();
   pre_tokenizer_->Run(segment, scratch, pieces);
-  for (std::string_view piece : pieces) model_->Encode(piece, ids);
+  model_->EncodePieces(pieces, ids);
 }
 
 std::vector<int32_t> TokenizerImpl::Encode(std::string_view text) const {
