@@ -111,12 +111,12 @@ float Pow2Ceil(float v) { return std::exp2(std::ceil(std::log2(v))); }
 }  // namespace
 
 void Fp8RoundTrip(float* x, int64_t n, int64_t block) {
-  DI_CHECK(n % block == 0, "fp8 round trip: {} values not a multiple of block {}", n, block);
   for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
     float amax = 0.f;
-    for (int64_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(x[i]));
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float scale = Pow2Ceil(std::max(amax, 1e-4f) / 448.f);
-    for (int64_t i = b0; i < b0 + block; ++i) {
+    for (int64_t i = b0; i < b1; ++i) {
       const float q = std::clamp(x[i] / scale, -448.f, 448.f);
       x[i] = E4m3ToF32(F32ToE4m3(q)) * scale;
     }
@@ -124,12 +124,12 @@ void Fp8RoundTrip(float* x, int64_t n, int64_t block) {
 }
 
 void Fp4RoundTrip(float* x, int64_t n, int64_t block) {
-  DI_CHECK(n % block == 0, "fp4 round trip: {} values not a multiple of block {}", n, block);
   for (int64_t b0 = 0; b0 < n; b0 += block) {
+    const int64_t b1 = std::min(n, b0 + block);
     float amax = 0.f;
-    for (int64_t i = b0; i < b0 + block; ++i) amax = std::max(amax, std::fabs(x[i]));
+    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
     const float scale = Pow2Ceil(std::max(amax, 6.f * std::ldexp(1.f, -126)) / 6.f);
-    for (int64_t i = b0; i < b0 + block; ++i) {
+    for (int64_t i = b0; i < b1; ++i) {
       const float q = std::clamp(x[i] / scale, -6.f, 6.f);
       x[i] = Fp4ToF32(F32ToFp4(q)) * scale;
     }

@@ -29,7 +29,9 @@ void Rope(const TensorView& x, const int64_t* positions, const std::vector<float
           bool inverse);
 
 // In place: each block of `block` values is quantized with a power-of-two scale
-// 2^ceil(log2(max(amax, 1e-4) / 448)), rounded to e4m3 (nearest even) and scaled back.
+// 2^ceil(log2(max(amax, 1e-4) / 448)), rounded to e4m3 (nearest even) and scaled back. When n is
+// not a multiple of `block` (small test configs; the reference asserts it is) the last block
+// is the shorter remainder.
 void Fp8RoundTrip(float* x, int64_t n, int64_t block);
 // In place: blocks of `block` values, scale 2^ceil(log2(max(amax, 6·2^-126) / 6)), rounded to
 // e2m1 (nearest even) and scaled back.
