@@ -1,7 +1,7 @@
-// CUDA build: device allocations through the runtime API, errors turned into deepinfer::Error.
+// CUDA build: device allocations through the runtime API; failures throw deepinfer::Error.
 #include <cuda_runtime.h>
 
-#include "base/error.h"
+#include "device/cuda_error.h"
 #include "device/cuda_memory.h"
 
 namespace deepinfer {
@@ -9,12 +9,9 @@ namespace deepinfer {
 bool CudaBackendCompiled() { return true; }
 
 void* CudaMalloc(size_t bytes, int device_index) {
-  cudaError_t err = cudaSetDevice(device_index);
-  DI_CHECK(err == cudaSuccess, "cudaSetDevice({}): {}", device_index, cudaGetErrorString(err));
+  DI_CUDA_CHECK(cudaSetDevice(device_index), "cudaSetDevice");
   void* ptr = nullptr;
-  err = cudaMalloc(&ptr, bytes);
-  DI_CHECK(err == cudaSuccess, "cudaMalloc({} bytes) on device {}: {}", bytes, device_index,
-           cudaGetErrorString(err));
+  DI_CUDA_CHECK(cudaMalloc(&ptr, bytes), "cudaMalloc");
   return ptr;
 }
 
