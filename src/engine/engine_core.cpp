@@ -117,6 +117,7 @@ Result<std::shared_ptr<RequestStream>> EngineCore::Submit(GenerationRequest requ
   req->seq_done.assign(static_cast<size_t>(req->n), false);
   req->usage.prompt_tokens = static_cast<int64_t>(request.prompt.size());
   req->arrival = NowSeconds();
+  req->want_logprobs = request.sampling.logprobs >= 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) return Status(StatusCode::kUnavailable, "the engine is shutting down");
@@ -191,8 +192,7 @@ void EngineCore::FinishSequence(Request& r, int32_t index, FinishReason reason, 
     it->index = index;
   }
   it->finish = reason;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (reason == FinishReason::kAbort) ++stats_.requests_aborted;
+  r.aborted |= reason == FinishReason::kAbort;
 }
 
 void EngineCore::PushAndMaybeClose(Request& r, StreamEvent event) {
@@ -204,17 +204,20 @@ void EngineCore::PushAndMaybeClose(Request& r, StreamEvent event) {
   if (!event.deltas.empty() || done) r.stream->Push(std::move(event));
   if (done) {
     const RequestId id = r.id;
-    requests_.erase(id);
+    const bool aborted = r.aborted;
     std::lock_guard<std::mutex> lock(mu_);
     --num_queued_;
     ++stats_.requests_finished;
+    if (aborted) ++stats_.requests_aborted;
     cv_.notify_all();
+    requests_.erase(id);  // last: `r` is owned by the map
   }
 }
 
 void EngineCore::Emit(const std::vector<SequenceUpdate>& updates) {
   std::unordered_map<RequestId, StreamEvent> events;
   const double now = NowSeconds();
+  int64_t generated = 0;
   for (const SequenceUpdate& u : updates) {
     auto it = requests_.find(RequestOf(u.seq_id));
     if (it == requests_.end()) continue;
@@ -229,7 +232,7 @@ void EngineCore::Emit(const std::vector<SequenceUpdate>& updates) {
       d->index = index;
     }
     d->tokens.push_back(u.sampled.token);
-    if (!u.sampled.top.empty() || u.sampled.logprob != 0.f) {
+    if (r.want_logprobs) {
       TokenLogprob lp;
       lp.token = u.sampled.token;
       lp.logprob = u.sampled.logprob;
@@ -237,6 +240,7 @@ void EngineCore::Emit(const std::vector<SequenceUpdate>& updates) {
       d->logprobs.push_back(std::move(lp));
     }
     ++r.usage.completion_tokens;
+    ++generated;
     if (index == 0 && r.usage.cached_prompt_tokens == 0) {
       r.usage.cached_prompt_tokens = scheduler_->CachedPromptTokens(u.seq_id);
     }
@@ -250,6 +254,8 @@ void EngineCore::Emit(const std::vector<SequenceUpdate>& updates) {
     auto it = requests_.find(id);
     if (it != requests_.end()) PushAndMaybeClose(*it->second, std::move(event));
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.generation_tokens_total += generated;
 }
 
 void EngineCore::RunOneIteration() {

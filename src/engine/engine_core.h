@@ -91,6 +91,8 @@ class EngineCore : public EngineClient {
     RequestUsage usage;
     double arrival = 0;
     bool first_token_sent = false;
+    bool want_logprobs = false;
+    bool aborted = false;
   };
 
   void Loop();
