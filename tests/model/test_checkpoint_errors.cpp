@@ -57,6 +57,37 @@ TEST_F(BrokenCheckpoint, IntactCopyLoads) {
   EXPECT_NO_THROW(LoadModel(dir_.string(), LoadOptions{}));
 }
 
+TEST_F(BrokenCheckpoint, ShardedCheckpointWithIndexLoadsAndComputesTheSame) {
+  // Split the checkpoint into two shards plus model.safetensors.index.json.
+  auto file = SafetensorsFile::Open(source_ + "/model.safetensors");
+  std::vector<TensorToWrite> shard[2];
+  nlohmann::json index;
+  int i = 0;
+  for (const TensorEntry& e : file->tensors()) {
+    const int k = i++ % 2;
+    shard[k].push_back({e.name, e.dtype, e.shape,
+                        std::vector<uint8_t>(static_cast<const uint8_t*>(e.data),
+                                             static_cast<const uint8_t*>(e.data) + e.nbytes)});
+    index["weight_map"][e.name] = k == 0 ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  WriteSafetensors((dir_ / "model-00001-of-00002.safetensors").string(), shard[0]);
+  WriteSafetensors((dir_ / "model-00002-of-00002.safetensors").string(), shard[1]);
+  std::ofstream(dir_ / "model.safetensors.index.json") << index.dump();
+  LoadedModel sharded = LoadModel(dir_.string(), LoadOptions{});
+  LoadedModel single = LoadModel(source_, LoadOptions{});
+  const Golden g = LoadGolden("v4-tiny-fp8fp4");
+  const std::vector<int32_t> prompt(g.prompt_ids.begin(), g.prompt_ids.begin() + 20);
+  SequenceDriver a(*sharded.model), b(*single.model);
+  EXPECT_EQ(a.Prefill(prompt), b.Prefill(prompt));
+}
+
+TEST_F(BrokenCheckpoint, IndexNamesAMissingShard) {
+  nlohmann::json index;
+  index["weight_map"]["embed.weight"] = "model-00009-of-00009.safetensors";
+  std::ofstream(dir_ / "model.safetensors.index.json") << index.dump();
+  ExpectLoadError({"model-00009-of-00009.safetensors", "does not exist"});
+}
+
 TEST_F(BrokenCheckpoint, TruncatedFile) {
   fs::copy_file(fs::path(source_) / "model.safetensors", dir_ / "model.safetensors");
   fs::resize_file(dir_ / "model.safetensors", fs::file_size(dir_ / "model.safetensors") - 1000);
