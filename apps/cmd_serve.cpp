@@ -70,6 +70,9 @@ void RegisterServe(CLI::App& app) {
   g->add_option("--max-request-mb", args->max_body_mb, "largest request body (MiB); larger gets 413")
       ->capture_default_str();
   g->add_option("--io-threads", args->server.io_threads, "HTTP threads")->capture_default_str();
+  g->add_option("--max-waiting-requests", args->engine.options.max_waiting_requests,
+                "requests the engine holds (running + waiting); more get 429")
+      ->capture_default_str();
   cmd->callback([args] { RunServe(*args); });
 }
 

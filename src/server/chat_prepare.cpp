@@ -142,7 +142,9 @@ Result<PreparedChat> PrepareChat(const recipe::ChatRequest& request, const recip
   sampling.max_tokens = max_tokens.value();
 
   out.spec.prompts.push_back(std::move(tokens.value()));
-  out.spec.skip_special_tokens = false;  // the parser needs the markers
+  // BOS/EOS/pad are the special tokens; the parser's markers (<think>, </think>, ｜DSML｜) are
+  // not, so they survive. An EOS generated under ignore_eos is not text.
+  out.spec.skip_special_tokens = true;
   out.spec.start_in_reasoning = after_prompt.start_in_reasoning;
   out.spec.make_processor = [parser, prefill]() -> std::unique_ptr<TextProcessor> {
     return std::make_unique<ChatTextProcessor>(parser, prefill);

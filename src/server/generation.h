@@ -43,7 +43,7 @@ struct GenerationSpec {
   std::vector<TokenIds> prompts;  // one engine request each
   SamplingParams sampling;        // sampling.n choices per prompt; choice = prompt * n + k
   std::function<std::unique_ptr<TextProcessor>()> make_processor;
-  bool skip_special_tokens = false;  // chat keeps markers for the parser; completions skip them
+  bool skip_special_tokens = true;   // decode without BOS/EOS/pad text
   bool start_in_reasoning = false;   // reasoning tokens are counted until the answer starts
   std::string cache_salt;
   std::optional<Continuation> continuation;

@@ -56,10 +56,12 @@ RouteMatch Resolve(boost::beast::string_view raw_target) {
   return {};
 }
 
+// Compares keys without an early exit on the first differing byte (the length may leak).
 bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
-  return diff == 0 && !b.empty();
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
 
 ApiKind ApiOf(const http::request<http::string_body>& request, Route route) {
@@ -133,12 +135,7 @@ net::awaitable<bool> HttpSession::ReadRequest(Request& request) {
     co_return false;
   }
   if (ec == http::error::body_limit) {  // the Content-Length alone is over the limit
-    const RouteMatch match = Resolve(parser.get().target());
-    endpoint_ = match.label;
-    co_await WriteError(ApiOf(parser.get(), match.route),
-                        {ErrorKind::kRequestTooLarge,
-                         fmt::format("request body is larger than {} bytes", options.max_body_bytes)});
-    co_await LingeringClose();
+    co_await RejectTooLarge(parser.get());
     co_return false;
   }
   if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
@@ -152,14 +149,6 @@ net::awaitable<bool> HttpSession::ReadRequest(Request& request) {
   t_arrival_ = NowSeconds();
   t_first_token_ = -1;
   http10_ = parser.get().version() < 11;
-  if (parser.content_length() && *parser.content_length() > options.max_body_bytes) {
-    endpoint_ = Resolve(parser.get().target()).label;
-    co_await WriteError(ApiOf(parser.get(), Resolve(parser.get().target()).route),
-                        {ErrorKind::kRequestTooLarge,
-                         fmt::format("request body is larger than {} bytes", options.max_body_bytes)});
-    co_await LingeringClose();
-    co_return false;
-  }
   if (beast::iequals(parser.get()[http::field::expect], "100-continue")) {
     stream_.expires_after(options.write_timeout);
     static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -168,18 +157,23 @@ net::awaitable<bool> HttpSession::ReadRequest(Request& request) {
   }
   stream_.expires_after(options.idle_timeout);
   co_await http::async_read(stream_, buffer_, parser, net::redirect_error(use_awaitable, ec));
-  if (ec == http::error::body_limit) {
-    endpoint_ = Resolve(parser.get().target()).label;
-    co_await WriteError(ApiOf(parser.get(), Resolve(parser.get().target()).route),
-                        {ErrorKind::kRequestTooLarge,
-                         fmt::format("request body is larger than {} bytes", options.max_body_bytes)});
-    co_await LingeringClose();
+  if (ec == http::error::body_limit) {  // a chunked body grew over the limit
+    co_await RejectTooLarge(parser.get());
     co_return false;
   }
   if (ec) co_return false;
   request = parser.release();
   keep_alive_ = request.keep_alive();
   co_return true;
+}
+
+net::awaitable<void> HttpSession::RejectTooLarge(const Request& header) {
+  const RouteMatch match = Resolve(header.target());
+  endpoint_ = match.label;
+  co_await WriteError(ApiOf(header, match.route),
+                      {ErrorKind::kRequestTooLarge, fmt::format("request body is larger than {} bytes",
+                                                                shared_.ctx.options.max_body_bytes)});
+  co_await LingeringClose();
 }
 
 bool HttpSession::Authorized(const Request& request) const {

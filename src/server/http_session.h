@@ -71,6 +71,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   boost::asio::awaitable<bool> WriteStreamEnd();
   // After an error that leaves unread request bytes: close our side, discard until EOF.
   boost::asio::awaitable<void> LingeringClose();
+  // 413 for a body over the limit (only its header was read), then LingeringClose().
+  boost::asio::awaitable<void> RejectTooLarge(const Request& header);
 
   void StartWatch();
   boost::asio::awaitable<void> StopWatch();

@@ -2,8 +2,9 @@
 """e2e acceptance 3: a load test against a real `deepinfer serve`.
 
 N streaming requests (default 2,000) from C concurrent clients (default 128), a mix of OpenAI
-chat, Anthropic messages and /v1/completions, short max_tokens, a fraction of the clients
-disconnecting right after their first event. Checked:
+chat, Anthropic messages and /v1/completions (thinking on and off, greedy and sampled), short
+max_tokens, some chat requests with a long shared system prompt (prefix cache), a fraction of
+the clients disconnecting right after their first event. Checked:
   * zero server errors (no 5xx, no error events, the server stays up);
   * every completed stream is well-formed for its API (SSE framing, event order, one finish per
     choice, [DONE] / message_stop, usage);
@@ -48,14 +49,14 @@ class Stats:
         self.tokens = 0
 
 
-def request_body(i: int, rng: random.Random, max_tokens: int) -> tuple[str, str, dict]:
+def request_body(i: int, rng: random.Random, args) -> tuple[str, str, dict]:
     kind = i % 3
     question = rng.choice(QUESTIONS)
     messages = [{"role": "user", "content": question}]
-    common = {"model": MODEL, "max_tokens": rng.randint(1, max_tokens), "stream": True,
+    common = {"model": MODEL, "max_tokens": rng.randint(1, args.max_tokens), "stream": True,
               "temperature": rng.choice([0, 0.7, 1.0])}
     if kind == 0:
-        if rng.random() < 0.5:
+        if rng.random() < args.system_fraction:
             messages = [{"role": "system", "content": SYSTEM}] + messages
         body = dict(common, messages=messages, seed=i, stream_options={"include_usage": rng.random() < 0.5})
         if rng.random() < 0.5:
@@ -63,7 +64,7 @@ def request_body(i: int, rng: random.Random, max_tokens: int) -> tuple[str, str,
         return "chat_completions", "/v1/chat/completions", body
     if kind == 1:
         body = dict(common, messages=messages)
-        if rng.random() < 0.5:
+        if rng.random() < args.system_fraction:
             body["system"] = SYSTEM
         body["thinking"] = {"type": rng.choice(["enabled", "disabled"])}
         return "messages", "/v1/messages", body
@@ -161,7 +162,7 @@ async def read_chunk(reader) -> bytes:
 
 
 async def one(i: int, host: str, port: int, rng: random.Random, args, stats: Stats) -> None:
-    endpoint, path, body = request_body(i, rng, args.max_tokens)
+    endpoint, path, body = request_body(i, rng, args)
     disconnect = rng.random() < args.disconnect_fraction
     payload = json.dumps(body).encode()
     reader, writer = await asyncio.open_connection(host, port)
@@ -181,7 +182,8 @@ async def one(i: int, host: str, port: int, rng: random.Random, args, stats: Sta
         first = True
         while True:
             chunk = await read_chunk(reader)
-            if first:
+            text += chunk
+            if first and b"data: " in text:  # the first event (keep-alive comments do not count)
                 stats.ttfb.append(time.perf_counter() - start)
                 first = False
                 if disconnect:
@@ -189,7 +191,6 @@ async def one(i: int, host: str, port: int, rng: random.Random, args, stats: Sta
                     return
             if not chunk:
                 break
-            text += chunk
         try:
             decoded = text.decode()
             if endpoint == "messages":
@@ -245,13 +246,20 @@ def check_metrics(before: dict, after: dict, stats: Stats) -> list[str]:
         problems.append(f"started {started} != completed {completed} + disconnect {gone} + error {errors}")
     if errors:
         problems.append(f"{errors} generations ended in error")
-    if completed != stats.completed + len(stats.malformed):
-        problems.append(f"server completed {completed}, client read {stats.completed} complete streams")
+    ok_streams = stats.status.get(200, 0)
+    if completed + gone != ok_streams:
+        problems.append(f"server completed {completed} + disconnects {gone} != {ok_streams} streams started")
+    # A client that hung up after its first event may still have been sent everything.
+    if not stats.completed + len(stats.malformed) <= completed <= stats.completed + stats.disconnected:
+        problems.append(f"server completed {completed}, clients read {stats.completed} complete streams")
     if gone > stats.disconnected:
         problems.append(f"server saw {gone} disconnects, clients made {stats.disconnected}")
-    engine_done = delta("deepinfer_engine_requests_finished_total") + delta("deepinfer_engine_requests_aborted_total")
-    if engine_done != started:
-        problems.append(f"engine finished+aborted {engine_done} != generations started {started}")
+    finished = delta("deepinfer_engine_requests_finished_total")  # every ended request, aborted ones too
+    aborted = delta("deepinfer_engine_requests_aborted_total")
+    if finished != started:
+        problems.append(f"engine requests finished {finished} != generations started {started}")
+    if aborted > gone:
+        problems.append(f"engine aborted {aborted} requests, more than the {gone} disconnects")
     for gauge in ("deepinfer_cache_slots_used", "deepinfer_num_requests_running", "deepinfer_num_requests_waiting",
                   "deepinfer_generations_running"):
         if after.get(gauge) != before.get(gauge):
@@ -273,6 +281,8 @@ def main() -> int:
     p.add_argument("--concurrency", type=int, default=128)
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--disconnect-fraction", type=float, default=0.1)
+    p.add_argument("--system-fraction", type=float, default=0.05,
+                   help="chat/messages requests with the long shared system prompt (prefix cache)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--json")
     p.add_argument("--serve-args", default="", help="extra flags for deepinfer serve")

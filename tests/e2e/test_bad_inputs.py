@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import socket
 import sys
+import threading
+import time
 
 from server_harness import MODEL, Server, Suite
 
@@ -181,6 +183,35 @@ def main() -> int:
             assert ok[0] == 200, ok
         suite.run("server still answers /health and requests afterwards", still_healthy)
         print(f"{len(CASES) + 2} bad-input cases")
+
+    def queue_full():
+        """More requests than the engine may hold: the extra ones get 429 in each API's shape."""
+        with Server(sys.argv[1], ["--max-waiting-requests", "2", "--max-num-seqs", "1"]) as small:
+            long_chat = chat(max_tokens=400, ignore_eos=True, thinking={"type": "disabled"})
+            threads = [threading.Thread(target=small.request, args=("POST", CHAT, long_chat)) for _ in range(2)]
+            for t in threads:
+                t.start()
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                m = small.metrics()
+                if m["deepinfer_num_requests_running"] + m["deepinfer_num_requests_waiting"] == 2:
+                    break
+                time.sleep(0.01)
+            for path, api in ((CHAT, "openai"), (MSGS, "anthropic")):
+                status, headers, body = small.request("POST", path, msgs(), headers=(
+                    {"anthropic-version": "2023-06-01"} if api == "anthropic" else {}))
+                assert status == 429, (status, body)
+                error = json.loads(body)
+                if api == "anthropic":
+                    assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error", error
+                else:
+                    assert error["error"]["type"] == "rate_limit_error", error
+                assert headers.get("retry-after") == "1", headers
+            assert small.request("GET", "/health")[0] == 200
+            small.stop()  # the two long requests finish within the drain timeout
+            for t in threads:
+                t.join()
+    suite.run("queue full: 429 (OpenAI and Anthropic shapes, Retry-After)", queue_full)
     return suite.finish()
 
 
