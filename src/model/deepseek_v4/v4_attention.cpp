@@ -1,5 +1,6 @@
 // DeepSeek-V4 attention sublayer: q/kv paths, compressors, lightning indexer, sparse attention
 // with sinks over the raw window and the compressed rows, grouped output projection.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -202,6 +203,9 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
                                            index_w.data<float>() + t * c.index_n_heads, c.index_n_heads,
                                            id, index_keys.data(), visible, candidates,
                                            c.index_topk, index_scratch.data(), selected.data());
+        // Rows in ascending order: the attention sum then does not depend on the order the
+        // selection algorithm returns them in (only on the set).
+        std::sort(selected.begin(), selected.begin() + k);
         for (int64_t i = 0; i < k; ++i, ++n) std::memcpy(keys.data() + n * hd, main_row(selected[i]), hd * sizeof(float));
       }
       ops::AttentionWithSink(q.data<float>() + t * heads * hd, heads, keys.data(), n, hd, sinks, scale,
