@@ -267,6 +267,10 @@ def anthropic_thinking_tool(an) -> None:
 
 
 def anthropic_misc(an) -> None:
+    stopped = an.messages.create(model=MODEL, max_tokens=40, messages=OCEAN, thinking={"type": "disabled"},
+                                 stop_sequences=["adjective"], extra_body=GREEDY)
+    assert stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == "adjective", stopped
+    assert stopped.content[0].text == '"Ocean" (', stopped.content
     count = an.messages.count_tokens(model=MODEL, messages=OCEAN)
     assert count.input_tokens > 5, count
     models = an.models.list()
@@ -341,6 +345,27 @@ def api_key(binary: str) -> None:
         assert server.request("GET", "/health")[0] == 200  # open without a key
 
 
+def keepalives_ignored(binary: str) -> None:
+    """A server that sends a keep-alive after 1 ms of silence: the streams fill with
+    ': keep-alive' comments and ping events, and the SDK helpers still assemble the same text."""
+    import anthropic
+    import openai
+    with Server(binary, ["--keepalive-interval", "0.001"]) as server:
+        oa = openai.OpenAI(base_url=server.base_url + "/v1", api_key="none", max_retries=0)
+        an = anthropic.Anthropic(base_url=server.base_url, api_key="none", max_retries=0)
+        args = dict(model=MODEL, messages=OCEAN, max_tokens=30, temperature=0, extra_body=NO_THINKING)
+        with oa.chat.completions.stream(**args) as stream:
+            text = stream.get_final_completion().choices[0].message.content
+        assert text == oa.chat.completions.create(**args).choices[0].message.content
+        margs = dict(model=MODEL, max_tokens=30, messages=OCEAN, thinking={"type": "disabled"}, extra_body=GREEDY)
+        with an.messages.stream(**margs) as stream:
+            message = stream.get_final_message()
+        assert message.content[0].text == an.messages.create(**margs).content[0].text
+        body = {"model": MODEL, "messages": OCEAN, "max_tokens": 30, "stream": True, "thinking": {"type": "disabled"}}
+        raw = server.request("POST", "/v1/chat/completions", body)[2].decode()
+        assert ": keep-alive" in raw, raw[:500]
+
+
 def sigterm_drains(binary: str) -> None:
     """SIGTERM while a stream runs: it still completes, new requests are refused, exit 0."""
     server = Server(binary).start()
@@ -388,12 +413,13 @@ def main() -> int:
         suite.run("openai: n, logprobs, stop, json mode", chat_options, oa)
         suite.run("anthropic: streamed text == non-streamed", anthropic_text, an)
         suite.run("anthropic: streamed thinking + tool use, round trip", anthropic_thinking_tool, an)
-        suite.run("anthropic: count_tokens, models", anthropic_misc, an)
+        suite.run("anthropic: stop_sequences, count_tokens, models", anthropic_misc, an)
         suite.run("openai: /v1/completions", completions, oa)
         suite.run("client disconnect aborts the request", disconnect_aborts, server)
         idle = wait_idle(server)
         suite.run("engine idle afterwards", lambda: None if request_blocks(idle) == 0 else 1 / 0)
     suite.run("--api-key: 401 both shapes, keys accepted", api_key, binary)
+    suite.run("SSE keep-alives (comments, pings) are ignored by the SDKs", keepalives_ignored, binary)
     suite.run("SIGTERM drains running streams, exit 0", sigterm_drains, binary)
     return suite.finish()
 
