@@ -230,11 +230,13 @@ void Generation::ConsumeTokens(Sequence& seq, const SequenceDelta& delta, Choice
     seq.generated.push_back(token);
     ++usage_.completion_tokens;
     if (seq.in_reasoning) ++usage_.reasoning_tokens;
-    // The finishing end-of-sentence token ends the text; it is not decoded (and has no
-    // logprob entry: it is not part of the text).
+    // The finishing end-of-sentence or stop token ends the text; it is not decoded (and has
+    // no logprob entry: it is not part of the text).
     const bool last = i + 1 == delta.tokens.size();
+    const auto& stops = spec_.sampling.stop_token_ids;
     if (last && delta.finish == FinishReason::kStop &&
-        std::find(eos.begin(), eos.end(), token) != eos.end()) {
+        (std::find(eos.begin(), eos.end(), token) != eos.end() ||
+         std::find(stops.begin(), stops.end(), token) != stops.end())) {
       break;
     }
     if (i < delta.logprobs.size()) update.logprobs.push_back(delta.logprobs[i]);
