@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <utility>
 #include <fmt/format.h>
 
 #include "base/logging.h"
@@ -90,8 +91,8 @@ EngineCore::EngineCore(EngineOptions options) : options_(std::move(options)) {
 EngineCore::~EngineCore() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [req, _] : new_requests_) aborts_.push_back(req->id);
     draining_ = true;
+    abort_all_ = true;
     stop_ = true;
   }
   cv_.notify_all();
@@ -145,10 +146,12 @@ void EngineCore::Abort(RequestId id) {
 void EngineCore::TakeIntake() {
   std::deque<std::pair<std::shared_ptr<Request>, GenerationRequest>> fresh;
   std::vector<RequestId> aborts;
+  bool abort_all = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fresh.swap(new_requests_);
     aborts.swap(aborts_);
+    abort_all = std::exchange(abort_all_, false);
   }
   for (auto& [req, gen] : fresh) {
     requests_[req->id] = req;
@@ -163,6 +166,9 @@ void EngineCore::TakeIntake() {
       spec.rng_seed = base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
       scheduler_->Add(std::move(spec));
     }
+  }
+  if (abort_all) {
+    for (const auto& [id, _] : requests_) aborts.push_back(id);
   }
   for (RequestId id : aborts) {
     auto it = requests_.find(id);
@@ -330,11 +336,11 @@ void EngineCore::Loop() {
     if (idle) {
       UpdateStats(0, false, 0);
       std::unique_lock<std::mutex> lock(mu_);
-      if (stop_ && new_requests_.empty() && aborts_.empty()) return;
+      if (stop_ && new_requests_.empty() && aborts_.empty() && !abort_all_) return;
       last_runner_finish_ = -1;  // an idle gap is not loop overhead
       idle_ = true;
       cv_.notify_all();
-      cv_.wait(lock, [&] { return stop_ || !new_requests_.empty() || !aborts_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || abort_all_ || !new_requests_.empty() || !aborts_.empty(); });
       idle_ = false;
       continue;
     }
@@ -356,7 +362,7 @@ void EngineCore::Drain(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   draining_ = true;
   if (!cv_.wait_for(lock, timeout, [&] { return num_queued_ == 0; })) {
-    for (RequestId id = 1; id < next_id_; ++id) aborts_.push_back(id);
+    abort_all_ = true;
     cv_.notify_all();
     cv_.wait(lock, [&] { return num_queued_ == 0; });
   }

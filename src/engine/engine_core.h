@@ -119,6 +119,7 @@ class EngineCore : public EngineClient {
   bool stop_ DI_GUARDED_BY(mu_) = false;
   bool draining_ DI_GUARDED_BY(mu_) = false;
   bool idle_ DI_GUARDED_BY(mu_) = true;
+  bool abort_all_ DI_GUARDED_BY(mu_) = false;  // abort every request the loop knows
   RequestId next_id_ DI_GUARDED_BY(mu_) = 1;
   EngineStats stats_ DI_GUARDED_BY(mu_);
   LoopTiming timing_ DI_GUARDED_BY(mu_);

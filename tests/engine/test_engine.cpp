@@ -83,3 +83,59 @@ TEST(Engine, OverlappedEqualsSynchronousOnARandomizedWorkload) {
 
 }  // namespace
 }  // namespace deepinfer::testing
+
+namespace deepinfer::testing {
+namespace {
+
+TEST(Engine, DrainAbortsWhatIsStillRunningAndAbortReachesTheStream) {
+  EngineOptions o = BaseOptions();
+  EngineCore engine(o);
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r;
+    r.prompt = {0, 431, 355, 288};
+    r.sampling.max_tokens = 400;
+    r.sampling.ignore_eos = true;
+    streams.push_back(engine.Submit(std::move(r)).value());
+  }
+  // One request aborted explicitly; the drain times out on the other three and aborts them.
+  engine.Abort(streams[0]->id());
+  engine.Drain(std::chrono::milliseconds(50));
+  for (auto& s : streams) {
+    bool done = false;
+    FinishReason finish = FinishReason::kNone;
+    for (const StreamEvent& e : s->Drain()) {
+      for (const auto& d : e.deltas) {
+        if (d.finish != FinishReason::kNone) finish = d.finish;
+      }
+      done |= e.done;
+    }
+    EXPECT_TRUE(done);
+    EXPECT_EQ(finish, FinishReason::kAbort);
+  }
+  EXPECT_TRUE(engine.WaitIdle(std::chrono::seconds(10)));
+  EXPECT_EQ(engine.Stats().num_blocks_used, 0);
+  EXPECT_EQ(engine.Stats().requests_aborted, 4);
+  // Once draining, new work is refused with kUnavailable.
+  GenerationRequest late;
+  late.prompt = {0, 1};
+  EXPECT_EQ(engine.Submit(std::move(late)).status().code(), StatusCode::kUnavailable);
+}
+
+TEST(Engine, SubmitRejectsBadRequestsWithTheRightStatus) {
+  EngineOptions o = BaseOptions();
+  EngineCore engine(o);
+  GenerationRequest r;
+  EXPECT_EQ(engine.Submit(r).status().code(), StatusCode::kInvalidArgument);  // empty prompt
+  r.prompt = {0, 99999999};
+  EXPECT_EQ(engine.Submit(r).status().code(), StatusCode::kInvalidArgument);  // id outside the vocabulary
+  r.prompt = {0, 1};
+  r.sampling.max_tokens = 100000;
+  EXPECT_EQ(engine.Submit(r).status().code(), StatusCode::kOutOfRange);       // over max_model_len
+  r.sampling.max_tokens = 4;
+  r.sampling.temperature = 1e9f;
+  EXPECT_EQ(engine.Submit(r).status().code(), StatusCode::kInvalidArgument);  // bad sampling value
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
