@@ -8,6 +8,6 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset cpu >/dev/null
 cmake --build --preset cpu --target deepinfer
-prompt=${1:-"<｜begin▁of▁sentence｜><｜User｜>What does \"harbor\" mean?<｜Assistant｜></think>"}
+prompt=${1:-"<｜begin▁of▁sentence｜><｜User｜>What does \"ocean\" mean?<｜Assistant｜></think>"}
 echo "prompt: $prompt"
 ./build/cpu/deepinfer --log-level warn generate --prompt "$prompt" --max-tokens "${2:-48}" --temperature 0

@@ -1,8 +1,21 @@
 #include "tensor/linear_weight.h"
 
+#include <array>
+
 namespace deepinfer {
 
 namespace {
+
+// e4m3 code -> float, built once from the exact decoder.
+const float* E4m3Table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int code = 0; code < 256; ++code) t[code] = E4m3ToF32(static_cast<uint8_t>(code));
+    return t;
+  }();
+  return table.data();
+}
+
 float ScaleAt(const TensorView& scale, int64_t r, int64_t c) {
   const int64_t idx = r * scale.stride(0) + c * scale.stride(1);
   if (scale.dtype() == DType::kF8E8M0) return E8m0ToF32(scale.data<uint8_t>()[idx]);
@@ -38,10 +51,11 @@ void DequantizeRow(const LinearWeight& w, int64_t o, float* out) {
     case WeightFormat::kFp8: {
       const uint8_t* p = w.data.data<uint8_t>() + o * w.data.stride(0);
       const int64_t sr = o / kFp8BlockSize;
+      const float* table = E4m3Table();
       for (int64_t c0 = 0; c0 < in; c0 += kFp8BlockSize) {
         const float s = ScaleAt(w.scale, sr, c0 / kFp8BlockSize);
         const int64_t c1 = std::min(in, c0 + kFp8BlockSize);
-        for (int64_t i = c0; i < c1; ++i) out[i] = E4m3ToF32(p[i]) * s;
+        for (int64_t i = c0; i < c1; ++i) out[i] = table[p[i]] * s;
       }
       return;
     }
