@@ -41,11 +41,11 @@ int32_t StateCacheManager::BlocksFor(int64_t num_tokens) const {
 }
 
 std::optional<PrefixHit> StateCacheManager::Admit(SequenceCache& seq, const TokenIds& tokens,
-                                                  int64_t max_hit_tokens, uint64_t step) {
+                                                  uint64_t step) {
   DI_CHECK(seq.slot < 0 && seq.blocks.empty(), "admitting a sequence that holds state");
   if (free_slots_.empty()) return std::nullopt;
   const int64_t bs = config_.block_size;
-  const int64_t limit = std::min<int64_t>(max_hit_tokens, static_cast<int64_t>(tokens.size()));
+  const int64_t limit = static_cast<int64_t>(tokens.size());
   std::vector<BlockHash> chain;
   std::vector<BlockId> chain_blocks;
   int32_t best = -1;
@@ -66,7 +66,7 @@ std::optional<PrefixHit> StateCacheManager::Admit(SequenceCache& seq, const Toke
       if (it == packs_by_parent_.end()) continue;
       for (int32_t id : it->second) {
         const Pack& p = packs_[id];
-        if (p.position > limit || p.usable_from > step) continue;
+        if (p.position > limit || (p.position == limit && !p.has_logits) || p.usable_from > step) continue;
         if (best >= 0 && p.position <= packs_[best].position) continue;
         if (!std::equal(p.partial.begin(), p.partial.end(), tokens.begin() + b * bs)) continue;
         best = id;
@@ -100,6 +100,7 @@ std::optional<PrefixHit> StateCacheManager::Admit(SequenceCache& seq, const Toke
   }
   if (p.refs++ == 0) LruRemove(p);
   hit.num_tokens = p.position;
+  hit.has_logits = p.has_logits;
   hit.pack = best;
   return hit;
 }
@@ -156,7 +157,7 @@ std::optional<int32_t> StateCacheManager::TakePack() {
 
 std::optional<PackReservation> StateCacheManager::ReservePack(const SequenceCache& seq,
                                                              const TokenIds& tokens, int64_t position,
-                                                             uint64_t usable_from_step) {
+                                                             uint64_t usable_from_step, bool with_logits) {
   if (!config_.enable_prefix_caching || position <= 0 || position > static_cast<int64_t>(tokens.size())) {
     return std::nullopt;
   }
@@ -183,6 +184,7 @@ std::optional<PackReservation> StateCacheManager::ReservePack(const SequenceCach
   p.partial.assign(tokens.begin() + b * bs, tokens.begin() + position);
   p.position = position;
   p.usable_from = usable_from_step;
+  p.has_logits = with_logits;
   p.block = res.block;
   packs_by_parent_[parent].push_back(*id);
   return res;

@@ -52,7 +52,8 @@ struct SequenceCache {
 };
 
 struct PrefixHit {
-  int64_t num_tokens = 0;         // tokens covered (0: miss)
+  int64_t num_tokens = 0;         // tokens covered (0: miss); all of them only with logits
+  bool has_logits = false;        // the pack carries the logits of its last position
   int32_t pack = -1;              // pack to restore (referenced until ReleasePackRef)
   BlockId pack_block = kNullBlock;  // the pack's partial-block copy, or null
   BlockId target_block = kNullBlock;  // the sequence's block to copy it into, or null
@@ -74,10 +75,10 @@ class StateCacheManager {
   uint64_t SaltFor(const std::string& cache_salt) const;
 
   // Gives `seq` a slot and, with prefix caching, references the longest cached prefix of
-  // `tokens` that ends at a pack usable in step `step` and covers at most `max_hit_tokens`.
-  // nullopt (nothing changed) when no slot (or no block for the partial copy) is free.
-  std::optional<PrefixHit> Admit(SequenceCache& seq, const TokenIds& tokens, int64_t max_hit_tokens,
-                                 uint64_t step = UINT64_MAX);
+  // `tokens` that ends at a pack usable in step `step`: shorter than `tokens`, or all of it
+  // when the pack carries the logits of its last position. nullopt (nothing changed) when no
+  // slot (or no block for the partial copy) is free.
+  std::optional<PrefixHit> Admit(SequenceCache& seq, const TokenIds& tokens, uint64_t step = UINT64_MAX);
 
   // Grows the block table to cover `num_tokens`; false (nothing changed) if blocks run out.
   bool EnsureBlocks(SequenceCache& seq, int64_t num_tokens);
@@ -90,10 +91,11 @@ class StateCacheManager {
   void CacheFullBlocks(SequenceCache& seq, const TokenIds& known_tokens, int64_t num_covered);
 
   // Reserves a pack for the state of `seq` after `position` tokens of `tokens`, restorable by
-  // steps from `usable_from_step` on. nullopt if caching is off, an equal pack exists, or no
-  // pack/block can be had.
+  // steps from `usable_from_step` on; `with_logits`: the runner also keeps that position's
+  // logits. nullopt if caching is off, an equal pack exists, or no pack/block can be had.
   std::optional<PackReservation> ReservePack(const SequenceCache& seq, const TokenIds& tokens,
-                                             int64_t position, uint64_t usable_from_step = 0);
+                                             int64_t position, uint64_t usable_from_step = 0,
+                                             bool with_logits = false);
   void CommitPack(int32_t pack);      // the runner's copy is done: visible to lookups
   void ReleasePackRef(int32_t pack);  // a restore has been copied
 
@@ -123,6 +125,7 @@ class StateCacheManager {
     TokenIds partial;             // tokens after the last full block, up to the position
     int64_t position = 0;
     uint64_t usable_from = 0;     // first step that may restore it
+    bool has_logits = false;      // the runner kept the logits of its last position
     BlockId block = kNullBlock;   // owned partial-block copy
     std::list<int32_t>::iterator lru;  // valid while ready and unreferenced
     bool in_lru = false;

@@ -18,6 +18,16 @@ struct PackCopy {
   int32_t to_slot = -1;
   int32_t from_block = 0;   // partial block copied along (0: none)
   int32_t to_block = 0;
+  // Saves only: also keep the logits this step computed for sequence `logits_of` (0: none),
+  // so a later identical prompt can sample its first token without recomputing the last one.
+  SeqId logits_of = 0;
+};
+
+// A sequence whose whole prompt was restored from a pack that carries logits: its first token
+// is sampled from those logits (after the restore), with no forward for it.
+struct PackSample {
+  SeqId seq_id = 0;
+  int32_t pack_slot = -1;
 };
 
 struct NewSequence {
@@ -54,6 +64,7 @@ struct SchedulerOutput {
   std::vector<NewSequence> new_seqs;
   std::vector<SequenceDiff> diffs;
   std::vector<ScheduledChunk> chunks;   // batch order
+  std::vector<PackSample> pack_samples;
   std::vector<PackCopy> post_copies;    // after the forward (packs at prompt ends, every K blocks)
 
   int64_t num_tokens() const {
@@ -61,10 +72,10 @@ struct SchedulerOutput {
     for (const auto& c : chunks) n += c.num_tokens;
     return n;
   }
-  bool has_work() const { return !chunks.empty(); }
+  bool has_work() const { return !chunks.empty() || !pack_samples.empty(); }
   bool empty() const {
-    return chunks.empty() && finished_seq_ids.empty() && pre_copies.empty() && new_seqs.empty() &&
-           poison_blocks.empty() && post_copies.empty();
+    return chunks.empty() && pack_samples.empty() && finished_seq_ids.empty() && pre_copies.empty() &&
+           new_seqs.empty() && poison_blocks.empty() && post_copies.empty();
   }
 };
 

@@ -164,6 +164,7 @@ void EngineCore::TakeIntake() {
       const uint64_t base = gen.sampling.seed ? *gen.sampling.seed
                                               : XXH3_64bits_withSeed(&req->id, sizeof(req->id), static_cast<uint64_t>(NowNanos()));
       spec.rng_seed = base + static_cast<uint64_t>(i) * 0x9e3779b97f4a7c15ull;
+      if (i > 0) spec.same_prompt_as = SeqIdOf(req->id, 0);
       scheduler_->Add(std::move(spec));
     }
   }

@@ -1,5 +1,7 @@
 #include "runner/model_runner.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 #include "base/timer.h"
 #include "sampling/sampler.h"
@@ -62,6 +64,29 @@ void ModelRunner::WorkerLoop() {
     }
     cv_.notify_all();
   }
+}
+
+float* ModelRunner::PackLogits(int32_t pack_slot) {
+  const int64_t vocab = model_.config().vocab_size;
+  const int32_t pack = pack_slot - options_.num_slots;
+  DI_CHECK(pack >= 0 && pack < options_.num_pack_slots, "slot {} is not a pack slot", pack_slot);
+  if (pack_logits_.empty()) pack_logits_.resize(static_cast<size_t>(options_.num_pack_slots * vocab));
+  return pack_logits_.data() + static_cast<int64_t>(pack) * vocab;
+}
+
+SampledToken ModelRunner::SampleFor(SeqId id, float* logits) {
+  SequenceMirror& m = seqs_.at(id);
+  sampling::SequenceContext ctx;
+  ctx.params = &m.sampling;
+  ctx.tokens = &m.tokens;
+  ctx.prompt_len = m.prompt_len;
+  ctx.rng_seed = m.rng_seed;
+  ctx.eos_token_ids = &options_.eos_token_ids;
+  ctx.sampleable_vocab = options_.sampleable_vocab;
+  SampledToken st = sampling::Sample(logits, model_.config().vocab_size, ctx);
+  st.seq_id = id;
+  m.tokens.push_back(st.token);
+  return st;
 }
 
 void ModelRunner::ApplyCopies(const std::vector<PackCopy>& copies) {
@@ -128,20 +153,20 @@ StepResult ModelRunner::Execute(const SchedulerOutput& out) {
     const int64_t rows = static_cast<int64_t>(sample_order.size());
     std::vector<float> logits(static_cast<size_t>(std::max<int64_t>(rows, 1) * vocab));
     model_.Forward(batch, *state_, TensorView(logits.data(), DType::kF32, {rows, vocab}));
-    for (int64_t r = 0; r < rows; ++r) {
-      SequenceMirror& m = seqs_.at(sample_order[r]);
-      sampling::SequenceContext ctx;
-      ctx.params = &m.sampling;
-      ctx.tokens = &m.tokens;
-      ctx.prompt_len = m.prompt_len;
-      ctx.rng_seed = m.rng_seed;
-      ctx.eos_token_ids = &options_.eos_token_ids;
-      ctx.sampleable_vocab = options_.sampleable_vocab;
-      SampledToken st = sampling::Sample(logits.data() + r * vocab, vocab, ctx);
-      st.seq_id = sample_order[r];
-      m.tokens.push_back(st.token);
-      result.sampled.push_back(std::move(st));
+    // Prompt-end packs keep the raw logits (sampling below overwrites them).
+    for (const PackCopy& c : out.post_copies) {
+      if (c.logits_of == 0) continue;
+      const auto r = std::find(sample_order.begin(), sample_order.end(), c.logits_of) - sample_order.begin();
+      DI_CHECK(r < rows, "pack logits of sequence {} which did not sample", c.logits_of);
+      std::copy_n(logits.data() + r * vocab, vocab, PackLogits(c.to_slot));
     }
+    for (int64_t r = 0; r < rows; ++r) result.sampled.push_back(SampleFor(sample_order[r], logits.data() + r * vocab));
+  }
+  // Whole prompts restored from a pack: the first token comes from the pack's logits.
+  for (const PackSample& ps : out.pack_samples) {
+    const float* stored = PackLogits(ps.pack_slot);
+    std::vector<float> scratch(stored, stored + model_.config().vocab_size);
+    result.sampled.push_back(SampleFor(ps.seq_id, scratch.data()));
   }
   ApplyCopies(out.post_copies);
   result.finished_at = NowSeconds();

@@ -64,11 +64,15 @@ class ModelRunner {
   void WorkerLoop();
   StepResult Execute(const SchedulerOutput& out);
   void ApplyCopies(const std::vector<PackCopy>& copies);
+  SampledToken SampleFor(SeqId id, float* logits);
+  float* PackLogits(int32_t pack_slot);
 
   const Model& model_;
   RunnerOptions options_;
   std::unique_ptr<ModelState> state_;
   std::unordered_map<SeqId, SequenceMirror> seqs_;  // worker thread only
+  // Logits of the last position of prompt-end packs, [num_pack_slots, vocab] (worker only).
+  std::vector<float> pack_logits_;
 
   std::mutex mu_;
   std::condition_variable cv_;

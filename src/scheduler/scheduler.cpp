@@ -136,10 +136,15 @@ void Scheduler::AddChunk(Sequence& s, int64_t n, SchedulerOutput& out) {
   const int64_t interval = static_cast<int64_t>(config_.pack_interval_blocks) * cache_.config().block_size;
   const int64_t end = s.num_computed;
   const bool prompt_end = end == s.prompt_len && c.start_pos < s.prompt_len;
+  if (prompt_end) s.prompt_done_step = static_cast<int64_t>(out.step_id);
   const bool interval_point = interval > 0 && end < s.prompt_len && end % interval == 0;
   if ((prompt_end || interval_point) && end <= static_cast<int64_t>(s.tokens.size())) {
-    if (auto pk = cache_.ReservePack(s.cache, s.tokens, end, out.step_id + 1)) {
+    // A prompt-end pack also keeps the logits this chunk computes for its last token, so an
+    // identical prompt can resume at the very end.
+    const bool with_logits = prompt_end && c.sample;
+    if (auto pk = cache_.ReservePack(s.cache, s.tokens, end, out.step_id + 1, with_logits)) {
       PackCopy copy{s.cache.slot, cache_.pack_slot(pk->pack), 0, pk->block};
+      if (with_logits) copy.logits_of = s.spec.seq_id;
       if (pk->block != cache::kNullBlock) copy.from_block = s.cache.blocks.at(end / cache_.config().block_size);
       out.post_copies.push_back(copy);
       pending_commits_.push_back({out.step_id, pk->pack});
@@ -153,6 +158,7 @@ Scheduler::Sequence* Scheduler::Preempt(SchedulerOutput& out) {
     if (v.last_step == static_cast<int64_t>(out.step_id)) continue;  // already in this step
     running_.erase(std::next(it).base());
     v.status = Status::kPreempted;
+    v.prompt_done_step = -1;
     v.release_pending = true;
     releasing_.push_back(v.spec.seq_id);
     ++stats_.num_preemptions;
@@ -182,11 +188,12 @@ bool Scheduler::ScheduleRunning(Sequence& s, SchedulerOutput& out, int64_t& budg
 
 bool Scheduler::Admit(Sequence& s, SchedulerOutput& out, int64_t& budget) {
   const int64_t known = static_cast<int64_t>(s.tokens.size());
-  const auto hit = cache_.Admit(s.cache, s.tokens, known - 1, out.step_id);
+  const auto hit = cache_.Admit(s.cache, s.tokens, out.step_id);
   if (!hit) return false;
   s.num_computed = hit->num_tokens;
   s.placeholders = 0;
-  const int64_t n = ChunkLength(s, budget);
+  const bool whole = hit->num_tokens == known;  // sampled from the pack's logits, no forward
+  const int64_t n = whole ? 0 : ChunkLength(s, budget);
   if (!cache_.EnsureBlocks(s.cache, s.num_computed + n)) {
     if (hit->pack >= 0) cache_.ReleasePackRef(hit->pack);
     cache_.Release(s.cache);
@@ -218,9 +225,24 @@ bool Scheduler::Admit(Sequence& s, SchedulerOutput& out, int64_t& budget) {
   s.runner_blocks = s.cache.blocks.size();
   s.status = Status::kRunning;
   running_.push_back(s.spec.seq_id);
+  if (whole) {
+    out.pack_samples.push_back({s.spec.seq_id, cache_.pack_slot(hit->pack)});
+    ++s.placeholders;
+    s.last_step = static_cast<int64_t>(out.step_id);
+    return true;
+  }
   AddChunk(s, n, out);
   budget -= n;
   return true;
+}
+
+bool Scheduler::WaitsForSibling(const Sequence& s, uint64_t step) const {
+  if (s.spec.same_prompt_as == 0 || !cache_.config().enable_prefix_caching || s.admitted_once) return false;
+  auto it = seqs_.find(s.spec.same_prompt_as);
+  if (it == seqs_.end()) return false;
+  // The sibling's prompt-end pack is restorable from the step after its last prefill chunk.
+  const int64_t done = it->second->prompt_done_step;
+  return done < 0 || static_cast<uint64_t>(done) >= step;
 }
 
 SchedulerOutput Scheduler::Schedule() {
@@ -240,11 +262,15 @@ SchedulerOutput Scheduler::Schedule() {
     if (it == seqs_.end() || it->second->status != Status::kRunning) continue;
     if (!ScheduleRunning(*it->second, out, budget)) break;
   }
-  while (budget > 0 && !waiting_.empty() &&
-         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
-    Sequence& s = Get(waiting_.front());
+  for (size_t i = 0; i < waiting_.size() && budget > 0 &&
+                     static_cast<int32_t>(running_.size()) < config_.max_num_seqs;) {
+    Sequence& s = Get(waiting_[i]);
+    if (WaitsForSibling(s, out.step_id)) {
+      ++i;
+      continue;
+    }
     if (!Admit(s, out, budget)) break;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<long>(i));
   }
   for (cache::BlockId b : cache_.TakeEvicted()) {
     if (config_.poison_released_blocks) out.poison_blocks.push_back(b);

@@ -46,6 +46,10 @@ struct SequenceSpec {
   SamplingParams sampling;
   uint64_t rng_seed = 0;
   std::string cache_salt;
+  // Another sequence with the same prompt (sibling 0 of an n > 1 request), or 0. With prefix
+  // caching this one waits until that one's prompt is computed, then restores its pack
+  // instead of computing the prompt again.
+  SeqId same_prompt_as = 0;
 };
 
 // What Update reports per sampled token.
@@ -107,6 +111,7 @@ class Scheduler {
     int64_t cached_prompt_tokens = 0;
     bool release_pending = false;
     bool end_pack_pending = false;  // finished normally: save a pack at its end
+    int64_t prompt_done_step = -1;  // step of its last prefill chunk (-1: not yet)
   };
   struct PendingPack {
     uint64_t step = 0;
@@ -119,6 +124,7 @@ class Scheduler {
   void Release(Sequence& s, SchedulerOutput& out);
   bool ScheduleRunning(Sequence& s, SchedulerOutput& out, int64_t& budget);
   bool Admit(Sequence& s, SchedulerOutput& out, int64_t& budget);
+  bool WaitsForSibling(const Sequence& s, uint64_t step) const;
   int64_t ChunkLength(const Sequence& s, int64_t budget) const;
   void AddChunk(Sequence& s, int64_t n, SchedulerOutput& out);
   // Preempts the newest running sequence not already in this step; returns it (or null).

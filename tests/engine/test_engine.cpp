@@ -139,3 +139,65 @@ TEST(Engine, SubmitRejectsBadRequestsWithTheRightStatus) {
 
 }  // namespace
 }  // namespace deepinfer::testing
+
+namespace deepinfer::testing {
+namespace {
+
+std::vector<TokenIds> Collect(RequestStream& s, int n, RequestUsage* usage) {
+  std::vector<TokenIds> out(static_cast<size_t>(n));
+  bool done = false;
+  while (!done) {
+    s.WaitFor(std::chrono::milliseconds(100));
+    for (const StreamEvent& e : s.Drain()) {
+      for (const auto& d : e.deltas) out[d.index].insert(out[d.index].end(), d.tokens.begin(), d.tokens.end());
+      if (e.done) {
+        done = true;
+        *usage = e.usage;
+      }
+    }
+  }
+  return out;
+}
+
+TEST(Engine, IdenticalPromptsResumeAtTheEndAndSiblingsShareThePrompt) {
+  auto tok = Tokenizer::FromFile(DemoDir() + "/tokenizer.json");
+  const TokenIds prompt = tok->Encode("<｜begin▁of▁sentence｜><｜User｜>What does \"ocean\" mean?<｜Assistant｜></think>");
+  auto run = [&](bool cache) {
+    EngineOptions o = BaseOptions();
+    o.enable_prefix_caching = cache;
+    EngineCore engine(o);
+    std::vector<std::vector<TokenIds>> outs;
+    std::vector<RequestUsage> usage(3);
+    for (int i = 0; i < 2; ++i) {  // the same greedy request twice, one after the other
+      GenerationRequest r{prompt, {}, ""};
+      r.sampling.temperature = 0.f;
+      r.sampling.max_tokens = 20;
+      outs.push_back(Collect(*engine.Submit(r).value(), 1, &usage[i]));
+      EXPECT_TRUE(engine.WaitIdle(std::chrono::seconds(10)));
+    }
+    // n = 4 seeded samples of a new prompt: sibling 0 computes it, siblings 1-3 wait for its
+    // prompt-end pack and restore it (3 × the prompt from the cache).
+    const int64_t cached_before = engine.Stats().prompt_tokens_cached;
+    GenerationRequest r{tok->Encode("Once upon a time, there was a"), {}, ""};
+    const int64_t prompt2 = static_cast<int64_t>(r.prompt.size());
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = 11;
+    r.sampling.n = 4;
+    r.sampling.max_tokens = 12;
+    outs.push_back(Collect(*engine.Submit(r).value(), 4, &usage[2]));
+    EXPECT_TRUE(engine.WaitIdle(std::chrono::seconds(10)));
+    EXPECT_EQ(engine.Stats().num_blocks_used, 0);
+    EXPECT_EQ(engine.Stats().prompt_tokens_cached - cached_before, cache ? 3 * prompt2 : 0);
+    return std::make_pair(outs, usage);
+  };
+  const auto [cached, cached_usage] = run(true);
+  const auto [plain, plain_usage] = run(false);
+  EXPECT_EQ(cached, plain) << "a whole-prompt hit samples from the same logits the computation gives";
+  EXPECT_EQ(cached[0], cached[1]);
+  EXPECT_EQ(cached_usage[0].cached_prompt_tokens, 0);
+  EXPECT_EQ(cached_usage[1].cached_prompt_tokens, static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(plain_usage[1].cached_prompt_tokens, 0);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing

@@ -32,7 +32,7 @@ TEST(StateCache, MissAllocatesSlotAndBlocks) {
   StateCacheManager m(SmallConfig());
   SequenceCache a;
   a.salt = m.SaltFor("");
-  const auto hit = m.Admit(a, Range(0, 300), 299);
+  const auto hit = m.Admit(a, Range(0, 300));
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->num_tokens, 0);
   EXPECT_EQ(a.slot, 0);
@@ -46,7 +46,7 @@ TEST(StateCache, PrefixHitEndsAtAPackAndCopiesThePartialBlock) {
   const TokenIds prompt_a = Range(1000, 300);
   SequenceCache a;
   a.salt = m.SaltFor("");
-  ASSERT_TRUE(m.Admit(a, prompt_a, 299));
+  ASSERT_TRUE(m.Admit(a, prompt_a));
   ASSERT_TRUE(m.EnsureBlocks(a, 300));                    // 1 2 3
   m.CacheFullBlocks(a, prompt_a, 300);                    // blocks 1, 2 hashed
   EXPECT_EQ(a.num_hashed_blocks, 2);
@@ -63,7 +63,7 @@ TEST(StateCache, PrefixHitEndsAtAPackAndCopiesThePartialBlock) {
   for (int i = 0; i < 50; ++i) prompt_b.push_back(7);
   SequenceCache b;
   b.salt = m.SaltFor("");
-  const auto hit = m.Admit(b, prompt_b, 349);
+  const auto hit = m.Admit(b, prompt_b);
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(hit->num_tokens, 300);
   EXPECT_EQ(hit->pack, 0);
@@ -82,17 +82,17 @@ TEST(StateCache, HitNeverCoversTheWholePromptAndSaltsSeparate) {
   const TokenIds p = Range(0, 200);
   SequenceCache a;
   a.salt = m.SaltFor("");
-  ASSERT_TRUE(m.Admit(a, p, 199));
+  ASSERT_TRUE(m.Admit(a, p));
   ASSERT_TRUE(m.EnsureBlocks(a, 200));
   m.CacheFullBlocks(a, p, 200);
   const auto pk = m.ReservePack(a, p, 200);
   m.CommitPack(pk->pack);
   m.Release(a);
-  // Same 200 tokens again: the pack sits at 200 but at most 199 tokens may hit (the last one
-  // must be computed for logits): no hit.
+  // Same 200 tokens again: the pack sits at 200 but carries no logits, so the last token must
+  // be computed and the pack cannot be used: no hit.
   SequenceCache b;
   b.salt = m.SaltFor("");
-  EXPECT_EQ(m.Admit(b, p, 199)->num_tokens, 0);
+  EXPECT_EQ(m.Admit(b, p)->num_tokens, 0);
   m.Release(b);
   // With one more token, the pack hits; under another salt it does not.
   TokenIds longer = p;
@@ -100,9 +100,28 @@ TEST(StateCache, HitNeverCoversTheWholePromptAndSaltsSeparate) {
   SequenceCache c, d;
   c.salt = m.SaltFor("");
   d.salt = m.SaltFor("tenant-2");
-  EXPECT_EQ(m.Admit(c, longer, 200)->num_tokens, 200);
-  EXPECT_EQ(m.Admit(d, longer, 200)->num_tokens, 0);
+  EXPECT_EQ(m.Admit(c, longer)->num_tokens, 200);
+  EXPECT_EQ(m.Admit(d, longer)->num_tokens, 0);
   EXPECT_EQ(m.CheckIntegrity({&c, &d}), "");
+}
+
+TEST(StateCache, APackWithLogitsServesTheWholeIdenticalPrompt) {
+  StateCacheManager m(SmallConfig());
+  const TokenIds p = Range(0, 200);
+  SequenceCache a;
+  a.salt = m.SaltFor("");
+  ASSERT_TRUE(m.Admit(a, p));
+  ASSERT_TRUE(m.EnsureBlocks(a, 200));
+  m.CacheFullBlocks(a, p, 200);
+  const auto pk = m.ReservePack(a, p, 200, 0, /*with_logits=*/true);
+  m.CommitPack(pk->pack);
+  m.Release(a);
+  SequenceCache b;
+  b.salt = m.SaltFor("");
+  const auto hit = m.Admit(b, p);
+  EXPECT_EQ(hit->num_tokens, 200);
+  EXPECT_TRUE(hit->has_logits);
+  EXPECT_EQ(m.CheckIntegrity({&b}), "");
 }
 
 TEST(StateCache, PacksAreEvictedLeastRecentlyUsedFirst) {
@@ -111,7 +130,7 @@ TEST(StateCache, PacksAreEvictedLeastRecentlyUsedFirst) {
     SequenceCache s;
     s.salt = m.SaltFor("");
     const TokenIds t = Range(base, 128);
-    EXPECT_TRUE(m.Admit(s, t, 127));
+    EXPECT_TRUE(m.Admit(s, t));
     EXPECT_TRUE(m.EnsureBlocks(s, 128));
     m.CacheFullBlocks(s, t, 128);
     const auto pk = m.ReservePack(s, t, 128);  // block-aligned: no partial copy
@@ -127,7 +146,7 @@ TEST(StateCache, PacksAreEvictedLeastRecentlyUsedFirst) {
   s.salt = m.SaltFor("");
   TokenIds t = Range(0, 128);
   t.push_back(5);
-  EXPECT_EQ(m.Admit(s, t, 128)->pack, 0);
+  EXPECT_EQ(m.Admit(s, t)->pack, 0);
   m.ReleasePackRef(0);
   m.Release(s);
   EXPECT_EQ(make_pack(2000), 1);
@@ -135,7 +154,7 @@ TEST(StateCache, PacksAreEvictedLeastRecentlyUsedFirst) {
   u.salt = m.SaltFor("");
   TokenIds t1 = Range(1000, 128);
   t1.push_back(5);
-  EXPECT_EQ(m.Admit(u, t1, 128)->num_tokens, 0);  // pack for 1000.. was evicted
+  EXPECT_EQ(m.Admit(u, t1)->num_tokens, 0);  // pack for 1000.. was evicted
   EXPECT_EQ(m.CheckIntegrity({&u}), "");
 }
 
@@ -164,7 +183,7 @@ TEST(StateCache, RandomizedOperationsKeepEveryCountConsistent) {
         l.cache.salt = m.SaltFor(rng() % 4 == 0 ? "other" : "");
         const int32_t base = static_cast<int32_t>(rng() % 3) * 10000;
         l.tokens = Range(base, static_cast<int32_t>(50 + rng() % 400));
-        const auto hit = m.Admit(l.cache, l.tokens, static_cast<int64_t>(l.tokens.size()) - 1);
+        const auto hit = m.Admit(l.cache, l.tokens);
         if (!hit) continue;
         l.covered = hit->num_tokens;
         if (hit->pack >= 0) {

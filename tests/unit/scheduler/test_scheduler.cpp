@@ -58,6 +58,12 @@ struct Harness {
       st.token = it == tokens.end() ? 100 : it->second;
       r.sampled.push_back(st);
     }
+    for (const auto& ps : out.pack_samples) {  // the runner samples these from stored logits
+      SampledToken st;
+      st.seq_id = ps.seq_id;
+      st.token = 100;
+      r.sampled.push_back(st);
+    }
     return r;
   }
   // Schedule, run, update, complete: the synchronous loop.
@@ -238,6 +244,47 @@ TEST(Scheduler, FinishedConversationTurnIsAPrefixHit) {
   EXPECT_EQ(s.chunks[0].start_pos, 204);
   EXPECT_EQ(s.chunks[0].num_tokens, 30);
   EXPECT_EQ(h.sched->CachedPromptTokens(2), 204);
+}
+
+TEST(Scheduler, IdenticalPromptIsSampledFromThePromptEndPack) {
+  Harness h(16, 1024);
+  h.Add(1, Prompt(0, 200), 3);
+  SchedulerOutput s1 = h.SyncStep();
+  ASSERT_EQ(s1.post_copies.size(), 1u);
+  EXPECT_EQ(s1.post_copies[0].logits_of, 1u);  // the prompt-end pack keeps the last logits
+  h.Add(2, Prompt(0, 200), 3);
+  SchedulerOutput s2 = h.SyncStep();
+  ASSERT_EQ(s2.new_seqs.size(), 1u);
+  EXPECT_EQ(s2.new_seqs[0].num_computed_tokens, 200);
+  EXPECT_EQ(s2.new_seqs[0].restore.from_slot, s1.post_copies[0].to_slot);
+  EXPECT_EQ(ChunkOf(s2, 2), nullptr);            // no forward for it
+  ASSERT_EQ(s2.pack_samples.size(), 1u);
+  EXPECT_EQ(s2.pack_samples[0].seq_id, 2u);
+  ASSERT_EQ(h.last_updates.size(), 2u);           // both sequences got a token this step
+  SchedulerOutput s3 = h.SyncStep();
+  EXPECT_EQ(ChunkOf(s3, 2)->start_pos, 200);      // then it decodes like any other
+  EXPECT_EQ(h.sched->CachedPromptTokens(2), 200);
+}
+
+TEST(Scheduler, SiblingsWaitForTheFirstPromptThenRestoreIt) {
+  Harness h(16, 1024);
+  SequenceSpec first, second;
+  first.seq_id = 10;
+  first.prompt = Prompt(500, 150);
+  first.sampling.max_tokens = 4;
+  second = first;
+  second.seq_id = 11;
+  second.same_prompt_as = 10;
+  h.sched->Add(first);
+  h.sched->Add(second);
+  SchedulerOutput s1 = h.SyncStep();
+  ASSERT_EQ(s1.new_seqs.size(), 1u);  // only the first computes the prompt
+  EXPECT_EQ(s1.new_seqs[0].seq_id, 10u);
+  SchedulerOutput s2 = h.SyncStep();
+  ASSERT_EQ(s2.new_seqs.size(), 1u);  // the sibling restores its pack, logits included
+  EXPECT_EQ(s2.new_seqs[0].seq_id, 11u);
+  EXPECT_EQ(s2.new_seqs[0].num_computed_tokens, 150);
+  ASSERT_EQ(s2.pack_samples.size(), 1u);
 }
 
 TEST(Scheduler, RandomizedOperationsKeepTheIntegrityChecker) {
