@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -20,7 +21,8 @@ struct RunResult {
 };
 
 RunResult RunRender(const std::string& args, const std::string& stdin_text) {
-  const auto dir = std::filesystem::temp_directory_path() / "deepinfer_render_cli";
+  // Per process: CTest runs the cases of this binary in parallel processes.
+  const auto dir = std::filesystem::temp_directory_path() / ("deepinfer_render_cli_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const auto input = dir / "body.json";
   std::ofstream(input, std::ios::binary) << stdin_text;
