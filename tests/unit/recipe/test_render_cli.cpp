@@ -41,7 +41,8 @@ RunResult RunRender(const std::string& args, const std::string& stdin_text) {
 
 // A model directory whose config.json selects `rules`.
 std::string ModelDirFor(const std::string& rules) {
-  const auto dir = std::filesystem::temp_directory_path() / ("deepinfer_render_cli_" + rules);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("deepinfer_render_cli_" + rules + "_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "config.json") << R"({"model_type": "deepseek_v4", "chat_encoding": ")"
                                       << rules << "\"}";
