@@ -74,7 +74,10 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   // 413 for a body over the limit (only its header was read), then LingeringClose().
   boost::asio::awaitable<void> RejectTooLarge(const Request& header);
 
+  // The watch runs from StartWatch() until StopWatch() returns; a read that completes with data
+  // after StopWatch() cancelled it keeps the bytes but does not re-arm.
   void StartWatch();
+  void ArmWatch();
   boost::asio::awaitable<void> StopWatch();
   bool Authorized(const Request& request) const;
   void RecordLatency(const Generation& gen, bool stream);
@@ -84,6 +87,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   ServerShared& shared_;
   std::shared_ptr<Wake> wake_;
   bool watching_ = false;     // a disconnect-watch read is pending
+  bool watch_stopping_ = false;  // StopWatch() is waiting for the pending read to end
   bool peer_closed_ = false;  // the watch saw EOF / an error
   bool keep_alive_ = true;    // of the current request
   bool http10_ = false;       // of the current request

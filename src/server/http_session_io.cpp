@@ -207,7 +207,12 @@ net::awaitable<void> HttpSession::LingeringClose() {
 // ---- disconnect watch ---------------------------------------------------------------------
 
 void HttpSession::StartWatch() {
-  if (watching_ || peer_closed_) return;
+  watch_stopping_ = false;
+  ArmWatch();
+}
+
+void HttpSession::ArmWatch() {
+  if (watching_ || peer_closed_ || watch_stopping_) return;
   watching_ = true;
   stream_.expires_never();
   stream_.async_read_some(
@@ -216,8 +221,8 @@ void HttpSession::StartWatch() {
         self->watching_ = false;
         if (!ec) {
           self->buffer_.commit(n);  // a pipelined request: kept for the next read
-          if (self->buffer_.size() < kMaxPipelinedBytes) {
-            self->StartWatch();
+          if (self->buffer_.size() < kMaxPipelinedBytes && !self->watch_stopping_) {
+            self->ArmWatch();
             return;
           }
         } else if (ec != net::error::operation_aborted) {
@@ -228,6 +233,7 @@ void HttpSession::StartWatch() {
 }
 
 net::awaitable<void> HttpSession::StopWatch() {
+  watch_stopping_ = true;
   if (!watching_) co_return;
   beast::error_code ec;
   stream_.socket().cancel(ec);
