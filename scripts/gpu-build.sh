@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the GPU binaries on a CPU-only machine (nvcc cross-compiles for sm_90a) and gathers them
+# into build/gpu-dist, small enough to carry to the GPU machine with the working tree:
+#
+#   scripts/gpu-build.sh                 # configure + build (preset `cuda`), then gather
+#   device run: carry ["build/gpu-dist"], command "bash scripts/gpu-run.sh"
+#
+# The binaries link the CUDA runtime statically; scripts/gpu-run.sh prints `ldd` on the GPU
+# machine so any other missing library shows up in the first run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+targets=(deepinfer_gpu_tests)
+cmake --preset cuda -DDEEPINFER_TESTS=ON >/dev/null
+cmake --build build/cuda --target "${targets[@]}"
+dist=build/gpu-dist
+rm -rf "$dist" && mkdir -p "$dist"
+cp build/cuda/tests/gpu/deepinfer_gpu_tests "$dist/"
+strip --strip-unneeded "$dist"/*
+git rev-parse HEAD > "$dist/COMMIT"
+git status --porcelain | grep -q . && echo dirty >> "$dist/COMMIT" || true
+du -sh "$dist"
+ldd "$dist/deepinfer_gpu_tests" | awk '{print "  " $1}'

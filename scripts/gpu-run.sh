@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repository root with build/gpu-dist carried (scripts/gpu-build.sh):
+# runs the `gpu` tests (and, with --sanitize, compute-sanitizer memcheck and racecheck over them),
+# writing logs and JSON under $OUT (default: ./gpu-out).
+#
+#   bash scripts/gpu-run.sh [--sanitize] [--filter GTEST_FILTER]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+sanitize=0
+filter='*'
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --sanitize) sanitize=1 ;;
+    --filter) filter=$2; shift ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+dist=build/gpu-dist
+{
+  echo "commit: $(cat $dist/COMMIT 2>/dev/null)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  echo "missing libraries:"; ldd $dist/deepinfer_gpu_tests | grep "not found" || echo "  none"
+} | tee "$out/machine.txt"
+export DEEPINFER_SOURCE_DIR=$PWD
+status=0
+$dist/deepinfer_gpu_tests --gtest_filter="$filter" --gtest_output="json:$out/gpu-tests.json" \
+  2>&1 | tee "$out/gpu-tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error|max \|diff\|" | head -200
+[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+if [[ $sanitize -eq 1 ]]; then
+  for tool in memcheck racecheck; do
+    compute-sanitizer --tool $tool --error-exitcode 9 $dist/deepinfer_gpu_tests --gtest_filter="$filter" \
+      >"$out/sanitizer-$tool.log" 2>&1
+    rc=$?
+    echo "compute-sanitizer $tool: exit $rc ($(grep -c "========= ERROR\|=========     " "$out/sanitizer-$tool.log") report lines)"
+    tail -3 "$out/sanitizer-$tool.log"
+    [[ $rc -eq 0 ]] || status=1
+  done
+fi
+exit $status

@@ -1,0 +1,104 @@
+// Shared device helpers for the CUDA kernels: launch checks, reductions, and exact decoders of the
+// checkpoint's number formats (the device twins of tensor/dtype.h; every format is a subset of
+// f32, so decoding is exact).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "device/cuda_error.h"
+#include "tensor/dtype.h"
+
+// After a launch: reports a launch-configuration error with the kernel's name.
+#define DI_CUDA_LAUNCH_CHECK(what) DI_CUDA_CHECK(cudaGetLastError(), what)
+
+namespace deepinfer::cuda {
+
+constexpr int kWarpSize = 32;
+
+__host__ __device__ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__device__ inline float WarpSum(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ inline float WarpMax(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch`: 32 floats of shared memory. Fixed order for a fixed blockDim: deterministic.
+__device__ inline float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  v = WarpSum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int num_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
+  v = lane < num_warps ? scratch[lane] : 0.f;
+  return WarpSum(v);
+}
+
+__device__ inline float BlockMax(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  const int num_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
+  v = lane < num_warps ? scratch[lane] : -INFINITY;
+  return WarpMax(v);
+}
+
+// e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa; 0x7f/0xff are NaN, no infinities.
+__device__ inline float DecodeE4m3(uint8_t v) {
+  const uint32_t sign = (v >> 7) & 1u;
+  const uint32_t exp = (v >> 3) & 0xfu;
+  const uint32_t man = v & 0x7u;
+  float mag;
+  if (exp == 0xfu && man == 0x7u) {
+    mag = __int_as_float(0x7fc00000);
+  } else if (exp == 0) {
+    mag = static_cast<float>(man) * 0x1p-9f;  // subnormal: man · 2^-6 / 8
+  } else {
+    mag = __uint_as_float(((exp + 120u) << 23) | (man << 20));
+  }
+  return sign ? -mag : mag;
+}
+
+// e8m0: a bare biased exponent, 2^(e-127); 0xff is NaN.
+__device__ inline float DecodeE8m0(uint8_t e) {
+  if (e == 0xffu) return __int_as_float(0x7fc00000);
+  if (e == 0) return 0x1p-127f;
+  return __uint_as_float(static_cast<uint32_t>(e) << 23);
+}
+
+// e2m1 nibble: 1 sign, 2 exponent, 1 mantissa: ±{0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+__device__ inline float DecodeE2m1(uint8_t nibble) {
+  constexpr float kMagnitudes[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  const float mag = kMagnitudes[nibble & 0x7u];
+  return (nibble & 0x8u) ? -mag : mag;
+}
+
+// Element `i` of a dense BF16/F16/F32 array as f32.
+__device__ inline float LoadAsFloat(const void* data, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::kBF16:
+      return __uint_as_float(static_cast<uint32_t>(static_cast<const uint16_t*>(data)[i]) << 16);
+    case DType::kF16:
+      return __half2float(static_cast<const __half*>(data)[i]);
+    default:
+      return static_cast<const float*>(data)[i];
+  }
+}
+
+inline int NumBlocks(int64_t n, int threads) { return static_cast<int>(CeilDiv(n, threads)); }
+
+}  // namespace deepinfer::cuda
