@@ -1,0 +1,206 @@
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kRowThreads = 256;
+
+__global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype,
+                              float eps, float* y, int64_t ldy) {
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * ldx;
+  float* yr = y + blockIdx.x * ldy;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = BlockSum(ss, scratch);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float w = weight != nullptr ? LoadAsFloat(weight, weight_dtype, i) : 1.f;
+    yr[i] = w * (xr[i] * inv);
+  }
+}
+
+__global__ void EmbeddingKernel(const int32_t* ids, const void* table, DType table_dtype, int64_t vocab,
+                                int64_t dim, int64_t ld_table, float* y, int64_t ldy) {
+  const int32_t id = ids[blockIdx.x];
+  float* yr = y + blockIdx.x * ldy;
+  const bool valid = id >= 0 && id < vocab;
+  const int64_t base = static_cast<int64_t>(valid ? id : 0) * ld_table;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    yr[i] = valid ? LoadAsFloat(table, table_dtype, base + i) : __int_as_float(0x7fc00000);
+  }
+}
+
+// One block per token; threads over (head, pair).
+__global__ void RopeKernel(float* x, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,
+                           const int64_t* positions, const float* inv_freq, int64_t half, bool inverse) {
+  const float pos = static_cast<float>(positions[blockIdx.x]);
+  const int64_t offset = head_dim - 2 * half;
+  float* xt = x + blockIdx.x * ld_token;
+  for (int64_t t = threadIdx.x; t < num_heads * half; t += blockDim.x) {
+    const int64_t h = t / half, i = t % half;
+    const float angle = pos * inv_freq[i];
+    const float c = cosf(angle);
+    const float s = inverse ? -sinf(angle) : sinf(angle);
+    float* p = xt + h * ld_head + offset + 2 * i;
+    const float a = p[0], b = p[1];
+    p[0] = a * c - b * s;
+    p[1] = a * s + b * c;
+  }
+}
+
+// |a| rounded to a grid with `mantissa_bits` fraction bits and minimum normal exponent `min_exp`,
+// ties to even (the host's RoundToMiniFloat).
+__device__ float RoundToMiniFloat(float a, int mantissa_bits, int min_exp) {
+  if (a == 0.f) return 0.f;
+  int e;
+  frexpf(a, &e);
+  int exp = e - 1;
+  if (exp < min_exp) exp = min_exp;
+  const float quantum = ldexpf(1.f, exp - mantissa_bits);
+  return rintf(a / quantum) * quantum;
+}
+
+// 2^ceil(log2(v)) with log2 rounded to f32 as the host's correctly rounded log2f does (computed
+// in double, then rounded), so a v just above a power of two gives the same scale on both sides.
+__device__ float Pow2Ceil(float v) {
+  const float l = static_cast<float>(log2(static_cast<double>(v)));
+  return ldexpf(1.f, static_cast<int>(ceilf(l)));
+}
+
+// One block per (row, quantization block); blockDim = 32·k covering `block` values.
+template <bool kFp8>
+__global__ void RoundTripKernel(float* x, int64_t ldx, int64_t begin, int64_t end, int64_t block) {
+  __shared__ float scratch[32];
+  float* xr = x + blockIdx.y * ldx;
+  const int64_t b0 = begin + static_cast<int64_t>(blockIdx.x) * block;
+  const int64_t b1 = min(end, b0 + block);
+  float amax = 0.f;
+  for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
+  amax = BlockMax(amax, scratch);
+  const float max_code = kFp8 ? 448.f : 6.f;
+  const float floor_amax = kFp8 ? 1e-4f : 6.f * 0x1p-126f;
+  const float scale = Pow2Ceil(fmaxf(amax, floor_amax) / max_code);
+  for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+    const float q = fminf(fmaxf(xr[i] / scale, -max_code), max_code);
+    float r = kFp8 ? RoundToMiniFloat(fabsf(q), 3, -6) : RoundToMiniFloat(fabsf(q), 1, 0);
+    r = fminf(r, max_code);
+    xr[i] = copysignf(r, q) * scale;
+  }
+}
+
+// One block per row; the row lives in shared memory during the butterflies.
+__global__ void HadamardKernel(float* x, int64_t ldx, int n, float scale) {
+  extern __shared__ float row[];
+  float* xr = x + blockIdx.x * ldx;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = xr[i];
+  __syncthreads();
+  for (int len = 1; len < n; len <<= 1) {
+    for (int t = threadIdx.x; t < n / 2; t += blockDim.x) {
+      const int j = (t / len) * 2 * len + (t % len);
+      const float a = row[j], b = row[j + len];
+      row[j] = a + b;
+      row[j + len] = a - b;
+    }
+    __syncthreads();
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = row[i] * scale;
+}
+
+__global__ void SwiGluKernel(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t n, float limit,
+                             const float* row_weights) {
+  const int64_t r = blockIdx.y;
+  const float weight = row_weights != nullptr ? row_weights[r] : 1.f;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float gate = g[r * ldg + i], up = u[r * ldu + i];
+    if (limit > 0.f) {
+      gate = fminf(gate, limit);
+      up = fminf(fmaxf(up, -limit), limit);
+    }
+    const float silu = gate / (1.f + expf(-gate));
+    g[r * ldg + i] = silu * up * weight;
+  }
+}
+
+void CheckRows(int64_t m, const char* what) {
+  if (m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, what, "more than 2^31 rows");
+}
+
+}  // namespace
+
+void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
+             float eps, float* y, int64_t ldy, cudaStream_t stream) {
+  if (m == 0) return;
+  CheckRows(m, "rms_norm");
+  RmsNormKernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy);
+  DI_CUDA_LAUNCH_CHECK("rms_norm");
+}
+
+void Embedding(const int32_t* ids, int64_t num_ids, const void* table, DType table_dtype, int64_t vocab,
+               int64_t dim, int64_t ld_table, float* y, int64_t ldy, cudaStream_t stream) {
+  if (num_ids == 0) return;
+  CheckRows(num_ids, "embedding");
+  EmbeddingKernel<<<static_cast<unsigned>(num_ids), kRowThreads, 0, stream>>>(ids, table, table_dtype, vocab, dim,
+                                                                                ld_table, y, ldy);
+  DI_CUDA_LAUNCH_CHECK("embedding");
+}
+
+void Rope(float* x, int64_t m, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,
+          const int64_t* positions, const float* inv_freq, int64_t half, bool inverse, cudaStream_t stream) {
+  if (m == 0 || half == 0) return;
+  CheckRows(m, "rope");
+  if (2 * half > head_dim) ThrowCudaError(__FILE__, __LINE__, "rope", "rope dimension exceeds the head dimension");
+  RopeKernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, num_heads, head_dim, ld_token, ld_head,
+                                                                     positions, inv_freq, half, inverse);
+  DI_CUDA_LAUNCH_CHECK("rope");
+}
+
+void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
+                      cudaStream_t stream) {
+  if (m == 0 || end <= begin) return;
+  CheckRows(m, "fp8_round_trip");
+  if (block <= 0) ThrowCudaError(__FILE__, __LINE__, "fp8_round_trip", "block must be positive");
+  const dim3 grid(static_cast<unsigned>(CeilDiv(end - begin, block)), static_cast<unsigned>(m));
+  const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(block, 32) * 32));
+  RoundTripKernel<true><<<grid, threads, 0, stream>>>(x, ldx, begin, end, block);
+  DI_CUDA_LAUNCH_CHECK("fp8_round_trip");
+}
+
+void Fp4RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t n, int64_t block, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  CheckRows(m, "fp4_round_trip");
+  if (block <= 0) ThrowCudaError(__FILE__, __LINE__, "fp4_round_trip", "block must be positive");
+  const dim3 grid(static_cast<unsigned>(CeilDiv(n, block)), static_cast<unsigned>(m));
+  const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(block, 32) * 32));
+  RoundTripKernel<false><<<grid, threads, 0, stream>>>(x, ldx, 0, n, block);
+  DI_CUDA_LAUNCH_CHECK("fp4_round_trip");
+}
+
+void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stream) {
+  if (m == 0) return;
+  CheckRows(m, "hadamard");
+  if (n <= 0 || n > 4096 || (n & (n - 1)) != 0) {
+    ThrowCudaError(__FILE__, __LINE__, "hadamard", "row length must be a power of two <= 4096");
+  }
+  const float scale = 1.f / std::sqrt(static_cast<float>(n));
+  const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, n / 2)));
+  HadamardKernel<<<static_cast<unsigned>(m), threads, n * sizeof(float), stream>>>(x, ldx, static_cast<int>(n), scale);
+  DI_CUDA_LAUNCH_CHECK("hadamard");
+}
+
+void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
+                   const float* row_weights, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  if (m > 65535) ThrowCudaError(__FILE__, __LINE__, "clamped_swiglu", "more than 65535 rows");
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 64)), static_cast<unsigned>(m));
+  SwiGluKernel<<<grid, kRowThreads, 0, stream>>>(g, ldg, u, ldu, n, limit, row_weights);
+  DI_CUDA_LAUNCH_CHECK("clamped_swiglu");
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,44 @@
+// CUDA row-wise kernels, twins of src/kernels/cpu/elementwise.h (same contracts, device pointers,
+// f32 activations, row strides in elements). Nothing here allocates or synchronizes.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace deepinfer::cuda {
+
+// y[m, :] = w ⊙ x[m, :] / sqrt(mean(x[m, :]²) + eps); `weight` (BF16/F16/F32, [n]) may be null.
+// x and y may alias.
+void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
+             float eps, float* y, int64_t ldy, cudaStream_t stream);
+
+// y[r, :] = table[ids[r], :] as f32; table [V, D] BF16/F16/F32 with row stride ld_table. An id
+// outside [0, V) writes a row of NaN (the host validated ids before they reached the device).
+void Embedding(const int32_t* ids, int64_t num_ids, const void* table, DType table_dtype, int64_t vocab,
+               int64_t dim, int64_t ld_table, float* y, int64_t ldy, cudaStream_t stream);
+
+// Rotates the pairs (x[2i], x[2i+1]) of the last 2·half channels of every head row by angle
+// pos·inv_freq[i] (−pos·inv_freq[i] when `inverse`), angles in f32 as the CPU computes them.
+// x: [M, H, D] with strides (ld_token, ld_head, 1); positions int64 [M]; inv_freq f32 [half].
+void Rope(float* x, int64_t m, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,
+          const int64_t* positions, const float* inv_freq, int64_t half, bool inverse, cudaStream_t stream);
+
+// In place over rows of x [M, ·] (row stride ldx): channels [begin, end) quantized to e4m3 in
+// blocks of `block` with power-of-two scales and back (cpu::Fp8RoundTrip per row).
+void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
+                      cudaStream_t stream);
+// In place over rows of x [M, n]: e2m1 round trip in blocks of `block` (cpu::Fp4RoundTrip per row).
+void Fp4RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t n, int64_t block, cudaStream_t stream);
+// In place orthonormal Walsh–Hadamard transform of every row (n a power of two, n <= 4096), the
+// butterfly order of cpu::Hadamard.
+void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stream);
+
+// g[r, i] = silu(min(g, limit)) · clamp(u, −limit, limit) · row_weights[r] (1 when null), in
+// place into g; limit <= 0 disables the clamp. g, u: [M, n] with row strides.
+void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
+                   const float* row_weights, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda

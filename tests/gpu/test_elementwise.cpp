@@ -1,0 +1,234 @@
+// CUDA row-wise kernels against their CPU twins (src/kernels/cpu/elementwise.h, moe.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/moe.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/moe.h"
+#include "tensor/dtype.h"
+#include "tensor/tensor_view.h"
+
+namespace deepinfer {
+namespace {
+
+using test::AllClose;
+using test::AllEqual;
+using test::DeviceArray;
+using test::RandomFloats;
+
+// Copies rows [M, n] into a buffer with row stride ld (padding filled with a sentinel).
+std::vector<float> Pad(const std::vector<float>& x, int64_t m, int64_t n, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(m * ld), 12345.f);
+  for (int64_t r = 0; r < m; ++r) std::memcpy(&out[r * ld], &x[r * n], n * sizeof(float));
+  return out;
+}
+std::vector<float> Unpad(const std::vector<float>& x, int64_t m, int64_t n, int64_t ld) {
+  std::vector<float> out(static_cast<size_t>(m * n));
+  for (int64_t r = 0; r < m; ++r) std::memcpy(&out[r * n], &x[r * ld], n * sizeof(float));
+  return out;
+}
+
+class RmsNormShapes : public ::testing::TestWithParam<std::tuple<int64_t, int64_t, DType>> {};
+
+TEST_P(RmsNormShapes, MatchesCpu) {
+  DI_REQUIRE_GPU();
+  const auto [m, n, wdtype] = GetParam();
+  const int64_t ld = n + 3;
+  std::vector<float> x = RandomFloats(m * n, 1, -3.f, 3.f);
+  std::vector<float> wf = RandomFloats(n, 2, 0.5f, 1.5f);
+  std::vector<uint16_t> w16(n);
+  for (int64_t i = 0; i < n; ++i) w16[i] = wdtype == DType::kBF16 ? F32ToBf16(wf[i]) : F32ToF16(wf[i]);
+  void* wp = wdtype == DType::kF32 ? static_cast<void*>(wf.data()) : static_cast<void*>(w16.data());
+  std::vector<float> want(m * n);
+  cpu::RmsNorm(TensorView(x.data(), DType::kF32, {m, n}), TensorView(wp, wdtype, {n}), 1e-6f,
+               TensorView(want.data(), DType::kF32, {m, n}));
+  DeviceArray<float> dx(Pad(x, m, n, ld));
+  DeviceArray<float> dwf(wf);
+  DeviceArray<uint16_t> dw16(w16);
+  const void* dwp = wdtype == DType::kF32 ? static_cast<const void*>(dwf.get()) : dw16.get();
+  cuda::RmsNorm(dx.get(), ld, m, n, dwp, wdtype, 1e-6f, dx.get(), ld, nullptr);  // in place
+  // The sum of squares is reduced in a different order: relative error ~ n·eps_f32 at worst on
+  // the inverse RMS, in practice ~sqrt(n)·eps; 2e-6 relative covers n = 4096 with margin.
+  EXPECT_TRUE(AllClose(Unpad(dx.ToHost(), m, n, ld), want, 1e-6f, 2e-6f, "rms_norm"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, RmsNormShapes,
+                         ::testing::Values(std::make_tuple(1, 7, DType::kF32), std::make_tuple(5, 512, DType::kBF16),
+                                           std::make_tuple(64, 4096, DType::kBF16),
+                                           std::make_tuple(3, 1024, DType::kF16),
+                                           std::make_tuple(300, 128, DType::kF32)));
+
+TEST(CudaRmsNorm, WithoutWeightMatchesCpu) {
+  DI_REQUIRE_GPU();
+  const int64_t m = 33, n = 512;  // the per-head q normalization: rows of head_dim, no weight
+  std::vector<float> x = RandomFloats(m * n, 3, -2.f, 2.f), want(m * n);
+  cpu::RmsNorm(TensorView(x.data(), DType::kF32, {m, n}), TensorView(), 1e-6f, TensorView(want.data(), DType::kF32, {m, n}));
+  DeviceArray<float> dx(x), dy(m * n);
+  cuda::RmsNorm(dx.get(), n, m, n, nullptr, DType::kF32, 1e-6f, dy.get(), n, nullptr);
+  EXPECT_TRUE(AllClose(dy.ToHost(), want, 1e-6f, 2e-6f, "rms_norm_unweighted"));
+  EXPECT_TRUE(AllEqual(dx.ToHost(), x, "input untouched"));
+}
+
+TEST(CudaEmbedding, GathersBitExact) {
+  DI_REQUIRE_GPU();
+  for (DType dt : {DType::kBF16, DType::kF32}) {
+    const int64_t vocab = 1000, dim = 4096, n = 70;
+    std::vector<float> tf = RandomFloats(vocab * dim, 4);
+    std::vector<uint16_t> tb(tf.size());
+    for (size_t i = 0; i < tf.size(); ++i) tb[i] = F32ToBf16(tf[i]);
+    std::vector<int32_t> ids(n);
+    for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+    ids[5] = 0, ids[6] = static_cast<int32_t>(vocab - 1);
+    void* tp = dt == DType::kF32 ? static_cast<void*>(tf.data()) : static_cast<void*>(tb.data());
+    std::vector<float> want(n * dim);
+    cpu::Embedding(ids.data(), n, TensorView(tp, dt, {vocab, dim}), TensorView(want.data(), DType::kF32, {n, dim}));
+    DeviceArray<float> dtf(tf), dy(n * dim);
+    DeviceArray<uint16_t> dtb(tb);
+    DeviceArray<int32_t> did(ids);
+    const void* dtp = dt == DType::kF32 ? static_cast<const void*>(dtf.get()) : dtb.get();
+    cuda::Embedding(did.get(), n, dtp, dt, vocab, dim, dim, dy.get(), dim, nullptr);
+    EXPECT_TRUE(AllEqual(dy.ToHost(), want, "embedding"));
+  }
+}
+
+TEST(CudaRope, MatchesCpuWithYarnFrequencies) {
+  DI_REQUIRE_GPU();
+  // Flash: 64 heads × 512 with a 64-wide rope tail; positions up to 1M (YaRN layers).
+  const int64_t m = 37, h = 64, d = 512, rope = 64;
+  const std::vector<float> inv = cpu::RopeInverseFrequencies(rope, 160000.0, 65536, 16.0, 32.0, 1.0);
+  std::vector<float> x = RandomFloats(m * h * d, 5);
+  std::vector<int64_t> pos(m);
+  for (int64_t i = 0; i < m; ++i) pos[i] = i * 27449 % 1000000;
+  for (bool inverse : {false, true}) {
+    std::vector<float> want = x;
+    cpu::Rope(TensorView(want.data(), DType::kF32, {m, h, d}), pos.data(), inv, inverse);
+    DeviceArray<float> dx(x), dinv(inv);
+    DeviceArray<int64_t> dpos(pos);
+    cuda::Rope(dx.get(), m, h, d, h * d, d, dpos.get(), dinv.get(), rope / 2, inverse, nullptr);
+    // The angle pos·f is the same f32 product on both sides; cosf/sinf and the host's cos/sin
+    // are each within ~1 ulp of the true value, so rotated values differ by ~2 ulp of |x| ≤ 1.
+    EXPECT_TRUE(AllClose(dx.ToHost(), want, 5e-7f, 1e-6f, inverse ? "rope_inverse" : "rope"));
+  }
+}
+
+TEST(CudaQuantRoundTrip, Fp8AndFp4BitExact) {
+  DI_REQUIRE_GPU();
+  // KV rows of Flash: 448 nope channels in blocks of 64 (rope tail untouched); indexer rows of
+  // 128 in fp4 blocks of 32. Values span several binades, plus exact zeros, a negative zero and
+  // a row of all zeros (the amax floor).
+  const int64_t m = 20, n = 512;
+  std::vector<float> x = RandomFloats(m * n, 6, -1.f, 1.f);
+  for (int64_t i = 0; i < m * n; ++i) x[i] *= std::ldexp(1.f, static_cast<int>(i % 17) - 8);
+  x[3] = 0.f, x[4] = -0.f;
+  for (int64_t i = 0; i < n; ++i) x[7 * n + i] = 0.f;
+  std::vector<float> want8 = x, want4 = x;
+  for (int64_t r = 0; r < m; ++r) {
+    cpu::Fp8RoundTrip(want8.data() + r * n, 448, 64);
+    cpu::Fp4RoundTrip(want4.data() + r * n, n, 32);
+  }
+  DeviceArray<float> d8(x), d4(x);
+  cuda::Fp8RoundTripRows(d8.get(), n, m, 0, 448, 64, nullptr);
+  cuda::Fp4RoundTripRows(d4.get(), n, m, n, 32, nullptr);
+  const std::vector<float> got8 = d8.ToHost(), got4 = d4.ToHost();
+  EXPECT_TRUE(AllEqual(got8, want8, "fp8 round trip"));
+  EXPECT_TRUE(AllEqual(got4, want4, "fp4 round trip"));
+  EXPECT_TRUE(std::signbit(got8[4]) && std::signbit(got4[4])) << "negative zero keeps its sign";
+  // A remainder block (n not a multiple of the block) as the small test configs have.
+  std::vector<float> y = RandomFloats(3 * 100, 7, -5.f, 5.f), wanty = y;
+  for (int r = 0; r < 3; ++r) cpu::Fp8RoundTrip(wanty.data() + r * 100 + 10, 80, 64);
+  DeviceArray<float> dy(y);
+  cuda::Fp8RoundTripRows(dy.get(), 100, 3, 10, 90, 64, nullptr);
+  EXPECT_TRUE(AllEqual(dy.ToHost(), wanty, "fp8 remainder block"));
+}
+
+TEST(CudaHadamard, BitExact) {
+  DI_REQUIRE_GPU();
+  for (int64_t n : {1, 2, 64, 128, 4096}) {
+    const int64_t m = 9;
+    std::vector<float> x = RandomFloats(m * n, 8), want = x;
+    for (int64_t r = 0; r < m; ++r) cpu::Hadamard(want.data() + r * n, n);
+    DeviceArray<float> dx(x);
+    cuda::HadamardRows(dx.get(), n, m, n, nullptr);
+    // Every butterfly adds the same two values in the same order: identical bits.
+    EXPECT_TRUE(AllEqual(dx.ToHost(), want, "hadamard " + std::to_string(n)));
+  }
+}
+
+TEST(CudaSwiGlu, MatchesCpu) {
+  DI_REQUIRE_GPU();
+  const int64_t m = 6, n = 2048;  // Flash moe_inter_dim
+  std::vector<float> g = RandomFloats(m * n, 9, -12.f, 12.f), u = RandomFloats(m * n, 10, -12.f, 12.f);
+  std::vector<float> w = RandomFloats(m, 11, 0.f, 1.f);
+  for (float limit : {0.f, 10.f}) {
+    std::vector<float> want = g;
+    for (int64_t r = 0; r < m; ++r) cpu::ClampedSwiGlu(want.data() + r * n, u.data() + r * n, n, limit, w[r]);
+    DeviceArray<float> dg(g), du(u), dw(w);
+    cuda::ClampedSwiGlu(dg.get(), n, du.get(), n, m, n, limit, dw.get(), nullptr);
+    // expf and the host's exp differ by ≤ 1–2 ulp; the products add a few more.
+    EXPECT_TRUE(AllClose(dg.ToHost(), want, 1e-6f, 1e-6f, "swiglu"));
+  }
+}
+
+class RouteCases : public ::testing::TestWithParam<std::tuple<cpu::RouterScore, bool, bool>> {};
+
+TEST_P(RouteCases, MatchesCpu) {
+  DI_REQUIRE_GPU();
+  const auto [score, with_bias, hashed] = GetParam();
+  const int64_t m = 77, e = 256, k = 6, vocab = 500;  // Flash: 256 experts, top-6
+  std::vector<float> logits = RandomFloats(m * e, 12, -4.f, 4.f);
+  std::vector<float> bias = RandomFloats(e, 13, -0.5f, 0.5f);
+  std::vector<int32_t> tokens(m);
+  for (int64_t i = 0; i < m; ++i) tokens[i] = static_cast<int32_t>((i * 131) % vocab);
+  std::vector<int64_t> table(vocab * k);
+  for (int64_t i = 0; i < vocab * k; ++i) table[i] = (i * 37 + i / k) % e;
+  cpu::RouterParams cp;
+  cp.score = score, cp.num_experts = e, cp.top_k = k, cp.route_scale = 2.5f;
+  cp.bias = with_bias ? bias.data() : nullptr;
+  cp.tid2eid = hashed ? table.data() : nullptr, cp.tid2eid_rows = vocab;
+  std::vector<int32_t> want_ids(m * k);
+  std::vector<float> want_w(m * k);
+  cpu::Route(logits.data(), m, tokens.data(), cp, want_ids.data(), want_w.data());
+
+  DeviceArray<float> dl(logits), db(bias);
+  DeviceArray<int32_t> dt(tokens), dids(m * k);
+  DeviceArray<int64_t> dtab(table);
+  DeviceArray<float> dw(m * k);
+  cuda::DeviceRouterParams gp;
+  gp.score = static_cast<cuda::RouterScoreFn>(score), gp.num_experts = e, gp.top_k = k, gp.route_scale = 2.5f;
+  gp.bias = with_bias ? db.get() : nullptr;
+  gp.tid2eid = hashed ? dtab.get() : nullptr, gp.tid2eid_rows = vocab;
+  cuda::Route(dl.get(), m, dt.get(), gp, dids.get(), dw.get(), nullptr);
+  // Random logits leave no near-ties among the top 7, so the ids must be identical; weights are
+  // ≤ 2 ulp apart (log1pf/expf/sqrtf vs the host's) before the same normalization.
+  EXPECT_TRUE(AllEqual(dids.ToHost(), want_ids, "expert ids"));
+  EXPECT_TRUE(AllClose(dw.ToHost(), want_w, 1e-6f, 2e-6f, "expert weights"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, RouteCases,
+                         ::testing::Values(std::make_tuple(cpu::RouterScore::kSqrtSoftplus, true, false),
+                                           std::make_tuple(cpu::RouterScore::kSqrtSoftplus, false, false),
+                                           std::make_tuple(cpu::RouterScore::kSqrtSoftplus, false, true),
+                                           std::make_tuple(cpu::RouterScore::kSigmoid, true, false),
+                                           std::make_tuple(cpu::RouterScore::kSoftmax, false, false)));
+
+TEST(CudaRoute, TiesGoToTheLowerExpertId) {
+  DI_REQUIRE_GPU();
+  // Every logit equal: the CPU's partial_sort tie rule picks experts 0..k-1.
+  const int64_t m = 2, e = 64, k = 6;
+  std::vector<float> logits(m * e, 0.25f);
+  DeviceArray<float> dl(logits), dw(m * k);
+  DeviceArray<int32_t> dids(m * k);
+  cuda::DeviceRouterParams gp;
+  gp.num_experts = e, gp.top_k = k;
+  cuda::Route(dl.get(), m, nullptr, gp, dids.get(), dw.get(), nullptr);
+  std::vector<int32_t> want = {0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5};
+  EXPECT_TRUE(AllEqual(dids.ToHost(), want, "tied ids"));
+}
+
+}  // namespace
+}  // namespace deepinfer
