@@ -20,4 +20,9 @@ void CudaFree(void* ptr, int device_index) {
   cudaFree(ptr);
 }
 
+void CudaMemoryInfo(int device_index, size_t* free_bytes, size_t* total_bytes) {
+  DI_CUDA_CHECK(cudaSetDevice(device_index), "cudaSetDevice");
+  DI_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+}
+
 }  // namespace deepinfer

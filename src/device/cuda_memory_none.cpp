@@ -14,4 +14,8 @@ void* CudaMalloc(size_t bytes, int device_index) {
 
 void CudaFree(void*, int) {}
 
+void CudaMemoryInfo(int device_index, size_t*, size_t*) {
+  DI_THROW("CUDA device {} queried but this build has no CUDA backend", device_index);
+}
+
 }  // namespace deepinfer

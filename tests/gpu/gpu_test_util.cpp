@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <iomanip>
 #include <sstream>
 
 #include "tensor/dtype.h"
@@ -65,7 +66,9 @@ std::vector<uint8_t> RandomE8m0(size_t n, uint64_t seed, uint8_t lo, uint8_t hi)
       if (diff - allowed > worst_excess || bad == 1) worst = i, worst_excess = diff - allowed;
     }
   }
-  ::testing::Test::RecordProperty(what.empty() ? "max_abs_diff" : what + "_max_abs_diff", std::to_string(max_abs));
+  std::ostringstream max_text;
+  max_text << std::setprecision(3) << max_abs;
+  ::testing::Test::RecordProperty(what.empty() ? "max_abs_diff" : what + "_max_abs_diff", max_text.str());
   if (bad == 0) return ::testing::AssertionSuccess() << what << ": max |diff| " << max_abs;
   std::ostringstream os;
   os << what << ": " << bad << " of " << got.size() << " elements off (atol " << atol << ", rtol " << rtol

@@ -123,3 +123,143 @@ void Route(const float* logits, int64_t m, const int32_t* token_ids, const Devic
 }
 
 }  // namespace deepinfer::cuda
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kAlignThreads = 1024;
+
+// Single block. Pass 1: keep flags (first occurrence of an expert within a token) and per-expert
+// counts (integer atomics: order-free). Pass 2: exclusive scan. Pass 3: place each kept slot at
+// its expert's offset + its rank among the expert's kept slots with a smaller slot number.
+__global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_experts, int32_t* offsets,
+                               int32_t* sorted_slots, int32_t* slot_rows, int32_t* counts, int32_t* cursor) {
+  const int slots = m * k;
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < slots; i += blockDim.x) {
+    const int t = i / k, j = i % k;
+    const int e = expert_ids[i];
+    bool keep = e >= 0 && e < num_experts;
+    for (int jj = 0; jj < j && keep; ++jj) keep = expert_ids[t * k + jj] != e;
+    slot_rows[i] = keep ? 0 : -1;
+    sorted_slots[i] = -1;
+    if (keep) atomicAdd(&counts[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t run = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      offsets[e] = run;
+      cursor[e] = run;
+      run += counts[e];
+    }
+    offsets[num_experts] = run;
+  }
+  __syncthreads();
+  // Slots are visited in chunks of blockDim in increasing order; within a chunk, a slot's rank
+  // among same-expert slots is counted directly, so placement is stable and deterministic.
+  __shared__ int32_t chunk_expert[kAlignThreads];
+  for (int base = 0; base < slots; base += blockDim.x) {
+    const int i = base + threadIdx.x;
+    const int e = i < slots && slot_rows[i] >= 0 ? expert_ids[i] : -1;
+    chunk_expert[threadIdx.x] = e;
+    __syncthreads();
+    if (e >= 0) {
+      int rank = 0;
+      for (int q = 0; q < static_cast<int>(threadIdx.x); ++q) rank += chunk_expert[q] == e;
+      const int row = cursor[e] + rank;
+      sorted_slots[row] = i;
+      slot_rows[i] = row;
+    }
+    __syncthreads();
+    if (e >= 0) {
+      // The last slot of each expert in this chunk advances the cursor.
+      bool last = true;
+      for (int q = threadIdx.x + 1; q < static_cast<int>(blockDim.x) && last; ++q) last = chunk_expert[q] != e;
+      if (last) {
+        int count = 0;
+        for (int q = 0; q <= static_cast<int>(threadIdx.x); ++q) count += chunk_expert[q] == e;
+        cursor[e] += count;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+__global__ void MoeGatherKernel(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t top_k,
+                                const float* expert_weights, float* xe, float* row_weights) {
+  const int64_t r = blockIdx.x;
+  const int32_t slot = sorted_slots[r];
+  if (slot < 0) return;
+  const float* src = x + (slot / top_k) * ldx;
+  float* dst = xe + r * d;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) dst[i] = src[i];
+  if (threadIdx.x == 0 && row_weights != nullptr) row_weights[r] = expert_weights[slot];
+}
+
+__global__ void MoeCombineKernel(const float* ye, const int32_t* slot_rows, const int32_t* expert_ids, int64_t k,
+                                 int64_t d, const float* shared, float* out) {
+  const int64_t t = blockIdx.x;
+  // The token's kept slots ordered by expert id (k <= 32: insertion sort, every thread alike).
+  int32_t rows[32];
+  int32_t experts[32];
+  int n = 0;
+  for (int j = 0; j < k; ++j) {
+    const int32_t row = slot_rows[t * k + j];
+    if (row < 0) continue;
+    const int32_t e = expert_ids[t * k + j];
+    int p = n++;
+    while (p > 0 && experts[p - 1] > e) {
+      experts[p] = experts[p - 1];
+      rows[p] = rows[p - 1];
+      --p;
+    }
+    experts[p] = e;
+    rows[p] = row;
+  }
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float acc = 0.f;
+    for (int q = 0; q < n; ++q) acc += ye[static_cast<int64_t>(rows[q]) * d + i];
+    if (shared != nullptr) acc += shared[t * d + i];
+    out[t * d + i] = acc;
+  }
+}
+
+}  // namespace
+
+size_t MoeAlignScratchBytes(int64_t num_slots, int64_t num_experts) {
+  return 2 * static_cast<size_t>(num_experts) * sizeof(int32_t);
+}
+
+void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_experts, int32_t* expert_offsets,
+              int32_t* sorted_slots, int32_t* slot_rows, void* scratch, cudaStream_t stream) {
+  if (top_k <= 0 || top_k > kMaxTopK || num_experts <= 0 || m * top_k > 0x7fffffff) {
+    ThrowCudaError(__FILE__, __LINE__, "moe_align", "need 0 < top_k <= 32, experts > 0 and fewer than 2^31 slots");
+  }
+  int32_t* counts = static_cast<int32_t*>(scratch);
+  MoeAlignKernel<<<1, kAlignThreads, 0, stream>>>(expert_ids, static_cast<int>(m), static_cast<int>(top_k),
+                                                  static_cast<int>(num_experts), expert_offsets, sorted_slots,
+                                                  slot_rows, counts, counts + num_experts);
+  DI_CUDA_LAUNCH_CHECK("moe_align");
+}
+
+void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t max_rows, int64_t top_k,
+               const float* expert_weights, float* xe, float* row_weights, cudaStream_t stream) {
+  if (max_rows == 0) return;
+  if (max_rows > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "moe_gather", "too many rows");
+  MoeGatherKernel<<<static_cast<unsigned>(max_rows), 256, 0, stream>>>(x, ldx, d, sorted_slots, top_k,
+                                                                       expert_weights, xe, row_weights);
+  DI_CUDA_LAUNCH_CHECK("moe_gather");
+}
+
+void MoeCombine(const float* ye, const int32_t* slot_rows, const int32_t* expert_ids, int64_t m, int64_t top_k,
+                int64_t d, const float* shared, float* out, cudaStream_t stream) {
+  if (m == 0) return;
+  if (top_k > kMaxTopK || m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "moe_combine", "bad shape");
+  MoeCombineKernel<<<static_cast<unsigned>(m), 256, 0, stream>>>(ye, slot_rows, expert_ids, top_k, d, shared, out);
+  DI_CUDA_LAUNCH_CHECK("moe_combine");
+}
+
+}  // namespace deepinfer::cuda

@@ -27,4 +27,32 @@ struct DeviceRouterParams {
 void Route(const float* logits, int64_t m, const int32_t* token_ids, const DeviceRouterParams& params,
            int32_t* expert_ids, float* expert_weights, cudaStream_t stream);
 
+// ---- token ↔ expert permutation (pure data movement; bit-exact) ---------------------------
+//
+// A "slot" is (token t, choice j), numbered t·top_k + j. A token whose hash table names the same
+// expert twice gets that expert once, through its first slot (cpu V4Model::Moe; the reference's
+// index-put keeps one write per token): later repeats are dropped.
+
+// Scratch bytes MoeAlign needs for `num_slots` slots and `num_experts` experts.
+size_t MoeAlignScratchBytes(int64_t num_slots, int64_t num_experts);
+
+// expert_ids [M, top_k] → expert_offsets [E + 1] (int32, exclusive prefix of per-expert row
+// counts; offsets[E] = rows in all), sorted_slots [M·top_k] (rows 0 … offsets[E]−1: the slots of
+// expert 0 in increasing slot order, then expert 1, …; the rest −1), slot_rows [M·top_k] (the
+// row of each slot in sorted_slots, −1 for dropped repeats). Expert ids outside [0, E) are
+// dropped too. One block; deterministic.
+void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_experts, int32_t* expert_offsets,
+              int32_t* sorted_slots, int32_t* slot_rows, void* scratch, cudaStream_t stream);
+
+// xe[r, :] = x[sorted_slots[r] / top_k, :] and row_weights[r] = expert_weights[sorted_slots[r]]
+// for r < max_rows with sorted_slots[r] >= 0 (other rows untouched). x: [M, d] row stride ldx.
+void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t max_rows, int64_t top_k,
+               const float* expert_weights, float* xe, float* row_weights, cudaStream_t stream);
+
+// out[t, :] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot], :], then
+// + shared[t, :] when shared is not null: the CPU's summation order, so equal inputs give
+// identical bits. ye: [rows, d]; shared, out: [M, d] contiguous.
+void MoeCombine(const float* ye, const int32_t* slot_rows, const int32_t* expert_ids, int64_t m, int64_t top_k,
+                int64_t d, const float* shared, float* out, cudaStream_t stream);
+
 }  // namespace deepinfer::cuda

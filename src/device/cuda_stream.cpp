@@ -1,0 +1,72 @@
+#include "device/cuda_stream.h"
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "device/cuda_error.h"
+
+namespace deepinfer {
+
+CudaStream::CudaStream(int device_index) {
+  DI_CUDA_CHECK(cudaSetDevice(device_index), "cudaSetDevice");
+  DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+}
+
+CudaStream::~CudaStream() {
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void CudaStream::Synchronize() const { DI_CUDA_CHECK(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+CudaEvent::CudaEvent(bool timing) {
+  DI_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming),
+                "cudaEventCreate");
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+void CudaEvent::Record(cudaStream_t stream) { DI_CUDA_CHECK(cudaEventRecord(event_, stream), "cudaEventRecord"); }
+
+void CudaEvent::Synchronize() const { DI_CUDA_CHECK(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+
+bool CudaEvent::Done() const {
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) return false;
+  DI_CUDA_CHECK(status, "cudaEventQuery");
+  return true;
+}
+
+void CudaEvent::StreamWait(cudaStream_t stream) const {
+  DI_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
+}
+
+float CudaEvent::ElapsedMs(const CudaEvent& start, const CudaEvent& end) {
+  float ms = 0;
+  DI_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, end.event_), "cudaEventElapsedTime");
+  return ms;
+}
+
+PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) DI_CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,63 @@
+// RAII handles for CUDA streams, events and pinned host memory, usable from host C++ files. In a
+// CPU-only build constructing one throws (there is no device to run on).
+#pragma once
+
+#include <cstddef>
+
+using cudaStream_t = struct CUstream_st*;
+using cudaEvent_t = struct CUevent_st*;
+
+namespace deepinfer {
+
+class CudaStream {
+ public:
+  explicit CudaStream(int device_index);  // a non-blocking stream (no implicit sync with stream 0)
+  ~CudaStream();
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+  cudaStream_t get() const { return stream_; }
+  void Synchronize() const;
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class CudaEvent {
+ public:
+  explicit CudaEvent(bool timing = false);
+  ~CudaEvent();
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return event_; }
+  void Record(cudaStream_t stream);
+  void Synchronize() const;          // host waits for the recorded work
+  bool Done() const;                 // recorded work finished (never blocks)
+  void StreamWait(cudaStream_t stream) const;  // `stream` waits for the recorded work
+  // Milliseconds between two recorded timing events (both complete).
+  static float ElapsedMs(const CudaEvent& start, const CudaEvent& end);
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Page-locked host memory for asynchronous copies.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace deepinfer
