@@ -1,0 +1,25 @@
+// Where an op runs: the device its tensors live on and, for CUDA, the stream its kernels are
+// queued on (in order, asynchronously). Passed explicitly to every op: there is no global
+// "current device" or "current stream".
+#pragma once
+
+#include "tensor/tensor_view.h"
+
+using cudaStream_t = struct CUstream_st*;
+
+namespace deepinfer::ops {
+
+struct OpContext {
+  DeviceId device{};             // kCpu: host kernels, synchronous
+  cudaStream_t stream = nullptr;  // CUDA only
+
+  bool on_cuda() const { return device.type == DeviceType::kCuda; }
+};
+
+// The host context (CPU kernels).
+inline const OpContext& HostContext() {
+  static const OpContext host{};
+  return host;
+}
+
+}  // namespace deepinfer::ops
