@@ -1,0 +1,267 @@
+#include "kernels/cuda/attention.h"
+
+#include <climits>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarpSize;
+// Rows per tile. Equal to the warp size: the softmax step gives one lane to each row of a tile.
+constexpr int kTile = kWarpSize;
+constexpr int kMaxHeadDim = 1024;
+// Per-head softmax bookkeeping slots in shared memory (alpha, denominator); at least kMaxHeads
+// and a multiple of 4 floats so that what follows stays 16-byte aligned.
+constexpr int kMaxHeads = 8;
+
+struct AttentionArgs {
+  const float* q;
+  int64_t q_stride;
+  const float* rows;
+  int64_t row_stride;
+  const int32_t* row_ids;
+  const int32_t* counts;
+  int64_t max_rows;
+  const float* sinks;
+  int num_heads;
+  int d;
+  float scale;
+  float* out;
+  int64_t out_stride;
+  bool vec_rows;  // rows may be copied as float4 (d, row_stride multiples of 4, base 16-aligned)
+};
+
+// Shared memory of a block, in floats: scores [kHeads][kTile], probabilities [kTile][kHeads],
+// alpha [kMaxHeads], denominator [kMaxHeads], q [kHeads][d], the row tile [kTile][d].
+template <int kHeads>
+constexpr int64_t SmemFloats(int d) {
+  return 2 * kHeads * kTile + 2 * kMaxHeads + static_cast<int64_t>(kHeads + kTile) * d;
+}
+
+// One block per (query m = blockIdx.x, group of kHeads heads starting at blockIdx.y·kHeads).
+// Thread `tid` owns output columns tid + i·kThreads (i < kCols) of every head in the group; warp
+// w < kHeads owns the softmax state of head w of the group. Heads past num_heads in the last group
+// run on zeros and are not written.
+template <int kHeads, int kCols>
+__global__ void __launch_bounds__(kThreads) AttentionWithSinkKernel(AttentionArgs a) {
+  static_assert(kHeads <= kWarps && kHeads <= kMaxHeads, "one warp per head of the group");
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  float* scores = smem;                        // [kHeads][kTile]
+  float* probs = scores + kHeads * kTile;      // [kTile][kHeads]
+  float* alpha_s = probs + kTile * kHeads;     // [kMaxHeads]
+  float* denom_s = alpha_s + kMaxHeads;        // [kMaxHeads]
+  float* qs = denom_s + kMaxHeads;             // [kHeads][d]
+  float* rs = qs + kHeads * a.d;               // [kTile][d]
+
+  const int d = a.d;
+  const int64_t m = blockIdx.x;
+  const int head0 = blockIdx.y * kHeads;
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  float* out_m = a.out + m * a.out_stride;
+  const int n = static_cast<int>(min(max(static_cast<int64_t>(a.counts[m]), int64_t{0}), a.max_rows));
+  if (n == 0) {  // uniform over the block
+    for (int e = tid; e < kHeads * d; e += kThreads) {
+      if (head0 + e / d < a.num_heads) out_m[static_cast<int64_t>(head0) * d + e] = 0.f;
+    }
+    return;
+  }
+
+  const float* q_m = a.q + m * a.q_stride;
+  for (int e = tid; e < kHeads * d; e += kThreads) {
+    qs[e] = head0 + e / d < a.num_heads ? q_m[static_cast<int64_t>(head0) * d + e] : 0.f;
+  }
+  // Softmax state of head `head0 + warp`, replicated in every lane of that warp.
+  const bool state_warp = warp < kHeads;
+  const bool real_head = state_warp && head0 + warp < a.num_heads;
+  const float sink = real_head ? a.sinks[head0 + warp] : 0.f;
+  float run_max = sink, run_sum = 0.f;
+
+  float acc[kHeads][kCols];
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) acc[h][i] = 0.f;
+  }
+
+  const int32_t* ids = a.row_ids + m * a.max_rows;
+  const bool vec_q = d % 4 == 0;
+  const int d4 = d / 4;
+  for (int t0 = 0; t0 < n; t0 += kTile) {
+    const int tile_n = min(kTile, n - t0);
+    // 1. The tile's rows into shared memory, one warp per row.
+    for (int t = warp; t < tile_n; t += kWarps) {
+      const float* src = a.rows + static_cast<int64_t>(ids[t0 + t]) * a.row_stride;
+      float* dst = rs + t * d;
+      if (a.vec_rows) {
+        for (int k4 = lane; k4 < d4; k4 += kWarpSize) {
+          reinterpret_cast<float4*>(dst)[k4] = reinterpret_cast<const float4*>(src)[k4];
+        }
+      } else {
+        for (int k = lane; k < d; k += kWarpSize) dst[k] = src[k];
+      }
+    }
+    __syncthreads();
+
+    // 2. Scores scale·q[h]·row[t], one warp per row, the lanes splitting d.
+    for (int t = warp; t < tile_n; t += kWarps) {
+      const float* r = rs + t * d;
+      float part[kHeads];
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) part[h] = 0.f;
+      if (vec_q) {
+        for (int k4 = lane; k4 < d4; k4 += kWarpSize) {
+          const float4 rv = reinterpret_cast<const float4*>(r)[k4];
+#pragma unroll
+          for (int h = 0; h < kHeads; ++h) {
+            const float4 qv = reinterpret_cast<const float4*>(qs + h * d)[k4];
+            part[h] = fmaf(qv.x, rv.x, part[h]);
+            part[h] = fmaf(qv.y, rv.y, part[h]);
+            part[h] = fmaf(qv.z, rv.z, part[h]);
+            part[h] = fmaf(qv.w, rv.w, part[h]);
+          }
+        }
+      } else {
+        for (int k = lane; k < d; k += kWarpSize) {
+          const float rv = r[k];
+#pragma unroll
+          for (int h = 0; h < kHeads; ++h) part[h] = fmaf(qs[h * d + k], rv, part[h]);
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < kHeads; ++h) {
+        const float s = WarpSum(part[h]);
+        if (lane == 0) scores[h * kTile + t] = a.scale * s;
+      }
+    }
+    __syncthreads();
+
+    // 3. Online softmax: warp h takes the tile's scores of head h (one lane per row), raises the
+    // running max, and leaves e^{s − max} in `probs` and the rescale of older terms in alpha_s.
+    if (state_warp) {
+      const float s = lane < tile_n ? scores[warp * kTile + lane] : -INFINITY;
+      const float new_max = fmaxf(run_max, WarpMax(s));
+      const float alpha = new_max == run_max ? 1.f : expf(run_max - new_max);
+      const float p = lane < tile_n ? expf(s - new_max) : 0.f;
+      run_sum = run_sum * alpha + WarpSum(p);
+      run_max = new_max;
+      probs[lane * kHeads + warp] = p;
+      if (lane == 0) alpha_s[warp] = alpha;
+    }
+    __syncthreads();
+
+    // 4. acc = alpha·acc + Σ_t p[t]·row[t], rows in order.
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+      const float al = alpha_s[h];
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) acc[h][i] *= al;
+    }
+    for (int t = 0; t < tile_n; ++t) {
+      float p[kHeads];
+      if constexpr (kHeads % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < kHeads; h += 4) {
+          const float4 pv = *reinterpret_cast<const float4*>(probs + t * kHeads + h);
+          p[h] = pv.x, p[h + 1] = pv.y, p[h + 2] = pv.z, p[h + 3] = pv.w;
+        }
+      } else {
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) p[h] = probs[t * kHeads + h];
+      }
+      const float* r = rs + t * d;
+#pragma unroll
+      for (int i = 0; i < kCols; ++i) {
+        const int c = tid + i * kThreads;
+        if (c < d) {
+          const float rv = r[c];
+#pragma unroll
+          for (int h = 0; h < kHeads; ++h) acc[h][i] = fmaf(p[h], rv, acc[h][i]);
+        }
+      }
+    }
+    __syncthreads();  // the next tile overwrites rs, scores, probs and alpha_s
+  }
+
+  if (state_warp && lane == 0) denom_s[warp] = run_sum + expf(sink - run_max);
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < kHeads; ++h) {
+    if (head0 + h >= a.num_heads) break;
+    const float denom = denom_s[h];
+    float* dst = out_m + static_cast<int64_t>(head0 + h) * d;
+#pragma unroll
+    for (int i = 0; i < kCols; ++i) {
+      const int c = tid + i * kThreads;
+      if (c < d) dst[c] = acc[h][i] / denom;
+    }
+  }
+}
+
+template <int kHeads, int kCols>
+void Launch(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(CeilDiv(a.num_heads, kHeads)));
+  const size_t smem = static_cast<size_t>(SmemFloats<kHeads>(a.d)) * sizeof(float);
+  auto* kernel = AttentionWithSinkKernel<kHeads, kCols>;
+  if (smem > 48 * 1024) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+                  "AttentionWithSink: shared memory opt-in");
+  }
+  kernel<<<grid, kThreads, smem, stream>>>(a);
+  DI_CUDA_LAUNCH_CHECK("AttentionWithSink");
+}
+
+template <int kHeads>
+void LaunchCols(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
+  if (a.d <= kThreads) {
+    Launch<kHeads, 1>(a, num_queries, stream);
+  } else if (a.d <= 2 * kThreads) {
+    Launch<kHeads, 2>(a, num_queries, stream);
+  } else {
+    Launch<kHeads, 4>(a, num_queries, stream);
+  }
+}
+
+}  // namespace
+
+void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
+                       const int32_t* row_ids, const int32_t* counts, int64_t max_rows,
+                       const float* sinks, int64_t num_queries, int64_t num_heads, int64_t head_dim,
+                       float scale, float* out, int64_t out_stride, cudaStream_t stream) {
+  static_assert(kMaxHeadDim <= 4 * kThreads, "kCols = 4 covers the largest head_dim");
+  const char* name = "cuda::AttentionWithSink";
+  if (num_queries < 0 || num_queries > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
+  if (num_heads < 1 || num_heads > 65535) ThrowCudaError(__FILE__, __LINE__, name, "bad num_heads");
+  if (head_dim < 1 || head_dim > kMaxHeadDim) {
+    ThrowCudaError(__FILE__, __LINE__, name, "head_dim must be in [1, 1024]");
+  }
+  if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
+  if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < head_dim) {
+    ThrowCudaError(__FILE__, __LINE__, name, "a row stride is smaller than the row");
+  }
+  if (num_queries == 0) return;
+  if (q == nullptr || out == nullptr || counts == nullptr || sinks == nullptr ||
+      (max_rows > 0 && (rows == nullptr || row_ids == nullptr))) {
+    ThrowCudaError(__FILE__, __LINE__, name, "null pointer");
+  }
+  const int d = static_cast<int>(head_dim);
+  const bool vec_rows = d % 4 == 0 && row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(rows) % 16 == 0;
+  const AttentionArgs a{q, q_stride, rows, row_stride, row_ids, counts, max_rows, sinks,
+                        static_cast<int>(num_heads), d, scale, out, out_stride, vec_rows};
+  // Heads per block: the smallest of 1, 2, 4, 8 that covers min(H, 8). The result of a head does
+  // not depend on this choice.
+  if (num_heads >= 5) {
+    LaunchCols<8>(a, num_queries, stream);
+  } else if (num_heads >= 3) {
+    LaunchCols<4>(a, num_queries, stream);
+  } else if (num_heads == 2) {
+    LaunchCols<2>(a, num_queries, stream);
+  } else {
+    LaunchCols<1>(a, num_queries, stream);
+  }
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,39 @@
+// CUDA attention core of DeepSeek-V4 (dsv4-model.md §5.6), batched over query tokens: the twin of
+// cpu::AttentionWithSink. Each query attends, with H heads, over its own list of key rows taken
+// from a shared row pool; the rows are also the values (MQA with K = V), and a per-head sink logit
+// enters only the softmax denominator.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+// Shapes (f32 unless stated; all pointers are device pointers):
+//   q        [M, H, d]: query m's head h at q + m·q_stride + h·d (q_stride >= H·d).
+//   rows     [R, d]: the row pool; row r at rows + r·row_stride (row_stride >= d).
+//   row_ids  int32 [M, max_rows] contiguous: query m attends over the rows
+//            row_ids[m·max_rows + j], j < counts[m], in that order (repeats allowed). Every such
+//            id must lie in [0, R); the kernel does not check (an id outside reads out of bounds).
+//   counts   int32 [M]: 0 <= counts[m] <= max_rows (values outside are clamped into that range).
+//   sinks    [H]: per-head sink logit, not multiplied by `scale` (−inf is allowed: no sink).
+//   out      [M, H, d]: query m's head h at out + m·out_stride + h·d. Only those elements are
+//            written.
+// For each query m and head h, with s_j = scale · q[m,h]·rows[row_ids[m,j]] and
+// Mx = max(max_j s_j, sinks[h]):
+//   out[m,h] = Σ_j e^{s_j − Mx} rows[row_ids[m,j]] / (Σ_j e^{s_j − Mx} + e^{sinks[h] − Mx}),
+// and counts[m] == 0 gives zeros, as in cpu::AttentionWithSink over the gathered rows.
+//
+// Numerics: fp32 throughout, an online softmax over tiles of 32 rows in the given row order; the
+// result for a (query, head) depends only on that query's inputs and d (deterministic and batch
+// invariant), but sums in a different order than the CPU's BLAS (differences of a few fp32 ulps
+// of the output scale).
+// Limits: 1 <= d <= 1024, H >= 1, max_rows >= 0. No scratch; nothing is allocated or synchronized.
+// Launches on `stream`; M == 0 launches nothing.
+void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
+                       const int32_t* row_ids, const int32_t* counts, int64_t max_rows,
+                       const float* sinks, int64_t num_queries, int64_t num_heads, int64_t head_dim,
+                       float scale, float* out, int64_t out_stride, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,256 @@
+#include "kernels/cuda/hc.h"
+
+#include <climits>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kMixThreads = 256;
+constexpr int kMixWarps = kMixThreads / kWarpSize;
+constexpr int kRowChunk = 8;  // mix rows accumulated per pass over a token's W values
+constexpr int kMaxRows = (2 + kHcMaxStreams) * kHcMaxStreams;
+constexpr int kPostThreads = 256;
+// At or above this many tokens a mix block serves 4 tokens (fn is read once for 4); below, one
+// token per block for more blocks. The per-token arithmetic is identical either way.
+constexpr int64_t kMultiTokenMin = 256;
+
+// The CPU's sigmoid, unfused: 1 / (1 + exp(−v)).
+__device__ inline float Sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
+
+// v · scale + base with the CPU's two roundings (no FMA).
+__device__ inline float Affine(float v, float scale, float base) { return __fadd_rn(__fmul_rn(v, scale), base); }
+
+// Sinkhorn-Knopp on the s×s matrix c (shared memory) by one warp, in the CPU's order: lane j owns
+// row j for row steps and column j for column steps; each element sees the same operations as in
+// the CPU loop. All 32 lanes must call it.
+__device__ void SinkhornWarp(float* c, int s, int64_t iters, float eps) {
+  const int lane = threadIdx.x % kWarpSize;
+  if (lane < s) {
+    float* row = c + lane * s;
+    float mx = row[0];
+    for (int k = 1; k < s; ++k) mx = fmaxf(mx, row[k]);
+    float sum = 0.f;
+    for (int k = 0; k < s; ++k) {
+      row[k] = expf(row[k] - mx);
+      sum += row[k];
+    }
+    for (int k = 0; k < s; ++k) row[k] = row[k] / sum + eps;
+  }
+  __syncwarp();
+  auto normalize_columns = [&] {
+    if (lane < s) {
+      float sum = 0.f;
+      for (int j = 0; j < s; ++j) sum += c[j * s + lane];
+      for (int j = 0; j < s; ++j) c[j * s + lane] /= (sum + eps);
+    }
+    __syncwarp();
+  };
+  normalize_columns();
+  for (int64_t it = 1; it < iters; ++it) {
+    if (lane < s) {
+      float* row = c + lane * s;
+      float sum = 0.f;
+      for (int k = 0; k < s; ++k) sum += row[k];
+      for (int k = 0; k < s; ++k) row[k] /= (sum + eps);
+    }
+    __syncwarp();
+    normalize_columns();
+  }
+}
+
+// One block per kTok consecutive tokens (the last block may hold fewer):
+//   1. mix[t, r] = Σ_i fn[r, i] · X[t, i] and ss[t] = Σ_i X[t, i]², each thread striding over i,
+//      then a warp butterfly and a sum over warps in warp order (fixed for the block size);
+//   2. one warp per token: mix ·= 1/sqrt(ss/W + norm_eps), then the stream weights (and, for
+//      HcPre, post and the Sinkhorn of comb);
+//   3. out[t] = Σ_j weight_j · X[t, j], stream by stream like the CPU.
+// kHead: rows = s, weights = head weights, no post/comb. Otherwise rows = (2+s)·s.
+template <int kTok, bool kHead>
+__global__ void __launch_bounds__(kMixThreads)
+    HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
+                int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
+  static_assert(kTok <= kMixWarps, "one epilogue warp per token");
+  __shared__ float red[kMixWarps][kTok * kRowChunk];
+  __shared__ float ss_red[kMixWarps][kTok];
+  __shared__ float mix[kTok][kMaxRows];
+  __shared__ float ss_tok[kTok];
+  __shared__ float weights[kTok][kHcMaxStreams];
+  __shared__ float cmat[kTok][kHcMaxStreams * kHcMaxStreams];
+
+  const int w = s * d;
+  const int rows = kHead ? s : (2 + s) * s;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTok;
+  const int ntok = static_cast<int>(min(static_cast<int64_t>(kTok), m - t0));
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+
+  // Tokens past the end alias the last one: their sums are computed and dropped.
+  const float* xt[kTok];
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) xt[t] = x + (t0 + min(t, ntok - 1)) * w;
+
+  for (int r0 = 0; r0 < rows; r0 += kRowChunk) {
+    const float* f[kRowChunk];
+#pragma unroll
+    for (int k = 0; k < kRowChunk; ++k) f[k] = p.fn + static_cast<int64_t>(min(r0 + k, rows - 1)) * w;
+    float acc[kTok][kRowChunk];
+    float ss[kTok];
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      ss[t] = 0.f;
+#pragma unroll
+      for (int k = 0; k < kRowChunk; ++k) acc[t][k] = 0.f;
+    }
+    for (int i = threadIdx.x; i < w; i += kMixThreads) {
+      float fv[kRowChunk];
+#pragma unroll
+      for (int k = 0; k < kRowChunk; ++k) fv[k] = __ldg(f[k] + i);
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        const float xv = __ldg(xt[t] + i);
+        ss[t] = fmaf(xv, xv, ss[t]);
+#pragma unroll
+        for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+      for (int k = 0; k < kRowChunk; ++k) {
+        const float v = WarpSum(acc[t][k]);
+        if (lane == 0) red[warp][t * kRowChunk + k] = v;
+      }
+      if (r0 == 0) {
+        const float v = WarpSum(ss[t]);
+        if (lane == 0) ss_red[warp][t] = v;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < kTok * kRowChunk) {
+      const int t = threadIdx.x / kRowChunk, k = threadIdx.x % kRowChunk;
+      float sum = 0.f;
+      for (int wp = 0; wp < kMixWarps; ++wp) sum += red[wp][threadIdx.x];
+      if (r0 + k < rows) mix[t][r0 + k] = sum;
+    }
+    if (r0 == 0 && threadIdx.x < kTok) {
+      float sum = 0.f;
+      for (int wp = 0; wp < kMixWarps; ++wp) sum += ss_red[wp][threadIdx.x];
+      ss_tok[threadIdx.x] = sum;
+    }
+    __syncthreads();  // red is rewritten by the next pass; mix and ss_tok are read below
+  }
+
+  if (warp < ntok) {
+    const int t = warp;
+    const int64_t tok = t0 + t;
+    const float inv = 1.f / sqrtf(ss_tok[t] / static_cast<float>(w) + p.norm_eps);
+    float* mt = mix[t];
+    for (int r = lane; r < rows; r += kWarpSize) mt[r] = __fmul_rn(mt[r], inv);
+    __syncwarp();
+    if constexpr (kHead) {
+      if (lane < s) weights[t][lane] = Sigmoid(Affine(mt[lane], p.scale[0], p.base[lane])) + p.hc_eps;
+    } else {
+      if (lane < s) {
+        weights[t][lane] = Sigmoid(Affine(mt[lane], p.scale[0], p.base[lane])) + p.hc_eps;
+        post[tok * s + lane] = __fmul_rn(2.f, Sigmoid(Affine(mt[s + lane], p.scale[1], p.base[s + lane])));
+      }
+      float* c = cmat[t];
+      for (int e = lane; e < s * s; e += kWarpSize) c[e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
+      __syncwarp();
+      SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
+      for (int e = lane; e < s * s; e += kWarpSize) comb[tok * s * s + e] = c[e];
+    }
+  }
+  __syncthreads();
+
+  for (int t = 0; t < ntok; ++t) {
+    const float* xr = x + (t0 + t) * w;
+    float* o = out + (t0 + t) * ldo;
+    for (int i = threadIdx.x; i < d; i += kMixThreads) {
+      float acc = 0.f;
+      for (int j = 0; j < s; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t][j], xr[static_cast<int64_t>(j) * d + i]));
+      o[i] = acc;
+    }
+  }
+}
+
+// One thread per (token, channel i): all s outputs of that channel.
+__global__ void __launch_bounds__(kPostThreads)
+    HcPostKernel(const float* __restrict__ o, int64_t ldo, const float* __restrict__ x,
+                 const float* __restrict__ post, const float* __restrict__ comb, int s, int d,
+                 float* __restrict__ x_out) {
+  const int64_t tok = blockIdx.x;
+  const int i = blockIdx.y * kPostThreads + threadIdx.x;
+  if (i >= d) return;
+  const float* xr = x + tok * s * d;
+  float xv[kHcMaxStreams];
+#pragma unroll
+  for (int j = 0; j < kHcMaxStreams; ++j) xv[j] = j < s ? __ldg(xr + static_cast<int64_t>(j) * d + i) : 0.f;
+  const float ov = __ldg(o + tok * ldo + i);
+  const float* pr = post + tok * s;
+  const float* c = comb + tok * s * s;
+  float* outr = x_out + tok * s * d;
+  for (int k = 0; k < s; ++k) {
+    float acc = __fmul_rn(__ldg(pr + k), ov);
+#pragma unroll
+    for (int j = 0; j < kHcMaxStreams; ++j) {
+      if (j < s) acc = __fadd_rn(acc, __fmul_rn(__ldg(c + j * s + k), xv[j]));
+    }
+    outr[static_cast<int64_t>(k) * d + i] = acc;
+  }
+}
+
+void CheckShape(const char* what, int64_t m, int64_t s, int64_t d, int64_t ld) {
+  if (s < 1 || s > kHcMaxStreams) ThrowCudaError(__FILE__, __LINE__, what, "hc_mult must be in [1, 16]");
+  if (m < 0 || d < 1 || s * d > INT_MAX) ThrowCudaError(__FILE__, __LINE__, what, "bad token count or width");
+  if (ld < d) ThrowCudaError(__FILE__, __LINE__, what, "row stride smaller than the width");
+}
+
+template <bool kHead>
+void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* out,
+               int64_t ldo, float* post, float* comb, cudaStream_t stream) {
+  if (p.fn == nullptr || p.base == nullptr || p.scale == nullptr) {
+    ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
+  }
+  if (m >= kMultiTokenMin) {
+    HcMixKernel<4, kHead><<<static_cast<unsigned>(CeilDiv(m, 4)), kMixThreads, 0, stream>>>(
+        x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
+  } else {
+    HcMixKernel<1, kHead><<<static_cast<unsigned>(m), kMixThreads, 0, stream>>>(
+        x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
+  }
+  DI_CUDA_LAUNCH_CHECK(what);
+}
+
+}  // namespace
+
+void HcPre(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* a, int64_t lda,
+           float* post, float* comb, cudaStream_t stream) {
+  CheckShape("hc_pre", m, s, d, lda);
+  if (m == 0) return;
+  LaunchMix<false>("hc_pre", x, m, s, d, p, a, lda, post, comb, stream);
+}
+
+void HcHead(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* y, int64_t ldy,
+            cudaStream_t stream) {
+  CheckShape("hc_head", m, s, d, ldy);
+  if (m == 0) return;
+  LaunchMix<true>("hc_head", x, m, s, d, p, y, ldy, nullptr, nullptr, stream);
+}
+
+void HcPost(const float* o, int64_t ldo, const float* x, const float* post, const float* comb, int64_t m,
+            int64_t s, int64_t d, float* x_out, cudaStream_t stream) {
+  CheckShape("hc_post", m, s, d, ldo);
+  if (m == 0) return;
+  if (x_out == x) ThrowCudaError(__FILE__, __LINE__, "hc_post", "the output must not alias the input");
+  if (m > INT_MAX) ThrowCudaError(__FILE__, __LINE__, "hc_post", "too many tokens");
+  const dim3 grid(static_cast<unsigned>(m), static_cast<unsigned>(CeilDiv(d, kPostThreads)));
+  HcPostKernel<<<grid, kPostThreads, 0, stream>>>(o, ldo, x, post, comb, static_cast<int>(s),
+                                                  static_cast<int>(d), x_out);
+  DI_CUDA_LAUNCH_CHECK("hc_post");
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,238 @@
+#include "kernels/cuda/indexer.h"
+
+#include <climits>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+// ---- Scoring ----------------------------------------------------------------------------------
+
+constexpr int kScoreThreads = 256;
+constexpr int kKeyTile = 64;    // candidates per block
+constexpr int kHeadTile = 64;   // all heads of a query (Hi <= 64), zero padded
+constexpr int kChunk = 32;      // dk elements staged per step
+constexpr int kTilePad = 68;    // row pitch of the k-major tiles: a multiple of 4 for float4 reads
+constexpr int kDotPitch = kHeadTile + 1;
+static_assert(kKeyTile == kHeadTile, "candidates and heads are staged by the same loop");
+static_assert(kScoreThreads == (kKeyTile / 4) * (kHeadTile / 4), "a 4x4 tile per thread");
+
+// One block per (query m = blockIdx.x, candidates j0 = blockIdx.y·64 … j0+63). Thread (tx, ty) =
+// (tid % 16, tid / 16) computes the dot products of candidates 4ty…4ty+3 with heads 4tx…4tx+3,
+// accumulating over dk in order; then thread t < 64 sums candidate j0+t over the heads in order.
+__global__ void __launch_bounds__(kScoreThreads)
+    IndexerScoreKernel(const float* __restrict__ q, int64_t q_stride, const float* __restrict__ weights,
+                       int64_t weights_stride, int num_heads, int dk, const float* __restrict__ keys,
+                       int64_t key_stride, const int32_t* __restrict__ key_ids, int64_t max_keys,
+                       const int32_t* __restrict__ num_visible, float* __restrict__ scores) {
+  __shared__ __align__(16) float qs[kChunk][kTilePad];  // [k][head]
+  __shared__ __align__(16) float ks[kChunk][kTilePad];  // [k][candidate]
+  __shared__ float dots[kKeyTile][kDotPitch];          // [candidate][head]
+  __shared__ float ws[kHeadTile];
+  __shared__ int32_t ids[kKeyTile];
+
+  const int64_t m = blockIdx.x;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kKeyTile;
+  const int64_t nv = min(max(static_cast<int64_t>(num_visible[m]), int64_t{0}), max_keys);
+  if (j0 >= nv) return;  // uniform over the block
+  const int tid = threadIdx.x;
+  const int tx = tid % 16, ty = tid / 16;
+
+  if (tid < kKeyTile) ids[tid] = j0 + tid < nv ? key_ids[m * max_keys + j0 + tid] : -1;
+  if (tid < kHeadTile) ws[tid] = tid < num_heads ? weights[m * weights_stride + tid] : 0.f;
+  const float* q_m = q + m * q_stride;
+
+  float acc[4][4];  // [candidate 4ty+i][head 4tx+j]
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+  }
+  __syncthreads();  // ids
+
+  for (int k0 = 0; k0 < dk; k0 += kChunk) {
+    // Stage dk elements k0 … k0+31 of the 64 candidates and the 64 heads, transposed to k-major;
+    // a warp reads 32 consecutive floats of one row. Missing rows, heads and k are zeros.
+    for (int e = tid; e < kKeyTile * kChunk; e += kScoreThreads) {
+      const int row = e / kChunk, kk = e % kChunk, k = k0 + kk;
+      const int32_t id = ids[row];
+      ks[kk][row] = id >= 0 && k < dk ? keys[static_cast<int64_t>(id) * key_stride + k] : 0.f;
+      qs[kk][row] = row < num_heads && k < dk ? q_m[static_cast<int64_t>(row) * dk + k] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int kk = 0; kk < kChunk; ++kk) {
+      const float4 hv = *reinterpret_cast<const float4*>(&qs[kk][4 * tx]);
+      const float4 cv = *reinterpret_cast<const float4*>(&ks[kk][4 * ty]);
+      const float h4[4] = {hv.x, hv.y, hv.z, hv.w};
+      const float c4[4] = {cv.x, cv.y, cv.z, cv.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(c4[i], h4[j], acc[i][j]);
+      }
+    }
+    __syncthreads();  // the next chunk overwrites qs and ks
+  }
+
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) dots[4 * ty + i][4 * tx + j] = acc[i][j];
+  }
+  __syncthreads();
+  if (tid < kKeyTile && j0 + tid < nv) {
+    float s = 0.f;
+    for (int h = 0; h < num_heads; ++h) {
+      const float v = dots[tid][h];
+      s += (v < 0.f ? 0.f : v) * ws[h];  // ReLU as std::max(v, 0.f): NaN passes through
+    }
+    scores[m * max_keys + j0 + tid] = s;
+  }
+}
+
+// ---- Selection --------------------------------------------------------------------------------
+
+constexpr int kSelectThreads = 1024;
+constexpr int kSelectWarps = kSelectThreads / kWarpSize;
+constexpr int kRadixBits = 8;
+constexpr int kBins = 1 << kRadixBits;
+constexpr int kBinsPerLane = kBins / kWarpSize;
+
+// A key whose unsigned order is the selection order of the scores: larger is better, all NaNs
+// equal and above +inf, −0 equal to +0.
+__device__ inline uint32_t OrderKey(float s) {
+  if (isnan(s)) return 0xffffffffu;
+  const uint32_t bits = s == 0.f ? 0u : __float_as_uint(s);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+// One block per query. Finds the key T of the k-th best candidate by a most-significant-digit
+// radix select (4 passes of 8 bits; integer shared-memory histograms, so exact), then writes, in
+// ascending j, every candidate with key > T and the first `need` candidates with key == T.
+__global__ void __launch_bounds__(kSelectThreads)
+    IndexerSelectKernel(const float* __restrict__ scores, int64_t max_keys, const int32_t* __restrict__ num_visible,
+                        int top_k, int32_t* __restrict__ selected, int32_t* __restrict__ counts) {
+  __shared__ int hist[kBins];
+  __shared__ int warp_eq[kSelectWarps];
+  __shared__ int warp_sel[kSelectWarps];
+  __shared__ uint32_t s_bin;
+  __shared__ int s_above;
+
+  const int64_t m = blockIdx.x;
+  const int nv = static_cast<int>(min(max(static_cast<int64_t>(num_visible[m]), int64_t{0}), max_keys));
+  const int k = min(top_k, nv);
+  const float* s = scores + m * max_keys;
+  int32_t* out = selected + m * static_cast<int64_t>(top_k);
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  if (tid == 0) counts[m] = k;
+  if (k == 0 || k == nv) {  // none, or every visible candidate
+    for (int j = tid; j < top_k; j += kSelectThreads) out[j] = j < k ? j : -1;
+    return;
+  }
+
+  // Radix select: after the pass at `shift`, `prefix` holds the top bits of T and k_rem counts
+  // the candidates still to take among those whose key starts with `prefix`.
+  uint32_t prefix = 0, mask = 0;
+  int k_rem = k;
+  for (int shift = 32 - kRadixBits; shift >= 0; shift -= kRadixBits) {
+    for (int b = tid; b < kBins; b += kSelectThreads) hist[b] = 0;
+    __syncthreads();
+    for (int j = tid; j < nv; j += kSelectThreads) {
+      const uint32_t u = OrderKey(s[j]);
+      if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & (kBins - 1)], 1);
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lane l holds bins kBinsPerLane·l …; find the bin where the count from the top reaches k_rem.
+      int c[kBinsPerLane];
+      int lane_sum = 0;
+#pragma unroll
+      for (int b = 0; b < kBinsPerLane; ++b) lane_sum += (c[b] = hist[lane * kBinsPerLane + b]);
+      int suffix = lane_sum;  // Σ over lanes >= lane
+      for (int offset = 1; offset < kWarpSize; offset <<= 1) {
+        const int v = __shfl_down_sync(0xffffffffu, suffix, offset);
+        if (lane + offset < kWarpSize) suffix += v;
+      }
+      const int above_lane = suffix - lane_sum;
+      if (above_lane < k_rem && k_rem <= suffix) {  // exactly one lane
+        int above = above_lane;
+        int b = kBinsPerLane - 1;
+        for (; b > 0; --b) {
+          if (above + c[b] >= k_rem) break;
+          above += c[b];
+        }
+        s_bin = static_cast<uint32_t>(lane * kBinsPerLane + b);
+        s_above = above;
+      }
+    }
+    __syncthreads();
+    prefix |= s_bin << shift;
+    mask |= static_cast<uint32_t>(kBins - 1) << shift;
+    k_rem -= s_above;
+  }
+  const uint32_t threshold = prefix;
+  const int need = k_rem;  // how many candidates with key == threshold to take, lowest j first
+
+  // Compaction in ascending j, 1024 candidates per round; ranks from warp ballots.
+  const unsigned lower_lanes = (1u << lane) - 1u;
+  int eq_before_round = 0, sel_before_round = 0;
+  for (int base = 0; base < nv; base += kSelectThreads) {
+    const int j = base + tid;
+    const uint32_t u = j < nv ? OrderKey(s[j]) : 0u;
+    const bool gt = j < nv && u > threshold;
+    const bool eq = j < nv && u == threshold;
+    const unsigned eq_mask = __ballot_sync(0xffffffffu, eq);
+    if (lane == 0) warp_eq[warp] = __popc(eq_mask);
+    __syncthreads();
+    int eq_rank = eq_before_round + __popc(eq_mask & lower_lanes);
+    for (int w = 0; w < warp; ++w) eq_rank += warp_eq[w];
+    const bool sel = gt || (eq && eq_rank < need);
+    const unsigned sel_mask = __ballot_sync(0xffffffffu, sel);
+    if (lane == 0) warp_sel[warp] = __popc(sel_mask);
+    __syncthreads();
+    int pos = sel_before_round + __popc(sel_mask & lower_lanes);
+    for (int w = 0; w < warp; ++w) pos += warp_sel[w];
+    if (sel) out[pos] = j;
+    for (int w = 0; w < kSelectWarps; ++w) eq_before_round += warp_eq[w], sel_before_round += warp_sel[w];
+    __syncthreads();  // warp_eq and warp_sel are rewritten next round
+  }
+  for (int j = k + tid; j < top_k; j += kSelectThreads) out[j] = -1;
+}
+
+}  // namespace
+
+void IndexerTopK(const float* q, int64_t q_stride, const float* weights, int64_t weights_stride,
+                 int64_t num_queries, int64_t num_heads, int64_t head_dim, const float* keys,
+                 int64_t key_stride, const int32_t* key_ids, int64_t max_keys, const int32_t* num_visible,
+                 int64_t top_k, float* scores, int32_t* selected, int32_t* counts, cudaStream_t stream) {
+  const char* name = "cuda::IndexerTopK";
+  if (num_queries < 0 || num_queries > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
+  if (num_heads < 1 || num_heads > kHeadTile) ThrowCudaError(__FILE__, __LINE__, name, "num_heads must be in [1, 64]");
+  if (head_dim < 1 || head_dim > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "bad head_dim");
+  if (max_keys < 0 || CeilDiv(max_keys, kKeyTile) > 65535) ThrowCudaError(__FILE__, __LINE__, name, "bad max_keys");
+  if (top_k < 0 || top_k > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "bad top_k");
+  if (q_stride < num_heads * head_dim || weights_stride < num_heads || key_stride < head_dim) {
+    ThrowCudaError(__FILE__, __LINE__, name, "a row stride is smaller than the row");
+  }
+  if (num_queries == 0) return;
+  if (q == nullptr || weights == nullptr || num_visible == nullptr || counts == nullptr ||
+      (top_k > 0 && selected == nullptr) ||
+      (max_keys > 0 && (keys == nullptr || key_ids == nullptr || scores == nullptr))) {
+    ThrowCudaError(__FILE__, __LINE__, name, "null pointer");
+  }
+  if (max_keys > 0) {
+    const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(CeilDiv(max_keys, kKeyTile)));
+    IndexerScoreKernel<<<grid, kScoreThreads, 0, stream>>>(q, q_stride, weights, weights_stride,
+                                                           static_cast<int>(num_heads), static_cast<int>(head_dim),
+                                                           keys, key_stride, key_ids, max_keys, num_visible, scores);
+    DI_CUDA_LAUNCH_CHECK("cuda::IndexerTopK scores");
+  }
+  IndexerSelectKernel<<<static_cast<unsigned>(num_queries), kSelectThreads, 0, stream>>>(
+      scores, max_keys, num_visible, static_cast<int>(top_k), selected, counts);
+  DI_CUDA_LAUNCH_CHECK("cuda::IndexerTopK select");
+}
+
+}  // namespace deepinfer::cuda

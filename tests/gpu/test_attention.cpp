@@ -1,0 +1,154 @@
+// cuda::AttentionWithSink against cpu::AttentionWithSink over the same gathered rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention.h"
+
+namespace deepinfer::test {
+namespace {
+
+constexpr float kSentinel = 12345.f;                // padding between output rows: must survive
+constexpr int32_t kUnusedId = 0x7fffffff;           // row ids past counts[m]: must not be read
+
+struct AttentionCase {
+  int64_t queries, heads, head_dim, pool_rows, max_rows;
+  std::vector<int32_t> counts;  // one per query
+  int64_t q_pad = 0, row_pad = 0, out_pad = 0;
+  float q_range = 1.f;          // q uniform in [−q_range, q_range]: larger gives peakier softmax
+  bool some_sinks_neg_inf = false;
+  uint64_t seed = 1;
+};
+
+struct AttentionInputs {
+  int64_t q_stride, row_stride, out_stride;
+  std::vector<float> q, rows, sinks;
+  std::vector<int32_t> row_ids;
+  float scale;
+};
+
+AttentionInputs MakeInputs(const AttentionCase& c) {
+  AttentionInputs in;
+  in.q_stride = c.heads * c.head_dim + c.q_pad;
+  in.row_stride = c.head_dim + c.row_pad;
+  in.out_stride = c.heads * c.head_dim + c.out_pad;
+  in.q = RandomFloats(c.queries * in.q_stride, c.seed, -c.q_range, c.q_range);
+  in.rows = RandomFloats(c.pool_rows * in.row_stride, c.seed + 1);
+  in.sinks = RandomFloats(c.heads, c.seed + 2, -2.f, 2.f);
+  if (c.some_sinks_neg_inf) {
+    for (int64_t h = 0; h < c.heads; h += 2) in.sinks[h] = -std::numeric_limits<float>::infinity();
+  }
+  std::mt19937_64 rng(c.seed + 3);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(c.pool_rows - 1));
+  in.row_ids.assign(c.queries * c.max_rows, kUnusedId);
+  for (int64_t m = 0; m < c.queries; ++m) {
+    for (int64_t j = 0; j < c.counts[m]; ++j) in.row_ids[m * c.max_rows + j] = pick(rng);
+  }
+  in.scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  return in;
+}
+
+std::vector<float> CpuAttention(const AttentionCase& c, const AttentionInputs& in) {
+  const int64_t h = c.heads, d = c.head_dim;
+  std::vector<float> want(c.queries * in.out_stride, kSentinel);
+  for (int64_t m = 0; m < c.queries; ++m) {
+    const int64_t n = c.counts[m];
+    std::vector<float> kv(n * d), scores(h * n + 1);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* src = in.rows.data() + in.row_ids[m * c.max_rows + j] * in.row_stride;
+      std::copy(src, src + d, kv.data() + j * d);
+    }
+    cpu::AttentionWithSink(in.q.data() + m * in.q_stride, h, kv.data(), n, d, in.sinks.data(), in.scale,
+                           scores.data(), want.data() + m * in.out_stride);
+  }
+  return want;
+}
+
+std::vector<float> GpuAttention(const AttentionCase& c, const AttentionInputs& in) {
+  DeviceArray<float> q(in.q), rows(in.rows), sinks(in.sinks);
+  DeviceArray<int32_t> ids(in.row_ids), counts(c.counts);
+  DeviceArray<float> out(std::vector<float>(c.queries * in.out_stride, kSentinel));
+  cuda::AttentionWithSink(q.get(), in.q_stride, rows.get(), in.row_stride, ids.get(), counts.get(), c.max_rows,
+                          sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(), in.out_stride, nullptr);
+  return out.ToHost();
+}
+
+// fp32 softmax and weighted sums over <= 640 rows (outputs of magnitude <= 1, rows in [−1, 1]),
+// in a different order than the CPU (online rescaling, other dot-product order): expected
+// differences ~1e-6, so 1e-5 absolute leaves margin; the relative term covers outputs near 1.
+constexpr float kAtol = 1e-5f, kRtol = 1e-5f;
+
+void ExpectMatchesCpu(const AttentionCase& c) {
+  const AttentionInputs in = MakeInputs(c);
+  EXPECT_TRUE(AllClose(GpuAttention(c, in), CpuAttention(c, in), kAtol, kRtol, "attention"));
+}
+
+TEST(CudaAttention, SmallShapes) {
+  DI_REQUIRE_GPU();
+  // H=2, d=32, one query, a count just past a tile.
+  ExpectMatchesCpu({1, 2, 32, 50, 40, {37}, 0, 0, 0, 1.f, false, 11});
+  // H=3 (a padded head group), counts 0, 1, 31, 32 (one full tile), 70 (= max_rows).
+  ExpectMatchesCpu({5, 3, 64, 100, 70, {0, 1, 31, 32, 70}, 0, 0, 0, 1.f, false, 12});
+  // H=8, d=100: not a multiple of 4 (scalar paths).
+  ExpectMatchesCpu({3, 8, 100, 120, 64, {33, 5, 64}, 0, 0, 0, 1.f, false, 13});
+  // H=1, d=33.
+  ExpectMatchesCpu({2, 1, 33, 40, 20, {20, 7}, 0, 0, 0, 1.f, false, 14});
+  // H=5, d=128 with odd padded strides (rows not float4-aligned).
+  ExpectMatchesCpu({2, 5, 128, 90, 80, {65, 0}, 3, 3, 5, 1.f, false, 15});
+  // H=4, d=96 with strides padded by 4 (float4 row copies), peakier softmax.
+  ExpectMatchesCpu({3, 4, 96, 200, 100, {100, 64, 2}, 4, 4, 4, 4.f, false, 16});
+}
+
+TEST(CudaAttention, NegInfSinksAndEmptyQueries) {
+  DI_REQUIRE_GPU();
+  // Sinks of −inf (no sink; padded heads in FlashMLA's layout) on every other head.
+  ExpectMatchesCpu({4, 6, 64, 80, 50, {50, 0, 1, 17}, 0, 0, 0, 2.f, true, 21});
+}
+
+TEST(CudaAttention, LargeHeadDim) {
+  DI_REQUIRE_GPU();
+  ExpectMatchesCpu({2, 3, 520, 64, 40, {40, 9}, 0, 0, 0, 1.f, false, 31});
+  ExpectMatchesCpu({2, 9, 1024, 64, 40, {33, 40}, 0, 0, 0, 1.f, false, 32});
+}
+
+TEST(CudaAttention, FlashShapes) {
+  DI_REQUIRE_GPU();
+  // H = 64, d = 512, up to 128 window + 512 selected rows per query.
+  ExpectMatchesCpu({4, 64, 512, 4096, 640, {640, 128, 1, 377}, 0, 0, 0, 1.f, false, 41});
+  // Larger logits (q in [−4, 4]: score std ≈ 1.3), so the softmax is far from uniform.
+  ExpectMatchesCpu({3, 64, 512, 2048, 640, {640, 600, 33}, 0, 0, 0, 4.f, false, 42});
+}
+
+TEST(CudaAttention, DeterministicAndBatchInvariant) {
+  DI_REQUIRE_GPU();
+  const AttentionCase c{3, 64, 512, 2048, 640, {640, 200, 513}, 0, 0, 0, 2.f, false, 51};
+  const AttentionInputs in = MakeInputs(c);
+  const std::vector<float> first = GpuAttention(c, in);
+  EXPECT_TRUE(AllEqual(GpuAttention(c, in), first, "second run"));
+  // Query 2 alone gives the bits it got in the batch.
+  AttentionCase one = c;
+  one.queries = 1;
+  one.counts = {c.counts[2]};
+  AttentionInputs in_one = in;
+  in_one.q.assign(in.q.begin() + 2 * in.q_stride, in.q.begin() + 3 * in.q_stride);
+  in_one.row_ids.assign(in.row_ids.begin() + 2 * c.max_rows, in.row_ids.begin() + 3 * c.max_rows);
+  const std::vector<float> alone = GpuAttention(one, in_one);
+  EXPECT_TRUE(AllEqual(alone, std::vector<float>(first.begin() + 2 * in.out_stride, first.begin() + 3 * in.out_stride),
+                       "query alone vs in batch"));
+}
+
+TEST(CudaAttention, NoQueriesLaunchesNothing) {
+  DI_REQUIRE_GPU();
+  cuda::AttentionWithSink(nullptr, 64, nullptr, 32, nullptr, nullptr, 0, nullptr, 0, 2, 32, 1.f, nullptr, 64,
+                          nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace deepinfer::test

@@ -1,0 +1,185 @@
+// CUDA mHC kernels (kernels/cuda/hc.h) against their CPU twins on fresh random inputs.
+//
+// Tolerances. HcPre/HcHead: the mixes are W-term fp32 dot products (W = S·D = 16384 at Flash
+// size) and a W-term sum of squares; the CPU sums them sequentially (the sum of squares in one
+// running float), the GPU in a fixed tree. A float64 simulation of both orders at these shapes
+// (inputs as below) gives mix differences up to ~5e-6 absolute (mixes are O(1); the CPU's
+// sequential sum of squares, relative error ~3e-6, dominates), which the sigmoids (slope ≤ 1/4)
+// and the Sinkhorn pass through at ≤ ~1.2e-6 on pre/post/comb (values in (0, 2]) and ≤ ~5e-6 on
+// a, y (|X| ≤ 2). Asserted: atol 1e-5, rtol 1e-5 on pre/post/comb; atol 2e-5, rtol 1e-5 on a, y
+// (CUDA expf's ≤ 2 ulp adds ~1e-7). HcPost has no reductions and no exp and the GPU repeats the
+// CPU's unfused multiply-then-add: bit-exact against an x86 build, asserted with atol = rtol =
+// 1e-6 so that a CPU build with contracted FMAs would still pass.
+
+#include "kernels/cuda/hc.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "kernels/cpu/hc.h"
+#include "tensor/tensor_view.h"
+
+namespace deepinfer::test {
+namespace {
+
+constexpr float kMixAtol = 1e-5f, kMixRtol = 1e-5f;
+constexpr float kSumAtol = 2e-5f, kSumRtol = 1e-5f;
+
+struct HcInputs {
+  int64_t m, s, d, rows;
+  std::vector<float> x, fn, base, scale;
+};
+
+// fn scaled by 1/sqrt(W) so the mixes are O(1) at every width (the regime where the sigmoids
+// and the Sinkhorn are not saturated and errors pass through).
+HcInputs MakeInputs(int64_t m, int64_t s, int64_t d, bool head, uint64_t seed) {
+  HcInputs in{m, s, d, head ? s : (2 + s) * s, {}, {}, {}, {}};
+  const int64_t w = s * d;
+  const float f = 2.5f / std::sqrt(static_cast<float>(w));
+  in.x = RandomFloats(static_cast<size_t>(m * w), seed, -2.f, 2.f);
+  in.fn = RandomFloats(static_cast<size_t>(in.rows * w), seed + 1, -f, f);
+  in.base = RandomFloats(static_cast<size_t>(in.rows), seed + 2, -1.f, 1.f);
+  in.scale = RandomFloats(head ? 1 : 3, seed + 3, 0.5f, 1.5f);
+  return in;
+}
+
+cpu::HcParams CpuParams(HcInputs& in) {
+  cpu::HcParams p;
+  p.fn = TensorView(in.fn.data(), DType::kF32, {in.rows, in.s * in.d});
+  p.base = TensorView(in.base.data(), DType::kF32, {in.rows});
+  p.scale = TensorView(in.scale.data(), DType::kF32, {static_cast<int64_t>(in.scale.size())});
+  p.sinkhorn_iters = 20;
+  return p;
+}
+
+struct HcPreOut {
+  std::vector<float> a, post, comb;
+};
+
+// GPU HcPre on tokens [t0, t0 + m) of `in` (a with row stride lda, padding initialized to 7).
+HcPreOut GpuHcPre(const HcInputs& in, int64_t t0, int64_t m, int64_t lda) {
+  const int64_t w = in.s * in.d;
+  const std::vector<float> x(in.x.begin() + t0 * w, in.x.begin() + (t0 + m) * w);
+  DeviceArray<float> dx(x), dfn(in.fn), dbase(in.base), dscale(in.scale);
+  DeviceArray<float> da(std::vector<float>(static_cast<size_t>(m * lda), 7.f));
+  DeviceArray<float> dpost(static_cast<size_t>(m * in.s)), dcomb(static_cast<size_t>(m * in.s * in.s));
+  cuda::HcParams p{dfn.get(), dbase.get(), dscale.get(), 20, 1e-6f, 1e-6f};
+  cuda::HcPre(dx.get(), m, in.s, in.d, p, da.get(), lda, dpost.get(), dcomb.get(), nullptr);
+  return {da.ToHost(), dpost.ToHost(), dcomb.ToHost()};
+}
+
+void CheckHcPre(int64_t m, int64_t s, int64_t d, uint64_t seed) {
+  SCOPED_TRACE("M " + std::to_string(m) + " S " + std::to_string(s) + " D " + std::to_string(d));
+  HcInputs in = MakeInputs(m, s, d, false, seed);
+  const int64_t lda = d + 3;
+  std::vector<float> a(static_cast<size_t>(m * lda), 7.f), post(static_cast<size_t>(m * s)),
+      comb(static_cast<size_t>(m * s * s));
+  cpu::HcPre(TensorView(in.x.data(), DType::kF32, {m, s, d}), CpuParams(in),
+             TensorView(a.data(), DType::kF32, {m, lda}), TensorView(post.data(), DType::kF32, {m, s}),
+             TensorView(comb.data(), DType::kF32, {m, s, s}));
+  const HcPreOut got = GpuHcPre(in, 0, m, lda);
+  EXPECT_TRUE(AllClose(got.post, post, kMixAtol, kMixRtol, "post"));
+  EXPECT_TRUE(AllClose(got.comb, comb, kMixAtol, kMixRtol, "comb"));
+  EXPECT_TRUE(AllClose(got.a, a, kSumAtol, kSumRtol, "a"));  // padding must stay 7 on both
+}
+
+TEST(CudaHc, PreSmall) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (const int64_t m : {1, 5, 64}) CheckHcPre(m, 4, 64, seed += 10);
+  // Odd widths (W below / not a multiple of the block), row counts not a multiple of the 8-row
+  // pass (S = 1, 3), the largest S the CPU accepts.
+  CheckHcPre(5, 4, 37, seed += 10);
+  CheckHcPre(3, 3, 50, seed += 10);
+  CheckHcPre(2, 1, 300, seed += 10);
+  CheckHcPre(2, 16, 40, seed += 10);
+}
+
+TEST(CudaHc, PreFlash) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 200;
+  // 300 tokens takes the 4-tokens-per-block path.
+  for (const int64_t m : {1, 5, 64, 300}) CheckHcPre(m, 4, 4096, seed += 10);
+}
+
+// A token's outputs do not depend on the batch (nor on the 1- vs 4-token block path): bit-exact.
+TEST(CudaHc, PreBatchInvariant) {
+  DI_REQUIRE_GPU();
+  const HcInputs in = MakeInputs(300, 4, 4096, false, 300);
+  const HcPreOut all = GpuHcPre(in, 0, 300, 4096);
+  for (const int64_t t0 : {0, 7, 299}) {
+    const int64_t m = t0 == 7 ? 5 : 1;
+    const HcPreOut part = GpuHcPre(in, t0, m, 4096);
+    auto slice = [&](const std::vector<float>& v, int64_t per) {
+      return std::vector<float>(v.begin() + t0 * per, v.begin() + (t0 + m) * per);
+    };
+    EXPECT_TRUE(AllEqual(part.a, slice(all.a, 4096), "a"));
+    EXPECT_TRUE(AllEqual(part.post, slice(all.post, 4), "post"));
+    EXPECT_TRUE(AllEqual(part.comb, slice(all.comb, 16), "comb"));
+  }
+}
+
+TEST(CudaHc, ZeroTokens) {
+  DI_REQUIRE_GPU();
+  cuda::HcParams p{nullptr, nullptr, nullptr, 20, 1e-6f, 1e-6f};
+  DeviceArray<float> fn(24 * 256), base(24), scale(3);
+  p.fn = fn.get(), p.base = base.get(), p.scale = scale.get();
+  cuda::HcPre(nullptr, 0, 4, 64, p, nullptr, 64, nullptr, nullptr, nullptr);
+  cuda::HcHead(nullptr, 0, 4, 64, p, nullptr, 64, nullptr);
+  cuda::HcPost(nullptr, 64, nullptr, nullptr, nullptr, 0, 4, 64, nullptr, nullptr);
+  DI_CUDA_CHECK(cudaDeviceSynchronize(), "sync");
+}
+
+void CheckHcHead(int64_t m, int64_t s, int64_t d, uint64_t seed) {
+  SCOPED_TRACE("M " + std::to_string(m) + " S " + std::to_string(s) + " D " + std::to_string(d));
+  HcInputs in = MakeInputs(m, s, d, true, seed);
+  const int64_t ldy = d + 1;
+  std::vector<float> y(static_cast<size_t>(m * ldy), 3.f);
+  cpu::HcHead(TensorView(in.x.data(), DType::kF32, {m, s, d}), CpuParams(in),
+              TensorView(y.data(), DType::kF32, {m, ldy}));
+  DeviceArray<float> dx(in.x), dfn(in.fn), dbase(in.base), dscale(in.scale);
+  DeviceArray<float> dy(std::vector<float>(static_cast<size_t>(m * ldy), 3.f));
+  cuda::HcParams p{dfn.get(), dbase.get(), dscale.get(), 20, 1e-6f, 1e-6f};
+  cuda::HcHead(dx.get(), m, s, d, p, dy.get(), ldy, nullptr);
+  EXPECT_TRUE(AllClose(dy.ToHost(), y, kSumAtol, kSumRtol, "y"));
+}
+
+TEST(CudaHc, Head) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 400;
+  for (const int64_t m : {1, 5, 64}) CheckHcHead(m, 4, 64, seed += 10);
+  CheckHcHead(4, 3, 77, seed += 10);
+  for (const int64_t m : {1, 5, 64, 300}) CheckHcHead(m, 4, 4096, seed += 10);
+}
+
+void CheckHcPost(int64_t m, int64_t s, int64_t d, uint64_t seed) {
+  SCOPED_TRACE("M " + std::to_string(m) + " S " + std::to_string(s) + " D " + std::to_string(d));
+  const int64_t ldo = d + 5;
+  std::vector<float> o = RandomFloats(static_cast<size_t>(m * ldo), seed, -2.f, 2.f);
+  std::vector<float> x = RandomFloats(static_cast<size_t>(m * s * d), seed + 1, -2.f, 2.f);
+  std::vector<float> post = RandomFloats(static_cast<size_t>(m * s), seed + 2, 0.f, 2.f);
+  std::vector<float> comb = RandomFloats(static_cast<size_t>(m * s * s), seed + 3, 0.f, 1.f);
+  std::vector<float> want(static_cast<size_t>(m * s * d));
+  cpu::HcPost(TensorView(o.data(), DType::kF32, {m, ldo}), TensorView(x.data(), DType::kF32, {m, s, d}),
+              TensorView(post.data(), DType::kF32, {m, s}), TensorView(comb.data(), DType::kF32, {m, s, s}),
+              TensorView(want.data(), DType::kF32, {m, s, d}));
+  DeviceArray<float> dout(o), dx(x), dpost(post), dcomb(comb), dy(want.size());
+  cuda::HcPost(dout.get(), ldo, dx.get(), dpost.get(), dcomb.get(), m, s, d, dy.get(), nullptr);
+  EXPECT_TRUE(AllClose(dy.ToHost(), want, 1e-6f, 1e-6f, "x_out"));
+}
+
+TEST(CudaHc, Post) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 500;
+  for (const int64_t m : {1, 5, 64}) CheckHcPost(m, 4, 64, seed += 10);
+  CheckHcPost(3, 3, 300, seed += 10);
+  CheckHcPost(2, 16, 33, seed += 10);
+  for (const int64_t m : {1, 5, 64}) CheckHcPost(m, 4, 4096, seed += 10);
+}
+
+}  // namespace
+}  // namespace deepinfer::test
