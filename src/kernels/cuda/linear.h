@@ -1,0 +1,69 @@
+// CUDA linear layers, the twins of cpu::Linear / cpu::GroupedLinear: y[m, o] = Σ_k x[m, k]·W[o, k]
+// with W in any checkpoint format, dequantized exactly to f32 (every format is a subset of f32),
+// f32 activations and f32 accumulation.
+//
+// Summation order (the same for every M, every path and every tile, so results are deterministic
+// and batch invariant: a row's outputs do not depend on M or on the other rows, and chunked prefill
+// equals one-shot prefill bit for bit):
+//   K is cut into slabs of 256; slab s gives lane l (0..31) the 8 columns k = 256·s + 8·l + e,
+//   e = 0..7. Lane l keeps one partial p_l = fmaf(x[m,k], W[o,k], p_l) over its columns in
+//   ascending k, starting from +0; columns past K enter as fmaf(0, 0, p_l). Then
+//   y[m, o] = the butterfly tree of the 32 partials: levels lane^16, ^8, ^4, ^2, ^1.
+// Two kernels implement that order: a GEMV for M <= kGemvMaxRows (each warp streams a few weight
+// rows once, with wide loads, for all M rows; this is the decode path) and a shared-memory tiled
+// SIMT GEMM for larger M (blocks of 32 rows × 16 outputs; each weight slab is dequantized once per
+// block into shared memory). No tensor cores.
+//
+// The difference to the CPU (8 lanes then a 3-level tree, products rounded before adding) is only
+// the order of the f32 sums.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace deepinfer::cuda {
+
+// A weight in device memory: the device-side description of a LinearWeight (tensor/linear_weight.h
+// cannot be included here). W[o, i] for o < out_features, i < in_features:
+//   kDense  data [out, in] of `dtype` (kF32 | kBF16 | kF16); W = data[o, i]. `scale` unused.
+//   kFp8    data [out, in] e4m3 bytes; scale [ceil(out/128), ceil(in/128)] of `scale_dtype`
+//           (kF8E8M0 | kF32): W = e4m3(data[o, i]) · scale[o/128, i/128].
+//   kFp4    data [out, in/2] bytes of packed e2m1 (low nibble = even column); in % 32 == 0;
+//           scale [out, in/32] of `scale_dtype` (kF8E8M0 | kF32): W = e2m1(o, i) · scale[o, i/32].
+// `dtype` is read only for kDense. Row strides count stored elements: `dtype` elements for kDense,
+// bytes for kFp8 / kFp4 (one byte holds two FP4 values), `scale_dtype` elements for the scale;
+// the column stride of both is 1. Wider loads are used when data and data_row_stride allow them
+// (16-byte aligned rows for kDense, 8 for kFp8, 4 for kFp4); any alignment works.
+struct DeviceWeight {
+  enum class Format : uint8_t { kDense, kFp8, kFp4 };
+
+  Format format = Format::kDense;
+  DType dtype = DType::kF32;
+  DType scale_dtype = DType::kF8E8M0;
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  const void* data = nullptr;
+  int64_t data_row_stride = 0;
+  const void* scale = nullptr;
+  int64_t scale_row_stride = 0;
+};
+
+// M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).
+inline constexpr int64_t kGemvMaxRows = 16;
+
+// y[r, o] = Σ_k x[r, k]·W[o, k] for r < m, o < w.out_features. x: [m, in_features] f32 with row
+// stride ldx >= in_features; y: [m, out_features] f32 with row stride ldy >= out_features (the
+// columns past out_features are not written). m == 0 is a no-op. Asynchronous on `stream`.
+void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+            cudaStream_t stream);
+
+// The grouped projection of the V4 output path: W is [G·R, K] (G = num_groups,
+// R = out_features / G, K = in_features); y[r, g, :] = W[g·R:(g+1)·R, :] · x[r, g, :].
+// x: [m, G, K] and y: [m, G, R], both contiguous f32. Same summation order as Linear.
+void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
+                   cudaStream_t stream);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,483 @@
+// cuda::Linear / cuda::GroupedLinear against cpu::Linear / cpu::GroupedLinear for every weight
+// format, odd and Flash-sized shapes, strided activations; exact dequantization of every code; and
+// batch invariance (a row's bits do not depend on M or on which kernel ran).
+#include "kernels/cuda/linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "kernels/cpu/linear.h"
+#include "tensor/linear_weight.h"
+
+namespace deepinfer::test {
+namespace {
+
+struct Spec {
+  const char* name;
+  WeightFormat format;
+  DType dtype;
+  DType scale_dtype;
+};
+
+const Spec kF32{"f32", WeightFormat::kDense, DType::kF32, DType::kF32};
+const Spec kBf16{"bf16", WeightFormat::kDense, DType::kBF16, DType::kF32};
+const Spec kF16{"f16", WeightFormat::kDense, DType::kF16, DType::kF32};
+const Spec kFp8E8m0{"fp8_e8m0", WeightFormat::kFp8, DType::kF8E4M3, DType::kF8E8M0};
+const Spec kFp8F32{"fp8_f32", WeightFormat::kFp8, DType::kF8E4M3, DType::kF32};
+const Spec kFp4{"fp4", WeightFormat::kFp4, DType::kFP4E2M1x2, DType::kF8E8M0};
+const Spec kAllSpecs[] = {kF32, kBf16, kF16, kFp8E8m0, kFp8F32, kFp4};
+
+template <typename T>
+std::vector<uint8_t> AsBytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// A weight in host memory (data rows of `cols` stored elements, `cols` >= the row's elements), its
+// LinearWeight view for the CPU and its device copy.
+struct TestWeight {
+  Spec spec;
+  int64_t out = 0, in = 0, cols = 0;
+  int64_t scale_rows = 0, scale_cols = 0;
+  std::vector<uint8_t> data, scale;
+  std::optional<DeviceArray<uint8_t>> d_data, d_scale;
+
+  LinearWeight View() {
+    LinearWeight w;
+    w.format = spec.format;
+    w.out_features = out;
+    w.in_features = in;
+    w.data = TensorView(data.data(), spec.dtype, {out, cols});
+    if (spec.format != WeightFormat::kDense) {
+      w.scale = TensorView(scale.data(), spec.scale_dtype, {scale_rows, scale_cols});
+    }
+    return w;
+  }
+  void Upload() {
+    d_data.emplace(data);
+    d_scale.emplace(scale);
+  }
+  cuda::DeviceWeight Device() const {
+    cuda::DeviceWeight w;
+    w.format = spec.format == WeightFormat::kDense ? cuda::DeviceWeight::Format::kDense
+               : spec.format == WeightFormat::kFp8 ? cuda::DeviceWeight::Format::kFp8
+                                                   : cuda::DeviceWeight::Format::kFp4;
+    w.dtype = spec.dtype;
+    w.scale_dtype = spec.scale_dtype;
+    w.out_features = out;
+    w.in_features = in;
+    w.data = d_data->get();
+    w.data_row_stride = cols;
+    w.scale = d_scale->get();
+    w.scale_row_stride = scale_cols;
+    return w;
+  }
+};
+
+// Shapes the weight's storage; `pad` stored elements follow each row.
+TestWeight Shape(const Spec& spec, int64_t out, int64_t in, int64_t pad) {
+  TestWeight w;
+  w.spec = spec;
+  w.out = out;
+  w.in = in;
+  w.cols = (spec.format == WeightFormat::kFp4 ? in / 2 : in) + pad;
+  if (spec.format == WeightFormat::kFp8) {
+    w.scale_rows = (out + kFp8BlockSize - 1) / kFp8BlockSize;
+    w.scale_cols = (in + kFp8BlockSize - 1) / kFp8BlockSize;
+  } else if (spec.format == WeightFormat::kFp4) {
+    w.scale_rows = out;
+    w.scale_cols = in / kFp4BlockSize;
+  }
+  return w;
+}
+
+// Random weight: dense values in [-1, 1); e4m3 codes over the whole finite range with e8m0 scales
+// 2^-7..2^3 or f32 scales in [1e-3, 2e-2) (checkpoint-like); FP4 random nibbles, scales 2^-8..2^1.
+TestWeight RandomWeight(const Spec& spec, int64_t out, int64_t in, uint64_t seed, int64_t pad = 0) {
+  TestWeight w = Shape(spec, out, in, pad);
+  const size_t n = static_cast<size_t>(out * w.cols);
+  switch (spec.format) {
+    case WeightFormat::kDense:
+      if (spec.dtype == DType::kF32) {
+        w.data = AsBytes(RandomFloats(n, seed));
+      } else if (spec.dtype == DType::kBF16) {
+        w.data = AsBytes(RandomBf16(n, seed));
+      } else {
+        const std::vector<float> f = RandomFloats(n, seed);
+        std::vector<uint16_t> h(n);
+        for (size_t i = 0; i < n; ++i) h[i] = F32ToF16(f[i]);
+        w.data = AsBytes(h);
+      }
+      break;
+    case WeightFormat::kFp8:
+      w.data = RandomE4m3(n, seed);
+      break;
+    case WeightFormat::kFp4:
+      w.data = RandomBytes(n, seed);
+      break;
+  }
+  const size_t ns = static_cast<size_t>(w.scale_rows * w.scale_cols);
+  if (spec.format == WeightFormat::kFp8 && spec.scale_dtype == DType::kF32) {
+    w.scale = AsBytes(RandomFloats(ns, seed + 1, 1e-3f, 2e-2f));
+  } else if (spec.format == WeightFormat::kFp8) {
+    w.scale = RandomE8m0(ns, seed + 1, 120, 130);
+  } else if (spec.format == WeightFormat::kFp4) {
+    w.scale = RandomE8m0(ns, seed + 1, 119, 128);
+  }
+  w.Upload();
+  return w;
+}
+
+// |W| dequantized to a dense f32 weight (for the error bound).
+std::vector<float> AbsDense(TestWeight& w) {
+  const LinearWeight view = w.View();
+  std::vector<float> d(static_cast<size_t>(w.out * w.in));
+  for (int64_t o = 0; o < w.out; ++o) DequantizeRow(view, o, d.data() + o * w.in);
+  for (float& v : d) v = std::fabs(v);
+  return d;
+}
+
+LinearWeight DenseView(std::vector<float>& d, int64_t out, int64_t in) {
+  LinearWeight w;
+  w.format = WeightFormat::kDense;
+  w.out_features = out;
+  w.in_features = in;
+  w.data = TensorView(d.data(), DType::kF32, {out, in});
+  return w;
+}
+
+// The CPU and the GPU add the same exactly-dequantized products in different orders; the CPU
+// rounds every product and then sums 8 chains of K/8 terms, a 3-level tree and a tail of < 8, so
+// its error is at most γ(K/8 + 12)·S with S = Σ|x_k·w_k| and γ(n) ≈ n·2^-24; the GPU fuses
+// products (fmaf) over 32 chains of 8·ceil(K/256) terms and a 5-level tree: γ(8·ceil(K/256) + 5)·S.
+// The bound is the sum of both, +1% for S itself being an f32 sum. It is a worst case (the typical
+// error is ~sqrt of it), so it cannot flake, yet it stays far below the size of any single product
+// (S/K on average): a dropped, doubled or misdecoded term of normal size fails it.
+double OrderBoundC(int64_t k) {
+  const double cpu = static_cast<double>(k / 8 + 12);
+  const double gpu = 8.0 * static_cast<double>((k + 255) / 256) + 5.0;
+  return 1.01 * (cpu + gpu) * 0x1p-24;
+}
+
+::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
+                                            const std::vector<float>& sabs, int64_t k, const std::string& what) {
+  if (got.size() != want.size() || got.size() != sabs.size()) {
+    return ::testing::AssertionFailure() << what << ": size mismatch";
+  }
+  const double c = OrderBoundC(k);
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0, max_rel = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double allowed = c * sabs[i] + 1e-30;
+    const double ratio = std::isnan(diff) ? INFINITY : diff / allowed;
+    if (sabs[i] > 0) max_rel = std::max(max_rel, diff / sabs[i]);
+    if (!(ratio <= 1.0)) {
+      if (bad == 0 || ratio > worst_ratio) worst = i, worst_ratio = ratio;
+      ++bad;
+    }
+  }
+  ::testing::Test::RecordProperty(what + "_max_diff_over_sabs", std::to_string(max_rel));
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size()
+                                       << " outside the order bound; worst at " << worst << ": got " << got[worst]
+                                       << ", want " << want[worst] << ", S " << sabs[worst] << ", bound "
+                                       << c * sabs[worst];
+}
+
+// Bit-for-bit equality where NaN equals NaN (for the exact-decode tests).
+::testing::AssertionResult SameValues(const std::vector<float>& got, const std::vector<float>& want,
+                                      const std::string& what) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": size mismatch";
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i]) && std::isnan(want[i])) continue;
+    if (!(got[i] == want[i])) {
+      return ::testing::AssertionFailure() << what << ": at " << i << " got " << got[i] << ", want " << want[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+constexpr uint32_t kSentinel = 0xffffffffu;  // y's unwritten padding must keep this bit pattern
+
+// One Linear against the CPU: x [m, in] with row stride ldx, y with row stride ldy.
+void CheckLinear(TestWeight& w, int64_t m, int64_t ldx, int64_t ldy, uint64_t seed) {
+  const std::string what = std::string(w.spec.name) + " [" + std::to_string(w.in) + " -> " + std::to_string(w.out) +
+                           "] M=" + std::to_string(m) + " ldx=" + std::to_string(ldx) + " ldy=" + std::to_string(ldy);
+  SCOPED_TRACE(what);
+  const std::vector<float> xs = RandomFloats(static_cast<size_t>(std::max<int64_t>(m * ldx, 1)), seed);
+  std::vector<float> x(static_cast<size_t>(m * w.in)), xabs(x.size());
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t i = 0; i < w.in; ++i) x[r * w.in + i] = xs[r * ldx + i];
+  }
+  for (size_t i = 0; i < x.size(); ++i) xabs[i] = std::fabs(x[i]);
+
+  std::vector<float> want(static_cast<size_t>(m * w.out)), sabs(want.size());
+  cpu::Linear(TensorView(x.data(), DType::kF32, {m, w.in}), w.View(),
+              TensorView(want.data(), DType::kF32, {m, w.out}));
+  std::vector<float> wabs = AbsDense(w);
+  cpu::Linear(TensorView(xabs.data(), DType::kF32, {m, w.in}), DenseView(wabs, w.out, w.in),
+              TensorView(sabs.data(), DType::kF32, {m, w.out}));
+
+  DeviceArray<float> dx(xs);
+  DeviceArray<float> dy(static_cast<size_t>(std::max<int64_t>(m * ldy, 1)));
+  dy.Fill(0xff);
+  cuda::Linear(dx.get(), ldx, m, w.Device(), dy.get(), ldy, nullptr);
+  const std::vector<float> ys = dy.ToHost();
+
+  std::vector<float> got(want.size());
+  bool pad_kept = true;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t o = 0; o < ldy; ++o) {
+      const float v = ys[r * ldy + o];
+      if (o < w.out) {
+        got[r * w.out + o] = v;
+      } else {
+        uint32_t bits;
+        std::memcpy(&bits, &v, 4);
+        pad_kept = pad_kept && bits == kSentinel;
+      }
+    }
+  }
+  EXPECT_TRUE(pad_kept) << "a column past out_features was written";
+  EXPECT_TRUE(WithinOrderBound(got, want, sabs, w.in, what));
+}
+
+// One GroupedLinear against the CPU.
+void CheckGrouped(TestWeight& w, int64_t groups, int64_t m, uint64_t seed) {
+  const int64_t k = w.in, r = w.out / groups;
+  const std::string what = std::string(w.spec.name) + " grouped G=" + std::to_string(groups) + " K=" +
+                           std::to_string(k) + " R=" + std::to_string(r) + " M=" + std::to_string(m);
+  SCOPED_TRACE(what);
+  std::vector<float> x = RandomFloats(static_cast<size_t>(m * groups * k), seed), xabs(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xabs[i] = std::fabs(x[i]);
+  std::vector<float> want(static_cast<size_t>(m * groups * r)), sabs(want.size());
+  cpu::GroupedLinear(TensorView(x.data(), DType::kF32, {m, groups, k}), w.View(), groups,
+                     TensorView(want.data(), DType::kF32, {m, groups, r}));
+  std::vector<float> wabs = AbsDense(w);
+  cpu::GroupedLinear(TensorView(xabs.data(), DType::kF32, {m, groups, k}), DenseView(wabs, w.out, k), groups,
+                     TensorView(sabs.data(), DType::kF32, {m, groups, r}));
+
+  DeviceArray<float> dx(x);
+  DeviceArray<float> dy(want.size());
+  dy.Fill(0xff);
+  cuda::GroupedLinear(dx.get(), m, groups, w.Device(), dy.get(), nullptr);
+  EXPECT_TRUE(WithinOrderBound(dy.ToHost(), want, sabs, k, what));
+}
+
+TEST(CudaLinear, AllFormatsOddShapes) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (const Spec& spec : kAllSpecs) {
+    // [320 -> 200]: rows and columns off the 128/256 grids, aligned rows (vector loads).
+    // [96|100 -> 130]: K not a multiple of 8 (FP4 needs 32) and padded rows (scalar loads).
+    const int64_t small_in = spec.format == WeightFormat::kFp4 ? 96 : 100;
+    for (const auto& [out, in, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {130, small_in, 3}}) {
+      TestWeight w = RandomWeight(spec, out, in, ++seed, pad);
+      for (const int64_t m : {1, 3, 17, 100}) {
+        CheckLinear(w, m, in, out, ++seed);          // contiguous
+        CheckLinear(w, m, in + 5, out + 3, ++seed);  // strided, misaligned rows
+        CheckLinear(w, m, in + 4, out + 7, ++seed);  // strided, 16-byte aligned rows
+      }
+    }
+  }
+}
+
+TEST(CudaLinear, EveryRowCountUpTo40) {
+  DI_REQUIRE_GPU();
+  // Every GEMV instantiation (M = 1..16) and the tiled kernel's partial tiles.
+  TestWeight w = RandomWeight(kFp8E8m0, 72, 600, 7);
+  for (int64_t m = 1; m <= 40; ++m) CheckLinear(w, m, 600, 72, 1000 + m);
+}
+
+TEST(CudaLinear, ZeroRowsIsANoOp) {
+  DI_REQUIRE_GPU();
+  TestWeight w = RandomWeight(kBf16, 64, 96, 3);
+  DeviceArray<float> dx(RandomFloats(96, 4));
+  DeviceArray<float> dy(64);
+  dy.Fill(0xff);
+  cuda::Linear(dx.get(), 96, 0, w.Device(), dy.get(), 64, nullptr);
+  cuda::GroupedLinear(dx.get(), 0, 2, w.Device(), dy.get(), nullptr);
+  const std::vector<float> y = dy.ToHost();
+  std::vector<uint32_t> bits(y.size());
+  std::memcpy(bits.data(), y.data(), y.size() * 4);
+  EXPECT_TRUE(AllEqual(bits, std::vector<uint32_t>(y.size(), kSentinel), "y untouched"));
+}
+
+TEST(CudaLinear, FlashShapes) {
+  DI_REQUIRE_GPU();
+  struct Case {
+    Spec spec;
+    int64_t in, out;
+  };
+  // wq_a, wq_b (64 heads × 512), routed expert w1/w3 and w2 (moe_inter_dim 2048), router gate.
+  const Case cases[] = {{kFp8E8m0, 4096, 1024},
+                        {kFp8E8m0, 1024, 64 * 512},
+                        {kFp4, 4096, 2048},
+                        {kFp4, 2048, 4096},
+                        {kBf16, 4096, 256}};
+  uint64_t seed = 500;
+  for (const Case& c : cases) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    for (const int64_t m : {1, 64}) CheckLinear(w, m, c.in, c.out, ++seed);
+  }
+}
+
+TEST(CudaLinear, GroupedOddShapes) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 700;
+  // 3 groups of 50 rows: the FP8 scale row 0 spans groups 0-2, row 1 the rest of group 2.
+  for (const Spec& spec : {kFp8E8m0, kFp8F32, kBf16, kFp4}) {
+    const int64_t k = spec.format == WeightFormat::kFp4 ? 96 : 100;
+    TestWeight w = RandomWeight(spec, 3 * 50, k, ++seed);
+    for (const int64_t m : {1, 5, 33}) CheckGrouped(w, 3, m, ++seed);
+  }
+}
+
+TEST(CudaLinear, GroupedFlashOutputProjection) {
+  DI_REQUIRE_GPU();
+  // wo_a: 8 groups, K = 8 heads × 512 per group, R = 1024, FP8.
+  TestWeight w = RandomWeight(kFp8E8m0, 8 * 1024, 8 * 512, 800);
+  for (const int64_t m : {1, 64}) CheckGrouped(w, 8, m, 801 + m);
+}
+
+// Runs Linear on rows [r0, r0 + n) of a contiguous x [.., k] and returns y [n, out].
+std::vector<float> RunRows(const TestWeight& w, const DeviceArray<float>& dx, int64_t r0, int64_t n) {
+  DeviceArray<float> dy(static_cast<size_t>(n * w.out));
+  cuda::Linear(dx.get() + r0 * w.in, w.in, n, w.Device(), dy.get(), w.out, nullptr);
+  return dy.ToHost();
+}
+
+std::vector<float> Rows(const std::vector<float>& y, int64_t width, int64_t r0, int64_t n) {
+  return std::vector<float>(y.begin() + r0 * width, y.begin() + (r0 + n) * width);
+}
+
+TEST(CudaLinear, BatchInvariantAndDeterministic) {
+  DI_REQUIRE_GPU();
+  // The GEMV (M <= 16) and the tiled kernel (M > 16) follow one summation order per output, so a
+  // row's bits are the same alone, in any slice, and in the full batch.
+  struct Case {
+    Spec spec;
+    int64_t in, out;
+  };
+  const Case cases[] = {{kF32, 320, 200},  {kBf16, 100, 130},  {kF16, 320, 200},
+                        {kFp8F32, 320, 200}, {kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048}};
+  uint64_t seed = 900;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec.name);
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    constexpr int64_t kM = 64;
+    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kM * c.in), ++seed));
+    const std::vector<float> all = RunRows(w, dx, 0, kM);
+    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, kM), all, "repeat"));
+    for (int64_t r = 0; r < kM; ++r) {
+      EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1), Rows(all, c.out, r, 1), "row " + std::to_string(r)));
+    }
+    for (const auto& [r0, n] : {std::pair<int64_t, int64_t>{5, 17}, {30, 3}, {40, 8}, {47, 16}, {1, 40}}) {
+      EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, c.out, r0, n),
+                           "rows " + std::to_string(r0) + "+" + std::to_string(n)));
+    }
+  }
+}
+
+TEST(CudaLinear, GroupedBatchInvariant) {
+  DI_REQUIRE_GPU();
+  constexpr int64_t kG = 8, kK = 512, kR = 64, kM = 40;
+  TestWeight w = RandomWeight(kFp8E8m0, kG * kR, kK, 950);
+  DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kM * kG * kK), 951));
+  auto run = [&](int64_t r0, int64_t n) {
+    DeviceArray<float> dy(static_cast<size_t>(n * kG * kR));
+    cuda::GroupedLinear(dx.get() + r0 * kG * kK, n, kG, w.Device(), dy.get(), nullptr);
+    return dy.ToHost();
+  };
+  const std::vector<float> all = run(0, kM);
+  for (int64_t r = 0; r < kM; ++r) EXPECT_TRUE(AllEqual(run(r, 1), Rows(all, kG * kR, r, 1), "row " + std::to_string(r)));
+  EXPECT_TRUE(AllEqual(run(3, 17), Rows(all, kG * kR, 3, 17), "rows 3+17"));
+}
+
+// Linear with x = ones [m, 1] or one-hot rows reproduces W exactly (a single nonzero product per
+// output); every code of every format must decode bit for bit like the CPU's DequantizeRow.
+void CheckExact(TestWeight& w, const std::vector<float>& x_row, const std::string& what) {
+  for (const int64_t m : {1, 17}) {
+    std::vector<float> x;
+    for (int64_t r = 0; r < m; ++r) x.insert(x.end(), x_row.begin(), x_row.end());
+    std::vector<float> want(static_cast<size_t>(m * w.out));
+    cpu::Linear(TensorView(x.data(), DType::kF32, {m, w.in}), w.View(),
+                TensorView(want.data(), DType::kF32, {m, w.out}));
+    DeviceArray<float> dx(x);
+    DeviceArray<float> dy(want.size());
+    cuda::Linear(dx.get(), w.in, m, w.Device(), dy.get(), w.out, nullptr);
+    EXPECT_TRUE(SameValues(dy.ToHost(), want, what + " M=" + std::to_string(m)));
+  }
+}
+
+TEST(CudaLinear, DecodesEveryCodeExactly) {
+  DI_REQUIRE_GPU();
+  // Dense 16-bit: every bit pattern (NaN, ±inf, subnormals) as a [65536, 1] weight.
+  for (const Spec& spec : {kBf16, kF16}) {
+    TestWeight w = Shape(spec, 65536, 1, 0);
+    std::vector<uint16_t> codes(65536);
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint16_t>(i);
+    w.data = AsBytes(codes);
+    w.Upload();
+    CheckExact(w, {1.f}, spec.name);
+  }
+  // FP8: every e4m3 code in each of 8 scale blocks of 128 rows ([1024, 1] weight).
+  for (const Spec& spec : {kFp8E8m0, kFp8F32}) {
+    TestWeight w = Shape(spec, 1024, 1, 0);
+    w.data.resize(1024);
+    for (size_t i = 0; i < w.data.size(); ++i) w.data[i] = static_cast<uint8_t>(i % 256);
+    if (spec.scale_dtype == DType::kF8E8M0) {
+      w.scale = {0, 1, 100, 120, 127, 130, 200, 254};
+    } else {
+      w.scale = AsBytes(std::vector<float>{1.f, 0.3f, 1e-3f, 7.5e-5f, 1e-40f, 3e30f, -2.f, 1.2345f});
+    }
+    w.Upload();
+    CheckExact(w, {1.f}, spec.name);
+  }
+  // FP4: row o holds nibble o % 16 in all 32 columns, with e8m0 scale code kScales[o / 16];
+  // x is one-hot on column 5 (an odd column: the high nibble).
+  {
+    const std::vector<uint8_t> scales = {0, 1, 2, 60, 100, 118, 126, 127, 128, 129, 140, 200, 250, 252, 253, 254};
+    TestWeight w = Shape(kFp4, 16 * 16, 32, 0);
+    w.data.resize(static_cast<size_t>(w.out * w.cols));
+    w.scale.resize(static_cast<size_t>(w.out));
+    for (int64_t o = 0; o < w.out; ++o) {
+      const uint8_t code = static_cast<uint8_t>(o % 16);
+      for (int64_t b = 0; b < w.cols; ++b) w.data[o * w.cols + b] = static_cast<uint8_t>(code | (code << 4));
+      w.scale[o] = scales[o / 16];
+    }
+    w.Upload();
+    std::vector<float> one_hot(32, 0.f);
+    one_hot[5] = 1.f;
+    CheckExact(w, one_hot, "fp4");
+  }
+}
+
+TEST(CudaLinear, RejectsBadArguments) {
+  DI_REQUIRE_GPU();
+  DeviceArray<float> dx(RandomFloats(64, 1));
+  DeviceArray<float> dy(64);
+  TestWeight fp4 = RandomWeight(kFp4, 8, 64, 2);
+  cuda::DeviceWeight bad = fp4.Device();
+  bad.in_features = 48;  // not a multiple of 32
+  bad.data_row_stride = 24;
+  EXPECT_ANY_THROW(cuda::Linear(dx.get(), 48, 1, bad, dy.get(), 8, nullptr));
+  TestWeight dense = RandomWeight(kF32, 8, 16, 3);
+  EXPECT_ANY_THROW(cuda::Linear(dx.get(), 15, 2, dense.Device(), dy.get(), 8, nullptr));  // ldx < in
+  EXPECT_ANY_THROW(cuda::GroupedLinear(dx.get(), 1, 3, dense.Device(), dy.get(), nullptr));  // 8 % 3
+  cuda::DeviceWeight i32 = dense.Device();
+  i32.dtype = DType::kI32;
+  EXPECT_ANY_THROW(cuda::Linear(dx.get(), 16, 1, i32, dy.get(), 8, nullptr));
+}
+
+}  // namespace
+}  // namespace deepinfer::test
