@@ -26,50 +26,50 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   const int64_t rope = c.qk_rope_head_dim, nope = hd - rope;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const ops::RopeTable& table = RopeFor(w.layer);
-  const int64_t* pos = ctx.positions.data();
+  const TensorView& pos = ctx.positions_view;
 
   // q: qr = q_norm(wq_a x); q = wq_b qr per head, unweighted RMS per head, RoPE on the tail.
   HostTensor qr(DType::kF32, {tokens, c.q_lora_rank});
-  ops::Linear(x, aw.wq_a, qr.view());
-  ops::RmsNorm(qr.view(), aw.q_norm, eps, qr.view());
+  ops::Linear(ctx.op, x, aw.wq_a, qr.view());
+  ops::RmsNorm(ctx.op, qr.view(), aw.q_norm, eps, qr.view());
   HostTensor q(DType::kF32, {tokens, heads, hd});
-  ops::Linear(qr.view(), aw.wq_b, q.view().Reshape({tokens, heads * hd}));
-  ops::RmsNorm(q.view().Reshape({tokens * heads, hd}), TensorView(), eps,
+  ops::Linear(ctx.op, qr.view(), aw.wq_b, q.view().Reshape({tokens, heads * hd}));
+  ops::RmsNorm(ctx.op, q.view().Reshape({tokens * heads, hd}), TensorView(), eps,
                q.view().Reshape({tokens * heads, hd}));
-  ops::Rope(q.view(), pos, table, false);
+  ops::Rope(ctx.op, q.view(), pos, table, false);
 
   // kv: one shared head, K = V.
   HostTensor kv(DType::kF32, {tokens, hd});
-  ops::Linear(x, aw.wkv, kv.view());
-  ops::RmsNorm(kv.view(), aw.kv_norm, eps, kv.view());
-  ops::Rope(As3d(kv.view(), 1, hd), pos, table, false);
-  if (numerics_.kv_fp8) ops::Fp8RoundTripRows(kv.view(), 0, nope, 64);
+  ops::Linear(ctx.op, x, aw.wkv, kv.view());
+  ops::RmsNorm(ctx.op, kv.view(), aw.kv_norm, eps, kv.view());
+  ops::Rope(ctx.op, As3d(kv.view(), 1, hd), pos, table, false);
+  if (numerics_.kv_fp8) ops::Fp8RoundTripRows(ctx.op, kv.view(), 0, nope, 64);
 
   HostTensor ckv, cscore, index_q, index_w, ikv, iscore;
   if (aw.compressor) {
     const int64_t width = aw.compressor->wkv.out_features;
     ckv = HostTensor(DType::kF32, {tokens, width});
     cscore = HostTensor(DType::kF32, {tokens, width});
-    ops::Linear(x, aw.compressor->wkv, ckv.view());
-    ops::Linear(x, aw.compressor->wgate, cscore.view());
+    ops::Linear(ctx.op, x, aw.compressor->wkv, ckv.view());
+    ops::Linear(ctx.op, x, aw.compressor->wgate, cscore.view());
   }
   if (aw.indexer) {
     const IndexerWeights& iw = *aw.indexer;
     const int64_t ih = c.index_n_heads, id = c.index_head_dim;
     index_q = HostTensor(DType::kF32, {tokens, ih, id});
-    ops::Linear(qr.view(), iw.wq_b, index_q.view().Reshape({tokens, ih * id}));
-    ops::Rope(index_q.view(), pos, table, false);
-    ops::HadamardRows(index_q.view().Reshape({tokens * ih, id}));
-    if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(index_q.view().Reshape({tokens * ih, id}), 32);
+    ops::Linear(ctx.op, qr.view(), iw.wq_b, index_q.view().Reshape({tokens, ih * id}));
+    ops::Rope(ctx.op, index_q.view(), pos, table, false);
+    ops::HadamardRows(ctx.op, index_q.view().Reshape({tokens * ih, id}));
+    if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, index_q.view().Reshape({tokens * ih, id}), 32);
     index_w = HostTensor(DType::kF32, {tokens, ih});
-    ops::Linear(x, iw.weights_proj, index_w.view());
+    ops::Linear(ctx.op, x, iw.weights_proj, index_w.view());
     const float scale = 1.f / std::sqrt(static_cast<float>(id) * static_cast<float>(ih));
     for (int64_t i = 0; i < tokens * ih; ++i) index_w.data<float>()[i] *= scale;
     const int64_t width = iw.compressor.wkv.out_features;
     ikv = HostTensor(DType::kF32, {tokens, width});
     iscore = HostTensor(DType::kF32, {tokens, width});
-    ops::Linear(x, iw.compressor.wkv, ikv.view());
-    ops::Linear(x, iw.compressor.wgate, iscore.view());
+    ops::Linear(ctx.op, x, iw.compressor.wkv, ikv.view());
+    ops::Linear(ctx.op, x, iw.compressor.wgate, iscore.view());
   }
 
   HostTensor o(DType::kF32, {tokens, heads, hd});
@@ -89,12 +89,12 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   }
 
   // Undo the rotation on the value's rope channels, then the grouped low-rank output.
-  ops::Rope(o.view(), pos, table, true);
+  ops::Rope(ctx.op, o.view(), pos, table, true);
   const int64_t groups = c.o_groups;
   HostTensor z(DType::kF32, {tokens, groups, c.o_lora_rank});
-  ops::GroupedLinear(o.view().Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups,
+  ops::GroupedLinear(ctx.op, o.view().Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups,
                      z.view());
-  ops::Linear(z.view().Reshape({tokens, groups * c.o_lora_rank}), aw.wo_b, out);
+  ops::Linear(ctx.op, z.view().Reshape({tokens, groups * c.o_lora_rank}), aw.wo_b, out);
 }
 
 void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, const SequenceChunk& seq,
@@ -120,16 +120,17 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, const Sequ
   // A row is normalized, rotated at its window's first position, then rounded like the
   // reference: FP8 on the nope channels (main rows) or Hadamard + FP4 (index rows).
   const TensorView out = rows.view().Slice(0, emitted);
-  ops::RmsNorm(out, cw.norm, static_cast<float>(c.rms_norm_eps), out);
+  ops::RmsNorm(ctx.op, out, cw.norm, static_cast<float>(c.rms_norm_eps), out);
   std::vector<int64_t> positions(static_cast<size_t>(emitted));
   for (int64_t j = 0; j < emitted; ++j) positions[j] = row_index[j] * cw.ratio;
-  ops::Rope(TensorView(out.raw(), DType::kF32, {emitted, 1, cw.dim}), positions.data(),
+  ops::Rope(ctx.op, TensorView(out.raw(), DType::kF32, {emitted, 1, cw.dim}),
+            TensorView(positions.data(), DType::kI64, {emitted}),
             RopeFor(w.layer), false);
   if (indexer) {
-    ops::HadamardRows(out);
-    if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(out, 32);
+    ops::HadamardRows(ctx.op, out);
+    if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, out, 32);
   } else if (numerics_.kv_fp8) {
-    ops::Fp8RoundTripRows(out, 0, cw.dim - c.qk_rope_head_dim, 64);
+    ops::Fp8RoundTripRows(ctx.op, out, 0, cw.dim - c.qk_rope_head_dim, 64);
   }
   const int64_t per_block = st.layout().rows_per_block(w.layer);
   for (int64_t j = 0; j < emitted; ++j) {

@@ -72,6 +72,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   StepContext ctx;
   ctx.batch = &batch;
   ctx.state = &state;
+  ctx.op = ops::HostContext();
   ctx.positions.assign(static_cast<size_t>(batch.num_tokens), -1);
   for (const SequenceChunk& s : batch.seqs) {
     for (int64_t j = 0; j < s.num_tokens; ++j) ctx.positions[s.token_offset + j] = s.start_pos + j;
@@ -80,9 +81,12 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
     DI_CHECK(ctx.positions[t] >= 0, "token {} of the batch belongs to no chunk", t);
   }
 
+  ctx.positions_view = TensorView(ctx.positions.data(), DType::kI64, {batch.num_tokens});
+  ctx.token_ids = TensorView(const_cast<int32_t*>(batch.token_ids), DType::kI32, {batch.num_tokens});
+
   const int64_t tokens = batch.num_tokens, d = c.hidden_size, s = c.hc_mult;
   HostTensor h(DType::kF32, {tokens, d});
-  ops::Embedding(batch.token_ids, tokens, weights_.embed, h.view());
+  ops::Embedding(ctx.op, ctx.token_ids, weights_.embed, h.view());
   HostTensor streams(DType::kF32, {tokens, s, d});
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t k = 0; k < s; ++k) {
@@ -110,9 +114,9 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
                 s * d * sizeof(float));
   }
   HostTensor y(DType::kF32, {n, d});
-  ops::HcHead(last.view(), HcParamsFor(weights_.hc_head, c), y.view());
-  ops::RmsNorm(y.view(), weights_.norm, static_cast<float>(c.rms_norm_eps), y.view());
-  ops::Linear(y.view(), weights_.head, logits);
+  ops::HcHead(ctx.op, last.view(), HcParamsFor(weights_.hc_head, c), y.view());
+  ops::RmsNorm(ctx.op, y.view(), weights_.norm, static_cast<float>(c.rms_norm_eps), y.view());
+  ops::Linear(ctx.op, y.view(), weights_.head, logits);
 }
 
 void V4Model::Block(const StepContext& ctx, const BlockWeights& w, HostTensor& streams) const {
@@ -123,15 +127,15 @@ void V4Model::Block(const StepContext& ctx, const BlockWeights& w, HostTensor& s
       comb(DType::kF32, {tokens, s, s}), o(DType::kF32, {tokens, d}),
       mid(DType::kF32, {tokens, s, d});
 
-  ops::HcPre(streams.view(), HcParamsFor(w.hc_attn, c), a.view(), post.view(), comb.view());
-  ops::RmsNorm(a.view(), w.attn_norm, eps, a.view());
+  ops::HcPre(ctx.op, streams.view(), HcParamsFor(w.hc_attn, c), a.view(), post.view(), comb.view());
+  ops::RmsNorm(ctx.op, a.view(), w.attn_norm, eps, a.view());
   Attention(ctx, w, a.view(), o.view());
-  ops::HcPost(o.view(), streams.view(), post.view(), comb.view(), mid.view());
+  ops::HcPost(ctx.op, o.view(), streams.view(), post.view(), comb.view(), mid.view());
 
-  ops::HcPre(mid.view(), HcParamsFor(w.hc_ffn, c), a.view(), post.view(), comb.view());
-  ops::RmsNorm(a.view(), w.ffn_norm, eps, a.view());
+  ops::HcPre(ctx.op, mid.view(), HcParamsFor(w.hc_ffn, c), a.view(), post.view(), comb.view());
+  ops::RmsNorm(ctx.op, a.view(), w.ffn_norm, eps, a.view());
   Moe(ctx, w, a.view(), o.view());
-  ops::HcPost(o.view(), mid.view(), post.view(), comb.view(), streams.view());
+  ops::HcPost(ctx.op, o.view(), mid.view(), post.view(), comb.view(), streams.view());
 }
 
 void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
@@ -143,7 +147,7 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const float limit = static_cast<float>(c.swiglu_limit);
 
   HostTensor gate_logits(DType::kF32, {tokens, num_experts});
-  ops::Linear(x, m.gate, gate_logits.view());
+  ops::Linear(ctx.op, x, m.gate, gate_logits.view());
   ops::RouterParams rp;
   rp.score = c.scoring_func == ScoringFunc::kSqrtSoftplus ? ops::RouterScore::kSqrtSoftplus
              : c.scoring_func == ScoringFunc::kSigmoid    ? ops::RouterScore::kSigmoid
@@ -160,7 +164,8 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   }
   std::vector<int32_t> expert_ids(static_cast<size_t>(tokens * k));
   std::vector<float> expert_weights(static_cast<size_t>(tokens * k));
-  ops::Route(gate_logits.view(), ctx.batch->token_ids, rp, expert_ids.data(), expert_weights.data());
+  ops::Route(ctx.op, gate_logits.view(), ctx.token_ids, rp, TensorView(expert_ids.data(), DType::kI32, {tokens, k}),
+             TensorView(expert_weights.data(), DType::kF32, {tokens, k}));
 
   // routed[e] lists (token·k + j) for every token sending slot j to expert e. A token whose
   // hash table names the same expert twice gets that expert's output once, with the weight of
@@ -191,10 +196,10 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
       row_weights[r] = expert_weights[items[r]];
     }
     const ExpertWeights& ew = m.experts[e];
-    ops::Linear(xe.view(), ew.w1, g.view());
-    ops::Linear(xe.view(), ew.w3, u.view());
-    ops::ClampedSwiGlu(g.view(), u.view(), limit, row_weights.data());
-    ops::Linear(g.view(), ew.w2, ye.view());
+    ops::Linear(ctx.op, xe.view(), ew.w1, g.view());
+    ops::Linear(ctx.op, xe.view(), ew.w3, u.view());
+    ops::ClampedSwiGlu(ctx.op, g.view(), u.view(), limit, TensorView(row_weights.data(), DType::kF32, {n}));
+    ops::Linear(ctx.op, g.view(), ew.w2, ye.view());
     for (int64_t r = 0; r < n; ++r) {
       float* dst = op + (items[r] / k) * d;
       const float* src = ye.data<float>() + r * d;
@@ -203,10 +208,10 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   }
   HostTensor g(DType::kF32, {tokens, inter}), u(DType::kF32, {tokens, inter}),
       ys(DType::kF32, {tokens, d});
-  ops::Linear(x, m.shared.w1, g.view());
-  ops::Linear(x, m.shared.w3, u.view());
-  ops::ClampedSwiGlu(g.view(), u.view(), limit, nullptr);
-  ops::Linear(g.view(), m.shared.w2, ys.view());
+  ops::Linear(ctx.op, x, m.shared.w1, g.view());
+  ops::Linear(ctx.op, x, m.shared.w3, u.view());
+  ops::ClampedSwiGlu(ctx.op, g.view(), u.view(), limit, TensorView());
+  ops::Linear(ctx.op, g.view(), m.shared.w2, ys.view());
   for (int64_t i = 0; i < tokens * d; ++i) op[i] += ys.data<float>()[i];
 }
 

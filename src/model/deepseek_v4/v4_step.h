@@ -8,9 +8,12 @@
 namespace deepinfer::v4 {
 
 struct V4Model::StepContext {
+  ops::OpContext op;               // where the forward runs
   const ForwardBatch* batch = nullptr;
   const StateStorage* state = nullptr;
   std::vector<int64_t> positions;  // absolute position of every token of the batch
+  TensorView positions_view;       // the same as I64 [num_tokens] on the forward's device
+  TensorView token_ids;            // I32 [num_tokens] on the forward's device
 };
 
 inline ops::HcParams HcParamsFor(const HcWeights& w, const ModelConfig& c) {
