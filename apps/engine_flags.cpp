@@ -22,6 +22,11 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
   g->add_option("--dummy-seed", f.options.load.dummy_seed, "seed of the dummy weights")->capture_default_str();
   g->add_flag("--kv-fp8", f.options.load.numerics.kv_fp8, "round KV nope channels through FP8 (reference QAT)");
   g->add_flag("--indexer-fp4", f.options.load.numerics.indexer_fp4, "round indexer q/k through FP4 (reference QAT)");
+  g->add_option("--device", f.device, "where the model runs: cpu | cuda | cuda:N")
+      ->capture_default_str()
+      ->check([](const std::string& v) {
+        return v == "cpu" || v == "cuda" || v.rfind("cuda:", 0) == 0 ? std::string() : "expected cpu, cuda or cuda:N";
+      });
   g->add_option("--served-model-name", f.options.served_model_name, "model name reported by the API");
 }
 
@@ -30,6 +35,10 @@ EngineOptions ResolveEngineOptions(const EngineFlags& f) {
   o.model_dir = f.model_dir.empty() ? DefaultModelDir() : f.model_dir;
   o.async_scheduling = !f.sync;
   o.enable_prefix_caching = !f.no_prefix_cache;
+  if (f.device != "cpu") {
+    o.load.device.type = DeviceType::kCuda;
+    o.load.device.index = f.device.size() > 5 ? std::stoi(f.device.substr(5)) : 0;
+  }
   return o;
 }
 

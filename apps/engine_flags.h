@@ -15,6 +15,7 @@ struct EngineFlags {
   EngineOptions options;
   bool sync = false;      // --sync: the synchronous loop
   bool no_prefix_cache = false;
+  std::string device = "cpu";  // --device: cpu | cuda | cuda:N
 };
 
 // Adds [MODEL_DIR] and the engine flags to `cmd`.

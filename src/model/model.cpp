@@ -11,15 +11,15 @@ namespace deepinfer {
 
 namespace {
 
-using Factory = std::function<std::unique_ptr<Model>(const ModelConfig&, WeightSource&, const Numerics&)>;
+using Factory = std::function<std::unique_ptr<Model>(const ModelConfig&, WeightSource&, const LoadOptions&)>;
 
 // Architecture string (config.json "architectures"[0]) -> factory. The only place that maps
 // architectures to code.
 const std::map<std::string, Factory>& Registry() {
   static const std::map<std::string, Factory> registry = {
       {"DeepseekV4ForCausalLM",
-       [](const ModelConfig& c, WeightSource& src, const Numerics& n) -> std::unique_ptr<Model> {
-         return std::make_unique<v4::V4Model>(c, v4::LoadWeights(c, src), n);
+       [](const ModelConfig& c, WeightSource& src, const LoadOptions& o) -> std::unique_ptr<Model> {
+         return std::make_unique<v4::V4Model>(c, v4::LoadWeights(c, src), o.numerics, o.device);
        }},
   };
   return registry;
@@ -50,7 +50,7 @@ LoadedModel LoadModel(const ModelConfig& config, const std::string& model_dir,
   } else {
     DI_THROW("unknown load format '{}' (expected auto, safetensors or dummy)", options.load_format);
   }
-  loaded.model = it->second(config, *loaded.weights, options.numerics);
+  loaded.model = it->second(config, *loaded.weights, options);
   if (auto* ckpt = dynamic_cast<CheckpointWeightSource*>(loaded.weights.get())) {
     loaded.unused_tensors = v4::UnusedTensors(ckpt->checkpoint(), *ckpt);
     if (!loaded.unused_tensors.empty()) {

@@ -57,6 +57,7 @@ struct LoadOptions {
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy"
   uint64_t dummy_seed = 0;
   Numerics numerics;
+  DeviceId device{};  // where the weights, the state and the forward live (a CUDA device: the CUDA backend)
 };
 
 struct LoadedModel {

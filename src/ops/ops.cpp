@@ -1,5 +1,7 @@
 #include "ops/ops.h"
 
+#include "ops/dispatch.h"
+
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/indexer.h"
@@ -7,6 +9,8 @@
 
 #if DEEPINFER_HAS_CUDA
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/hc.h"
+#include "kernels/cuda/linear.h"
 #include "kernels/cuda/moe.h"
 #endif
 
@@ -14,38 +18,38 @@ namespace deepinfer::ops {
 
 namespace {
 
-// Every tensor an op touches lives where the context runs.
-void CheckDevice(const OpContext& ctx, const char* op, std::initializer_list<const TensorView*> tensors) {
-  for (const TensorView* t : tensors) {
-    if (t->empty()) continue;
-    DI_CHECK(t->device() == ctx.device, "op {}: a tensor on device {}:{} given to a context on {}:{}", op,
-             static_cast<int>(t->device().type), t->device().index, static_cast<int>(ctx.device.type),
-             ctx.device.index);
-  }
-}
-
-[[noreturn]] void NoKernel(const OpContext& ctx, const char* op) {
-  DI_THROW("op {}: no kernel for device type {} in this build{}", op, static_cast<int>(ctx.device.type),
-           DEEPINFER_HAS_CUDA ? "" : " (configure with the 'cuda' preset for the CUDA backend)");
-}
-
-// Dispatch helper: the CPU branch, or the CUDA branch when compiled in.
-#if DEEPINFER_HAS_CUDA
-#define DI_ON_CUDA(ctx, op, ...)   \
-  if ((ctx).on_cuda()) {           \
-    __VA_ARGS__;                   \
-    return;                        \
-  }
-#else
-#define DI_ON_CUDA(ctx, op, ...) \
-  if ((ctx).on_cuda()) NoKernel(ctx, op);
-#endif
-
-void RequireHost(const OpContext& ctx, const char* op) {
-  if (ctx.on_cuda()) NoKernel(ctx, op);
-}
-
 int64_t Rows(const TensorView& t) { return t.size(0); }
+
+#if DEEPINFER_HAS_CUDA
+cuda::DeviceWeight ToDevice(const LinearWeight& w) {
+  cuda::DeviceWeight d;
+  d.format = w.format == WeightFormat::kDense ? cuda::DeviceWeight::Format::kDense
+             : w.format == WeightFormat::kFp8 ? cuda::DeviceWeight::Format::kFp8
+                                              : cuda::DeviceWeight::Format::kFp4;
+  d.dtype = w.data.dtype();
+  d.out_features = w.out_features;
+  d.in_features = w.in_features;
+  d.data = w.data.raw();
+  d.data_row_stride = w.data.stride(0);
+  if (!w.scale.empty()) {
+    d.scale = w.scale.raw();
+    d.scale_dtype = w.scale.dtype();
+    d.scale_row_stride = w.scale.ndim() == 2 ? w.scale.stride(0) : w.scale.numel();
+  }
+  return d;
+}
+
+cuda::HcParams ToDevice(const HcParams& p) {
+  cuda::HcParams d;
+  d.fn = p.fn.data<float>();
+  d.base = p.base.data<float>();
+  d.scale = p.scale.data<float>();
+  d.sinkhorn_iters = p.sinkhorn_iters;
+  d.hc_eps = p.hc_eps;
+  d.norm_eps = p.norm_eps;
+  return d;
+}
+#endif
 
 }  // namespace
 
@@ -68,14 +72,23 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
 
 void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y) {
   CheckDevice(ctx, "linear", {&x, &w.data, &y});
-  RequireHost(ctx, "linear");
+  DI_ON_CUDA(ctx, "linear",
+             DI_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.size(1) == w.in_features && y.size(1) == w.out_features &&
+                          x.size(0) == y.size(0),
+                      "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), y.ShapeString(), w.out_features,
+                      w.in_features);
+             cuda::Linear(x.data<float>(), x.stride(0), x.size(0), ToDevice(w), y.data<float>(), y.stride(0),
+                          ctx.stream));
   cpu::Linear(x, w, y);
 }
 
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
                    const TensorView& y) {
   CheckDevice(ctx, "grouped_linear", {&x, &w.data, &y});
-  RequireHost(ctx, "grouped_linear");
+  DI_ON_CUDA(ctx, "grouped_linear",
+             DI_CHECK(x.is_contiguous() && y.is_contiguous() && x.ndim() == 3 && x.size(1) == num_groups,
+                      "grouped linear: x {} y {}", x.ShapeString(), y.ShapeString());
+             cuda::GroupedLinear(x.data<float>(), x.size(0), num_groups, ToDevice(w), y.data<float>(), ctx.stream));
   cpu::GroupedLinear(x, w, num_groups, y);
 }
 
@@ -126,20 +139,30 @@ void HadamardRows(const OpContext& ctx, const TensorView& x) {
 void HcPre(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& a,
            const TensorView& post, const TensorView& comb) {
   CheckDevice(ctx, "hc_pre", {&x, &p.fn, &a, &post, &comb});
-  RequireHost(ctx, "hc_pre");
+  DI_ON_CUDA(ctx, "hc_pre",
+             DI_CHECK(x.is_contiguous() && post.is_contiguous() && comb.is_contiguous(), "hc_pre: layout");
+             cuda::HcPre(x.data<float>(), x.size(0), x.size(1), x.size(2), ToDevice(p), a.data<float>(), a.stride(0),
+                         post.data<float>(), comb.data<float>(), ctx.stream));
   cpu::HcPre(x, p, a, post, comb);
 }
 
 void HcPost(const OpContext& ctx, const TensorView& o, const TensorView& x, const TensorView& post,
             const TensorView& comb, const TensorView& x_out) {
   CheckDevice(ctx, "hc_post", {&o, &x, &post, &comb, &x_out});
-  RequireHost(ctx, "hc_post");
+  DI_ON_CUDA(ctx, "hc_post",
+             DI_CHECK(x.is_contiguous() && x_out.is_contiguous() && post.is_contiguous() && comb.is_contiguous(),
+                      "hc_post: layout");
+             cuda::HcPost(o.data<float>(), o.stride(0), x.data<float>(), post.data<float>(), comb.data<float>(),
+                          x.size(0), x.size(1), x.size(2), x_out.data<float>(), ctx.stream));
   cpu::HcPost(o, x, post, comb, x_out);
 }
 
 void HcHead(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& y) {
   CheckDevice(ctx, "hc_head", {&x, &p.fn, &y});
-  RequireHost(ctx, "hc_head");
+  DI_ON_CUDA(ctx, "hc_head",
+             DI_CHECK(x.is_contiguous(), "hc_head: layout");
+             cuda::HcHead(x.data<float>(), x.size(0), x.size(1), x.size(2), ToDevice(p), y.data<float>(), y.stride(0),
+                          ctx.stream));
   cpu::HcHead(x, p, y);
 }
 

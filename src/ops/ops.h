@@ -11,6 +11,7 @@
 #include "kernels/cpu/compressor.h"
 #include "kernels/cpu/hc.h"
 #include "kernels/cpu/moe.h"
+#include "kernels/cpu/rows_plan.h"
 #include "ops/op_context.h"
 #include "tensor/linear_weight.h"
 #include "tensor/tensor_view.h"
@@ -69,5 +70,78 @@ void AttentionWithSink(const float* q, int64_t num_heads, const float* kv, int64
 int64_t IndexerTopK(const float* q, const float* weights, int64_t num_heads, int64_t head_dim,
                     const float* keys, int64_t num_visible, int64_t num_candidates, int64_t top_k,
                     float* scratch, int32_t* selected);
+
+// ---- memory --------------------------------------------------------------------------------
+// Copies `bytes` between any two of host and the context's device (queued on the stream; a
+// copy to host memory has landed when the op returns).
+void CopyBytes(const OpContext& ctx, void* dst, const void* src, size_t bytes);
+// x[i] *= factor for every element of a contiguous F32 tensor.
+void Scale(const OpContext& ctx, const TensorView& x, float factor);
+// x[i] = value for the n floats at x (memory of the context's device).
+void FillFloats(const OpContext& ctx, float* x, int64_t n, float value);
+
+// ---- rows of the V4 state (kernels/cpu/rows.h) -------------------------------------------
+// `base` is the F32 state buffer every offset and row id refers to.
+// src_offsets / dst_offsets: I64 [n]; rows: [n, width] f32.
+void GatherRows(const OpContext& ctx, const TensorView& base, const TensorView& src_offsets, const TensorView& dst);
+void ScatterRows(const OpContext& ctx, const TensorView& src, const TensorView& base, const TensorView& dst_offsets);
+// plan pointers are memory of the context's device. row_ids I32 [T, max_rows], counts I32 [T];
+// index_ids I32 [T, max_index_rows] (empty: no index outputs), num_visible / num_candidates I32 [T].
+void BuildAttentionRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& geometry,
+                        const TensorView& row_ids, const TensorView& counts, const TensorView& index_ids,
+                        const TensorView& num_visible, const TensorView& num_candidates);
+void AppendSelectedRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& geometry,
+                        const TensorView& selected, const TensorView& selected_counts, const TensorView& row_ids,
+                        const TensorView& counts);
+
+// ---- attention sublayer, batched over the step's tokens ------------------------------------
+// out[t] = AttentionWithSink(q[t], rows base[row_ids[t, j]·d], j < counts[t]) for every token.
+// q, out: [T, H, d] f32; row_ids I32 [T, max_rows]; counts I32 [T]; sinks F32 [H].
+void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
+                     const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out);
+// The lightning indexer for every token: scores of its candidate index rows (base rows of width
+// dk at index_ids[t, j], j < num_visible[t]) and the top_k of them as candidate positions in
+// ascending order (selected I32 [T, top_k], selected_counts I32 [T]). The CPU breaks ties as the
+// reference's one-shot prefill (num_candidates); the GPU keeps the lowest positions among ties.
+// scores: F32 [T, max_index_rows] scratch (the GPU's; may be empty on the CPU).
+void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& weights, const TensorView& base,
+                   const TensorView& index_ids, const TensorView& num_visible, const TensorView& num_candidates,
+                   int64_t top_k, const TensorView& scores, const TensorView& selected,
+                   const TensorView& selected_counts);
+
+// One chunk's part of a batched compressor step (int64 fields; host and device layouts agree).
+struct CompressorChunk {
+  int64_t slot = 0;          // state slot (distinct within a call)
+  int64_t token_offset = 0;  // first row of the chunk in kv / score
+  int64_t num_tokens = 0;
+  int64_t pos0 = 0;          // position of its first token
+  int64_t row_offset = 0;    // its first emitted row in rows_out (rows are consecutive)
+};
+// CompressorAdvance for every chunk: the states of slot s are at base + state_offset +
+// s·slot_floats (kv state, then the score state right after it). chunks: [B] in host memory
+// (chunks_device: the same on the context's device; empty on the CPU). kv, score: [T, width]
+// (row stride honoured); rows_out [R, dim]; the emitted rows' numbers go to row_index I64 [R].
+// Returns nothing: the caller knows every count (cuda::CompressorRowsEmitted).
+void CompressorAdvanceBatch(const OpContext& ctx, const CompressorShape& shape, const TensorView& ape,
+                            const TensorView& kv, const TensorView& score, const TensorView& base,
+                            int64_t state_offset, int64_t slot_floats, const std::vector<CompressorChunk>& chunks,
+                            const TensorView& chunks_device, const TensorView& rows_out, const TensorView& row_index,
+                            const TensorView& rows_emitted);
+// Resets the compressor states of `slots` (host list) to empty.
+void CompressorResetSlots(const OpContext& ctx, const CompressorShape& shape, const TensorView& base,
+                          int64_t state_offset, int64_t slot_floats, const std::vector<int64_t>& slots);
+
+// ---- MoE permutation (kernels/cuda/moe.h has the contracts) --------------------------------
+// expert_ids I32 [T, k] → offsets I32 [E+1], sorted_slots I32 [T·k], slot_rows I32 [T·k].
+// scratch: bytes for the GPU (MoeAlignScratchBytes; may be empty on the CPU).
+void MoeAlign(const OpContext& ctx, const TensorView& expert_ids, int64_t num_experts, const TensorView& offsets,
+              const TensorView& sorted_slots, const TensorView& slot_rows, const TensorView& scratch);
+size_t MoeAlignScratchBytes(int64_t num_slots, int64_t num_experts);
+// xe[r] = x[sorted_slots[r] / k], row_weights[r] = expert_weights[sorted_slots[r]] for r < rows.
+void MoeGather(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, int64_t rows, int64_t top_k,
+               const TensorView& expert_weights, const TensorView& xe, const TensorView& row_weights);
+// out[t] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot]] (+ shared[t]).
+void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,
+                int64_t top_k, const TensorView& shared, const TensorView& out);
 
 }  // namespace deepinfer::ops

@@ -48,4 +48,17 @@ class SequenceDriver {
 
 int32_t Argmax(const std::vector<float>& v);
 
+struct Diff {
+  float max_abs = 0.f;
+  float max_scaled = 0.f;  // max |a − b| / (1 + |b|)
+};
+Diff Compare(const float* ours, const float* ref, int64_t n);
+const TensorEntry* FindTensor(const SafetensorsFile& f, const std::string& name);
+
+// Loads golden `name` with `options` (device, numerics) and checks, as gtest expectations, the
+// per-layer residual streams at the dumped positions, the last-position prefill logits (both
+// within |ours − ref| <= 1e-4·(1 + |ref|); see test_goldens.cpp for the reasoning) and the
+// greedy continuation (a differing step must be a near-tie won by the runner-up).
+void ExpectMatchesGolden(const std::string& name, const LoadOptions& options);
+
 }  // namespace deepinfer::testing

@@ -128,6 +128,20 @@ __global__ void SwiGluKernel(float* g, int64_t ldg, const float* u, int64_t ldu,
   }
 }
 
+__global__ void FillKernel(float* x, int64_t n, float value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = value;
+  }
+}
+
+__global__ void ScaleKernel(float* x, int64_t n, float factor) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] *= factor;
+  }
+}
+
 void CheckRows(int64_t m, const char* what) {
   if (m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, what, "more than 2^31 rows");
 }
@@ -201,6 +215,20 @@ void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 64)), static_cast<unsigned>(m));
   SwiGluKernel<<<grid, kRowThreads, 0, stream>>>(g, ldg, u, ldu, n, limit, row_weights);
   DI_CUDA_LAUNCH_CHECK("clamped_swiglu");
+}
+
+void ScaleF32(float* x, int64_t n, float factor, cudaStream_t stream) {
+  if (n == 0) return;
+  ScaleKernel<<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 4096)), kRowThreads, 0, stream>>>(
+      x, n, factor);
+  DI_CUDA_LAUNCH_CHECK("scale");
+}
+
+void FillF32(float* x, int64_t n, float value, cudaStream_t stream) {
+  if (n == 0) return;
+  FillKernel<<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 4096)), kRowThreads, 0, stream>>>(
+      x, n, value);
+  DI_CUDA_LAUNCH_CHECK("fill");
 }
 
 }  // namespace deepinfer::cuda

@@ -41,4 +41,9 @@ void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stre
 void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
                    const float* row_weights, cudaStream_t stream);
 
+// x[i] *= factor for i < n.
+void ScaleF32(float* x, int64_t n, float factor, cudaStream_t stream);
+// x[i] = value for i < n.
+void FillF32(float* x, int64_t n, float value, cudaStream_t stream);
+
 }  // namespace deepinfer::cuda

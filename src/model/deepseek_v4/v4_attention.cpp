@@ -1,10 +1,13 @@
 // DeepSeek-V4 attention sublayer: q/kv paths, compressors, lightning indexer, sparse attention
 // with sinks over the raw window and the compressed rows, grouped output projection.
+//
+// Every row the attention reads is addressed in the state buffer (v4_state.h): the slots' window
+// rings, the paged compressed and index rows, and this step's fresh KV rows, which the kv path
+// writes straight into their place there.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
+#include <limits>
 
-#include "base/thread_pool.h"
 #include "model/deepseek_v4/v4_step.h"
 
 namespace deepinfer::v4 {
@@ -27,104 +30,109 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   const float eps = static_cast<float>(c.rms_norm_eps);
   const ops::RopeTable& table = RopeFor(w.layer);
   const TensorView& pos = ctx.positions_view;
+  Workspace& ws = *ctx.ws;
 
   // q: qr = q_norm(wq_a x); q = wq_b qr per head, unweighted RMS per head, RoPE on the tail.
-  HostTensor qr(DType::kF32, {tokens, c.q_lora_rank});
-  ops::Linear(ctx.op, x, aw.wq_a, qr.view());
-  ops::RmsNorm(ctx.op, qr.view(), aw.q_norm, eps, qr.view());
-  HostTensor q(DType::kF32, {tokens, heads, hd});
-  ops::Linear(ctx.op, qr.view(), aw.wq_b, q.view().Reshape({tokens, heads * hd}));
-  ops::RmsNorm(ctx.op, q.view().Reshape({tokens * heads, hd}), TensorView(), eps,
-               q.view().Reshape({tokens * heads, hd}));
-  ops::Rope(ctx.op, q.view(), pos, table, false);
+  const TensorView qr = ws.Alloc(DType::kF32, {tokens, c.q_lora_rank});
+  ops::Linear(ctx.op, x, aw.wq_a, qr);
+  ops::RmsNorm(ctx.op, qr, aw.q_norm, eps, qr);
+  const TensorView q = ws.Alloc(DType::kF32, {tokens, heads, hd});
+  ops::Linear(ctx.op, qr, aw.wq_b, q.Reshape({tokens, heads * hd}));
+  ops::RmsNorm(ctx.op, q.Reshape({tokens * heads, hd}), TensorView(), eps, q.Reshape({tokens * heads, hd}));
+  ops::Rope(ctx.op, q, pos, table, false);
 
-  // kv: one shared head, K = V.
-  HostTensor kv(DType::kF32, {tokens, hd});
-  ops::Linear(ctx.op, x, aw.wkv, kv.view());
-  ops::RmsNorm(ctx.op, kv.view(), aw.kv_norm, eps, kv.view());
-  ops::Rope(ctx.op, As3d(kv.view(), 1, hd), pos, table, false);
-  if (numerics_.kv_fp8) ops::Fp8RoundTripRows(ctx.op, kv.view(), 0, nope, 64);
+  // kv: one shared head, K = V, computed in place as this step's fresh rows.
+  const TensorView& kv = ctx.fresh;
+  ops::Linear(ctx.op, x, aw.wkv, kv);
+  ops::RmsNorm(ctx.op, kv, aw.kv_norm, eps, kv);
+  ops::Rope(ctx.op, As3d(kv, 1, hd), pos, table, false);
+  if (numerics_.kv_fp8) ops::Fp8RoundTripRows(ctx.op, kv, 0, nope, 64);
 
-  HostTensor ckv, cscore, index_q, index_w, ikv, iscore;
+  TensorView index_q, index_w;
   if (aw.compressor) {
     const int64_t width = aw.compressor->wkv.out_features;
-    ckv = HostTensor(DType::kF32, {tokens, width});
-    cscore = HostTensor(DType::kF32, {tokens, width});
-    ops::Linear(ctx.op, x, aw.compressor->wkv, ckv.view());
-    ops::Linear(ctx.op, x, aw.compressor->wgate, cscore.view());
+    const TensorView ckv = ws.Alloc(DType::kF32, {tokens, width}), cscore = ws.Alloc(DType::kF32, {tokens, width});
+    ops::Linear(ctx.op, x, aw.compressor->wkv, ckv);
+    ops::Linear(ctx.op, x, aw.compressor->wgate, cscore);
+    Compress(ctx, w, false, ckv, cscore);
   }
   if (aw.indexer) {
     const IndexerWeights& iw = *aw.indexer;
     const int64_t ih = c.index_n_heads, id = c.index_head_dim;
-    index_q = HostTensor(DType::kF32, {tokens, ih, id});
-    ops::Linear(ctx.op, qr.view(), iw.wq_b, index_q.view().Reshape({tokens, ih * id}));
-    ops::Rope(ctx.op, index_q.view(), pos, table, false);
-    ops::HadamardRows(ctx.op, index_q.view().Reshape({tokens * ih, id}));
-    if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, index_q.view().Reshape({tokens * ih, id}), 32);
-    index_w = HostTensor(DType::kF32, {tokens, ih});
-    ops::Linear(ctx.op, x, iw.weights_proj, index_w.view());
-    const float scale = 1.f / std::sqrt(static_cast<float>(id) * static_cast<float>(ih));
-    for (int64_t i = 0; i < tokens * ih; ++i) index_w.data<float>()[i] *= scale;
+    index_q = ws.Alloc(DType::kF32, {tokens, ih, id});
+    ops::Linear(ctx.op, qr, iw.wq_b, index_q.Reshape({tokens, ih * id}));
+    ops::Rope(ctx.op, index_q, pos, table, false);
+    ops::HadamardRows(ctx.op, index_q.Reshape({tokens * ih, id}));
+    if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, index_q.Reshape({tokens * ih, id}), 32);
+    index_w = ws.Alloc(DType::kF32, {tokens, ih});
+    ops::Linear(ctx.op, x, iw.weights_proj, index_w);
+    ops::Scale(ctx.op, index_w, 1.f / std::sqrt(static_cast<float>(id) * static_cast<float>(ih)));
     const int64_t width = iw.compressor.wkv.out_features;
-    ikv = HostTensor(DType::kF32, {tokens, width});
-    iscore = HostTensor(DType::kF32, {tokens, width});
-    ops::Linear(ctx.op, x, iw.compressor.wkv, ikv.view());
-    ops::Linear(ctx.op, x, iw.compressor.wgate, iscore.view());
+    const TensorView ikv = ws.Alloc(DType::kF32, {tokens, width}), iscore = ws.Alloc(DType::kF32, {tokens, width});
+    ops::Linear(ctx.op, x, iw.compressor.wkv, ikv);
+    ops::Linear(ctx.op, x, iw.compressor.wgate, iscore);
+    Compress(ctx, w, true, ikv, iscore);
   }
 
-  HostTensor o(DType::kF32, {tokens, heads, hd});
-  for (const SequenceChunk& seq : ctx.batch->seqs) {
-    if (aw.compressor) Compress(ctx, w, seq, false, ckv.view(), cscore.view());
-    if (aw.indexer) Compress(ctx, w, seq, true, ikv.view(), iscore.view());
-  }
-  AttendTokens(ctx, w, q.view(), kv.view(), index_q.view(), index_w.view(), o.view());
-  for (const SequenceChunk& seq : ctx.batch->seqs) {
-    // Only now may the chunk's rows enter the ring: its earlier queries read older rows there.
-    float* ring = ctx.state->Window(seq.state_slot, w.layer);
-    const int64_t window = c.sliding_window;
-    for (int64_t j = std::max<int64_t>(0, seq.num_tokens - window); j < seq.num_tokens; ++j) {
-      std::memcpy(ring + ((seq.start_pos + j) % window) * hd,
-                  kv.data<float>() + (seq.token_offset + j) * hd, hd * sizeof(float));
-    }
-  }
+  const TensorView o = ws.Alloc(DType::kF32, {tokens, heads, hd});
+  AttendTokens(ctx, w, q, kv, index_q, index_w, o);
+  // Only now may the chunks' rows enter the rings: their earlier queries read older rows there.
+  WriteRing(ctx, w);
 
   // Undo the rotation on the value's rope channels, then the grouped low-rank output.
-  ops::Rope(ctx.op, o.view(), pos, table, true);
+  ops::Rope(ctx.op, o, pos, table, true);
   const int64_t groups = c.o_groups;
-  HostTensor z(DType::kF32, {tokens, groups, c.o_lora_rank});
-  ops::GroupedLinear(ctx.op, o.view().Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups,
-                     z.view());
-  ops::Linear(ctx.op, z.view().Reshape({tokens, groups * c.o_lora_rank}), aw.wo_b, out);
+  const TensorView z = ws.Alloc(DType::kF32, {tokens, groups, c.o_lora_rank});
+  ops::GroupedLinear(ctx.op, o.Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups, z);
+  ops::Linear(ctx.op, z.Reshape({tokens, groups * c.o_lora_rank}), aw.wo_b, out);
 }
 
-void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, const SequenceChunk& seq,
-                       bool indexer, const TensorView& kv_proj, const TensorView& score_proj) const {
+void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool indexer, const TensorView& kv_proj,
+                       const TensorView& score_proj) const {
   const auto& c = config_;
-  const StateStorage& st = *ctx.state;
+  const StateLayout& layout = ctx.state->layout();
   const CompressorWeights& cw = indexer ? w.attn.indexer->compressor : *w.attn.compressor;
   const ops::CompressorShape shape{cw.ratio, cw.dim};
-  const int64_t width = shape.width();
-  float* kv_state = indexer ? st.IndexerKv(seq.state_slot, w.layer) : st.CompressorKv(seq.state_slot, w.layer);
-  float* score_state =
-      indexer ? st.IndexerScore(seq.state_slot, w.layer) : st.CompressorScore(seq.state_slot, w.layer);
+  const cpu::LayerRowGeometry g = ctx.Geometry(layout, w.layer);
+  Workspace& ws = *ctx.ws;
 
-  const int64_t max_rows = seq.num_tokens / cw.ratio + 1;
-  HostTensor rows(DType::kF32, {max_rows, cw.dim});
-  std::vector<int64_t> row_index(static_cast<size_t>(max_rows));
-  const int64_t emitted = ops::CompressorAdvance(
-      shape, cw.ape.data<float>(), kv_proj.data<float>() + seq.token_offset * width,
-      score_proj.data<float>() + seq.token_offset * width, seq.num_tokens, seq.start_pos, kv_state,
-      score_state, rows.data<float>(), row_index.data());
-  if (emitted == 0) return;
+  // Which rows close in this step is known from the positions alone: chunk b emits rows
+  // start/ratio … (start+n)/ratio − 1, consecutively from its row offset.
+  std::vector<ops::CompressorChunk> chunks;
+  std::vector<int64_t> positions, destinations;
+  int64_t total = 0;
+  for (size_t b = 0; b < ctx.seqs.size(); ++b) {
+    const cpu::SeqRowsInfo& sq = ctx.seqs[b];
+    const int64_t first = sq.start_pos / cw.ratio, end = (sq.start_pos + sq.num_tokens) / cw.ratio;
+    chunks.push_back({sq.slot, sq.token_offset, sq.num_tokens, sq.start_pos, total});
+    const SequenceChunk& chunk = ctx.batch->seqs[b];
+    for (int64_t r = first; r < end; ++r) {
+      DI_CHECK(r / g.rows_per_block < chunk.num_blocks, "compressed row {} needs block {} of {}", r,
+               r / g.rows_per_block, chunk.num_blocks);
+      // A row is rotated at its window's first position.
+      positions.push_back(r * cw.ratio);
+      destinations.push_back(indexer ? cpu::IndexRowOffset(ctx.host_plan, g, static_cast<int64_t>(b), r)
+                                     : cpu::MainRowOffset(ctx.host_plan, g, static_cast<int64_t>(b), r));
+    }
+    total += end - first;
+  }
+  const TensorView rows = ws.Alloc(DType::kF32, {std::max<int64_t>(total, 1), cw.dim});
+  const TensorView row_index = ws.Alloc(DType::kI64, {std::max<int64_t>(total, 1)});
+  const TensorView emitted = ws.Alloc(DType::kI64, {static_cast<int64_t>(chunks.size())});
+  const TensorView chunks_device =
+      ws.Upload(ctx.op, chunks.data(), DType::kI64, {static_cast<int64_t>(chunks.size() * sizeof(ops::CompressorChunk) / 8)});
+  const int64_t state_offset =
+      ctx.state->slots_base() + (indexer ? layout.indexer_offset[w.layer] : layout.compressor_offset[w.layer]);
+  ops::CompressorAdvanceBatch(ctx.op, shape, cw.ape, kv_proj, score_proj, ctx.state->base(), state_offset,
+                              layout.slot_floats, chunks, chunks_device, rows, row_index, emitted);
+  if (total == 0) return;
 
-  // A row is normalized, rotated at its window's first position, then rounded like the
-  // reference: FP8 on the nope channels (main rows) or Hadamard + FP4 (index rows).
-  const TensorView out = rows.view().Slice(0, emitted);
+  // A row is normalized, rotated, then rounded like the reference: FP8 on the nope channels
+  // (main rows) or Hadamard + FP4 (index rows).
+  const TensorView out = rows.Slice(0, total);
   ops::RmsNorm(ctx.op, out, cw.norm, static_cast<float>(c.rms_norm_eps), out);
-  std::vector<int64_t> positions(static_cast<size_t>(emitted));
-  for (int64_t j = 0; j < emitted; ++j) positions[j] = row_index[j] * cw.ratio;
-  ops::Rope(ctx.op, TensorView(out.raw(), DType::kF32, {emitted, 1, cw.dim}),
-            TensorView(positions.data(), DType::kI64, {emitted}),
+  const TensorView row_positions = ws.Upload(ctx.op, positions.data(), DType::kI64, {total});
+  ops::Rope(ctx.op, TensorView(out.raw(), DType::kF32, {total, 1, cw.dim}, out.device()), row_positions,
             RopeFor(w.layer), false);
   if (indexer) {
     ops::HadamardRows(ctx.op, out);
@@ -132,87 +140,57 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, const Sequ
   } else if (numerics_.kv_fp8) {
     ops::Fp8RoundTripRows(ctx.op, out, 0, cw.dim - c.qk_rope_head_dim, 64);
   }
-  const int64_t per_block = st.layout().rows_per_block(w.layer);
-  for (int64_t j = 0; j < emitted; ++j) {
-    const int64_t r = row_index[j];
-    DI_CHECK(r / per_block < seq.num_blocks, "compressed row {} needs block {} of {}", r,
-             r / per_block, seq.num_blocks);
-    const int32_t block = seq.block_table[r / per_block];
-    float* base = indexer ? st.IndexRows(block, w.layer) : st.MainRows(block, w.layer);
-    std::memcpy(base + (r % per_block) * cw.dim, out.data<float>() + j * cw.dim,
-                cw.dim * sizeof(float));
+  ops::ScatterRows(ctx.op, out, ctx.state->base(), ws.Upload(ctx.op, destinations.data(), DType::kI64, {total}));
+}
+
+void V4Model::WriteRing(const StepContext& ctx, const BlockWeights& w) const {
+  const cpu::LayerRowGeometry g = ctx.Geometry(ctx.state->layout(), w.layer);
+  std::vector<int64_t> from, to;
+  for (const cpu::SeqRowsInfo& sq : ctx.seqs) {
+    for (int64_t j = std::max<int64_t>(0, sq.num_tokens - g.window); j < sq.num_tokens; ++j) {
+      from.push_back(g.fresh_base + (sq.token_offset + j) * g.head_dim);
+      to.push_back(cpu::RingRowOffset(g, sq.slot, sq.start_pos + j));
+    }
   }
+  const int64_t n = static_cast<int64_t>(from.size());
+  Workspace& ws = *ctx.ws;
+  const TensorView staged = ws.Alloc(DType::kF32, {n, g.head_dim});
+  ops::GatherRows(ctx.op, ctx.state->base(), ws.Upload(ctx.op, from.data(), DType::kI64, {n}), staged);
+  ops::ScatterRows(ctx.op, staged, ctx.state->base(), ws.Upload(ctx.op, to.data(), DType::kI64, {n}));
 }
 
 void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const TensorView& q,
                            const TensorView& kv, const TensorView& index_q, const TensorView& index_w,
                            const TensorView& out) const {
   const auto& c = config_;
-  const StateStorage& st = *ctx.state;
-  const std::vector<SequenceChunk>& seqs = ctx.batch->seqs;
-  const int64_t heads = c.num_attention_heads, hd = c.head_dim, window = c.sliding_window;
-  const int64_t ratio = w.compress_ratio;
-  const int64_t per_block = ratio ? st.layout().rows_per_block(w.layer) : 1;
-  const float* sinks = w.attn.attn_sink.data<float>();
-  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
-  int64_t max_keys = window, max_index_rows = 0;
-  for (const SequenceChunk& seq : seqs) {
-    const int64_t rows = ratio ? (seq.start_pos + seq.num_tokens) / ratio : 0;
-    max_keys = std::max(max_keys, window + (ratio == 4 ? std::min<int64_t>(c.index_topk, rows) : rows));
-    if (ratio == 4) max_index_rows = std::max(max_index_rows, rows);
+  const int64_t tokens = ctx.num_tokens(), ratio = w.compress_ratio;
+  const cpu::LayerRowGeometry g = ctx.Geometry(ctx.state->layout(), w.layer);
+  Workspace& ws = *ctx.ws;
+  int64_t max_visible = 0;
+  for (const cpu::SeqRowsInfo& sq : ctx.seqs) {
+    if (ratio) max_visible = std::max(max_visible, (sq.start_pos + sq.num_tokens) / ratio);
   }
-
-  // One task per token of the batch (token t belongs to chunk chunk_of[t]).
-  std::vector<int32_t> chunk_of(static_cast<size_t>(ctx.batch->num_tokens));
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    for (int64_t j = 0; j < seqs[i].num_tokens; ++j) chunk_of[seqs[i].token_offset + j] = static_cast<int32_t>(i);
+  const int64_t max_rows = g.window + (ratio == 4 ? c.index_topk : ratio == 128 ? max_visible : 0);
+  const TensorView row_ids = ws.Alloc(DType::kI32, {tokens, max_rows});
+  const TensorView counts = ws.Alloc(DType::kI32, {tokens});
+  TensorView index_ids, num_visible, num_candidates;
+  if (ratio == 4) {
+    index_ids = ws.Alloc(DType::kI32, {tokens, std::max<int64_t>(max_visible, 1)});
+    num_visible = ws.Alloc(DType::kI32, {tokens});
+    num_candidates = ws.Alloc(DType::kI32, {tokens});
   }
-  ParallelFor(ctx.batch->num_tokens, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<float> keys(static_cast<size_t>(max_keys * hd));
-    std::vector<float> scores(static_cast<size_t>(heads * max_keys));
-    std::vector<float> index_keys(static_cast<size_t>(max_index_rows * c.index_head_dim));
-    std::vector<float> index_scratch(static_cast<size_t>(c.index_n_heads * max_index_rows));
-    std::vector<int32_t> selected(static_cast<size_t>(ratio == 4 ? c.index_topk : 0));
-    for (int64_t t = t0; t < t1; ++t) {
-      const SequenceChunk& seq = seqs[chunk_of[t]];
-      const int64_t p = seq.start_pos + (t - seq.token_offset);
-      const float* ring = st.Window(seq.state_slot, w.layer);
-      auto main_row = [&](int64_t r) {
-        return st.MainRows(seq.block_table[r / per_block], w.layer) + (r % per_block) * hd;
-      };
-      // The raw window: this chunk's fresh rows, older ones from the ring.
-      int64_t n = 0;
-      for (int64_t kp = std::max<int64_t>(0, p - window + 1); kp <= p; ++kp, ++n) {
-        const float* src = kp >= seq.start_pos ? kv.data<float>() + (seq.token_offset + kp - seq.start_pos) * hd
-                                               : ring + (kp % window) * hd;
-        std::memcpy(keys.data() + n * hd, src, hd * sizeof(float));
-      }
-      const int64_t visible = ratio ? (p + 1) / ratio : 0;
-      if (ratio == 128) {
-        for (int64_t r = 0; r < visible; ++r, ++n) std::memcpy(keys.data() + n * hd, main_row(r), hd * sizeof(float));
-      } else if (ratio == 4 && visible > 0) {
-        const int64_t id = c.index_head_dim;
-        for (int64_t r = 0; r < visible; ++r) {
-          const float* src = st.IndexRows(seq.block_table[r / per_block], w.layer) + (r % per_block) * id;
-          std::memcpy(index_keys.data() + r * id, src, id * sizeof(float));
-        }
-        // Rows the indexer ranks (see SequenceChunk::prompt_end): those existing at the prompt
-        // end for a prompt query, at its own position for a later one.
-        const int64_t prompt_end = seq.prompt_end > 0 ? seq.prompt_end : seq.start_pos + seq.num_tokens;
-        const int64_t candidates = (p < prompt_end ? prompt_end : p + 1) / 4;
-        const int64_t k = ops::IndexerTopK(index_q.data<float>() + t * c.index_n_heads * id,
-                                           index_w.data<float>() + t * c.index_n_heads, c.index_n_heads,
-                                           id, index_keys.data(), visible, candidates,
-                                           c.index_topk, index_scratch.data(), selected.data());
-        // Rows in ascending order: the attention sum then does not depend on the order the
-        // selection algorithm returns them in (only on the set).
-        std::sort(selected.begin(), selected.begin() + k);
-        for (int64_t i = 0; i < k; ++i, ++n) std::memcpy(keys.data() + n * hd, main_row(selected[i]), hd * sizeof(float));
-      }
-      ops::AttentionWithSink(q.data<float>() + t * heads * hd, heads, keys.data(), n, hd, sinks, scale,
-                             scores.data(), out.data<float>() + t * heads * hd);
-    }
-  });
+  ops::BuildAttentionRows(ctx.op, ctx.plan, g, row_ids, counts, index_ids, num_visible, num_candidates);
+  if (ratio == 4) {
+    const TensorView selected = ws.Alloc(DType::kI32, {tokens, c.index_topk});
+    const TensorView selected_counts = ws.Alloc(DType::kI32, {tokens});
+    const TensorView scores =
+        ctx.op.on_cuda() ? ws.Alloc(DType::kF32, {tokens, index_ids.size(1)}) : TensorView();
+    ops::IndexerSelect(ctx.op, index_q, index_w, ctx.state->base(), index_ids, num_visible, num_candidates,
+                       c.index_topk, scores, selected, selected_counts);
+    ops::AppendSelectedRows(ctx.op, ctx.plan, g, selected, selected_counts, row_ids, counts);
+  }
+  const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+  ops::SparseAttention(ctx.op, q, ctx.state->base(), row_ids, counts, w.attn.attn_sink, scale, out);
 }
 
 }  // namespace deepinfer::v4

@@ -9,8 +9,8 @@
 
 namespace deepinfer::v4 {
 
-V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics)
-    : config_(std::move(config)), weights_(std::move(weights)), numerics_(numerics) {
+V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, DeviceId device)
+    : config_(std::move(config)), weights_(std::move(weights)), numerics_(numerics), device_(device) {
   const auto& c = config_;
   rope_plain_ = ops::MakeRopeTable(c.qk_rope_head_dim, c.rope_theta, 0, 1.0, 0, 0);
   const auto& rs = c.rope_scaling;
@@ -18,6 +18,29 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics)
   rope_compressed_ = ops::MakeRopeTable(c.qk_rope_head_dim, c.compress_rope_theta,
                                         yarn ? rs.original_max_position_embeddings : 0,
                                         yarn ? rs.factor : 1.0, rs.beta_fast, rs.beta_slow);
+  if (!device_.is_cpu()) UploadWeights();
+  workspace_ = std::make_unique<Workspace>(device_);
+}
+
+V4Model::~V4Model() = default;
+
+void V4Model::UploadWeights() {
+  const ops::OpContext op{device_, nullptr};
+  ForEachTensor(weights_, [&](TensorView& t) {
+    if (t.empty()) return;
+    DI_CHECK(t.is_contiguous(), "weights must be contiguous to move to the device");
+    Buffer& b = device_weights_.emplace_back(t.nbytes(), device_);
+    ops::CopyBytes(op, b.data(), t.raw(), t.nbytes());
+    int64_t shape[kMaxDims];
+    for (int i = 0; i < t.ndim(); ++i) shape[i] = t.size(i);
+    t = TensorView(b.data(), t.dtype(), shape, t.ndim(), device_);
+  });
+  const int64_t half = static_cast<int64_t>(rope_plain_.inv_freq.size());
+  device_rope_ = Buffer(static_cast<size_t>(2 * half) * sizeof(float), device_);
+  ops::CopyBytes(op, device_rope_.data(), rope_plain_.inv_freq.data(), half * sizeof(float));
+  ops::CopyBytes(op, device_rope_.as<float>() + half, rope_compressed_.inv_freq.data(), half * sizeof(float));
+  rope_plain_.device_inv_freq = TensorView(device_rope_.data(), DType::kF32, {half}, device_);
+  rope_compressed_.device_inv_freq = TensorView(device_rope_.as<float>() + half, DType::kF32, {half}, device_);
 }
 
 const ops::RopeTable& V4Model::RopeFor(int64_t layer) const {
@@ -26,8 +49,7 @@ const ops::RopeTable& V4Model::RopeFor(int64_t layer) const {
 
 std::unique_ptr<ModelState> V4Model::CreateState(int64_t num_slots, int64_t num_blocks,
                                                  int64_t block_size) const {
-  return std::make_unique<V4State>(StateLayout::ForConfig(config_, block_size), num_slots,
-                                   num_blocks);
+  return std::make_unique<V4State>(StateLayout::ForConfig(config_, block_size), num_slots, num_blocks, device_);
 }
 
 size_t V4Model::BytesPerSlot(int64_t block_size) const {
@@ -36,6 +58,24 @@ size_t V4Model::BytesPerSlot(int64_t block_size) const {
 
 size_t V4Model::BytesPerBlock(int64_t block_size) const {
   return StateLayout::ForConfig(config_, block_size).block_floats * sizeof(float);
+}
+
+cpu::LayerRowGeometry V4Model::StepContext::Geometry(const StateLayout& l, int64_t layer) const {
+  cpu::LayerRowGeometry g;
+  g.head_dim = l.head_dim;
+  g.index_dim = l.index_dim;
+  g.window = l.window;
+  g.ratio = l.ratio[layer];
+  g.rows_per_block = g.ratio ? l.block_size / g.ratio : 1;
+  g.slots_base = state->slots_base();
+  g.slot_floats = l.slot_floats;
+  g.window_offset = l.window_offset[layer];
+  g.blocks_base = state->blocks_base();
+  g.block_floats = l.block_floats;
+  g.main_rows_offset = std::max<int64_t>(l.main_rows_offset[layer], 0);
+  g.index_rows_offset = std::max<int64_t>(l.index_rows_offset[layer], 0);
+  g.fresh_base = state->fresh_base();
+  return g;
 }
 
 namespace {
@@ -63,79 +103,121 @@ void ValidateBatch(const ForwardBatch& batch, const StateStorage& state, bool ha
 
 void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const TensorView& logits,
                       const ForwardHooks* hooks) const {
-  const auto& state = dynamic_cast<V4State&>(state_base).storage();
+  StateStorage& state = dynamic_cast<V4State&>(state_base).storage();
   const auto& c = config_;
   bool has_paged_rows = false;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) has_paged_rows |= c.compress_ratio(l) != 0;
   ValidateBatch(batch, state, has_paged_rows);
-
-  StepContext ctx;
-  ctx.batch = &batch;
-  ctx.state = &state;
-  ctx.op = ops::HostContext();
-  ctx.positions.assign(static_cast<size_t>(batch.num_tokens), -1);
-  for (const SequenceChunk& s : batch.seqs) {
-    for (int64_t j = 0; j < s.num_tokens; ++j) ctx.positions[s.token_offset + j] = s.start_pos + j;
-  }
-  for (int64_t t = 0; t < batch.num_tokens; ++t) {
-    DI_CHECK(ctx.positions[t] >= 0, "token {} of the batch belongs to no chunk", t);
-  }
-
-  ctx.positions_view = TensorView(ctx.positions.data(), DType::kI64, {batch.num_tokens});
-  ctx.token_ids = TensorView(const_cast<int32_t*>(batch.token_ids), DType::kI32, {batch.num_tokens});
+  DI_CHECK(state.device() == device_, "state and model live on different devices");
 
   const int64_t tokens = batch.num_tokens, d = c.hidden_size, s = c.hc_mult;
-  HostTensor h(DType::kF32, {tokens, d});
-  ops::Embedding(ctx.op, ctx.token_ids, weights_.embed, h.view());
-  HostTensor streams(DType::kF32, {tokens, s, d});
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t k = 0; k < s; ++k) {
-      std::memcpy(streams.data<float>() + (t * s + k) * d, h.data<float>() + t * d, d * sizeof(float));
+  StepContext ctx;
+  ctx.op = ops::OpContext{device_, nullptr};
+  ctx.ws = workspace_.get();
+  ctx.ws->Reset();
+  ctx.batch = &batch;
+  ctx.state = &state;
+  state.EnsureFreshRows(tokens);
+  Workspace& ws = *ctx.ws;
+  auto upload = [&](const auto& v, DType dtype) {
+    return ws.Upload(ctx.op, v.data(), dtype, {static_cast<int64_t>(v.size())});
+  };
+
+  ctx.positions.assign(static_cast<size_t>(tokens), -1);
+  ctx.token_seq.assign(static_cast<size_t>(tokens), -1);
+  for (size_t i = 0; i < batch.seqs.size(); ++i) {
+    const SequenceChunk& sq = batch.seqs[i];
+    cpu::SeqRowsInfo info;
+    info.token_offset = sq.token_offset;
+    info.num_tokens = sq.num_tokens;
+    info.start_pos = sq.start_pos;
+    info.slot = sq.state_slot;
+    info.prompt_end = sq.prompt_end;
+    info.block_offset = static_cast<int64_t>(ctx.block_tables.size());
+    ctx.seqs.push_back(info);
+    if (sq.block_table != nullptr) ctx.block_tables.insert(ctx.block_tables.end(), sq.block_table, sq.block_table + sq.num_blocks);
+    for (int64_t j = 0; j < sq.num_tokens; ++j) {
+      ctx.positions[sq.token_offset + j] = sq.start_pos + j;
+      ctx.token_seq[sq.token_offset + j] = static_cast<int32_t>(i);
     }
   }
+  for (int64_t t = 0; t < tokens; ++t) {
+    DI_CHECK(ctx.positions[t] >= 0, "token {} of the batch belongs to no chunk", t);
+  }
+  if (ctx.block_tables.empty()) ctx.block_tables.push_back(0);
+  ctx.positions_view = upload(ctx.positions, DType::kI64);
+  ctx.token_ids = ws.Upload(ctx.op, batch.token_ids, DType::kI32, {tokens});
+  ctx.host_plan = cpu::StepRowsPlan{tokens, static_cast<int64_t>(ctx.seqs.size()), ctx.token_seq.data(),
+                                    ctx.positions.data(), ctx.seqs.data(), ctx.block_tables.data()};
+  const TensorView seqs_dev = ws.Upload(ctx.op, ctx.seqs.data(), DType::kI64,
+                                        {static_cast<int64_t>(ctx.seqs.size() * sizeof(cpu::SeqRowsInfo) / 8)});
+  ctx.plan = cpu::StepRowsPlan{tokens, static_cast<int64_t>(ctx.seqs.size()),
+                               upload(ctx.token_seq, DType::kI32).data<int32_t>(), ctx.positions_view.data<int64_t>(),
+                               reinterpret_cast<const cpu::SeqRowsInfo*>(seqs_dev.raw()),
+                               upload(ctx.block_tables, DType::kI32).data<int32_t>()};
+  ctx.fresh = TensorView(state.base().data<float>() + state.fresh_base(), DType::kF32, {tokens, c.head_dim}, device_);
+
+  const TensorView h = ws.Alloc(DType::kF32, {tokens, d});
+  ops::Embedding(ctx.op, ctx.token_ids, weights_.embed, h);
+  // Every stream starts as the embedding: streams[t, k] = h[t].
+  std::vector<int64_t> broadcast(static_cast<size_t>(tokens * s));
+  for (int64_t i = 0; i < tokens * s; ++i) broadcast[i] = (i / s) * d;
+  const TensorView streams = ws.Alloc(DType::kF32, {tokens, s, d});
+  ops::GatherRows(ctx.op, h, upload(broadcast, DType::kI64), streams.Reshape({tokens * s, d}));
   for (const BlockWeights& w : weights_.layers) {
     Block(ctx, w, streams);
     if (hooks != nullptr && hooks->on_block_output) {
-      hooks->on_block_output(w.layer, streams.view(), ctx.positions);
+      if (device_.is_cpu()) {
+        hooks->on_block_output(w.layer, streams, ctx.positions);
+      } else {
+        HostTensor copy(DType::kF32, {tokens, s, d});
+        ops::CopyBytes(ctx.op, copy.data<float>(), streams.raw(), streams.nbytes());
+        hooks->on_block_output(w.layer, copy.view(), ctx.positions);
+      }
     }
   }
 
-  std::vector<int64_t> rows;
+  std::vector<int64_t> last_rows;
   for (const SequenceChunk& sq : batch.seqs) {
-    if (sq.want_logits) rows.push_back(sq.token_offset + sq.num_tokens - 1);
+    if (sq.want_logits) last_rows.push_back((sq.token_offset + sq.num_tokens - 1) * s * d);
   }
-  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t n = static_cast<int64_t>(last_rows.size());
   DI_CHECK(logits.ndim() == 2 && logits.size(0) == n && logits.size(1) == c.vocab_size,
            "logits buffer is {}, expected [{}, {}]", logits.ShapeString(), n, c.vocab_size);
   if (n == 0) return;
-  HostTensor last(DType::kF32, {n, s, d});
-  for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(last.data<float>() + i * s * d, streams.data<float>() + rows[i] * s * d,
-                s * d * sizeof(float));
+  const TensorView last = ws.Alloc(DType::kF32, {n, s, d});
+  ops::GatherRows(ctx.op, streams.Reshape({tokens * s * d}), upload(last_rows, DType::kI64), last.Reshape({n, s * d}));
+  const TensorView y = ws.Alloc(DType::kF32, {n, d});
+  ops::HcHead(ctx.op, last, HcParamsFor(weights_.hc_head, c), y);
+  ops::RmsNorm(ctx.op, y, weights_.norm, static_cast<float>(c.rms_norm_eps), y);
+  if (logits.device() == device_) {
+    ops::Linear(ctx.op, y, weights_.head, logits);
+  } else {
+    const TensorView out = ws.Alloc(DType::kF32, {n, c.vocab_size});
+    ops::Linear(ctx.op, y, weights_.head, out);
+    DI_CHECK(logits.is_contiguous(), "logits must be contiguous");
+    ops::CopyBytes(ctx.op, logits.raw(), out.raw(), out.nbytes());
   }
-  HostTensor y(DType::kF32, {n, d});
-  ops::HcHead(ctx.op, last.view(), HcParamsFor(weights_.hc_head, c), y.view());
-  ops::RmsNorm(ctx.op, y.view(), weights_.norm, static_cast<float>(c.rms_norm_eps), y.view());
-  ops::Linear(ctx.op, y.view(), weights_.head, logits);
 }
 
-void V4Model::Block(const StepContext& ctx, const BlockWeights& w, HostTensor& streams) const {
+void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const {
   const auto& c = config_;
-  const int64_t tokens = ctx.batch->num_tokens, d = c.hidden_size, s = c.hc_mult;
+  const int64_t tokens = ctx.num_tokens(), d = c.hidden_size, s = c.hc_mult;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  HostTensor a(DType::kF32, {tokens, d}), post(DType::kF32, {tokens, s}),
-      comb(DType::kF32, {tokens, s, s}), o(DType::kF32, {tokens, d}),
-      mid(DType::kF32, {tokens, s, d});
+  Workspace& ws = *ctx.ws;
+  const TensorView a = ws.Alloc(DType::kF32, {tokens, d}), post = ws.Alloc(DType::kF32, {tokens, s}),
+                   comb = ws.Alloc(DType::kF32, {tokens, s, s}), o = ws.Alloc(DType::kF32, {tokens, d}),
+                   mid = ws.Alloc(DType::kF32, {tokens, s, d});
 
-  ops::HcPre(ctx.op, streams.view(), HcParamsFor(w.hc_attn, c), a.view(), post.view(), comb.view());
-  ops::RmsNorm(ctx.op, a.view(), w.attn_norm, eps, a.view());
-  Attention(ctx, w, a.view(), o.view());
-  ops::HcPost(ctx.op, o.view(), streams.view(), post.view(), comb.view(), mid.view());
+  ops::HcPre(ctx.op, streams, HcParamsFor(w.hc_attn, c), a, post, comb);
+  ops::RmsNorm(ctx.op, a, w.attn_norm, eps, a);
+  Attention(ctx, w, a, o);
+  ops::HcPost(ctx.op, o, streams, post, comb, mid);
 
-  ops::HcPre(ctx.op, mid.view(), HcParamsFor(w.hc_ffn, c), a.view(), post.view(), comb.view());
-  ops::RmsNorm(ctx.op, a.view(), w.ffn_norm, eps, a.view());
-  Moe(ctx, w, a.view(), o.view());
-  ops::HcPost(ctx.op, o.view(), mid.view(), post.view(), comb.view(), streams.view());
+  ops::HcPre(ctx.op, mid, HcParamsFor(w.hc_ffn, c), a, post, comb);
+  ops::RmsNorm(ctx.op, a, w.ffn_norm, eps, a);
+  Moe(ctx, w, a, o);
+  ops::HcPost(ctx.op, o, mid, post, comb, streams);
 }
 
 void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
@@ -145,9 +227,10 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const int64_t tokens = x.size(0), d = c.hidden_size, k = c.num_experts_per_tok;
   const int64_t inter = c.moe_intermediate_size, num_experts = c.n_routed_experts;
   const float limit = static_cast<float>(c.swiglu_limit);
+  Workspace& ws = *ctx.ws;
 
-  HostTensor gate_logits(DType::kF32, {tokens, num_experts});
-  ops::Linear(ctx.op, x, m.gate, gate_logits.view());
+  const TensorView gate_logits = ws.Alloc(DType::kF32, {tokens, num_experts});
+  ops::Linear(ctx.op, x, m.gate, gate_logits);
   ops::RouterParams rp;
   rp.score = c.scoring_func == ScoringFunc::kSqrtSoftplus ? ops::RouterScore::kSqrtSoftplus
              : c.scoring_func == ScoringFunc::kSigmoid    ? ops::RouterScore::kSigmoid
@@ -162,57 +245,48 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   } else {
     rp.bias = m.gate_bias.data<float>();
   }
-  std::vector<int32_t> expert_ids(static_cast<size_t>(tokens * k));
-  std::vector<float> expert_weights(static_cast<size_t>(tokens * k));
-  ops::Route(ctx.op, gate_logits.view(), ctx.token_ids, rp, TensorView(expert_ids.data(), DType::kI32, {tokens, k}),
-             TensorView(expert_weights.data(), DType::kF32, {tokens, k}));
+  const TensorView expert_ids = ws.Alloc(DType::kI32, {tokens, k});
+  const TensorView expert_weights = ws.Alloc(DType::kF32, {tokens, k});
+  ops::Route(ctx.op, gate_logits, ctx.token_ids, rp, expert_ids, expert_weights);
 
-  // routed[e] lists (token·k + j) for every token sending slot j to expert e. A token whose
-  // hash table names the same expert twice gets that expert's output once, with the weight of
-  // one slot (the normalization still counts both): the reference adds with an index-put that
-  // keeps one write per token, and its goldens depend on that.
-  std::vector<std::vector<int64_t>> routed(static_cast<size_t>(num_experts));
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = expert_ids[t * k + j];
-      bool repeated = false;
-      for (int64_t jj = 0; jj < j; ++jj) repeated |= expert_ids[t * k + jj] == e;
-      if (!repeated) routed[e].push_back(t * k + j);
+  // Rows grouped by expert. A token whose hash table names the same expert twice gets that
+  // expert's output once, with the weight of one slot (the normalization still counts both): the
+  // reference adds with an index-put that keeps one write per token, and its goldens depend on it.
+  const TensorView offsets = ws.Alloc(DType::kI32, {num_experts + 1});
+  const TensorView sorted_slots = ws.Alloc(DType::kI32, {tokens * k});
+  const TensorView slot_rows = ws.Alloc(DType::kI32, {tokens * k});
+  const TensorView scratch =
+      ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::MoeAlignScratchBytes(tokens * k, num_experts))});
+  ops::MoeAlign(ctx.op, expert_ids, num_experts, offsets, sorted_slots, slot_rows, scratch);
+  std::vector<int32_t> host_offsets(static_cast<size_t>(num_experts + 1));
+  ops::CopyBytes(ctx.op, host_offsets.data(), offsets.raw(), offsets.nbytes());  // the row count of each expert
+  const int64_t rows = host_offsets[num_experts];
+
+  const TensorView ye = ws.Alloc(DType::kF32, {std::max<int64_t>(rows, 1), d});
+  if (rows > 0) {
+    const TensorView xe = ws.Alloc(DType::kF32, {rows, d}), row_weights = ws.Alloc(DType::kF32, {rows});
+    const TensorView g = ws.Alloc(DType::kF32, {rows, inter}), u = ws.Alloc(DType::kF32, {rows, inter});
+    ops::MoeGather(ctx.op, x, sorted_slots, rows, k, expert_weights, xe, row_weights);
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const int64_t r0 = host_offsets[e], r1 = host_offsets[e + 1];
+      if (r0 == r1) continue;
+      const ExpertWeights& ew = m.experts[e];
+      ops::Linear(ctx.op, xe.Slice(r0, r1), ew.w1, g.Slice(r0, r1));
+      ops::Linear(ctx.op, xe.Slice(r0, r1), ew.w3, u.Slice(r0, r1));
+    }
+    ops::ClampedSwiGlu(ctx.op, g, u, limit, row_weights);
+    for (int64_t e = 0; e < num_experts; ++e) {
+      const int64_t r0 = host_offsets[e], r1 = host_offsets[e + 1];
+      if (r0 != r1) ops::Linear(ctx.op, g.Slice(r0, r1), m.experts[e].w2, ye.Slice(r0, r1));
     }
   }
-
-  float* op = out.data<float>();
-  std::memset(op, 0, static_cast<size_t>(tokens * d) * sizeof(float));
-  for (int64_t e = 0; e < num_experts; ++e) {
-    const auto& items = routed[e];
-    if (items.empty()) continue;
-    const int64_t n = static_cast<int64_t>(items.size());
-    HostTensor xe(DType::kF32, {n, d}), g(DType::kF32, {n, inter}), u(DType::kF32, {n, inter}),
-        ye(DType::kF32, {n, d});
-    std::vector<float> row_weights(static_cast<size_t>(n));
-    for (int64_t r = 0; r < n; ++r) {
-      const int64_t token = items[r] / k;
-      std::memcpy(xe.data<float>() + r * d, x.data<float>() + token * x.stride(0), d * sizeof(float));
-      row_weights[r] = expert_weights[items[r]];
-    }
-    const ExpertWeights& ew = m.experts[e];
-    ops::Linear(ctx.op, xe.view(), ew.w1, g.view());
-    ops::Linear(ctx.op, xe.view(), ew.w3, u.view());
-    ops::ClampedSwiGlu(ctx.op, g.view(), u.view(), limit, TensorView(row_weights.data(), DType::kF32, {n}));
-    ops::Linear(ctx.op, g.view(), ew.w2, ye.view());
-    for (int64_t r = 0; r < n; ++r) {
-      float* dst = op + (items[r] / k) * d;
-      const float* src = ye.data<float>() + r * d;
-      for (int64_t i = 0; i < d; ++i) dst[i] += src[i];
-    }
-  }
-  HostTensor g(DType::kF32, {tokens, inter}), u(DType::kF32, {tokens, inter}),
-      ys(DType::kF32, {tokens, d});
-  ops::Linear(ctx.op, x, m.shared.w1, g.view());
-  ops::Linear(ctx.op, x, m.shared.w3, u.view());
-  ops::ClampedSwiGlu(ctx.op, g.view(), u.view(), limit, TensorView());
-  ops::Linear(ctx.op, g.view(), m.shared.w2, ys.view());
-  for (int64_t i = 0; i < tokens * d; ++i) op[i] += ys.data<float>()[i];
+  const TensorView g = ws.Alloc(DType::kF32, {tokens, inter}), u = ws.Alloc(DType::kF32, {tokens, inter}),
+                   ys = ws.Alloc(DType::kF32, {tokens, d});
+  ops::Linear(ctx.op, x, m.shared.w1, g);
+  ops::Linear(ctx.op, x, m.shared.w3, u);
+  ops::ClampedSwiGlu(ctx.op, g, u, limit, TensorView());
+  ops::Linear(ctx.op, g, m.shared.w2, ys);
+  ops::MoeCombine(ctx.op, ye, slot_rows, expert_ids, k, ys, out);
 }
 
 }  // namespace deepinfer::v4

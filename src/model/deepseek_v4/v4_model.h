@@ -7,14 +7,15 @@
 #include "model/deepseek_v4/v4_state.h"
 #include "model/deepseek_v4/v4_weights.h"
 #include "model/model.h"
+#include "model/workspace.h"
 #include "ops/ops.h"
 
 namespace deepinfer::v4 {
 
 class V4State : public ModelState {
  public:
-  V4State(StateLayout layout, int64_t num_slots, int64_t num_blocks)
-      : storage_(std::move(layout), num_slots, num_blocks) {}
+  V4State(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device)
+      : storage_(std::move(layout), num_slots, num_blocks, device) {}
   int64_t num_slots() const override { return storage_.num_slots(); }
   int64_t num_blocks() const override { return storage_.num_blocks(); }
   int64_t block_size() const override { return storage_.layout().block_size; }
@@ -26,6 +27,7 @@ class V4State : public ModelState {
   void CopyBlock(int32_t from, int32_t to) override { storage_.CopyBlock(from, to); }
   void PoisonBlock(int32_t block) override { storage_.PoisonBlock(block); }
   const StateStorage& storage() const { return storage_; }
+  StateStorage& storage() { return storage_; }
 
  private:
   StateStorage storage_;
@@ -33,7 +35,9 @@ class V4State : public ModelState {
 
 class V4Model : public Model {
  public:
-  V4Model(ModelConfig config, ModelWeights weights, Numerics numerics);
+  // With a CUDA `device` the weights are copied there and the forward runs there.
+  V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, DeviceId device = {});
+  ~V4Model() override;
 
   const ModelConfig& config() const override { return config_; }
   std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks,
@@ -48,7 +52,7 @@ class V4Model : public Model {
  private:
   struct StepContext;  // per-step token metadata and scratch (v4_model.cpp)
 
-  void Block(const StepContext& ctx, const BlockWeights& w, HostTensor& streams) const;
+  void Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const;
   void Attention(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
                  const TensorView& out) const;
   void Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
@@ -57,16 +61,23 @@ class V4Model : public Model {
   void AttendTokens(const StepContext& ctx, const BlockWeights& w, const TensorView& q,
                     const TensorView& kv, const TensorView& index_q, const TensorView& index_w,
                     const TensorView& out) const;
-  // Streams a chunk through a compressor and stores the emitted rows (normalized, rotated,
-  // rounded) into the sequence's paged rows.
-  void Compress(const StepContext& ctx, const BlockWeights& w, const SequenceChunk& seq,
-                bool indexer, const TensorView& kv_proj, const TensorView& score_proj) const;
+  // Streams every chunk through a compressor and stores the emitted rows (normalized, rotated,
+  // rounded) into the sequences' paged rows.
+  void Compress(const StepContext& ctx, const BlockWeights& w, bool indexer, const TensorView& kv_proj,
+                const TensorView& score_proj) const;
+  // Writes the last `window` fresh rows of every chunk into its slot's ring.
+  void WriteRing(const StepContext& ctx, const BlockWeights& w) const;
+  void UploadWeights();
 
   const ops::RopeTable& RopeFor(int64_t layer) const;
 
   ModelConfig config_;
   ModelWeights weights_;
   Numerics numerics_;
+  DeviceId device_;
+  std::vector<Buffer> device_weights_;        // the weights' copies on a CUDA device
+  Buffer device_rope_;                        // both rope tables' inverse frequencies there
+  mutable std::unique_ptr<Workspace> workspace_;
   ops::RopeTable rope_plain_;       // base rope_theta, no YaRN (ratio-0 layers)
   ops::RopeTable rope_compressed_;  // compress_rope_theta with YaRN (CSA / HCA layers)
 };

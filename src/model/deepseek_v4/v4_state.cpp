@@ -4,9 +4,17 @@
 #include <cstring>
 #include <limits>
 
+#include <numeric>
+
 #include "base/error.h"
+#include "ops/ops.h"
 
 namespace deepinfer::v4 {
+
+namespace {
+int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+constexpr int64_t kInitialFreshRows = 512;
+}  // namespace
 
 StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size) {
   StateLayout l;
@@ -15,8 +23,10 @@ StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size) {
   l.head_dim = c.head_dim;
   l.index_dim = c.index_head_dim;
   l.num_layers = c.num_hidden_layers + c.num_nextn_predict_layers;
+  l.row_align = std::lcm(l.head_dim, std::max<int64_t>(l.index_dim, 1));
   int64_t slot = 0, block = 0;
   for (int64_t layer = 0; layer < l.num_layers; ++layer) {
+    slot = RoundUp(slot, l.head_dim);
     const int64_t r = c.compress_ratio(layer);
     if (r != 0 && block_size % r != 0) {
       DI_THROW("{}: block size {} is not a multiple of compress ratio {} (layer {})", c.source,
@@ -28,6 +38,7 @@ StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size) {
     if (r != 0) {
       l.compressor_offset.push_back(slot);
       slot += 2 * l.main_shape(layer).state_floats();
+      block = RoundUp(block, l.head_dim);
       l.main_rows_offset.push_back(block);
       block += (block_size / r) * l.head_dim;
     } else {
@@ -37,6 +48,7 @@ StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size) {
     if (r == 4) {
       l.indexer_offset.push_back(slot);
       slot += 2 * l.index_shape().state_floats();
+      block = RoundUp(block, l.index_dim);
       l.index_rows_offset.push_back(block);
       block += (block_size / 4) * l.index_dim;
     } else {
@@ -44,29 +56,43 @@ StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size) {
       l.index_rows_offset.push_back(-1);
     }
   }
-  l.slot_floats = slot;
-  l.block_floats = block;
+  l.slot_floats = RoundUp(slot, l.row_align);
+  l.block_floats = RoundUp(block, l.row_align);
   return l;
 }
 
-StateStorage::StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks)
-    : layout_(std::move(layout)),
-      num_slots_(num_slots),
-      num_blocks_(num_blocks),
-      slots_(static_cast<size_t>(num_slots * layout_.slot_floats) * sizeof(float)),
-      blocks_(static_cast<size_t>(std::max<int64_t>(num_blocks * layout_.block_floats, 1)) *
-              sizeof(float)) {
+StateStorage::StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device)
+    : layout_(std::move(layout)), num_slots_(num_slots), num_blocks_(num_blocks) {
+  fresh_base_ = blocks_base() + std::max<int64_t>(num_blocks_, 1) * layout_.block_floats;
+  fresh_rows_ = kInitialFreshRows;
+  memory_ = Buffer(static_cast<size_t>(fresh_base_ + fresh_rows_ * layout_.head_dim) * sizeof(float), device);
   for (int32_t s = 0; s < num_slots; ++s) ResetSlot(s);
+}
+
+ops::OpContext StateStorage::Context() const { return ops::OpContext{memory_.device(), nullptr}; }
+
+TensorView StateStorage::base() const {
+  return TensorView(memory_.data(), DType::kF32, {static_cast<int64_t>(memory_.size() / sizeof(float))},
+                    memory_.device());
+}
+
+void StateStorage::EnsureFreshRows(int64_t tokens) {
+  if (tokens <= fresh_rows_) return;
+  const int64_t rows = std::max(tokens, 2 * fresh_rows_);
+  Buffer bigger(static_cast<size_t>(fresh_base_ + rows * layout_.head_dim) * sizeof(float), memory_.device());
+  ops::CopyBytes(Context(), bigger.data(), memory_.data(), static_cast<size_t>(fresh_base_) * sizeof(float));
+  memory_ = std::move(bigger);
+  fresh_rows_ = rows;
 }
 
 float* StateStorage::Slot(int32_t slot) const {
   DI_CHECK(slot >= 0 && slot < num_slots_, "state slot {} out of range [0, {})", slot, num_slots_);
-  return slots_.as<float>() + static_cast<int64_t>(slot) * layout_.slot_floats;
+  return memory_.as<float>() + slots_base() + static_cast<int64_t>(slot) * layout_.slot_floats;
 }
 
 float* StateStorage::Block(int32_t block) const {
   DI_CHECK(block > 0 && block < num_blocks_, "block {} out of range [1, {})", block, num_blocks_);
-  return blocks_.as<float>() + static_cast<int64_t>(block) * layout_.block_floats;
+  return memory_.as<float>() + blocks_base() + static_cast<int64_t>(block) * layout_.block_floats;
 }
 
 float* StateStorage::Window(int32_t slot, int64_t layer) const {
@@ -102,32 +128,32 @@ float* StateStorage::IndexRows(int32_t block, int64_t layer) const {
 }
 
 void StateStorage::ResetSlot(int32_t slot) const {
-  float* base = Slot(slot);
-  std::memset(base, 0, static_cast<size_t>(layout_.slot_floats) * sizeof(float));
+  const ops::OpContext ctx = Context();
+  ops::FillFloats(ctx, Slot(slot), layout_.slot_floats, 0.f);
   for (int64_t layer = 0; layer < layout_.num_layers; ++layer) {
     if (layout_.compressor_offset[layer] >= 0) {
-      cpu::CompressorReset(layout_.main_shape(layer), CompressorKv(slot, layer),
-                           CompressorScore(slot, layer));
+      const int64_t n = layout_.main_shape(layer).state_floats();
+      ops::FillFloats(ctx, CompressorScore(slot, layer), n, -std::numeric_limits<float>::infinity());
     }
     if (layout_.indexer_offset[layer] >= 0) {
-      cpu::CompressorReset(layout_.index_shape(), IndexerKv(slot, layer), IndexerScore(slot, layer));
+      const int64_t n = layout_.index_shape().state_floats();
+      ops::FillFloats(ctx, IndexerScore(slot, layer), n, -std::numeric_limits<float>::infinity());
     }
   }
 }
 
 void StateStorage::CopySlot(int32_t from, int32_t to) const {
   if (from == to) return;
-  std::memcpy(Slot(to), Slot(from), static_cast<size_t>(layout_.slot_floats) * sizeof(float));
+  ops::CopyBytes(Context(), Slot(to), Slot(from), static_cast<size_t>(layout_.slot_floats) * sizeof(float));
 }
 
 void StateStorage::CopyBlock(int32_t from, int32_t to) const {
   if (from == to) return;
-  std::memcpy(Block(to), Block(from), static_cast<size_t>(layout_.block_floats) * sizeof(float));
+  ops::CopyBytes(Context(), Block(to), Block(from), static_cast<size_t>(layout_.block_floats) * sizeof(float));
 }
 
 void StateStorage::PoisonBlock(int32_t block) const {
-  float* b = Block(block);
-  std::fill(b, b + layout_.block_floats, std::numeric_limits<float>::quiet_NaN());
+  ops::FillFloats(Context(), Block(block), layout_.block_floats, std::numeric_limits<float>::quiet_NaN());
 }
 
 }  // namespace deepinfer::v4

@@ -10,6 +10,12 @@
 //     CSA layers:                 block_size/4 index rows [index_dim]
 //   Compressed row r of a sequence lives in block block_table[r / rows_per_block] at
 //   r % rows_per_block. Block 0 exists and is never handed out (the null block).
+//
+// One allocation on the model's device holds, in this order, the slots, the blocks and the
+// step's fresh KV rows ([tokens, head_dim], written by the forward): every row the attention
+// reads is then a row id (an int32: float offset / row width) from one base pointer. Offsets of
+// head_dim rows are multiples of head_dim and those of index rows multiples of index_dim
+// (slot_floats, block_floats and the per-layer offsets are padded to make it so).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +24,7 @@
 #include "device/buffer.h"
 #include "kernels/cpu/compressor.h"
 #include "model/config.h"
+#include "ops/op_context.h"
 
 namespace deepinfer::v4 {
 
@@ -35,6 +42,7 @@ struct StateLayout {
   std::vector<int64_t> index_rows_offset; // per layer (−1 if none)
   int64_t slot_floats = 0;
   int64_t block_floats = 0;
+  int64_t row_align = 1;                  // lcm(head_dim, index_dim): regions start at multiples
 
   static StateLayout ForConfig(const ModelConfig& config, int64_t block_size);
   int64_t rows_per_block(int64_t layer) const { return block_size / ratio[layer]; }
@@ -44,12 +52,21 @@ struct StateLayout {
 
 class StateStorage {
  public:
-  StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks);
+  StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device = {});
 
   const StateLayout& layout() const { return layout_; }
   int64_t num_slots() const { return num_slots_; }
   int64_t num_blocks() const { return num_blocks_; }
-  size_t bytes() const { return slots_.size() + blocks_.size(); }
+  size_t bytes() const { return static_cast<size_t>(fresh_base_) * sizeof(float); }
+  DeviceId device() const { return memory_.device(); }
+
+  // The whole allocation as F32 [floats]: the base of every row offset.
+  TensorView base() const;
+  int64_t slots_base() const { return 0; }
+  int64_t blocks_base() const { return num_slots_ * layout_.slot_floats; }
+  int64_t fresh_base() const { return fresh_base_; }
+  // Makes room for `tokens` fresh rows (reallocates, keeping slots and blocks, when short).
+  void EnsureFreshRows(int64_t tokens);
 
   float* Window(int32_t slot, int64_t layer) const;
   float* CompressorKv(int32_t slot, int64_t layer) const;
@@ -59,7 +76,8 @@ class StateStorage {
   float* MainRows(int32_t block, int64_t layer) const;   // [rows_per_block, head_dim]
   float* IndexRows(int32_t block, int64_t layer) const;  // [rows_per_block, index_dim]
 
-  // Empties a slot for a new sequence: windows zeroed, compressor states reset.
+  // Pointers below are into the model's device memory (not dereferenceable on the host when
+  // that is a GPU). Empties a slot for a new sequence: windows zeroed, compressor states reset.
   void ResetSlot(int32_t slot) const;
   // Copies slot `from` into slot `to` (whole fixed state).
   void CopySlot(int32_t from, int32_t to) const;
@@ -71,11 +89,13 @@ class StateStorage {
  private:
   float* Slot(int32_t slot) const;
   float* Block(int32_t block) const;
+  ops::OpContext Context() const;
   StateLayout layout_;
   int64_t num_slots_;
   int64_t num_blocks_;
-  Buffer slots_;
-  Buffer blocks_;
+  int64_t fresh_base_ = 0;
+  int64_t fresh_rows_ = 0;
+  Buffer memory_;
 };
 
 }  // namespace deepinfer::v4

@@ -147,4 +147,73 @@ std::vector<std::string> UnusedTensors(const Checkpoint& checkpoint, const Weigh
   return unused;
 }
 
+namespace {
+
+void VisitLinear(LinearWeight& w, const std::function<void(TensorView&)>& fn) {
+  fn(w.data);
+  fn(w.scale);
+}
+
+void VisitHc(HcWeights& w, const std::function<void(TensorView&)>& fn) {
+  fn(w.fn);
+  fn(w.base);
+  fn(w.scale);
+}
+
+void VisitCompressor(CompressorWeights& w, const std::function<void(TensorView&)>& fn) {
+  fn(w.ape);
+  VisitLinear(w.wkv, fn);
+  VisitLinear(w.wgate, fn);
+  fn(w.norm);
+}
+
+void VisitExpert(ExpertWeights& w, const std::function<void(TensorView&)>& fn) {
+  VisitLinear(w.w1, fn);
+  VisitLinear(w.w2, fn);
+  VisitLinear(w.w3, fn);
+}
+
+void VisitBlock(BlockWeights& b, const std::function<void(TensorView&)>& fn) {
+  fn(b.attn_norm);
+  fn(b.ffn_norm);
+  VisitHc(b.hc_attn, fn);
+  VisitHc(b.hc_ffn, fn);
+  AttentionWeights& a = b.attn;
+  fn(a.attn_sink);
+  for (LinearWeight* w : {&a.wq_a, &a.wq_b, &a.wkv, &a.wo_a, &a.wo_b}) VisitLinear(*w, fn);
+  fn(a.q_norm);
+  fn(a.kv_norm);
+  if (a.compressor) VisitCompressor(*a.compressor, fn);
+  if (a.indexer) {
+    VisitLinear(a.indexer->wq_b, fn);
+    VisitLinear(a.indexer->weights_proj, fn);
+    VisitCompressor(a.indexer->compressor, fn);
+  }
+  MoeWeights& m = b.ffn;
+  VisitLinear(m.gate, fn);
+  fn(m.gate_bias);
+  fn(m.tid2eid);
+  for (ExpertWeights& e : m.experts) VisitExpert(e, fn);
+  VisitExpert(m.shared, fn);
+}
+
+}  // namespace
+
+void ForEachTensor(ModelWeights& weights, const std::function<void(TensorView&)>& fn) {
+  fn(weights.embed);
+  VisitLinear(weights.head, fn);
+  fn(weights.norm);
+  VisitHc(weights.hc_head, fn);
+  for (BlockWeights& b : weights.layers) VisitBlock(b, fn);
+  for (MtpWeights& m : weights.mtp) {
+    VisitBlock(m.block, fn);
+    VisitLinear(m.e_proj, fn);
+    VisitLinear(m.h_proj, fn);
+    fn(m.enorm);
+    fn(m.hnorm);
+    fn(m.norm);
+    VisitHc(m.hc_head, fn);
+  }
+}
+
 }  // namespace deepinfer::v4

@@ -1,6 +1,7 @@
 // DeepSeek-V4 weights as views, in the official checkpoint naming (dsv4-model.md §2).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -86,6 +87,9 @@ struct ModelWeights {
 // Loads (or, from a dummy source, creates) every tensor the config calls for, checking names,
 // shapes and dtypes; errors name the file and the tensor.
 ModelWeights LoadWeights(const ModelConfig& config, WeightSource& source);
+
+// Calls `fn` on every tensor view of the weights (linear weights' data and scales included).
+void ForEachTensor(ModelWeights& weights, const std::function<void(TensorView&)>& fn);
 
 // Tensors present in a checkpoint that the model did not ask for (reported at load).
 std::vector<std::string> UnusedTensors(const Checkpoint& checkpoint, const WeightSource& source);

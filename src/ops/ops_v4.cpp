@@ -1,0 +1,314 @@
+// The batched ops of the V4 attention and MoE sublayers, state rows and raw memory.
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/compressor.h"
+#include "kernels/cpu/indexer.h"
+#include "kernels/cpu/rows.h"
+#include "ops/dispatch.h"
+#include "ops/ops.h"
+
+#if DEEPINFER_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "device/cuda_error.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/compressor.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/indexer.h"
+#include "kernels/cuda/moe.h"
+#include "kernels/cuda/rows.h"
+#endif
+
+namespace deepinfer::ops {
+
+#if DEEPINFER_HAS_CUDA
+static_assert(sizeof(CompressorChunk) == sizeof(cuda::CompressorSeq) &&
+                  offsetof(CompressorChunk, slot) == offsetof(cuda::CompressorSeq, slot) &&
+                  offsetof(CompressorChunk, token_offset) == offsetof(cuda::CompressorSeq, token_offset) &&
+                  offsetof(CompressorChunk, num_tokens) == offsetof(cuda::CompressorSeq, num_tokens) &&
+                  offsetof(CompressorChunk, pos0) == offsetof(cuda::CompressorSeq, pos0) &&
+                  offsetof(CompressorChunk, row_offset) == offsetof(cuda::CompressorSeq, row_offset),
+              "CompressorChunk mirrors cuda::CompressorSeq");
+#endif
+
+namespace {
+int32_t* I32(const TensorView& t) { return t.empty() ? nullptr : t.data<int32_t>(); }
+int64_t* I64(const TensorView& t) { return t.empty() ? nullptr : t.data<int64_t>(); }
+}  // namespace
+
+// ---- memory ----------------------------------------------------------------------------------
+
+void CopyBytes(const OpContext& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  DI_ON_CUDA(ctx, "copy",
+             DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream), "cudaMemcpyAsync");
+             cudaPointerAttributes attr{};
+             DI_CUDA_CHECK(cudaPointerGetAttributes(&attr, dst), "cudaPointerGetAttributes");
+             if (attr.type != cudaMemoryTypeDevice) DI_CUDA_CHECK(cudaStreamSynchronize(ctx.stream), "copy to host"));
+  std::memcpy(dst, src, bytes);
+}
+
+void Scale(const OpContext& ctx, const TensorView& x, float factor) {
+  CheckDevice(ctx, "scale", {&x});
+  DI_CHECK(x.is_contiguous() && x.dtype() == DType::kF32, "scale: contiguous f32 only");
+  DI_ON_CUDA(ctx, "scale", cuda::ScaleF32(x.data<float>(), x.numel(), factor, ctx.stream));
+  float* p = x.data<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] *= factor;
+}
+
+void FillFloats(const OpContext& ctx, float* x, int64_t n, float value) {
+  DI_ON_CUDA(ctx, "fill", cuda::FillF32(x, n, value, ctx.stream));
+  std::fill(x, x + n, value);
+}
+
+// ---- rows ------------------------------------------------------------------------------------
+
+void GatherRows(const OpContext& ctx, const TensorView& base, const TensorView& src_offsets, const TensorView& dst) {
+  CheckDevice(ctx, "gather_rows", {&base, &src_offsets, &dst});
+  const int64_t n = src_offsets.numel(), width = dst.size(1);
+  DI_CHECK(dst.size(0) == n && src_offsets.dtype() == DType::kI64, "gather_rows: {} offsets for {}", n,
+           dst.ShapeString());
+  DI_ON_CUDA(ctx, "gather_rows",
+             cuda::GatherRows(base.data<float>(), I64(src_offsets), n, width, dst.data<float>(), dst.stride(0),
+                              ctx.stream));
+  cpu::GatherRows(base.data<float>(), I64(src_offsets), n, width, dst.data<float>(), dst.stride(0));
+}
+
+void ScatterRows(const OpContext& ctx, const TensorView& src, const TensorView& base, const TensorView& dst_offsets) {
+  CheckDevice(ctx, "scatter_rows", {&src, &base, &dst_offsets});
+  const int64_t n = dst_offsets.numel(), width = src.size(1);
+  DI_CHECK(src.size(0) >= n && dst_offsets.dtype() == DType::kI64, "scatter_rows: {} offsets for {}", n,
+           src.ShapeString());
+  DI_ON_CUDA(ctx, "scatter_rows",
+             cuda::ScatterRows(src.data<float>(), src.stride(0), n, width, base.data<float>(), I64(dst_offsets),
+                               ctx.stream));
+  cpu::ScatterRows(src.data<float>(), src.stride(0), n, width, base.data<float>(), I64(dst_offsets));
+}
+
+void BuildAttentionRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& geometry,
+                        const TensorView& row_ids, const TensorView& counts, const TensorView& index_ids,
+                        const TensorView& num_visible, const TensorView& num_candidates) {
+  CheckDevice(ctx, "attention_rows", {&row_ids, &counts, &index_ids, &num_visible, &num_candidates});
+  const int64_t max_index = index_ids.empty() ? 0 : index_ids.size(1);
+  DI_ON_CUDA(ctx, "attention_rows",
+             cuda::BuildAttentionRows(plan, geometry, I32(row_ids), I32(counts), row_ids.size(1), I32(index_ids),
+                                      I32(num_visible), I32(num_candidates), max_index, ctx.stream));
+  cpu::BuildAttentionRows(plan, geometry, I32(row_ids), I32(counts), row_ids.size(1), I32(index_ids),
+                          I32(num_visible), I32(num_candidates), max_index);
+}
+
+void AppendSelectedRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& geometry,
+                        const TensorView& selected, const TensorView& selected_counts, const TensorView& row_ids,
+                        const TensorView& counts) {
+  CheckDevice(ctx, "append_selected_rows", {&selected, &selected_counts, &row_ids, &counts});
+  DI_ON_CUDA(ctx, "append_selected_rows",
+             cuda::AppendSelectedRows(plan, geometry, I32(selected), I32(selected_counts), selected.size(1),
+                                      I32(row_ids), I32(counts), row_ids.size(1), ctx.stream));
+  cpu::AppendSelectedRows(plan, geometry, I32(selected), I32(selected_counts), selected.size(1), I32(row_ids),
+                          I32(counts), row_ids.size(1));
+}
+
+// ---- attention -------------------------------------------------------------------------------
+
+void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
+                     const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out) {
+  CheckDevice(ctx, "sparse_attention", {&q, &base, &row_ids, &counts, &sinks, &out});
+  const int64_t tokens = q.size(0), heads = q.size(1), d = q.size(2), max_rows = row_ids.size(1);
+  DI_CHECK(q.is_contiguous() && out.is_contiguous() && out.numel() == q.numel(), "sparse_attention: layout");
+  DI_ON_CUDA(ctx, "sparse_attention",
+             cuda::AttentionWithSink(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids), I32(counts),
+                                     max_rows, sinks.data<float>(), tokens, heads, d, scale, out.data<float>(),
+                                     heads * d, ctx.stream));
+  const float* rows = base.data<float>();
+  std::vector<float> keys(static_cast<size_t>(max_rows * d)), scores(static_cast<size_t>(heads * max_rows));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t n = I32(counts)[t];
+    const int32_t* ids = I32(row_ids) + t * max_rows;
+    for (int32_t j = 0; j < n; ++j) std::memcpy(keys.data() + j * d, rows + static_cast<int64_t>(ids[j]) * d, d * sizeof(float));
+    cpu::AttentionWithSink(q.data<float>() + t * heads * d, heads, keys.data(), n, d, sinks.data<float>(), scale,
+                           scores.data(), out.data<float>() + t * heads * d);
+  }
+}
+
+void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& weights, const TensorView& base,
+                   const TensorView& index_ids, const TensorView& num_visible, const TensorView& num_candidates,
+                   int64_t top_k, const TensorView& scores, const TensorView& selected,
+                   const TensorView& selected_counts) {
+  CheckDevice(ctx, "indexer", {&q, &weights, &base, &index_ids, &num_visible, &num_candidates, &scores, &selected,
+                               &selected_counts});
+  const int64_t tokens = q.size(0), heads = q.size(1), dk = q.size(2), max_keys = index_ids.size(1);
+  DI_CHECK(q.is_contiguous() && weights.is_contiguous() && selected.size(1) == top_k, "indexer: layout");
+  DI_ON_CUDA(ctx, "indexer",
+             cuda::IndexerTopK(q.data<float>(), heads * dk, weights.data<float>(), heads, tokens, heads, dk,
+                               base.data<float>(), dk, I32(index_ids), max_keys, I32(num_visible), top_k,
+                               scores.data<float>(), I32(selected), I32(selected_counts), ctx.stream));
+  const float* rows = base.data<float>();
+  std::vector<float> keys(static_cast<size_t>(max_keys * dk)), scratch(static_cast<size_t>(heads * max_keys));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int32_t visible = I32(num_visible)[t];
+    int32_t* sel = I32(selected) + t * top_k;
+    if (visible == 0) {
+      I32(selected_counts)[t] = 0;
+      continue;
+    }
+    const int32_t* ids = I32(index_ids) + t * max_keys;
+    for (int32_t j = 0; j < visible; ++j) std::memcpy(keys.data() + j * dk, rows + static_cast<int64_t>(ids[j]) * dk, dk * sizeof(float));
+    const int64_t k = cpu::IndexerTopK(q.data<float>() + t * heads * dk, weights.data<float>() + t * heads, heads, dk,
+                                       keys.data(), visible, I32(num_candidates)[t], top_k, scratch.data(), sel);
+    // Ascending rows: the attention sum then depends only on the selected set.
+    std::sort(sel, sel + k);
+    I32(selected_counts)[t] = static_cast<int32_t>(k);
+  }
+}
+
+// ---- compressor ------------------------------------------------------------------------------
+
+void CompressorAdvanceBatch(const OpContext& ctx, const CompressorShape& shape, const TensorView& ape,
+                            const TensorView& kv, const TensorView& score, const TensorView& base,
+                            int64_t state_offset, int64_t slot_floats, const std::vector<CompressorChunk>& chunks,
+                            const TensorView& chunks_device, const TensorView& rows_out, const TensorView& row_index,
+                            const TensorView& rows_emitted) {
+  CheckDevice(ctx, "compressor", {&ape, &kv, &score, &base, &chunks_device, &rows_out, &row_index, &rows_emitted});
+  DI_CHECK(kv.stride(0) == score.stride(0), "compressor: kv and score need one row stride");
+  DI_ON_CUDA(ctx, "compressor",
+             cuda::CompressorShape cs{shape.ratio, shape.dim};
+             cuda::CompressorStatePool pool{base.data<float>() + state_offset,
+                                            base.data<float>() + state_offset + shape.state_floats(), slot_floats};
+             cuda::CompressorAdvance(cs, ape.data<float>(), kv.data<float>(), score.data<float>(), kv.stride(0), pool,
+                                     reinterpret_cast<const cuda::CompressorSeq*>(chunks_device.raw()),
+                                     static_cast<int64_t>(chunks.size()), rows_out.data<float>(), rows_out.stride(0),
+                                     I64(row_index), I64(rows_emitted), rows_out.size(0), ctx.stream));
+  const int64_t width = shape.width();
+  DI_CHECK(rows_out.stride(0) == shape.dim, "compressor: rows_out must be contiguous on the CPU");
+  std::vector<float> kv_rows, score_rows;
+  for (size_t b = 0; b < chunks.size(); ++b) {
+    const CompressorChunk& c = chunks[b];
+    float* kv_state = base.data<float>() + state_offset + c.slot * slot_floats;
+    // The CPU kernel takes contiguous [n, width] projections.
+    const float* kvp = kv.data<float>() + c.token_offset * kv.stride(0);
+    const float* scp = score.data<float>() + c.token_offset * score.stride(0);
+    if (kv.stride(0) != width) {
+      kv_rows.resize(static_cast<size_t>(c.num_tokens * width));
+      score_rows.resize(kv_rows.size());
+      for (int64_t j = 0; j < c.num_tokens; ++j) {
+        std::memcpy(kv_rows.data() + j * width, kvp + j * kv.stride(0), width * sizeof(float));
+        std::memcpy(score_rows.data() + j * width, scp + j * score.stride(0), width * sizeof(float));
+      }
+      kvp = kv_rows.data();
+      scp = score_rows.data();
+    }
+    const int64_t emitted = cpu::CompressorAdvance(shape, ape.data<float>(), kvp, scp, c.num_tokens, c.pos0, kv_state,
+                                                   kv_state + shape.state_floats(),
+                                                   rows_out.data<float>() + c.row_offset * rows_out.stride(0),
+                                                   I64(row_index) + c.row_offset);
+    if (!rows_emitted.empty()) I64(rows_emitted)[b] = emitted;
+  }
+}
+
+void CompressorResetSlots(const OpContext& ctx, const CompressorShape& shape, const TensorView& base,
+                          int64_t state_offset, int64_t slot_floats, const std::vector<int64_t>& slots) {
+  CheckDevice(ctx, "compressor_reset", {&base});
+  const int64_t n = shape.state_floats();
+  for (int64_t slot : slots) {
+    float* kv = base.data<float>() + state_offset + slot * slot_floats;
+    FillFloats(ctx, kv, n, 0.f);
+    FillFloats(ctx, kv + n, n, -std::numeric_limits<float>::infinity());
+  }
+}
+
+// ---- MoE ---------------------------------------------------------------------------------------
+
+size_t MoeAlignScratchBytes(int64_t num_slots, int64_t num_experts) {
+#if DEEPINFER_HAS_CUDA
+  return cuda::MoeAlignScratchBytes(num_slots, num_experts);
+#else
+  return 0;
+#endif
+}
+
+void MoeAlign(const OpContext& ctx, const TensorView& expert_ids, int64_t num_experts, const TensorView& offsets,
+              const TensorView& sorted_slots, const TensorView& slot_rows, const TensorView& scratch) {
+  CheckDevice(ctx, "moe_align", {&expert_ids, &offsets, &sorted_slots, &slot_rows, &scratch});
+  const int64_t m = expert_ids.size(0), k = expert_ids.size(1);
+  DI_ON_CUDA(ctx, "moe_align",
+             cuda::MoeAlign(I32(expert_ids), m, k, num_experts, I32(offsets), I32(sorted_slots), I32(slot_rows),
+                            scratch.raw(), ctx.stream));
+  const int32_t* ids = I32(expert_ids);
+  std::vector<int32_t> count(static_cast<size_t>(num_experts), 0);
+  std::vector<bool> keep(static_cast<size_t>(m * k), false);
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids[t * k + j];
+      bool kept = e >= 0 && e < num_experts;
+      for (int64_t jj = 0; jj < j && kept; ++jj) kept = ids[t * k + jj] != e;
+      keep[t * k + j] = kept;
+      if (kept) ++count[e];
+    }
+  }
+  int32_t* off = I32(offsets);
+  std::vector<int32_t> cursor(static_cast<size_t>(num_experts));
+  int32_t run = 0;
+  for (int64_t e = 0; e < num_experts; ++e) off[e] = cursor[e] = run, run += count[e];
+  off[num_experts] = run;
+  std::fill(I32(sorted_slots), I32(sorted_slots) + m * k, -1);
+  for (int64_t i = 0; i < m * k; ++i) {
+    if (!keep[i]) {
+      I32(slot_rows)[i] = -1;
+      continue;
+    }
+    const int32_t row = cursor[ids[i]]++;
+    I32(sorted_slots)[row] = static_cast<int32_t>(i);
+    I32(slot_rows)[i] = row;
+  }
+}
+
+void MoeGather(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, int64_t rows, int64_t top_k,
+               const TensorView& expert_weights, const TensorView& xe, const TensorView& row_weights) {
+  CheckDevice(ctx, "moe_gather", {&x, &sorted_slots, &expert_weights, &xe, &row_weights});
+  const int64_t d = x.size(1);
+  DI_CHECK(xe.is_contiguous() && xe.size(1) == d, "moe_gather: xe {}", xe.ShapeString());
+  DI_ON_CUDA(ctx, "moe_gather",
+             cuda::MoeGather(x.data<float>(), x.stride(0), d, I32(sorted_slots), rows, top_k,
+                             expert_weights.data<float>(), xe.data<float>(), row_weights.data<float>(), ctx.stream));
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t slot = I32(sorted_slots)[r];
+    std::memcpy(xe.data<float>() + r * d, x.data<float>() + (slot / top_k) * x.stride(0), d * sizeof(float));
+    row_weights.data<float>()[r] = expert_weights.data<float>()[slot];
+  }
+}
+
+void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,
+                int64_t top_k, const TensorView& shared, const TensorView& out) {
+  CheckDevice(ctx, "moe_combine", {&ye, &slot_rows, &expert_ids, &shared, &out});
+  const int64_t m = out.size(0), d = out.size(1);
+  DI_CHECK(out.is_contiguous() && (shared.empty() || shared.is_contiguous()), "moe_combine: layout");
+  DI_ON_CUDA(ctx, "moe_combine",
+             cuda::MoeCombine(ye.data<float>(), I32(slot_rows), I32(expert_ids), m, top_k, d,
+                              shared.empty() ? nullptr : shared.data<float>(), out.data<float>(), ctx.stream));
+  std::vector<std::pair<int32_t, int32_t>> order;  // (expert, row) of one token's kept slots
+  for (int64_t t = 0; t < m; ++t) {
+    order.clear();
+    for (int64_t j = 0; j < top_k; ++j) {
+      const int32_t row = I32(slot_rows)[t * top_k + j];
+      if (row >= 0) order.emplace_back(I32(expert_ids)[t * top_k + j], row);
+    }
+    std::sort(order.begin(), order.end());
+    float* o = out.data<float>() + t * d;
+    std::fill(o, o + d, 0.f);
+    for (const auto& [e, row] : order) {
+      const float* src = ye.data<float>() + static_cast<int64_t>(row) * d;
+      for (int64_t i = 0; i < d; ++i) o[i] += src[i];
+    }
+    if (!shared.empty()) {
+      const float* sh = shared.data<float>() + t * d;
+      for (int64_t i = 0; i < d; ++i) o[i] += sh[i];
+    }
+  }
+}
+
+}  // namespace deepinfer::ops
