@@ -1,0 +1,193 @@
+#include "kernels/cuda/rows.h"
+
+#include <climits>
+
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+// ---- Row copies ---------------------------------------------------------------------------------
+
+constexpr int kCopyWarps = 8;  // rows per block: one warp per row
+constexpr int kCopyThreads = kCopyWarps * kWarpSize;
+
+// Row i (< n) of the copy: from src_offsets ? src + src_offsets[i] : src + i·ld_src to
+// dst_offsets ? dst + dst_offsets[i] : dst + i·ld_dst, `width` floats. Bits are moved as integers
+// (no float arithmetic), 16 bytes at a time when both rows are 16-byte aligned and width % 4 == 0.
+__global__ void __launch_bounds__(kCopyThreads)
+    CopyRowsKernel(const float* src, int64_t ld_src, const int64_t* src_offsets, float* dst, int64_t ld_dst,
+                   const int64_t* dst_offsets, int64_t n, int64_t width) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCopyWarps + threadIdx.x / kWarpSize;
+  if (row >= n) return;  // uniform over the warp; no block-wide barriers below
+  const int lane = threadIdx.x % kWarpSize;
+  const float* s = src_offsets != nullptr ? src + src_offsets[row] : src + row * ld_src;
+  float* d = dst_offsets != nullptr ? dst + dst_offsets[row] : dst + row * ld_dst;
+  const bool vec = width % 4 == 0 && ((reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(d)) & 15u) == 0;
+  if (vec) {
+    const uint4* s4 = reinterpret_cast<const uint4*>(s);
+    uint4* d4 = reinterpret_cast<uint4*>(d);
+    const int64_t n4 = width / 4;
+    for (int64_t j = lane; j < n4; j += kWarpSize) d4[j] = s4[j];
+  } else {
+    const uint32_t* s1 = reinterpret_cast<const uint32_t*>(s);
+    uint32_t* d1 = reinterpret_cast<uint32_t*>(d);
+    for (int64_t j = lane; j < width; j += kWarpSize) d1[j] = s1[j];
+  }
+}
+
+void LaunchCopyRows(const float* src, int64_t ld_src, const int64_t* src_offsets, float* dst, int64_t ld_dst,
+                    const int64_t* dst_offsets, int64_t n, int64_t width, cudaStream_t stream, const char* name) {
+  if (n < 0 || width < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative row count or width");
+  if (n == 0 || width == 0) return;
+  const int64_t blocks = CeilDiv(n, kCopyWarps);
+  if (blocks > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "too many rows");
+  CopyRowsKernel<<<static_cast<unsigned>(blocks), kCopyThreads, 0, stream>>>(src, ld_src, src_offsets, dst, ld_dst,
+                                                                              dst_offsets, n, width);
+  DI_CUDA_LAUNCH_CHECK(name);
+}
+
+// ---- Attention row lists ------------------------------------------------------------------------
+
+constexpr int kListThreads = 256;
+
+// Device twins of cpu::MainRowOffset / IndexRowOffset / RingRowOffset (same int64 arithmetic).
+__device__ __forceinline__ int64_t MainRowOffsetDev(const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& g,
+                                                    int64_t block_offset, int64_t r) {
+  const int64_t block = plan.block_tables[block_offset + r / g.rows_per_block];
+  return g.blocks_base + block * g.block_floats + g.main_rows_offset + (r % g.rows_per_block) * g.head_dim;
+}
+__device__ __forceinline__ int64_t IndexRowOffsetDev(const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& g,
+                                                     int64_t block_offset, int64_t r) {
+  const int64_t block = plan.block_tables[block_offset + r / g.rows_per_block];
+  return g.blocks_base + block * g.block_floats + g.index_rows_offset + (r % g.rows_per_block) * g.index_dim;
+}
+__device__ __forceinline__ int64_t RingRowOffsetDev(const cpu::LayerRowGeometry& g, int64_t slot, int64_t p) {
+  return g.slots_base + slot * g.slot_floats + g.window_offset + (p % g.window) * g.head_dim;
+}
+
+// One block per token t = blockIdx.x; threads stride over the window rows, then the HCA rows,
+// then the CSA index rows. Every entry is written by exactly one thread; thread 0 writes the
+// per-token scalars.
+__global__ void __launch_bounds__(kListThreads)
+    BuildAttentionRowsKernel(cpu::StepRowsPlan plan, cpu::LayerRowGeometry g, int32_t* row_ids, int32_t* counts,
+                             int64_t max_rows, int32_t* index_ids, int32_t* num_visible, int32_t* num_candidates,
+                             int64_t max_index_rows) {
+  const int64_t t = blockIdx.x;
+  const int64_t b = plan.token_seq[t];
+  const cpu::SeqRowsInfo& s = plan.seqs[b];
+  const int64_t start_pos = s.start_pos, token_offset = s.token_offset, slot = s.slot;
+  const int64_t block_offset = s.block_offset;
+  const int64_t p = plan.token_pos[t];
+  int32_t* ids = row_ids + t * max_rows;
+
+  // Window positions first … p (the CPU's loop kp = max(0, p − window + 1) … p).
+  const int64_t first = max(int64_t{0}, p - g.window + 1);
+  const int64_t num_window = max(int64_t{0}, p - first + 1);
+  for (int64_t i = threadIdx.x; i < num_window; i += blockDim.x) {
+    const int64_t kp = first + i;
+    const int64_t off = kp >= start_pos ? g.fresh_base + (token_offset + kp - start_pos) * g.head_dim
+                                        : RingRowOffsetDev(g, slot, kp);
+    ids[i] = static_cast<int32_t>(off / g.head_dim);
+  }
+  const int64_t visible = g.ratio != 0 ? (p + 1) / g.ratio : 0;
+  int64_t n = num_window;
+  if (g.ratio == 128) {
+    for (int64_t r = threadIdx.x; r < visible; r += blockDim.x) {
+      ids[num_window + r] = static_cast<int32_t>(MainRowOffsetDev(plan, g, block_offset, r) / g.head_dim);
+    }
+    n += visible;
+  }
+  if (threadIdx.x == 0) counts[t] = static_cast<int32_t>(n);
+  if (index_ids == nullptr) return;
+  if (g.ratio == 4) {
+    int32_t* iids = index_ids + t * max_index_rows;
+    for (int64_t r = threadIdx.x; r < visible; r += blockDim.x) {
+      iids[r] = static_cast<int32_t>(IndexRowOffsetDev(plan, g, block_offset, r) / g.index_dim);
+    }
+    if (threadIdx.x == 0) {
+      const int64_t end = s.prompt_end > 0 ? s.prompt_end : start_pos + s.num_tokens;
+      num_visible[t] = static_cast<int32_t>(visible);
+      num_candidates[t] = static_cast<int32_t>((p < end ? end : p + 1) / 4);
+    }
+  } else if (threadIdx.x == 0) {
+    num_visible[t] = 0;
+    num_candidates[t] = 0;
+  }
+}
+
+constexpr int kAppendThreads = 128;
+
+// One block per token t = blockIdx.x; threads stride over its selected entries.
+__global__ void __launch_bounds__(kAppendThreads)
+    AppendSelectedRowsKernel(cpu::StepRowsPlan plan, cpu::LayerRowGeometry g, const int32_t* selected,
+                             const int32_t* selected_counts, int64_t top_k, int32_t* row_ids, int32_t* counts,
+                             int64_t max_rows) {
+  const int64_t t = blockIdx.x;
+  const int64_t block_offset = plan.seqs[plan.token_seq[t]].block_offset;
+  const int32_t count = counts[t];
+  const int32_t k = selected_counts[t];
+  __syncthreads();  // every thread has read counts[t] before thread 0 overwrites it
+  int32_t* ids = row_ids + t * max_rows + count;
+  const int32_t* sel = selected + t * top_k;
+  for (int32_t i = threadIdx.x; i < k; i += blockDim.x) {
+    ids[i] = static_cast<int32_t>(MainRowOffsetDev(plan, g, block_offset, sel[i]) / g.head_dim);
+  }
+  if (threadIdx.x == 0) counts[t] = count + k;
+}
+
+void CheckTokens(int64_t num_tokens, const char* name) {
+  if (num_tokens < 0 || num_tokens > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "bad num_tokens");
+}
+
+}  // namespace
+
+void GatherRows(const float* base, const int64_t* src_offsets, int64_t n, int64_t width, float* dst, int64_t ld_dst,
+                cudaStream_t stream) {
+  LaunchCopyRows(base, 0, src_offsets, dst, ld_dst, nullptr, n, width, stream, "gather_rows");
+}
+
+void ScatterRows(const float* src, int64_t ld_src, int64_t n, int64_t width, float* base, const int64_t* dst_offsets,
+                 cudaStream_t stream) {
+  LaunchCopyRows(src, ld_src, nullptr, base, 0, dst_offsets, n, width, stream, "scatter_rows");
+}
+
+void BuildAttentionRows(const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& geometry, int32_t* row_ids,
+                        int32_t* counts, int64_t max_rows, int32_t* index_ids, int32_t* num_visible,
+                        int32_t* num_candidates, int64_t max_index_rows, cudaStream_t stream) {
+  const char* name = "build_attention_rows";
+  CheckTokens(plan.num_tokens, name);
+  if (plan.num_tokens == 0) return;
+  // Only shapes the CPU reference would divide by zero on are refused.
+  if (geometry.head_dim <= 0) ThrowCudaError(__FILE__, __LINE__, name, "head_dim must be positive");
+  const bool needs_blocks = geometry.ratio == 128 || (geometry.ratio == 4 && index_ids != nullptr);
+  if (needs_blocks && geometry.rows_per_block <= 0) {
+    ThrowCudaError(__FILE__, __LINE__, name, "rows_per_block must be positive");
+  }
+  if (geometry.ratio == 4 && index_ids != nullptr && geometry.index_dim <= 0) {
+    ThrowCudaError(__FILE__, __LINE__, name, "index_dim must be positive");
+  }
+  if (index_ids != nullptr && (num_visible == nullptr || num_candidates == nullptr)) {
+    ThrowCudaError(__FILE__, __LINE__, name, "index_ids given without num_visible / num_candidates");
+  }
+  BuildAttentionRowsKernel<<<static_cast<unsigned>(plan.num_tokens), kListThreads, 0, stream>>>(
+      plan, geometry, row_ids, counts, max_rows, index_ids, num_visible, num_candidates, max_index_rows);
+  DI_CUDA_LAUNCH_CHECK(name);
+}
+
+void AppendSelectedRows(const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& geometry, const int32_t* selected,
+                        const int32_t* selected_counts, int64_t top_k, int32_t* row_ids, int32_t* counts,
+                        int64_t max_rows, cudaStream_t stream) {
+  const char* name = "append_selected_rows";
+  CheckTokens(plan.num_tokens, name);
+  if (plan.num_tokens == 0) return;
+  if (geometry.head_dim <= 0 || geometry.rows_per_block <= 0) {
+    ThrowCudaError(__FILE__, __LINE__, name, "head_dim and rows_per_block must be positive");
+  }
+  AppendSelectedRowsKernel<<<static_cast<unsigned>(plan.num_tokens), kAppendThreads, 0, stream>>>(
+      plan, geometry, selected, selected_counts, top_k, row_ids, counts, max_rows);
+  DI_CUDA_LAUNCH_CHECK(name);
+}
+
+}  // namespace deepinfer::cuda
