@@ -16,7 +16,12 @@ dist=build/gpu-dist
 rm -rf "$dist" && mkdir -p "$dist"
 cp build/cuda/tests/gpu/deepinfer_gpu_tests "$dist/"
 strip --strip-unneeded "$dist"/*
+# Libraries the GPU machine (Ubuntu 24.04) lacks travel along: spdlog (fmt, OpenBLAS, xxHash and
+# PCRE2 are there).
+mkdir -p "$dist/lib"
+for lib in $(ldd "$dist"/deepinfer* | awk '/libspdlog/ {print $3}' | sort -u); do cp -L "$lib" "$dist/lib/"; done
 git rev-parse HEAD > "$dist/COMMIT"
 git status --porcelain | grep -q . && echo dirty >> "$dist/COMMIT" || true
 du -sh "$dist"
 ldd "$dist/deepinfer_gpu_tests" | awk '{print "  " $1}'
+ls "$dist/lib"

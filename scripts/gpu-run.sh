@@ -24,6 +24,7 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 dist=build/gpu-dist
+export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 {
   echo "commit: $(cat $dist/COMMIT 2>/dev/null)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader

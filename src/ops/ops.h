@@ -101,12 +101,14 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
                      const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out);
 // The lightning indexer for every token: scores of its candidate index rows (base rows of width
 // dk at index_ids[t, j], j < num_visible[t]) and the top_k of them as candidate positions in
-// ascending order (selected I32 [T, top_k], selected_counts I32 [T]). The CPU breaks ties as the
-// reference's one-shot prefill (num_candidates); the GPU keeps the lowest positions among ties.
-// scores: F32 [T, max_index_rows] scratch (the GPU's; may be empty on the CPU).
+// ascending order (selected I32 [T, top_k], selected_counts I32 [T]). Both backends break ties
+// between equal scores as the reference's one-shot prefill does (torch's CPU top-k over
+// num_candidates[t] candidates; kernels/cpu/select_like_torch.h). GPU scratch (may be empty on
+// the CPU): scores F32 [T, max_index_rows]; tie_scratch I64 [T, max_candidates] (8 bytes per
+// candidate), max_candidates >= every num_candidates[t].
 void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& weights, const TensorView& base,
                    const TensorView& index_ids, const TensorView& num_visible, const TensorView& num_candidates,
-                   int64_t top_k, const TensorView& scores, const TensorView& selected,
+                   int64_t top_k, const TensorView& scores, const TensorView& tie_scratch, const TensorView& selected,
                    const TensorView& selected_counts);
 
 // One chunk's part of a batched compressor step (int64 fields; host and device layouts agree).

@@ -20,6 +20,7 @@
 #include "kernels/cuda/compressor.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/indexer.h"
+#include "kernels/cuda/indexer_ties.h"
 #include "kernels/cuda/moe.h"
 #include "kernels/cuda/rows.h"
 #endif
@@ -137,16 +138,20 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
 
 void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& weights, const TensorView& base,
                    const TensorView& index_ids, const TensorView& num_visible, const TensorView& num_candidates,
-                   int64_t top_k, const TensorView& scores, const TensorView& selected,
+                   int64_t top_k, const TensorView& scores, const TensorView& tie_scratch, const TensorView& selected,
                    const TensorView& selected_counts) {
-  CheckDevice(ctx, "indexer", {&q, &weights, &base, &index_ids, &num_visible, &num_candidates, &scores, &selected,
-                               &selected_counts});
+  CheckDevice(ctx, "indexer", {&q, &weights, &base, &index_ids, &num_visible, &num_candidates, &scores, &tie_scratch,
+                               &selected, &selected_counts});
   const int64_t tokens = q.size(0), heads = q.size(1), dk = q.size(2), max_keys = index_ids.size(1);
   DI_CHECK(q.is_contiguous() && weights.is_contiguous() && selected.size(1) == top_k, "indexer: layout");
   DI_ON_CUDA(ctx, "indexer",
              cuda::IndexerTopK(q.data<float>(), heads * dk, weights.data<float>(), heads, tokens, heads, dk,
                                base.data<float>(), dk, I32(index_ids), max_keys, I32(num_visible), top_k,
-                               scores.data<float>(), I32(selected), I32(selected_counts), ctx.stream));
+                               scores.data<float>(), I32(selected), I32(selected_counts), ctx.stream);
+             cuda::IndexerTiesLikeTorch(scores.data<float>(), max_keys, I32(num_visible), I32(num_candidates), tokens,
+                                        top_k, I32(selected), I32(selected_counts),
+                                        reinterpret_cast<cpu::ScoredCandidate*>(tie_scratch.raw()),
+                                        tie_scratch.size(1), ctx.stream));
   const float* rows = base.data<float>();
   std::vector<float> keys(static_cast<size_t>(max_keys * dk)), scratch(static_cast<size_t>(heads * max_keys));
   for (int64_t t = 0; t < tokens; ++t) {

@@ -183,10 +183,18 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
   if (ratio == 4) {
     const TensorView selected = ws.Alloc(DType::kI32, {tokens, c.index_topk});
     const TensorView selected_counts = ws.Alloc(DType::kI32, {tokens});
-    const TensorView scores =
-        ctx.op.on_cuda() ? ws.Alloc(DType::kF32, {tokens, index_ids.size(1)}) : TensorView();
+    TensorView scores, tie_scratch;
+    if (ctx.op.on_cuda()) {
+      int64_t max_candidates = 1;
+      for (const cpu::SeqRowsInfo& sq : ctx.seqs) {
+        const int64_t end = sq.start_pos + sq.num_tokens;
+        max_candidates = std::max(max_candidates, std::max(sq.prompt_end, end) / 4);
+      }
+      scores = ws.Alloc(DType::kF32, {tokens, index_ids.size(1)});
+      tie_scratch = ws.Alloc(DType::kI64, {tokens, max_candidates});
+    }
     ops::IndexerSelect(ctx.op, index_q, index_w, ctx.state->base(), index_ids, num_visible, num_candidates,
-                       c.index_topk, scores, selected, selected_counts);
+                       c.index_topk, scores, tie_scratch, selected, selected_counts);
     ops::AppendSelectedRows(ctx.op, ctx.plan, g, selected, selected_counts, row_ids, counts);
   }
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
