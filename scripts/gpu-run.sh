@@ -25,6 +25,8 @@ while [[ $# -gt 0 ]]; do
 done
 dist=build/gpu-dist
 export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Binaries travel gzipped (scripts/gpu-build.sh).
+for f in $dist/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
 {
   echo "commit: $(cat $dist/COMMIT 2>/dev/null)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On the GPU machine, with build/gpu-dist carried (scripts/gpu-build.sh): the engine on the GPU
+# against the engine on the CPU, same binary, same model, same run; results under $OUT.
+#   1. greedy generation from the shipped demo model on both devices: the texts must be equal;
+#   2. `deepinfer bench overlap` (synchronous vs overlapped loop) at batch 1 and 64 on both.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+dist=build/gpu-dist
+export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Binaries travel gzipped (scripts/gpu-build.sh).
+for f in $dist/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
+bin=$dist/deepinfer
+model=models/deepinfer-v4-demo
+prompt="The history of the city begins"
+status=0
+for device in cpu cuda; do
+  $bin generate $model --device $device --prompt "$prompt" --max-tokens 48 --temperature 0 >"$out/generate-$device.txt" 2>"$out/generate-$device.log" || status=1
+done
+if cmp -s "$out/generate-cpu.txt" "$out/generate-cuda.txt"; then
+  echo "greedy text: cpu == cuda"; head -c 300 "$out/generate-cuda.txt"; echo
+else
+  echo "greedy text differs between cpu and cuda"; status=1
+  diff "$out/generate-cpu.txt" "$out/generate-cuda.txt" | head -10
+fi
+for device in cuda cpu; do
+  for batch in 1 64; do
+    echo "== bench overlap: device $device, batch $batch"
+    $bin bench overlap $model --device $device --requests $batch --max-num-seqs $batch --prompt-len 64 \
+      --max-tokens 64 --json "$out/bench-$device-b$batch.json" 2>>"$out/bench.log" || status=1
+  done
+done
+exit $status
