@@ -4,7 +4,7 @@
 # writing logs and JSON under $OUT (default: ./gpu-out).
 #
 #   bash scripts/gpu-run.sh [--sanitize] [--filter GTEST_FILTER] [--sanitize-filter GTEST_FILTER]
-#                           [--sanitize-timeout SECONDS]
+#                           [--racecheck-filter GTEST_FILTER] [--sanitize-timeout SECONDS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
@@ -12,12 +12,14 @@ mkdir -p "$out"
 sanitize=0
 filter='*'
 sanitize_filter=''
+racecheck_filter=''
 sanitize_timeout=240
 while [[ $# -gt 0 ]]; do
   case $1 in
     --sanitize) sanitize=1 ;;
     --filter) filter=$2; shift ;;
     --sanitize-filter) sanitize_filter=$2; shift ;;
+    --racecheck-filter) racecheck_filter=$2; shift ;;
     --sanitize-timeout) sanitize_timeout=$2; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -44,7 +46,8 @@ $dist/deepinfer_gpu_tests --gtest_filter="$filter" --gtest_output="json:$out/gpu
 if [[ $sanitize -eq 1 ]]; then
   for tool in memcheck racecheck; do
     timeout "$sanitize_timeout" compute-sanitizer --tool $tool --error-exitcode 9 $dist/deepinfer_gpu_tests \
-      --gtest_filter="${sanitize_filter:-$filter}" >"$out/sanitizer-$tool.log" 2>&1
+      --gtest_filter="$(if [[ $tool == racecheck && -n $racecheck_filter ]]; then echo "$racecheck_filter"; else echo "${sanitize_filter:-$filter}"; fi)" \
+      >"$out/sanitizer-$tool.log" 2>&1
     rc=$?
     echo "compute-sanitizer $tool: exit $rc (124: timed out); $(grep -c "^\[       OK \]" "$out/sanitizer-$tool.log") tests ok"
     tail -3 "$out/sanitizer-$tool.log"
