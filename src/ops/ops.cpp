@@ -2,9 +2,7 @@
 
 #include "ops/dispatch.h"
 
-#include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/indexer.h"
 #include "kernels/cpu/linear.h"
 
 #if DEEPINFER_HAS_CUDA
@@ -196,29 +194,6 @@ void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const Ten
     cpu::ClampedSwiGlu(gate_inout.data<float>() + r * gate_inout.stride(0), up.data<float>() + r * up.stride(0), n,
                        limit, weights != nullptr ? weights[r] : 1.f);
   }
-}
-
-void CompressorReset(const CompressorShape& shape, float* kv_state, float* score_state) {
-  cpu::CompressorReset(shape, kv_state, score_state);
-}
-
-int64_t CompressorAdvance(const CompressorShape& shape, const float* ape, const float* kv,
-                          const float* score, int64_t n, int64_t pos0, float* kv_state,
-                          float* score_state, float* rows_out, int64_t* row_index_out) {
-  return cpu::CompressorAdvance(shape, ape, kv, score, n, pos0, kv_state, score_state, rows_out,
-                                row_index_out);
-}
-
-void AttentionWithSink(const float* q, int64_t num_heads, const float* kv, int64_t n, int64_t d,
-                       const float* sinks, float scale, float* scores, float* out) {
-  cpu::AttentionWithSink(q, num_heads, kv, n, d, sinks, scale, scores, out);
-}
-
-int64_t IndexerTopK(const float* q, const float* weights, int64_t num_heads, int64_t head_dim,
-                    const float* keys, int64_t num_visible, int64_t num_candidates, int64_t top_k,
-                    float* scratch, int32_t* selected) {
-  return cpu::IndexerTopK(q, weights, num_heads, head_dim, keys, num_visible, num_candidates,
-                          top_k, scratch, selected);
 }
 
 }  // namespace deepinfer::ops

@@ -59,18 +59,6 @@ void Route(const OpContext& ctx, const TensorView& logits, const TensorView& tok
 void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const TensorView& up, float limit,
                    const TensorView& row_weights);
 
-// Host-only building blocks of the attention sublayer (their batched device forms are next).
-void CompressorReset(const CompressorShape& shape, float* kv_state, float* score_state);
-int64_t CompressorAdvance(const CompressorShape& shape, const float* ape, const float* kv,
-                          const float* score, int64_t n, int64_t pos0, float* kv_state,
-                          float* score_state, float* rows_out, int64_t* row_index_out);
-
-void AttentionWithSink(const float* q, int64_t num_heads, const float* kv, int64_t n, int64_t d,
-                       const float* sinks, float scale, float* scores, float* out);
-int64_t IndexerTopK(const float* q, const float* weights, int64_t num_heads, int64_t head_dim,
-                    const float* keys, int64_t num_visible, int64_t num_candidates, int64_t top_k,
-                    float* scratch, int32_t* selected);
-
 // ---- memory --------------------------------------------------------------------------------
 // Copies `bytes` between any two of host and the context's device (queued on the stream; a
 // copy to host memory has landed when the op returns).
@@ -129,9 +117,6 @@ void CompressorAdvanceBatch(const OpContext& ctx, const CompressorShape& shape, 
                             int64_t state_offset, int64_t slot_floats, const std::vector<CompressorChunk>& chunks,
                             const TensorView& chunks_device, const TensorView& rows_out, const TensorView& row_index,
                             const TensorView& rows_emitted);
-// Resets the compressor states of `slots` (host list) to empty.
-void CompressorResetSlots(const OpContext& ctx, const CompressorShape& shape, const TensorView& base,
-                          int64_t state_offset, int64_t slot_floats, const std::vector<int64_t>& slots);
 
 // ---- MoE permutation (kernels/cuda/moe.h has the contracts) --------------------------------
 // expert_ids I32 [T, k] → offsets I32 [E+1], sorted_slots I32 [T·k], slot_rows I32 [T·k].

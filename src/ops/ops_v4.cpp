@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/compressor.h"
 #include "kernels/cpu/indexer.h"
@@ -126,14 +127,19 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
                                      max_rows, sinks.data<float>(), tokens, heads, d, scale, out.data<float>(),
                                      heads * d, ctx.stream));
   const float* rows = base.data<float>();
-  std::vector<float> keys(static_cast<size_t>(max_rows * d)), scores(static_cast<size_t>(heads * max_rows));
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int32_t n = I32(counts)[t];
-    const int32_t* ids = I32(row_ids) + t * max_rows;
-    for (int32_t j = 0; j < n; ++j) std::memcpy(keys.data() + j * d, rows + static_cast<int64_t>(ids[j]) * d, d * sizeof(float));
-    cpu::AttentionWithSink(q.data<float>() + t * heads * d, heads, keys.data(), n, d, sinks.data<float>(), scale,
-                           scores.data(), out.data<float>() + t * heads * d);
-  }
+  // One task per token: each token's result depends on its own rows only.
+  ParallelFor(tokens, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> keys(static_cast<size_t>(max_rows * d)), scores(static_cast<size_t>(heads * max_rows));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int32_t n = I32(counts)[t];
+      const int32_t* ids = I32(row_ids) + t * max_rows;
+      for (int32_t j = 0; j < n; ++j) {
+        std::memcpy(keys.data() + j * d, rows + static_cast<int64_t>(ids[j]) * d, d * sizeof(float));
+      }
+      cpu::AttentionWithSink(q.data<float>() + t * heads * d, heads, keys.data(), n, d, sinks.data<float>(), scale,
+                             scores.data(), out.data<float>() + t * heads * d);
+    }
+  });
 }
 
 void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& weights, const TensorView& base,
@@ -153,22 +159,26 @@ void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& 
                                         reinterpret_cast<cpu::ScoredCandidate*>(tie_scratch.raw()),
                                         tie_scratch.size(1), ctx.stream));
   const float* rows = base.data<float>();
-  std::vector<float> keys(static_cast<size_t>(max_keys * dk)), scratch(static_cast<size_t>(heads * max_keys));
-  for (int64_t t = 0; t < tokens; ++t) {
-    const int32_t visible = I32(num_visible)[t];
-    int32_t* sel = I32(selected) + t * top_k;
-    if (visible == 0) {
-      I32(selected_counts)[t] = 0;
-      continue;
+  ParallelFor(tokens, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> keys(static_cast<size_t>(max_keys * dk)), scratch(static_cast<size_t>(heads * max_keys));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int32_t visible = I32(num_visible)[t];
+      int32_t* sel = I32(selected) + t * top_k;
+      if (visible == 0) {
+        I32(selected_counts)[t] = 0;
+        continue;
+      }
+      const int32_t* ids = I32(index_ids) + t * max_keys;
+      for (int32_t j = 0; j < visible; ++j) {
+        std::memcpy(keys.data() + j * dk, rows + static_cast<int64_t>(ids[j]) * dk, dk * sizeof(float));
+      }
+      const int64_t k = cpu::IndexerTopK(q.data<float>() + t * heads * dk, weights.data<float>() + t * heads, heads,
+                                         dk, keys.data(), visible, I32(num_candidates)[t], top_k, scratch.data(), sel);
+      // Ascending rows: the attention sum then depends only on the selected set.
+      std::sort(sel, sel + k);
+      I32(selected_counts)[t] = static_cast<int32_t>(k);
     }
-    const int32_t* ids = I32(index_ids) + t * max_keys;
-    for (int32_t j = 0; j < visible; ++j) std::memcpy(keys.data() + j * dk, rows + static_cast<int64_t>(ids[j]) * dk, dk * sizeof(float));
-    const int64_t k = cpu::IndexerTopK(q.data<float>() + t * heads * dk, weights.data<float>() + t * heads, heads, dk,
-                                       keys.data(), visible, I32(num_candidates)[t], top_k, scratch.data(), sel);
-    // Ascending rows: the attention sum then depends only on the selected set.
-    std::sort(sel, sel + k);
-    I32(selected_counts)[t] = static_cast<int32_t>(k);
-  }
+  });
 }
 
 // ---- compressor ------------------------------------------------------------------------------
@@ -212,17 +222,6 @@ void CompressorAdvanceBatch(const OpContext& ctx, const CompressorShape& shape, 
                                                    rows_out.data<float>() + c.row_offset * rows_out.stride(0),
                                                    I64(row_index) + c.row_offset);
     if (!rows_emitted.empty()) I64(rows_emitted)[b] = emitted;
-  }
-}
-
-void CompressorResetSlots(const OpContext& ctx, const CompressorShape& shape, const TensorView& base,
-                          int64_t state_offset, int64_t slot_floats, const std::vector<int64_t>& slots) {
-  CheckDevice(ctx, "compressor_reset", {&base});
-  const int64_t n = shape.state_floats();
-  for (int64_t slot : slots) {
-    float* kv = base.data<float>() + state_offset + slot * slot_floats;
-    FillFloats(ctx, kv, n, 0.f);
-    FillFloats(ctx, kv + n, n, -std::numeric_limits<float>::infinity());
   }
 }
 
