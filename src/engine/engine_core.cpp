@@ -63,6 +63,7 @@ EngineCore::EngineCore(EngineOptions options) : options_(std::move(options)) {
   ro.num_pack_slots = options_.num_packs;
   ro.num_blocks = options_.num_blocks;
   ro.block_size = options_.block_size;
+  ro.max_step_tokens = std::max(options_.max_num_batched_tokens, options_.max_num_seqs);
   ro.eos_token_ids = c.eos_token_ids;
   ro.sampleable_vocab = options_.sampleable_vocab;
   runner_ = std::make_unique<ModelRunner>(*loaded_.model, ro);

@@ -42,9 +42,10 @@ class Model {
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
   // State for `num_slots` sequences and `num_blocks` paged blocks (block 0 = null) of
-  // `block_size` tokens.
-  virtual std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks,
-                                                  int64_t block_size) const = 0;
+  // `block_size` tokens, for steps of up to `max_step_tokens` tokens (0: a small default; a
+  // larger step grows what the state keeps per step).
+  virtual std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks, int64_t block_size,
+                                                  int64_t max_step_tokens = 0) const = 0;
   // Bytes of state one slot and one block take, for sizing pools before allocating.
   virtual size_t BytesPerSlot(int64_t block_size) const = 0;
   virtual size_t BytesPerBlock(int64_t block_size) const = 0;

@@ -11,7 +11,7 @@ namespace deepinfer {
 ModelRunner::ModelRunner(const Model& model, RunnerOptions options)
     : model_(model), options_(std::move(options)) {
   state_ = model_.CreateState(options_.num_slots + options_.num_pack_slots, options_.num_blocks,
-                              options_.block_size);
+                              options_.block_size, options_.max_step_tokens);
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 

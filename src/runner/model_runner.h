@@ -28,6 +28,7 @@ struct RunnerOptions {
   int32_t num_pack_slots = 0;  // resume packs (slots num_slots ...)
   int32_t num_blocks = 0;      // including the null block
   int32_t block_size = 128;
+  int32_t max_step_tokens = 0;  // tokens one step may carry (sizes the model's per-step state rows)
   std::vector<TokenId> eos_token_ids;
   int64_t sampleable_vocab = 0;  // ids at or above are never sampled (0: the model's vocab)
 };

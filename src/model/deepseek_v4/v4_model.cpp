@@ -47,9 +47,10 @@ const ops::RopeTable& V4Model::RopeFor(int64_t layer) const {
   return config_.compress_ratio(layer) != 0 ? rope_compressed_ : rope_plain_;
 }
 
-std::unique_ptr<ModelState> V4Model::CreateState(int64_t num_slots, int64_t num_blocks,
-                                                 int64_t block_size) const {
-  return std::make_unique<V4State>(StateLayout::ForConfig(config_, block_size), num_slots, num_blocks, device_);
+std::unique_ptr<ModelState> V4Model::CreateState(int64_t num_slots, int64_t num_blocks, int64_t block_size,
+                                                 int64_t max_step_tokens) const {
+  return std::make_unique<V4State>(StateLayout::ForConfig(config_, block_size), num_slots, num_blocks, device_,
+                                   max_step_tokens);
 }
 
 size_t V4Model::BytesPerSlot(int64_t block_size) const {

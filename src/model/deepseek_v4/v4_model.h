@@ -14,8 +14,8 @@ namespace deepinfer::v4 {
 
 class V4State : public ModelState {
  public:
-  V4State(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device)
-      : storage_(std::move(layout), num_slots, num_blocks, device) {}
+  V4State(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device, int64_t fresh_rows)
+      : storage_(std::move(layout), num_slots, num_blocks, device, fresh_rows) {}
   int64_t num_slots() const override { return storage_.num_slots(); }
   int64_t num_blocks() const override { return storage_.num_blocks(); }
   int64_t block_size() const override { return storage_.layout().block_size; }
@@ -40,8 +40,8 @@ class V4Model : public Model {
   ~V4Model() override;
 
   const ModelConfig& config() const override { return config_; }
-  std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks,
-                                          int64_t block_size) const override;
+  std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks, int64_t block_size,
+                                          int64_t max_step_tokens = 0) const override;
   size_t BytesPerSlot(int64_t block_size) const override;
   size_t BytesPerBlock(int64_t block_size) const override;
   void Forward(const ForwardBatch& batch, ModelState& state, const TensorView& logits,

@@ -61,10 +61,11 @@ StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size) {
   return l;
 }
 
-StateStorage::StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device)
+StateStorage::StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device,
+                           int64_t fresh_rows)
     : layout_(std::move(layout)), num_slots_(num_slots), num_blocks_(num_blocks) {
   fresh_base_ = blocks_base() + std::max<int64_t>(num_blocks_, 1) * layout_.block_floats;
-  fresh_rows_ = kInitialFreshRows;
+  fresh_rows_ = std::max(fresh_rows, kInitialFreshRows);
   memory_ = Buffer(static_cast<size_t>(fresh_base_ + fresh_rows_ * layout_.head_dim) * sizeof(float), device);
   for (int32_t s = 0; s < num_slots; ++s) ResetSlot(s);
 }

@@ -52,7 +52,10 @@ struct StateLayout {
 
 class StateStorage {
  public:
-  StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device = {});
+  // fresh_rows: room for that many fresh KV rows (tokens per step) from the start (0: a small
+  // default; EnsureFreshRows grows it).
+  StateStorage(StateLayout layout, int64_t num_slots, int64_t num_blocks, DeviceId device = {},
+               int64_t fresh_rows = 0);
 
   const StateLayout& layout() const { return layout_; }
   int64_t num_slots() const { return num_slots_; }
