@@ -56,7 +56,8 @@ std::vector<uint8_t> RandomE4m3(size_t n, uint64_t seed);
 // Random e8m0 scale codes in [lo, hi] (127 = 1.0).
 std::vector<uint8_t> RandomE8m0(size_t n, uint64_t seed, uint8_t lo = 120, uint8_t hi = 130);
 
-// Element-wise |got − want| <= atol + rtol·|want| (NaN equal to NaN); on failure names the
+// Element-wise |got − want| <= atol + rtol·|want| (NaN equal to NaN, an infinity equal to the same
+// infinity); on failure names the
 // worst element. Also records the max abs diff as a test property (for the closing notes).
 ::testing::AssertionResult AllClose(const std::vector<float>& got, const std::vector<float>& want, float atol,
                                     float rtol, const std::string& what = "");
