@@ -3,6 +3,9 @@
 # against the engine on the CPU, same binary, same model, same run; results under $OUT.
 #   1. greedy generation from the shipped demo model on both devices: the texts must be equal;
 #   2. `deepinfer bench overlap` (synchronous vs overlapped loop) at batch 1 and 64 on both.
+# With --flash instead: the 2-layer DeepSeek-V4-Flash-shaped config (bench/configs) with dummy
+# weights, our engine on the GPU against HF transformers (tools/bench_hf_v4.py, random BF16
+# weights) at batch 1 and 64, 512-token prompts, 32 new tokens, prefill included.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
@@ -15,6 +18,19 @@ bin=$dist/deepinfer
 model=models/deepinfer-v4-demo
 prompt="The history of the city begins"
 status=0
+if [[ ${1:-} == --flash ]]; then
+  flash=bench/configs/v4-flash-2layer
+  for batch in 1 64; do
+    echo "== Flash-shaped, 2 layers: deepinfer on cuda, batch $batch"
+    timeout 280 $bin bench overlap $flash --load-format dummy --device cuda --requests $batch --max-num-seqs $batch \
+      --prompt-len 512 --max-tokens 32 --max-num-batched-tokens 8192 --cache-memory-mb 4096 \
+      --json "$out/flash-deepinfer-b$batch.json" 2>>"$out/bench.log" || status=1
+    echo "== Flash-shaped, 2 layers: HF transformers, batch $batch"
+    timeout 280 python3 tools/bench_hf_v4.py $flash --batch $batch --prompt-len 512 --new-tokens 32 \
+      | tee "$out/flash-hf-b$batch.json" || status=1
+  done
+  exit $status
+fi
 for device in cpu cuda; do
   $bin generate $model --device $device --prompt "$prompt" --max-tokens 48 --temperature 0 >"$out/generate-$device.txt" 2>"$out/generate-$device.log" || status=1
 done
