@@ -5,6 +5,8 @@
 // (copies, forward, sampling), the host's scheduling and bookkeeping, and the time the runner
 // sat idle between consecutive steps waiting for the host (the "exposed" host time). The
 // overlapped loop exists to drive the exposed fraction to zero.
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -70,6 +72,12 @@ nlohmann::json RunMode(const BenchArgs& a, bool async) {
   j["runner_idle_ms_per_step"] = 1e3 * t.exposed_seconds / steps;
   j["host_fraction_of_step"] = t.host_seconds / std::max(t.loop_seconds, 1e-12);
   j["exposed_fraction_of_step"] = t.exposed_seconds / std::max(t.runner_seconds + t.exposed_seconds, 1e-12);
+  if (t.device_busy_seconds > 0) {
+    // On a GPU: the device's own timeline (events), busy per step and idle between steps.
+    j["device_busy_ms_per_step"] = 1e3 * t.device_busy_seconds / steps;
+    j["device_idle_ms_per_step"] = 1e3 * t.device_idle_seconds / steps;
+    j["device_idle_fraction"] = t.device_idle_seconds / (t.device_busy_seconds + t.device_idle_seconds);
+  }
   return j;
 }
 
@@ -77,18 +85,23 @@ void RunBench(const BenchArgs& a) {
   nlohmann::json report;
   report["workload"] = {{"requests", a.requests}, {"prompt_len", a.prompt_len}, {"max_tokens", a.max_tokens},
                         {"max_num_seqs", a.engine.options.max_num_seqs}};
-  std::printf("%-12s %6s %9s %10s %10s %10s %9s %9s\n", "mode", "steps", "tok/s", "step ms", "runner ms",
-              "host ms", "host/step", "exposed");
+  std::printf("%-12s %6s %9s %10s %10s %10s %9s %9s %9s\n", "mode", "steps", "tok/s", "step ms", "runner ms",
+              "host ms", "host/step", "exposed", "gpu idle");
   for (bool async : {false, true}) {
     const nlohmann::json m = RunMode(a, async);
-    std::printf("%-12s %6ld %9.1f %10.3f %10.3f %10.3f %8.1f%% %8.1f%%\n", m["mode"].get<std::string>().c_str(),
+    const std::string gpu_idle =
+        m.contains("device_idle_fraction") ? fmt::format("{:.1f}%", 100 * m["device_idle_fraction"].get<double>()) : "-";
+    std::printf("%-12s %6ld %9.1f %10.3f %10.3f %10.3f %8.1f%% %8.1f%% %9s\n", m["mode"].get<std::string>().c_str(),
                 m["steps"].get<long>(), m["output_tokens_per_s"].get<double>(), m["step_ms"].get<double>(),
                 m["runner_busy_ms_per_step"].get<double>(), m["host_ms_per_step"].get<double>(),
-                100 * m["host_fraction_of_step"].get<double>(), 100 * m["exposed_fraction_of_step"].get<double>());
+                100 * m["host_fraction_of_step"].get<double>(), 100 * m["exposed_fraction_of_step"].get<double>(),
+                gpu_idle.c_str());
     report["modes"].push_back(m);
   }
   std::printf("host/step: scheduling and bookkeeping time as a share of the step's wall time;\n"
-              "exposed: the share of runner time spent idle between steps waiting for the host.\n");
+              "exposed: the share of runner time spent idle between steps waiting for the host;\n"
+              "gpu idle: on a GPU, the device's idle time between consecutive steps as a share of its\n"
+              "busy + idle time, from events on its own timeline.\n");
   if (!a.json.empty()) std::ofstream(a.json) << report.dump(2) << "\n";
 }
 

@@ -97,6 +97,10 @@ struct StepResult {
   double forward_seconds = 0;     // runner time for the step (copies + forward + sampling)
   double started_at = 0;          // NowSeconds() when the runner began the step
   double finished_at = 0;
+  // On a GPU, from events on the device's timeline (negative: not measured): the step's device
+  // time, and the device's idle time between the previous step's end and this step's start.
+  double device_busy_seconds = -1;
+  double device_idle_before_seconds = -1;
 };
 
 }  // namespace deepinfer

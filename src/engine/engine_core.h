@@ -57,6 +57,10 @@ struct LoopTiming {
   double host_seconds = 0;       // schedule + update + emit
   double runner_seconds = 0;     // runner busy time (copies + forward + sampling)
   double exposed_seconds = 0;    // wall time the runner sat idle between consecutive steps
+  // GPU only, from events on the device's timeline: its busy time in steps and its idle time
+  // between consecutive steps (0 on the CPU).
+  double device_busy_seconds = 0;
+  double device_idle_seconds = 0;
 };
 
 class EngineCore : public EngineClient {

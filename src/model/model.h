@@ -41,6 +41,8 @@ class Model {
  public:
   virtual ~Model() = default;
   virtual const ModelConfig& config() const = 0;
+  // Where the weights, the state and the forward live.
+  virtual DeviceId device() const { return {}; }
   // State for `num_slots` sequences and `num_blocks` paged blocks (block 0 = null) of
   // `block_size` tokens, for steps of up to `max_step_tokens` tokens (0: a small default; a
   // larger step grows what the state keeps per step).

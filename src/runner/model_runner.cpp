@@ -9,7 +9,7 @@
 namespace deepinfer {
 
 ModelRunner::ModelRunner(const Model& model, RunnerOptions options)
-    : model_(model), options_(std::move(options)) {
+    : model_(model), options_(std::move(options)), device_timer_(DeviceStepTimer::Create(model.device())) {
   state_ = model_.CreateState(options_.num_slots + options_.num_pack_slots, options_.num_blocks,
                               options_.block_size, options_.max_step_tokens);
   worker_ = std::thread([this] { WorkerLoop(); });
@@ -100,6 +100,7 @@ StepResult ModelRunner::Execute(const SchedulerOutput& out) {
   StepResult result;
   result.step_id = out.step_id;
   result.started_at = NowSeconds();
+  if (device_timer_) device_timer_->StepStarted();
   for (SeqId id : out.finished_seq_ids) seqs_.erase(id);
   // Saves of finished sequences read state that new sequences may reuse from here on.
   ApplyCopies(out.pre_copies);
@@ -169,6 +170,10 @@ StepResult ModelRunner::Execute(const SchedulerOutput& out) {
     result.sampled.push_back(SampleFor(ps.seq_id, scratch.data()));
   }
   ApplyCopies(out.post_copies);
+  if (device_timer_) {
+    device_timer_->StepFinished();
+    device_timer_->Measure(&result.device_busy_seconds, &result.device_idle_before_seconds);
+  }
   result.finished_at = NowSeconds();
   result.forward_seconds = result.finished_at - result.started_at;
   return result;

@@ -20,6 +20,7 @@
 #include "base/thread_annotations.h"
 #include "core/scheduler_output.h"
 #include "model/model.h"
+#include "runner/device_step_timer.h"
 
 namespace deepinfer {
 
@@ -70,6 +71,7 @@ class ModelRunner {
 
   const Model& model_;
   RunnerOptions options_;
+  std::unique_ptr<DeviceStepTimer> device_timer_;  // GPU models only (worker thread)
   std::unique_ptr<ModelState> state_;
   std::unordered_map<SeqId, SequenceMirror> seqs_;  // worker thread only
   // Logits of the last position of prompt-end packs, [num_pack_slots, vocab] (worker only).

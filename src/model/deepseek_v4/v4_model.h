@@ -40,6 +40,7 @@ class V4Model : public Model {
   ~V4Model() override;
 
   const ModelConfig& config() const override { return config_; }
+  DeviceId device() const override { return device_; }
   std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks, int64_t block_size,
                                           int64_t max_step_tokens = 0) const override;
   size_t BytesPerSlot(int64_t block_size) const override;

@@ -1,0 +1,25 @@
+// Step timing on the device's own timeline: events recorded on the model's stream when a step's
+// work begins and ends give the device's busy time per step and its idle time between
+// consecutive steps (what the overlapped loop exists to remove). CUDA only: Create() returns
+// null for the CPU, or in a build without the CUDA backend.
+#pragma once
+
+#include <memory>
+
+#include "tensor/tensor_view.h"
+
+namespace deepinfer {
+
+class DeviceStepTimer {
+ public:
+  virtual ~DeviceStepTimer() = default;
+  static std::unique_ptr<DeviceStepTimer> Create(DeviceId device);
+
+  virtual void StepStarted() = 0;   // queues the start event after everything queued so far
+  virtual void StepFinished() = 0;  // queues the end event
+  // Waits for the step's end event; busy: start → end of this step; idle: the previous step's end
+  // → this step's start (negative for the first step).
+  virtual void Measure(double* busy_seconds, double* idle_seconds) = 0;
+};
+
+}  // namespace deepinfer
