@@ -191,10 +191,9 @@ void CompressorAdvanceBatch(const OpContext& ctx, const CompressorShape& shape, 
   CheckDevice(ctx, "compressor", {&ape, &kv, &score, &base, &chunks_device, &rows_out, &row_index, &rows_emitted});
   DI_CHECK(kv.stride(0) == score.stride(0), "compressor: kv and score need one row stride");
   DI_ON_CUDA(ctx, "compressor",
-             cuda::CompressorShape cs{shape.ratio, shape.dim};
              cuda::CompressorStatePool pool{base.data<float>() + state_offset,
                                             base.data<float>() + state_offset + shape.state_floats(), slot_floats};
-             cuda::CompressorAdvance(cs, ape.data<float>(), kv.data<float>(), score.data<float>(), kv.stride(0), pool,
+             cuda::CompressorAdvance(shape, ape.data<float>(), kv.data<float>(), score.data<float>(), kv.stride(0), pool,
                                      reinterpret_cast<const cuda::CompressorSeq*>(chunks_device.raw()),
                                      static_cast<int64_t>(chunks.size()), rows_out.data<float>(), rows_out.stride(0),
                                      I64(row_index), I64(rows_emitted), rows_out.size(0), ctx.stream));

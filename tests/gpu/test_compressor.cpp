@@ -37,7 +37,7 @@ struct Feed {
 class CompressorHarness {
  public:
   CompressorHarness(int64_t ratio, int64_t dim, int64_t num_slots, uint64_t seed)
-      : shape_{ratio, dim}, cpu_shape_{ratio, dim}, num_slots_(num_slots), seed_(seed),
+      : shape_{ratio, dim}, num_slots_(num_slots), seed_(seed),
         pos_(static_cast<size_t>(num_slots), 0) {
     sf_ = shape_.state_floats();
     // kv state at +3, score state at +sf+10, slot stride 2·sf+17: gaps on every side.
@@ -58,7 +58,7 @@ class CompressorHarness {
   // Resets the slots on both sides and restarts their positions at `pos`.
   void Reset(const std::vector<int64_t>& slots, int64_t pos) {
     for (const int64_t s : slots) {
-      cpu::CompressorReset(cpu_shape_, CpuKv(s), CpuScore(s));
+      cpu::CompressorReset(shape_, CpuKv(s), CpuScore(s));
       pos_[s] = pos;
     }
     DeviceArray<int64_t> dslots(slots);
@@ -103,7 +103,7 @@ class CompressorHarness {
       std::vector<float> out(static_cast<size_t>((sq.num_tokens / m + 1) * dim));
       std::vector<int64_t> index(static_cast<size_t>(sq.num_tokens / m + 1));
       const int64_t emitted =
-          cpu::CompressorAdvance(cpu_shape_, ape_.data(), kv.data(), score.data(), sq.num_tokens, sq.pos0,
+          cpu::CompressorAdvance(shape_, ape_.data(), kv.data(), score.data(), sq.num_tokens, sq.pos0,
                                  CpuKv(sq.slot), CpuScore(sq.slot), out.data(), index.data());
       want_emitted[b] = emitted;
       ASSERT_EQ(emitted, cuda::CompressorRowsEmitted(m, sq.pos0, sq.num_tokens));
@@ -132,8 +132,7 @@ class CompressorHarness {
   int64_t pos(int64_t slot) const { return pos_[slot]; }
 
  private:
-  cuda::CompressorShape shape_;
-  cpu::CompressorShape cpu_shape_;
+  cpu::CompressorShape shape_;  // the same type as cuda::CompressorShape
   int64_t num_slots_;
   uint64_t seed_;
   std::vector<int64_t> pos_;

@@ -1,11 +1,10 @@
 #include "kernels/cpu/indexer.h"
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/select_like_torch.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
-#include <utility>
 #include <vector>
 
 namespace deepinfer::cpu {
@@ -20,26 +19,19 @@ int64_t IndexerTopK(const float* q, const float* weights, int64_t num_heads, int
               static_cast<int>(num_visible), static_cast<int>(head_dim), 1.f, q,
               static_cast<int>(head_dim), keys, static_cast<int>(head_dim), 0.f, per_head,
               static_cast<int>(num_visible));
-  std::vector<std::pair<float, int32_t>> queue(static_cast<size_t>(num_candidates));
+  std::vector<ScoredCandidate> queue(static_cast<size_t>(num_candidates));
   for (int64_t j = 0; j < num_candidates; ++j) {
     queue[j] = {j < num_visible ? 0.f : -std::numeric_limits<float>::infinity(), static_cast<int32_t>(j)};
   }
   for (int64_t h = 0; h < num_heads; ++h) {
     const float* row = per_head + h * num_visible;
-    for (int64_t j = 0; j < num_visible; ++j) queue[j].first += std::max(row[j], 0.f) * weights[h];
+    for (int64_t j = 0; j < num_visible; ++j) queue[j].score += std::max(row[j], 0.f) * weights[h];
   }
-  const int64_t k = std::min(top_k, num_candidates);
-  auto greater = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return (std::isnan(a.first) && !std::isnan(b.first)) || a.first > b.first;
-  };
-  if (k * 64 <= num_candidates) {
-    std::partial_sort(queue.begin(), queue.begin() + k, queue.end(), greater);
-  } else {
-    std::nth_element(queue.begin(), queue.begin() + k - 1, queue.end(), greater);
-  }
+  // torch's CPU top-k over the candidate queue (the GPU's tie resolution runs the same routine).
+  const int64_t k = SelectLikeTorch(queue.data(), num_candidates, top_k);
   int64_t count = 0;
   for (int64_t i = 0; i < k; ++i) {
-    if (queue[i].second < num_visible) selected[count++] = queue[i].second;
+    if (queue[i].index < num_visible) selected[count++] = queue[i].index;
   }
   return count;
 }

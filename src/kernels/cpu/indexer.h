@@ -14,7 +14,8 @@ namespace deepinfer::cpu {
 // reference takes whichever tied rows torch.topk returns. To reproduce its choice this runs the
 // same selection torch's CPU top-k runs over the same candidate row: a partial sort when
 // k·64 <= num_candidates, else an nth_element, on (score, index) pairs in index order ordered by
-// score alone. q: [H, dk]; keys: [num_visible, dk] contiguous; scratch: H·num_visible floats.
+// score alone (select_like_torch.h, checked against std::partial_sort / std::nth_element).
+// q: [H, dk]; keys: [num_visible, dk] contiguous; scratch: H·num_visible floats.
 int64_t IndexerTopK(const float* q, const float* weights, int64_t num_heads, int64_t head_dim,
                     const float* keys, int64_t num_visible, int64_t num_candidates, int64_t top_k,
                     float* scratch, int32_t* selected);

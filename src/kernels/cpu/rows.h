@@ -32,18 +32,4 @@ void AppendSelectedRows(const StepRowsPlan& plan, const LayerRowGeometry& geomet
                         const int32_t* selected_counts, int64_t top_k, int32_t* row_ids, int32_t* counts,
                         int64_t max_rows);
 
-// Float offset of compressed (main) row r of chunk b / its index row r / token t's fresh row /
-// position p's ring row (exposed for the model's host-side planning and the tests).
-inline int64_t MainRowOffset(const StepRowsPlan& plan, const LayerRowGeometry& g, int64_t b, int64_t r) {
-  const int64_t block = plan.block_tables[plan.seqs[b].block_offset + r / g.rows_per_block];
-  return g.blocks_base + block * g.block_floats + g.main_rows_offset + (r % g.rows_per_block) * g.head_dim;
-}
-inline int64_t IndexRowOffset(const StepRowsPlan& plan, const LayerRowGeometry& g, int64_t b, int64_t r) {
-  const int64_t block = plan.block_tables[plan.seqs[b].block_offset + r / g.rows_per_block];
-  return g.blocks_base + block * g.block_floats + g.index_rows_offset + (r % g.rows_per_block) * g.index_dim;
-}
-inline int64_t RingRowOffset(const LayerRowGeometry& g, int64_t slot, int64_t p) {
-  return g.slots_base + slot * g.slot_floats + g.window_offset + (p % g.window) * g.head_dim;
-}
-
 }  // namespace deepinfer::cpu

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/host_device.h"
+
 namespace deepinfer::cpu {
 
 // One chunk (sequence) of the step; int64 fields only, so host and device layouts agree.
@@ -47,5 +49,19 @@ struct LayerRowGeometry {
   int64_t index_rows_offset = 0; // within a block: index row r at + (r mod rows_per_block)·index_dim
   int64_t fresh_base = 0;        // the step's fresh KV row of token t at fresh_base + t·head_dim
 };
+
+// Float offsets of chunk b's compressed (main) row r, of its index row r, and of position p's row
+// in slot `slot`'s ring (the host-side planning, the CPU kernels and the CUDA kernels share these).
+DI_HOST_DEVICE inline int64_t MainRowOffset(const StepRowsPlan& plan, const LayerRowGeometry& g, int64_t b, int64_t r) {
+  const int64_t block = plan.block_tables[plan.seqs[b].block_offset + r / g.rows_per_block];
+  return g.blocks_base + block * g.block_floats + g.main_rows_offset + (r % g.rows_per_block) * g.head_dim;
+}
+DI_HOST_DEVICE inline int64_t IndexRowOffset(const StepRowsPlan& plan, const LayerRowGeometry& g, int64_t b, int64_t r) {
+  const int64_t block = plan.block_tables[plan.seqs[b].block_offset + r / g.rows_per_block];
+  return g.blocks_base + block * g.block_floats + g.index_rows_offset + (r % g.rows_per_block) * g.index_dim;
+}
+DI_HOST_DEVICE inline int64_t RingRowOffset(const LayerRowGeometry& g, int64_t slot, int64_t p) {
+  return g.slots_base + slot * g.slot_floats + g.window_offset + (p % g.window) * g.head_dim;
+}
 
 }  // namespace deepinfer::cpu

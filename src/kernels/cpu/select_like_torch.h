@@ -8,16 +8,13 @@
 // heap selection and of nth_element's introselect (median-of-three pivot, unguarded partition,
 // heap-select fallback at the depth limit, insertion sort of the last ≤ 3 elements); a test checks
 // them against std::partial_sort / std::nth_element on tie-heavy inputs. Only the set of the
-// first k matters to the callers, so the final sort of partial_sort is left out.
+// first k matters to the callers (cpu::IndexerTopK, and the GPU indexer's tie resolution), so
+// the final sort of partial_sort is left out.
 #pragma once
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DI_HOST_DEVICE __host__ __device__
-#else
-#define DI_HOST_DEVICE
-#endif
+#include "kernels/cpu/host_device.h"
 
 namespace deepinfer::cpu {
 

@@ -19,17 +19,12 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/compressor.h"
+
 namespace deepinfer::cuda {
 
-struct CompressorShape {
-  int64_t ratio = 4;
-  int64_t dim = 0;  // output row width
-  bool overlap() const { return ratio == 4; }
-  int64_t coff() const { return overlap() ? 2 : 1; }
-  int64_t width() const { return coff() * dim; }   // projection width
-  int64_t slots() const { return coff() * ratio; }
-  int64_t state_floats() const { return slots() * width(); }  // per state tensor
-};
+// The CPU twin's shape (ratio, output width and the state sizes they imply), used on the host.
+using cpu::CompressorShape;
 
 struct CompressorStatePool {
   float* kv = nullptr;       // slot 0's kv state

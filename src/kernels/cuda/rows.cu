@@ -52,21 +52,6 @@ void LaunchCopyRows(const float* src, int64_t ld_src, const int64_t* src_offsets
 
 constexpr int kListThreads = 256;
 
-// Device twins of cpu::MainRowOffset / IndexRowOffset / RingRowOffset (same int64 arithmetic).
-__device__ __forceinline__ int64_t MainRowOffsetDev(const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& g,
-                                                    int64_t block_offset, int64_t r) {
-  const int64_t block = plan.block_tables[block_offset + r / g.rows_per_block];
-  return g.blocks_base + block * g.block_floats + g.main_rows_offset + (r % g.rows_per_block) * g.head_dim;
-}
-__device__ __forceinline__ int64_t IndexRowOffsetDev(const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& g,
-                                                     int64_t block_offset, int64_t r) {
-  const int64_t block = plan.block_tables[block_offset + r / g.rows_per_block];
-  return g.blocks_base + block * g.block_floats + g.index_rows_offset + (r % g.rows_per_block) * g.index_dim;
-}
-__device__ __forceinline__ int64_t RingRowOffsetDev(const cpu::LayerRowGeometry& g, int64_t slot, int64_t p) {
-  return g.slots_base + slot * g.slot_floats + g.window_offset + (p % g.window) * g.head_dim;
-}
-
 // One block per token t = blockIdx.x; threads stride over the window rows, then the HCA rows,
 // then the CSA index rows. Every entry is written by exactly one thread; thread 0 writes the
 // per-token scalars.
@@ -78,7 +63,6 @@ __global__ void __launch_bounds__(kListThreads)
   const int64_t b = plan.token_seq[t];
   const cpu::SeqRowsInfo& s = plan.seqs[b];
   const int64_t start_pos = s.start_pos, token_offset = s.token_offset, slot = s.slot;
-  const int64_t block_offset = s.block_offset;
   const int64_t p = plan.token_pos[t];
   int32_t* ids = row_ids + t * max_rows;
 
@@ -88,14 +72,14 @@ __global__ void __launch_bounds__(kListThreads)
   for (int64_t i = threadIdx.x; i < num_window; i += blockDim.x) {
     const int64_t kp = first + i;
     const int64_t off = kp >= start_pos ? g.fresh_base + (token_offset + kp - start_pos) * g.head_dim
-                                        : RingRowOffsetDev(g, slot, kp);
+                                        : cpu::RingRowOffset(g, slot, kp);
     ids[i] = static_cast<int32_t>(off / g.head_dim);
   }
   const int64_t visible = g.ratio != 0 ? (p + 1) / g.ratio : 0;
   int64_t n = num_window;
   if (g.ratio == 128) {
     for (int64_t r = threadIdx.x; r < visible; r += blockDim.x) {
-      ids[num_window + r] = static_cast<int32_t>(MainRowOffsetDev(plan, g, block_offset, r) / g.head_dim);
+      ids[num_window + r] = static_cast<int32_t>(cpu::MainRowOffset(plan, g, b, r) / g.head_dim);
     }
     n += visible;
   }
@@ -104,7 +88,7 @@ __global__ void __launch_bounds__(kListThreads)
   if (g.ratio == 4) {
     int32_t* iids = index_ids + t * max_index_rows;
     for (int64_t r = threadIdx.x; r < visible; r += blockDim.x) {
-      iids[r] = static_cast<int32_t>(IndexRowOffsetDev(plan, g, block_offset, r) / g.index_dim);
+      iids[r] = static_cast<int32_t>(cpu::IndexRowOffset(plan, g, b, r) / g.index_dim);
     }
     if (threadIdx.x == 0) {
       const int64_t end = s.prompt_end > 0 ? s.prompt_end : start_pos + s.num_tokens;
@@ -125,14 +109,14 @@ __global__ void __launch_bounds__(kAppendThreads)
                              const int32_t* selected_counts, int64_t top_k, int32_t* row_ids, int32_t* counts,
                              int64_t max_rows) {
   const int64_t t = blockIdx.x;
-  const int64_t block_offset = plan.seqs[plan.token_seq[t]].block_offset;
+  const int64_t b = plan.token_seq[t];
   const int32_t count = counts[t];
   const int32_t k = selected_counts[t];
   __syncthreads();  // every thread has read counts[t] before thread 0 overwrites it
   int32_t* ids = row_ids + t * max_rows + count;
   const int32_t* sel = selected + t * top_k;
   for (int32_t i = threadIdx.x; i < k; i += blockDim.x) {
-    ids[i] = static_cast<int32_t>(MainRowOffsetDev(plan, g, block_offset, sel[i]) / g.head_dim);
+    ids[i] = static_cast<int32_t>(cpu::MainRowOffset(plan, g, b, sel[i]) / g.head_dim);
   }
   if (threadIdx.x == 0) counts[t] = count + k;
 }
