@@ -75,7 +75,7 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   }
 
   const TensorView o = ws.Alloc(DType::kF32, {tokens, heads, hd});
-  AttendTokens(ctx, w, q, kv, index_q, index_w, o);
+  AttendTokens(ctx, w, q, index_q, index_w, o);
   // Only now may the chunks' rows enter the rings: their earlier queries read older rows there.
   WriteRing(ctx, w);
 
@@ -160,8 +160,7 @@ void V4Model::WriteRing(const StepContext& ctx, const BlockWeights& w) const {
 }
 
 void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const TensorView& q,
-                           const TensorView& kv, const TensorView& index_q, const TensorView& index_w,
-                           const TensorView& out) const {
+                           const TensorView& index_q, const TensorView& index_w, const TensorView& out) const {
   const auto& c = config_;
   const int64_t tokens = ctx.num_tokens(), ratio = w.compress_ratio;
   const cpu::LayerRowGeometry g = ctx.Geometry(ctx.state->layout(), w.layer);

@@ -58,10 +58,10 @@ class V4Model : public Model {
                  const TensorView& out) const;
   void Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
            const TensorView& out) const;
-  // Attention of every token of the batch over its window, compressed rows and selected rows.
-  void AttendTokens(const StepContext& ctx, const BlockWeights& w, const TensorView& q,
-                    const TensorView& kv, const TensorView& index_q, const TensorView& index_w,
-                    const TensorView& out) const;
+  // Attention of every token of the batch over its window (the ring and this step's fresh rows),
+  // compressed rows and selected rows.
+  void AttendTokens(const StepContext& ctx, const BlockWeights& w, const TensorView& q, const TensorView& index_q,
+                    const TensorView& index_w, const TensorView& out) const;
   // Streams every chunk through a compressor and stores the emitted rows (normalized, rotated,
   // rounded) into the sequences' paged rows.
   void Compress(const StepContext& ctx, const BlockWeights& w, bool indexer, const TensorView& kv_proj,
