@@ -9,51 +9,15 @@
 namespace deepinfer::testing {
 namespace {
 
-std::string DemoDir() { return std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-v4-demo"; }
-
-EngineOptions BaseOptions() {
-  EngineOptions o;
-  o.model_dir = DemoDir();
-  o.max_num_seqs = 12;
-  o.max_num_batched_tokens = 384;
-  o.max_model_len = 512;
-  o.block_size = 128;
-  o.num_blocks = 40;    // tight: 12 sequences of up to ~300 tokens need ~36 blocks
-  o.num_packs = 8;
-  o.cache_memory_mb = 0;
-  return o;
-}
-
-struct EngineRun {
-  std::vector<WorkResult> results;
-  EngineStats stats;
-};
-
-EngineRun RunWith(EngineOptions o, const std::vector<WorkItem>& items, const Tokenizer& tok) {
-  EngineCore engine(o);
-  EngineRun run;
-  run.results = RunWorkload(engine, tok, items, 24);
-  EXPECT_TRUE(engine.WaitIdle(std::chrono::seconds(30)));
-  run.stats = engine.Stats();
-  EXPECT_EQ(engine.CheckIntegrity(), "");
-  EXPECT_EQ(run.stats.num_blocks_used, 0) << "every block is released once the engine is idle";
-  EXPECT_EQ(run.stats.num_slots_used, 0);
-  return run;
-}
-
 TEST(Engine, OverlappedEqualsSynchronousOnARandomizedWorkload) {
-  auto tok = Tokenizer::FromFile(DemoDir() + "/tokenizer.json");
+  auto tok = Tokenizer::FromFile(DemoModelDir() + "/tokenizer.json");
   const std::vector<WorkItem> items = MakeWorkload(2026, 200, tok->vocab_size());
-  EngineOptions o = BaseOptions();
-  o.poison_released_blocks = true;        // a read of a released block turns into NaN logits
-  o.check_integrity_every_step = true;
-  o.preempt_every_n_steps = 9;            // forced preemptions on top of the natural ones
-  o.pack_interval_blocks = 1;             // resume packs every 128 prompt tokens: shared prefixes hit
-  o.sampleable_vocab = tok->vocab_size();
+  EngineOptions o = DemoEngineOptions();
+  AddStressChecks(o, tok->vocab_size());
   o.async_scheduling = false;
-  const EngineRun sync = RunWith(o, items, *tok);
+  const EngineRun sync = RunOnFreshEngine(o, items, *tok);
   o.async_scheduling = true;
-  const EngineRun overlapped = RunWith(o, items, *tok);
+  const EngineRun overlapped = RunOnFreshEngine(o, items, *tok);
 
   std::map<std::string, int> finishes;
   int mismatches = 0;
@@ -88,7 +52,7 @@ namespace deepinfer::testing {
 namespace {
 
 TEST(Engine, DrainAbortsWhatIsStillRunningAndAbortReachesTheStream) {
-  EngineOptions o = BaseOptions();
+  EngineOptions o = DemoEngineOptions();
   EngineCore engine(o);
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 4; ++i) {
@@ -123,7 +87,7 @@ TEST(Engine, DrainAbortsWhatIsStillRunningAndAbortReachesTheStream) {
 }
 
 TEST(Engine, SubmitRejectsBadRequestsWithTheRightStatus) {
-  EngineOptions o = BaseOptions();
+  EngineOptions o = DemoEngineOptions();
   EngineCore engine(o);
   GenerationRequest r;
   EXPECT_EQ(engine.Submit(r).status().code(), StatusCode::kInvalidArgument);  // empty prompt
@@ -160,10 +124,10 @@ std::vector<TokenIds> Collect(RequestStream& s, int n, RequestUsage* usage) {
 }
 
 TEST(Engine, IdenticalPromptsResumeAtTheEndAndSiblingsShareThePrompt) {
-  auto tok = Tokenizer::FromFile(DemoDir() + "/tokenizer.json");
+  auto tok = Tokenizer::FromFile(DemoModelDir() + "/tokenizer.json");
   const TokenIds prompt = tok->Encode("<｜begin▁of▁sentence｜><｜User｜>What does \"ocean\" mean?<｜Assistant｜></think>");
   auto run = [&](bool cache) {
-    EngineOptions o = BaseOptions();
+    EngineOptions o = DemoEngineOptions();
     o.enable_prefix_caching = cache;
     EngineCore engine(o);
     std::vector<std::vector<TokenIds>> outs;

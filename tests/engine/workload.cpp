@@ -1,6 +1,9 @@
 #include "engine/workload.h"
 
+#include <gtest/gtest.h>
+
 #include <condition_variable>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -123,6 +126,44 @@ std::vector<WorkResult> RunWorkload(EngineCore& engine, const Tokenizer& tokeniz
     submit();
   }
   return results;
+}
+
+std::string DemoModelDir() {
+  const char* env = std::getenv("DEEPINFER_SOURCE_DIR");
+  return std::string(env != nullptr ? env : DEEPINFER_SOURCE_DIR) + "/models/deepinfer-v4-demo";
+}
+
+EngineOptions DemoEngineOptions() {
+  EngineOptions o;
+  o.model_dir = DemoModelDir();
+  o.max_num_seqs = 12;
+  o.max_num_batched_tokens = 384;
+  o.max_model_len = 512;
+  o.block_size = 128;
+  o.num_blocks = 40;    // tight: 12 sequences of up to ~300 tokens need ~36 blocks
+  o.num_packs = 8;
+  o.cache_memory_mb = 0;
+  return o;
+}
+
+void AddStressChecks(EngineOptions& o, int64_t sampleable_vocab) {
+  o.poison_released_blocks = true;        // a read of a released block turns into NaN logits
+  o.check_integrity_every_step = true;
+  o.preempt_every_n_steps = 9;            // forced preemptions on top of the natural ones
+  o.pack_interval_blocks = 1;             // resume packs every 128 prompt tokens: shared prefixes hit
+  o.sampleable_vocab = sampleable_vocab;
+}
+
+EngineRun RunOnFreshEngine(const EngineOptions& o, const std::vector<WorkItem>& items, const Tokenizer& tokenizer) {
+  EngineCore engine(o);
+  EngineRun run;
+  run.results = RunWorkload(engine, tokenizer, items, 24);
+  EXPECT_TRUE(engine.WaitIdle(std::chrono::seconds(30)));
+  run.stats = engine.Stats();
+  EXPECT_EQ(engine.CheckIntegrity(), "");
+  EXPECT_EQ(run.stats.num_blocks_used, 0) << "every block is released once the engine is idle";
+  EXPECT_EQ(run.stats.num_slots_used, 0);
+  return run;
 }
 
 }  // namespace deepinfer::testing

@@ -35,4 +35,24 @@ std::vector<WorkItem> MakeWorkload(uint64_t seed, int count, int32_t vocab);
 std::vector<WorkResult> RunWorkload(EngineCore& engine, const Tokenizer& tokenizer,
                                     const std::vector<WorkItem>& items, int max_outstanding);
 
+// The shipped demo model (DEEPINFER_SOURCE_DIR in the environment overrides the build's source
+// dir: the GPU machine runs the tests from a carried binary).
+std::string DemoModelDir();
+
+// The demo model with a tight cache: 12 sequences, 384 tokens per step, 40 blocks of 128, 8 packs.
+EngineOptions DemoEngineOptions();
+
+// On top of `o`: poisoned released blocks, the integrity checker after every step, a forced
+// preemption every 9 steps and resume packs every block, so a randomized workload exercises them.
+void AddStressChecks(EngineOptions& o, int64_t sampleable_vocab);
+
+struct EngineRun {
+  std::vector<WorkResult> results;
+  EngineStats stats;
+};
+
+// Runs `items` (24 outstanding) on a fresh engine with options `o`, then expects it to go idle
+// with every block and slot released and the cache's integrity intact.
+EngineRun RunOnFreshEngine(const EngineOptions& o, const std::vector<WorkItem>& items, const Tokenizer& tokenizer);
+
 }  // namespace deepinfer::testing
