@@ -15,6 +15,7 @@
 
 #include "recipe/output_fold.h"
 #include "recipe/output_parser.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -27,18 +28,7 @@ void Require(bool condition, const char* what) {
   }
 }
 
-bool IsValidUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
-}
+using deepinfer::tokenizer_internal::IsValidUtf8;  // the tokenizer's strict checker
 
 // Feeds `text` in pieces of 0..8 bytes chosen by `seed` (seed 0: one piece).
 std::vector<OutputEvent> Parse(const ParserOptions& options, std::string_view text, uint32_t seed) {

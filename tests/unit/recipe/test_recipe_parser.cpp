@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "recipe/output_fold.h"
 #include "recipe/output_parser.h"
+#include "tokenizer/utf8.h"
 #include "recipe_test_util.h"
 
 namespace deepinfer::recipe {
@@ -66,19 +67,7 @@ std::vector<OutputEvent> Parse(const ParserOptions& options, const std::vector<s
   return events;
 }
 
-bool IsValidUtf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const size_t n = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
-}
+using deepinfer::tokenizer_internal::IsValidUtf8;  // the tokenizer's strict checker
 
 std::string Describe(const std::vector<OutputEvent>& events) {
   std::string out;
