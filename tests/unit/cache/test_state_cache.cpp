@@ -77,17 +77,25 @@ TEST(StateCache, PrefixHitEndsAtAPackAndCopiesThePartialBlock) {
   EXPECT_EQ(m.CheckIntegrity({&b}), "");
 }
 
-TEST(StateCache, HitNeverCoversTheWholePromptAndSaltsSeparate) {
-  StateCacheManager m(SmallConfig());
-  const TokenIds p = Range(0, 200);
+// A sequence (default salt) computes all of `p`, leaves a committed pack at its end (keeping
+// its last logits or not) and is released.
+void ComputeAndPack(StateCacheManager& m, const TokenIds& p, bool with_logits) {
+  const int64_t n = static_cast<int64_t>(p.size());
   SequenceCache a;
   a.salt = m.SaltFor("");
   ASSERT_TRUE(m.Admit(a, p));
-  ASSERT_TRUE(m.EnsureBlocks(a, 200));
-  m.CacheFullBlocks(a, p, 200);
-  const auto pk = m.ReservePack(a, p, 200);
+  ASSERT_TRUE(m.EnsureBlocks(a, n));
+  m.CacheFullBlocks(a, p, n);
+  const auto pk = m.ReservePack(a, p, n, 0, with_logits);
+  ASSERT_TRUE(pk.has_value());
   m.CommitPack(pk->pack);
   m.Release(a);
+}
+
+TEST(StateCache, HitNeverCoversTheWholePromptAndSaltsSeparate) {
+  StateCacheManager m(SmallConfig());
+  const TokenIds p = Range(0, 200);
+  ComputeAndPack(m, p, /*with_logits=*/false);
   // Same 200 tokens again: the pack sits at 200 but carries no logits, so the last token must
   // be computed and the pack cannot be used: no hit.
   SequenceCache b;
@@ -108,14 +116,7 @@ TEST(StateCache, HitNeverCoversTheWholePromptAndSaltsSeparate) {
 TEST(StateCache, APackWithLogitsServesTheWholeIdenticalPrompt) {
   StateCacheManager m(SmallConfig());
   const TokenIds p = Range(0, 200);
-  SequenceCache a;
-  a.salt = m.SaltFor("");
-  ASSERT_TRUE(m.Admit(a, p));
-  ASSERT_TRUE(m.EnsureBlocks(a, 200));
-  m.CacheFullBlocks(a, p, 200);
-  const auto pk = m.ReservePack(a, p, 200, 0, /*with_logits=*/true);
-  m.CommitPack(pk->pack);
-  m.Release(a);
+  ComputeAndPack(m, p, /*with_logits=*/true);
   SequenceCache b;
   b.salt = m.SaltFor("");
   const auto hit = m.Admit(b, p);
