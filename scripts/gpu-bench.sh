@@ -2,7 +2,8 @@
 # On the GPU machine, with build/gpu-dist carried (scripts/gpu-build.sh): the engine on the GPU
 # against the engine on the CPU, same binary, same model, same run; results under $OUT.
 #   1. greedy generation from the shipped demo model on both devices: the texts must be equal;
-#   2. `deepinfer bench overlap` (synchronous vs overlapped loop) at batch 1 and 64 on both.
+#   2. `deepinfer bench overlap` (synchronous vs overlapped loop) at batch 1 and 64 on both;
+#   3. HF transformers generate on the demo config (random BF16 weights) at the same shapes.
 # With --flash instead: the 2-layer DeepSeek-V4-Flash-shaped config (bench/configs) with dummy
 # weights, our engine on the GPU against HF transformers (tools/bench_hf_v4.py, random BF16
 # weights) at batch 1 and 64, 512-token prompts, 32 new tokens, prefill included.
@@ -46,5 +47,10 @@ for device in cuda cpu; do
     $bin bench overlap $model --device $device --requests $batch --max-num-seqs $batch --prompt-len 64 \
       --max-tokens 64 --json "$out/bench-$device-b$batch.json" 2>>"$out/bench.log" || status=1
   done
+done
+for batch in 1 64; do
+  echo "== HF transformers on the demo config, cuda, batch $batch"
+  timeout 200 python3 tools/bench_hf_v4.py $model --batch $batch --prompt-len 64 --new-tokens 64 \
+    | tee "$out/hf-demo-b$batch.json" || status=1
 done
 exit $status

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/math.h"
+#include "base/thread_pool.h"
 
 namespace deepinfer {
 
@@ -42,6 +43,15 @@ class Rng {
  private:
   uint64_t state_;
 };
+
+// Independent streams per chunk or row, so the fill runs in parallel and the values depend only
+// on (seed, name, index), never on the thread count.
+Rng StreamFor(uint64_t stream, int64_t index) {
+  Rng mix(stream + 0x632be59bd9b4e019ull * static_cast<uint64_t>(index + 1));
+  return Rng(mix.Next());
+}
+constexpr int64_t kDummyChunk = 1 << 16;  // values per stream of a dense dummy tensor
+constexpr int64_t kDummyRowGrain = 16;    // rows per parallel task of a quantized dummy weight
 
 float Pow2Ceil(float v) { return std::exp2(std::ceil(std::log2(v))); }
 
@@ -166,6 +176,8 @@ TensorView DummyWeightSource::Tensor(const std::string& name, const std::vector<
   Rng rng(seed_ ^ XXH3_64bits(name.data(), name.size()));
   const int64_t n = t.numel();
   const int64_t fan_in = shape.empty() ? 1 : shape.back();
+  DI_CHECK(init == DummyInit::kExpertIds || dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16,
+           "dummy tensor '{}': unsupported dtype {}", name, DTypeName(dtype));
   if (init == DummyInit::kExpertIds) {
     DI_CHECK(dtype == DType::kI64 && shape.size() == 2, "expert-id tensor must be I64 [rows, k]");
     const int64_t k = shape[1];
@@ -180,22 +192,29 @@ TensorView DummyWeightSource::Tensor(const std::string& name, const std::vector<
     }
     return t;
   }
-  for (int64_t i = 0; i < n; ++i) {
-    float v = 0.f;
-    switch (init) {
-      case DummyInit::kLinear: v = rng.Uniform(1.f / std::sqrt(static_cast<float>(fan_in))); break;
-      case DummyInit::kNormWeight: v = 1.f + rng.Uniform(0.05f); break;
-      case DummyInit::kSmall: v = rng.Uniform(0.02f); break;
-      case DummyInit::kZeroish: v = rng.Uniform(0.001f); break;
-      case DummyInit::kExpertIds: break;
+  // Chunks of kDummyChunk values, each from its own stream, filled in parallel.
+  const uint64_t stream = seed_ ^ XXH3_64bits(name.data(), name.size());
+  ParallelFor(DivCeil(n, kDummyChunk), 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      Rng chunk_rng = StreamFor(stream, c);
+      for (int64_t i = c * kDummyChunk; i < std::min(n, (c + 1) * kDummyChunk); ++i) {
+        float v = 0.f;
+        switch (init) {
+          case DummyInit::kLinear: v = chunk_rng.Uniform(1.f / std::sqrt(static_cast<float>(fan_in))); break;
+          case DummyInit::kNormWeight: v = 1.f + chunk_rng.Uniform(0.05f); break;
+          case DummyInit::kSmall: v = chunk_rng.Uniform(0.02f); break;
+          case DummyInit::kZeroish: v = chunk_rng.Uniform(0.001f); break;
+          case DummyInit::kExpertIds: break;
+        }
+        switch (dtype) {
+          case DType::kF32: t.data<float>()[i] = v; break;
+          case DType::kBF16: t.data<uint16_t>()[i] = F32ToBf16(v); break;
+          case DType::kF16: t.data<uint16_t>()[i] = F32ToF16(v); break;
+          default: break;  // rejected above
+        }
+      }
     }
-    switch (dtype) {
-      case DType::kF32: t.data<float>()[i] = v; break;
-      case DType::kBF16: t.data<uint16_t>()[i] = F32ToBf16(v); break;
-      case DType::kF16: t.data<uint16_t>()[i] = F32ToF16(v); break;
-      default: DI_THROW("dummy tensor '{}': unsupported dtype {}", name, DTypeName(dtype));
-    }
-  }
+  });
   return t;
 }
 
@@ -211,9 +230,8 @@ LinearWeight DummyWeightSource::Linear(const std::string& prefix, int64_t out, i
   }
   requested_.insert(prefix + ".weight");
   requested_.insert(prefix + ".scale");
-  Rng rng(seed_ ^ XXH3_64bits(prefix.data(), prefix.size()));
+  const uint64_t stream = seed_ ^ XXH3_64bits(prefix.data(), prefix.size());
   const float bound = 1.f / std::sqrt(static_cast<float>(in));
-  std::vector<float> row(static_cast<size_t>(in));
   if (shipped == ShippedFormat::kFp8) {
     w.format = WeightFormat::kFp8;
     w.data = Allocate(DType::kF8E4M3, {out, in});
@@ -222,28 +240,38 @@ LinearWeight DummyWeightSource::Linear(const std::string& prefix, int64_t out, i
     const uint8_t exponent = static_cast<uint8_t>(127 + std::lround(std::log2(Pow2Ceil(bound / 448.f))));
     std::fill(w.scale.data<uint8_t>(), w.scale.data<uint8_t>() + w.scale.numel(), exponent);
     const float s = E8m0ToF32(exponent);
-    for (int64_t i = 0; i < out * in; ++i) w.data.data<uint8_t>()[i] = F32ToE4m3(rng.Uniform(bound) / s);
+    ParallelFor(out, kDummyRowGrain, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        Rng row_rng = StreamFor(stream, o);
+        uint8_t* bytes = w.data.data<uint8_t>() + o * in;
+        for (int64_t i = 0; i < in; ++i) bytes[i] = F32ToE4m3(row_rng.Uniform(bound) / s);
+      }
+    });
     return w;
   }
   DI_CHECK(in % kFp4BlockSize == 0, "dummy FP4 weight '{}': {} inputs not a multiple of 32", prefix, in);
   w.format = WeightFormat::kFp4;
   w.data = Allocate(DType::kI8, {out, in / 2});
   w.scale = Allocate(DType::kF8E8M0, {out, in / kFp4BlockSize});
-  for (int64_t o = 0; o < out; ++o) {
-    for (int64_t i = 0; i < in; ++i) row[i] = rng.Uniform(bound);
-    uint8_t* bytes = w.data.data<uint8_t>() + o * (in / 2);
-    for (int64_t b = 0; b < in / kFp4BlockSize; ++b) {
-      float amax = 0.f;
-      for (int64_t i = 0; i < kFp4BlockSize; ++i) amax = std::max(amax, std::fabs(row[b * kFp4BlockSize + i]));
-      const float scale = Pow2Ceil(std::max(amax, 1e-30f) / 6.f);
-      w.scale.data<uint8_t>()[o * (in / kFp4BlockSize) + b] =
-          static_cast<uint8_t>(127 + std::lround(std::log2(scale)));
-      for (int64_t i = 0; i < kFp4BlockSize; i += 2) {
-        const int64_t c = b * kFp4BlockSize + i;
-        bytes[c / 2] = static_cast<uint8_t>(F32ToFp4(row[c] / scale) | (F32ToFp4(row[c + 1] / scale) << 4));
+  ParallelFor(out, kDummyRowGrain, [&](int64_t o0, int64_t o1) {
+    std::vector<float> row(static_cast<size_t>(in));
+    for (int64_t o = o0; o < o1; ++o) {
+      Rng row_rng = StreamFor(stream, o);
+      for (int64_t i = 0; i < in; ++i) row[i] = row_rng.Uniform(bound);
+      uint8_t* bytes = w.data.data<uint8_t>() + o * (in / 2);
+      for (int64_t b = 0; b < in / kFp4BlockSize; ++b) {
+        float amax = 0.f;
+        for (int64_t i = 0; i < kFp4BlockSize; ++i) amax = std::max(amax, std::fabs(row[b * kFp4BlockSize + i]));
+        const float scale = Pow2Ceil(std::max(amax, 1e-30f) / 6.f);
+        w.scale.data<uint8_t>()[o * (in / kFp4BlockSize) + b] =
+            static_cast<uint8_t>(127 + std::lround(std::log2(scale)));
+        for (int64_t i = 0; i < kFp4BlockSize; i += 2) {
+          const int64_t c = b * kFp4BlockSize + i;
+          bytes[c / 2] = static_cast<uint8_t>(F32ToFp4(row[c] / scale) | (F32ToFp4(row[c + 1] / scale) << 4));
+        }
       }
     }
-  }
+  });
   return w;
 }
 

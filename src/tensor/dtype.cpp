@@ -133,17 +133,13 @@ uint8_t F32ToE4m3(float f) {
 }
 
 uint8_t F32ToFp4(float f) {
-  const uint8_t sign = std::signbit(f) ? 0x8 : 0x0;
-  float a = std::fabs(f);
+  // e2m1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6; round to nearest, ties to the even code (so the
+  // midpoints .25, 1.25, 2.5 and 5 round down and .75, 1.75 and 3.5 round up); saturates at 6.
   if (std::isnan(f)) return 0x7;
-  if (a >= 6.f) return sign | 0x7;
-  a = RoundToMiniFloat(a, 1, 0);  // e2m1: 1 mantissa bit, min normal exponent 0, subnormal 0.5
-  if (a >= 6.f) return sign | 0x7;
-  static constexpr float kValues[8] = {0.f, .5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
-  for (uint8_t code = 0; code < 8; ++code) {
-    if (kValues[code] == a) return sign | code;
-  }
-  return sign | 0x7;  // unreachable: every rounded value is on the table
+  const uint8_t sign = std::signbit(f) ? 0x8 : 0x0;
+  const float a = std::fabs(f);
+  const int code = (a > .25f) + (a >= .75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.f);
+  return sign | static_cast<uint8_t>(code);
 }
 
 }  // namespace deepinfer
