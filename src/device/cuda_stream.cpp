@@ -49,6 +49,10 @@ float CudaEvent::ElapsedMs(const CudaEvent& start, const CudaEvent& end) {
   return ms;
 }
 
+void EnqueueHostCallback(cudaStream_t stream, void (*fn)(void*), void* data) {
+  DI_CUDA_CHECK(cudaLaunchHostFunc(stream, fn, data), "cudaLaunchHostFunc");
+}
+
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes > 0) DI_CUDA_CHECK(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault), "cudaHostAlloc");
 }

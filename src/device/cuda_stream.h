@@ -40,6 +40,10 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
+// Runs fn(data) on a runtime thread once the work queued on `stream` so far has finished. fn must
+// not call the CUDA API (it may lock a mutex and notify a condition variable).
+void EnqueueHostCallback(cudaStream_t stream, void (*fn)(void*), void* data);
+
 // Page-locked host memory for asynchronous copies.
 class PinnedBuffer {
  public:

@@ -27,7 +27,10 @@ struct SequenceChunk {
 };
 
 struct ForwardBatch {
-  const int32_t* token_ids = nullptr;  // [num_tokens]
+  const int32_t* token_ids = nullptr;  // [num_tokens], host memory
+  // Optional, on the model's (CUDA) device: the step's input tokens, used instead of token_ids
+  // (the runner feeds tokens the previous step sampled on the device this way).
+  const int32_t* device_token_ids = nullptr;
   int64_t num_tokens = 0;
   std::vector<SequenceChunk> seqs;
 };

@@ -1,6 +1,7 @@
 #include "model/workspace.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "ops/ops.h"
 
@@ -9,15 +10,25 @@ namespace deepinfer {
 namespace {
 constexpr size_t kAlignment = 256;
 constexpr size_t kMinChunkBytes = size_t{64} << 20;
+constexpr size_t kMinStagingBytes = size_t{1} << 20;
+size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
 }  // namespace
 
+Workspace::Workspace(DeviceId device) : device_(device) {}
+
+Workspace::~Workspace() {
+  // Copies out of the staging areas may still be queued: wait for them before freeing.
+  for (Staging& s : staging_) {
+    if (s.recorded) s.drained->Synchronize();
+  }
+}
+
 void* Workspace::Carve(size_t bytes) {
-  bytes = std::max<size_t>(bytes, 1);
   if (device_.is_cpu()) {
-    host_buffers_.emplace_back(bytes);
+    host_buffers_.emplace_back(std::max<size_t>(bytes, 1));
     return host_buffers_.back().data();
   }
-  const size_t need = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  const size_t need = Aligned(bytes);
   for (Chunk& c : chunks_) {
     if (c.buffer.size() - c.used >= need) {
       void* p = static_cast<char*>(c.buffer.data()) + c.used;
@@ -29,6 +40,27 @@ void* Workspace::Carve(size_t bytes) {
   return chunks_.back().buffer.data();
 }
 
+void* Workspace::Stage(const ops::OpContext& ctx, const void* host, size_t bytes) {
+  Staging& s = staging_[current_];
+  const size_t need = Aligned(bytes);
+  if (s.used + need > s.buffer.size()) {
+    // Growing frees the old area, which copies queued this step may still read.
+    if (s.used > 0) {
+      CudaEvent queued;
+      queued.Record(ctx.stream);
+      queued.Synchronize();
+    }
+    const size_t keep = s.used;
+    PinnedBuffer bigger(std::max({2 * s.buffer.size(), kMinStagingBytes, keep + need}));
+    s.buffer = std::move(bigger);
+    s.used = 0;
+  }
+  void* p = s.buffer.as<char>() + s.used;
+  s.used += need;
+  std::memcpy(p, host, bytes);
+  return p;
+}
+
 TensorView Workspace::Alloc(DType dtype, std::initializer_list<int64_t> shape) {
   const TensorView shaped(nullptr, dtype, shape);
   return TensorView(Carve(shaped.nbytes()), dtype, shape, device_);
@@ -37,13 +69,26 @@ TensorView Workspace::Alloc(DType dtype, std::initializer_list<int64_t> shape) {
 TensorView Workspace::Upload(const ops::OpContext& ctx, const void* host, DType dtype,
                              std::initializer_list<int64_t> shape) {
   TensorView t = Alloc(dtype, shape);
-  ops::CopyBytes(ctx, t.raw(), host, t.nbytes());
+  if (device_.is_cpu()) {
+    ops::CopyBytes(ctx, t.raw(), host, t.nbytes());
+  } else if (t.nbytes() > 0) {
+    ops::CopyBytesAsync(ctx, t.raw(), Stage(ctx, host, t.nbytes()), t.nbytes());
+  }
   return t;
 }
 
-void Workspace::Reset() {
+void Workspace::Reset(const ops::OpContext& ctx) {
   host_buffers_.clear();
   for (Chunk& c : chunks_) c.used = 0;
+  if (device_.is_cpu()) return;
+  Staging& done = staging_[current_];
+  if (!done.drained) done.drained = std::make_unique<CudaEvent>();
+  done.drained->Record(ctx.stream);
+  done.recorded = true;
+  current_ ^= 1;
+  Staging& next = staging_[current_];
+  if (next.recorded) next.drained->Synchronize();  // the step before the previous one has passed
+  next.used = 0;
 }
 
 size_t Workspace::bytes_reserved() const {

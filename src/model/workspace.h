@@ -1,14 +1,18 @@
 // Per-step scratch tensors of a forward, on the model's device. Host: one zero-filled buffer per
 // tensor. CUDA: bump allocation from chunks that are kept across steps (after the first steps of
-// a given shape nothing is allocated), 256-byte aligned. Reset() releases every tensor of the
-// step; views from before a Reset() must not be used after it.
+// a given shape nothing is allocated), 256-byte aligned; uploads go through page-locked staging,
+// so a step's forward is queued without the host ever waiting for the device (except when a
+// staging area must grow). Reset() releases every tensor of the step; views from before a
+// Reset() must not be used after it.
 #pragma once
 
 #include <cstddef>
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 #include "device/buffer.h"
+#include "device/cuda_stream.h"
 #include "ops/op_context.h"
 #include "tensor/tensor_view.h"
 
@@ -16,12 +20,17 @@ namespace deepinfer {
 
 class Workspace {
  public:
-  explicit Workspace(DeviceId device) : device_(device) {}
+  explicit Workspace(DeviceId device);
+  ~Workspace();
 
   TensorView Alloc(DType dtype, std::initializer_list<int64_t> shape);
-  // A tensor holding `host` (n elements of dtype), copied on ctx's stream.
+  // A tensor holding `host` (n elements of dtype), copied on ctx's stream. The host data may
+  // change as soon as this returns.
   TensorView Upload(const ops::OpContext& ctx, const void* host, DType dtype, std::initializer_list<int64_t> shape);
-  void Reset();
+  // Starts a step whose work is queued on ctx's stream. On CUDA the uploads alternate between
+  // two staging areas; one is reused only after the stream has passed the step that filled it
+  // (so with at most two steps in flight the host does not wait).
+  void Reset(const ops::OpContext& ctx);
 
   DeviceId device() const { return device_; }
   size_t bytes_reserved() const;
@@ -31,11 +40,20 @@ class Workspace {
     Buffer buffer;
     size_t used = 0;
   };
+  struct Staging {
+    PinnedBuffer buffer;
+    size_t used = 0;
+    std::unique_ptr<CudaEvent> drained;  // recorded after the last copy out of this area
+    bool recorded = false;
+  };
   void* Carve(size_t bytes);
+  void* Stage(const ops::OpContext& ctx, const void* host, size_t bytes);
 
   DeviceId device_;
   std::vector<Buffer> host_buffers_;
   std::vector<Chunk> chunks_;
+  Staging staging_[2];
+  int current_ = 0;
 };
 
 }  // namespace deepinfer

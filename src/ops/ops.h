@@ -12,6 +12,7 @@
 #include "kernels/cpu/hc.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/rows_plan.h"
+#include "kernels/cpu/sampler_row.h"
 #include "ops/op_context.h"
 #include "tensor/linear_weight.h"
 #include "tensor/tensor_view.h"
@@ -63,6 +64,10 @@ void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const Ten
 // Copies `bytes` between any two of host and the context's device (queued on the stream; a
 // copy to host memory has landed when the op returns).
 void CopyBytes(const OpContext& ctx, void* dst, const void* src, size_t bytes);
+// The same without ever waiting: on CUDA the copy is only queued, so `src` must stay valid and
+// unchanged, and `dst` unread on the host, until the stream reaches it (use page-locked host
+// memory for truly asynchronous copies). On the CPU it copies at once.
+void CopyBytesAsync(const OpContext& ctx, void* dst, const void* src, size_t bytes);
 // x[i] *= factor for every element of a contiguous F32 tensor.
 void Scale(const OpContext& ctx, const TensorView& x, float factor);
 // x[i] = value for the n floats at x (memory of the context's device).
@@ -130,5 +135,20 @@ void MoeGather(const OpContext& ctx, const TensorView& x, const TensorView& sort
 // out[t] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot]] (+ shared[t]).
 void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,
                 int64_t top_k, const TensorView& shared, const TensorView& out);
+
+// ---- sampling on the device (kernels/cuda/sampler.h has the contract) ----------------------
+// The host samples with sampling::Sample; these ops are CUDA only.
+// logits: [rows, vocab] f32 (read only); params: [rows] SamplerRowParams (raw bytes, I8 view);
+// tokens / stop_ids: I32 (may be empty when unused); scratch: SamplerScratchBytes(rows, vocab)
+// bytes; sampled: I32 [rows]; logprobs F32 [rows], top_ids I32 / top_logprobs F32
+// [rows, kSamplerMaxLogprobs] (may be empty).
+void SampleRows(const OpContext& ctx, const TensorView& logits, int64_t sampleable_vocab, const TensorView& params,
+                const TensorView& tokens, const TensorView& stop_ids, const TensorView& scratch,
+                const TensorView& sampled, const TensorView& logprobs, const TensorView& top_ids,
+                const TensorView& top_logprobs);
+size_t SamplerScratchBytes(int64_t rows, int64_t vocab);  // 0 in a build without CUDA
+// ids[dst_index[i]] = src[src_index[i]] (all I32).
+void CopyIndexedTokens(const OpContext& ctx, const TensorView& ids, const TensorView& dst_index,
+                       const TensorView& src, const TensorView& src_index);
 
 }  // namespace deepinfer::ops

@@ -55,6 +55,13 @@ void CopyBytes(const OpContext& ctx, void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
+void CopyBytesAsync(const OpContext& ctx, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  DI_ON_CUDA(ctx, "copy_async",
+             DI_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ctx.stream), "cudaMemcpyAsync"));
+  std::memcpy(dst, src, bytes);
+}
+
 void Scale(const OpContext& ctx, const TensorView& x, float factor) {
   CheckDevice(ctx, "scale", {&x});
   DI_CHECK(x.is_contiguous() && x.dtype() == DType::kF32, "scale: contiguous f32 only");

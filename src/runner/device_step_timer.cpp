@@ -1,7 +1,9 @@
 #include "runner/device_step_timer.h"
 
 #if DEEPINFER_HAS_CUDA
+#include <deque>
 #include <utility>
+#include <vector>
 
 #include "device/cuda_stream.h"
 #endif
@@ -14,21 +16,37 @@ namespace {
 // Events on the legacy default stream, where the model's ops are queued (OpContext stream null).
 class CudaStepTimer final : public DeviceStepTimer {
  public:
-  void StepStarted() override { start_->Record(nullptr); }
-  void StepFinished() override { end_->Record(nullptr); }
+  void StepStarted() override {
+    Span span{Take(), Take()};
+    span.start->Record(nullptr);
+    in_flight_.push_back(std::move(span));
+  }
+  void StepFinished() override { in_flight_.back().end->Record(nullptr); }
   void Measure(double* busy_seconds, double* idle_seconds) override {
-    end_->Synchronize();
-    *busy_seconds = CudaEvent::ElapsedMs(*start_, *end_) * 1e-3;
-    *idle_seconds = has_previous_ ? CudaEvent::ElapsedMs(*previous_end_, *start_) * 1e-3 : -1.0;
-    std::swap(previous_end_, end_);
-    has_previous_ = true;
+    Span span = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    span.end->Synchronize();
+    *busy_seconds = CudaEvent::ElapsedMs(*span.start, *span.end) * 1e-3;
+    *idle_seconds = previous_end_ ? CudaEvent::ElapsedMs(*previous_end_, *span.start) * 1e-3 : -1.0;
+    if (previous_end_) spare_.push_back(std::move(previous_end_));
+    spare_.push_back(std::move(span.start));
+    previous_end_ = std::move(span.end);
   }
 
  private:
-  std::unique_ptr<CudaEvent> start_ = std::make_unique<CudaEvent>(true);
-  std::unique_ptr<CudaEvent> end_ = std::make_unique<CudaEvent>(true);
-  std::unique_ptr<CudaEvent> previous_end_ = std::make_unique<CudaEvent>(true);
-  bool has_previous_ = false;
+  struct Span {
+    std::unique_ptr<CudaEvent> start, end;
+  };
+  std::unique_ptr<CudaEvent> Take() {
+    if (spare_.empty()) return std::make_unique<CudaEvent>(true);
+    std::unique_ptr<CudaEvent> e = std::move(spare_.back());
+    spare_.pop_back();
+    return e;
+  }
+
+  std::deque<Span> in_flight_;
+  std::vector<std::unique_ptr<CudaEvent>> spare_;
+  std::unique_ptr<CudaEvent> previous_end_;
 };
 
 }  // namespace

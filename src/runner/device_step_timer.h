@@ -15,10 +15,11 @@ class DeviceStepTimer {
   virtual ~DeviceStepTimer() = default;
   static std::unique_ptr<DeviceStepTimer> Create(DeviceId device);
 
-  virtual void StepStarted() = 0;   // queues the start event after everything queued so far
-  virtual void StepFinished() = 0;  // queues the end event
-  // Waits for the step's end event; busy: start → end of this step; idle: the previous step's end
-  // → this step's start (negative for the first step).
+  virtual void StepStarted() = 0;   // queues a step's start event after everything queued so far
+  virtual void StepFinished() = 0;  // queues the end event of the step started last
+  // For the oldest step started and not yet measured (steps may be queued ahead of it): waits for
+  // its end event; busy: its start → end; idle: the previous step's end → its start (negative for
+  // the first step).
   virtual void Measure(double* busy_seconds, double* idle_seconds) = 0;
 };
 

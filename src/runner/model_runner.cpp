@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "runner/device_io.h"
 #include "sampling/sampler.h"
 
 namespace deepinfer {
@@ -12,7 +13,12 @@ ModelRunner::ModelRunner(const Model& model, RunnerOptions options)
     : model_(model), options_(std::move(options)), device_timer_(DeviceStepTimer::Create(model.device())) {
   state_ = model_.CreateState(options_.num_slots + options_.num_pack_slots, options_.num_blocks,
                               options_.block_size, options_.max_step_tokens);
-  worker_ = std::thread([this] { WorkerLoop(); });
+  if (model_.device().is_cpu()) {
+    worker_ = std::thread([this] { WorkerLoop(); });
+  } else {
+    device_io_ = std::make_unique<DeviceIo>(model_.device());
+    worker_ = std::thread([this] { DeviceWorkerLoop(); });
+  }
 }
 
 ModelRunner::~ModelRunner() {
@@ -58,12 +64,16 @@ void ModelRunner::WorkerLoop() {
       outcome.error = std::current_exception();
       outcome.result.step_id = out.step_id;
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_.emplace(out.step_id, std::move(outcome));
-    }
-    cv_.notify_all();
+    Post(out.step_id, std::move(outcome));
   }
+}
+
+void ModelRunner::Post(uint64_t step_id, Outcome outcome) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.emplace(step_id, std::move(outcome));
+  }
+  cv_.notify_all();
 }
 
 float* ModelRunner::PackLogits(int32_t pack_slot) {
@@ -96,11 +106,7 @@ void ModelRunner::ApplyCopies(const std::vector<PackCopy>& copies) {
   }
 }
 
-StepResult ModelRunner::Execute(const SchedulerOutput& out) {
-  StepResult result;
-  result.step_id = out.step_id;
-  result.started_at = NowSeconds();
-  if (device_timer_) device_timer_->StepStarted();
+void ModelRunner::BeginStep(const SchedulerOutput& out) {
   for (SeqId id : out.finished_seq_ids) seqs_.erase(id);
   // Saves of finished sequences read state that new sequences may reuse from here on.
   ApplyCopies(out.pre_copies);
@@ -113,6 +119,7 @@ StepResult ModelRunner::Execute(const SchedulerOutput& out) {
     m.rng_seed = ns.rng_seed;
     m.slot = ns.slot;
     m.blocks = ns.block_ids;
+    m.generation = next_generation_++;
     if (ns.restore.from_slot >= 0) {
       ApplyCopies({ns.restore});
     } else if (ns.reset_slot) {
@@ -124,6 +131,14 @@ StepResult ModelRunner::Execute(const SchedulerOutput& out) {
     auto& blocks = seqs_.at(d.seq_id).blocks;
     blocks.insert(blocks.end(), d.new_block_ids.begin(), d.new_block_ids.end());
   }
+}
+
+StepResult ModelRunner::Execute(const SchedulerOutput& out) {
+  StepResult result;
+  result.step_id = out.step_id;
+  result.started_at = NowSeconds();
+  if (device_timer_) device_timer_->StepStarted();
+  BeginStep(out);
 
   ForwardBatch batch;
   std::vector<TokenId> ids;

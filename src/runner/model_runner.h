@@ -5,11 +5,19 @@
 // tokens step N sampled without a round trip through the scheduler: the runner keeps a mirror
 // of every sequence (tokens, sampling parameters, slot, block table), built from the full data
 // of NewSequence and the diffs after it, and appends each token it samples to that mirror.
+//
+// On a CUDA device the runner's thread only queues work: step N's forward and sampling go on the
+// device's stream, its sampled ids are copied to page-locked memory on a side stream, and the
+// thread queues step N+1 (whose inputs take step N's tokens from device memory) before it waits
+// for step N's ids. Two steps are in flight at most; the only waits are for the step whose
+// results are being returned (and, when a sequence with repetition/presence/frequency penalties
+// needs its full history on the host, for the step before).
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,14 +65,40 @@ class ModelRunner {
     uint64_t rng_seed = 0;
     int32_t slot = -1;
     std::vector<int32_t> blocks;
+    // CUDA: tokens sampled on the device whose steps have not finished yet (appended to `tokens`
+    // when they do); the newest is row `last_row` of the sampled ids of device step `last_step`.
+    int32_t pending = 0;
+    int32_t last_row = -1;
+    uint64_t last_step = 0;
+    uint64_t generation = 0;  // distinct per NewSequence: results of older steps skip a re-added id
   };
+  // A step queued on the device whose results have not been read back yet.
+  struct DeviceStep {
+    StepResult result;
+    uint64_t number = 0;             // queue order, from 1
+    uint64_t callback = 0;           // index of its host callback (device_steps_landed_ reaches it)
+    std::vector<SeqId> rows;         // the sequence of each sampled row
+    std::vector<uint64_t> generations;  // and its mirror's generation
+    std::vector<int32_t> logprobs;   // per row: SamplingParams::logprobs
+  };
+  struct DeviceIo;  // the CUDA path's buffers (model_runner_device.cpp)
   struct Outcome {
     StepResult result;
     std::exception_ptr error;
   };
 
   void WorkerLoop();
+  void Post(uint64_t step_id, Outcome outcome);
+  // Mirror bookkeeping at the start of a step: finished sequences, pre-step copies, poisoned
+  // blocks, new sequences, block-table diffs.
+  void BeginStep(const SchedulerOutput& out);
   StepResult Execute(const SchedulerOutput& out);
+  // The CUDA path (model_runner_device.cpp).
+  void DeviceWorkerLoop();
+  DeviceStep Enqueue(const SchedulerOutput& out, const std::function<void()>& finish_previous);
+  StepResult Finish(DeviceStep& step);
+  float* DevicePackLogits(int32_t pack_slot);
+  static void OnDeviceStepLanded(void* runner);
   void ApplyCopies(const std::vector<PackCopy>& copies);
   SampledToken SampleFor(SeqId id, float* logits);
   float* PackLogits(int32_t pack_slot);
@@ -73,7 +107,9 @@ class ModelRunner {
   RunnerOptions options_;
   std::unique_ptr<DeviceStepTimer> device_timer_;  // GPU models only (worker thread)
   std::unique_ptr<ModelState> state_;
+  std::unique_ptr<DeviceIo> device_io_;  // CUDA models only (used by the worker thread)
   std::unordered_map<SeqId, SequenceMirror> seqs_;  // worker thread only
+  uint64_t next_generation_ = 1;                     // worker thread only
   // Logits of the last position of prompt-end packs, [num_pack_slots, vocab] (worker only).
   std::vector<float> pack_logits_;
 
@@ -82,6 +118,7 @@ class ModelRunner {
   std::deque<SchedulerOutput> queue_ DI_GUARDED_BY(mu_);
   std::map<uint64_t, Outcome> done_ DI_GUARDED_BY(mu_);
   bool stop_ DI_GUARDED_BY(mu_) = false;
+  uint64_t device_steps_landed_ DI_GUARDED_BY(mu_) = 0;  // CUDA: steps whose results reached the host
   std::thread worker_;
 };
 

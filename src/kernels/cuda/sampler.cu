@@ -602,6 +602,12 @@ __global__ void UniformDrawsKernel(const uint64_t* seeds, const uint64_t* indice
   if (i < n) out[i] = UniformDrawDevice(seeds[i], indices[i]);
 }
 
+__global__ void CopyIndexedTokensKernel(int32_t* ids, const int32_t* dst_index, const int32_t* src,
+                                        const int32_t* src_index, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) ids[dst_index[i]] = src[src_index[i]];
+}
+
 }  // namespace
 
 size_t SamplerScratchBytes(int64_t rows, int64_t vocab) {
@@ -641,6 +647,18 @@ void UniformDraws(const uint64_t* seeds, const uint64_t* indices, int64_t n, dou
   const int64_t blocks = CeilDiv(n, kDrawThreads);
   if (blocks > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "too many draws");
   UniformDrawsKernel<<<static_cast<unsigned>(blocks), kDrawThreads, 0, stream>>>(seeds, indices, n, out);
+  DI_CUDA_LAUNCH_CHECK(name);
+}
+
+void CopyIndexedTokens(int32_t* ids, const int32_t* dst_index, const int32_t* src, const int32_t* src_index, int64_t n,
+                       cudaStream_t stream) {
+  const char* name = "copy_indexed_tokens";
+  if (n < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative count");
+  if (n == 0) return;
+  constexpr int kCopyThreads = 128;
+  const int64_t blocks = CeilDiv(n, kCopyThreads);
+  if (blocks > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "too many tokens");
+  CopyIndexedTokensKernel<<<static_cast<unsigned>(blocks), kCopyThreads, 0, stream>>>(ids, dst_index, src, src_index, n);
   DI_CUDA_LAUNCH_CHECK(name);
 }
 

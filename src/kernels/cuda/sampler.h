@@ -31,31 +31,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/sampler_row.h"
+
 namespace deepinfer::cuda {
 
-inline constexpr int kSamplerMaxLogprobs = 20;  // = deepinfer::kMaxLogprobs
-
-// One row's sampling parameters (SamplingParams plus the sequence context), plain values for a
-// device array. Greedy when temperature == 0 or top_k == 1.
-struct SamplerRowParams {
-  float temperature = 1.0f;         // 0: greedy
-  float top_p = 1.0f;               // (0, 1]; 1: off
-  int32_t top_k = 0;                // 0: off
-  float min_p = 0.0f;               // [0, 1]; 0: off
-  float repetition_penalty = 1.0f;  // 1: off; seen tokens (prompt + outputs)
-  float presence_penalty = 0.0f;    // output tokens only
-  float frequency_penalty = 0.0f;   // output tokens only, times their count
-  int32_t min_tokens = 0;           // stop ids are suppressed while num_outputs < min_tokens
-  int32_t logprobs = -1;            // -1: none; 0..kSamplerMaxLogprobs: the sampled token's logprob + top alternatives
-  int32_t num_stop_ids = 0;         // EOS ids followed by SamplingParams::stop_token_ids
-  uint64_t rng_seed = 0;
-  int64_t num_outputs = 0;          // output tokens so far: the draw index, and the min_tokens count
-  int64_t prompt_len = 0;
-  // The history tokens[history_offset, + prompt_len + num_outputs) (prompt, then outputs). Read
-  // only when a penalty is on.
-  int64_t history_offset = 0;
-  int64_t stop_ids_offset = 0;      // stop_ids[stop_ids_offset, + num_stop_ids); read only while suppressing
-};
+using deepinfer::kSamplerMaxLogprobs;
+using deepinfer::SamplerRowParams;
 
 // Bytes of scratch SampleRows needs: per row a double [vocab] (the row's transformed logits, then
 // its probabilities) and an int32 [vocab] (penalty counts; entries of history tokens only are
@@ -83,5 +64,10 @@ void SampleRows(const float* logits, int64_t ld_logits, int64_t rows, int64_t vo
 
 // out[i] = sampling::UniformDraw(seeds[i], indices[i]) bit for bit (device arrays of n), for tests.
 void UniformDraws(const uint64_t* seeds, const uint64_t* indices, int64_t n, double* out, cudaStream_t stream);
+
+// ids[dst_index[i]] = src[src_index[i]] for i < n (device int32 arrays): the next step's input
+// tokens taken from the tokens the previous step sampled, without a trip through the host.
+void CopyIndexedTokens(int32_t* ids, const int32_t* dst_index, const int32_t* src, const int32_t* src_index, int64_t n,
+                       cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

@@ -115,7 +115,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   StepContext ctx;
   ctx.op = ops::OpContext{device_, nullptr};
   ctx.ws = workspace_.get();
-  ctx.ws->Reset();
+  ctx.ws->Reset(ctx.op);
   ctx.batch = &batch;
   ctx.state = &state;
   state.EnsureFreshRows(tokens);
@@ -147,7 +147,12 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   }
   if (ctx.block_tables.empty()) ctx.block_tables.push_back(0);
   ctx.positions_view = upload(ctx.positions, DType::kI64);
-  ctx.token_ids = ws.Upload(ctx.op, batch.token_ids, DType::kI32, {tokens});
+  if (batch.device_token_ids != nullptr) {
+    DI_CHECK(!device_.is_cpu(), "device token ids given to a model on the host");
+    ctx.token_ids = TensorView(const_cast<int32_t*>(batch.device_token_ids), DType::kI32, {tokens}, device_);
+  } else {
+    ctx.token_ids = ws.Upload(ctx.op, batch.token_ids, DType::kI32, {tokens});
+  }
   ctx.host_plan = cpu::StepRowsPlan{tokens, static_cast<int64_t>(ctx.seqs.size()), ctx.token_seq.data(),
                                     ctx.positions.data(), ctx.seqs.data(), ctx.block_tables.data()};
   const TensorView seqs_dev = ws.Upload(ctx.op, ctx.seqs.data(), DType::kI64,
