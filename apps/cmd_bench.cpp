@@ -77,6 +77,10 @@ nlohmann::json RunMode(const BenchArgs& a, bool async) {
     j["device_busy_ms_per_step"] = 1e3 * t.device_busy_seconds / steps;
     j["device_idle_ms_per_step"] = 1e3 * t.device_idle_seconds / steps;
     j["device_idle_fraction"] = t.device_idle_seconds / (t.device_busy_seconds + t.device_idle_seconds);
+    if (t.decode_steps > 0) {
+      j["decode_steps"] = t.decode_steps;
+      j["decode_device_ms_per_step"] = 1e3 * t.decode_device_busy_seconds / static_cast<double>(t.decode_steps);
+    }
   }
   return j;
 }
@@ -85,23 +89,26 @@ void RunBench(const BenchArgs& a) {
   nlohmann::json report;
   report["workload"] = {{"requests", a.requests}, {"prompt_len", a.prompt_len}, {"max_tokens", a.max_tokens},
                         {"max_num_seqs", a.engine.options.max_num_seqs}};
-  std::printf("%-12s %6s %9s %10s %10s %10s %9s %9s %9s\n", "mode", "steps", "tok/s", "step ms", "runner ms",
-              "host ms", "host/step", "exposed", "gpu idle");
+  std::printf("%-12s %6s %9s %10s %10s %10s %9s %9s %9s %10s\n", "mode", "steps", "tok/s", "step ms", "runner ms",
+              "host ms", "host/step", "exposed", "gpu idle", "decode ms");
   for (bool async : {false, true}) {
     const nlohmann::json m = RunMode(a, async);
     const std::string gpu_idle =
         m.contains("device_idle_fraction") ? fmt::format("{:.1f}%", 100 * m["device_idle_fraction"].get<double>()) : "-";
-    std::printf("%-12s %6ld %9.1f %10.3f %10.3f %10.3f %8.1f%% %8.1f%% %9s\n", m["mode"].get<std::string>().c_str(),
+    const std::string decode_ms =
+        m.contains("decode_device_ms_per_step") ? fmt::format("{:.3f}", m["decode_device_ms_per_step"].get<double>()) : "-";
+    std::printf("%-12s %6ld %9.1f %10.3f %10.3f %10.3f %8.1f%% %8.1f%% %9s %10s\n", m["mode"].get<std::string>().c_str(),
                 m["steps"].get<long>(), m["output_tokens_per_s"].get<double>(), m["step_ms"].get<double>(),
                 m["runner_busy_ms_per_step"].get<double>(), m["host_ms_per_step"].get<double>(),
                 100 * m["host_fraction_of_step"].get<double>(), 100 * m["exposed_fraction_of_step"].get<double>(),
-                gpu_idle.c_str());
+                gpu_idle.c_str(), decode_ms.c_str());
     report["modes"].push_back(m);
   }
   std::printf("host/step: scheduling and bookkeeping time as a share of the step's wall time;\n"
               "exposed: the share of runner time spent idle between steps waiting for the host;\n"
               "gpu idle: on a GPU, the device's idle time between consecutive steps as a share of its\n"
-              "busy + idle time, from events on its own timeline.\n");
+              "busy + idle time, from events on its own timeline;\n"
+              "decode ms: on a GPU, the device time of a decode-only step (every sequence one token).\n");
   if (!a.json.empty()) std::ofstream(a.json) << report.dump(2) << "\n";
 }
 

@@ -299,7 +299,14 @@ void EngineCore::RunOneIteration() {
     if (front.has_work() || !res.sampled.empty()) {
       timing_.runner_seconds += res.forward_seconds;
       if (last_runner_finish_ >= 0) timing_.exposed_seconds += std::max(0.0, res.started_at - last_runner_finish_);
-      if (res.device_busy_seconds >= 0) timing_.device_busy_seconds += res.device_busy_seconds;
+      if (res.device_busy_seconds >= 0) {
+        timing_.device_busy_seconds += res.device_busy_seconds;
+        const bool decode_only = !front.chunks.empty() && front.num_tokens() == static_cast<int64_t>(front.chunks.size());
+        if (decode_only) {
+          ++timing_.decode_steps;
+          timing_.decode_device_busy_seconds += res.device_busy_seconds;
+        }
+      }
       if (last_runner_finish_ >= 0 && res.device_idle_before_seconds >= 0) {
         timing_.device_idle_seconds += res.device_idle_before_seconds;
       }

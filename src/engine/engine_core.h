@@ -61,6 +61,9 @@ struct LoopTiming {
   // between consecutive steps (0 on the CPU).
   double device_busy_seconds = 0;
   double device_idle_seconds = 0;
+  // The same restricted to decode steps (every chunk one token): their count and device time.
+  int64_t decode_steps = 0;
+  double decode_device_busy_seconds = 0;
 };
 
 class EngineCore : public EngineClient {
