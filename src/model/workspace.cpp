@@ -11,6 +11,7 @@ namespace {
 constexpr size_t kAlignment = 256;
 constexpr size_t kMinChunkBytes = size_t{64} << 20;
 constexpr size_t kMinStagingBytes = size_t{1} << 20;
+constexpr size_t kDirectUploadBytes = size_t{64} << 10;
 size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
 }  // namespace
 
@@ -71,7 +72,11 @@ TensorView Workspace::Upload(const ops::OpContext& ctx, const void* host, DType 
   TensorView t = Alloc(dtype, shape);
   if (device_.is_cpu()) {
     ops::CopyBytes(ctx, t.raw(), host, t.nbytes());
-  } else if (t.nbytes() > 0) {
+  } else if (t.nbytes() <= kDirectUploadBytes) {
+    // Small: straight from pageable memory (the driver stages it before returning, so `host`
+    // may change at once, and does not involve a copy engine).
+    ops::CopyBytesAsync(ctx, t.raw(), host, t.nbytes());
+  } else {
     ops::CopyBytesAsync(ctx, t.raw(), Stage(ctx, host, t.nbytes()), t.nbytes());
   }
   return t;

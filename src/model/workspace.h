@@ -1,8 +1,9 @@
 // Per-step scratch tensors of a forward, on the model's device. Host: one zero-filled buffer per
 // tensor. CUDA: bump allocation from chunks that are kept across steps (after the first steps of
-// a given shape nothing is allocated), 256-byte aligned; uploads go through page-locked staging,
-// so a step's forward is queued without the host ever waiting for the device (except when a
-// staging area must grow). Reset() releases every tensor of the step; views from before a
+// a given shape nothing is allocated), 256-byte aligned; uploads are queued without the host
+// waiting for the device: small ones (<= 64 KiB) straight from pageable memory, which the driver
+// stages at once, larger ones through page-locked staging areas (the host waits only when one
+// must grow). Reset() releases every tensor of the step; views from before a
 // Reset() must not be used after it.
 #pragma once
 
