@@ -43,6 +43,14 @@ status=0
 $dist/deepinfer_gpu_tests --gtest_filter="$filter" --gtest_output="json:$out/gpu-tests.json" \
   2>&1 | tee "$out/gpu-tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error|max \|diff\|" | head -200
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+# The slowest tests (what a sanitizer run will spend its time on).
+python3 - "$out/gpu-tests.json" <<'PY' || true
+import json, sys
+tests = [(float(t.get("time", "0s").rstrip("s")), s["name"] + "." + t["name"])
+         for s in json.load(open(sys.argv[1]))["testsuites"] for t in s["testsuite"]]
+print("slowest:", ", ".join(f"{n} {t:.1f}s" for t, n in sorted(tests, reverse=True)[:8]))
+PY
+grep -E "^GPU (runner|, 200)" "$out/gpu-tests.log" || true
 if [[ $sanitize -eq 1 ]]; then
   for tool in memcheck racecheck; do
     timeout "$sanitize_timeout" compute-sanitizer --tool $tool --error-exitcode 9 $dist/deepinfer_gpu_tests \
