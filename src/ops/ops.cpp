@@ -1,5 +1,8 @@
 #include "ops/ops.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "ops/dispatch.h"
 
 #include "kernels/cpu/elementwise.h"
@@ -88,6 +91,73 @@ void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight
                       "grouped linear: x {} y {}", x.ShapeString(), y.ShapeString());
              cuda::GroupedLinear(x.data<float>(), x.size(0), num_groups, ToDevice(w), y.data<float>(), ctx.stream));
   cpu::GroupedLinear(x, w, num_groups, y);
+}
+
+ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> experts) {
+  ExpertsWeight w;
+  w.experts = std::move(experts);
+  for (size_t e = 0; e < w.experts.size(); ++e) {
+    const LinearWeight& x = w.experts[e];
+    const LinearWeight& first = w.experts[0];
+    DI_CHECK(x.format == first.format && x.data.dtype() == first.data.dtype() &&
+                 x.out_features == first.out_features && x.in_features == first.in_features,
+             "experts: expert {} is a {} [{}, {}] weight, expert 0 a {} [{}, {}] one", e, DTypeName(x.data.dtype()),
+             x.out_features, x.in_features, DTypeName(first.data.dtype()), first.out_features, first.in_features);
+    CheckDevice(ctx, "experts_weight", {&x.data, &x.scale});
+  }
+  if (ctx.on_cuda() && !w.experts.empty()) {
+#if DEEPINFER_HAS_CUDA
+    std::vector<cuda::DeviceWeight> table;
+    table.reserve(w.experts.size());
+    for (const LinearWeight& x : w.experts) {
+      table.push_back(ToDevice(x));
+      cuda::CheckWeight(table.back());
+    }
+    const size_t bytes = table.size() * sizeof(cuda::DeviceWeight);
+    w.device_table = Buffer(bytes, ctx.device);
+    CopyBytes(ctx, w.device_table.data(), table.data(), bytes);  // pageable source: staged before return
+#else
+    NoKernel(ctx, "experts_weight");
+#endif
+  }
+  return w;
+}
+
+void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
+                   const TensorView& y, const TensorView& scratch) {
+  CheckDevice(ctx, "experts_linear", {&x, &offsets, &y, &scratch});
+  const int64_t num_experts = offsets.numel() - 1, rows = x.size(0);
+  DI_CHECK(offsets.dtype() == DType::kI32 && offsets.is_contiguous() &&
+               num_experts == static_cast<int64_t>(w.experts.size()),
+           "experts_linear: offsets {} for {} experts", offsets.ShapeString(), w.experts.size());
+  if (num_experts == 0) return;
+  const LinearWeight& first = w.experts[0];
+  DI_CHECK(x.ndim() == 2 && y.ndim() == 2 && y.size(0) == rows && x.size(1) == first.in_features &&
+               y.size(1) == first.out_features,
+           "experts_linear: x {} y {} for [{}, {}] weights", x.ShapeString(), y.ShapeString(), first.out_features,
+           first.in_features);
+  DI_ON_CUDA(ctx, "experts_linear",
+             DI_CHECK(w.device_table.data() != nullptr && w.device_table.device() == ctx.device,
+                      "experts_linear: the experts have no table on this device");
+             DI_CHECK(scratch.nbytes() >= cuda::ExpertsLinearScratchBytes(rows, num_experts),
+                      "experts_linear: scratch of {} bytes, {} needed", scratch.nbytes(),
+                      cuda::ExpertsLinearScratchBytes(rows, num_experts));
+             cuda::ExpertsLinear(x.data<float>(), x.stride(0), rows, offsets.data<int32_t>(), num_experts,
+                                 static_cast<const cuda::DeviceWeight*>(w.device_table.data()), ToDevice(first),
+                                 y.data<float>(), y.stride(0), scratch.raw(), ctx.stream));
+  const int32_t* off = offsets.data<int32_t>();
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t r0 = std::clamp<int64_t>(off[e], 0, rows), r1 = std::clamp<int64_t>(off[e + 1], r0, rows);
+    if (r1 > r0) cpu::Linear(x.Slice(r0, r1), w.experts[e], y.Slice(r0, r1));
+  }
+}
+
+size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
+#if DEEPINFER_HAS_CUDA
+  return cuda::ExpertsLinearScratchBytes(rows_bound, num_experts);
+#else
+  return 0;
+#endif
 }
 
 RopeTable MakeRopeTable(int64_t rope_dim, double base, int64_t original_max_positions,
@@ -183,14 +253,18 @@ void Route(const OpContext& ctx, const TensorView& logits, const TensorView& tok
 }
 
 void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const TensorView& up, float limit,
-                   const TensorView& row_weights) {
-  CheckDevice(ctx, "swiglu", {&gate_inout, &up, &row_weights});
+                   const TensorView& row_weights, const TensorView& row_count) {
+  CheckDevice(ctx, "swiglu", {&gate_inout, &up, &row_weights, &row_count});
+  DI_CHECK(row_count.empty() || (row_count.dtype() == DType::kI32 && row_count.numel() == 1),
+           "swiglu: row_count must be one I32");
   const int64_t n = gate_inout.size(1);
   const float* weights = row_weights.empty() ? nullptr : row_weights.data<float>();
+  const int32_t* count = row_count.empty() ? nullptr : row_count.data<int32_t>();
   DI_ON_CUDA(ctx, "swiglu",
              cuda::ClampedSwiGlu(gate_inout.data<float>(), gate_inout.stride(0), up.data<float>(), up.stride(0),
-                                 Rows(gate_inout), n, limit, weights, ctx.stream));
-  for (int64_t r = 0; r < Rows(gate_inout); ++r) {
+                                 Rows(gate_inout), n, limit, weights, count, ctx.stream));
+  const int64_t rows = count != nullptr ? std::clamp<int64_t>(*count, 0, Rows(gate_inout)) : Rows(gate_inout);
+  for (int64_t r = 0; r < rows; ++r) {
     cpu::ClampedSwiGlu(gate_inout.data<float>() + r * gate_inout.stride(0), up.data<float>() + r * up.stride(0), n,
                        limit, weights != nullptr ? weights[r] : 1.f);
   }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "device/buffer.h"
 #include "kernels/cpu/compressor.h"
 #include "kernels/cpu/hc.h"
 #include "kernels/cpu/moe.h"
@@ -56,9 +57,11 @@ void HcHead(const OpContext& ctx, const TensorView& x, const HcParams& p, const 
 // params.bias / params.tid2eid point into the context's device memory.
 void Route(const OpContext& ctx, const TensorView& logits, const TensorView& token_ids, const RouterParams& params,
            const TensorView& expert_ids, const TensorView& expert_weights);
-// row_weights: F32 [M] or empty (weight 1).
+// row_weights: F32 [M] or empty (weight 1). row_count: empty (all M rows) or one I32 on the
+// context's device (e.g. MoeAlign's offsets[E]): only rows r < min(M, row_count) are computed, the
+// rest are untouched, and on CUDA the count is read on the device (M is the launch bound).
 void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const TensorView& up, float limit,
-                   const TensorView& row_weights);
+                   const TensorView& row_weights, const TensorView& row_count = TensorView());
 
 // ---- memory --------------------------------------------------------------------------------
 // Copies `bytes` between any two of host and the context's device (queued on the stream; a
@@ -129,9 +132,30 @@ void CompressorAdvanceBatch(const OpContext& ctx, const CompressorShape& shape, 
 void MoeAlign(const OpContext& ctx, const TensorView& expert_ids, int64_t num_experts, const TensorView& offsets,
               const TensorView& sorted_slots, const TensorView& slot_rows, const TensorView& scratch);
 size_t MoeAlignScratchBytes(int64_t num_slots, int64_t num_experts);
-// xe[r] = x[sorted_slots[r] / k], row_weights[r] = expert_weights[sorted_slots[r]] for r < rows.
-void MoeGather(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, int64_t rows, int64_t top_k,
-               const TensorView& expert_weights, const TensorView& xe, const TensorView& row_weights);
+// xe[r] = x[sorted_slots[r] / k], row_weights[r] = expert_weights[sorted_slots[r]] for
+// r < offsets[E] (offsets: MoeAlign's I32 [E+1]); rows past it are untouched. On CUDA it is launched
+// over the bound sorted_slots.numel() = T·k and reads offsets[E] on the device. xe: [>= T·k, d].
+void MoeGather(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, const TensorView& offsets,
+               int64_t top_k, const TensorView& expert_weights, const TensorView& xe, const TensorView& row_weights);
+// One projection (w1, w3 or w2) of every routed expert of a layer: E weights of one format and
+// shape [N, K], each in its own memory, on the context's device. Built once (MakeExpertsWeight).
+struct ExpertsWeight {
+  std::vector<LinearWeight> experts;  // what the CPU path reads
+  Buffer device_table;                // CUDA: the experts as the kernel's device descriptions
+                                      // (cuda::DeviceWeight [E]); empty on the CPU
+};
+// Checks that the experts share one format, dtype and shape (and, for CUDA, that the kernels accept
+// them) and builds the device table on ctx's device (queued on its stream).
+ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> experts);
+// Expert-grouped projection: y[r] = W_e · x[r] for every row r in [offsets[e], offsets[e+1]) of
+// every expert e, bit-identical to Linear on each expert's rows. x: [R, K] f32 (row stride
+// honoured), y: [R, N] f32 (row stride honoured), R the host bound on the rows (offsets[E] <= R);
+// offsets: I32 [E+1] on the context's device (non-decreasing, from 0); rows at or past offsets[E]
+// are untouched. scratch: ExpertsLinearScratchBytes(R, E) bytes for the GPU (may be empty on the
+// CPU). On CUDA nothing comes back to the host (kernels/cuda/linear.h).
+void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
+                   const TensorView& y, const TensorView& scratch);
+size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // out[t] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot]] (+ shared[t]).
 void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,
                 int64_t top_k, const TensorView& shared, const TensorView& out);

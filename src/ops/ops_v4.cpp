@@ -277,14 +277,18 @@ void MoeAlign(const OpContext& ctx, const TensorView& expert_ids, int64_t num_ex
   }
 }
 
-void MoeGather(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, int64_t rows, int64_t top_k,
-               const TensorView& expert_weights, const TensorView& xe, const TensorView& row_weights) {
-  CheckDevice(ctx, "moe_gather", {&x, &sorted_slots, &expert_weights, &xe, &row_weights});
-  const int64_t d = x.size(1);
-  DI_CHECK(xe.is_contiguous() && xe.size(1) == d, "moe_gather: xe {}", xe.ShapeString());
+void MoeGather(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, const TensorView& offsets,
+               int64_t top_k, const TensorView& expert_weights, const TensorView& xe, const TensorView& row_weights) {
+  CheckDevice(ctx, "moe_gather", {&x, &sorted_slots, &offsets, &expert_weights, &xe, &row_weights});
+  const int64_t d = x.size(1), bound = sorted_slots.numel(), num_experts = offsets.numel() - 1;
+  DI_CHECK(xe.is_contiguous() && xe.size(1) == d && xe.size(0) >= bound && row_weights.numel() >= bound,
+           "moe_gather: xe {} and {} row weights for {} slots", xe.ShapeString(), row_weights.numel(), bound);
+  DI_CHECK(offsets.dtype() == DType::kI32 && num_experts >= 0, "moe_gather: offsets must be I32 [E+1]");
   DI_ON_CUDA(ctx, "moe_gather",
-             cuda::MoeGather(x.data<float>(), x.stride(0), d, I32(sorted_slots), rows, top_k,
-                             expert_weights.data<float>(), xe.data<float>(), row_weights.data<float>(), ctx.stream));
+             cuda::MoeGather(x.data<float>(), x.stride(0), d, I32(sorted_slots), bound, I32(offsets) + num_experts,
+                             top_k, expert_weights.data<float>(), xe.data<float>(), row_weights.data<float>(),
+                             ctx.stream));
+  const int64_t rows = std::clamp<int64_t>(I32(offsets)[num_experts], 0, bound);
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t slot = I32(sorted_slots)[r];
     std::memcpy(xe.data<float>() + r * d, x.data<float>() + (slot / top_k) * x.stride(0), d * sizeof(float));

@@ -112,19 +112,23 @@ __global__ void HadamardKernel(float* x, int64_t ldx, int n, float scale) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = row[i] * scale;
 }
 
-__global__ void SwiGluKernel(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t n, float limit,
-                             const float* row_weights) {
-  const int64_t r = blockIdx.y;
-  const float weight = row_weights != nullptr ? row_weights[r] : 1.f;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float gate = g[r * ldg + i], up = u[r * ldu + i];
-    if (limit > 0.f) {
-      gate = fminf(gate, limit);
-      up = fminf(fmaxf(up, -limit), limit);
+// Rows r < min(m, *row_count) (all m rows when row_count is null), striding over rows in y.
+__global__ void SwiGluKernel(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
+                             const float* row_weights, const int32_t* row_count) {
+  int64_t rows = m;
+  if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float weight = row_weights != nullptr ? row_weights[r] : 1.f;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float gate = g[r * ldg + i], up = u[r * ldu + i];
+      if (limit > 0.f) {
+        gate = fminf(gate, limit);
+        up = fminf(fmaxf(up, -limit), limit);
+      }
+      const float silu = gate / (1.f + expf(-gate));
+      g[r * ldg + i] = silu * up * weight;
     }
-    const float silu = gate / (1.f + expf(-gate));
-    g[r * ldg + i] = silu * up * weight;
   }
 }
 
@@ -210,10 +214,15 @@ void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stre
 
 void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
                    const float* row_weights, cudaStream_t stream) {
+  ClampedSwiGlu(g, ldg, u, ldu, m, n, limit, row_weights, nullptr, stream);
+}
+
+void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
+                   const float* row_weights, const int32_t* row_count, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  if (m > 65535) ThrowCudaError(__FILE__, __LINE__, "clamped_swiglu", "more than 65535 rows");
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 64)), static_cast<unsigned>(m));
-  SwiGluKernel<<<grid, kRowThreads, 0, stream>>>(g, ldg, u, ldu, n, limit, row_weights);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 64)),
+                  static_cast<unsigned>(std::min<int64_t>(m, 65535)));
+  SwiGluKernel<<<grid, kRowThreads, 0, stream>>>(g, ldg, u, ldu, m, n, limit, row_weights, row_count);
   DI_CUDA_LAUNCH_CHECK("clamped_swiglu");
 }
 

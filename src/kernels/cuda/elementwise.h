@@ -40,6 +40,10 @@ void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stre
 // place into g; limit <= 0 disables the clamp. g, u: [M, n] with row strides.
 void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
                    const float* row_weights, cudaStream_t stream);
+// The same over rows r < min(m, *row_count) only, row_count a DEVICE int32 (null: all m rows; e.g.
+// offsets[E] of MoeAlign); the launch depends on m alone. Rows at or past the count are untouched.
+void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
+                   const float* row_weights, const int32_t* row_count, cudaStream_t stream);
 
 // x[i] *= factor for i < n.
 void ScaleF32(float* x, int64_t n, float factor, cudaStream_t stream);

@@ -1,5 +1,7 @@
 #include "kernels/cuda/linear.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -38,6 +40,19 @@ constexpr int ChunkBytes() {
 template <Kind K>
 constexpr int ElementBytes() {
   return ChunkBytes<K>() / kChunk > 0 ? ChunkBytes<K>() / kChunk : 1;
+}
+
+// Bytes per stored element of a weight row (FP4 rows are counted in bytes) and the row alignment
+// that allows whole-chunk vector loads; host and device agree on both.
+__host__ __device__ constexpr int64_t RowElementBytes(Kind k) {
+  return k == Kind::kF32 ? 4 : (k == Kind::kBF16 || k == Kind::kF16) ? 2 : 1;
+}
+__host__ __device__ constexpr int64_t VecAlign(Kind k) {
+  return (k == Kind::kF32 || k == Kind::kBF16 || k == Kind::kF16) ? 16 : k == Kind::kFp8 ? 8 : 4;
+}
+
+__host__ __device__ inline bool Aligned(const void* ptr, int64_t bytes, int64_t a) {
+  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(a) == 0 && bytes % a == 0;
 }
 
 struct Params {
@@ -230,17 +245,16 @@ constexpr int DuplicateLaneMask() {
 }
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
-// Grid (ceil(n / (kGemvWarps·RPW)), groups). Warp w of block b owns outputs
-// [(b·kGemvWarps + w)·RPW, +RPW) of group blockIdx.y; per slab each lane loads its chunk of the
-// RPW weight rows (the next slab's chunk is prefetched), dequantizes it, and folds it into the
-// partials of all m rows (x chunks come through L1).
+// One block of kGemvWarps warps computing output block `block` of group `g`: warp w owns outputs
+// [(block·kGemvWarps + w)·RPW, +RPW) of the group; per slab each lane loads its chunk of the RPW
+// weight rows (the next slab's chunk is prefetched), dequantizes it, and folds it into the
+// partials of all m rows (x chunks come through L1). No block-level synchronization.
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const Params p) {
+__device__ __forceinline__ void GemvBlock(const Params& p, int64_t block, int64_t g) {
   constexpr int kAcc = MT * RPW;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  const int64_t g = blockIdx.y;
-  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kGemvWarps + warp) * RPW;  // within the group
+  const int64_t o0 = (block * kGemvWarps + warp) * RPW;  // within the group
   const float* x = p.x + g * p.x_group_stride;
 
   float acc[kAcc];
@@ -292,12 +306,20 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const 
   }
 }
 
+// Grid (ceil(n / (kGemvWarps·RPW)), groups).
+template <Kind K, int MT, int RPW>
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const Params p) {
+  GemvBlock<K, MT, RPW>(p, blockIdx.x, blockIdx.y);
+}
+
 // ---- Tiled GEMM: any M ----------------------------------------------------------------------
-// Grid (ceil(n / kTileN), ceil(m / kTileM), groups). Per slab the block stages the x tile and the
-// dequantized weight tile in shared memory, laid out so that columns 2h, 2h+1 of lane l's chunk
-// are float2 [h·32 + l] of the row (h = 0..3): conflict-free 8-byte reads and writes.
+// One block of kTiledThreads computing x rows [m_block·kTileM, +kTileM) × outputs
+// [n_block·kTileN, +kTileN) of group `g`. Per slab the block stages the x tile and the dequantized
+// weight tile in shared memory, laid out so that columns 2h, 2h+1 of lane l's chunk are float2
+// [h·32 + l] of the row (h = 0..3): conflict-free 8-byte reads and writes. Every thread of the
+// block must call it (it synchronizes); the shared memory is free again when it returns.
 template <Kind K>
-__global__ void __launch_bounds__(kTiledThreads, 2) LinearTiledKernel(const Params p) {
+__device__ __forceinline__ void TiledBlock(const Params& p, int64_t n_block, int64_t m_block, int64_t g) {
   constexpr int kPairs = kChunk / 2;
   __shared__ float2 xs[kTileM][kPairs * kWarpSize];  // 32 KiB
   __shared__ float2 ws[kTileN][kPairs * kWarpSize];  // 16 KiB
@@ -306,9 +328,8 @@ __global__ void __launch_bounds__(kTiledThreads, 2) LinearTiledKernel(const Para
   const int warp = tid / kWarpSize;
   const int wm = warp / kTiledWarpsN;
   const int wn = warp % kTiledWarpsN;
-  const int64_t g = blockIdx.z;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kTileM;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  const int64_t m0 = m_block * kTileM;
+  const int64_t n0 = n_block * kTileN;
   const float* x = p.x + g * p.x_group_stride;
   constexpr int kWarps = kTiledThreads / kWarpSize;
 
@@ -375,6 +396,176 @@ __global__ void __launch_bounds__(kTiledThreads, 2) LinearTiledKernel(const Para
   }
 }
 
+// Grid (ceil(n / kTileN), ceil(m / kTileM), groups).
+template <Kind K>
+__global__ void __launch_bounds__(kTiledThreads, 2) LinearTiledKernel(const Params p) {
+  TiledBlock<K>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+// ---- expert-grouped projection ------------------------------------------------------------------
+// A first kernel cuts every expert's rows into tiles and lists them per kind; then one kernel per
+// kind walks its list with a fixed grid (grid-stride over the (tile, output block) items), running
+// for each item exactly the block code Linear runs for the same rows.
+
+// Tile kinds: GEMV with MT = 2, 4, 8, 16 (for 1–2, 3–4, 5–8, 9–16 rows), then the tiled GEMM
+// (17–32 rows).
+constexpr int kTileKinds = 5;
+constexpr int kTiledKind = 4;
+constexpr int kPlanThreads = 256;
+constexpr int kPlanWarps = kPlanThreads / kWarpSize;
+
+// Rows [row0, row0 + rows) of x and y, all of expert `expert`.
+struct alignas(16) ExpertTile {
+  int32_t expert;
+  int32_t row0;
+  int32_t rows;
+  int32_t unused;
+};
+
+// The lists in the scratch buffer: counts[kind] tiles listed at tiles[kind] (room for capacity[kind]).
+struct TileLists {
+  int32_t* counts;
+  ExpertTile* tiles[kTileKinds];
+  int32_t capacity[kTileKinds];
+};
+
+__device__ __forceinline__ int GemvKind(int32_t rows) { return rows <= 2 ? 0 : rows <= 4 ? 1 : rows <= 8 ? 2 : 3; }
+
+// One block. Expert e's rows [offsets[e], offsets[e+1]) (cut to [0, rows_bound)) become
+// floor(c / 32) full tiled tiles, then the rest r = c mod 32 as one tiled tile (r > 16) or one GEMV
+// tile of its kind (1 <= r <= 16). Experts are taken kPlanThreads at a time, one per thread; a tile's
+// place in its list is the number of tiles of that kind of the lower experts (warp scans, then the
+// warps' totals), so the lists are ordered by expert and then by row.
+__global__ void __launch_bounds__(kPlanThreads) ExpertTilesKernel(const int32_t* offsets, int32_t num_experts,
+                                                                  int32_t rows_bound, TileLists lists) {
+  __shared__ int32_t warp_tiles[kTileKinds][kPlanWarps];
+  __shared__ int32_t listed[kTileKinds];
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  if (threadIdx.x < kTileKinds) listed[threadIdx.x] = 0;
+  __syncthreads();
+  for (int32_t base = 0; base < num_experts; base += kPlanThreads) {
+    const int32_t e = base + static_cast<int32_t>(threadIdx.x);
+    int32_t row0 = 0, count = 0;
+    if (e < num_experts) {
+      row0 = min(max(offsets[e], 0), rows_bound);
+      count = min(max(offsets[e + 1], row0), rows_bound) - row0;
+    }
+    const int32_t full = count / kTileM, rest = count % kTileM;
+    const int gemv_kind = rest >= 1 && rest <= kGemvMaxRows ? GemvKind(rest) : -1;
+    const int32_t tiled = full + (rest > kGemvMaxRows ? 1 : 0);
+
+    int32_t first[kTileKinds];  // within the warp, then in the list: this expert's first tile of each kind
+#pragma unroll
+    for (int kind = 0; kind < kTileKinds; ++kind) {
+      const int32_t v = kind == kTiledKind ? tiled : (kind == gemv_kind ? 1 : 0);
+      int32_t inclusive = v;
+#pragma unroll
+      for (int d = 1; d < kWarpSize; d *= 2) {
+        const int32_t t = __shfl_up_sync(0xffffffffu, inclusive, d);
+        if (lane >= d) inclusive += t;
+      }
+      if (lane == kWarpSize - 1) warp_tiles[kind][warp] = inclusive;
+      first[kind] = inclusive - v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kind = 0; kind < kTileKinds; ++kind) {
+      int32_t pos = listed[kind] + first[kind];
+      for (int w = 0; w < warp; ++w) pos += warp_tiles[kind][w];
+      if (kind == gemv_kind && pos >= 0 && pos < lists.capacity[kind]) {
+        lists.tiles[kind][pos] = ExpertTile{e, row0 + full * kTileM, rest, 0};
+      }
+      first[kind] = pos;
+    }
+    for (int32_t j = 0; j < tiled; ++j) {
+      const int32_t pos = first[kTiledKind] + j;
+      if (pos >= 0 && pos < lists.capacity[kTiledKind]) {
+        lists.tiles[kTiledKind][pos] = ExpertTile{e, row0 + j * kTileM, min(kTileM, count - j * kTileM), 0};
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < kTileKinds) {
+      int32_t sum = 0;
+      for (int w = 0; w < kPlanWarps; ++w) sum += warp_tiles[threadIdx.x][w];
+      listed[threadIdx.x] += sum;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x < kTileKinds) {
+    lists.counts[threadIdx.x] = max(0, min(listed[threadIdx.x], lists.capacity[threadIdx.x]));
+  }
+}
+
+// What the tiles of one kind share; per tile, x, y, m and the weight change.
+struct ExpertsParams {
+  Params base;                  // x, ldx, y, ldy, n, k, num_slabs, x_vec (group strides 0)
+  const DeviceWeight* weights;  // [num_experts], device memory
+  const int32_t* count;         // tiles listed of this kind
+  const ExpertTile* tiles;
+  int32_t blocks_per_tile;      // output blocks of one tile
+};
+
+// Linear's parameters for tile `t`: the weight fields as SetWeight fills them, from the expert's
+// DeviceWeight (checked by the caller when it built the array).
+template <Kind K>
+__device__ __forceinline__ Params TileParams(const ExpertsParams& ep, const ExpertTile& t) {
+  Params p = ep.base;
+  const DeviceWeight& w = ep.weights[t.expert];
+  p.x = ep.base.x + static_cast<int64_t>(t.row0) * ep.base.ldx;
+  p.y = ep.base.y + static_cast<int64_t>(t.row0) * ep.base.ldy;
+  p.m = t.rows;
+  p.w = static_cast<const uint8_t*>(w.data);
+  p.w_row_bytes = w.data_row_stride * RowElementBytes(K);
+  p.w_vec = Aligned(w.data, p.w_row_bytes, VecAlign(K));
+  if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+    p.scale = static_cast<const uint8_t*>(w.scale);
+    p.scale_row_stride = w.scale_row_stride;
+    p.scale_f32 = w.scale_dtype == DType::kF32;
+  }
+  return p;
+}
+
+// The items (tile i, output block b), numbered i·blocks_per_tile + b, of one list: block j takes
+// items j, j + gridDim.x, ... (walked without divisions: (i, b) advances by (gridDim.x / bpt,
+// gridDim.x % bpt) with a carry).
+struct ItemCursor {
+  int32_t tile, block, step_tiles, step_blocks, blocks_per_tile;
+
+  __device__ __forceinline__ explicit ItemCursor(int32_t bpt)
+      : tile(static_cast<int32_t>(blockIdx.x) / bpt),
+        block(static_cast<int32_t>(blockIdx.x) % bpt),
+        step_tiles(static_cast<int32_t>(gridDim.x) / bpt),
+        step_blocks(static_cast<int32_t>(gridDim.x) % bpt),
+        blocks_per_tile(bpt) {}
+  __device__ __forceinline__ void Next() {
+    tile += step_tiles;
+    block += step_blocks;
+    if (block >= blocks_per_tile) block -= blocks_per_tile, ++tile;
+  }
+};
+
+// The decode kind (FP4, 1–2 rows) is held to 64 registers (8 blocks per SM; ptxas needs no spills
+// there) so that more weight loads are in flight; the others keep ptxas's choice.
+template <Kind K, int MT, int RPW>
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 8 : 1)
+    ExpertsGemvKernel(const ExpertsParams ep) {
+  const int32_t tiles = *ep.count;
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    GemvBlock<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0);
+  }
+}
+
+// The same for the tiled tiles (one tile = one kTileM-row block of Linear's tiled grid). The loop
+// runs alike in every thread of the block, as TiledBlock's barriers need.
+template <Kind K>
+__global__ void __launch_bounds__(kTiledThreads, 2) ExpertsTiledKernel(const ExpertsParams ep) {
+  const int32_t tiles = *ep.count;
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    TiledBlock<K>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
+  }
+}
+
 // ---- host side ---------------------------------------------------------------------------------
 
 [[noreturn]] void Fail(const char* what) { ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", what); }
@@ -394,24 +585,13 @@ Kind KindOf(const DeviceWeight& w) {
   Fail("unknown weight format");
 }
 
-bool Aligned(const void* ptr, int64_t bytes, int64_t a) {
-  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(a) == 0 && bytes % a == 0;
-}
-
 // Validates `w` and fills the weight part of `p`.
 Kind SetWeight(const DeviceWeight& w, Params& p) {
   const Kind kind = KindOf(w);
   const int64_t in = w.in_features, out = w.out_features;
   if (in < 0 || out < 0) Fail("negative weight shape");
   if (w.data == nullptr && in > 0 && out > 0) Fail("weight data is null");
-  int64_t row_bytes = 0, vec_align = 4;
-  switch (kind) {
-    case Kind::kF32: row_bytes = w.data_row_stride * 4, vec_align = 16; break;
-    case Kind::kBF16:
-    case Kind::kF16: row_bytes = w.data_row_stride * 2, vec_align = 16; break;
-    case Kind::kFp8: row_bytes = w.data_row_stride, vec_align = 8; break;
-    case Kind::kFp4: row_bytes = w.data_row_stride, vec_align = 4; break;
-  }
+  const int64_t row_bytes = w.data_row_stride * RowElementBytes(kind);
   if (kind == Kind::kFp4) {
     if (in % kFp4Block != 0) Fail("FP4 weight in_features must be a multiple of 32");
     if (w.data_row_stride < in / 2) Fail("FP4 weight row stride below in_features / 2 bytes");
@@ -420,7 +600,7 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   }
   p.w = static_cast<const uint8_t*>(w.data);
   p.w_row_bytes = row_bytes;
-  p.w_vec = Aligned(w.data, row_bytes, vec_align);
+  p.w_vec = Aligned(w.data, row_bytes, VecAlign(kind));
   p.scale = nullptr;
   p.scale_row_stride = 0;
   p.scale_f32 = false;
@@ -474,7 +654,149 @@ void Launch(const Params& p, Kind kind, int64_t groups, cudaStream_t stream) {
   }
 }
 
+// ---- expert-grouped projection: host side ----
+
+// Room in each list for rows_bound rows and num_experts experts: a GEMV tile of kind i holds at
+// least kMinRows[i] rows and an expert has at most one; a tiled tile holds at least 17 rows.
+struct TileCapacity {
+  int64_t tiles[kTileKinds] = {};
+  int64_t total = 0;
+};
+
+TileCapacity Capacity(int64_t rows_bound, int64_t num_experts) {
+  constexpr int64_t kMinRows[kTileKinds] = {1, 3, 5, 9, kGemvMaxRows + 1};
+  TileCapacity c;
+  for (int kind = 0; kind < kTileKinds; ++kind) {
+    int64_t n = rows_bound / kMinRows[kind];
+    if (kind != kTiledKind) n = std::min(n, num_experts);
+    c.tiles[kind] = n;
+    c.total += n;
+  }
+  return c;
+}
+
+constexpr size_t kCountsBytes = 32;  // the kTileKinds counts, padded to keep the tiles 16-byte aligned
+static_assert(kTileKinds * sizeof(int32_t) <= kCountsBytes && sizeof(ExpertTile) == 16);
+
+// What the launches of one ExpertsLinear call share.
+struct ExpertsLaunch {
+  ExpertsParams params;
+  TileLists lists;
+  TileCapacity capacity;
+  int64_t sms = 0;  // multiprocessors of the current device
+  cudaStream_t stream = nullptr;
+};
+
+// Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
+// capacity has items, and no more than fit on the device at once (the kernel strides over the rest).
+template <typename Kernel>
+void LaunchList(Kernel kernel, int threads, int blocks_per_sm, const ExpertsLaunch& l, int kind,
+                int64_t blocks_per_tile, const char* what) {
+  if (l.capacity.tiles[kind] == 0) return;
+  ExpertsParams ep = l.params;
+  ep.count = l.lists.counts + kind;
+  ep.tiles = l.lists.tiles[kind];
+  ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);  // n < 2^31 (checked)
+  const int64_t resident = l.sms * std::max(blocks_per_sm, 1);
+  const int64_t grid = std::min(l.capacity.tiles[kind] * blocks_per_tile, resident);
+  kernel<<<static_cast<unsigned>(grid), threads, 0, l.stream>>>(ep);
+  DI_CUDA_LAUNCH_CHECK(what);
+}
+
+template <typename Kernel>
+int BlocksPerSm(Kernel kernel, int threads) {
+  int n = 0;
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0),
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return n;
+}
+
+// The GEMV kind `kind` (tiles of up to MT rows), RPW weight rows per warp as Linear's GEMV.
+template <Kind K, int MT, int RPW>
+void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
+  constexpr int kThreads = kGemvWarps * kWarpSize;
+  static const int blocks_per_sm = BlocksPerSm(ExpertsGemvKernel<K, MT, RPW>, kThreads);
+  LaunchList(ExpertsGemvKernel<K, MT, RPW>, kThreads, blocks_per_sm, l, kind,
+             CeilDiv(l.params.base.n, kGemvWarps * RPW), "cuda::ExpertsLinear gemv");
+}
+
+template <Kind K>
+void LaunchExperts(const ExpertsLaunch& l) {
+  static_assert(kGemvMaxRows == 16 && kTileM == 2 * kGemvMaxRows, "the tile kinds cover 1-16 and 17-32 rows");
+  LaunchExpertsGemv<K, 2, 2>(l, 0);
+  LaunchExpertsGemv<K, 4, 4>(l, 1);
+  LaunchExpertsGemv<K, 8, 4>(l, 2);
+  LaunchExpertsGemv<K, 16, 4>(l, 3);
+  static const int blocks_per_sm = BlocksPerSm(ExpertsTiledKernel<K>, kTiledThreads);
+  LaunchList(ExpertsTiledKernel<K>, kTiledThreads, blocks_per_sm, l, kTiledKind, CeilDiv(l.params.base.n, kTileN),
+             "cuda::ExpertsLinear tiled");
+}
+
 }  // namespace
+
+void CheckWeight(const DeviceWeight& w) {
+  Params p{};
+  SetWeight(w, p);
+}
+
+size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
+  const TileCapacity cap = Capacity(std::max<int64_t>(rows_bound, 0), std::max<int64_t>(num_experts, 0));
+  return kCountsBytes + static_cast<size_t>(cap.total) * sizeof(ExpertTile);
+}
+
+void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
+                   const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
+                   cudaStream_t stream) {
+  const Kind kind = KindOf(layout);
+  const int64_t n = layout.out_features, k = layout.in_features;
+  if (n < 0 || k < 0) Fail("negative weight shape");
+  if (kind == Kind::kFp4 && k % kFp4Block != 0) Fail("FP4 weight in_features must be a multiple of 32");
+  if (rows_bound < 0 || num_experts < 0) Fail("negative row bound or expert count");
+  if (rows_bound > 0x7fffffff || num_experts > (int64_t{1} << 24)) Fail("2^31 rows or 2^24 experts or more");
+  if (n > 0x7fffffff) Fail("2^31 outputs or more");
+  if (rows_bound == 0 || num_experts == 0 || n == 0) return;
+  if (ldx < k || ldy < n) Fail("row stride of x or y below its row length");
+  if (x == nullptr || y == nullptr || offsets == nullptr || weights == nullptr || scratch == nullptr) {
+    Fail("x, y, offsets, weights or scratch is null");
+  }
+  if (reinterpret_cast<uintptr_t>(scratch) % alignof(ExpertTile) != 0) Fail("scratch is not 16-byte aligned");
+
+  ExpertsLaunch l{};
+  l.capacity = Capacity(rows_bound, num_experts);
+  l.lists.counts = static_cast<int32_t*>(scratch);
+  ExpertTile* tiles = reinterpret_cast<ExpertTile*>(static_cast<uint8_t*>(scratch) + kCountsBytes);
+  for (int i = 0; i < kTileKinds; ++i) {
+    l.lists.tiles[i] = tiles;
+    l.lists.capacity[i] = static_cast<int32_t>(l.capacity.tiles[i]);
+    tiles += l.capacity.tiles[i];
+  }
+  ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
+                                                    static_cast<int32_t>(rows_bound), l.lists);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");
+
+  int device = 0, sms = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  l.sms = sms;
+  l.stream = stream;
+  ExpertsParams& ep = l.params;
+  ep.base.x = x;
+  ep.base.ldx = ldx;
+  ep.base.y = y;
+  ep.base.ldy = ldy;
+  ep.base.n = n;
+  ep.base.k = k;
+  ep.base.num_slabs = CeilDiv(k, kSlab);
+  ep.base.x_vec = Aligned(x, ldx * 4, 16);  // then every row start is aligned too
+  ep.weights = weights;
+  switch (kind) {
+    case Kind::kF32: return LaunchExperts<Kind::kF32>(l);
+    case Kind::kBF16: return LaunchExperts<Kind::kBF16>(l);
+    case Kind::kF16: return LaunchExperts<Kind::kF16>(l);
+    case Kind::kFp8: return LaunchExperts<Kind::kFp8>(l);
+    case Kind::kFp4: return LaunchExperts<Kind::kFp4>(l);
+  }
+}
 
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream) {

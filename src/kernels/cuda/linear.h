@@ -12,7 +12,7 @@
 // Two kernels implement that order: a GEMV for M <= kGemvMaxRows (each warp streams a few weight
 // rows once, with wide loads, for all M rows; this is the decode path) and a shared-memory tiled
 // SIMT GEMM for larger M (blocks of 32 rows × 16 outputs; each weight slab is dequantized once per
-// block into shared memory). No tensor cores.
+// block into shared memory). No tensor cores. ExpertsLinear runs the same two block codes per tile.
 //
 // The difference to the CPU (8 lanes then a 3-level tree, products rounded before adding) is only
 // the order of the f32 sums.
@@ -60,10 +60,42 @@ inline constexpr int64_t kGemvMaxRows = 16;
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream);
 
+// Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
+// from device memory (ExpertsLinear), which cannot be checked at launch.
+void CheckWeight(const DeviceWeight& w);
+
 // The grouped projection of the V4 output path: W is [G·R, K] (G = num_groups,
 // R = out_features / G, K = in_features); y[r, g, :] = W[g·R:(g+1)·R, :] · x[r, g, :].
 // x: [m, G, K] and y: [m, G, R], both contiguous f32. Same summation order as Linear.
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
+                   cudaStream_t stream);
+
+// ---- expert-grouped projection (routed MoE experts) ------------------------------------------
+//
+// For every expert e < num_experts and every row r in [offsets[e], offsets[e+1]) ∩ [0, rows_bound):
+//   y[r, o] = Σ_k x[r, k]·W_e[o, k],  o < N,
+// bit-identical to Linear on that expert's rows (the summation order above does not depend on the
+// rows computed together). Rows outside every expert's range (in particular rows at or past
+// offsets[num_experts]) and the columns past N are not written.
+//   offsets  DEVICE int32 [num_experts + 1], non-decreasing, offsets[0] = 0,
+//            offsets[num_experts] <= rows_bound (a range reaching past rows_bound is cut there).
+//   weights  DEVICE array of num_experts DeviceWeight; every entry has the format, dense dtype,
+//            out_features N and in_features K of `layout` and passes CheckWeight (the caller checks
+//            this once when it builds the array; data pointers, strides and scale dtypes may differ
+//            per expert). `layout` is a host copy of one of them (only its format, dtype, N and K
+//            are read).
+//   x        [rows_bound, K] f32, row stride ldx >= K; y: [rows_bound, N] f32, row stride ldy >= N.
+//   scratch  DEVICE memory of ExpertsLinearScratchBytes(rows_bound, num_experts) bytes, 16-byte
+//            aligned; overwritten.
+// Nothing is read back to the host: every launch is sized from (rows_bound, num_experts, N, K) and
+// the device's multiprocessor count, so the call can be captured in a CUDA graph. A first kernel cuts each expert's rows into tiles (up to
+// 32 rows, the tiled GEMM's height; the last ≤ 16 rows of an expert go to the GEMV whose row count
+// fits them) and lists them in `scratch`; then one kernel per tile kind (GEMV for ≤ 2, 4, 8 and 16
+// rows, tiled GEMM for 17–32) walks its list with a fixed grid. rows_bound < 2^31,
+// num_experts <= 2^24.
+size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
+void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
+                   const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

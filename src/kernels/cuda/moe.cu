@@ -188,9 +188,11 @@ __global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_
   }
 }
 
-__global__ void MoeGatherKernel(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t top_k,
-                                const float* expert_weights, float* xe, float* row_weights) {
+__global__ void MoeGatherKernel(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots,
+                                const int32_t* row_count, int64_t top_k, const float* expert_weights, float* xe,
+                                float* row_weights) {
   const int64_t r = blockIdx.x;
+  if (row_count != nullptr && r >= *row_count) return;
   const int32_t slot = sorted_slots[r];
   if (slot < 0) return;
   const float* src = x + (slot / top_k) * ldx;
@@ -247,9 +249,15 @@ void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_e
 
 void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t max_rows, int64_t top_k,
                const float* expert_weights, float* xe, float* row_weights, cudaStream_t stream) {
+  MoeGather(x, ldx, d, sorted_slots, max_rows, nullptr, top_k, expert_weights, xe, row_weights, stream);
+}
+
+void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t max_rows,
+               const int32_t* row_count, int64_t top_k, const float* expert_weights, float* xe, float* row_weights,
+               cudaStream_t stream) {
   if (max_rows == 0) return;
   if (max_rows > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "moe_gather", "too many rows");
-  MoeGatherKernel<<<static_cast<unsigned>(max_rows), 256, 0, stream>>>(x, ldx, d, sorted_slots, top_k,
+  MoeGatherKernel<<<static_cast<unsigned>(max_rows), 256, 0, stream>>>(x, ldx, d, sorted_slots, row_count, top_k,
                                                                        expert_weights, xe, row_weights);
   DI_CUDA_LAUNCH_CHECK("moe_gather");
 }

@@ -48,6 +48,12 @@ void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_e
 // for r < max_rows with sorted_slots[r] >= 0 (other rows untouched). x: [M, d] row stride ldx.
 void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t max_rows, int64_t top_k,
                const float* expert_weights, float* xe, float* row_weights, cudaStream_t stream);
+// The same for r < min(max_rows, *row_count) only, row_count a DEVICE int32 (null: no limit), e.g.
+// expert_offsets[E] of MoeAlign: launched over the host bound max_rows (tokens · top_k), the row
+// count never comes back to the host. Rows at or past the count are untouched.
+void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t max_rows,
+               const int32_t* row_count, int64_t top_k, const float* expert_weights, float* xe, float* row_weights,
+               cudaStream_t stream);
 
 // out[t, :] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot], :], then
 // + shared[t, :] when shared is not null: the CPU's summation order, so equal inputs give

@@ -19,6 +19,7 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, De
                                         yarn ? rs.original_max_position_embeddings : 0,
                                         yarn ? rs.factor : 1.0, rs.beta_fast, rs.beta_slow);
   if (!device_.is_cpu()) UploadWeights();
+  BuildExpertTables();
   workspace_ = std::make_unique<Workspace>(device_);
 }
 
@@ -41,6 +42,24 @@ void V4Model::UploadWeights() {
   ops::CopyBytes(op, device_rope_.as<float>() + half, rope_compressed_.inv_freq.data(), half * sizeof(float));
   rope_plain_.device_inv_freq = TensorView(device_rope_.data(), DType::kF32, {half}, device_);
   rope_compressed_.device_inv_freq = TensorView(device_rope_.as<float>() + half, DType::kF32, {half}, device_);
+}
+
+void V4Model::BuildExpertTables() {
+  const ops::OpContext op{device_, nullptr};
+  auto build = [&](const BlockWeights& b) {
+    const size_t i = static_cast<size_t>(b.layer);
+    if (expert_tables_.size() <= i) expert_tables_.resize(i + 1);
+    std::vector<LinearWeight> w1, w3, w2;
+    for (const ExpertWeights& e : b.ffn.experts) {
+      w1.push_back(e.w1);
+      w3.push_back(e.w3);
+      w2.push_back(e.w2);
+    }
+    expert_tables_[i] = ExpertTables{ops::MakeExpertsWeight(op, std::move(w1)), ops::MakeExpertsWeight(op, std::move(w3)),
+                                     ops::MakeExpertsWeight(op, std::move(w2))};
+  };
+  for (const BlockWeights& b : weights_.layers) build(b);
+  for (const MtpWeights& m : weights_.mtp) build(m.block);
 }
 
 const ops::RopeTable& V4Model::RopeFor(int64_t layer) const {
@@ -258,34 +277,27 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   // Rows grouped by expert. A token whose hash table names the same expert twice gets that
   // expert's output once, with the weight of one slot (the normalization still counts both): the
   // reference adds with an index-put that keeps one write per token, and its goldens depend on it.
+  // The row count (offsets[E]) stays where MoeAlign wrote it: every op after it is sized by the
+  // bound tokens·k and reads the count itself, so nothing here waits for the device.
+  const int64_t slots = tokens * k, bound = std::max<int64_t>(slots, 1);
   const TensorView offsets = ws.Alloc(DType::kI32, {num_experts + 1});
-  const TensorView sorted_slots = ws.Alloc(DType::kI32, {tokens * k});
-  const TensorView slot_rows = ws.Alloc(DType::kI32, {tokens * k});
+  const TensorView sorted_slots = ws.Alloc(DType::kI32, {slots});
+  const TensorView slot_rows = ws.Alloc(DType::kI32, {slots});
   const TensorView scratch =
-      ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::MoeAlignScratchBytes(tokens * k, num_experts))});
+      ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::MoeAlignScratchBytes(slots, num_experts))});
   ops::MoeAlign(ctx.op, expert_ids, num_experts, offsets, sorted_slots, slot_rows, scratch);
-  std::vector<int32_t> host_offsets(static_cast<size_t>(num_experts + 1));
-  ops::CopyBytes(ctx.op, host_offsets.data(), offsets.raw(), offsets.nbytes());  // the row count of each expert
-  const int64_t rows = host_offsets[num_experts];
 
-  const TensorView ye = ws.Alloc(DType::kF32, {std::max<int64_t>(rows, 1), d});
-  if (rows > 0) {
-    const TensorView xe = ws.Alloc(DType::kF32, {rows, d}), row_weights = ws.Alloc(DType::kF32, {rows});
-    const TensorView g = ws.Alloc(DType::kF32, {rows, inter}), u = ws.Alloc(DType::kF32, {rows, inter});
-    ops::MoeGather(ctx.op, x, sorted_slots, rows, k, expert_weights, xe, row_weights);
-    for (int64_t e = 0; e < num_experts; ++e) {
-      const int64_t r0 = host_offsets[e], r1 = host_offsets[e + 1];
-      if (r0 == r1) continue;
-      const ExpertWeights& ew = m.experts[e];
-      ops::Linear(ctx.op, xe.Slice(r0, r1), ew.w1, g.Slice(r0, r1));
-      ops::Linear(ctx.op, xe.Slice(r0, r1), ew.w3, u.Slice(r0, r1));
-    }
-    ops::ClampedSwiGlu(ctx.op, g, u, limit, row_weights);
-    for (int64_t e = 0; e < num_experts; ++e) {
-      const int64_t r0 = host_offsets[e], r1 = host_offsets[e + 1];
-      if (r0 != r1) ops::Linear(ctx.op, g.Slice(r0, r1), m.experts[e].w2, ye.Slice(r0, r1));
-    }
-  }
+  const ExpertTables& experts = expert_tables_.at(static_cast<size_t>(w.layer));
+  const TensorView xe = ws.Alloc(DType::kF32, {bound, d}), row_weights = ws.Alloc(DType::kF32, {bound});
+  const TensorView ge = ws.Alloc(DType::kF32, {bound, inter}), ue = ws.Alloc(DType::kF32, {bound, inter});
+  const TensorView ye = ws.Alloc(DType::kF32, {bound, d});
+  const TensorView experts_scratch =
+      ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::ExpertsLinearScratchBytes(bound, num_experts))});
+  ops::MoeGather(ctx.op, x, sorted_slots, offsets, k, expert_weights, xe, row_weights);
+  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch);
+  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch);
+  ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, offsets.Slice(num_experts, num_experts + 1));
+  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch);
   const TensorView g = ws.Alloc(DType::kF32, {tokens, inter}), u = ws.Alloc(DType::kF32, {tokens, inter}),
                    ys = ws.Alloc(DType::kF32, {tokens, d});
   ops::Linear(ctx.op, x, m.shared.w1, g);

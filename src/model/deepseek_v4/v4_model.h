@@ -69,6 +69,9 @@ class V4Model : public Model {
   // Writes the last `window` fresh rows of every chunk into its slot's ring.
   void WriteRing(const StepContext& ctx, const BlockWeights& w) const;
   void UploadWeights();
+  // The routed experts of every block as ops::ExpertsWeight, pointing at the weights where they
+  // live (after UploadWeights on a CUDA device).
+  void BuildExpertTables();
 
   const ops::RopeTable& RopeFor(int64_t layer) const;
 
@@ -78,6 +81,10 @@ class V4Model : public Model {
   DeviceId device_;
   std::vector<Buffer> device_weights_;        // the weights' copies on a CUDA device
   Buffer device_rope_;                        // both rope tables' inverse frequencies there
+  struct ExpertTables {
+    ops::ExpertsWeight w1, w3, w2;
+  };
+  std::vector<ExpertTables> expert_tables_;   // by BlockWeights::layer (MTP blocks after the layers)
   mutable std::unique_ptr<Workspace> workspace_;
   ops::RopeTable rope_plain_;       // base rope_theta, no YaRN (ratio-0 layers)
   ops::RopeTable rope_compressed_;  // compress_rope_theta with YaRN (CSA / HCA layers)

@@ -1,0 +1,474 @@
+// cuda::ExpertsLinear (the routed experts' grouped projection) against cuda::Linear on each expert's
+// rows (bit for bit: same summation order) and against cpu::Linear (the order bound of
+// test_linear.cpp), for every weight format, odd and Flash-sized shapes, empty experts, rows past
+// the device count; the device-count variants of MoeGather and ClampedSwiGlu; and ops::ExpertsLinear
+// on both backends.
+#include "kernels/cuda/linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "gpu/gpu_test_util.h"
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/moe.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/moe.h"
+#include "ops/ops.h"
+#include "tensor/linear_weight.h"
+
+namespace deepinfer::test {
+namespace {
+
+struct Spec {
+  const char* name;
+  WeightFormat format;
+  DType dtype;
+  DType scale_dtype;
+};
+
+const Spec kF32{"f32", WeightFormat::kDense, DType::kF32, DType::kF32};
+const Spec kBf16{"bf16", WeightFormat::kDense, DType::kBF16, DType::kF32};
+const Spec kF16{"f16", WeightFormat::kDense, DType::kF16, DType::kF32};
+const Spec kFp8E8m0{"fp8_e8m0", WeightFormat::kFp8, DType::kF8E4M3, DType::kF8E8M0};
+const Spec kFp8F32{"fp8_f32", WeightFormat::kFp8, DType::kF8E4M3, DType::kF32};
+const Spec kFp4{"fp4", WeightFormat::kFp4, DType::kFP4E2M1x2, DType::kF8E8M0};
+const Spec kAllSpecs[] = {kF32, kBf16, kF16, kFp8E8m0, kFp8F32, kFp4};
+
+constexpr uint32_t kSentinel = 0xffffffffu;  // bits of the memory nothing may write
+
+template <typename T>
+std::vector<uint8_t> AsBytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+std::vector<uint32_t> Bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  if (!b.empty()) std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+// E expert weights [N, K] of one format, cut at distinct offsets from one random pool: every expert
+// has its own pointer and its own values, and every fifth one starts off the vector-load alignment.
+// `pad` stored elements follow each row.
+class ExpertPool {
+ public:
+  ExpertPool(const Spec& spec, int64_t experts, int64_t n, int64_t k, uint64_t seed, int64_t pad = 0)
+      : spec_(spec), experts_(experts), n_(n), k_(k) {
+    cols_ = (spec.format == WeightFormat::kFp4 ? k / 2 : k) + pad;
+    if (spec.format == WeightFormat::kFp8) {
+      scale_rows_ = (n + kFp8BlockSize - 1) / kFp8BlockSize;
+      scale_cols_ = (k + kFp8BlockSize - 1) / kFp8BlockSize;
+    } else if (spec.format == WeightFormat::kFp4) {
+      scale_rows_ = n;
+      scale_cols_ = k / kFp4BlockSize;
+    }
+    const size_t data_elems = static_cast<size_t>(DataOffset(experts - 1) + n * cols_);
+    switch (spec.format) {
+      case WeightFormat::kDense:
+        if (spec.dtype == DType::kF32) {
+          data_ = AsBytes(RandomFloats(data_elems, seed));
+        } else if (spec.dtype == DType::kBF16) {
+          data_ = AsBytes(RandomBf16(data_elems, seed));
+        } else {
+          const std::vector<float> f = RandomFloats(data_elems, seed);
+          std::vector<uint16_t> h(f.size());
+          for (size_t i = 0; i < f.size(); ++i) h[i] = F32ToF16(f[i]);
+          data_ = AsBytes(h);
+        }
+        break;
+      case WeightFormat::kFp8:
+        data_ = RandomE4m3(data_elems, seed);
+        break;
+      case WeightFormat::kFp4:
+        data_ = RandomBytes(data_elems, seed);
+        break;
+    }
+    const size_t scale_elems = static_cast<size_t>(ScaleOffset(experts - 1) + scale_rows_ * scale_cols_);
+    if (spec.format == WeightFormat::kFp8 && spec.scale_dtype == DType::kF32) {
+      scale_ = AsBytes(RandomFloats(scale_elems, seed + 1, 1e-3f, 2e-2f));
+    } else if (spec.format == WeightFormat::kFp8) {
+      scale_ = RandomE8m0(scale_elems, seed + 1, 120, 130);
+    } else if (spec.format == WeightFormat::kFp4) {
+      scale_ = RandomE8m0(scale_elems, seed + 1, 119, 128);
+    }
+    d_data_.emplace(data_);
+    d_scale_.emplace(scale_);
+    std::vector<cuda::DeviceWeight> table;
+    for (int64_t e = 0; e < experts; ++e) {
+      table.push_back(Device(e));
+      cuda::CheckWeight(table.back());
+    }
+    d_table_.emplace(table);
+  }
+
+  int64_t experts() const { return experts_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  const char* name() const { return spec_.name; }
+  const cuda::DeviceWeight* table() const { return d_table_->get(); }
+
+  // Expert e's weight in host memory (for the CPU).
+  LinearWeight View(int64_t e) {
+    LinearWeight w;
+    w.format = spec_.format;
+    w.out_features = n_;
+    w.in_features = k_;
+    w.data = TensorView(data_.data() + DataOffset(e) * DTypeSize(spec_.dtype), spec_.dtype, {n_, cols_});
+    if (spec_.format != WeightFormat::kDense) {
+      w.scale = TensorView(scale_.data() + ScaleOffset(e) * DTypeSize(spec_.scale_dtype), spec_.scale_dtype,
+                           {scale_rows_, scale_cols_});
+    }
+    return w;
+  }
+
+  // Expert e's weight in device memory.
+  cuda::DeviceWeight Device(int64_t e) const {
+    cuda::DeviceWeight w;
+    w.format = spec_.format == WeightFormat::kDense ? cuda::DeviceWeight::Format::kDense
+               : spec_.format == WeightFormat::kFp8 ? cuda::DeviceWeight::Format::kFp8
+                                                    : cuda::DeviceWeight::Format::kFp4;
+    w.dtype = spec_.dtype;
+    w.scale_dtype = spec_.scale_dtype;
+    w.out_features = n_;
+    w.in_features = k_;
+    w.data = d_data_->get() + DataOffset(e) * DTypeSize(spec_.dtype);
+    w.data_row_stride = cols_;
+    if (spec_.format != WeightFormat::kDense) {
+      w.scale = d_scale_->get() + ScaleOffset(e) * DTypeSize(spec_.scale_dtype);
+      w.scale_row_stride = scale_cols_;
+    }
+    return w;
+  }
+
+ private:
+  // In stored elements.
+  static int64_t DataOffset(int64_t e) { return 28 * e + (e % 5 == 4 ? 1 : 0); }
+  static int64_t ScaleOffset(int64_t e) { return 3 * e; }
+
+  Spec spec_;
+  int64_t experts_, n_, k_, cols_ = 0, scale_rows_ = 0, scale_cols_ = 0;
+  std::vector<uint8_t> data_, scale_;
+  std::optional<DeviceArray<uint8_t>> d_data_, d_scale_;
+  std::optional<DeviceArray<cuda::DeviceWeight>> d_table_;
+};
+
+std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
+  std::vector<int32_t> off(counts.size() + 1, 0);
+  std::partial_sum(counts.begin(), counts.end(), off.begin() + 1);
+  return off;
+}
+
+// |W| dequantized to a dense f32 weight (for the error bound).
+std::vector<float> AbsDense(const LinearWeight& w) {
+  std::vector<float> d(static_cast<size_t>(w.out_features * w.in_features));
+  for (int64_t o = 0; o < w.out_features; ++o) DequantizeRow(w, o, d.data() + o * w.in_features);
+  for (float& v : d) v = std::fabs(v);
+  return d;
+}
+
+// The bound of test_linear.cpp for two fp32 sums of the same exact products in the CPU's and the
+// GPU's orders: γ(K/8 + 12)·S + γ(8·ceil(K/256) + 5)·S, +1%, with S = Σ|x_k·w_k|.
+::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
+                                            const std::vector<float>& sabs, int64_t k, const std::string& what) {
+  const double c = 1.01 * (static_cast<double>(k / 8 + 12) + 8.0 * static_cast<double>((k + 255) / 256) + 5.0) *
+                   0x1p-24;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(diff <= c * sabs[i] + 1e-30)) {
+      return ::testing::AssertionFailure() << what << ": at " << i << " got " << got[i] << ", want " << want[i]
+                                           << ", S " << sabs[i] << ", bound " << c * sabs[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Runs ExpertsLinear over rows_bound rows of x (row stride ldx) with the given per-expert row
+// counts and checks: (1) y equals cuda::Linear run on each expert's rows bit for bit, including
+// the memory neither may write (y prefilled with a sentinel: rows at or past offsets[E], columns
+// past N); (2) the experts in `cpu_experts` (all when empty) against cpu::Linear within the order
+// bound.
+void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx, int64_t ldy,
+                  uint64_t seed, std::vector<int64_t> cpu_experts = {}) {
+  const int64_t num_experts = pool.experts(), n = pool.n(), k = pool.k();
+  ASSERT_EQ(static_cast<int64_t>(counts.size()), num_experts);
+  const std::vector<int32_t> off = Offsets(counts);
+  ASSERT_LE(off.back(), rows_bound);
+  const std::string what = std::string(pool.name()) + " E=" + std::to_string(num_experts) + " [" +
+                           std::to_string(k) + " -> " + std::to_string(n) + "] rows " + std::to_string(off.back()) +
+                           "/" + std::to_string(rows_bound) + " ldx=" + std::to_string(ldx) +
+                           " ldy=" + std::to_string(ldy);
+  SCOPED_TRACE(what);
+
+  const std::vector<float> xs = RandomFloats(static_cast<size_t>(rows_bound * ldx), seed);
+  DeviceArray<float> dx(xs);
+  DeviceArray<int32_t> doff(off);
+  DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(rows_bound, num_experts));
+  DeviceArray<float> dy(static_cast<size_t>(rows_bound * ldy)), dref(static_cast<size_t>(rows_bound * ldy));
+  dy.Fill(0xff);
+  dref.Fill(0xff);
+  cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
+                      scratch.get(), nullptr);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    cuda::Linear(dx.get() + off[e] * ldx, ldx, counts[e], pool.Device(e), dref.get() + off[e] * ldy, ldy, nullptr);
+  }
+  const std::vector<float> y = dy.ToHost();
+  const std::vector<uint32_t> y_bits = Bits(y);
+  EXPECT_TRUE(AllEqual(y_bits, Bits(dref.ToHost()), "ExpertsLinear vs Linear per expert"));
+  bool untouched = true;
+  for (int64_t r = 0; r < rows_bound; ++r) {
+    for (int64_t o = r < off.back() ? n : 0; o < ldy; ++o) untouched = untouched && y_bits[r * ldy + o] == kSentinel;
+  }
+  EXPECT_TRUE(untouched) << "a row at or past offsets[E] or a column past N was written";
+
+  if (cpu_experts.empty()) {
+    cpu_experts.resize(static_cast<size_t>(num_experts));
+    std::iota(cpu_experts.begin(), cpu_experts.end(), 0);
+  }
+  for (const int64_t e : cpu_experts) {
+    const int64_t m = counts[e];
+    if (m == 0) continue;
+    std::vector<float> x(static_cast<size_t>(m * k)), xabs(x.size());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t i = 0; i < k; ++i) x[r * k + i] = xs[(off[e] + r) * ldx + i];
+    }
+    for (size_t i = 0; i < x.size(); ++i) xabs[i] = std::fabs(x[i]);
+    const LinearWeight w = pool.View(e);
+    std::vector<float> want(static_cast<size_t>(m * n)), sabs(want.size()), got(want.size());
+    cpu::Linear(TensorView(x.data(), DType::kF32, {m, k}), w, TensorView(want.data(), DType::kF32, {m, n}));
+    std::vector<float> wabs = AbsDense(w);
+    LinearWeight dense;
+    dense.out_features = n;
+    dense.in_features = k;
+    dense.data = TensorView(wabs.data(), DType::kF32, {n, k});
+    cpu::Linear(TensorView(xabs.data(), DType::kF32, {m, k}), dense, TensorView(sabs.data(), DType::kF32, {m, n}));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t o = 0; o < n; ++o) got[r * n + o] = y[(off[e] + r) * ldy + o];
+    }
+    EXPECT_TRUE(WithinOrderBound(got, want, sabs, k, "expert " + std::to_string(e) + " vs cpu::Linear"));
+  }
+}
+
+// Per-expert row counts of `tokens` tokens each routed to top_k distinct experts at random.
+std::vector<int32_t> RandomRouting(int64_t tokens, int64_t top_k, int64_t num_experts, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> counts(static_cast<size_t>(num_experts), 0), pool(static_cast<size_t>(num_experts));
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t j = 0; j < top_k; ++j) {
+      std::swap(pool[j], pool[j + rng() % (num_experts - j)]);
+      ++counts[pool[j]];
+    }
+  }
+  return counts;
+}
+
+// Counts 0–50 exercise every tile kind: 1–16 rows (the four GEMV kinds), 17–32 (one tiled tile),
+// 33 = 32 + 1 and 40 = 32 + 8 (a full tile, then the rest as a GEMV tile), 50 = 32 + 18 (two
+// tiled tiles).
+const std::vector<int32_t> kMixedCounts = {0, 1, 3, 0, 17, 40, 2, 12, 33, 50, 6};
+
+TEST(CudaExpertsLinear, AllFormatsOddShapes) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 100;
+  for (const Spec& spec : kAllSpecs) {
+    // [320 -> 200]: off the 128/256 grids, aligned rows; [96|100 -> 130]: K not a multiple of 8
+    // (FP4 needs 32) and padded rows (scalar loads).
+    const int64_t small_k = spec.format == WeightFormat::kFp4 ? 96 : 100;
+    for (const auto& [n, k, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {130, small_k, 3}}) {
+      ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), n, k, ++seed, pad);
+      const int64_t rows = Offsets(kMixedCounts).back();
+      CheckExperts(pool, kMixedCounts, rows, k, n, ++seed);               // contiguous, no spare rows
+      CheckExperts(pool, kMixedCounts, rows + 7, k + 5, n + 3, ++seed);   // strided, misaligned; spare rows
+      CheckExperts(pool, kMixedCounts, rows + 1, k + 4, n + 7, ++seed);   // strided, 16-byte aligned rows
+    }
+  }
+}
+
+TEST(CudaExpertsLinear, EmptyExpertsOneExpertAndSingleRows) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 300;
+  for (const Spec& spec : {kF32, kBf16, kFp8E8m0, kFp4}) {
+    const int64_t k = spec.format == WeightFormat::kFp4 ? 64 : 72;
+    ExpertPool pool(spec, 5, 40, k, ++seed);
+    CheckExperts(pool, {0, 0, 77, 0, 0}, 80, k, 40, ++seed);  // one expert holds every row
+    CheckExperts(pool, {0, 0, 0, 0, 0}, 10, k, 40, ++seed);   // no rows at all: y untouched
+    CheckExperts(pool, {0, 0, 0, 0, 1}, 1, k, 40, ++seed);    // one row, last expert
+    CheckExperts(pool, {1, 1, 1, 1, 1}, 9, k, 40, ++seed);    // decode-like: one row each
+  }
+}
+
+TEST(CudaExpertsLinear, EveryCountUpTo40) {
+  DI_REQUIRE_GPU();
+  // Expert e holds e rows: every GEMV row count, every tiled height and the boundaries between them.
+  std::vector<int32_t> counts(41);
+  std::iota(counts.begin(), counts.end(), 0);
+  ExpertPool pool(kFp8E8m0, 41, 72, 600, 7);
+  CheckExperts(pool, counts, Offsets(counts).back() + 3, 600, 72, 8);
+}
+
+TEST(CudaExpertsLinear, DecodeFlash) {
+  DI_REQUIRE_GPU();
+  // 64 tokens × top-6 of 256 experts, routed experts' w1/w3 [4096 -> 2048] and w2 [2048 -> 4096].
+  const std::vector<int32_t> counts = RandomRouting(64, 6, 256, 11);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+    ExpertPool pool(kFp4, 256, n, k, 12 + n);
+    std::vector<int64_t> sample;
+    for (int64_t e = 0; e < 256 && sample.size() < 6; e += 37) sample.push_back(e);
+    CheckExperts(pool, counts, 64 * 6, k, n, 13 + n, sample);
+  }
+}
+
+TEST(CudaExpertsLinear, PrefillFlash) {
+  DI_REQUIRE_GPU();
+  // 2048 tokens × top-6 of 256 experts (~48 rows each: full tiles and remainders of every kind);
+  // the CPU checks three experts, the per-expert Linear all of them.
+  const std::vector<int32_t> counts = RandomRouting(2048, 6, 256, 21);
+  ExpertPool pool(kFp4, 256, 2048, 4096, 22);
+  const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
+  CheckExperts(pool, counts, 2048 * 6 + 5, 4096, 2048, 23, {0, busiest, 255});
+}
+
+TEST(CudaExpertsLinear, RejectsBadArguments) {
+  DI_REQUIRE_GPU();
+  ExpertPool pool(kBf16, 2, 8, 16, 1);
+  DeviceArray<float> dx(RandomFloats(64, 2));
+  DeviceArray<float> dy(64);
+  DeviceArray<int32_t> doff(std::vector<int32_t>{0, 1, 2});
+  DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(2, 2) + 16);
+  EXPECT_ANY_THROW(cuda::ExpertsLinear(dx.get(), 15, 2, doff.get(), 2, pool.table(), pool.Device(0), dy.get(), 8,
+                                       scratch.get(), nullptr));  // ldx < K
+  EXPECT_ANY_THROW(cuda::ExpertsLinear(dx.get(), 16, 2, doff.get(), 2, pool.table(), pool.Device(0), dy.get(), 8,
+                                       scratch.get() + 4, nullptr));  // misaligned scratch
+  EXPECT_ANY_THROW(cuda::ExpertsLinear(dx.get(), 16, 2, doff.get(), 2, nullptr, pool.Device(0), dy.get(), 8,
+                                       scratch.get(), nullptr));  // no weights
+  cuda::DeviceWeight bad = pool.Device(0);
+  bad.data_row_stride = 15;
+  EXPECT_ANY_THROW(cuda::CheckWeight(bad));
+}
+
+// ---- device-count MoeGather / ClampedSwiGlu ----------------------------------------------------
+
+TEST(CudaMoeCounted, GatherStopsAtTheDeviceCount) {
+  DI_REQUIRE_GPU();
+  // Every row names a valid slot, so only the count can stop the gather.
+  const int64_t m = 300, k = 6, d = 96, bound = m * k;
+  std::vector<int32_t> slots(static_cast<size_t>(bound));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), std::mt19937_64(5));
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(m * d), 6), w = RandomFloats(bound, 7, 0.f, 1.f);
+  DeviceArray<int32_t> dslots(slots);
+  DeviceArray<float> dx(x), dw(w);
+  for (const int32_t count : {0, 1, 1000, static_cast<int32_t>(bound)}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    DeviceArray<int32_t> dcount(std::vector<int32_t>{count});
+    DeviceArray<float> dxe(static_cast<size_t>(bound * d)), drw(static_cast<size_t>(bound));
+    dxe.Fill(0xff);
+    drw.Fill(0xff);
+    cuda::MoeGather(dx.get(), d, d, dslots.get(), bound, dcount.get(), k, dw.get(), dxe.get(), drw.get(), nullptr);
+    std::vector<float> want_xe(static_cast<size_t>(bound * d)), want_rw(static_cast<size_t>(bound));
+    std::memset(want_xe.data(), 0xff, want_xe.size() * 4);
+    std::memset(want_rw.data(), 0xff, want_rw.size() * 4);
+    for (int64_t r = 0; r < count; ++r) {
+      std::memcpy(&want_xe[r * d], &x[(slots[r] / k) * d], d * 4);
+      want_rw[r] = w[slots[r]];
+    }
+    EXPECT_TRUE(AllEqual(Bits(dxe.ToHost()), Bits(want_xe), "gathered rows"));
+    EXPECT_TRUE(AllEqual(Bits(drw.ToHost()), Bits(want_rw), "row weights"));
+  }
+}
+
+TEST(CudaMoeCounted, SwiGluStopsAtTheDeviceCount) {
+  DI_REQUIRE_GPU();
+  // [50, 2048] (Flash moe_inter_dim) and [70000, 3] (more rows than one grid dimension holds).
+  for (const auto& [m, n, count] : {std::tuple<int64_t, int64_t, int32_t>{50, 2048, 37}, {70000, 3, 69999}}) {
+    SCOPED_TRACE("m " + std::to_string(m));
+    const std::vector<float> g = RandomFloats(static_cast<size_t>(m * n), 9, -12.f, 12.f);
+    const std::vector<float> u = RandomFloats(static_cast<size_t>(m * n), 10, -12.f, 12.f);
+    const std::vector<float> w = RandomFloats(static_cast<size_t>(m), 11, 0.f, 1.f);
+    DeviceArray<float> du(u), dw(w), dg_all(g), dg(g);
+    DeviceArray<int32_t> dcount(std::vector<int32_t>{count});
+    cuda::ClampedSwiGlu(dg_all.get(), n, du.get(), n, m, n, 10.f, dw.get(), nullptr);
+    cuda::ClampedSwiGlu(dg.get(), n, du.get(), n, m, n, 10.f, dw.get(), dcount.get(), nullptr);
+    const std::vector<float> all = dg_all.ToHost(), got = dg.ToHost();
+    std::vector<float> want_bits = all;  // rows below the count as the uncounted kernel, the rest as given
+    std::copy(g.begin() + count * n, g.end(), want_bits.begin() + count * n);
+    EXPECT_TRUE(AllEqual(Bits(got), Bits(want_bits), "counted vs uncounted"));
+    std::vector<float> want = g;
+    for (int64_t r = 0; r < count; ++r) cpu::ClampedSwiGlu(want.data() + r * n, u.data() + r * n, n, 10.f, w[r]);
+    // expf and the host's exp differ by ≤ 1–2 ulp; the products add a few more (test_elementwise.cpp).
+    EXPECT_TRUE(AllClose(got, want, 1e-6f, 1e-6f, "counted vs cpu"));
+  }
+}
+
+// ---- ops::ExpertsLinear on both backends --------------------------------------------------------
+
+TEST(OpsExpertsLinear, CudaAndCpuThroughTheOps) {
+  DI_REQUIRE_GPU();
+  const ops::OpContext gpu{DeviceId{DeviceType::kCuda, 0}, nullptr};
+  const ops::OpContext& cpu_ctx = ops::HostContext();
+  const int64_t n = 72, k = 96, ldx = k;  // ops take [rows, K] views (the kernels tests cover strided x)
+  ExpertPool pool(kFp4, static_cast<int64_t>(kMixedCounts.size()), n, k, 31);
+  const std::vector<int32_t> off = Offsets(kMixedCounts);
+  const int64_t num_experts = pool.experts(), rows = off.back() + 4;
+  std::vector<float> xs = RandomFloats(static_cast<size_t>(rows * ldx), 32);
+  std::vector<int32_t> host_off = off;
+
+  // CPU: the op loops cpu::Linear over the experts' rows.
+  std::vector<LinearWeight> host_experts, device_experts;
+  std::vector<DeviceArray<uint8_t>> copies;
+  for (int64_t e = 0; e < num_experts; ++e) host_experts.push_back(pool.View(e));
+  std::vector<float> y_cpu(static_cast<size_t>(rows * n), 0.f);
+  const TensorView x_host(xs.data(), DType::kF32, {rows, ldx});
+  ops::ExpertsLinear(cpu_ctx, x_host, TensorView(host_off.data(), DType::kI32, {num_experts + 1}),
+                     ops::MakeExpertsWeight(cpu_ctx, host_experts), TensorView(y_cpu.data(), DType::kF32, {rows, n}),
+                     TensorView());
+
+  // CUDA: each expert's data and scale copied to the device as its own allocation.
+  for (const LinearWeight& hw : host_experts) {
+    LinearWeight dw = hw;
+    copies.emplace_back(std::vector<uint8_t>(static_cast<uint8_t*>(hw.data.raw()),
+                                             static_cast<uint8_t*>(hw.data.raw()) + hw.data.nbytes()));
+    dw.data = TensorView(copies.back().get(), hw.data.dtype(), {hw.data.size(0), hw.data.size(1)}, gpu.device);
+    copies.emplace_back(std::vector<uint8_t>(static_cast<uint8_t*>(hw.scale.raw()),
+                                             static_cast<uint8_t*>(hw.scale.raw()) + hw.scale.nbytes()));
+    dw.scale = TensorView(copies.back().get(), hw.scale.dtype(), {hw.scale.size(0), hw.scale.size(1)}, gpu.device);
+    device_experts.push_back(dw);
+  }
+  const ops::ExpertsWeight table = ops::MakeExpertsWeight(gpu, device_experts);
+  DeviceArray<float> dx(xs), dy(static_cast<size_t>(rows * n));
+  DeviceArray<int32_t> doff(off);
+  DeviceArray<uint8_t> scratch(ops::ExpertsLinearScratchBytes(rows, num_experts));
+  dy.Fill(0xff);
+  ops::ExpertsLinear(gpu, TensorView(dx.get(), DType::kF32, {rows, ldx}, gpu.device),
+                     TensorView(doff.get(), DType::kI32, {num_experts + 1}, gpu.device), table,
+                     TensorView(dy.get(), DType::kF32, {rows, n}, gpu.device),
+                     TensorView(scratch.get(), DType::kI8, {static_cast<int64_t>(scratch.size())}, gpu.device));
+  const std::vector<float> y_gpu = dy.ToHost();
+
+  // Each backend equals its Linear on every expert's rows bit for bit; the rows past offsets[E]
+  // stay as they were (0 on the CPU, the sentinel on the GPU).
+  std::vector<float> want_cpu(y_cpu.size(), 0.f);
+  DeviceArray<float> dref(static_cast<size_t>(rows * n));
+  dref.Fill(0xff);
+  for (int64_t e = 0; e < num_experts; ++e) {
+    const int64_t r0 = off[e], m = kMixedCounts[e];
+    if (m == 0) continue;
+    cpu::Linear(x_host.Slice(r0, r0 + m), host_experts[e], TensorView(want_cpu.data() + r0 * n, DType::kF32, {m, n}));
+    cuda::Linear(dx.get() + r0 * ldx, ldx, m, pool.Device(e), dref.get() + r0 * n, n, nullptr);
+  }
+  EXPECT_TRUE(AllEqual(Bits(y_cpu), Bits(want_cpu), "ops cpu vs cpu::Linear per expert"));
+  EXPECT_TRUE(AllEqual(Bits(y_gpu), Bits(dref.ToHost()), "ops cuda vs cuda::Linear per expert"));
+}
+
+}  // namespace
+}  // namespace deepinfer::test
