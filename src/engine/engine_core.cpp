@@ -293,15 +293,17 @@ void EngineCore::RunOneIteration() {
       const std::string err = scheduler_->CheckIntegrity();
       DI_CHECK(err.empty(), "state cache integrity after step {}: {}", front.step_id, err);
     }
+    // What the timing below needs of the step, read before it leaves the deque.
+    const bool had_work = front.has_work();
+    const bool decode_only = !front.chunks.empty() && front.num_tokens() == static_cast<int64_t>(front.chunks.size());
     in_flight_.pop_front();
     host += NowSeconds() - t1;
     std::lock_guard<std::mutex> lock(mu_);
-    if (front.has_work() || !res.sampled.empty()) {
+    if (had_work || !res.sampled.empty()) {
       timing_.runner_seconds += res.forward_seconds;
       if (last_runner_finish_ >= 0) timing_.exposed_seconds += std::max(0.0, res.started_at - last_runner_finish_);
       if (res.device_busy_seconds >= 0) {
         timing_.device_busy_seconds += res.device_busy_seconds;
-        const bool decode_only = !front.chunks.empty() && front.num_tokens() == static_cast<int64_t>(front.chunks.size());
         if (decode_only) {
           ++timing_.decode_steps;
           timing_.decode_device_busy_seconds += res.device_busy_seconds;
