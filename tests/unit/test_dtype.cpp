@@ -81,6 +81,42 @@ TEST(Fp4, EncodeRoundsToNearestEven) {
   EXPECT_EQ(Fp4ToF32(F32ToFp4(-2.9f)), -3.f);
 }
 
+// Floats from 0 past the saturation point (every 97th bit pattern, and the 8 floats either side
+// of every midpoint and of 6), and their negatives: the code is the nearest e2m1 value, a tie
+// goes to the even code, and anything beyond 6 saturates.
+TEST(Fp4, EncodeIsTheNearestCodeTiesToEven) {
+  float values[8];
+  for (int c = 0; c < 8; ++c) values[c] = Fp4ToF32(static_cast<uint8_t>(c));
+  auto check = [&](float f) {
+    int want = 0;
+    for (int c = 1; c < 8; ++c) {
+      const float d = std::fabs(values[c] - f), best = std::fabs(values[want] - f);
+      if (d < best || (d == best && c % 2 == 0)) want = c;
+    }
+    EXPECT_EQ(F32ToFp4(f), want) << f;
+    EXPECT_EQ(F32ToFp4(-f), want | 0x8) << -f;
+    return F32ToFp4(f) == want;
+  };
+  int64_t checked = 0;
+  for (uint32_t bits = 0; bits <= std::bit_cast<uint32_t>(8.f); bits += 97) {
+    if (!check(std::bit_cast<float>(bits))) return;
+    ++checked;
+  }
+  for (float t : {.25f, .75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.f, 6.f}) {
+    float below = t, above = t;
+    ASSERT_TRUE(check(t));
+    for (int i = 0; i < 8; ++i) {
+      below = std::nextafter(below, 0.f);
+      above = std::nextafter(above, 9.f);
+      ASSERT_TRUE(check(below) && check(above)) << t;
+      checked += 2;
+    }
+  }
+  EXPECT_GT(checked, 10'000'000);
+  EXPECT_EQ(F32ToFp4(std::numeric_limits<float>::infinity()), 0x7);
+  EXPECT_EQ(F32ToFp4(std::nanf("")), 0x7);
+}
+
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(Bf16ToF32(0x3f80), 1.f);
   EXPECT_EQ(F32ToBf16(1.f), 0x3f80);
