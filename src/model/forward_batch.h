@@ -31,6 +31,11 @@ struct ForwardBatch {
   // Optional, on the model's (CUDA) device: the step's input tokens, used instead of token_ids
   // (the runner feeds tokens the previous step sampled on the device this way).
   const int32_t* device_token_ids = nullptr;
+  // When > 0: every launch shape of the step follows from the chunks' token counts alone, never
+  // from positions (what a captured CUDA graph needs): the compressors run over one row per
+  // token, the rows that close nowhere going to a scratch row, and the attention row lists are
+  // sized for this many positions of context. Outputs are the same bit for bit either way.
+  int64_t static_max_context = 0;
   int64_t num_tokens = 0;
   std::vector<SequenceChunk> seqs;
 };

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "engine/workload.h"
 #include "gpu/gpu_test_util.h"
 #include "model/model_test_support.h"
 
@@ -59,6 +60,14 @@ TEST_P(GpuGolden, ChunkedPrefillEqualsOneShotBitForBit) {
     const std::vector<float> got = chunked.Prefill(g.prompt_ids, chunk);
     EXPECT_TRUE(test::AllEqual(got, want, "chunk " + std::to_string(chunk)));
   }
+}
+
+// Static launch shapes (what a CUDA graph captures) give the dynamic forward's logits bit for bit
+// on the GPU too (model_test_support.h has the steps).
+TEST(GpuModel, StaticShapesEqualDynamicShapes) {
+  DI_REQUIRE_GPU();
+  LoadedModel gpu = LoadModel(DemoModelDir(), OnGpu());
+  EXPECT_EQ(CheckStaticShapesMatchDynamic(*gpu.model), 12);
 }
 
 INSTANTIATE_TEST_SUITE_P(ReferenceGoldens, GpuGolden, ::testing::ValuesIn(GoldenNames()), [](const auto& info) {

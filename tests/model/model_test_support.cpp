@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <numeric>
+#include <random>
 
 #include "base/error.h"
 #include "base/math.h"
@@ -172,6 +174,86 @@ void ExpectMatchesGolden(const std::string& name, const LoadOptions& options) {
   std::printf("[%s] greedy: %zu steps, %zu differ\n", name.c_str(), g.greedy.size(),
               differing_steps.size());
   for (int st : differing_steps) std::printf("  differing step %d (margin %.4f)\n", st, g.step_margins[st]);
+}
+
+int CheckStaticShapesMatchDynamic(const Model& model) {
+  const int64_t vocab = model.config().vocab_size, block = 128, static_context = 512;
+  constexpr int kSeqs = 5;
+  const int64_t lengths[kSeqs] = {1, 3, 4, 127, 130};
+  // Sequence i: slot i, blocks {1 + 3i, 2 + 3i, 3 + 3i}; the padding sequence: slot 5, block 16.
+  std::unique_ptr<ModelState> with = model.CreateState(kSeqs + 1, 3 * kSeqs + 2, block, 64);
+  std::unique_ptr<ModelState> without = model.CreateState(kSeqs + 1, 3 * kSeqs + 2, block, 64);
+  std::vector<std::vector<int32_t>> tables(kSeqs + 1);
+  for (int i = 0; i < kSeqs; ++i) tables[i] = {1 + 3 * i, 2 + 3 * i, 3 + 3 * i};
+  tables[kSeqs] = {3 * kSeqs + 1};
+  std::mt19937 rng(4242);
+  auto token = [&] { return static_cast<int32_t>(2 + rng() % static_cast<uint32_t>(vocab - 2)); };
+  std::vector<int64_t> pos(kSeqs, 0);
+
+  struct Part {
+    int seq;
+    int64_t num_tokens;
+  };
+  // Runs one step of `parts` on both states (static shapes on `with` only) and compares.
+  int steps = 0;
+  auto step = [&](const std::vector<Part>& parts, bool pad) {
+    ForwardBatch batch;
+    std::vector<int32_t> ids;
+    for (const Part& p : parts) {
+      SequenceChunk c;
+      c.token_offset = static_cast<int64_t>(ids.size());
+      c.num_tokens = p.num_tokens;
+      c.start_pos = pos[p.seq];
+      c.state_slot = p.seq;
+      c.block_table = tables[p.seq].data();
+      c.num_blocks = static_cast<int64_t>(tables[p.seq].size());
+      c.prompt_end = std::max<int64_t>(lengths[p.seq], pos[p.seq] + p.num_tokens);
+      for (int64_t j = 0; j < p.num_tokens; ++j) ids.push_back(token());
+      batch.seqs.push_back(c);
+    }
+    batch.token_ids = ids.data();
+    batch.num_tokens = static_cast<int64_t>(ids.size());
+    const int64_t n = static_cast<int64_t>(parts.size());
+    std::vector<float> dynamic_logits(static_cast<size_t>(n * vocab));
+    model.Forward(batch, *without, TensorView(dynamic_logits.data(), DType::kF32, {n, vocab}));
+    ForwardBatch fixed = batch;
+    fixed.static_max_context = static_context;
+    std::vector<int32_t> fixed_ids = ids;
+    if (pad) {  // a sequence that is only there to fill the batch: position 0, logits unused
+      SequenceChunk c;
+      c.token_offset = static_cast<int64_t>(fixed_ids.size());
+      c.num_tokens = 1;
+      c.state_slot = kSeqs;
+      c.block_table = tables[kSeqs].data();
+      c.num_blocks = 1;
+      c.want_logits = false;
+      fixed_ids.push_back(token());
+      fixed.seqs.push_back(c);
+    }
+    fixed.token_ids = fixed_ids.data();
+    fixed.num_tokens = static_cast<int64_t>(fixed_ids.size());
+    std::vector<float> static_logits(static_cast<size_t>(n * vocab));
+    model.Forward(fixed, *with, TensorView(static_logits.data(), DType::kF32, {n, vocab}));
+    for (int64_t i = 0; i < n * vocab; ++i) {
+      if (std::memcmp(&static_logits[i], &dynamic_logits[i], sizeof(float)) != 0) {
+        ADD_FAILURE() << "step " << steps << ": logit " << i % vocab << " of row " << i / vocab << " is "
+                      << static_logits[i] << " with static shapes, " << dynamic_logits[i] << " without";
+        break;
+      }
+    }
+    for (const Part& p : parts) pos[p.seq] += p.num_tokens;
+    ++steps;
+  };
+
+  std::vector<Part> prefill;
+  for (int i = 0; i < kSeqs; ++i) prefill.push_back({i, lengths[i]});
+  step(prefill, false);
+  std::vector<Part> decode;
+  for (int i = 0; i < kSeqs; ++i) decode.push_back({i, 1});
+  for (int s = 0; s < 9; ++s) step(decode, false);
+  step({{0, 1}, {1, 9}, {2, 1}, {3, 1}, {4, 1}}, false);
+  step(decode, true);
+  return steps;
 }
 
 }  // namespace deepinfer::testing

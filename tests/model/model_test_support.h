@@ -61,4 +61,13 @@ const TensorEntry* FindTensor(const SafetensorsFile& f, const std::string& name)
 // greedy continuation (a differing step must be a near-tie won by the runner-up).
 void ExpectMatchesGolden(const std::string& name, const LoadOptions& options);
 
+// The forward with ForwardBatch::static_max_context set gives the logits of the forward without
+// it, bit for bit, on `model` (which needs compressed layers): five sequences are prefilled to
+// 1, 3, 4, 127 and 130 tokens on two states, then decoded in lockstep for 9 steps (crossing
+// ratio-4 and ratio-128 boundaries) with and without static shapes, then one mixed step (a
+// 9-token chunk beside decodes), then a decode step padded with a sixth sequence at position 0
+// on its own slot and block, whose logits are ignored. Adds a gtest failure per mismatch and
+// returns the number of steps compared.
+int CheckStaticShapesMatchDynamic(const Model& model);
+
 }  // namespace deepinfer::testing

@@ -89,5 +89,12 @@ INSTANTIATE_TEST_SUITE_P(ReferenceGoldens, GoldenChunking, ::testing::ValuesIn(G
                            return n;
                          });
 
+// Static launch shapes (ForwardBatch::static_max_context, what a CUDA graph captures) give the
+// dynamic forward's logits bit for bit on the demo model (ratio-4 and ratio-128 layers).
+TEST(StaticShapes, EqualDynamicShapesOnTheDemoModel) {
+  LoadedModel demo = LoadModel(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-v4-demo", LoadOptions{});
+  EXPECT_EQ(CheckStaticShapesMatchDynamic(*demo.model), 12);
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

@@ -116,8 +116,18 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool index
     }
     total += end - first;
   }
-  const TensorView rows = ws.Alloc(DType::kF32, {std::max<int64_t>(total, 1), cw.dim});
-  const TensorView row_index = ws.Alloc(DType::kI64, {std::max<int64_t>(total, 1)});
+  // Static shapes: one row per token (a chunk of n tokens closes at most n rows), the rows past
+  // `total` normalized and rotated like the others and scattered into the scratch row.
+  const bool static_shapes = ctx.batch->static_max_context > 0;
+  const int64_t launch_rows = static_shapes ? ctx.num_tokens() : total;
+  DI_CHECK(total <= launch_rows, "{} compressed rows close in a step of {} tokens", total, launch_rows);
+  if (static_shapes) {
+    DI_CHECK(cw.dim <= g.head_dim, "compressed rows of {} floats do not fit the scratch row of {}", cw.dim, g.head_dim);
+    positions.resize(static_cast<size_t>(launch_rows), 0);
+    destinations.resize(static_cast<size_t>(launch_rows), g.fresh_base + ctx.num_tokens() * g.head_dim);
+  }
+  const TensorView rows = ws.Alloc(DType::kF32, {std::max<int64_t>(launch_rows, 1), cw.dim});
+  const TensorView row_index = ws.Alloc(DType::kI64, {std::max<int64_t>(launch_rows, 1)});
   const TensorView emitted = ws.Alloc(DType::kI64, {static_cast<int64_t>(chunks.size())});
   const TensorView chunks_device =
       ws.Upload(ctx.op, chunks.data(), DType::kI64, {static_cast<int64_t>(chunks.size() * sizeof(ops::CompressorChunk) / 8)});
@@ -125,14 +135,14 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool index
       ctx.state->slots_base() + (indexer ? layout.indexer_offset[w.layer] : layout.compressor_offset[w.layer]);
   ops::CompressorAdvanceBatch(ctx.op, shape, cw.ape, kv_proj, score_proj, ctx.state->base(), state_offset,
                               layout.slot_floats, chunks, chunks_device, rows, row_index, emitted);
-  if (total == 0) return;
+  if (launch_rows == 0) return;
 
   // A row is normalized, rotated, then rounded like the reference: FP8 on the nope channels
   // (main rows) or Hadamard + FP4 (index rows).
-  const TensorView out = rows.Slice(0, total);
+  const TensorView out = rows.Slice(0, launch_rows);
   ops::RmsNorm(ctx.op, out, cw.norm, static_cast<float>(c.rms_norm_eps), out);
-  const TensorView row_positions = ws.Upload(ctx.op, positions.data(), DType::kI64, {total});
-  ops::Rope(ctx.op, TensorView(out.raw(), DType::kF32, {total, 1, cw.dim}, out.device()), row_positions,
+  const TensorView row_positions = ws.Upload(ctx.op, positions.data(), DType::kI64, {launch_rows});
+  ops::Rope(ctx.op, TensorView(out.raw(), DType::kF32, {launch_rows, 1, cw.dim}, out.device()), row_positions,
             RopeFor(w.layer), false);
   if (indexer) {
     ops::HadamardRows(ctx.op, out);
@@ -140,7 +150,7 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool index
   } else if (numerics_.kv_fp8) {
     ops::Fp8RoundTripRows(ctx.op, out, 0, cw.dim - c.qk_rope_head_dim, 64);
   }
-  ops::ScatterRows(ctx.op, out, ctx.state->base(), ws.Upload(ctx.op, destinations.data(), DType::kI64, {total}));
+  ops::ScatterRows(ctx.op, out, ctx.state->base(), ws.Upload(ctx.op, destinations.data(), DType::kI64, {launch_rows}));
 }
 
 void V4Model::WriteRing(const StepContext& ctx, const BlockWeights& w) const {
@@ -169,6 +179,12 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
   for (const cpu::SeqRowsInfo& sq : ctx.seqs) {
     if (ratio) max_visible = std::max(max_visible, (sq.start_pos + sq.num_tokens) / ratio);
   }
+  const int64_t static_context = ctx.batch->static_max_context;
+  if (static_context > 0 && ratio) {
+    DI_CHECK(max_visible <= static_context / ratio, "a sequence reaches {} compressed rows, past the static bound {}",
+             max_visible, static_context / ratio);
+    max_visible = static_context / ratio;
+  }
   const int64_t max_rows = g.window + (ratio == 4 ? c.index_topk : ratio == 128 ? max_visible : 0);
   const TensorView row_ids = ws.Alloc(DType::kI32, {tokens, max_rows});
   const TensorView counts = ws.Alloc(DType::kI32, {tokens});
@@ -188,6 +204,11 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
       for (const cpu::SeqRowsInfo& sq : ctx.seqs) {
         const int64_t end = sq.start_pos + sq.num_tokens;
         max_candidates = std::max(max_candidates, std::max(sq.prompt_end, end) / 4);
+      }
+      if (static_context > 0) {
+        DI_CHECK(max_candidates <= std::max<int64_t>(static_context / 4, 1),
+                 "a sequence reaches {} index candidates, past the static bound {}", max_candidates, static_context / 4);
+        max_candidates = std::max<int64_t>(static_context / 4, 1);
       }
       scores = ws.Alloc(DType::kF32, {tokens, index_ids.size(1)});
       tie_scratch = ws.Alloc(DType::kI64, {tokens, max_candidates});

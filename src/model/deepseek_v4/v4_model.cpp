@@ -137,7 +137,9 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   ctx.ws->Reset(ctx.op);
   ctx.batch = &batch;
   ctx.state = &state;
-  state.EnsureFreshRows(tokens);
+  // Static shapes scatter the compressor rows that close nowhere into the fresh row after the
+  // step's own.
+  state.EnsureFreshRows(batch.static_max_context > 0 ? tokens + 1 : tokens);
   Workspace& ws = *ctx.ws;
   auto upload = [&](const auto& v, DType dtype) {
     return ws.Upload(ctx.op, v.data(), dtype, {static_cast<int64_t>(v.size())});
