@@ -106,9 +106,13 @@ void ModelRunner::DeviceWorkerLoop() {
       pending = std::move(next);
     } else {
       if (device_timer_) {  // close the failed step's span so later steps measure their own
-        double busy = 0, idle = 0;
-        device_timer_->StepFinished();
-        device_timer_->Measure(&busy, &idle);
+        try {
+          double busy = 0, idle = 0;
+          device_timer_->StepFinished();
+          device_timer_->Measure(&busy, &idle);
+        } catch (...) {
+          // The step's error is what gets reported; a device too broken to time reports again.
+        }
       }
       Post(out.step_id, std::move(failed));
     }
