@@ -133,6 +133,22 @@ void ModelRunner::BeginStep(const SchedulerOutput& out) {
   }
 }
 
+SequenceChunk ModelRunner::ChunkFor(const ScheduledChunk& c, const SequenceMirror& m, int64_t token_offset) {
+  const int64_t available = static_cast<int64_t>(m.tokens.size()) + m.pending;
+  DI_CHECK(available >= c.start_pos + c.num_tokens, "sequence {}: chunk [{}, {}) but only {} tokens known to the runner",
+           c.seq_id, c.start_pos, c.start_pos + c.num_tokens, available);
+  SequenceChunk sc;
+  sc.token_offset = token_offset;
+  sc.num_tokens = c.num_tokens;
+  sc.start_pos = c.start_pos;
+  sc.state_slot = m.slot;
+  sc.block_table = m.blocks.data();
+  sc.num_blocks = static_cast<int64_t>(m.blocks.size());
+  sc.want_logits = c.sample;
+  sc.prompt_end = c.prompt_end;
+  return sc;
+}
+
 StepResult ModelRunner::Execute(const SchedulerOutput& out) {
   StepResult result;
   result.step_id = out.step_id;
@@ -146,18 +162,7 @@ StepResult ModelRunner::Execute(const SchedulerOutput& out) {
   std::vector<SeqId> sample_order;
   for (const ScheduledChunk& c : out.chunks) {
     const SequenceMirror& m = seqs_.at(c.seq_id);
-    DI_CHECK(static_cast<int64_t>(m.tokens.size()) >= c.start_pos + c.num_tokens,
-             "sequence {}: chunk [{}, {}) but only {} tokens known to the runner", c.seq_id, c.start_pos,
-             c.start_pos + c.num_tokens, m.tokens.size());
-    SequenceChunk sc;
-    sc.token_offset = static_cast<int64_t>(ids.size());
-    sc.num_tokens = c.num_tokens;
-    sc.start_pos = c.start_pos;
-    sc.state_slot = m.slot;
-    sc.block_table = m.blocks.data();
-    sc.num_blocks = static_cast<int64_t>(m.blocks.size());
-    sc.want_logits = c.sample;
-    sc.prompt_end = c.prompt_end;
+    const SequenceChunk sc = ChunkFor(c, m, static_cast<int64_t>(ids.size()));
     ids.insert(ids.end(), m.tokens.begin() + c.start_pos, m.tokens.begin() + c.start_pos + c.num_tokens);
     batch.seqs.push_back(sc);
     if (c.sample) sample_order.push_back(c.seq_id);

@@ -92,6 +92,9 @@ class ModelRunner {
   // Mirror bookkeeping at the start of a step: finished sequences, pre-step copies, poisoned
   // blocks, new sequences, block-table diffs.
   void BeginStep(const SchedulerOutput& out);
+  // The forward's view of chunk `c` of sequence `m`, its tokens at `token_offset` of the step's;
+  // checks that the runner knows (or has in flight on the device) every token the chunk covers.
+  static SequenceChunk ChunkFor(const ScheduledChunk& c, const SequenceMirror& m, int64_t token_offset);
   StepResult Execute(const SchedulerOutput& out);
   // The CUDA path (model_runner_device.cpp).
   void DeviceWorkerLoop();

@@ -16,6 +16,7 @@
 #include "base/timer.h"
 #include "ops/ops.h"
 #include "runner/device_io.h"
+#include "sampling/sampler.h"
 
 namespace deepinfer {
 
@@ -148,18 +149,7 @@ ModelRunner::DeviceStep ModelRunner::Enqueue(const SchedulerOutput& out, const s
   for (const ScheduledChunk& c : out.chunks) {
     const SequenceMirror& m = seqs_.at(c.seq_id);
     const int64_t known = static_cast<int64_t>(m.tokens.size());
-    DI_CHECK(known + m.pending >= c.start_pos + c.num_tokens,
-             "sequence {}: chunk [{}, {}) but only {} tokens known to the runner", c.seq_id, c.start_pos,
-             c.start_pos + c.num_tokens, known + m.pending);
-    SequenceChunk sc;
-    sc.token_offset = static_cast<int64_t>(ids.size());
-    sc.num_tokens = c.num_tokens;
-    sc.start_pos = c.start_pos;
-    sc.state_slot = m.slot;
-    sc.block_table = m.blocks.data();
-    sc.num_blocks = static_cast<int64_t>(m.blocks.size());
-    sc.want_logits = c.sample;
-    sc.prompt_end = c.prompt_end;
+    const SequenceChunk sc = ChunkFor(c, m, static_cast<int64_t>(ids.size()));
     for (int64_t j = c.start_pos; j < c.start_pos + c.num_tokens; ++j) {
       if (j < known) {
         ids.push_back(m.tokens[j]);
@@ -216,19 +206,8 @@ ModelRunner::DeviceStep ModelRunner::Enqueue(const SchedulerOutput& out, const s
     const SeqId id = sample_order[r];
     SequenceMirror& m = seqs_.at(id);
     const SamplingParams& s = m.sampling;
-    SamplerRowParams p;
-    p.temperature = s.temperature;
-    p.top_p = s.top_p;
-    p.top_k = s.top_k;
-    p.min_p = s.min_p;
-    p.repetition_penalty = s.repetition_penalty;
-    p.presence_penalty = s.presence_penalty;
-    p.frequency_penalty = s.frequency_penalty;
-    p.min_tokens = s.min_tokens;
-    p.logprobs = s.logprobs;
-    p.rng_seed = m.rng_seed;
-    p.prompt_len = m.prompt_len;
-    p.num_outputs = static_cast<int64_t>(m.tokens.size()) + m.pending - m.prompt_len;
+    SamplerRowParams p = sampling::DeviceRowParams(s, m.rng_seed, m.prompt_len,
+                                                   static_cast<int64_t>(m.tokens.size()) + m.pending - m.prompt_len);
     if (HasPenalty(s)) {
       DI_CHECK(m.pending == 0, "sequence {}: penalties need the whole history on the host", id);
       p.history_offset = static_cast<int64_t>(history.size());

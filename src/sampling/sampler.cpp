@@ -175,4 +175,22 @@ SampledToken Sample(float* logits, int64_t vocab, const SequenceContext& ctx) {
   return out;
 }
 
+SamplerRowParams DeviceRowParams(const SamplingParams& params, uint64_t rng_seed, int64_t prompt_len,
+                                 int64_t num_outputs) {
+  SamplerRowParams p;
+  p.temperature = params.temperature;
+  p.top_p = params.top_p;
+  p.top_k = params.top_k;
+  p.min_p = params.min_p;
+  p.repetition_penalty = params.repetition_penalty;
+  p.presence_penalty = params.presence_penalty;
+  p.frequency_penalty = params.frequency_penalty;
+  p.min_tokens = params.min_tokens;
+  p.logprobs = params.logprobs;
+  p.rng_seed = rng_seed;
+  p.prompt_len = prompt_len;
+  p.num_outputs = num_outputs;
+  return p;
+}
+
 }  // namespace deepinfer::sampling

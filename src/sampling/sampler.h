@@ -13,6 +13,7 @@
 
 #include "core/sampling_params.h"
 #include "core/scheduler_output.h"
+#include "kernels/cpu/sampler_row.h"
 
 namespace deepinfer::sampling {
 
@@ -30,6 +31,12 @@ double UniformDraw(uint64_t seed, uint64_t index);
 
 // Samples the next token. `logits` [vocab] is overwritten (scratch).
 SampledToken Sample(float* logits, int64_t vocab, const SequenceContext& ctx);
+
+// The GPU sampler's parameters for one row (kernels/cuda/sampler.h) of a sequence with `params`,
+// seed, prompt length and outputs so far; its history and stop-id ranges are left empty (offsets
+// 0, no stop ids) for the caller to point at its buffers.
+SamplerRowParams DeviceRowParams(const SamplingParams& params, uint64_t rng_seed, int64_t prompt_len,
+                                 int64_t num_outputs);
 
 // The probabilities the draw uses (after every transform), for tests. Empty for greedy.
 std::vector<double> SamplingDistribution(std::vector<float> logits, const SequenceContext& ctx);
