@@ -78,4 +78,10 @@ std::vector<uint8_t> RandomE8m0(size_t n, uint64_t seed, uint8_t lo, uint8_t hi)
   return ::testing::AssertionFailure() << os.str();
 }
 
+std::vector<uint32_t> Bits(const std::vector<float>& x) {
+  std::vector<uint32_t> out(x.size());
+  if (!x.empty()) std::memcpy(out.data(), x.data(), x.size() * sizeof(float));
+  return out;
+}
+
 }  // namespace deepinfer::test

@@ -55,6 +55,8 @@ std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, float lo = -1.f, float
 std::vector<uint8_t> RandomE4m3(size_t n, uint64_t seed);
 // Random e8m0 scale codes in [lo, hi] (127 = 1.0).
 std::vector<uint8_t> RandomE8m0(size_t n, uint64_t seed, uint8_t lo = 120, uint8_t hi = 130);
+// The bit patterns of floats (for bit-exact comparisons that also tell -0 from 0 and NaN payloads).
+std::vector<uint32_t> Bits(const std::vector<float>& x);
 
 // Element-wise |got − want| <= atol + rtol·|want| (NaN equal to NaN, an infinity equal to the same
 // infinity); on failure names the

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "gpu/linear_test_util.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cuda/elementwise.h"
@@ -27,35 +28,7 @@
 namespace deepinfer::test {
 namespace {
 
-struct Spec {
-  const char* name;
-  WeightFormat format;
-  DType dtype;
-  DType scale_dtype;
-};
-
-const Spec kF32{"f32", WeightFormat::kDense, DType::kF32, DType::kF32};
-const Spec kBf16{"bf16", WeightFormat::kDense, DType::kBF16, DType::kF32};
-const Spec kF16{"f16", WeightFormat::kDense, DType::kF16, DType::kF32};
-const Spec kFp8E8m0{"fp8_e8m0", WeightFormat::kFp8, DType::kF8E4M3, DType::kF8E8M0};
-const Spec kFp8F32{"fp8_f32", WeightFormat::kFp8, DType::kF8E4M3, DType::kF32};
-const Spec kFp4{"fp4", WeightFormat::kFp4, DType::kFP4E2M1x2, DType::kF8E8M0};
-const Spec kAllSpecs[] = {kF32, kBf16, kF16, kFp8E8m0, kFp8F32, kFp4};
-
 constexpr uint32_t kSentinel = 0xffffffffu;  // bits of the memory nothing may write
-
-template <typename T>
-std::vector<uint8_t> AsBytes(const std::vector<T>& v) {
-  std::vector<uint8_t> b(v.size() * sizeof(T));
-  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-std::vector<uint32_t> Bits(const std::vector<float>& v) {
-  std::vector<uint32_t> b(v.size());
-  if (!b.empty()) std::memcpy(b.data(), v.data(), v.size() * 4);
-  return b;
-}
 
 // E expert weights [N, K] of one format, cut at distinct offsets from one random pool: every expert
 // has its own pointer and its own values, and every fifth one starts off the vector-load alignment.
@@ -64,43 +37,13 @@ class ExpertPool {
  public:
   ExpertPool(const Spec& spec, int64_t experts, int64_t n, int64_t k, uint64_t seed, int64_t pad = 0)
       : spec_(spec), experts_(experts), n_(n), k_(k) {
-    cols_ = (spec.format == WeightFormat::kFp4 ? k / 2 : k) + pad;
-    if (spec.format == WeightFormat::kFp8) {
-      scale_rows_ = (n + kFp8BlockSize - 1) / kFp8BlockSize;
-      scale_cols_ = (k + kFp8BlockSize - 1) / kFp8BlockSize;
-    } else if (spec.format == WeightFormat::kFp4) {
-      scale_rows_ = n;
-      scale_cols_ = k / kFp4BlockSize;
-    }
-    const size_t data_elems = static_cast<size_t>(DataOffset(experts - 1) + n * cols_);
-    switch (spec.format) {
-      case WeightFormat::kDense:
-        if (spec.dtype == DType::kF32) {
-          data_ = AsBytes(RandomFloats(data_elems, seed));
-        } else if (spec.dtype == DType::kBF16) {
-          data_ = AsBytes(RandomBf16(data_elems, seed));
-        } else {
-          const std::vector<float> f = RandomFloats(data_elems, seed);
-          std::vector<uint16_t> h(f.size());
-          for (size_t i = 0; i < f.size(); ++i) h[i] = F32ToF16(f[i]);
-          data_ = AsBytes(h);
-        }
-        break;
-      case WeightFormat::kFp8:
-        data_ = RandomE4m3(data_elems, seed);
-        break;
-      case WeightFormat::kFp4:
-        data_ = RandomBytes(data_elems, seed);
-        break;
-    }
-    const size_t scale_elems = static_cast<size_t>(ScaleOffset(experts - 1) + scale_rows_ * scale_cols_);
-    if (spec.format == WeightFormat::kFp8 && spec.scale_dtype == DType::kF32) {
-      scale_ = AsBytes(RandomFloats(scale_elems, seed + 1, 1e-3f, 2e-2f));
-    } else if (spec.format == WeightFormat::kFp8) {
-      scale_ = RandomE8m0(scale_elems, seed + 1, 120, 130);
-    } else if (spec.format == WeightFormat::kFp4) {
-      scale_ = RandomE8m0(scale_elems, seed + 1, 119, 128);
-    }
+    const WeightStorage storage = StorageFor(spec, n, k, pad);
+    cols_ = storage.cols;
+    scale_rows_ = storage.scale_rows;
+    scale_cols_ = storage.scale_cols;
+    data_ = RandomWeightData(spec, static_cast<size_t>(DataOffset(experts - 1) + n * cols_), seed);
+    scale_ = RandomWeightScales(spec, static_cast<size_t>(ScaleOffset(experts - 1) + scale_rows_ * scale_cols_),
+                                seed + 1);
     d_data_.emplace(data_);
     d_scale_.emplace(scale_);
     std::vector<cuda::DeviceWeight> table;
@@ -134,9 +77,7 @@ class ExpertPool {
   // Expert e's weight in device memory.
   cuda::DeviceWeight Device(int64_t e) const {
     cuda::DeviceWeight w;
-    w.format = spec_.format == WeightFormat::kDense ? cuda::DeviceWeight::Format::kDense
-               : spec_.format == WeightFormat::kFp8 ? cuda::DeviceWeight::Format::kFp8
-                                                    : cuda::DeviceWeight::Format::kFp4;
+    w.format = DeviceFormat(spec_.format);
     w.dtype = spec_.dtype;
     w.scale_dtype = spec_.scale_dtype;
     w.out_features = n_;
@@ -166,30 +107,6 @@ std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
   std::vector<int32_t> off(counts.size() + 1, 0);
   std::partial_sum(counts.begin(), counts.end(), off.begin() + 1);
   return off;
-}
-
-// |W| dequantized to a dense f32 weight (for the error bound).
-std::vector<float> AbsDense(const LinearWeight& w) {
-  std::vector<float> d(static_cast<size_t>(w.out_features * w.in_features));
-  for (int64_t o = 0; o < w.out_features; ++o) DequantizeRow(w, o, d.data() + o * w.in_features);
-  for (float& v : d) v = std::fabs(v);
-  return d;
-}
-
-// The bound of test_linear.cpp for two fp32 sums of the same exact products in the CPU's and the
-// GPU's orders: γ(K/8 + 12)·S + γ(8·ceil(K/256) + 5)·S, +1%, with S = Σ|x_k·w_k|.
-::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
-                                            const std::vector<float>& sabs, int64_t k, const std::string& what) {
-  const double c = 1.01 * (static_cast<double>(k / 8 + 12) + 8.0 * static_cast<double>((k + 255) / 256) + 5.0) *
-                   0x1p-24;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
-    if (!(diff <= c * sabs[i] + 1e-30)) {
-      return ::testing::AssertionFailure() << what << ": at " << i << " got " << got[i] << ", want " << want[i]
-                                           << ", S " << sabs[i] << ", bound " << c * sabs[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
 }
 
 // Runs ExpertsLinear over rows_bound rows of x (row stride ldx) with the given per-expert row

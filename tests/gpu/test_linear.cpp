@@ -13,33 +13,12 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "gpu/linear_test_util.h"
 #include "kernels/cpu/linear.h"
 #include "tensor/linear_weight.h"
 
 namespace deepinfer::test {
 namespace {
-
-struct Spec {
-  const char* name;
-  WeightFormat format;
-  DType dtype;
-  DType scale_dtype;
-};
-
-const Spec kF32{"f32", WeightFormat::kDense, DType::kF32, DType::kF32};
-const Spec kBf16{"bf16", WeightFormat::kDense, DType::kBF16, DType::kF32};
-const Spec kF16{"f16", WeightFormat::kDense, DType::kF16, DType::kF32};
-const Spec kFp8E8m0{"fp8_e8m0", WeightFormat::kFp8, DType::kF8E4M3, DType::kF8E8M0};
-const Spec kFp8F32{"fp8_f32", WeightFormat::kFp8, DType::kF8E4M3, DType::kF32};
-const Spec kFp4{"fp4", WeightFormat::kFp4, DType::kFP4E2M1x2, DType::kF8E8M0};
-const Spec kAllSpecs[] = {kF32, kBf16, kF16, kFp8E8m0, kFp8F32, kFp4};
-
-template <typename T>
-std::vector<uint8_t> AsBytes(const std::vector<T>& v) {
-  std::vector<uint8_t> b(v.size() * sizeof(T));
-  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
 
 // A weight in host memory (data rows of `cols` stored elements, `cols` >= the row's elements), its
 // LinearWeight view for the CPU and its device copy.
@@ -67,9 +46,7 @@ struct TestWeight {
   }
   cuda::DeviceWeight Device() const {
     cuda::DeviceWeight w;
-    w.format = spec.format == WeightFormat::kDense ? cuda::DeviceWeight::Format::kDense
-               : spec.format == WeightFormat::kFp8 ? cuda::DeviceWeight::Format::kFp8
-                                                   : cuda::DeviceWeight::Format::kFp4;
+    w.format = DeviceFormat(spec.format);
     w.dtype = spec.dtype;
     w.scale_dtype = spec.scale_dtype;
     w.out_features = out;
@@ -88,61 +65,20 @@ TestWeight Shape(const Spec& spec, int64_t out, int64_t in, int64_t pad) {
   w.spec = spec;
   w.out = out;
   w.in = in;
-  w.cols = (spec.format == WeightFormat::kFp4 ? in / 2 : in) + pad;
-  if (spec.format == WeightFormat::kFp8) {
-    w.scale_rows = (out + kFp8BlockSize - 1) / kFp8BlockSize;
-    w.scale_cols = (in + kFp8BlockSize - 1) / kFp8BlockSize;
-  } else if (spec.format == WeightFormat::kFp4) {
-    w.scale_rows = out;
-    w.scale_cols = in / kFp4BlockSize;
-  }
+  const WeightStorage storage = StorageFor(spec, out, in, pad);
+  w.cols = storage.cols;
+  w.scale_rows = storage.scale_rows;
+  w.scale_cols = storage.scale_cols;
   return w;
 }
 
-// Random weight: dense values in [-1, 1); e4m3 codes over the whole finite range with e8m0 scales
-// 2^-7..2^3 or f32 scales in [1e-3, 2e-2) (checkpoint-like); FP4 random nibbles, scales 2^-8..2^1.
+// A random weight (value ranges in linear_test_util.h), uploaded.
 TestWeight RandomWeight(const Spec& spec, int64_t out, int64_t in, uint64_t seed, int64_t pad = 0) {
   TestWeight w = Shape(spec, out, in, pad);
-  const size_t n = static_cast<size_t>(out * w.cols);
-  switch (spec.format) {
-    case WeightFormat::kDense:
-      if (spec.dtype == DType::kF32) {
-        w.data = AsBytes(RandomFloats(n, seed));
-      } else if (spec.dtype == DType::kBF16) {
-        w.data = AsBytes(RandomBf16(n, seed));
-      } else {
-        const std::vector<float> f = RandomFloats(n, seed);
-        std::vector<uint16_t> h(n);
-        for (size_t i = 0; i < n; ++i) h[i] = F32ToF16(f[i]);
-        w.data = AsBytes(h);
-      }
-      break;
-    case WeightFormat::kFp8:
-      w.data = RandomE4m3(n, seed);
-      break;
-    case WeightFormat::kFp4:
-      w.data = RandomBytes(n, seed);
-      break;
-  }
-  const size_t ns = static_cast<size_t>(w.scale_rows * w.scale_cols);
-  if (spec.format == WeightFormat::kFp8 && spec.scale_dtype == DType::kF32) {
-    w.scale = AsBytes(RandomFloats(ns, seed + 1, 1e-3f, 2e-2f));
-  } else if (spec.format == WeightFormat::kFp8) {
-    w.scale = RandomE8m0(ns, seed + 1, 120, 130);
-  } else if (spec.format == WeightFormat::kFp4) {
-    w.scale = RandomE8m0(ns, seed + 1, 119, 128);
-  }
+  w.data = RandomWeightData(spec, static_cast<size_t>(out * w.cols), seed);
+  w.scale = RandomWeightScales(spec, static_cast<size_t>(w.scale_rows * w.scale_cols), seed + 1);
   w.Upload();
   return w;
-}
-
-// |W| dequantized to a dense f32 weight (for the error bound).
-std::vector<float> AbsDense(TestWeight& w) {
-  const LinearWeight view = w.View();
-  std::vector<float> d(static_cast<size_t>(w.out * w.in));
-  for (int64_t o = 0; o < w.out; ++o) DequantizeRow(view, o, d.data() + o * w.in);
-  for (float& v : d) v = std::fabs(v);
-  return d;
 }
 
 LinearWeight DenseView(std::vector<float>& d, int64_t out, int64_t in) {
@@ -152,45 +88,6 @@ LinearWeight DenseView(std::vector<float>& d, int64_t out, int64_t in) {
   w.in_features = in;
   w.data = TensorView(d.data(), DType::kF32, {out, in});
   return w;
-}
-
-// The CPU and the GPU add the same exactly-dequantized products in different orders; the CPU
-// rounds every product and then sums 8 chains of K/8 terms, a 3-level tree and a tail of < 8, so
-// its error is at most γ(K/8 + 12)·S with S = Σ|x_k·w_k| and γ(n) ≈ n·2^-24; the GPU fuses
-// products (fmaf) over 32 chains of 8·ceil(K/256) terms and a 5-level tree: γ(8·ceil(K/256) + 5)·S.
-// The bound is the sum of both, +1% for S itself being an f32 sum. It is a worst case (the typical
-// error is ~sqrt of it), so it cannot flake, yet it stays far below the size of any single product
-// (S/K on average): a dropped, doubled or misdecoded term of normal size fails it.
-double OrderBoundC(int64_t k) {
-  const double cpu = static_cast<double>(k / 8 + 12);
-  const double gpu = 8.0 * static_cast<double>((k + 255) / 256) + 5.0;
-  return 1.01 * (cpu + gpu) * 0x1p-24;
-}
-
-::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
-                                            const std::vector<float>& sabs, int64_t k, const std::string& what) {
-  if (got.size() != want.size() || got.size() != sabs.size()) {
-    return ::testing::AssertionFailure() << what << ": size mismatch";
-  }
-  const double c = OrderBoundC(k);
-  size_t bad = 0, worst = 0;
-  double worst_ratio = 0, max_rel = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
-    const double allowed = c * sabs[i] + 1e-30;
-    const double ratio = std::isnan(diff) ? INFINITY : diff / allowed;
-    if (sabs[i] > 0) max_rel = std::max(max_rel, diff / sabs[i]);
-    if (!(ratio <= 1.0)) {
-      if (bad == 0 || ratio > worst_ratio) worst = i, worst_ratio = ratio;
-      ++bad;
-    }
-  }
-  ::testing::Test::RecordProperty(what + "_max_diff_over_sabs", std::to_string(max_rel));
-  if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size()
-                                       << " outside the order bound; worst at " << worst << ": got " << got[worst]
-                                       << ", want " << want[worst] << ", S " << sabs[worst] << ", bound "
-                                       << c * sabs[worst];
 }
 
 // Bit-for-bit equality where NaN equals NaN (for the exact-decode tests).
@@ -223,7 +120,7 @@ void CheckLinear(TestWeight& w, int64_t m, int64_t ldx, int64_t ldy, uint64_t se
   std::vector<float> want(static_cast<size_t>(m * w.out)), sabs(want.size());
   cpu::Linear(TensorView(x.data(), DType::kF32, {m, w.in}), w.View(),
               TensorView(want.data(), DType::kF32, {m, w.out}));
-  std::vector<float> wabs = AbsDense(w);
+  std::vector<float> wabs = AbsDense(w.View());
   cpu::Linear(TensorView(xabs.data(), DType::kF32, {m, w.in}), DenseView(wabs, w.out, w.in),
               TensorView(sabs.data(), DType::kF32, {m, w.out}));
 
@@ -262,7 +159,7 @@ void CheckGrouped(TestWeight& w, int64_t groups, int64_t m, uint64_t seed) {
   std::vector<float> want(static_cast<size_t>(m * groups * r)), sabs(want.size());
   cpu::GroupedLinear(TensorView(x.data(), DType::kF32, {m, groups, k}), w.View(), groups,
                      TensorView(want.data(), DType::kF32, {m, groups, r}));
-  std::vector<float> wabs = AbsDense(w);
+  std::vector<float> wabs = AbsDense(w.View());
   cpu::GroupedLinear(TensorView(xabs.data(), DType::kF32, {m, groups, k}), DenseView(wabs, w.out, k), groups,
                      TensorView(sabs.data(), DType::kF32, {m, groups, r}));
 

@@ -19,6 +19,7 @@ namespace deepinfer {
 namespace {
 
 using test::AllEqual;
+using test::Bits;
 using test::DeviceArray;
 
 int64_t Uniform(std::mt19937_64& rng, int64_t lo, int64_t hi) {
@@ -32,11 +33,6 @@ std::vector<float> RandomBitFloats(size_t n, uint64_t seed) {
   const std::vector<uint8_t> bytes = test::RandomBytes(n * sizeof(float), seed);
   std::vector<float> out(n);
   if (n > 0) std::memcpy(out.data(), bytes.data(), n * sizeof(float));
-  return out;
-}
-std::vector<uint32_t> Bits(const std::vector<float>& x) {
-  std::vector<uint32_t> out(x.size());
-  if (!x.empty()) std::memcpy(out.data(), x.data(), x.size() * sizeof(float));
   return out;
 }
 

@@ -1,0 +1,96 @@
+#include "gpu/linear_test_util.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "gpu/gpu_test_util.h"
+
+namespace deepinfer::test {
+
+WeightStorage StorageFor(const Spec& spec, int64_t out, int64_t in, int64_t pad) {
+  WeightStorage s;
+  s.cols = (spec.format == WeightFormat::kFp4 ? in / 2 : in) + pad;
+  if (spec.format == WeightFormat::kFp8) {
+    s.scale_rows = (out + kFp8BlockSize - 1) / kFp8BlockSize;
+    s.scale_cols = (in + kFp8BlockSize - 1) / kFp8BlockSize;
+  } else if (spec.format == WeightFormat::kFp4) {
+    s.scale_rows = out;
+    s.scale_cols = in / kFp4BlockSize;
+  }
+  return s;
+}
+
+std::vector<uint8_t> RandomWeightData(const Spec& spec, size_t n, uint64_t seed) {
+  switch (spec.format) {
+    case WeightFormat::kDense:
+      if (spec.dtype == DType::kF32) return AsBytes(RandomFloats(n, seed));
+      if (spec.dtype == DType::kBF16) return AsBytes(RandomBf16(n, seed));
+      {
+        const std::vector<float> f = RandomFloats(n, seed);
+        std::vector<uint16_t> h(n);
+        for (size_t i = 0; i < n; ++i) h[i] = F32ToF16(f[i]);
+        return AsBytes(h);
+      }
+    case WeightFormat::kFp8:
+      return RandomE4m3(n, seed);
+    case WeightFormat::kFp4:
+      return RandomBytes(n, seed);
+  }
+  return {};
+}
+
+std::vector<uint8_t> RandomWeightScales(const Spec& spec, size_t n, uint64_t seed) {
+  if (spec.format == WeightFormat::kFp8 && spec.scale_dtype == DType::kF32) {
+    return AsBytes(RandomFloats(n, seed, 1e-3f, 2e-2f));
+  }
+  if (spec.format == WeightFormat::kFp8) return RandomE8m0(n, seed, 120, 130);
+  if (spec.format == WeightFormat::kFp4) return RandomE8m0(n, seed, 119, 128);
+  return {};
+}
+
+cuda::DeviceWeight::Format DeviceFormat(WeightFormat format) {
+  return format == WeightFormat::kDense ? cuda::DeviceWeight::Format::kDense
+         : format == WeightFormat::kFp8 ? cuda::DeviceWeight::Format::kFp8
+                                        : cuda::DeviceWeight::Format::kFp4;
+}
+
+std::vector<float> AbsDense(const LinearWeight& w) {
+  std::vector<float> d(static_cast<size_t>(w.out_features * w.in_features));
+  for (int64_t o = 0; o < w.out_features; ++o) DequantizeRow(w, o, d.data() + o * w.in_features);
+  for (float& v : d) v = std::fabs(v);
+  return d;
+}
+
+double OrderBoundC(int64_t k) {
+  const double cpu = static_cast<double>(k / 8 + 12);
+  const double gpu = 8.0 * static_cast<double>((k + 255) / 256) + 5.0;
+  return 1.01 * (cpu + gpu) * 0x1p-24;
+}
+
+::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
+                                            const std::vector<float>& sabs, int64_t k, const std::string& what) {
+  if (got.size() != want.size() || got.size() != sabs.size()) {
+    return ::testing::AssertionFailure() << what << ": size mismatch";
+  }
+  const double c = OrderBoundC(k);
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0, max_rel = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+    const double allowed = c * sabs[i] + 1e-30;
+    const double ratio = std::isnan(diff) ? INFINITY : diff / allowed;
+    if (sabs[i] > 0) max_rel = std::max(max_rel, diff / sabs[i]);
+    if (!(ratio <= 1.0)) {
+      if (bad == 0 || ratio > worst_ratio) worst = i, worst_ratio = ratio;
+      ++bad;
+    }
+  }
+  ::testing::Test::RecordProperty(what + "_max_diff_over_sabs", std::to_string(max_rel));
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " of " << got.size()
+                                       << " outside the order bound; worst at " << worst << ": got " << got[worst]
+                                       << ", want " << want[worst] << ", S " << sabs[worst] << ", bound "
+                                       << c * sabs[worst];
+}
+
+}  // namespace deepinfer::test

@@ -1,0 +1,70 @@
+// Shared by the linear-layer tests (test_linear.cpp, test_experts_linear.cpp): the weight formats
+// under test, random weights in each, their device description, and the order-of-summation bound
+// a CUDA linear layer is held to against cpu::Linear.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/linear.h"
+#include "tensor/linear_weight.h"
+
+namespace deepinfer::test {
+
+struct Spec {
+  const char* name;
+  WeightFormat format;
+  DType dtype;
+  DType scale_dtype;
+};
+
+inline const Spec kF32{"f32", WeightFormat::kDense, DType::kF32, DType::kF32};
+inline const Spec kBf16{"bf16", WeightFormat::kDense, DType::kBF16, DType::kF32};
+inline const Spec kF16{"f16", WeightFormat::kDense, DType::kF16, DType::kF32};
+inline const Spec kFp8E8m0{"fp8_e8m0", WeightFormat::kFp8, DType::kF8E4M3, DType::kF8E8M0};
+inline const Spec kFp8F32{"fp8_f32", WeightFormat::kFp8, DType::kF8E4M3, DType::kF32};
+inline const Spec kFp4{"fp4", WeightFormat::kFp4, DType::kFP4E2M1x2, DType::kF8E8M0};
+inline const Spec kAllSpecs[] = {kF32, kBf16, kF16, kFp8E8m0, kFp8F32, kFp4};
+
+template <typename T>
+std::vector<uint8_t> AsBytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+// How a weight [out, in] of `spec` is stored: data rows of `cols` stored elements (`pad` past the
+// row's own), and the scale's [scale_rows, scale_cols] (0 x 0 for dense weights).
+struct WeightStorage {
+  int64_t cols = 0, scale_rows = 0, scale_cols = 0;
+};
+WeightStorage StorageFor(const Spec& spec, int64_t out, int64_t in, int64_t pad);
+
+// `n` stored data elements of `spec`: dense values in [-1, 1); e4m3 codes over the whole finite
+// range; FP4 random nibbles.
+std::vector<uint8_t> RandomWeightData(const Spec& spec, size_t n, uint64_t seed);
+// `n` scale elements of `spec` (checkpoint-like): e8m0 2^-7..2^3 or f32 in [1e-3, 2e-2) for FP8,
+// e8m0 2^-8..2^1 for FP4; empty for dense weights.
+std::vector<uint8_t> RandomWeightScales(const Spec& spec, size_t n, uint64_t seed);
+
+cuda::DeviceWeight::Format DeviceFormat(WeightFormat format);
+
+// |W| dequantized to a dense f32 weight [out, in] (for the error bound).
+std::vector<float> AbsDense(const LinearWeight& w);
+
+// The CPU and the GPU add the same exactly-dequantized products in different orders; the CPU
+// rounds every product and then sums 8 chains of K/8 terms, a 3-level tree and a tail of < 8, so
+// its error is at most γ(K/8 + 12)·S with S = Σ|x_k·w_k| and γ(n) ≈ n·2^-24; the GPU fuses
+// products (fmaf) over 32 chains of 8·ceil(K/256) terms and a 5-level tree: γ(8·ceil(K/256) + 5)·S.
+// The bound is the sum of both, +1% for S itself being an f32 sum. It is a worst case (the typical
+// error is ~sqrt of it), so it cannot flake, yet it stays far below the size of any single product
+// (S/K on average): a dropped, doubled or misdecoded term of normal size fails it.
+double OrderBoundC(int64_t k);
+::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
+                                            const std::vector<float>& sabs, int64_t k, const std::string& what);
+
+}  // namespace deepinfer::test
