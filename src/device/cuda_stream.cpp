@@ -49,6 +49,11 @@ float CudaEvent::ElapsedMs(const CudaEvent& start, const CudaEvent& end) {
   return ms;
 }
 
+void SynchronizeDevice(int device_index) {
+  DI_CUDA_CHECK(cudaSetDevice(device_index), "cudaSetDevice");
+  DI_CUDA_CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
 void EnqueueHostCallback(cudaStream_t stream, void (*fn)(void*), void* data) {
   DI_CUDA_CHECK(cudaLaunchHostFunc(stream, fn, data), "cudaLaunchHostFunc");
 }

@@ -40,6 +40,9 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
+// Waits until every stream of the device is idle.
+void SynchronizeDevice(int device_index);
+
 // Runs fn(data) on a runtime thread once the work queued on `stream` so far has finished. fn must
 // not call the CUDA API (it may lock a mutex and notify a condition variable).
 void EnqueueHostCallback(cudaStream_t stream, void (*fn)(void*), void* data);

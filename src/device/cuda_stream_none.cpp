@@ -26,6 +26,7 @@ void CudaEvent::StreamWait(cudaStream_t) const { NoCuda("a CUDA event"); }
 float CudaEvent::ElapsedMs(const CudaEvent&, const CudaEvent&) { NoCuda("a CUDA event"); }
 
 void EnqueueHostCallback(cudaStream_t, void (*)(void*), void*) { NoCuda("a CUDA host callback"); }
+void SynchronizeDevice(int) { NoCuda("a CUDA device"); }
 
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes > 0) NoCuda("page-locked host memory");

@@ -8,6 +8,8 @@
 
 #include "tensor/tensor_view.h"
 
+using cudaStream_t = struct CUstream_st*;
+
 namespace deepinfer {
 
 struct SequenceChunk {
@@ -36,6 +38,8 @@ struct ForwardBatch {
   // token, the rows that close nowhere going to a scratch row, and the attention row lists are
   // sized for this many positions of context. Outputs are the same bit for bit either way.
   int64_t static_max_context = 0;
+  // CUDA: the stream the step's work is queued on (null: the legacy default stream).
+  cudaStream_t stream = nullptr;
   int64_t num_tokens = 0;
   std::vector<SequenceChunk> seqs;
 };

@@ -35,6 +35,8 @@ class ModelState {
   virtual void CopySlot(int32_t from, int32_t to) = 0;
   virtual void CopyBlock(int32_t from, int32_t to) = 0;
   virtual void PoisonBlock(int32_t block) = 0;
+  // CUDA: the stream the operations above are queued on (default: the legacy default stream).
+  virtual void SetStream(cudaStream_t stream) { (void)stream; }
 };
 
 class Model {

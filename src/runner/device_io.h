@@ -13,7 +13,8 @@
 namespace deepinfer {
 
 struct ModelRunner::DeviceIo {
-  explicit DeviceIo(DeviceId device) : op{device, nullptr}, copy_stream(device.index) {
+  explicit DeviceIo(DeviceId device) : compute(device.index), op{device, compute.get()}, copy_stream(device.index) {
+    SynchronizeDevice(device.index);
     for (int p = 0; p < 2; ++p) {
       ws[p] = std::make_unique<Workspace>(device);
       landed[p] = std::make_unique<CudaEvent>();
@@ -25,7 +26,8 @@ struct ModelRunner::DeviceIo {
     copy_stream.Synchronize();
   }
 
-  ops::OpContext op;  // the compute stream (the legacy default stream, where the model queues)
+  CudaStream compute;  // the model's forward, the sampling and the state copies
+  ops::OpContext op;   // on `compute`
   CudaStream copy_stream;
   std::unique_ptr<Workspace> ws[2];
   std::unique_ptr<CudaEvent> sampled[2];  // compute stream: the step's sampling is done

@@ -13,15 +13,16 @@ namespace deepinfer {
 #if DEEPINFER_HAS_CUDA
 namespace {
 
-// Events on the legacy default stream, where the model's ops are queued (OpContext stream null).
+// Events on the stream the runner queues the model's work on.
 class CudaStepTimer final : public DeviceStepTimer {
  public:
+  explicit CudaStepTimer(cudaStream_t stream) : stream_(stream) {}
   void StepStarted() override {
     Span span{Take(), Take()};
-    span.start->Record(nullptr);
+    span.start->Record(stream_);
     in_flight_.push_back(std::move(span));
   }
-  void StepFinished() override { in_flight_.back().end->Record(nullptr); }
+  void StepFinished() override { in_flight_.back().end->Record(stream_); }
   void Measure(double* busy_seconds, double* idle_seconds) override {
     Span span = std::move(in_flight_.front());
     in_flight_.pop_front();
@@ -44,6 +45,7 @@ class CudaStepTimer final : public DeviceStepTimer {
     return e;
   }
 
+  cudaStream_t stream_;
   std::deque<Span> in_flight_;
   std::vector<std::unique_ptr<CudaEvent>> spare_;
   std::unique_ptr<CudaEvent> previous_end_;
@@ -52,11 +54,11 @@ class CudaStepTimer final : public DeviceStepTimer {
 }  // namespace
 #endif
 
-std::unique_ptr<DeviceStepTimer> DeviceStepTimer::Create(DeviceId device) {
+std::unique_ptr<DeviceStepTimer> DeviceStepTimer::Create(DeviceId device, cudaStream_t stream) {
 #if DEEPINFER_HAS_CUDA
-  if (device.type == DeviceType::kCuda) return std::make_unique<CudaStepTimer>();
+  if (device.type == DeviceType::kCuda) return std::make_unique<CudaStepTimer>(stream);
 #endif
-  (void)device;
+  (void)device, (void)stream;
   return nullptr;
 }
 

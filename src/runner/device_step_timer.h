@@ -8,12 +8,15 @@
 
 #include "tensor/tensor_view.h"
 
+using cudaStream_t = struct CUstream_st*;
+
 namespace deepinfer {
 
 class DeviceStepTimer {
  public:
   virtual ~DeviceStepTimer() = default;
-  static std::unique_ptr<DeviceStepTimer> Create(DeviceId device);
+  // Events go on `stream` (null: the legacy default stream).
+  static std::unique_ptr<DeviceStepTimer> Create(DeviceId device, cudaStream_t stream = nullptr);
 
   virtual void StepStarted() = 0;   // queues a step's start event after everything queued so far
   virtual void StepFinished() = 0;  // queues the end event of the step started last

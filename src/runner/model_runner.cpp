@@ -10,13 +10,16 @@
 namespace deepinfer {
 
 ModelRunner::ModelRunner(const Model& model, RunnerOptions options)
-    : model_(model), options_(std::move(options)), device_timer_(DeviceStepTimer::Create(model.device())) {
+    : model_(model), options_(std::move(options)) {
   state_ = model_.CreateState(options_.num_slots + options_.num_pack_slots, options_.num_blocks,
                               options_.block_size, options_.max_step_tokens);
   if (model_.device().is_cpu()) {
     worker_ = std::thread([this] { WorkerLoop(); });
   } else {
+    // The runner's own compute stream; what loading and CreateState queued elsewhere is done.
     device_io_ = std::make_unique<DeviceIo>(model_.device());
+    state_->SetStream(device_io_->op.stream);
+    device_timer_ = DeviceStepTimer::Create(model_.device(), device_io_->op.stream);
     worker_ = std::thread([this] { DeviceWorkerLoop(); });
   }
 }

@@ -143,6 +143,7 @@ ModelRunner::DeviceStep ModelRunner::Enqueue(const SchedulerOutput& out, const s
   ws.Reset(io.op);
   const int64_t vocab = model_.config().vocab_size;
   ForwardBatch batch;
+  batch.stream = io.op.stream;
   std::vector<int32_t> ids, patch_dst, patch_src;
   ids.reserve(static_cast<size_t>(out.num_tokens()));
   std::vector<SeqId> sample_order;

@@ -132,7 +132,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
 
   const int64_t tokens = batch.num_tokens, d = c.hidden_size, s = c.hc_mult;
   StepContext ctx;
-  ctx.op = ops::OpContext{device_, nullptr};
+  ctx.op = ops::OpContext{device_, batch.stream};
   ctx.ws = workspace_.get();
   ctx.ws->Reset(ctx.op);
   ctx.batch = &batch;

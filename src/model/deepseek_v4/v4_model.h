@@ -26,6 +26,7 @@ class V4State : public ModelState {
   void CopySlot(int32_t from, int32_t to) override { storage_.CopySlot(from, to); }
   void CopyBlock(int32_t from, int32_t to) override { storage_.CopyBlock(from, to); }
   void PoisonBlock(int32_t block) override { storage_.PoisonBlock(block); }
+  void SetStream(cudaStream_t stream) override { storage_.SetStream(stream); }
   const StateStorage& storage() const { return storage_; }
   StateStorage& storage() { return storage_; }
 

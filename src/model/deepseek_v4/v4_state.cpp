@@ -70,7 +70,7 @@ StateStorage::StateStorage(StateLayout layout, int64_t num_slots, int64_t num_bl
   for (int32_t s = 0; s < num_slots; ++s) ResetSlot(s);
 }
 
-ops::OpContext StateStorage::Context() const { return ops::OpContext{memory_.device(), nullptr}; }
+ops::OpContext StateStorage::Context() const { return ops::OpContext{memory_.device(), stream_}; }
 
 TensorView StateStorage::base() const {
   return TensorView(memory_.data(), DType::kF32, {static_cast<int64_t>(memory_.size() / sizeof(float))},

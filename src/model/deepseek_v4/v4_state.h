@@ -70,6 +70,8 @@ class StateStorage {
   int64_t fresh_base() const { return fresh_base_; }
   // Makes room for `tokens` fresh rows (reallocates, keeping slots and blocks, when short).
   void EnsureFreshRows(int64_t tokens);
+  // CUDA: where ResetSlot / CopySlot / CopyBlock / PoisonBlock / EnsureFreshRows queue their work.
+  void SetStream(cudaStream_t stream) { stream_ = stream; }
 
   float* Window(int32_t slot, int64_t layer) const;
   float* CompressorKv(int32_t slot, int64_t layer) const;
@@ -99,6 +101,7 @@ class StateStorage {
   int64_t fresh_base_ = 0;
   int64_t fresh_rows_ = 0;
   Buffer memory_;
+  cudaStream_t stream_ = nullptr;
 };
 
 }  // namespace deepinfer::v4
