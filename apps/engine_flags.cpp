@@ -27,6 +27,7 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
       ->check([](const std::string& v) {
         return v == "cpu" || v == "cuda" || v.rfind("cuda:", 0) == 0 ? std::string() : "expected cpu, cuda or cuda:N";
       });
+  g->add_flag("--cuda-graphs", f.options.cuda_graphs, "CUDA: run decode steps as CUDA graphs (one per batch bucket)");
   g->add_option("--served-model-name", f.options.served_model_name, "model name reported by the API");
 }
 

@@ -49,6 +49,28 @@ float CudaEvent::ElapsedMs(const CudaEvent& start, const CudaEvent& end) {
   return ms;
 }
 
+CudaGraph::~CudaGraph() {
+  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+}
+
+void CudaGraph::BeginCapture(cudaStream_t stream) {
+  DI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+}
+
+void CudaGraph::EndCapture(cudaStream_t stream) {
+  cudaGraph_t graph = nullptr;
+  DI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
+  exec_ = nullptr;
+  const cudaError_t status = cudaGraphInstantiate(&exec_, graph, 0);
+  cudaGraphDestroy(graph);
+  DI_CUDA_CHECK(status, "cudaGraphInstantiate");
+}
+
+void CudaGraph::Launch(cudaStream_t stream) const {
+  DI_CUDA_CHECK(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+}
+
 void SynchronizeDevice(int device_index) {
   DI_CUDA_CHECK(cudaSetDevice(device_index), "cudaSetDevice");
   DI_CUDA_CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");

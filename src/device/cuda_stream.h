@@ -6,6 +6,7 @@
 
 using cudaStream_t = struct CUstream_st*;
 using cudaEvent_t = struct CUevent_st*;
+using cudaGraphExec_t = struct CUgraphExec_st*;
 
 namespace deepinfer {
 
@@ -38,6 +39,23 @@ class CudaEvent {
 
  private:
   cudaEvent_t event_ = nullptr;
+};
+
+// A CUDA graph captured from a stream and instantiated, replayed with Launch.
+class CudaGraph {
+ public:
+  CudaGraph() = default;
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  // Work queued on `stream` (by this thread) from BeginCapture to EndCapture is recorded, not run.
+  static void BeginCapture(cudaStream_t stream);
+  void EndCapture(cudaStream_t stream);
+  void Launch(cudaStream_t stream) const;
+  bool ready() const { return exec_ != nullptr; }
+
+ private:
+  cudaGraphExec_t exec_ = nullptr;
 };
 
 // Waits until every stream of the device is idle.

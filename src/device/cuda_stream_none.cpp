@@ -28,6 +28,11 @@ float CudaEvent::ElapsedMs(const CudaEvent&, const CudaEvent&) { NoCuda("a CUDA 
 void EnqueueHostCallback(cudaStream_t, void (*)(void*), void*) { NoCuda("a CUDA host callback"); }
 void SynchronizeDevice(int) { NoCuda("a CUDA device"); }
 
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::BeginCapture(cudaStream_t) { NoCuda("a CUDA graph"); }
+void CudaGraph::EndCapture(cudaStream_t) { NoCuda("a CUDA graph"); }
+void CudaGraph::Launch(cudaStream_t) const { NoCuda("a CUDA graph"); }
+
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes > 0) NoCuda("page-locked host memory");
 }

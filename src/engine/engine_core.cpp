@@ -66,6 +66,8 @@ EngineCore::EngineCore(EngineOptions options) : options_(std::move(options)) {
   ro.max_step_tokens = std::max(options_.max_num_batched_tokens, options_.max_num_seqs);
   ro.eos_token_ids = c.eos_token_ids;
   ro.sampleable_vocab = options_.sampleable_vocab;
+  ro.cuda_graphs = options_.cuda_graphs;
+  ro.max_model_len = options_.max_model_len;
   runner_ = std::make_unique<ModelRunner>(*loaded_.model, ro);
 
   info_.model_dir = options_.model_dir;

@@ -42,6 +42,7 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   int32_t pack_interval_blocks = 16;
   bool async_scheduling = true;         // overlapped loop (false: synchronous)
+  bool cuda_graphs = false;             // CUDA: decode steps as CUDA graphs (RunnerOptions)
   int32_t max_waiting_requests = 4096;  // Submit fails with kResourceExhausted beyond this
   int64_t sampleable_vocab = 0;         // 0: the model's vocab
   // Debugging.

@@ -40,6 +40,13 @@ struct ForwardBatch {
   int64_t static_max_context = 0;
   // CUDA: the stream the step's work is queued on (null: the legacy default stream).
   cudaStream_t stream = nullptr;
+  // CUDA graphs: every upload of the step goes to this page-locked area (owned by the graph) at
+  // consecutive offsets; with record_only nothing is queued on the device (the host part of the
+  // forward refills the staging a captured graph copies from). Model::LastStepStagedBytes() tells
+  // how much a step staged.
+  void* graph_staging = nullptr;
+  size_t graph_staging_bytes = 0;
+  bool record_only = false;
   int64_t num_tokens = 0;
   std::vector<SequenceChunk> seqs;
 };

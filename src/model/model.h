@@ -56,6 +56,8 @@ class Model {
   // One step. logits: [number of chunks with want_logits, vocab] f32, in chunk order.
   virtual void Forward(const ForwardBatch& batch, ModelState& state, const TensorView& logits,
                        const ForwardHooks* hooks = nullptr) const = 0;
+  // Bytes the last Forward uploaded, as graph staging needs them (ForwardBatch::graph_staging).
+  virtual size_t LastStepStagedBytes() const { return 0; }
 };
 
 struct LoadOptions {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/error.h"
 #include "ops/ops.h"
 
 namespace deepinfer {
@@ -70,7 +71,14 @@ TensorView Workspace::Alloc(DType dtype, std::initializer_list<int64_t> shape) {
 TensorView Workspace::Upload(const ops::OpContext& ctx, const void* host, DType dtype,
                              std::initializer_list<int64_t> shape) {
   TensorView t = Alloc(dtype, shape);
-  if (device_.is_cpu()) {
+  const size_t offset = staged_bytes_;
+  staged_bytes_ += Aligned(t.nbytes());
+  if (graph_staging_ != nullptr) {
+    DI_CHECK(staged_bytes_ <= graph_staging_bytes_, "graph staging of {} bytes is too small: the step uploads more",
+             graph_staging_bytes_);
+    std::memcpy(graph_staging_ + offset, host, t.nbytes());
+    ops::CopyBytesAsync(ctx, t.raw(), graph_staging_ + offset, t.nbytes());
+  } else if (device_.is_cpu()) {
     ops::CopyBytes(ctx, t.raw(), host, t.nbytes());
   } else if (t.nbytes() <= kDirectUploadBytes) {
     // Small: straight from pageable memory (the driver stages it before returning, so `host`
@@ -82,9 +90,19 @@ TensorView Workspace::Upload(const ops::OpContext& ctx, const void* host, DType 
   return t;
 }
 
+void Workspace::ResetForGraph(void* staging, size_t bytes) {
+  DI_CHECK(!device_.is_cpu() && staging != nullptr, "graph staging is for a CUDA workspace");
+  for (Chunk& c : chunks_) c.used = 0;
+  staged_bytes_ = 0;
+  graph_staging_ = static_cast<char*>(staging);
+  graph_staging_bytes_ = bytes;
+}
+
 void Workspace::Reset(const ops::OpContext& ctx) {
   host_buffers_.clear();
   for (Chunk& c : chunks_) c.used = 0;
+  staged_bytes_ = 0;
+  graph_staging_ = nullptr;
   if (device_.is_cpu()) return;
   Staging& done = staging_[current_];
   if (!done.drained) done.drained = std::make_unique<CudaEvent>();

@@ -32,6 +32,12 @@ class Workspace {
   // two staging areas; one is reused only after the stream has passed the step that filled it
   // (so with at most two steps in flight the host does not wait).
   void Reset(const ops::OpContext& ctx);
+  // The same for a CUDA-graph step: until the next Reset every upload is copied into `staging`
+  // (page-locked, `bytes` long) at consecutive offsets, whatever its size, with no alternation.
+  void ResetForGraph(void* staging, size_t bytes);
+  // Bytes the uploads since the last Reset took (each rounded up to the alignment): what a graph's
+  // staging must hold for a step of the same shapes.
+  size_t staged_bytes() const { return staged_bytes_; }
 
   DeviceId device() const { return device_; }
   size_t bytes_reserved() const;
@@ -55,6 +61,9 @@ class Workspace {
   std::vector<Chunk> chunks_;
   Staging staging_[2];
   int current_ = 0;
+  char* graph_staging_ = nullptr;  // set between ResetForGraph and the next Reset
+  size_t graph_staging_bytes_ = 0;
+  size_t staged_bytes_ = 0;
 };
 
 }  // namespace deepinfer

@@ -27,7 +27,9 @@ inline void CheckDevice(const OpContext& ctx, const char* op, std::initializer_l
 #if DEEPINFER_HAS_CUDA
 #define DI_ON_CUDA(ctx, op, ...)   \
   if ((ctx).on_cuda()) {           \
-    __VA_ARGS__;                   \
+    if (!(ctx).record_only) {      \
+      __VA_ARGS__;                 \
+    }                              \
     return;                        \
   }
 #else

@@ -12,6 +12,11 @@ namespace deepinfer::ops {
 struct OpContext {
   DeviceId device{};             // kCpu: host kernels, synchronous
   cudaStream_t stream = nullptr;  // CUDA only
+  // CUDA only: run each op's host part (argument checks, workspace uploads into staging) but
+  // queue nothing on the device. A captured CUDA graph's inputs are refilled this way before it
+  // is replayed: the graph holds the kernels, the host part writes the step's data where the
+  // graph's copies read it.
+  bool record_only = false;
 
   bool on_cuda() const { return device.type == DeviceType::kCuda; }
 };

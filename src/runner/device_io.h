@@ -2,7 +2,9 @@
 // (model_runner_device.cpp), complete where the runner is built and destroyed.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <utility>
 
 #include "device/buffer.h"
 #include "device/cuda_stream.h"
@@ -38,6 +40,19 @@ struct ModelRunner::DeviceIo {
   uint64_t last_number = 0;
   uint64_t next_number = 1;
   uint64_t callbacks = 0;                 // host callbacks queued (OnDeviceStepLanded counts them)
+
+  // A decode step of `bucket` sequences as a CUDA graph, one per (bucket, parity): the first step
+  // of its shape runs eagerly (warming the workspaces and measuring the uploads), the second is
+  // captured and launched, later ones refill the staging (record-only forward) and launch.
+  struct DecodeGraph {
+    CudaGraph graph;
+    Buffer ids;            // [bucket] I32: the graph's input tokens
+    Buffer logits;         // [bucket, vocab] F32: its output
+    PinnedBuffer staging;  // its uploads
+    size_t staged_bytes = 0;
+    bool warmed = false;
+  };
+  std::map<std::pair<int64_t, int>, std::unique_ptr<DecodeGraph>> graphs;
 };
 
 }  // namespace deepinfer

@@ -11,8 +11,14 @@ namespace deepinfer {
 
 ModelRunner::ModelRunner(const Model& model, RunnerOptions options)
     : model_(model), options_(std::move(options)) {
-  state_ = model_.CreateState(options_.num_slots + options_.num_pack_slots, options_.num_blocks,
-                              options_.block_size, options_.max_step_tokens);
+  const bool graphs = options_.cuda_graphs && !model_.device().is_cpu();
+  DI_CHECK(!graphs || options_.max_model_len > 0, "CUDA graphs need the context bound (max_model_len)");
+  padding_block_ = options_.num_blocks;
+  // Graphs pad decode batches with sequences on one more slot and block (ids past the cache's),
+  // and scatter closing-nowhere compressor rows into one more fresh row.
+  state_ = model_.CreateState(options_.num_slots + options_.num_pack_slots + (graphs ? 1 : 0),
+                              options_.num_blocks + (graphs ? 1 : 0), options_.block_size,
+                              options_.max_step_tokens + (graphs ? 1 : 0));
   if (model_.device().is_cpu()) {
     worker_ = std::thread([this] { WorkerLoop(); });
   } else {

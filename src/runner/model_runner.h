@@ -40,6 +40,10 @@ struct RunnerOptions {
   int32_t max_step_tokens = 0;  // tokens one step may carry (sizes the model's per-step state rows)
   std::vector<TokenId> eos_token_ids;
   int64_t sampleable_vocab = 0;  // ids at or above are never sampled (0: the model's vocab)
+  // CUDA: decode steps (every sequence one token) run as CUDA graphs captured per batch bucket
+  // (powers of two up to num_slots), the batch padded with sequences on a reserved slot and block.
+  bool cuda_graphs = false;
+  int64_t max_model_len = 0;  // with cuda_graphs: the context bound the graphs are captured for
 };
 
 class ModelRunner {
@@ -113,6 +117,7 @@ class ModelRunner {
   std::unique_ptr<DeviceIo> device_io_;  // CUDA models only (used by the worker thread)
   std::unordered_map<SeqId, SequenceMirror> seqs_;  // worker thread only
   uint64_t next_generation_ = 1;                     // worker thread only
+  int32_t padding_block_ = 0;  // CUDA graphs: the block of the sequences that pad decode batches
   // Logits of the last position of prompt-end packs, [num_pack_slots, vocab] (worker only).
   std::vector<float> pack_logits_;
 

@@ -167,10 +167,50 @@ ModelRunner::DeviceStep ModelRunner::Enqueue(const SchedulerOutput& out, const s
     if (c.sample) sample_order.push_back(c.seq_id);
   }
   const int64_t num_tokens = static_cast<int64_t>(ids.size());
+  const int64_t forward_rows = static_cast<int64_t>(sample_order.size());
+  const int64_t rows = forward_rows + static_cast<int64_t>(out.pack_samples.size());
+
+  // A decode step (every sequence one token, each sampling) may run as a CUDA graph.
+  bool graph_step = options_.cuda_graphs && !batch.seqs.empty() && out.pack_samples.empty() &&
+                    static_cast<int64_t>(batch.seqs.size()) <= options_.num_slots;
+  for (const SequenceChunk& sc : batch.seqs) graph_step &= sc.num_tokens == 1 && sc.want_logits;
+  DeviceIo::DecodeGraph* graph = nullptr;
+  if (graph_step) {
+    int64_t bucket = 1;
+    while (bucket < num_tokens) bucket *= 2;
+    bucket = std::min<int64_t>(bucket, options_.num_slots);
+    std::unique_ptr<DeviceIo::DecodeGraph>& g = io.graphs[{bucket, parity}];
+    if (!g) {
+      g = std::make_unique<DeviceIo::DecodeGraph>();
+      g->ids = Buffer(static_cast<size_t>(bucket) * sizeof(int32_t), model_.device());
+      g->logits = Buffer(static_cast<size_t>(bucket * vocab) * sizeof(float), model_.device());
+    }
+    graph = g.get();
+    // Padding: sequences at position 0 on the reserved slot and block, their logits unused.
+    for (int64_t i = num_tokens; i < bucket; ++i) {
+      SequenceChunk pad;
+      pad.token_offset = i;
+      pad.num_tokens = 1;
+      pad.start_pos = 0;
+      pad.state_slot = options_.num_slots + options_.num_pack_slots;
+      pad.block_table = &padding_block_;
+      pad.num_blocks = 1;
+      pad.want_logits = true;
+      batch.seqs.push_back(pad);
+      ids.push_back(0);
+    }
+    batch.static_max_context = options_.max_model_len;
+  }
   batch.token_ids = ids.data();
-  batch.num_tokens = num_tokens;
-  if (num_tokens > 0) {
-    const TensorView device_ids = ws.Upload(io.op, ids.data(), DType::kI32, {num_tokens});
+  batch.num_tokens = static_cast<int64_t>(ids.size());
+  if (batch.num_tokens > 0) {
+    TensorView device_ids;
+    if (graph != nullptr) {
+      device_ids = TensorView(graph->ids.data(), DType::kI32, {batch.num_tokens}, model_.device());
+      ops::CopyBytesAsync(io.op, graph->ids.data(), ids.data(), ids.size() * sizeof(int32_t));
+    } else {
+      device_ids = ws.Upload(io.op, ids.data(), DType::kI32, {batch.num_tokens});
+    }
     if (!patch_dst.empty()) {
       const int64_t n = static_cast<int64_t>(patch_dst.size());
       ops::CopyIndexedTokens(io.op, device_ids, ws.Upload(io.op, patch_dst.data(), DType::kI32, {n}), io.last_sampled,
@@ -179,12 +219,41 @@ ModelRunner::DeviceStep ModelRunner::Enqueue(const SchedulerOutput& out, const s
     batch.device_token_ids = device_ids.data<int32_t>();
   }
 
-  const int64_t forward_rows = static_cast<int64_t>(sample_order.size());
-  const int64_t rows = forward_rows + static_cast<int64_t>(out.pack_samples.size());
-  const TensorView logits = ws.Alloc(DType::kF32, {std::max<int64_t>(rows, 1), vocab});
+  const TensorView logits = graph != nullptr
+                                ? TensorView(graph->logits.data(), DType::kF32, {batch.num_tokens, vocab}, model_.device())
+                                : ws.Alloc(DType::kF32, {std::max<int64_t>(rows, 1), vocab});
   auto logits_row = [&](int64_t r) { return logits.data<float>() + r * vocab; };
-  if (!batch.seqs.empty()) {
-    model_.Forward(batch, *state_, TensorView(logits.raw(), DType::kF32, {forward_rows, vocab}, model_.device()));
+  if (graph == nullptr) {
+    if (!batch.seqs.empty()) {
+      model_.Forward(batch, *state_, TensorView(logits.raw(), DType::kF32, {forward_rows, vocab}, model_.device()));
+    }
+  } else if (!graph->warmed) {
+    model_.Forward(batch, *state_, logits);  // eagerly: allocates what the graph will use, measures its uploads
+    graph->staged_bytes = model_.LastStepStagedBytes();
+    graph->staging = PinnedBuffer(std::max<size_t>(graph->staged_bytes, 1));
+    graph->warmed = true;
+  } else {
+    batch.graph_staging = graph->staging.data();
+    batch.graph_staging_bytes = graph->staging.size();
+    if (!graph->graph.ready()) {
+      CudaGraph::BeginCapture(io.op.stream);
+      try {
+        model_.Forward(batch, *state_, logits);
+      } catch (...) {
+        try {
+          graph->graph.EndCapture(io.op.stream);
+        } catch (...) {
+        }
+        throw;
+      }
+      graph->graph.EndCapture(io.op.stream);
+    } else {
+      batch.record_only = true;  // refill the staging the graph's copies read
+      model_.Forward(batch, *state_, logits);
+    }
+    DI_CHECK(model_.LastStepStagedBytes() == graph->staged_bytes,
+             "a decode graph's step staged {} bytes, its capture {}", model_.LastStepStagedBytes(), graph->staged_bytes);
+    graph->graph.Launch(io.op.stream);
   }
   // Prompt-end packs keep the raw logits; whole prompts restored from a pack sample from them.
   for (const PackCopy& c : out.post_copies) {

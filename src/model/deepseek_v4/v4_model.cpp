@@ -132,9 +132,14 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
 
   const int64_t tokens = batch.num_tokens, d = c.hidden_size, s = c.hc_mult;
   StepContext ctx;
-  ctx.op = ops::OpContext{device_, batch.stream};
+  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only};
   ctx.ws = workspace_.get();
-  ctx.ws->Reset(ctx.op);
+  if (batch.graph_staging != nullptr) {
+    ctx.ws->ResetForGraph(batch.graph_staging, batch.graph_staging_bytes);
+  } else {
+    DI_CHECK(!batch.record_only, "a record-only step needs graph staging");
+    ctx.ws->Reset(ctx.op);
+  }
   ctx.batch = &batch;
   ctx.state = &state;
   // Static shapes scatter the compressor rows that close nowhere into the fresh row after the
@@ -158,6 +163,12 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
     info.block_offset = static_cast<int64_t>(ctx.block_tables.size());
     ctx.seqs.push_back(info);
     if (sq.block_table != nullptr) ctx.block_tables.insert(ctx.block_tables.end(), sq.block_table, sq.block_table + sq.num_blocks);
+    if (batch.static_max_context > 0) {  // every table as long as the context bound needs: one upload size
+      const int64_t blocks = DivCeil(batch.static_max_context, state.layout().block_size);
+      DI_CHECK(sq.num_blocks <= blocks, "chunk {}: {} blocks, past the {} of the static context bound", i,
+               sq.num_blocks, blocks);
+      ctx.block_tables.resize(static_cast<size_t>(info.block_offset + blocks), 0);
+    }
     for (int64_t j = 0; j < sq.num_tokens; ++j) {
       ctx.positions[sq.token_offset + j] = sq.start_pos + j;
       ctx.token_seq[sq.token_offset + j] = static_cast<int32_t>(i);

@@ -46,6 +46,7 @@ class V4Model : public Model {
                                           int64_t max_step_tokens = 0) const override;
   size_t BytesPerSlot(int64_t block_size) const override;
   size_t BytesPerBlock(int64_t block_size) const override;
+  size_t LastStepStagedBytes() const override { return workspace_->staged_bytes(); }
   void Forward(const ForwardBatch& batch, ModelState& state, const TensorView& logits,
                const ForwardHooks* hooks) const override;
 
