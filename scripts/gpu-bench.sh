@@ -2,7 +2,8 @@
 # On the GPU machine, with build/gpu-dist carried (scripts/gpu-build.sh): the engine on the GPU
 # against the engine on the CPU, same binary, same model, same run; results under $OUT.
 #   1. greedy generation from the shipped demo model on both devices: the texts must be equal;
-#   2. `deepinfer bench overlap` (synchronous vs overlapped loop) at batch 1 and 64 on both;
+#   2. `deepinfer bench overlap` (synchronous vs overlapped loop) at batch 1 and 64 on both, and on
+#      the GPU once more with decode steps as CUDA graphs (--cuda-graphs);
 #   3. HF transformers generate on the demo config (random BF16 weights) at the same shapes.
 # With --flash instead: the 2-layer DeepSeek-V4-Flash-shaped config (bench/configs) with dummy
 # weights, our engine on the GPU against HF transformers (tools/bench_hf_v4.py, random BF16
@@ -22,10 +23,12 @@ status=0
 if [[ ${1:-} == --flash ]]; then
   flash=bench/configs/v4-flash-2layer
   for batch in 1 64; do
-    echo "== Flash-shaped, 2 layers: deepinfer on cuda, batch $batch"
-    timeout 280 $bin bench overlap $flash --load-format dummy --device cuda --requests $batch --max-num-seqs $batch \
-      --prompt-len 512 --max-tokens 32 --max-num-batched-tokens 8192 --cache-memory-mb 4096 \
-      --json "$out/flash-deepinfer-b$batch.json" 2>>"$out/bench.log" || status=1
+    for graphs in "" --cuda-graphs; do
+      echo "== Flash-shaped, 2 layers: deepinfer on cuda $graphs, batch $batch"
+      timeout 280 $bin bench overlap $flash --load-format dummy --device cuda $graphs --requests $batch \
+        --max-num-seqs $batch --prompt-len 512 --max-tokens 32 --max-num-batched-tokens 8192 --cache-memory-mb 4096 \
+        --json "$out/flash-deepinfer-b$batch${graphs:+-graphs}.json" 2>>"$out/bench.log" || status=1
+    done
     echo "== Flash-shaped, 2 layers: HF transformers, batch $batch"
     timeout 280 python3 tools/bench_hf_v4.py $flash --batch $batch --prompt-len 512 --new-tokens 32 \
       | tee "$out/flash-hf-b$batch.json" || status=1
@@ -41,11 +44,13 @@ else
   echo "greedy text differs between cpu and cuda"; status=1
   diff "$out/generate-cpu.txt" "$out/generate-cuda.txt" | head -10
 fi
-for device in cuda cpu; do
+for mode in cuda cuda-graphs cpu; do
+  device=${mode%%-*}
+  graphs=(); [[ $mode == cuda-graphs ]] && graphs=(--cuda-graphs)
   for batch in 1 64; do
-    echo "== bench overlap: device $device, batch $batch"
-    $bin bench overlap $model --device $device --requests $batch --max-num-seqs $batch --prompt-len 64 \
-      --max-tokens 64 --json "$out/bench-$device-b$batch.json" 2>>"$out/bench.log" || status=1
+    echo "== bench overlap: device $device ${graphs[*]}, batch $batch"
+    timeout 200 $bin bench overlap $model --device $device "${graphs[@]}" --requests $batch --max-num-seqs $batch \
+      --prompt-len 64 --max-tokens 64 --json "$out/bench-$mode-b$batch.json" 2>>"$out/bench.log" || status=1
   done
 done
 for batch in 1 64; do
