@@ -8,6 +8,8 @@
 # With --flash instead: the 2-layer DeepSeek-V4-Flash-shaped config (bench/configs) with dummy
 # weights, our engine on the GPU against HF transformers (tools/bench_hf_v4.py, random BF16
 # weights) at batch 1 and 64, 512-token prompts, 32 new tokens, prefill included.
+# With --steps [ARGS]: `deepinfer bench steps` on the 3-layer Flash-shaped config (issue 8), JSON
+# and a PNG plot (tools/plot_bench.py, if matplotlib is there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
@@ -20,6 +22,15 @@ bin=$dist/deepinfer
 model=models/deepinfer-v4-demo
 prompt="The history of the city begins"
 status=0
+if [[ ${1:-} == --steps ]]; then
+  # Issue 8: ceilings, decode steps (batch x context) and prefills on the 3-layer Flash-shaped
+  # model, scaled to Flash's 43 layers. Extra arguments go to `deepinfer bench steps`.
+  shift
+  timeout 560 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --json "$out/steps.json" "$@" \
+    2>>"$out/bench.log" || status=1
+  python3 tools/plot_bench.py "$out/steps.json" "$out/steps.png" 2>>"$out/bench.log" || echo "(no plot: see bench.log)"
+  exit $status
+fi
 if [[ ${1:-} == --flash ]]; then
   flash=bench/configs/v4-flash-2layer
   for batch in 1 64; do

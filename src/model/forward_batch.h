@@ -12,6 +12,10 @@ using cudaStream_t = struct CUstream_st*;
 
 namespace deepinfer {
 
+namespace ops {
+class OpProfiler;
+}
+
 struct SequenceChunk {
   int64_t token_offset = 0;   // index of this chunk's first token in ForwardBatch::token_ids
   int64_t num_tokens = 0;     // tokens of this sequence in the step (prefill chunk or 1 decode)
@@ -47,6 +51,8 @@ struct ForwardBatch {
   void* graph_staging = nullptr;
   size_t graph_staging_bytes = 0;
   bool record_only = false;
+  // CUDA: times every op of the step (benchmarks); the model sets its scope per layer.
+  ops::OpProfiler* profiler = nullptr;
   int64_t num_tokens = 0;
   std::vector<SequenceChunk> seqs;
 };

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "model/forward_batch.h"
@@ -37,6 +38,47 @@ class ModelState {
   virtual void PoisonBlock(int32_t block) = 0;
   // CUDA: the stream the operations above are queued on (default: the legacy default stream).
   virtual void SetStream(cudaStream_t stream) { (void)stream; }
+  // Benchmarks: every float of every slot and block set to a hash-uniform value in [-1, 1]
+  // (a context's worth of state without running its prefill; queued like the operations above).
+  virtual void FillForBenchmark(uint64_t seed) = 0;
+};
+
+// What one forward step touches, for benchmarks' floors (bytes over a bandwidth, FLOPs over a
+// rate). The step: `num_seqs` sequences of `tokens_per_seq` tokens each, every sequence having
+// `context` positions folded into its state before the step, logits for each sequence's last
+// token.
+struct StepCostQuery {
+  int64_t num_seqs = 1;
+  int64_t tokens_per_seq = 1;
+  int64_t context = 0;
+};
+
+// One layer's share of a StepCost.
+struct LayerCost {
+  int64_t layer = 0;
+  int64_t compress_ratio = 0;
+  double weight_bytes = 0;
+  double state_read_bytes = 0;
+  double linear_flops = 0;
+  double attention_flops = 0;
+};
+
+struct StepCost {
+  // Bytes read from weights: every weight the step uses once (routed experts: the expected
+  // number of distinct experts the step's tokens pick under uniform routing; embedding and
+  // tid2eid: the rows read).
+  double weight_bytes = 0;
+  double routed_expert_bytes = 0;  // the routed experts' share of weight_bytes
+  double expected_experts_per_layer = 0;
+  // State in the layout the model keeps it: rows and compressor states read / written.
+  double state_read_bytes = 0;
+  double state_write_bytes = 0;
+  // 2 FLOPs per multiply-add: every linear projection (experts included, each token times its
+  // top-k), and attention (QK and PV over the attended rows) plus the indexer's scores.
+  double linear_flops = 0;
+  double attention_flops = 0;
+  std::vector<LayerCost> layers;  // per layer; the rest (embedding, head) is the totals minus these
+  double bytes() const { return weight_bytes + state_read_bytes; }
 };
 
 class Model {
@@ -56,6 +98,8 @@ class Model {
   // One step. logits: [number of chunks with want_logits, vocab] f32, in chunk order.
   virtual void Forward(const ForwardBatch& batch, ModelState& state, const TensorView& logits,
                        const ForwardHooks* hooks = nullptr) const = 0;
+  // The traffic and work of one step (StepCostQuery); for benchmarks, not for scheduling.
+  virtual StepCost EstimateStepCost(const StepCostQuery& query) const = 0;
   // Bytes the last Forward uploaded, as graph staging needs them (ForwardBatch::graph_staging).
   virtual size_t LastStepStagedBytes() const { return 0; }
 };

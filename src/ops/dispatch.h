@@ -25,12 +25,14 @@ inline void CheckDevice(const OpContext& ctx, const char* op, std::initializer_l
 
 // Dispatch helper: the CPU branch, or the CUDA branch when compiled in.
 #if DEEPINFER_HAS_CUDA
-#define DI_ON_CUDA(ctx, op, ...)   \
-  if ((ctx).on_cuda()) {           \
-    if (!(ctx).record_only) {      \
-      __VA_ARGS__;                 \
-    }                              \
-    return;                        \
+#define DI_ON_CUDA(ctx, op, ...)                                      \
+  if ((ctx).on_cuda()) {                                              \
+    if (!(ctx).record_only) {                                         \
+      if ((ctx).profiler != nullptr) (ctx).profiler->Begin(op, (ctx).stream); \
+      __VA_ARGS__;                                                    \
+      if ((ctx).profiler != nullptr) (ctx).profiler->End((ctx).stream); \
+    }                                                                 \
+    return;                                                           \
   }
 #else
 #define DI_ON_CUDA(ctx, op, ...) \

@@ -9,6 +9,17 @@ using cudaStream_t = struct CUstream_st*;
 
 namespace deepinfer::ops {
 
+// Per-op device timing for benchmarks (CUDA only): every op calls Begin before it queues its
+// kernels on `stream` and End after; what it measures (events, scopes) is the profiler's business.
+class OpProfiler {
+ public:
+  virtual ~OpProfiler() = default;
+  virtual void Begin(const char* op, cudaStream_t stream) = 0;
+  virtual void End(cudaStream_t stream) = 0;
+  // The model names the part of the step that follows (a layer, the head); ops are grouped by it.
+  virtual void SetScope(const char* scope) = 0;
+};
+
 struct OpContext {
   DeviceId device{};             // kCpu: host kernels, synchronous
   cudaStream_t stream = nullptr;  // CUDA only
@@ -17,6 +28,7 @@ struct OpContext {
   // is replayed: the graph holds the kernels, the host part writes the step's data where the
   // graph's copies read it.
   bool record_only = false;
+  OpProfiler* profiler = nullptr;  // CUDA only; null: no timing
 
   bool on_cuda() const { return device.type == DeviceType::kCuda; }
 };

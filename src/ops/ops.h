@@ -75,6 +75,10 @@ void CopyBytesAsync(const OpContext& ctx, void* dst, const void* src, size_t byt
 void Scale(const OpContext& ctx, const TensorView& x, float factor);
 // x[i] = value for the n floats at x (memory of the context's device).
 void FillFloats(const OpContext& ctx, float* x, int64_t n, float value);
+// x[i] = cpu::HashUniform(seed, i, lo, hi): the same values on every device.
+void FillHashUniform(const OpContext& ctx, float* x, int64_t n, uint64_t seed, float lo, float hi);
+// CUDA: the stream waits `microseconds` of device time (a spinning kernel); no-op on the host.
+void DeviceSpin(const OpContext& ctx, int64_t microseconds);
 
 // ---- rows of the V4 state (kernels/cpu/rows.h) -------------------------------------------
 // `base` is the F32 state buffer every offset and row id refers to.

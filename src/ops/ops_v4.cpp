@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/compressor.h"
+#include "kernels/cpu/hash_uniform.h"
 #include "kernels/cpu/indexer.h"
 #include "kernels/cpu/rows.h"
 #include "ops/dispatch.h"
@@ -73,6 +74,15 @@ void Scale(const OpContext& ctx, const TensorView& x, float factor) {
 void FillFloats(const OpContext& ctx, float* x, int64_t n, float value) {
   DI_ON_CUDA(ctx, "fill", cuda::FillF32(x, n, value, ctx.stream));
   std::fill(x, x + n, value);
+}
+
+void FillHashUniform(const OpContext& ctx, float* x, int64_t n, uint64_t seed, float lo, float hi) {
+  DI_ON_CUDA(ctx, "fill_hash_uniform", cuda::FillHashUniformF32(x, n, seed, lo, hi, ctx.stream));
+  for (int64_t i = 0; i < n; ++i) x[i] = cpu::HashUniform(seed, static_cast<uint64_t>(i), lo, hi);
+}
+
+void DeviceSpin(const OpContext& ctx, int64_t microseconds) {
+  DI_ON_CUDA(ctx, "spin", cuda::SpinMicroseconds(microseconds, ctx.stream));
 }
 
 // ---- rows ------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cpu/hash_uniform.h"
 
 #include <algorithm>
 #include <cmath>
@@ -139,6 +140,22 @@ __global__ void FillKernel(float* x, int64_t n, float value) {
   }
 }
 
+__global__ void FillHashUniformKernel(float* x, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] = cpu::HashUniform(seed, static_cast<uint64_t>(i), lo, hi);
+  }
+}
+
+__global__ void SpinKernel(int64_t nanoseconds) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (static_cast<int64_t>(now - start) < nanoseconds);
+}
+
 __global__ void ScaleKernel(float* x, int64_t n, float factor) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -231,6 +248,19 @@ void ScaleF32(float* x, int64_t n, float factor, cudaStream_t stream) {
   ScaleKernel<<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 4096)), kRowThreads, 0, stream>>>(
       x, n, factor);
   DI_CUDA_LAUNCH_CHECK("scale");
+}
+
+void FillHashUniformF32(float* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
+  if (n == 0) return;
+  FillHashUniformKernel<<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 8192)), kRowThreads, 0,
+                          stream>>>(x, n, seed, lo, hi);
+  DI_CUDA_LAUNCH_CHECK("fill_hash_uniform");
+}
+
+void SpinMicroseconds(int64_t microseconds, cudaStream_t stream) {
+  if (microseconds <= 0) return;
+  SpinKernel<<<1, 1, 0, stream>>>(microseconds * 1000);
+  DI_CUDA_LAUNCH_CHECK("spin");
 }
 
 void FillF32(float* x, int64_t n, float value, cudaStream_t stream) {

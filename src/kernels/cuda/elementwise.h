@@ -49,5 +49,11 @@ void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m
 void ScaleF32(float* x, int64_t n, float factor, cudaStream_t stream);
 // x[i] = value for i < n.
 void FillF32(float* x, int64_t n, float value, cudaStream_t stream);
+// x[i] = cpu::HashUniform(seed, i, lo, hi) for i < n (kernels/cpu/hash_uniform.h), bit-exact
+// with the host.
+void FillHashUniformF32(float* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
+// One thread that spins for `microseconds` of device time (benchmarks: the host queues a whole
+// step behind it, so the step's kernels then run without waiting for the host).
+void SpinMicroseconds(int64_t microseconds, cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "base/math.h"
 #include "model/deepseek_v4/v4_step.h"
@@ -100,6 +103,13 @@ cpu::LayerRowGeometry V4Model::StepContext::Geometry(const StateLayout& l, int64
 
 namespace {
 
+// "layer 3 csa": the layer and its attention kind (swa: window only; csa: ratio 4 with the
+// indexer; hca: ratio 128), how benchmarks group per-op times.
+std::string ProfileScope(const BlockWeights& w) {
+  const char* kind = w.compress_ratio == 0 ? "swa" : w.attn.indexer ? "csa" : "hca";
+  return fmt::format("layer {} {}", w.layer, kind);
+}
+
 void ValidateBatch(const ForwardBatch& batch, const StateStorage& state, bool has_paged_rows) {
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const SequenceChunk& s = batch.seqs[i];
@@ -132,7 +142,8 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
 
   const int64_t tokens = batch.num_tokens, d = c.hidden_size, s = c.hc_mult;
   StepContext ctx;
-  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only};
+  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only, batch.profiler};
+  if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope("embedding");
   ctx.ws = workspace_.get();
   if (batch.graph_staging != nullptr) {
     ctx.ws->ResetForGraph(batch.graph_staging, batch.graph_staging_bytes);
@@ -203,6 +214,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   const TensorView streams = ws.Alloc(DType::kF32, {tokens, s, d});
   ops::GatherRows(ctx.op, h, upload(broadcast, DType::kI64), streams.Reshape({tokens * s, d}));
   for (const BlockWeights& w : weights_.layers) {
+    if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope(ProfileScope(w).c_str());
     Block(ctx, w, streams);
     if (hooks != nullptr && hooks->on_block_output) {
       if (device_.is_cpu()) {
@@ -215,6 +227,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
     }
   }
 
+  if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope("head");
   std::vector<int64_t> last_rows;
   for (const SequenceChunk& sq : batch.seqs) {
     if (sq.want_logits) last_rows.push_back((sq.token_offset + sq.num_tokens - 1) * s * d);

@@ -27,6 +27,7 @@ class V4State : public ModelState {
   void CopyBlock(int32_t from, int32_t to) override { storage_.CopyBlock(from, to); }
   void PoisonBlock(int32_t block) override { storage_.PoisonBlock(block); }
   void SetStream(cudaStream_t stream) override { storage_.SetStream(stream); }
+  void FillForBenchmark(uint64_t seed) override { storage_.FillForBenchmark(seed); }
   const StateStorage& storage() const { return storage_; }
   StateStorage& storage() { return storage_; }
 
@@ -47,6 +48,7 @@ class V4Model : public Model {
   size_t BytesPerSlot(int64_t block_size) const override;
   size_t BytesPerBlock(int64_t block_size) const override;
   size_t LastStepStagedBytes() const override { return workspace_->staged_bytes(); }
+  StepCost EstimateStepCost(const StepCostQuery& query) const override;  // v4_cost.cpp
   void Forward(const ForwardBatch& batch, ModelState& state, const TensorView& logits,
                const ForwardHooks* hooks) const override;
 

@@ -157,4 +157,8 @@ void StateStorage::PoisonBlock(int32_t block) const {
   ops::FillFloats(Context(), Block(block), layout_.block_floats, std::numeric_limits<float>::quiet_NaN());
 }
 
+void StateStorage::FillForBenchmark(uint64_t seed) const {
+  ops::FillHashUniform(Context(), base().data<float>(), fresh_base_, seed, -1.f, 1.f);
+}
+
 }  // namespace deepinfer::v4

@@ -90,6 +90,8 @@ class StateStorage {
   void CopyBlock(int32_t from, int32_t to) const;
   // Overwrites every float of a block with NaN (debug: use-after-release becomes visible).
   void PoisonBlock(int32_t block) const;
+  // Every float of the slots and blocks set to cpu::HashUniform(seed, i, -1, 1).
+  void FillForBenchmark(uint64_t seed) const;
 
  private:
   float* Slot(int32_t slot) const;
