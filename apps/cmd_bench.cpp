@@ -1,10 +1,15 @@
 // deepinfer bench overlap [MODEL_DIR] [--requests N] [--prompt-len L] [--max-tokens T] [--json F]
+// deepinfer bench ceilings [--device-index D] [--json F]
+// deepinfer bench steps MODEL_DIR ... (apps/bench_steps.cpp)
 //
-// Runs one synthetic workload through the engine twice, in the synchronous and in the
+// overlap: runs one synthetic workload through the engine twice, in the synchronous and in the
 // overlapped loop, and reports for each where a step's wall time goes: the runner's busy time
 // (copies, forward, sampling), the host's scheduling and bookkeeping, and the time the runner
 // sat idle between consecutive steps waiting for the host (the "exposed" host time). The
 // overlapped loop exists to drive the exposed fraction to zero.
+//
+// ceilings: the GPU's measured limits (bench/ceilings.h): a 2 GiB device-to-device copy and
+// cuBLASLt GEMMs at 8192³ in BF16, FP8 with per-tensor scales and FP8 with block scales.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -12,9 +17,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "apps/bench_steps.h"
 #include "apps/commands.h"
 #include "apps/engine_flags.h"
 #include "base/timer.h"
+#include "bench/ceilings.h"
 #include "engine/engine_core.h"
 
 namespace deepinfer::apps {
@@ -112,6 +119,36 @@ void RunBench(const BenchArgs& a) {
   if (!a.json.empty()) std::ofstream(a.json) << report.dump(2) << "\n";
 }
 
+struct CeilingsArgs {
+  int device_index = 0;
+  std::string json;
+};
+
+void PrintGemm(const char* name, const bench::GemmTiming& t) {
+  if (!t.error.empty()) {
+    std::printf("%-26s %s\n", name, t.error.c_str());
+    return;
+  }
+  std::printf("%-26s %10.3f %10.1f %10.3f %10.3f\n", name, 1e3 * t.seconds_per_call, 1e-12 * t.flops_per_s,
+              1e-12 * t.operand_bytes_per_s, t.check_ratio);
+}
+
+void RunCeilings(const CeilingsArgs& a) {
+  const bench::Ceilings c = bench::MeasureCeilings(a.device_index);
+  std::printf("%s\n%-26s %10s %10s %10s %10s\n", c.device.c_str(), "measurement", "ms", "TFLOP/s", "TB/s", "check");
+  std::printf("%-26s %10.3f %10s %10.3f %10s\n", "device copy 2 GiB", 1e3 * c.copy.seconds, "-",
+              1e-12 * c.copy.bytes_per_s, "ok");
+  PrintGemm("gemm 8192^3 bf16", c.bf16);
+  PrintGemm("gemm 8192^3 fp8 tensor", c.fp8);
+  PrintGemm("gemm 8192^3 fp8 block", c.fp8_block);
+  std::printf("TB/s: bytes read plus written (copy), each operand once (GEMM: act, W, out, scales);\n"
+              "check: worst sampled output error over its tolerance (<= 1 passes).\n");
+  for (const bench::GemmTiming* t : {&c.bf16, &c.fp8, &c.fp8_block}) {
+    std::printf("%s: %s\n", std::string(bench::GemmKindName(t->kind)).c_str(), t->algo_note.c_str());
+  }
+  if (!a.json.empty()) std::ofstream(a.json) << bench::ToJson(c).dump(2) << "\n";
+}
+
 void RegisterBench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
@@ -123,6 +160,13 @@ void RegisterBench(CLI::App& app) {
   overlap->add_option("--max-tokens", a->max_tokens, "output tokens per request")->capture_default_str();
   overlap->add_option("--json", a->json, "write the report as JSON");
   overlap->callback([a] { RunBench(*a); });
+  auto c = std::make_shared<CeilingsArgs>();
+  CLI::App* ceilings =
+      bench->add_subcommand("ceilings", "GPU ceilings: device copy, cuBLASLt BF16 / FP8 / block-scaled FP8 GEMMs");
+  ceilings->add_option("--device-index", c->device_index, "CUDA device")->capture_default_str();
+  ceilings->add_option("--json", c->json, "write the report as JSON");
+  ceilings->callback([c] { RunCeilings(*c); });
+  AddStepBench(bench);
 }
 
 }  // namespace

@@ -10,22 +10,21 @@ CudaEvent& EventOpProfiler::NextEvent() {
 }
 
 void EventOpProfiler::Begin(const char* op, cudaStream_t stream) {
-  DI_CHECK(!open_, "op {} began inside another op", op);
-  open_ = true;
+  if (depth_++ > 0) return;  // an op called from another op's CUDA branch counts as the outer op
   Span s{scope_, op, used_, 0};
   NextEvent().Record(stream);
   spans_.push_back(std::move(s));
 }
 
 void EventOpProfiler::End(cudaStream_t stream) {
-  DI_CHECK(open_, "an op ended that never began");
-  open_ = false;
+  DI_CHECK(depth_ > 0, "an op ended that never began");
+  if (--depth_ > 0) return;
   spans_.back().end = used_;
   NextEvent().Record(stream);
 }
 
 void EventOpProfiler::Collect() {
-  DI_CHECK(!open_, "collecting inside an op");
+  DI_CHECK(depth_ == 0, "collecting inside an op");
   if (used_ > 0) events_[used_ - 1]->Synchronize();
   for (const Span& s : spans_) {
     OpTime& t = totals_[{s.scope, s.op}];

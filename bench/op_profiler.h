@@ -1,5 +1,6 @@
 // EventOpProfiler: ops::OpProfiler that times every op of a step with a pair of CUDA events and
-// groups the times by the model's scope (a layer, the head) and the op's name.
+// groups the times by the model's scope (a layer, the head) and the op's name. An op that another
+// op's CUDA branch calls is part of the outer op's time.
 #pragma once
 
 #include <map>
@@ -40,7 +41,7 @@ class EventOpProfiler : public ops::OpProfiler {
   std::vector<std::unique_ptr<CudaEvent>> events_;
   size_t used_ = 0;
   std::vector<Span> spans_;
-  bool open_ = false;
+  int depth_ = 0;  // ops begun and not ended (nested ops are timed as part of the outer one)
   std::map<std::pair<std::string, std::string>, OpTime> totals_;
 };
 

@@ -41,10 +41,14 @@ struct StepPoint {
   int64_t batch = 0;         // sequences
   int64_t tokens_per_seq = 0;
   int64_t context = 0;       // positions already in each sequence's state
-  // Device time per step, steps queued back to back behind a spinning kernel (so the host's
-  // launch rate does not show), and as a replayed CUDA graph (< 0: not measured).
+  // Seconds per step from device events: steps queued back to back by the host (at most two
+  // ahead, as in the engine; where the host is the slower side this is its rate), and the step
+  // as a replayed CUDA graph (< 0: not measured).
   double eager_seconds = -1;
   double graph_seconds = -1;
+  // The profiled step's op times summed: the device's busy time in one step (plus the events'
+  // own cost), without the gaps between ops (< 0: not profiled).
+  double busy_seconds = -1;
   StepCost cost;
   StepProfile profile;
   std::string skipped;       // non-empty: why the point was not measured

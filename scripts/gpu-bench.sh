@@ -14,10 +14,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
 mkdir -p "$out"
-dist=build/gpu-dist
-export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# Binaries travel gzipped (scripts/gpu-build.sh).
-for f in $dist/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
+source scripts/gpu-env.sh
+echo "cuBLASLt (dlopen'ed by the ceilings): ${DEEPINFER_CUBLASLT:-not found}"
 bin=$dist/deepinfer
 model=models/deepinfer-v4-demo
 prompt="The history of the city begins"

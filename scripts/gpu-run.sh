@@ -25,14 +25,12 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-dist=build/gpu-dist
-export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# Binaries travel gzipped (scripts/gpu-build.sh).
-for f in $dist/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
+source scripts/gpu-env.sh
 {
   echo "commit: $(cat $dist/COMMIT 2>/dev/null)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
   echo "missing libraries:"; ldd $dist/deepinfer_gpu_tests | grep "not found" || echo "  none"
+  echo "cuBLASLt (dlopen'ed by the ceilings): ${DEEPINFER_CUBLASLT:-not found}"
 } | tee "$out/machine.txt"
 export DEEPINFER_SOURCE_DIR=$PWD
 # The reference goldens travel as archives; the model tests read them from here.

@@ -1,0 +1,612 @@
+// CUDA build of the ceilings: memory, streams and events through the (static) CUDA runtime;
+// cuBLASLt through dlopen, so the binary has no link-time dependency on it.
+//
+// cuBLASLt configuration, the same for TimeGemm and RunGemm (see ceilings.h for the layouts):
+//   descriptor  CUBLAS_COMPUTE_32F, scale type CUDA_R_32F, alpha = 1, beta = 0 (host pointers),
+//               TRANSA = T, TRANSB = N, FAST_ACCUM off (the default)
+//   A = W       k×n, ld k, CUDA_R_16BF or CUDA_R_8F_E4M3
+//   B = act     k×m, ld k, same type as A
+//   C = D = out n×m, ld n, CUDA_R_16BF
+//   kFp8PerTensor    A_SCALE_POINTER = &s_W, B_SCALE_POINTER = &s_act (SCALAR_32F, the default)
+//   kFp8BlockScaled  A_SCALE_MODE = BLK128x128_32F, B_SCALE_MODE = VEC128_32F, the pointers to the
+//                    packed scales (PackWeightBlockScales, PackActBlockScales)
+//   algorithm   the heuristic's first result with a 32 MiB workspace
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <utility>
+
+#include "base/error.h"
+#include "bench/ceilings.h"
+#include "bench/ceilings_fill.h"
+#include "tensor/dtype.h"
+
+#define DI_BENCH_CUDA(call)                                                                         \
+  do {                                                                                              \
+    const cudaError_t di_bench_err_ = (call);                                                       \
+    if (di_bench_err_ != cudaSuccess) DI_THROW("{}: {}", #call, cudaGetErrorString(di_bench_err_)); \
+  } while (0)
+
+namespace deepinfer::bench {
+namespace {
+
+constexpr int64_t kBlock = 128;
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+constexpr int kWarmupCalls = 3;
+
+// ---- cuBLASLt, loaded once per process ------------------------------------------------------
+
+struct CublasLt {
+  std::string path;  // the name dlopen accepted
+  size_t version = 0;
+  decltype(&cublasLtCreate) Create = nullptr;
+  decltype(&cublasLtDestroy) Destroy = nullptr;
+  decltype(&cublasLtGetVersion) GetVersion = nullptr;
+  decltype(&cublasLtGetStatusName) GetStatusName = nullptr;
+  decltype(&cublasLtGetStatusString) GetStatusString = nullptr;
+  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
+  decltype(&cublasLtMatmulAlgoConfigGetAttribute) MatmulAlgoConfigGetAttribute = nullptr;
+  decltype(&cublasLtMatmul) Matmul = nullptr;
+
+  std::string StatusText(cublasStatus_t status) const {
+    return fmt::format("{} ({})", GetStatusName(status), GetStatusString(status));
+  }
+  // "cuBLASLt 13.0.2 (libcublasLt.so.13)".
+  std::string Describe() const {
+    return fmt::format("cuBLASLt {}.{}.{} ({})", version / 10000, version / 100 % 100, version % 100, path);
+  }
+};
+
+template <typename Fn>
+void Resolve(void* lib, const char* name, Fn* fn, std::string* first_missing) {
+  void* symbol = dlsym(lib, name);
+  if (symbol == nullptr && first_missing->empty()) *first_missing = name;
+  *fn = reinterpret_cast<Fn>(symbol);
+}
+
+struct LoadedCublasLt {
+  CublasLt lt;
+  std::string error;  // empty when loaded
+};
+
+LoadedCublasLt LoadCublasLt() {
+  LoadedCublasLt r;
+  std::vector<std::string> names;
+  if (const char* env = std::getenv("DEEPINFER_CUBLASLT"); env != nullptr && *env != '\0') names.emplace_back(env);
+  names.emplace_back("libcublasLt.so.13");
+  names.emplace_back("libcublasLt.so");
+  void* lib = nullptr;
+  std::string tried;
+  for (const std::string& name : names) {
+    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (lib != nullptr) {
+      r.lt.path = name;
+      break;
+    }
+    const char* why = dlerror();
+    tried += fmt::format("{}{}", tried.empty() ? "" : "; ", why != nullptr ? why : name.c_str());
+  }
+  if (lib == nullptr) {
+    r.error = fmt::format("cannot load cuBLASLt ({}); set DEEPINFER_CUBLASLT to the library's path", tried);
+    return r;
+  }
+  CublasLt& lt = r.lt;
+  std::string missing;
+  Resolve(lib, "cublasLtCreate", &lt.Create, &missing);
+  Resolve(lib, "cublasLtDestroy", &lt.Destroy, &missing);
+  Resolve(lib, "cublasLtGetVersion", &lt.GetVersion, &missing);
+  Resolve(lib, "cublasLtGetStatusName", &lt.GetStatusName, &missing);
+  Resolve(lib, "cublasLtGetStatusString", &lt.GetStatusString, &missing);
+  Resolve(lib, "cublasLtMatmulDescCreate", &lt.MatmulDescCreate, &missing);
+  Resolve(lib, "cublasLtMatmulDescDestroy", &lt.MatmulDescDestroy, &missing);
+  Resolve(lib, "cublasLtMatmulDescSetAttribute", &lt.MatmulDescSetAttribute, &missing);
+  Resolve(lib, "cublasLtMatrixLayoutCreate", &lt.MatrixLayoutCreate, &missing);
+  Resolve(lib, "cublasLtMatrixLayoutDestroy", &lt.MatrixLayoutDestroy, &missing);
+  Resolve(lib, "cublasLtMatmulPreferenceCreate", &lt.MatmulPreferenceCreate, &missing);
+  Resolve(lib, "cublasLtMatmulPreferenceDestroy", &lt.MatmulPreferenceDestroy, &missing);
+  Resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &lt.MatmulPreferenceSetAttribute, &missing);
+  Resolve(lib, "cublasLtMatmulAlgoGetHeuristic", &lt.MatmulAlgoGetHeuristic, &missing);
+  Resolve(lib, "cublasLtMatmulAlgoConfigGetAttribute", &lt.MatmulAlgoConfigGetAttribute, &missing);
+  Resolve(lib, "cublasLtMatmul", &lt.Matmul, &missing);
+  if (!missing.empty()) {
+    r.error = fmt::format("{} lacks {}", lt.path, missing);
+    return r;  // the handle stays open: harmless, and the error is final for the process
+  }
+  lt.version = lt.GetVersion();
+  return r;
+}
+
+// The process's cuBLASLt, or nullptr with *error set. Loaded on the first call.
+const CublasLt* GetCublasLt(std::string* error) {
+  static const LoadedCublasLt loaded = LoadCublasLt();
+  if (!loaded.error.empty()) {
+    *error = loaded.error;
+    return nullptr;
+  }
+  return &loaded.lt;
+}
+
+// ---- CUDA runtime helpers -------------------------------------------------------------------
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (bytes_ > 0) DI_BENCH_CUDA(cudaMalloc(&ptr_, bytes_));
+  }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class Stream {
+ public:
+  Stream() { DI_BENCH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  cudaStream_t get() const { return stream_; }
+  void Sync() const { DI_BENCH_CUDA(cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Event {
+ public:
+  Event() { DI_BENCH_CUDA(cudaEventCreate(&event_)); }
+  ~Event() { cudaEventDestroy(event_); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Device seconds between events recorded on `stream` before and after `enqueue()`.
+template <typename Enqueue>
+double TimeOnStream(const Stream& stream, Enqueue&& enqueue) {
+  Event start, stop;
+  DI_BENCH_CUDA(cudaEventRecord(start.get(), stream.get()));
+  enqueue();
+  DI_BENCH_CUDA(cudaEventRecord(stop.get(), stream.get()));
+  DI_BENCH_CUDA(cudaEventSynchronize(stop.get()));
+  float ms = 0.f;
+  DI_BENCH_CUDA(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  return 1e-3 * static_cast<double>(ms);
+}
+
+// Copies `src` into all of `dst` and waits for the stream (so `src` may be a temporary).
+template <typename T>
+void Upload(const char* what, const DeviceBuffer& dst, const std::vector<T>& src, const Stream& stream) {
+  DI_CHECK(src.size() * sizeof(T) == dst.bytes(), "{}: {} bytes given, the shape needs {}", what,
+           src.size() * sizeof(T), dst.bytes());
+  if (!src.empty()) {
+    DI_BENCH_CUDA(cudaMemcpyAsync(dst.get(), src.data(), dst.bytes(), cudaMemcpyHostToDevice, stream.get()));
+  }
+  stream.Sync();
+}
+
+// `count` elements of T from `src` + `offset` elements (synchronous; call after the stream's work).
+template <typename T>
+std::vector<T> Download(const DeviceBuffer& src, size_t offset, size_t count) {
+  DI_CHECK((offset + count) * sizeof(T) <= src.bytes(), "download past the buffer");
+  std::vector<T> host(count);
+  if (count > 0) {
+    DI_BENCH_CUDA(cudaMemcpy(host.data(), src.as<T>() + offset, count * sizeof(T), cudaMemcpyDeviceToHost));
+  }
+  return host;
+}
+
+// ---- one GEMM -----------------------------------------------------------------------------
+
+size_t ElementBytes(GemmKind kind) { return kind == GemmKind::kBf16 ? 2 : 1; }
+
+size_t Count(int64_t a, int64_t b) { return static_cast<size_t>(a) * static_cast<size_t>(b); }
+
+void CheckShape(GemmKind kind, GemmShape s) {
+  DI_CHECK(s.m > 0 && s.n > 0 && s.k > 0, "GEMM shape must be positive: m={} n={} k={}", s.m, s.n, s.k);
+  if (kind == GemmKind::kFp8BlockScaled) {
+    DI_CHECK(s.n % kBlock == 0 && s.k % kBlock == 0, "block-scaled GEMM needs n and k multiples of 128: n={} k={}", s.n,
+             s.k);
+  }
+}
+
+// The operands in device memory, in the layouts cuBLASLt reads (scales packed).
+struct DeviceOperands {
+  DeviceBuffer act, weight, out, act_scale, weight_scale;
+
+  DeviceOperands(GemmKind kind, GemmShape s)
+      : act(Count(s.m, s.k) * ElementBytes(kind)),
+        weight(Count(s.n, s.k) * ElementBytes(kind)),
+        out(Count(s.m, s.n) * sizeof(uint16_t)) {
+    if (kind == GemmKind::kFp8PerTensor) {
+      act_scale = DeviceBuffer(sizeof(float));
+      weight_scale = DeviceBuffer(sizeof(float));
+    } else if (kind == GemmKind::kFp8BlockScaled) {
+      act_scale = DeviceBuffer(Count(ActBlockScaleLd(s.m), s.k / kBlock) * sizeof(float));
+      weight_scale = DeviceBuffer(Count(WeightBlockScaleLd(s.k), s.n / kBlock) * sizeof(float));
+    }
+  }
+};
+
+// Uploads the scales of `kind` from their logical layouts (packing the block scales).
+void UploadScales(GemmKind kind, GemmShape s, const GemmOperands& h, const DeviceOperands& d, const Stream& stream) {
+  if (kind == GemmKind::kFp8PerTensor) {
+    Upload("act_scale", d.act_scale, std::vector<float>{h.act_scale}, stream);
+    Upload("weight_scale", d.weight_scale, std::vector<float>{h.weight_scale}, stream);
+  } else if (kind == GemmKind::kFp8BlockScaled) {
+    Upload("act_block_scale", d.act_scale, PackActBlockScales(h.act_block_scale, s.m, s.k), stream);
+    Upload("weight_block_scale", d.weight_scale, PackWeightBlockScales(h.weight_block_scale, s.n, s.k), stream);
+  }
+}
+
+std::string KindConfig(GemmKind kind) {
+  switch (kind) {
+    case GemmKind::kBf16:
+      return "A=W bf16, B=act bf16";
+    case GemmKind::kFp8PerTensor:
+      return "A=W e4m3 SCALAR_32F, B=act e4m3 SCALAR_32F";
+    case GemmKind::kFp8BlockScaled:
+      return "A=W e4m3 BLK128x128_32F, B=act e4m3 VEC128_32F";
+  }
+  return "?";
+}
+
+// One cuBLASLt matmul on fixed operands: the descriptors hold the scale pointers and the
+// heuristic reads the operands' alignment, so the pointers are bound at construction.
+class LtGemm {
+ public:
+  LtGemm(const CublasLt& lt, GemmKind kind, GemmShape s, const DeviceOperands& o, void* workspace)
+      : lt_(lt), a_ptr_(o.weight.get()), b_ptr_(o.act.get()), d_ptr_(o.out.get()), workspace_(workspace) {
+    note_ = fmt::format("{}; TN, {}, D=out bf16, compute 32F", lt.Describe(), KindConfig(kind));
+    if (!Ok(lt.Create(&handle_), "cublasLtCreate")) return;
+    if (!Ok(lt.MatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) return;
+    const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    if (!SetDesc(CUBLASLT_MATMUL_DESC_TRANSA, transa) || !SetDesc(CUBLASLT_MATMUL_DESC_TRANSB, transb)) return;
+    if (kind != GemmKind::kBf16) {
+      const void* a_scale = o.weight_scale.get();
+      const void* b_scale = o.act_scale.get();
+      if (!SetDesc(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale) ||
+          !SetDesc(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale)) {
+        return;
+      }
+    }
+    if (kind == GemmKind::kFp8BlockScaled) {
+      const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      if (!SetDesc(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode) || !SetDesc(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode)) {
+        return;
+      }
+    }
+    const cudaDataType_t in = kind == GemmKind::kBf16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
+    const auto u64 = [](int64_t x) { return static_cast<uint64_t>(x); };
+    if (!Ok(lt.MatrixLayoutCreate(&a_, in, u64(s.k), u64(s.n), s.k), "cublasLtMatrixLayoutCreate(A)") ||
+        !Ok(lt.MatrixLayoutCreate(&b_, in, u64(s.k), u64(s.m), s.k), "cublasLtMatrixLayoutCreate(B)") ||
+        !Ok(lt.MatrixLayoutCreate(&d_, CUDA_R_16BF, u64(s.n), u64(s.m), s.n), "cublasLtMatrixLayoutCreate(D)")) {
+      return;
+    }
+    if (!Ok(lt.MatmulPreferenceCreate(&pref_), "cublasLtMatmulPreferenceCreate")) return;
+    const uint64_t workspace_bytes = kWorkspaceBytes;
+    if (!Ok(lt.MatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+                                            sizeof(workspace_bytes)),
+            "cublasLtMatmulPreferenceSetAttribute")) {
+      return;
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    if (!Ok(lt.MatmulAlgoGetHeuristic(handle_, desc_, a_, b_, d_, d_, pref_, 1, &result, &count),
+            "cublasLtMatmulAlgoGetHeuristic")) {
+      return;
+    }
+    if (count == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+      error_ = "cublasLtMatmulAlgoGetHeuristic: no algorithm for this kind and shape";
+      return;
+    }
+    algo_ = result.algo;
+    note_ += "; " + DescribeAlgo(result);
+  }
+
+  ~LtGemm() {
+    if (pref_ != nullptr) lt_.MatmulPreferenceDestroy(pref_);
+    if (d_ != nullptr) lt_.MatrixLayoutDestroy(d_);
+    if (b_ != nullptr) lt_.MatrixLayoutDestroy(b_);
+    if (a_ != nullptr) lt_.MatrixLayoutDestroy(a_);
+    if (desc_ != nullptr) lt_.MatmulDescDestroy(desc_);
+    if (handle_ != nullptr) lt_.Destroy(handle_);
+  }
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  // Empty when the GEMM can run; otherwise cuBLASLt's reason.
+  const std::string& error() const { return error_; }
+  // The library, the configuration and the chosen algorithm.
+  const std::string& note() const { return note_; }
+
+  // Enqueues one call on `stream`; returns cuBLASLt's failure as text, empty on success.
+  std::string Run(cudaStream_t stream) const {
+    DI_CHECK(error_.empty(), "LtGemm::Run without an algorithm: {}", error_);
+    const float alpha = 1.f, beta = 0.f;
+    const cublasStatus_t status = lt_.Matmul(handle_, desc_, &alpha, a_ptr_, a_, b_ptr_, b_, &beta, d_ptr_, d_, d_ptr_,
+                                             d_, &algo_, workspace_, kWorkspaceBytes, stream);
+    return status == CUBLAS_STATUS_SUCCESS ? std::string() : "cublasLtMatmul: " + lt_.StatusText(status);
+  }
+
+  // Run, throwing on failure (for calls after one that succeeded).
+  void RunOrThrow(cudaStream_t stream) const {
+    if (std::string e = Run(stream); !e.empty()) DI_THROW("{}", e);
+  }
+
+ private:
+  bool Ok(cublasStatus_t status, const char* what) {
+    if (status == CUBLAS_STATUS_SUCCESS) return true;
+    error_ = fmt::format("{}: {}", what, lt_.StatusText(status));
+    return false;
+  }
+
+  template <typename T>
+  bool SetDesc(cublasLtMatmulDescAttributes_t attribute, const T& value) {
+    return Ok(lt_.MatmulDescSetAttribute(desc_, attribute, &value, sizeof(value)), "cublasLtMatmulDescSetAttribute");
+  }
+
+  template <typename T>
+  T AlgoConfig(cublasLtMatmulAlgoConfigAttributes_t attribute) const {
+    T value{};
+    size_t written = 0;
+    lt_.MatmulAlgoConfigGetAttribute(&algo_, attribute, &value, sizeof(value), &written);
+    return value;
+  }
+
+  std::string DescribeAlgo(const cublasLtMatmulHeuristicResult_t& r) const {
+    return fmt::format("algo {} tile {} stages {} split-K {} cluster {}, workspace {} B, waves {:.2f}",
+                       AlgoConfig<int32_t>(CUBLASLT_ALGO_CONFIG_ID), AlgoConfig<uint32_t>(CUBLASLT_ALGO_CONFIG_TILE_ID),
+                       AlgoConfig<uint32_t>(CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                       AlgoConfig<int32_t>(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                       AlgoConfig<uint16_t>(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), r.workspaceSize, r.wavesCount);
+  }
+
+  const CublasLt& lt_;
+  const void* a_ptr_;
+  const void* b_ptr_;
+  void* d_ptr_;
+  void* workspace_;
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr;
+  cublasLtMatrixLayout_t b_ = nullptr;
+  cublasLtMatrixLayout_t d_ = nullptr;
+  cublasLtMatmulPreference_t pref_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+  std::string error_;
+  std::string note_;
+};
+
+// ---- TimeGemm's operands and output check ------------------------------------------------------
+
+// Scales log-uniform in [1/4, 4]: neighbours differ, so a misplaced scale shows.
+GemmOperands RandomScales(GemmKind kind, GemmShape s, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> log2_scale(-2.f, 2.f);
+  const auto draw = [&] { return std::exp2(log2_scale(rng)); };
+  GemmOperands h;
+  if (kind == GemmKind::kFp8PerTensor) {
+    h.act_scale = draw();
+    h.weight_scale = draw();
+  } else if (kind == GemmKind::kFp8BlockScaled) {
+    h.act_block_scale.resize(Count(s.m, s.k / kBlock));
+    h.weight_block_scale.resize(Count(s.n / kBlock, s.k / kBlock));
+    for (float& x : h.act_block_scale) x = draw();
+    for (float& x : h.weight_block_scale) x = draw();
+  }
+  return h;
+}
+
+// Up to 8 indices spread over [0, n), first and last included.
+std::vector<int64_t> SampleIndices(int64_t n) {
+  std::vector<int64_t> idx;
+  for (int64_t t = 0; t < 8; ++t) idx.push_back(n == 1 ? 0 : t * (n - 1) / 7);
+  idx.erase(std::unique(idx.begin(), idx.end()), idx.end());
+  return idx;
+}
+
+// Row `row` of an operand ([rows, k]) decoded to double, its scales applied. `block_scale` is the
+// logical [rows or rows/128, k/128] tensor for kFp8BlockScaled (`block_rows` rows per scale row).
+std::vector<double> DecodedRow(GemmKind kind, const DeviceBuffer& data, int64_t row, int64_t k, float tensor_scale,
+                               const std::vector<float>& block_scale, int64_t block_rows) {
+  std::vector<double> v(static_cast<size_t>(k));
+  if (kind == GemmKind::kBf16) {
+    const std::vector<uint16_t> bits = Download<uint16_t>(data, Count(row, k), static_cast<size_t>(k));
+    for (int64_t c = 0; c < k; ++c) v[c] = Bf16ToF32(bits[c]);
+    return v;
+  }
+  const std::vector<uint8_t> codes = Download<uint8_t>(data, Count(row, k), static_cast<size_t>(k));
+  const int64_t kb = k / kBlock;
+  for (int64_t c = 0; c < k; ++c) {
+    const double scale = kind == GemmKind::kFp8PerTensor
+                             ? tensor_scale
+                             : block_scale[static_cast<size_t>(row / block_rows * kb + c / kBlock)];
+    v[c] = static_cast<double>(E4m3ToF32(codes[c])) * scale;
+  }
+  return v;
+}
+
+// Worst |got − want| / GemmTolerance over sampled outputs of the GEMM that just ran.
+double CheckSampledOutputs(GemmKind kind, GemmShape s, const DeviceOperands& d, const GemmOperands& scales) {
+  const std::vector<int64_t> rows = SampleIndices(s.m), cols = SampleIndices(s.n);
+  std::vector<std::vector<double>> w;
+  for (int64_t j : cols) {
+    w.push_back(DecodedRow(kind, d.weight, j, s.k, scales.weight_scale, scales.weight_block_scale, kBlock));
+  }
+  double worst = 0;
+  for (int64_t i : rows) {
+    const std::vector<double> a = DecodedRow(kind, d.act, i, s.k, scales.act_scale, scales.act_block_scale, 1);
+    const std::vector<uint16_t> out = Download<uint16_t>(d.out, Count(i, s.n), static_cast<size_t>(s.n));
+    for (size_t c = 0; c < cols.size(); ++c) {
+      double want = 0, abs_sum = 0;
+      for (int64_t t = 0; t < s.k; ++t) {
+        const double term = a[t] * w[c][t];
+        want += term;
+        abs_sum += std::fabs(term);
+      }
+      const double got = Bf16ToF32(out[static_cast<size_t>(cols[c])]);
+      const double ratio = std::isfinite(got) ? std::fabs(got - want) / GemmTolerance(want, abs_sum) : INFINITY;
+      worst = std::max(worst, ratio);
+    }
+  }
+  return worst;
+}
+
+}  // namespace
+
+GemmTiming TimeGemm(int device_index, GemmKind kind, GemmShape shape, int iterations) {
+  CheckShape(kind, shape);
+  DI_CHECK(iterations > 0, "iterations must be positive, got {}", iterations);
+  GemmTiming t;
+  t.kind = kind;
+  t.shape = shape;
+  const CublasLt* lt = GetCublasLt(&t.error);
+  if (lt == nullptr) return t;
+  DI_BENCH_CUDA(cudaSetDevice(device_index));
+  const Stream stream;
+  const DeviceOperands d(kind, shape);
+  const DeviceBuffer workspace(kWorkspaceBytes);
+  const uint64_t seed = 0x5eed0000u + static_cast<uint64_t>(kind);
+  if (kind == GemmKind::kBf16) {
+    DI_BENCH_CUDA(FillRandomBf16(d.act.as<uint16_t>(), Count(shape.m, shape.k), seed, stream.get()));
+    DI_BENCH_CUDA(FillRandomBf16(d.weight.as<uint16_t>(), Count(shape.n, shape.k), seed + 1, stream.get()));
+  } else {
+    DI_BENCH_CUDA(FillRandomE4m3(d.act.as<uint8_t>(), Count(shape.m, shape.k), seed, stream.get()));
+    DI_BENCH_CUDA(FillRandomE4m3(d.weight.as<uint8_t>(), Count(shape.n, shape.k), seed + 1, stream.get()));
+  }
+  const GemmOperands scales = RandomScales(kind, shape, seed);
+  UploadScales(kind, shape, scales, d, stream);
+
+  const LtGemm gemm(*lt, kind, shape, d, workspace.get());
+  t.algo_note = gemm.note();
+  t.error = gemm.error();
+  if (t.error.empty()) t.error = gemm.Run(stream.get());
+  if (!t.error.empty()) return t;
+  stream.Sync();
+  t.available = true;
+
+  t.check_ratio = CheckSampledOutputs(kind, shape, d, scales);
+  if (!(t.check_ratio <= 1.0)) {
+    t.error = fmt::format("sampled outputs disagree with the host reference: worst error {:.3g} times the tolerance",
+                          t.check_ratio);
+    return t;
+  }
+  for (int i = 0; i < kWarmupCalls; ++i) gemm.RunOrThrow(stream.get());
+  const double seconds = TimeOnStream(stream, [&] {
+    for (int i = 0; i < iterations; ++i) gemm.RunOrThrow(stream.get());
+  });
+  t.seconds_per_call = seconds / iterations;
+  t.flops_per_s = GemmFlops(shape) / t.seconds_per_call;
+  t.operand_bytes_per_s = GemmOperandBytes(kind, shape) / t.seconds_per_call;
+  return t;
+}
+
+std::vector<float> RunGemm(int device_index, GemmKind kind, GemmShape shape, const GemmOperands& h) {
+  CheckShape(kind, shape);
+  std::string error;
+  const CublasLt* lt = GetCublasLt(&error);
+  if (lt == nullptr) DI_THROW("{}", error);
+  DI_BENCH_CUDA(cudaSetDevice(device_index));
+  const Stream stream;
+  const DeviceOperands d(kind, shape);
+  const DeviceBuffer workspace(kWorkspaceBytes);
+  if (kind == GemmKind::kBf16) {
+    Upload("act_bf16", d.act, h.act_bf16, stream);
+    Upload("weight_bf16", d.weight, h.weight_bf16, stream);
+  } else {
+    Upload("act_e4m3", d.act, h.act_e4m3, stream);
+    Upload("weight_e4m3", d.weight, h.weight_e4m3, stream);
+  }
+  UploadScales(kind, shape, h, d, stream);
+  const LtGemm gemm(*lt, kind, shape, d, workspace.get());
+  if (!gemm.error().empty()) DI_THROW("{} ({})", gemm.error(), gemm.note());
+  gemm.RunOrThrow(stream.get());
+  stream.Sync();
+  const std::vector<uint16_t> bits = Download<uint16_t>(d.out, 0, Count(shape.m, shape.n));
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = Bf16ToF32(bits[i]);
+  return out;
+}
+
+CopyTiming TimeDeviceCopy(int device_index, size_t bytes, int iterations) {
+  DI_CHECK(bytes > 0 && iterations > 0, "copy of {} bytes, {} iterations", bytes, iterations);
+  DI_BENCH_CUDA(cudaSetDevice(device_index));
+  const Stream stream;
+  const DeviceBuffer src(bytes), dst(bytes);
+  constexpr uint8_t kPattern = 0xa5;
+  DI_BENCH_CUDA(cudaMemsetAsync(src.get(), kPattern, bytes, stream.get()));
+  DI_BENCH_CUDA(cudaMemsetAsync(dst.get(), 0, bytes, stream.get()));
+  const auto copy = [&] {
+    DI_BENCH_CUDA(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+  };
+  copy();
+  stream.Sync();
+  const size_t probe = std::min<size_t>(bytes, 4096);
+  for (size_t offset : {size_t{0}, bytes - probe}) {
+    const std::vector<uint8_t> got = Download<uint8_t>(dst, offset, probe);
+    DI_CHECK(std::all_of(got.begin(), got.end(), [](uint8_t b) { return b == kPattern; }),
+             "device copy check failed at bytes [{}, {})", offset, offset + probe);
+  }
+  const double seconds = TimeOnStream(stream, [&] {
+    for (int i = 0; i < iterations; ++i) copy();
+  });
+  CopyTiming c;
+  c.bytes = bytes;
+  c.seconds = seconds / iterations;
+  c.bytes_per_s = 2.0 * static_cast<double>(bytes) / c.seconds;
+  return c;
+}
+
+Ceilings MeasureCeilings(int device_index) {
+  Ceilings c;
+  cudaDeviceProp prop{};
+  DI_BENCH_CUDA(cudaGetDeviceProperties(&prop, device_index));
+  c.device = prop.name;
+  c.copy = TimeDeviceCopy(device_index, size_t{2} << 30, 20);
+  const GemmShape shape{8192, 8192, 8192};
+  c.bf16 = TimeGemm(device_index, GemmKind::kBf16, shape, 50);
+  c.fp8 = TimeGemm(device_index, GemmKind::kFp8PerTensor, shape, 50);
+  c.fp8_block = TimeGemm(device_index, GemmKind::kFp8BlockScaled, shape, 50);
+  return c;
+}
+
+}  // namespace deepinfer::bench

@@ -1,0 +1,54 @@
+#include "bench/ceilings_fill.h"
+
+namespace deepinfer::bench {
+namespace {
+
+__device__ inline uint64_t Hash(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;  // splitmix64
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void FillBf16Kernel(uint16_t* dst, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint64_t h = Hash(seed, i);
+    const uint32_t sign = static_cast<uint32_t>(h & 1u) << 15;
+    const uint32_t exponent = 121u + static_cast<uint32_t>((h >> 1) % 6u);  // 2^-6 .. 2^-1
+    const uint32_t mantissa = static_cast<uint32_t>(h >> 8) & 0x7fu;
+    dst[i] = static_cast<uint16_t>(sign | (exponent << 7) | mantissa);
+  }
+}
+
+__global__ void FillE4m3Kernel(uint8_t* dst, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t code = static_cast<uint32_t>(Hash(seed, i) >> 24) & 0xffu;
+    if ((code & 0x7fu) == 0x7fu) code ^= 1u;  // NaN -> ±448
+    dst[i] = static_cast<uint8_t>(code);
+  }
+}
+
+constexpr int kThreads = 256;
+
+unsigned Blocks(size_t n) {
+  const size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 8192 ? blocks : 8192);
+}
+
+}  // namespace
+
+cudaError_t FillRandomBf16(uint16_t* dst, size_t n, uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(dst, n, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t FillRandomE4m3(uint8_t* dst, size_t n, uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  FillE4m3Kernel<<<Blocks(n), kThreads, 0, stream>>>(dst, n, seed);
+  return cudaGetLastError();
+}
+
+}  // namespace deepinfer::bench

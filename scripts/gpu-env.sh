@@ -1,0 +1,14 @@
+# Sourced by scripts/gpu-run.sh and gpu-bench.sh on the GPU machine: unpacks build/gpu-dist,
+# points the loader at the libraries it carries, and finds cuBLASLt for the ceilings (dlopen'ed:
+# bench/ceilings.h) unless DEEPINFER_CUBLASLT already names it.
+dist=build/gpu-dist
+export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Binaries travel gzipped (scripts/gpu-build.sh).
+for f in $dist/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
+if [[ -z ${DEEPINFER_CUBLASLT:-} ]]; then
+  for lib in $(ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13/ {print $NF}') /usr/local/cuda/lib64/libcublasLt.so.13 \
+             /usr/local/cuda-13*/lib64/libcublasLt.so.13 \
+             $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cublas/lib/libcublasLt.so.13") for p in nvidia.__path__))' 2>/dev/null); do
+    if [[ -e $lib ]]; then export DEEPINFER_CUBLASLT=$lib; break; fi
+  done
+fi
