@@ -24,9 +24,11 @@ if [[ ${1:-} == --steps ]]; then
   # Issue 8: ceilings, decode steps (batch x context) and prefills on the 3-layer Flash-shaped
   # model, scaled to Flash's 43 layers. Extra arguments go to `deepinfer bench steps`.
   shift
-  timeout 560 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --json "$out/steps.json" "$@" \
+  timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --json "$out/steps.json" "$@" \
     2>>"$out/bench.log" || status=1
   python3 tools/plot_bench.py "$out/steps.json" "$out/steps.png" 2>>"$out/bench.log" || echo "(no plot: see bench.log)"
+  echo "== HF transformers on the same config (random BF16 weights)"
+  timeout 200 python3 tools/bench_hf_steps.py bench/configs/v4-flash-3layer | tee "$out/steps-hf.json" || status=1
   exit $status
 fi
 if [[ ${1:-} == --flash ]]; then
