@@ -17,7 +17,7 @@ namespace {
 TEST(CudaFill, HashUniformBitExactWithTheHost) {
   DI_REQUIRE_GPU();
   const int64_t n = 1000003;
-  DeviceArray<float> x(static_cast<size_t>(n));
+  test::DeviceArray<float> x(static_cast<size_t>(n));
   const ops::OpContext ctx{DeviceId{DeviceType::kCuda, 0}, nullptr};
   ops::FillHashUniform(ctx, x.get(), n, 11, -1.f, 1.f);
   const std::vector<float> got = x.ToHost();
