@@ -22,6 +22,8 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
   g->add_option("--dummy-seed", f.options.load.dummy_seed, "seed of the dummy weights")->capture_default_str();
   g->add_flag("--kv-fp8", f.options.load.numerics.kv_fp8, "round KV nope channels through FP8 (reference QAT)");
   g->add_flag("--indexer-fp4", f.options.load.numerics.indexer_fp4, "round indexer q/k through FP4 (reference QAT)");
+  g->add_flag("--fp8-activations", f.options.load.numerics.fp8_activations,
+              "round the inputs of the FP8/FP4 linears through FP8 per 128 (reference act_quant)");
   g->add_option("--device", f.device, "where the model runs: cpu | cuda | cuda:N")
       ->capture_default_str()
       ->check([](const std::string& v) {

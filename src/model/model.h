@@ -14,12 +14,16 @@
 
 namespace deepinfer {
 
-// Numerics switches (dsv4-model.md §9). The default is the exact fp32 math of the reference
-// goldens; the two round trips reproduce the reference's quantization simulation and are what
-// the FP8 / FP4 state formats store.
+// Numerics switches (dsv4-model.md §9, docs/numerics.md). The default is the exact fp32 math of
+// the reference goldens; the round trips reproduce the reference's quantization: the first two
+// are what the FP8 / FP4 state formats store, the third what its FP8 / FP4 GEMMs multiply.
 struct Numerics {
   bool kv_fp8 = false;       // FP8 e4m3 round trip of the KV nope channels (blocks of 64)
   bool indexer_fp4 = false;  // FP4 e2m1 round trip of indexer queries and keys (blocks of 32)
+  // FP8 e4m3 round trip, per row in blocks of 128 with ue8m0 scales (the reference's act_quant),
+  // of the inputs of the linears the reference runs as FP8/FP4 GEMMs: wq_a, wkv, wq_b, the
+  // indexer's wq_b, wo_b, and w1/w3/w2 of the routed and shared experts.
+  bool fp8_activations = false;
 };
 
 // Per-sequence model state (windows, compressor state, paged rows), owned by the runner.

@@ -180,11 +180,18 @@ void Rope(const OpContext& ctx, const TensorView& x, const TensorView& positions
   cpu::Rope(x, positions.data<int64_t>(), table.inv_freq, inverse);
 }
 
-void Fp8RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t begin, int64_t end, int64_t block) {
-  CheckDevice(ctx, "fp8_round_trip", {&x});
+void Fp8RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t begin, int64_t end, int64_t block,
+                      const TensorView& row_count) {
+  CheckDevice(ctx, "fp8_round_trip", {&x, &row_count});
+  DI_CHECK(row_count.empty() || (row_count.dtype() == DType::kI32 && row_count.numel() == 1),
+           "fp8_round_trip: row_count must be one I32");
+  DI_CHECK(0 <= begin && begin <= end && end <= x.size(1) && block > 0,
+           "fp8_round_trip: channels [{}, {}) in blocks of {} of rows of {}", begin, end, block, x.size(1));
+  const int32_t* count = row_count.empty() ? nullptr : row_count.data<int32_t>();
   DI_ON_CUDA(ctx, "fp8_round_trip",
-             cuda::Fp8RoundTripRows(x.data<float>(), x.stride(0), Rows(x), begin, end, block, ctx.stream));
-  for (int64_t r = 0; r < Rows(x); ++r) {
+             cuda::Fp8RoundTripRows(x.data<float>(), x.stride(0), Rows(x), begin, end, block, count, ctx.stream));
+  const int64_t rows = count != nullptr ? std::clamp<int64_t>(*count, 0, Rows(x)) : Rows(x);
+  for (int64_t r = 0; r < rows; ++r) {
     cpu::Fp8RoundTrip(x.data<float>() + r * x.stride(0) + begin, end - begin, block);
   }
 }

@@ -43,7 +43,11 @@ void Rope(const OpContext& ctx, const TensorView& x, const TensorView& positions
           bool inverse);
 
 // In-place round trips over every row of x [M, N] restricted to channels [begin, end).
-void Fp8RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t begin, int64_t end, int64_t block);
+// row_count: empty (all M rows) or one I32 on the context's device (e.g. MoeAlign's offsets[E]):
+// only rows r < min(M, row_count) are rounded, the rest are untouched (on CUDA the count is read
+// on the device; M is the launch bound).
+void Fp8RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t begin, int64_t end, int64_t block,
+                      const TensorView& row_count = TensorView());
 void Fp4RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t block);
 void HadamardRows(const OpContext& ctx, const TensorView& x);
 

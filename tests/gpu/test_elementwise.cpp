@@ -146,6 +146,36 @@ TEST(CudaQuantRoundTrip, Fp8AndFp4BitExact) {
   EXPECT_TRUE(AllEqual(dy.ToHost(), wanty, "fp8 remainder block"));
 }
 
+TEST(CudaQuantRoundTrip, ActQuantBitExact) {
+  DI_REQUIRE_GPU();
+  // The activation rounding ahead of an FP8 linear: rows of 4096 in blocks of 128 (plus a row of
+  // 200, a remainder block). Every block's amax is set at or one ulp off 448·2^k, where the
+  // ue8m0 scale changes, and some blocks hold values in e4m3's subnormal range of their scale.
+  const int64_t m = 33, n = 4096, block = 128;
+  std::vector<float> x = RandomFloats(m * n, 9, -1.f, 1.f);
+  for (int64_t b = 0; b < m * n / block; ++b) {
+    const float edge = std::ldexp(448.f, static_cast<int>(b % 23) - 16);
+    const float amax = b % 3 == 0 ? edge : b % 3 == 1 ? std::nextafter(edge, 1e30f) : std::nextafter(edge, 0.f);
+    for (int64_t i = 0; i < block; ++i) x[b * block + i] *= amax * (i % 5 == 0 ? 0x1p-12f : 1.f);
+    x[b * block + b % block] = b % 2 ? amax : -amax;
+  }
+  std::vector<float> want = x;
+  for (int64_t r = 0; r < m; ++r) cpu::Fp8RoundTrip(want.data() + r * n, n, block);
+  DeviceArray<float> dx(x);
+  cuda::Fp8RoundTripRows(dx.get(), n, m, 0, n, block, nullptr);
+  EXPECT_TRUE(AllEqual(test::Bits(dx.ToHost()), test::Bits(want), "act_quant rows"));
+
+  // Only rows below a device row count, the rest untouched; more rows than one grid's y extent.
+  const int64_t rows = 70000, k = 200;
+  std::vector<float> y = RandomFloats(rows * k, 10, -3.f, 3.f), wanty = y;
+  const int32_t count = 66000;
+  for (int64_t r = 0; r < count; ++r) cpu::Fp8RoundTrip(wanty.data() + r * k, k, block);
+  DeviceArray<float> dy(y);
+  DeviceArray<int32_t> dcount(std::vector<int32_t>{count});
+  cuda::Fp8RoundTripRows(dy.get(), k, rows, 0, k, block, dcount.get(), nullptr);
+  EXPECT_TRUE(AllEqual(test::Bits(dy.ToHost()), test::Bits(wanty), "act_quant rows below the count"));
+}
+
 TEST(CudaHadamard, BitExact) {
   DI_REQUIRE_GPU();
   for (int64_t n : {1, 2, 64, 128, 4096}) {

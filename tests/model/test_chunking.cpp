@@ -51,6 +51,29 @@ TEST(Chunking, AnyChunkingEqualsOneShotWhenTopKCoversAllRows) {
   }
 }
 
+// The reference's roundings (FP8 activations into the FP8/FP4 linears, FP8 KV nope channels, FP4
+// indexer rows) are per row and per block of a row's channels, so they keep batch invariance:
+// every chunking (chunk 1 is the decode path from position 0) still gives one-shot's logits bit
+// for bit, at the prompt's end and through the decode steps after it.
+TEST(Chunking, AnyChunkingEqualsOneShotWithTheReferenceQuantization) {
+  const Golden g = LoadGolden("v4-tiny-flashlike");
+  ModelConfig config = LoadModelConfig(g.dir + "/config.json");
+  config.index_topk = 4096;
+  LoadOptions options;
+  options.numerics.fp8_activations = true;
+  options.numerics.kv_fp8 = true;
+  options.numerics.indexer_fp4 = true;
+  LoadedModel loaded = LoadModel(config, g.dir, options);
+  const std::vector<int32_t> forced(g.greedy.begin(), g.greedy.begin() + 8);
+  const auto reference = Trajectory(*loaded.model, g.prompt_ids, 0, forced);
+  for (int64_t chunk : kChunkSizes) {
+    const auto chunked = Trajectory(*loaded.model, g.prompt_ids, chunk, forced);
+    for (size_t i = 0; i < reference.size(); ++i) {
+      EXPECT_EQ(MaxScaledDiff(chunked[i], reference[i]), 0.f) << "chunk size " << chunk << ", position " << i;
+    }
+  }
+}
+
 TEST(Chunking, TokenByTokenPrefillEqualsOneShot) {
   // A whole prompt fed one token at a time (the decode path from position 0).
   const Golden g = LoadGolden("v4-tiny-long");
@@ -93,6 +116,17 @@ INSTANTIATE_TEST_SUITE_P(ReferenceGoldens, GoldenChunking, ::testing::ValuesIn(G
 // dynamic forward's logits bit for bit on the demo model (ratio-4 and ratio-128 layers).
 TEST(StaticShapes, EqualDynamicShapesOnTheDemoModel) {
   LoadedModel demo = LoadModel(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-v4-demo", LoadOptions{});
+  EXPECT_EQ(CheckStaticShapesMatchDynamic(*demo.model), 12);
+}
+
+// The same with every reference rounding on: the experts' w2 inputs are rounded only up to the
+// routed row count, which static shapes read from the device.
+TEST(StaticShapes, EqualDynamicShapesWithTheReferenceQuantization) {
+  LoadOptions options;
+  options.numerics.fp8_activations = true;
+  options.numerics.kv_fp8 = true;
+  options.numerics.indexer_fp4 = true;
+  LoadedModel demo = LoadModel(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-v4-demo", options);
   EXPECT_EQ(CheckStaticShapesMatchDynamic(*demo.model), 12);
 }
 

@@ -5,6 +5,7 @@
 
 #include "base/math.h"
 #include "base/thread_pool.h"
+#include "kernels/cpu/ue8m0.h"
 #include "tensor/dtype.h"
 
 namespace deepinfer::cpu {
@@ -105,19 +106,14 @@ void Rope(const TensorView& x, const int64_t* positions, const std::vector<float
   }
 }
 
-namespace {
-// Smallest power of two >= v (v > 0), as the reference's 2^ceil(log2(v)).
-float Pow2Ceil(float v) { return std::exp2(std::ceil(std::log2(v))); }
-}  // namespace
-
 void Fp8RoundTrip(float* x, int64_t n, int64_t block) {
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
     float amax = 0.f;
     for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float scale = Pow2Ceil(std::max(amax, 1e-4f) / 448.f);
+    const float scale = Ue8m0BlockScale(amax, kE4m3AmaxFloor, kE4m3InvMax);
     for (int64_t i = b0; i < b1; ++i) {
-      const float q = std::clamp(x[i] / scale, -448.f, 448.f);
+      const float q = std::clamp(x[i] / scale, -kE4m3Max, kE4m3Max);
       x[i] = E4m3ToF32(F32ToE4m3(q)) * scale;
     }
   }
@@ -128,9 +124,9 @@ void Fp4RoundTrip(float* x, int64_t n, int64_t block) {
     const int64_t b1 = std::min(n, b0 + block);
     float amax = 0.f;
     for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float scale = Pow2Ceil(std::max(amax, 6.f * std::ldexp(1.f, -126)) / 6.f);
+    const float scale = Ue8m0BlockScale(amax, kE2m1AmaxFloor, kE2m1InvMax);
     for (int64_t i = b0; i < b1; ++i) {
-      const float q = std::clamp(x[i] / scale, -6.f, 6.f);
+      const float q = std::clamp(x[i] / scale, -kE2m1Max, kE2m1Max);
       x[i] = Fp4ToF32(F32ToFp4(q)) * scale;
     }
   }

@@ -28,13 +28,14 @@ std::vector<float> RopeInverseFrequencies(int64_t rope_dim, double base, int64_t
 void Rope(const TensorView& x, const int64_t* positions, const std::vector<float>& inv_freq,
           bool inverse);
 
-// In place: each block of `block` values is quantized with a power-of-two scale
-// 2^ceil(log2(max(amax, 1e-4) / 448)), rounded to e4m3 (nearest even) and scaled back. When n is
-// not a multiple of `block` (small test configs; the reference asserts it is) the last block
-// is the shorter remainder.
+// In place: each block of `block` values is quantized with the reference's power-of-two scale
+// Ue8m0BlockScale(amax, 1e-4, 1/448) (kernels/cpu/ue8m0.h), clamped to ±448, rounded to e4m3
+// (nearest, ties to even) and scaled back: DeepSeek's act_quant with ue8m0 scales, as a round
+// trip. When n is not a multiple of `block` (small test configs; the reference asserts it is)
+// the last block is the shorter remainder, with its own scale.
 void Fp8RoundTrip(float* x, int64_t n, int64_t block);
-// In place: blocks of `block` values, scale 2^ceil(log2(max(amax, 6·2^-126) / 6)), rounded to
-// e2m1 (nearest even) and scaled back.
+// In place: blocks of `block` values, scale Ue8m0BlockScale(amax, 6·2^-126, 1/6), clamped to ±6,
+// rounded to e2m1 (nearest even) and scaled back.
 void Fp4RoundTrip(float* x, int64_t n, int64_t block);
 // In place orthonormal Walsh–Hadamard transform of length n (a power of two), scaled 1/sqrt(n):
 // x ← x · H_n / sqrt(n) with H_n the Sylvester matrix.

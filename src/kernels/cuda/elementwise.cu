@@ -1,6 +1,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cpu/hash_uniform.h"
+#include "kernels/cpu/ue8m0.h"
 
 #include <algorithm>
 #include <cmath>
@@ -67,32 +68,35 @@ __device__ float RoundToMiniFloat(float a, int mantissa_bits, int min_exp) {
   return rintf(a / quantum) * quantum;
 }
 
-// 2^ceil(log2(v)) with log2 rounded to f32 as the host's correctly rounded log2f does (computed
-// in double, then rounded), so a v just above a power of two gives the same scale on both sides.
-__device__ float Pow2Ceil(float v) {
-  const float l = static_cast<float>(log2(static_cast<double>(v)));
-  return ldexpf(1.f, static_cast<int>(ceilf(l)));
-}
-
-// One block per (row, quantization block); blockDim = 32·k covering `block` values.
+// Rounds channels [b0, b1) of one row through e4m3 (kFp8) or e2m1 with one ue8m0 scale; called
+// by every thread of the block.
 template <bool kFp8>
-__global__ void RoundTripKernel(float* x, int64_t ldx, int64_t begin, int64_t end, int64_t block) {
-  __shared__ float scratch[32];
-  float* xr = x + blockIdx.y * ldx;
-  const int64_t b0 = begin + static_cast<int64_t>(blockIdx.x) * block;
-  const int64_t b1 = min(end, b0 + block);
+__device__ void RoundTripBlock(float* xr, int64_t b0, int64_t b1, float* scratch) {
   float amax = 0.f;
   for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
   amax = BlockMax(amax, scratch);
-  const float max_code = kFp8 ? 448.f : 6.f;
-  const float floor_amax = kFp8 ? 1e-4f : 6.f * 0x1p-126f;
-  const float scale = Pow2Ceil(fmaxf(amax, floor_amax) / max_code);
+  const float max_code = kFp8 ? cpu::kE4m3Max : cpu::kE2m1Max;
+  const float scale = kFp8 ? cpu::Ue8m0BlockScale(amax, cpu::kE4m3AmaxFloor, cpu::kE4m3InvMax)
+                           : cpu::Ue8m0BlockScale(amax, cpu::kE2m1AmaxFloor, cpu::kE2m1InvMax);
   for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
     const float q = fminf(fmaxf(xr[i] / scale, -max_code), max_code);
     float r = kFp8 ? RoundToMiniFloat(fabsf(q), 3, -6) : RoundToMiniFloat(fabsf(q), 1, 0);
     r = fminf(r, max_code);
     xr[i] = copysignf(r, q) * scale;
   }
+}
+
+// blockIdx.x: the quantization block; rows stride by gridDim.y over r < min(m, *row_count) (all m
+// rows when row_count is null). blockDim = 32·k covering `block` values.
+template <bool kFp8>
+__global__ void RoundTripKernel(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
+                                const int32_t* row_count) {
+  __shared__ float scratch[32];
+  int64_t rows = m;
+  if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
+  const int64_t b0 = begin + static_cast<int64_t>(blockIdx.x) * block;
+  const int64_t b1 = min(end, b0 + block);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) RoundTripBlock<kFp8>(x + r * ldx, b0, b1, scratch);
 }
 
 // One block per row; the row lives in shared memory during the butterflies.
@@ -198,12 +202,17 @@ void Rope(float* x, int64_t m, int64_t num_heads, int64_t head_dim, int64_t ld_t
 
 void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
                       cudaStream_t stream) {
+  Fp8RoundTripRows(x, ldx, m, begin, end, block, nullptr, stream);
+}
+
+void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
+                      const int32_t* row_count, cudaStream_t stream) {
   if (m == 0 || end <= begin) return;
   CheckRows(m, "fp8_round_trip");
   if (block <= 0) ThrowCudaError(__FILE__, __LINE__, "fp8_round_trip", "block must be positive");
-  const dim3 grid(static_cast<unsigned>(CeilDiv(end - begin, block)), static_cast<unsigned>(m));
+  const dim3 grid(static_cast<unsigned>(CeilDiv(end - begin, block)), static_cast<unsigned>(std::min<int64_t>(m, 65535)));
   const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(block, 32) * 32));
-  RoundTripKernel<true><<<grid, threads, 0, stream>>>(x, ldx, begin, end, block);
+  RoundTripKernel<true><<<grid, threads, 0, stream>>>(x, ldx, m, begin, end, block, row_count);
   DI_CUDA_LAUNCH_CHECK("fp8_round_trip");
 }
 
@@ -211,9 +220,9 @@ void Fp4RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t n, int64_t block
   if (m == 0 || n == 0) return;
   CheckRows(m, "fp4_round_trip");
   if (block <= 0) ThrowCudaError(__FILE__, __LINE__, "fp4_round_trip", "block must be positive");
-  const dim3 grid(static_cast<unsigned>(CeilDiv(n, block)), static_cast<unsigned>(m));
+  const dim3 grid(static_cast<unsigned>(CeilDiv(n, block)), static_cast<unsigned>(std::min<int64_t>(m, 65535)));
   const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(block, 32) * 32));
-  RoundTripKernel<false><<<grid, threads, 0, stream>>>(x, ldx, 0, n, block);
+  RoundTripKernel<false><<<grid, threads, 0, stream>>>(x, ldx, m, 0, n, block, nullptr);
   DI_CUDA_LAUNCH_CHECK("fp4_round_trip");
 }
 

@@ -30,6 +30,10 @@ void Rope(float* x, int64_t m, int64_t num_heads, int64_t head_dim, int64_t ld_t
 // blocks of `block` with power-of-two scales and back (cpu::Fp8RoundTrip per row).
 void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
                       cudaStream_t stream);
+// The same over rows r < min(m, *row_count) only, row_count a DEVICE int32 (null: all m rows); the
+// launch depends on m alone and rows at or past the count are untouched.
+void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
+                      const int32_t* row_count, cudaStream_t stream);
 // In place over rows of x [M, n]: e2m1 round trip in blocks of `block` (cpu::Fp4RoundTrip per row).
 void Fp4RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t n, int64_t block, cudaStream_t stream);
 // In place orthonormal Walsh–Hadamard transform of every row (n a power of two, n <= 4096), the

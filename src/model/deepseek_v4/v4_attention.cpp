@@ -32,10 +32,16 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   const TensorView& pos = ctx.positions_view;
   Workspace& ws = *ctx.ws;
 
+  // wq_a and wkv read x through the activation rounding (fp8_activations); the compressors and
+  // the indexer's weights_proj read it as it is.
+  const TensorView xq = QuantizedCopy(ctx, x);
+
   // q: qr = q_norm(wq_a x); q = wq_b qr per head, unweighted RMS per head, RoPE on the tail.
+  // qr feeds only FP8 linears (wq_b, the indexer's wq_b), so it is rounded in place.
   const TensorView qr = ws.Alloc(DType::kF32, {tokens, c.q_lora_rank});
-  ops::Linear(ctx.op, x, aw.wq_a, qr);
+  ops::Linear(ctx.op, xq, aw.wq_a, qr);
   ops::RmsNorm(ctx.op, qr, aw.q_norm, eps, qr);
+  QuantizeLinearInput(ctx, qr);
   const TensorView q = ws.Alloc(DType::kF32, {tokens, heads, hd});
   ops::Linear(ctx.op, qr, aw.wq_b, q.Reshape({tokens, heads * hd}));
   ops::RmsNorm(ctx.op, q.Reshape({tokens * heads, hd}), TensorView(), eps, q.Reshape({tokens * heads, hd}));
@@ -43,7 +49,7 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
 
   // kv: one shared head, K = V, computed in place as this step's fresh rows.
   const TensorView& kv = ctx.fresh;
-  ops::Linear(ctx.op, x, aw.wkv, kv);
+  ops::Linear(ctx.op, xq, aw.wkv, kv);
   ops::RmsNorm(ctx.op, kv, aw.kv_norm, eps, kv);
   ops::Rope(ctx.op, As3d(kv, 1, hd), pos, table, false);
   if (numerics_.kv_fp8) ops::Fp8RoundTripRows(ctx.op, kv, 0, nope, 64);
@@ -79,12 +85,15 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   // Only now may the chunks' rows enter the rings: their earlier queries read older rows there.
   WriteRing(ctx, w);
 
-  // Undo the rotation on the value's rope channels, then the grouped low-rank output.
+  // Undo the rotation on the value's rope channels, then the grouped low-rank output: wo_a exact
+  // (the reference runs it as a BF16 einsum), wo_b's input rounded like every FP8 linear's.
   ops::Rope(ctx.op, o, pos, table, true);
   const int64_t groups = c.o_groups;
   const TensorView z = ws.Alloc(DType::kF32, {tokens, groups, c.o_lora_rank});
   ops::GroupedLinear(ctx.op, o.Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups, z);
-  ops::Linear(ctx.op, z.Reshape({tokens, groups * c.o_lora_rank}), aw.wo_b, out);
+  const TensorView z2 = z.Reshape({tokens, groups * c.o_lora_rank});
+  QuantizeLinearInput(ctx, z2);
+  ops::Linear(ctx.op, z2, aw.wo_b, out);
 }
 
 void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool indexer, const TensorView& kv_proj,

@@ -251,6 +251,20 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   }
 }
 
+void V4Model::QuantizeLinearInput(const StepContext& ctx, const TensorView& x, const TensorView& row_count) const {
+  constexpr int64_t kActQuantBlock = 128;  // the reference's act_quant block along K
+  if (numerics_.fp8_activations) ops::Fp8RoundTripRows(ctx.op, x, 0, x.size(1), kActQuantBlock, row_count);
+}
+
+TensorView V4Model::QuantizedCopy(const StepContext& ctx, const TensorView& x) const {
+  if (!numerics_.fp8_activations) return x;
+  DI_CHECK(x.ndim() == 2 && x.is_contiguous(), "quantized copy of a {} view", x.ShapeString());
+  const TensorView copy = ctx.ws->Alloc(DType::kF32, {x.size(0), x.size(1)});
+  ops::CopyBytesAsync(ctx.op, copy.raw(), x.raw(), x.nbytes());
+  QuantizeLinearInput(ctx, copy);
+  return copy;
+}
+
 void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const {
   const auto& c = config_;
   const int64_t tokens = ctx.num_tokens(), d = c.hidden_size, s = c.hc_mult;
@@ -319,16 +333,22 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const TensorView ye = ws.Alloc(DType::kF32, {bound, d});
   const TensorView experts_scratch =
       ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::ExpertsLinearScratchBytes(bound, num_experts))});
-  ops::MoeGather(ctx.op, x, sorted_slots, offsets, k, expert_weights, xe, row_weights);
+  // The router reads x as it is; the experts' FP8/FP4 linears read it (and their w2 inputs)
+  // through the reference's activation rounding when fp8_activations is on.
+  const TensorView xq = QuantizedCopy(ctx, x);
+  const TensorView routed_rows = offsets.Slice(num_experts, num_experts + 1);
+  ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
   ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch);
   ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch);
-  ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, offsets.Slice(num_experts, num_experts + 1));
+  ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
+  QuantizeLinearInput(ctx, ge, routed_rows);
   ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch);
   const TensorView g = ws.Alloc(DType::kF32, {tokens, inter}), u = ws.Alloc(DType::kF32, {tokens, inter}),
                    ys = ws.Alloc(DType::kF32, {tokens, d});
-  ops::Linear(ctx.op, x, m.shared.w1, g);
-  ops::Linear(ctx.op, x, m.shared.w3, u);
+  ops::Linear(ctx.op, xq, m.shared.w1, g);
+  ops::Linear(ctx.op, xq, m.shared.w3, u);
   ops::ClampedSwiGlu(ctx.op, g, u, limit, TensorView());
+  QuantizeLinearInput(ctx, g);
   ops::Linear(ctx.op, g, m.shared.w2, ys);
   ops::MoeCombine(ctx.op, ye, slot_rows, expert_ids, k, ys, out);
 }

@@ -72,6 +72,13 @@ class V4Model : public Model {
                 const TensorView& score_proj) const;
   // Writes the last `window` fresh rows of every chunk into its slot's ring.
   void WriteRing(const StepContext& ctx, const BlockWeights& w) const;
+  // The reference's act_quant ahead of its FP8/FP4 GEMMs, when numerics_.fp8_activations is on
+  // (a no-op otherwise): every row of x [M, K] rounded in place through e4m3 in blocks of 128
+  // with ue8m0 scales; with row_count (one I32 on the device) only rows r < row_count.
+  void QuantizeLinearInput(const StepContext& ctx, const TensorView& x, const TensorView& row_count = {}) const;
+  // For an input that unquantized consumers read too: x itself when the switch is off, else a
+  // rounded copy of x (contiguous) in the step's workspace.
+  TensorView QuantizedCopy(const StepContext& ctx, const TensorView& x) const;
   void UploadWeights();
   // The routed experts of every block as ops::ExpertsWeight, pointing at the weights where they
   // live (after UploadWeights on a CUDA device).
