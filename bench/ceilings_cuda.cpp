@@ -23,6 +23,8 @@
 
 #include "base/error.h"
 #include "bench/ceilings.h"
+#include "device/buffer.h"
+#include "device/cuda_stream.h"
 #include "bench/ceilings_fill.h"
 #include "tensor/dtype.h"
 
@@ -141,91 +143,35 @@ const CublasLt* GetCublasLt(std::string* error) {
 
 // ---- CUDA runtime helpers -------------------------------------------------------------------
 
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes_ > 0) DI_BENCH_CUDA(cudaMalloc(&ptr_, bytes_));
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-class Stream {
- public:
-  Stream() { DI_BENCH_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-
-  cudaStream_t get() const { return stream_; }
-  void Sync() const { DI_BENCH_CUDA(cudaStreamSynchronize(stream_)); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-class Event {
- public:
-  Event() { DI_BENCH_CUDA(cudaEventCreate(&event_)); }
-  ~Event() { cudaEventDestroy(event_); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-
-  cudaEvent_t get() const { return event_; }
-
- private:
-  cudaEvent_t event_ = nullptr;
-};
+// Device memory on the device of the current call (TimeGemm / RunGemm / TimeDeviceCopy set it).
+DeviceId Cuda(int device_index) { return DeviceId{DeviceType::kCuda, device_index}; }
 
 // Device seconds between events recorded on `stream` before and after `enqueue()`.
 template <typename Enqueue>
-double TimeOnStream(const Stream& stream, Enqueue&& enqueue) {
-  Event start, stop;
-  DI_BENCH_CUDA(cudaEventRecord(start.get(), stream.get()));
+double TimeOnStream(const CudaStream& stream, Enqueue&& enqueue) {
+  CudaEvent start(true), stop(true);
+  start.Record(stream.get());
   enqueue();
-  DI_BENCH_CUDA(cudaEventRecord(stop.get(), stream.get()));
-  DI_BENCH_CUDA(cudaEventSynchronize(stop.get()));
-  float ms = 0.f;
-  DI_BENCH_CUDA(cudaEventElapsedTime(&ms, start.get(), stop.get()));
-  return 1e-3 * static_cast<double>(ms);
+  stop.Record(stream.get());
+  stop.Synchronize();
+  return 1e-3 * static_cast<double>(CudaEvent::ElapsedMs(start, stop));
 }
 
 // Copies `src` into all of `dst` and waits for the stream (so `src` may be a temporary).
 template <typename T>
-void Upload(const char* what, const DeviceBuffer& dst, const std::vector<T>& src, const Stream& stream) {
-  DI_CHECK(src.size() * sizeof(T) == dst.bytes(), "{}: {} bytes given, the shape needs {}", what,
-           src.size() * sizeof(T), dst.bytes());
+void Upload(const char* what, const Buffer& dst, const std::vector<T>& src, const CudaStream& stream) {
+  DI_CHECK(src.size() * sizeof(T) == dst.size(), "{}: {} bytes given, the shape needs {}", what,
+           src.size() * sizeof(T), dst.size());
   if (!src.empty()) {
-    DI_BENCH_CUDA(cudaMemcpyAsync(dst.get(), src.data(), dst.bytes(), cudaMemcpyHostToDevice, stream.get()));
+    DI_BENCH_CUDA(cudaMemcpyAsync(dst.data(), src.data(), dst.size(), cudaMemcpyHostToDevice, stream.get()));
   }
-  stream.Sync();
+  stream.Synchronize();
 }
 
 // `count` elements of T from `src` + `offset` elements (synchronous; call after the stream's work).
 template <typename T>
-std::vector<T> Download(const DeviceBuffer& src, size_t offset, size_t count) {
-  DI_CHECK((offset + count) * sizeof(T) <= src.bytes(), "download past the buffer");
+std::vector<T> Download(const Buffer& src, size_t offset, size_t count) {
+  DI_CHECK((offset + count) * sizeof(T) <= src.size(), "download past the buffer");
   std::vector<T> host(count);
   if (count > 0) {
     DI_BENCH_CUDA(cudaMemcpy(host.data(), src.as<T>() + offset, count * sizeof(T), cudaMemcpyDeviceToHost));
@@ -249,24 +195,25 @@ void CheckShape(GemmKind kind, GemmShape s) {
 
 // The operands in device memory, in the layouts cuBLASLt reads (scales packed).
 struct DeviceOperands {
-  DeviceBuffer act, weight, out, act_scale, weight_scale;
+  Buffer act, weight, out, act_scale, weight_scale;
 
-  DeviceOperands(GemmKind kind, GemmShape s)
-      : act(Count(s.m, s.k) * ElementBytes(kind)),
-        weight(Count(s.n, s.k) * ElementBytes(kind)),
-        out(Count(s.m, s.n) * sizeof(uint16_t)) {
+  DeviceOperands(GemmKind kind, GemmShape s, DeviceId device)
+      : act(Count(s.m, s.k) * ElementBytes(kind), device),
+        weight(Count(s.n, s.k) * ElementBytes(kind), device),
+        out(Count(s.m, s.n) * sizeof(uint16_t), device) {
     if (kind == GemmKind::kFp8PerTensor) {
-      act_scale = DeviceBuffer(sizeof(float));
-      weight_scale = DeviceBuffer(sizeof(float));
+      act_scale = Buffer(sizeof(float), device);
+      weight_scale = Buffer(sizeof(float), device);
     } else if (kind == GemmKind::kFp8BlockScaled) {
-      act_scale = DeviceBuffer(Count(ActBlockScaleLd(s.m), s.k / kBlock) * sizeof(float));
-      weight_scale = DeviceBuffer(Count(WeightBlockScaleLd(s.k), s.n / kBlock) * sizeof(float));
+      act_scale = Buffer(Count(ActBlockScaleLd(s.m), s.k / kBlock) * sizeof(float), device);
+      weight_scale = Buffer(Count(WeightBlockScaleLd(s.k), s.n / kBlock) * sizeof(float), device);
     }
   }
 };
 
 // Uploads the scales of `kind` from their logical layouts (packing the block scales).
-void UploadScales(GemmKind kind, GemmShape s, const GemmOperands& h, const DeviceOperands& d, const Stream& stream) {
+void UploadScales(GemmKind kind, GemmShape s, const GemmOperands& h, const DeviceOperands& d,
+                  const CudaStream& stream) {
   if (kind == GemmKind::kFp8PerTensor) {
     Upload("act_scale", d.act_scale, std::vector<float>{h.act_scale}, stream);
     Upload("weight_scale", d.weight_scale, std::vector<float>{h.weight_scale}, stream);
@@ -293,15 +240,15 @@ std::string KindConfig(GemmKind kind) {
 class LtGemm {
  public:
   LtGemm(const CublasLt& lt, GemmKind kind, GemmShape s, const DeviceOperands& o, void* workspace)
-      : lt_(lt), a_ptr_(o.weight.get()), b_ptr_(o.act.get()), d_ptr_(o.out.get()), workspace_(workspace) {
+      : lt_(lt), a_ptr_(o.weight.data()), b_ptr_(o.act.data()), d_ptr_(o.out.data()), workspace_(workspace) {
     note_ = fmt::format("{}; TN, {}, D=out bf16, compute 32F", lt.Describe(), KindConfig(kind));
     if (!Ok(lt.Create(&handle_), "cublasLtCreate")) return;
     if (!Ok(lt.MatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) return;
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
     if (!SetDesc(CUBLASLT_MATMUL_DESC_TRANSA, transa) || !SetDesc(CUBLASLT_MATMUL_DESC_TRANSB, transb)) return;
     if (kind != GemmKind::kBf16) {
-      const void* a_scale = o.weight_scale.get();
-      const void* b_scale = o.act_scale.get();
+      const void* a_scale = o.weight_scale.data();
+      const void* b_scale = o.act_scale.data();
       if (!SetDesc(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale) ||
           !SetDesc(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale)) {
         return;
@@ -446,7 +393,7 @@ std::vector<int64_t> SampleIndices(int64_t n) {
 
 // Row `row` of an operand ([rows, k]) decoded to double, its scales applied. `block_scale` is the
 // logical [rows or rows/128, k/128] tensor for kFp8BlockScaled (`block_rows` rows per scale row).
-std::vector<double> DecodedRow(GemmKind kind, const DeviceBuffer& data, int64_t row, int64_t k, float tensor_scale,
+std::vector<double> DecodedRow(GemmKind kind, const Buffer& data, int64_t row, int64_t k, float tensor_scale,
                                const std::vector<float>& block_scale, int64_t block_rows) {
   std::vector<double> v(static_cast<size_t>(k));
   if (kind == GemmKind::kBf16) {
@@ -502,9 +449,9 @@ GemmTiming TimeGemm(int device_index, GemmKind kind, GemmShape shape, int iterat
   const CublasLt* lt = GetCublasLt(&t.error);
   if (lt == nullptr) return t;
   DI_BENCH_CUDA(cudaSetDevice(device_index));
-  const Stream stream;
-  const DeviceOperands d(kind, shape);
-  const DeviceBuffer workspace(kWorkspaceBytes);
+  const CudaStream stream(device_index);
+  const DeviceOperands d(kind, shape, Cuda(device_index));
+  const Buffer workspace(kWorkspaceBytes, Cuda(device_index));
   const uint64_t seed = 0x5eed0000u + static_cast<uint64_t>(kind);
   if (kind == GemmKind::kBf16) {
     DI_BENCH_CUDA(FillRandomBf16(d.act.as<uint16_t>(), Count(shape.m, shape.k), seed, stream.get()));
@@ -516,12 +463,12 @@ GemmTiming TimeGemm(int device_index, GemmKind kind, GemmShape shape, int iterat
   const GemmOperands scales = RandomScales(kind, shape, seed);
   UploadScales(kind, shape, scales, d, stream);
 
-  const LtGemm gemm(*lt, kind, shape, d, workspace.get());
+  const LtGemm gemm(*lt, kind, shape, d, workspace.data());
   t.algo_note = gemm.note();
   t.error = gemm.error();
   if (t.error.empty()) t.error = gemm.Run(stream.get());
   if (!t.error.empty()) return t;
-  stream.Sync();
+  stream.Synchronize();
   t.available = true;
 
   t.check_ratio = CheckSampledOutputs(kind, shape, d, scales);
@@ -546,9 +493,9 @@ std::vector<float> RunGemm(int device_index, GemmKind kind, GemmShape shape, con
   const CublasLt* lt = GetCublasLt(&error);
   if (lt == nullptr) DI_THROW("{}", error);
   DI_BENCH_CUDA(cudaSetDevice(device_index));
-  const Stream stream;
-  const DeviceOperands d(kind, shape);
-  const DeviceBuffer workspace(kWorkspaceBytes);
+  const CudaStream stream(device_index);
+  const DeviceOperands d(kind, shape, Cuda(device_index));
+  const Buffer workspace(kWorkspaceBytes, Cuda(device_index));
   if (kind == GemmKind::kBf16) {
     Upload("act_bf16", d.act, h.act_bf16, stream);
     Upload("weight_bf16", d.weight, h.weight_bf16, stream);
@@ -557,10 +504,10 @@ std::vector<float> RunGemm(int device_index, GemmKind kind, GemmShape shape, con
     Upload("weight_e4m3", d.weight, h.weight_e4m3, stream);
   }
   UploadScales(kind, shape, h, d, stream);
-  const LtGemm gemm(*lt, kind, shape, d, workspace.get());
+  const LtGemm gemm(*lt, kind, shape, d, workspace.data());
   if (!gemm.error().empty()) DI_THROW("{} ({})", gemm.error(), gemm.note());
   gemm.RunOrThrow(stream.get());
-  stream.Sync();
+  stream.Synchronize();
   const std::vector<uint16_t> bits = Download<uint16_t>(d.out, 0, Count(shape.m, shape.n));
   std::vector<float> out(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) out[i] = Bf16ToF32(bits[i]);
@@ -570,16 +517,16 @@ std::vector<float> RunGemm(int device_index, GemmKind kind, GemmShape shape, con
 CopyTiming TimeDeviceCopy(int device_index, size_t bytes, int iterations) {
   DI_CHECK(bytes > 0 && iterations > 0, "copy of {} bytes, {} iterations", bytes, iterations);
   DI_BENCH_CUDA(cudaSetDevice(device_index));
-  const Stream stream;
-  const DeviceBuffer src(bytes), dst(bytes);
+  const CudaStream stream(device_index);
+  const Buffer src(bytes, Cuda(device_index)), dst(bytes, Cuda(device_index));
   constexpr uint8_t kPattern = 0xa5;
-  DI_BENCH_CUDA(cudaMemsetAsync(src.get(), kPattern, bytes, stream.get()));
-  DI_BENCH_CUDA(cudaMemsetAsync(dst.get(), 0, bytes, stream.get()));
+  DI_BENCH_CUDA(cudaMemsetAsync(src.data(), kPattern, bytes, stream.get()));
+  DI_BENCH_CUDA(cudaMemsetAsync(dst.data(), 0, bytes, stream.get()));
   const auto copy = [&] {
-    DI_BENCH_CUDA(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
+    DI_BENCH_CUDA(cudaMemcpyAsync(dst.data(), src.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()));
   };
   copy();
-  stream.Sync();
+  stream.Synchronize();
   const size_t probe = std::min<size_t>(bytes, 4096);
   for (size_t offset : {size_t{0}, bytes - probe}) {
     const std::vector<uint8_t> got = Download<uint8_t>(dst, offset, probe);
