@@ -101,6 +101,7 @@ struct StepResult {
   // time, and the device's idle time between the previous step's end and this step's start.
   double device_busy_seconds = -1;
   double device_idle_before_seconds = -1;
+  bool cuda_graph = false;  // the forward ran as a replayed CUDA graph
 };
 
 }  // namespace deepinfer

@@ -113,6 +113,7 @@ struct EngineStats {
   int64_t requests_aborted = 0;
   int64_t num_preemptions = 0;
   int64_t steps = 0;
+  int64_t cuda_graph_steps = 0;       // steps whose forward replayed a CUDA graph
   double step_time_avg_s = 0;         // wall time per step
   double schedule_time_avg_s = 0;     // host time per step spent scheduling and bookkeeping
 };

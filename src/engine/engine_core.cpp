@@ -301,6 +301,7 @@ void EngineCore::RunOneIteration() {
     in_flight_.pop_front();
     host += NowSeconds() - t1;
     std::lock_guard<std::mutex> lock(mu_);
+    if (res.cuda_graph) ++stats_.cuda_graph_steps;
     if (had_work || !res.sampled.empty()) {
       timing_.runner_seconds += res.forward_seconds;
       if (last_runner_finish_ >= 0) timing_.exposed_seconds += std::max(0.0, res.started_at - last_runner_finish_);

@@ -41,17 +41,17 @@ struct ModelRunner::DeviceIo {
   uint64_t next_number = 1;
   uint64_t callbacks = 0;                 // host callbacks queued (OnDeviceStepLanded counts them)
 
-  // A decode step of `bucket` sequences as a CUDA graph, one per (bucket, parity): the first step
-  // of its shape runs eagerly (warming the workspaces and measuring the uploads), the second is
-  // captured and launched, later ones refill the staging (record-only forward) and launch.
+  // A decode step of `bucket` sequences as a CUDA graph, one per (bucket, parity), captured when
+  // the runner starts (ModelRunner::CaptureDecodeGraphs). A replay refills `staging` with a
+  // record-only forward, then launches.
   struct DecodeGraph {
     CudaGraph graph;
-    Buffer ids;            // [bucket] I32: the graph's input tokens
-    Buffer logits;         // [bucket, vocab] F32: its output
     PinnedBuffer staging;  // its uploads
     size_t staged_bytes = 0;
-    bool warmed = false;
   };
+  // Per parity, shared by that parity's graphs (one step of a parity is in flight at a time).
+  Buffer graph_ids[2];     // [largest bucket] I32: a graph's input tokens
+  Buffer graph_logits[2];  // [largest bucket, vocab] F32: its output
   std::map<std::pair<int64_t, int>, std::unique_ptr<DecodeGraph>> graphs;
 };
 

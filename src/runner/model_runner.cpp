@@ -25,6 +25,7 @@ ModelRunner::ModelRunner(const Model& model, RunnerOptions options)
     // The runner's own compute stream; what loading and CreateState queued elsewhere is done.
     device_io_ = std::make_unique<DeviceIo>(model_.device());
     state_->SetStream(device_io_->op.stream);
+    if (graphs) CaptureDecodeGraphs();
     device_timer_ = DeviceStepTimer::Create(model_.device(), device_io_->op.stream);
     worker_ = std::thread([this] { DeviceWorkerLoop(); });
   }

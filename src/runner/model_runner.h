@@ -40,8 +40,9 @@ struct RunnerOptions {
   int32_t max_step_tokens = 0;  // tokens one step may carry (sizes the model's per-step state rows)
   std::vector<TokenId> eos_token_ids;
   int64_t sampleable_vocab = 0;  // ids at or above are never sampled (0: the model's vocab)
-  // CUDA: decode steps (every sequence one token) run as CUDA graphs captured per batch bucket
-  // (powers of two up to num_slots), the batch padded with sequences on a reserved slot and block.
+  // CUDA: decode steps (every sequence one token) run as CUDA graphs, captured when the runner
+  // starts, one per batch bucket (powers of two up to num_slots) and step parity; a batch is
+  // padded to its bucket with sequences on a reserved slot and block. Other steps run eagerly.
   bool cuda_graphs = false;
   int64_t max_model_len = 0;  // with cuda_graphs: the context bound the graphs are captured for
 };
@@ -106,6 +107,12 @@ class ModelRunner {
   StepResult Finish(DeviceStep& step);
   float* DevicePackLogits(int32_t pack_slot);
   static void OnDeviceStepLanded(void* runner);
+  // CUDA graphs: pads a decode batch of `ids.size()` sequences to `bucket` with sequences at
+  // position 0 on the reserved slot and block, and fixes its launch shapes (static_max_context).
+  void PadDecodeBatch(ForwardBatch& batch, std::vector<int32_t>& ids, int64_t bucket) const;
+  // CUDA graphs: per batch bucket (powers of two up to num_slots) and parity, one eager decode step
+  // of padding sequences (the workspace takes its final shape), then the same step captured.
+  void CaptureDecodeGraphs();
   void ApplyCopies(const std::vector<PackCopy>& copies);
   SampledToken SampleFor(SeqId id, float* logits);
   float* PackLogits(int32_t pack_slot);

@@ -37,6 +37,21 @@ struct ResultLayout {
   size_t ids, logprobs, top_ids, top_logprobs, bytes;
 };
 
+// CUDA graphs: decode batches run padded to the next power of two, the last bucket being
+// `largest` itself.
+int64_t DecodeBucket(int64_t num_seqs, int64_t largest) {
+  int64_t bucket = 1;
+  while (bucket < num_seqs) bucket *= 2;
+  return std::min(bucket, largest);
+}
+
+std::vector<int64_t> DecodeBuckets(int64_t largest) {
+  std::vector<int64_t> buckets;
+  for (int64_t b = 1; b < largest; b *= 2) buckets.push_back(b);
+  buckets.push_back(largest);
+  return buckets;
+}
+
 }  // namespace
 
 void ModelRunner::OnDeviceStepLanded(void* runner) {
@@ -57,6 +72,70 @@ float* ModelRunner::DevicePackLogits(int32_t pack_slot) {
     io.pack_logits = Buffer(static_cast<size_t>(options_.num_pack_slots * vocab) * sizeof(float), model_.device());
   }
   return io.pack_logits.as<float>() + static_cast<int64_t>(pack) * vocab;
+}
+
+void ModelRunner::PadDecodeBatch(ForwardBatch& batch, std::vector<int32_t>& ids, int64_t bucket) const {
+  // Sequences at position 0 on the reserved slot and block; their logits are never read.
+  for (int64_t i = static_cast<int64_t>(ids.size()); i < bucket; ++i) {
+    SequenceChunk pad;
+    pad.token_offset = i;
+    pad.num_tokens = 1;
+    pad.start_pos = 0;
+    pad.state_slot = options_.num_slots + options_.num_pack_slots;
+    pad.block_table = &padding_block_;
+    pad.num_blocks = 1;
+    pad.want_logits = true;
+    batch.seqs.push_back(pad);
+    ids.push_back(0);
+  }
+  batch.static_max_context = options_.max_model_len;
+}
+
+void ModelRunner::CaptureDecodeGraphs() {
+  DeviceIo& io = *device_io_;
+  const int64_t vocab = model_.config().vocab_size;
+  const int64_t largest = options_.num_slots;
+  for (int p = 0; p < 2; ++p) {
+    io.graph_ids[p] = Buffer(static_cast<size_t>(largest) * sizeof(int32_t), model_.device());
+    io.graph_logits[p] = Buffer(static_cast<size_t>(largest * vocab) * sizeof(float), model_.device());
+  }
+  for (const int64_t bucket : DecodeBuckets(largest)) {
+    for (int p = 0; p < 2; ++p) {
+      auto graph = std::make_unique<DeviceIo::DecodeGraph>();
+      std::vector<int32_t> ids;
+      ForwardBatch batch;
+      batch.stream = io.op.stream;
+      PadDecodeBatch(batch, ids, bucket);
+      batch.token_ids = ids.data();
+      batch.num_tokens = bucket;
+      ops::CopyBytesAsync(io.op, io.graph_ids[p].data(), ids.data(), ids.size() * sizeof(int32_t));
+      batch.device_token_ids = io.graph_ids[p].as<int32_t>();
+      const TensorView logits(io.graph_logits[p].data(), DType::kF32, {bucket, vocab}, model_.device());
+      // Eagerly first: the workspace allocates what the graph will use; the uploads are measured.
+      model_.Forward(batch, *state_, logits);
+      graph->staged_bytes = model_.LastStepStagedBytes();
+      graph->staging = PinnedBuffer(std::max<size_t>(graph->staged_bytes, 1));
+      batch.graph_staging = graph->staging.data();
+      batch.graph_staging_bytes = graph->staging.size();
+      CudaGraph::BeginCapture(io.op.stream);
+      try {
+        model_.Forward(batch, *state_, logits);
+      } catch (...) {
+        try {
+          graph->graph.EndCapture(io.op.stream);
+        } catch (...) {
+          // The forward's error is the one to report.
+        }
+        throw;
+      }
+      graph->graph.EndCapture(io.op.stream);
+      DI_CHECK(model_.LastStepStagedBytes() == graph->staged_bytes,
+               "decode graph for {} sequences: the captured step staged {} bytes, the eager one {}", bucket,
+               model_.LastStepStagedBytes(), graph->staged_bytes);
+      io.graphs[{bucket, p}] = std::move(graph);
+    }
+  }
+  io.compute.Synchronize();
 }
 
 void ModelRunner::DeviceWorkerLoop() {
@@ -170,44 +249,23 @@ ModelRunner::DeviceStep ModelRunner::Enqueue(const SchedulerOutput& out, const s
   const int64_t forward_rows = static_cast<int64_t>(sample_order.size());
   const int64_t rows = forward_rows + static_cast<int64_t>(out.pack_samples.size());
 
-  // A decode step (every sequence one token, each sampling) may run as a CUDA graph.
-  bool graph_step = options_.cuda_graphs && !batch.seqs.empty() && out.pack_samples.empty() &&
+  // A decode step (every sequence one token, each sampling) runs as a CUDA graph.
+  bool graph_step = !io.graphs.empty() && !batch.seqs.empty() && out.pack_samples.empty() &&
                     static_cast<int64_t>(batch.seqs.size()) <= options_.num_slots;
   for (const SequenceChunk& sc : batch.seqs) graph_step &= sc.num_tokens == 1 && sc.want_logits;
-  DeviceIo::DecodeGraph* graph = nullptr;
+  const DeviceIo::DecodeGraph* graph = nullptr;
   if (graph_step) {
-    int64_t bucket = 1;
-    while (bucket < num_tokens) bucket *= 2;
-    bucket = std::min<int64_t>(bucket, options_.num_slots);
-    std::unique_ptr<DeviceIo::DecodeGraph>& g = io.graphs[{bucket, parity}];
-    if (!g) {
-      g = std::make_unique<DeviceIo::DecodeGraph>();
-      g->ids = Buffer(static_cast<size_t>(bucket) * sizeof(int32_t), model_.device());
-      g->logits = Buffer(static_cast<size_t>(bucket * vocab) * sizeof(float), model_.device());
-    }
-    graph = g.get();
-    // Padding: sequences at position 0 on the reserved slot and block, their logits unused.
-    for (int64_t i = num_tokens; i < bucket; ++i) {
-      SequenceChunk pad;
-      pad.token_offset = i;
-      pad.num_tokens = 1;
-      pad.start_pos = 0;
-      pad.state_slot = options_.num_slots + options_.num_pack_slots;
-      pad.block_table = &padding_block_;
-      pad.num_blocks = 1;
-      pad.want_logits = true;
-      batch.seqs.push_back(pad);
-      ids.push_back(0);
-    }
-    batch.static_max_context = options_.max_model_len;
+    const int64_t bucket = DecodeBucket(num_tokens, options_.num_slots);
+    graph = io.graphs.at({bucket, parity}).get();
+    PadDecodeBatch(batch, ids, bucket);
   }
   batch.token_ids = ids.data();
   batch.num_tokens = static_cast<int64_t>(ids.size());
   if (batch.num_tokens > 0) {
     TensorView device_ids;
     if (graph != nullptr) {
-      device_ids = TensorView(graph->ids.data(), DType::kI32, {batch.num_tokens}, model_.device());
-      ops::CopyBytesAsync(io.op, graph->ids.data(), ids.data(), ids.size() * sizeof(int32_t));
+      device_ids = TensorView(io.graph_ids[parity].data(), DType::kI32, {batch.num_tokens}, model_.device());
+      ops::CopyBytesAsync(io.op, device_ids.raw(), ids.data(), ids.size() * sizeof(int32_t));
     } else {
       device_ids = ws.Upload(io.op, ids.data(), DType::kI32, {batch.num_tokens});
     }
@@ -219,41 +277,25 @@ ModelRunner::DeviceStep ModelRunner::Enqueue(const SchedulerOutput& out, const s
     batch.device_token_ids = device_ids.data<int32_t>();
   }
 
-  const TensorView logits = graph != nullptr
-                                ? TensorView(graph->logits.data(), DType::kF32, {batch.num_tokens, vocab}, model_.device())
-                                : ws.Alloc(DType::kF32, {std::max<int64_t>(rows, 1), vocab});
+  const TensorView logits =
+      graph != nullptr
+          ? TensorView(io.graph_logits[parity].data(), DType::kF32, {batch.num_tokens, vocab}, model_.device())
+          : ws.Alloc(DType::kF32, {std::max<int64_t>(rows, 1), vocab});
   auto logits_row = [&](int64_t r) { return logits.data<float>() + r * vocab; };
   if (graph == nullptr) {
     if (!batch.seqs.empty()) {
       model_.Forward(batch, *state_, TensorView(logits.raw(), DType::kF32, {forward_rows, vocab}, model_.device()));
     }
-  } else if (!graph->warmed) {
-    model_.Forward(batch, *state_, logits);  // eagerly: allocates what the graph will use, measures its uploads
-    graph->staged_bytes = model_.LastStepStagedBytes();
-    graph->staging = PinnedBuffer(std::max<size_t>(graph->staged_bytes, 1));
-    graph->warmed = true;
   } else {
+    // Refill the staging the graph's copies read, then replay.
     batch.graph_staging = graph->staging.data();
     batch.graph_staging_bytes = graph->staging.size();
-    if (!graph->graph.ready()) {
-      CudaGraph::BeginCapture(io.op.stream);
-      try {
-        model_.Forward(batch, *state_, logits);
-      } catch (...) {
-        try {
-          graph->graph.EndCapture(io.op.stream);
-        } catch (...) {
-        }
-        throw;
-      }
-      graph->graph.EndCapture(io.op.stream);
-    } else {
-      batch.record_only = true;  // refill the staging the graph's copies read
-      model_.Forward(batch, *state_, logits);
-    }
+    batch.record_only = true;
+    model_.Forward(batch, *state_, logits);
     DI_CHECK(model_.LastStepStagedBytes() == graph->staged_bytes,
              "a decode graph's step staged {} bytes, its capture {}", model_.LastStepStagedBytes(), graph->staged_bytes);
     graph->graph.Launch(io.op.stream);
+    step.result.cuda_graph = true;
   }
   // Prompt-end packs keep the raw logits; whole prompts restored from a pack sample from them.
   for (const PackCopy& c : out.post_copies) {

@@ -180,9 +180,9 @@ TEST(GpuRunner, DeviceSamplingAndDeviceFedTokensEqualTheHostPath) {
   }
 }
 
-// Decode steps as CUDA graphs (8-sequence bucket: two padding sequences; per parity the first
-// step of the shape runs eagerly, the second is captured, the rest replay) give the eager
-// runner's tokens and logprobs bit for bit.
+// Decode steps as CUDA graphs (captured when the runner starts, from steps made of padding
+// sequences alone; six sequences run in the 8-sequence bucket with two padding sequences, both
+// parities) give the eager runner's tokens and logprobs bit for bit.
 TEST(GpuRunner, CudaGraphReplayEqualsEager) {
   DI_REQUIRE_GPU();
   LoadOptions lo;
@@ -200,8 +200,10 @@ TEST(GpuRunner, CudaGraphReplayEqualsEager) {
   ro.max_model_len = 512;
   const std::vector<StepResult> graphed = RunAllLaunchedUpFront(*loaded.model, ro, specs, 12);
   ASSERT_EQ(eager.size(), graphed.size());
-  int differ = 0;
+  int differ = 0, graph_steps = 0;
   for (size_t s = 0; s < eager.size(); ++s) {
+    EXPECT_FALSE(eager[s].cuda_graph);
+    graph_steps += graphed[s].cuda_graph ? 1 : 0;
     ASSERT_EQ(eager[s].sampled.size(), graphed[s].sampled.size());
     for (size_t r = 0; r < eager[s].sampled.size(); ++r) {
       const SampledToken& a = eager[s].sampled[r];
@@ -212,7 +214,9 @@ TEST(GpuRunner, CudaGraphReplayEqualsEager) {
       }
     }
   }
-  std::printf("GPU runner with CUDA graphs: %zu steps, %d rows differ from eager\n", eager.size(), differ);
+  EXPECT_EQ(graph_steps, static_cast<int>(eager.size()) - 1) << "every step after the prefill is a decode step";
+  std::printf("GPU runner with CUDA graphs: %zu steps (%d replayed a graph), %d rows differ from eager\n", eager.size(),
+              graph_steps, differ);
 }
 
 }  // namespace
