@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# On the GPU machine: compute-sanitizer over gtest filters, one sanitizer process per filter, all
+# at once (racecheck is bound by the host CPU, one core per process; the H200 machine has 16).
+# Logs go to $OUT/sanitize-<n>.log (n: the position of the filter); prints one line per filter and exits non-zero when a
+# process reported an error or did not finish.
+#
+#   bash scripts/gpu-sanitize-parallel.sh [--timeout SECONDS] TOOL:FILTER [TOOL:FILTER ...]
+#   e.g. racecheck:'ReferenceGoldens/*long*' memcheck:'*'
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+limit=540
+if [[ ${1:-} == --timeout ]]; then limit=$2; shift 2; fi
+source scripts/gpu-env.sh
+export DEEPINFER_SOURCE_DIR=$PWD
+export DEEPINFER_GOLDENS_DIR=/tmp/deepinfer-goldens
+mkdir -p "$DEEPINFER_GOLDENS_DIR"
+for a in tests/data/goldens-v4/*.tgz; do tar -xzf "$a" -C "$DEEPINFER_GOLDENS_DIR"; done
+n=0
+pids=()
+for job in "$@"; do
+  tool=${job%%:*}
+  filter=${job#*:}
+  log="$out/sanitize-$n.log"
+  echo "$tool $filter" >"$log.job"
+  ( /usr/bin/time -f "max RSS %M kB, %e s" timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$dist/deepinfer_gpu_tests" --gtest_filter="$filter" >"$log" 2>&1
+    echo $? >"$log.rc" ) &
+  pids+=($!)
+  n=$((n + 1))
+done
+wait "${pids[@]}"
+status=0
+for ((i = 0; i < n; i++)); do
+  log="$out/sanitize-$i.log"
+  rc=$(cat "$log.rc")
+  summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$log" | tail -1)
+  echo "[$rc] $(cat "$log.job"): $(grep -c '^\[       OK \]' "$log") ok, $(grep -c '^\[  FAILED  \]' "$log") failed; ${summary:-no summary}; $(tail -1 "$log")"
+  [[ $rc -eq 0 ]] || status=1
+done
+rm -f "$out"/*.rc "$out"/*.job
+exit $status
