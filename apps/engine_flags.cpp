@@ -24,6 +24,8 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
   g->add_flag("--indexer-fp4", f.options.load.numerics.indexer_fp4, "round indexer q/k through FP4 (reference QAT)");
   g->add_flag("--fp8-activations", f.options.load.numerics.fp8_activations,
               "round the inputs of the FP8/FP4 linears through FP8 per 128 (reference act_quant)");
+  g->add_flag("--tensor-cores", f.options.load.numerics.tensor_core_linears,
+              "CUDA: BF16/FP8/FP4 linears on tensor cores (activations split into 3 BF16 parts, f32 sums)");
   g->add_option("--device", f.device, "where the model runs: cpu | cuda | cuda:N")
       ->capture_default_str()
       ->check([](const std::string& v) {

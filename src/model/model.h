@@ -24,6 +24,9 @@ struct Numerics {
   // of the inputs of the linears the reference runs as FP8/FP4 GEMMs: wq_a, wkv, wq_b, the
   // indexer's wq_b, wo_b, and w1/w3/w2 of the routed and shared experts.
   bool fp8_activations = false;
+  // CUDA: BF16 / FP8 / FP4 linears on tensor cores, activations split into three BF16 parts
+  // (exact products; only the rounding of the f32 sums changes). No effect on the CPU.
+  bool tensor_core_linears = false;
 };
 
 // Per-sequence model state (windows, compressor state, paged rows), owned by the runner.

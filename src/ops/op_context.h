@@ -29,6 +29,10 @@ struct OpContext {
   // graph's copies read it.
   bool record_only = false;
   OpProfiler* profiler = nullptr;  // CUDA only; null: no timing
+  // CUDA only: linears with BF16 weights, or FP8 / FP4 weights with e8m0 scales, run on tensor
+  // cores with the activations split into three BF16 parts (cuda::LinearMath::kSplitBf16:
+  // exact products, f32 sums rounded differently from the SIMT kernels); false: f32 SIMT.
+  bool tensor_core_linears = false;
 
   bool on_cuda() const { return device.type == DeviceType::kCuda; }
 };

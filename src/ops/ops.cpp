@@ -40,6 +40,10 @@ cuda::DeviceWeight ToDevice(const LinearWeight& w) {
   return d;
 }
 
+cuda::LinearMath MathOf(const OpContext& ctx) {
+  return ctx.tensor_core_linears ? cuda::LinearMath::kSplitBf16 : cuda::LinearMath::kSimtF32;
+}
+
 cuda::HcParams ToDevice(const HcParams& p) {
   cuda::HcParams d;
   d.fn = p.fn.data<float>();
@@ -79,7 +83,7 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
                       "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), y.ShapeString(), w.out_features,
                       w.in_features);
              cuda::Linear(x.data<float>(), x.stride(0), x.size(0), ToDevice(w), y.data<float>(), y.stride(0),
-                          ctx.stream));
+                          ctx.stream, MathOf(ctx)));
   cpu::Linear(x, w, y);
 }
 
@@ -89,7 +93,8 @@ void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight
   DI_ON_CUDA(ctx, "grouped_linear",
              DI_CHECK(x.is_contiguous() && y.is_contiguous() && x.ndim() == 3 && x.size(1) == num_groups,
                       "grouped linear: x {} y {}", x.ShapeString(), y.ShapeString());
-             cuda::GroupedLinear(x.data<float>(), x.size(0), num_groups, ToDevice(w), y.data<float>(), ctx.stream));
+             cuda::GroupedLinear(x.data<float>(), x.size(0), num_groups, ToDevice(w), y.data<float>(), ctx.stream,
+                                 MathOf(ctx)));
   cpu::GroupedLinear(x, w, num_groups, y);
 }
 
@@ -144,7 +149,7 @@ void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& 
                       cuda::ExpertsLinearScratchBytes(rows, num_experts));
              cuda::ExpertsLinear(x.data<float>(), x.stride(0), rows, offsets.data<int32_t>(), num_experts,
                                  static_cast<const cuda::DeviceWeight*>(w.device_table.data()), ToDevice(first),
-                                 y.data<float>(), y.stride(0), scratch.raw(), ctx.stream));
+                                 y.data<float>(), y.stride(0), scratch.raw(), ctx.stream, MathOf(ctx)));
   const int32_t* off = offsets.data<int32_t>();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t r0 = std::clamp<int64_t>(off[e], 0, rows), r1 = std::clamp<int64_t>(off[e + 1], r0, rows);

@@ -61,9 +61,21 @@ std::vector<float> AbsDense(const LinearWeight& w) {
   return d;
 }
 
+namespace {
+cuda::LinearMath g_test_math = cuda::LinearMath::kSimtF32;
+}  // namespace
+
+cuda::LinearMath TestLinearMath() { return g_test_math; }
+ScopedLinearMath::ScopedLinearMath(cuda::LinearMath math) : previous_(g_test_math) { g_test_math = math; }
+ScopedLinearMath::~ScopedLinearMath() { g_test_math = previous_; }
+
 double OrderBoundC(int64_t k) {
   const double cpu = static_cast<double>(k / 8 + 12);
-  const double gpu = 8.0 * static_cast<double>((k + 255) / 256) + 5.0;
+  const double slices = static_cast<double>((k + 511) / 512);
+  const double chunks_per_slice = static_cast<double>(std::min<int64_t>(4, (k + 127) / 128));
+  const double gpu = g_test_math == cuda::LinearMath::kSplitBf16
+                         ? 2.0 * 3.0 * 8.0 * chunks_per_slice + slices + 5.0
+                         : 8.0 * static_cast<double>((k + 255) / 256) + 5.0;
   return 1.01 * (cpu + gpu) * 0x1p-24;
 }
 

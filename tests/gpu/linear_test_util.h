@@ -63,7 +63,26 @@ std::vector<float> AbsDense(const LinearWeight& w);
 // The bound is the sum of both, +1% for S itself being an f32 sum. It is a worst case (the typical
 // error is ~sqrt of it), so it cannot flake, yet it stays far below the size of any single product
 // (S/K on average): a dropped, doubled or misdecoded term of normal size fails it.
+// Under LinearMath::kSplitBf16 (linear_mma.cuh) the GPU's sums are chains of MMAs instead: per
+// 512-column slice up to 4 chunks × 8 steps × 3 parts = 96 MMAs, each adding 16 exact products to
+// the running sum with at most 2 roundings' worth of error (the tensor cores' adder may truncate
+// rather than round to nearest), then one add per slice: γ(2·3·8·chunks_per_slice + slices + 5)·S.
+// OrderBoundC uses the bound of TestLinearMath().
 double OrderBoundC(int64_t k);
+
+// The math the helpers of the linear tests pass to cuda::Linear / GroupedLinear / ExpertsLinear
+// (and whose bound OrderBoundC uses): kSimtF32 unless a ScopedLinearMath is alive.
+cuda::LinearMath TestLinearMath();
+class ScopedLinearMath {
+ public:
+  explicit ScopedLinearMath(cuda::LinearMath math);
+  ~ScopedLinearMath();
+  ScopedLinearMath(const ScopedLinearMath&) = delete;
+  ScopedLinearMath& operator=(const ScopedLinearMath&) = delete;
+
+ private:
+  cuda::LinearMath previous_;
+};
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 

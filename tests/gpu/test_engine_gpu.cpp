@@ -13,11 +13,14 @@ namespace {
 
 // Runs `num_requests` of the workload with seed `seed` in both loops and compares them; expects
 // more than `min_preemptions` preemptions and (unless negative) `min_cached` cached prompt tokens.
-void ExpectOverlappedEqualsSynchronous(uint64_t seed, int num_requests, int min_preemptions, int64_t min_cached) {
+// tensor_cores: Numerics::tensor_core_linears in both runs.
+void ExpectOverlappedEqualsSynchronous(uint64_t seed, int num_requests, int min_preemptions, int64_t min_cached,
+                                       bool tensor_cores = false) {
   auto tok = Tokenizer::FromFile(DemoModelDir() + "/tokenizer.json");
   const std::vector<WorkItem> items = MakeWorkload(seed, num_requests, tok->vocab_size());
   EngineOptions o = DemoEngineOptions();
   o.load.device = DeviceId{DeviceType::kCuda, 0};
+  o.load.numerics.tensor_core_linears = tensor_cores;
   AddStressChecks(o, tok->vocab_size());
   o.async_scheduling = false;
   const EngineRun sync = RunOnFreshEngine(o, items, *tok);
@@ -31,8 +34,9 @@ void ExpectOverlappedEqualsSynchronous(uint64_t seed, int num_requests, int min_
                     << overlapped.results[i].text << "'";
     }
   }
-  std::printf("GPU, %d requests: %d differ; preemptions sync=%ld overlapped=%ld; cached prompt tokens %ld / %ld\n",
-              num_requests, mismatches, static_cast<long>(sync.stats.num_preemptions),
+  std::printf("GPU%s, %d requests: %d differ; preemptions sync=%ld overlapped=%ld; cached prompt tokens %ld / %ld\n",
+              tensor_cores ? " (tensor-core linears)" : "", num_requests, mismatches,
+              static_cast<long>(sync.stats.num_preemptions),
               static_cast<long>(overlapped.stats.num_preemptions),
               static_cast<long>(overlapped.stats.prompt_tokens_cached),
               static_cast<long>(overlapped.stats.prompt_tokens_total));
@@ -43,6 +47,12 @@ void ExpectOverlappedEqualsSynchronous(uint64_t seed, int num_requests, int min_
 TEST(GpuEngine, OverlappedEqualsSynchronousOnARandomizedWorkload) {
   DI_REQUIRE_GPU();
   ExpectOverlappedEqualsSynchronous(2026, 200, 5, 1000);
+}
+
+// With the linears on tensor cores (split-BF16, linear_mma.cuh) the batch invariance holds too.
+TEST(GpuEngine, TensorCoreLinearsOverlappedEqualsSynchronous) {
+  DI_REQUIRE_GPU();
+  ExpectOverlappedEqualsSynchronous(2029, 200, 5, 1000, true);
 }
 
 // The same on 24 requests: the size compute-sanitizer racecheck can hold in host memory (on the

@@ -134,9 +134,10 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
   dy.Fill(0xff);
   dref.Fill(0xff);
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
-                      scratch.get(), nullptr);
+                      scratch.get(), nullptr, TestLinearMath());
   for (int64_t e = 0; e < num_experts; ++e) {
-    cuda::Linear(dx.get() + off[e] * ldx, ldx, counts[e], pool.Device(e), dref.get() + off[e] * ldy, ldy, nullptr);
+    cuda::Linear(dx.get() + off[e] * ldx, ldx, counts[e], pool.Device(e), dref.get() + off[e] * ldy, ldy, nullptr,
+                 TestLinearMath());
   }
   const std::vector<float> y = dy.ToHost();
   const std::vector<uint32_t> y_bits = Bits(y);
@@ -253,6 +254,39 @@ TEST(CudaExpertsLinear, PrefillFlash) {
   ExpertPool pool(kFp4, 256, 2048, 4096, 22);
   const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
   CheckExperts(pool, counts, 2048 * 6 + 5, 4096, 2048, 23, {0, busiest, 255});
+}
+
+// The tensor-core path: ExpertsLinear still equals Linear (now also on tensor cores) bit for bit
+// on every tile kind, and both stay within the order bound of the CPU.
+TEST(CudaExpertsLinearMma, AllFormatsAndEveryCount) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  uint64_t seed = 3100;
+  for (const Spec& spec : {kBf16, kFp8E8m0, kFp4, kF32}) {
+    const int64_t small_k = spec.format == WeightFormat::kFp4 ? 96 : 100;
+    for (const auto& [n, k, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {130, small_k, 3}}) {
+      ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), n, k, ++seed, pad);
+      const int64_t rows = Offsets(kMixedCounts).back();
+      CheckExperts(pool, kMixedCounts, rows, k, n, ++seed);
+      CheckExperts(pool, kMixedCounts, rows + 7, k + 5, n + 3, ++seed);
+    }
+  }
+  std::vector<int32_t> counts(41);
+  std::iota(counts.begin(), counts.end(), 0);
+  ExpertPool pool(kFp8E8m0, 41, 72, 1100, 3200);
+  CheckExperts(pool, counts, Offsets(counts).back() + 3, 1100, 72, 3201);
+}
+
+TEST(CudaExpertsLinearMma, DecodeFlash) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  const std::vector<int32_t> counts = RandomRouting(64, 6, 256, 3300);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+    ExpertPool pool(kFp4, 256, n, k, 3301 + n);
+    std::vector<int64_t> sample;
+    for (int64_t e = 0; e < 256 && sample.size() < 6; e += 37) sample.push_back(e);
+    CheckExperts(pool, counts, 64 * 6, k, n, 3302 + n, sample);
+  }
 }
 
 TEST(CudaExpertsLinear, RejectsBadArguments) {

@@ -18,7 +18,34 @@ LoadOptions OnGpu() {
   return o;
 }
 
+// BF16 / FP8 / FP4 linears on tensor cores (Numerics::tensor_core_linears): exact products,
+// f32 sums rounded differently, so the goldens' tolerance holds unchanged.
+LoadOptions OnGpuTensorCores() {
+  LoadOptions o = OnGpu();
+  o.numerics.tensor_core_linears = true;
+  return o;
+}
+
 class GpuGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuGolden, TensorCoreLinearsMatchReference) {
+  DI_REQUIRE_GPU();
+  ExpectMatchesGolden(GetParam(), OnGpuTensorCores());
+}
+
+// The tensor-core path fixes every output's summation order by K alone: chunking still changes
+// nothing.
+TEST_P(GpuGolden, TensorCoreChunkedPrefillEqualsOneShotBitForBit) {
+  DI_REQUIRE_GPU();
+  const Golden g = LoadGolden(GetParam());
+  LoadedModel gpu = LoadModel(g.dir, OnGpuTensorCores());
+  SequenceDriver one_shot(*gpu.model);
+  const std::vector<float> want = one_shot.Prefill(g.prompt_ids);
+  for (int64_t chunk : {1, 7, 128}) {
+    SequenceDriver chunked(*gpu.model);
+    EXPECT_TRUE(test::AllEqual(chunked.Prefill(g.prompt_ids, chunk), want, "chunk " + std::to_string(chunk)));
+  }
+}
 
 TEST_P(GpuGolden, LayerStreamsLogitsAndGreedyMatchReference) {
   DI_REQUIRE_GPU();
@@ -93,6 +120,12 @@ TEST(GpuModel, ChunkedPrefillEqualsOneShotWithTheReferenceQuantization) {
     SequenceDriver chunked(*gpu.model);
     EXPECT_TRUE(test::AllEqual(chunked.Prefill(g.prompt_ids, chunk), want, "chunk " + std::to_string(chunk)));
   }
+}
+
+TEST(GpuModel, StaticShapesEqualDynamicShapesOnTensorCores) {
+  DI_REQUIRE_GPU();
+  LoadedModel gpu = LoadModel(DemoModelDir(), OnGpuTensorCores());
+  EXPECT_EQ(CheckStaticShapesMatchDynamic(*gpu.model), 12);
 }
 
 TEST(GpuModel, StaticShapesEqualDynamicShapesWithTheReferenceQuantization) {

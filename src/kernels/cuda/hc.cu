@@ -1,5 +1,7 @@
 #include "kernels/cuda/hc.h"
 
+#include <cooperative_groups.h>
+
 #include <climits>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -12,6 +14,7 @@ constexpr int kMixThreads = 256;
 constexpr int kMixWarps = kMixThreads / kWarpSize;
 constexpr int kRowChunk = 8;  // mix rows accumulated per pass over a token's W values
 constexpr int kMaxRows = (2 + kHcMaxStreams) * kHcMaxStreams;
+constexpr int kMixCluster = 8;  // blocks per cluster of HcMixKernel (the portable maximum)
 constexpr int kPostThreads = 256;
 // At or above this many tokens a mix block serves 4 tokens (fn is read once for 4); below, one
 // token per block for more blocks. The per-token arithmetic is identical either way.
@@ -61,31 +64,47 @@ __device__ void SinkhornWarp(float* c, int s, int64_t iters, float eps) {
   }
 }
 
-// One block per kTok consecutive tokens (the last block may hold fewer):
-//   1. mix[t, r] = Σ_i fn[r, i] · X[t, i] and ss[t] = Σ_i X[t, i]², each thread striding over i,
-//      then a warp butterfly and a sum over warps in warp order (fixed for the block size);
-//   2. one warp per token: mix ·= 1/sqrt(ss/W + norm_eps), then the stream weights (and, for
-//      HcPre, post and the Sinkhorn of comb);
-//   3. out[t] = Σ_j weight_j · X[t, j], stream by stream like the CPU.
+// One cluster of kMixCluster blocks per kTok consecutive tokens (the last cluster may hold
+// fewer). Block q of a cluster owns the q-th of kMixCluster equal slices of the W values:
+//   1. partial mix[t, r] = Σ_i fn[r, i] · X[t, i] and ss[t] = Σ_i X[t, i]² over its slice, each
+//      thread striding over i, then a warp butterfly and a sum over warps in warp order;
+//   2. after a cluster barrier every block sums the kMixCluster partials in rank order from the
+//      blocks' shared memory (the same sums in every block), then one warp per token:
+//      mix ·= 1/sqrt(ss/W + norm_eps), the stream weights (and, for HcPre, post and the Sinkhorn
+//      of comb, written by rank 0);
+//   3. out[t, i] = Σ_j weight_j · X[t, j, i], stream by stream like the CPU, block q writing the
+//      q-th slice of the D channels.
+// The order of every sum is fixed by W alone, so a token's outputs do not depend on m or kTok.
+// Splitting W over a cluster keeps fn's 4·W·(2+S)·S bytes (1.5 MiB at Flash shapes) streaming
+// through kMixCluster SMs per token instead of one (one block per token took ~130 us per call at
+// batch 1 on the H200, 2026-11-30 profile).
 // kHead: rows = s, weights = head weights, no post/comb. Otherwise rows = (2+s)·s.
 template <int kTok, bool kHead>
-__global__ void __launch_bounds__(kMixThreads)
+__global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
                 int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
   static_assert(kTok <= kMixWarps, "one epilogue warp per token");
+  namespace cg = cooperative_groups;
   __shared__ float red[kMixWarps][kTok * kRowChunk];
   __shared__ float ss_red[kMixWarps][kTok];
+  __shared__ float part_mix[kTok][kMaxRows];  // this block's slice sums, read by the whole cluster
+  __shared__ float part_ss[kTok];
   __shared__ float mix[kTok][kMaxRows];
   __shared__ float ss_tok[kTok];
   __shared__ float weights[kTok][kHcMaxStreams];
   __shared__ float cmat[kTok][kHcMaxStreams * kHcMaxStreams];
 
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
   const int w = s * d;
   const int rows = kHead ? s : (2 + s) * s;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTok;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x / kMixCluster) * kTok;
   const int ntok = static_cast<int>(min(static_cast<int64_t>(kTok), m - t0));
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
+  const int slice = static_cast<int>(CeilDiv(w, kMixCluster));
+  const int i_begin = min(w, rank * slice);
+  const int i_end = min(w, i_begin + slice);
 
   // Tokens past the end alias the last one: their sums are computed and dropped.
   const float* xt[kTok];
@@ -104,14 +123,14 @@ __global__ void __launch_bounds__(kMixThreads)
 #pragma unroll
       for (int k = 0; k < kRowChunk; ++k) acc[t][k] = 0.f;
     }
-    for (int i = threadIdx.x; i < w; i += kMixThreads) {
+    for (int i = i_begin + static_cast<int>(threadIdx.x); i < i_end; i += kMixThreads) {
       float fv[kRowChunk];
 #pragma unroll
       for (int k = 0; k < kRowChunk; ++k) fv[k] = __ldg(f[k] + i);
 #pragma unroll
       for (int t = 0; t < kTok; ++t) {
         const float xv = __ldg(xt[t] + i);
-        ss[t] = fmaf(xv, xv, ss[t]);
+        if (r0 == 0) ss[t] = fmaf(xv, xv, ss[t]);
 #pragma unroll
         for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
       }
@@ -133,15 +152,31 @@ __global__ void __launch_bounds__(kMixThreads)
       const int t = threadIdx.x / kRowChunk, k = threadIdx.x % kRowChunk;
       float sum = 0.f;
       for (int wp = 0; wp < kMixWarps; ++wp) sum += red[wp][threadIdx.x];
-      if (r0 + k < rows) mix[t][r0 + k] = sum;
+      if (r0 + k < rows) part_mix[t][r0 + k] = sum;
     }
     if (r0 == 0 && threadIdx.x < kTok) {
       float sum = 0.f;
       for (int wp = 0; wp < kMixWarps; ++wp) sum += ss_red[wp][threadIdx.x];
-      ss_tok[threadIdx.x] = sum;
+      part_ss[threadIdx.x] = sum;
     }
-    __syncthreads();  // red is rewritten by the next pass; mix and ss_tok are read below
+    __syncthreads();  // red is rewritten by the next pass
   }
+
+  cluster.sync();  // every block's part_mix and part_ss are complete
+  for (int e = threadIdx.x; e < kTok * (rows + 1); e += kMixThreads) {
+    const int t = e / (rows + 1), r = e % (rows + 1);
+    float sum = 0.f;
+    for (int q = 0; q < kMixCluster; ++q) {
+      const float* remote = r < rows ? cluster.map_shared_rank(&part_mix[t][r], q) : cluster.map_shared_rank(&part_ss[t], q);
+      sum += *remote;
+    }
+    if (r < rows) {
+      mix[t][r] = sum;
+    } else {
+      ss_tok[t] = sum;
+    }
+  }
+  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 
   if (warp < ntok) {
     const int t = warp;
@@ -155,21 +190,26 @@ __global__ void __launch_bounds__(kMixThreads)
     } else {
       if (lane < s) {
         weights[t][lane] = Sigmoid(Affine(mt[lane], p.scale[0], p.base[lane])) + p.hc_eps;
-        post[tok * s + lane] = __fmul_rn(2.f, Sigmoid(Affine(mt[s + lane], p.scale[1], p.base[s + lane])));
+        if (rank == 0) post[tok * s + lane] = __fmul_rn(2.f, Sigmoid(Affine(mt[s + lane], p.scale[1], p.base[s + lane])));
       }
       float* c = cmat[t];
       for (int e = lane; e < s * s; e += kWarpSize) c[e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
       __syncwarp();
       SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
-      for (int e = lane; e < s * s; e += kWarpSize) comb[tok * s * s + e] = c[e];
+      if (rank == 0) {
+        for (int e = lane; e < s * s; e += kWarpSize) comb[tok * s * s + e] = c[e];
+      }
     }
   }
   __syncthreads();
 
+  const int d_slice = static_cast<int>(CeilDiv(d, kMixCluster));
+  const int o_begin = min(d, rank * d_slice);
+  const int o_end = min(d, o_begin + d_slice);
   for (int t = 0; t < ntok; ++t) {
     const float* xr = x + (t0 + t) * w;
     float* o = out + (t0 + t) * ldo;
-    for (int i = threadIdx.x; i < d; i += kMixThreads) {
+    for (int i = o_begin + static_cast<int>(threadIdx.x); i < o_end; i += kMixThreads) {
       float acc = 0.f;
       for (int j = 0; j < s; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t][j], xr[static_cast<int64_t>(j) * d + i]));
       o[i] = acc;
@@ -216,10 +256,10 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
     ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
   }
   if (m >= kMultiTokenMin) {
-    HcMixKernel<4, kHead><<<static_cast<unsigned>(CeilDiv(m, 4)), kMixThreads, 0, stream>>>(
+    HcMixKernel<4, kHead><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
   } else {
-    HcMixKernel<1, kHead><<<static_cast<unsigned>(m), kMixThreads, 0, stream>>>(
+    HcMixKernel<1, kHead><<<static_cast<unsigned>(m * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
   }
   DI_CUDA_LAUNCH_CHECK(what);

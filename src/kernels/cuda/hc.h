@@ -4,7 +4,8 @@
 // nothing synchronizes (launches go on `stream`).
 //
 // Numerics against the CPU: the mixes (fn · X over W values and the sum of squares) use a fixed
-// block-tree order instead of the CPU's sequential order, so they differ from it at the level of
+// tree order (threads, warps, then the 8 blocks of a thread-block cluster that split W) instead
+// of the CPU's sequential order, so they differ from it at the level of
 // fp32 rounding of a W-term dot product. Everything after the mixes (sigmoids, Sinkhorn, the
 // weighted stream sums, HcPost) performs the CPU's operations in the CPU's order without fused
 // multiply-adds, so given equal mixes it differs only where CUDA's expf differs from the host's.

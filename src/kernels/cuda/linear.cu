@@ -72,6 +72,7 @@ struct Params {
   int64_t scale_row_stride;  // scale elements between scale rows
   bool scale_f32;            // scale dtype: F32 (else E8M0)
   bool w_vec;                // weight rows allow whole-chunk vector loads
+  bool w_vec16;              // weight rows are 16-byte aligned (the tensor-core path's loads)
   bool x_vec;                // x rows allow float4 loads
 };
 
@@ -243,6 +244,8 @@ template <int N>
 constexpr int DuplicateLaneMask() {
   return N >= kWarpSize ? 0 : kWarpSize / N - 1;
 }
+
+#include "kernels/cuda/linear_mma.cuh"
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
 // One block of kGemvWarps warps computing output block `block` of group `g`: warp w owns outputs
@@ -518,6 +521,7 @@ __device__ __forceinline__ Params TileParams(const ExpertsParams& ep, const Expe
   p.w = static_cast<const uint8_t*>(w.data);
   p.w_row_bytes = w.data_row_stride * RowElementBytes(K);
   p.w_vec = Aligned(w.data, p.w_row_bytes, VecAlign(K));
+  p.w_vec16 = Aligned(w.data, p.w_row_bytes, 16);
   if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
     p.scale = static_cast<const uint8_t*>(w.scale);
     p.scale_row_stride = w.scale_row_stride;
@@ -566,7 +570,29 @@ __global__ void __launch_bounds__(kTiledThreads, 2) ExpertsTiledKernel(const Exp
   }
 }
 
+// The tensor-core path per tile: tiles of up to 8, 16 and 32 rows run mma::Block with TM = 1, 2, 4.
+template <Kind K, int TM>
+__global__ void __launch_bounds__(mma::kThreads) ExpertsMmaKernel(const ExpertsParams ep) {
+  const int32_t tiles = *ep.count;
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    mma::Block<K, TM>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
+  }
+}
+
 // ---- host side ---------------------------------------------------------------------------------
+
+// Whether a weight of this kind, scale dtype and K takes the tensor-core path: BF16 weights, and
+// FP8 / FP4 weights with e8m0 scales (an f32 scale need not keep the weight exact in BF16), with
+// K <= 8192 (the partial sums of at most 16 slices fit the block's shared memory).
+bool UseMma(LinearMath math, Kind kind, bool scale_f32, int64_t k) {
+  if (math != LinearMath::kSplitBf16) return false;
+  const bool exact = kind == Kind::kBF16 || ((kind == Kind::kFp8 || kind == Kind::kFp4) && !scale_f32);
+  return exact && mma::MakeLayout(k).slices <= mma::kMaxSlices;
+}
+
+int64_t MmaRowBlocks(int64_t n, int64_t k) {
+  return CeilDiv(CeilDiv(n, mma::kRows), mma::MakeLayout(k).tiles_per_block);
+}
 
 [[noreturn]] void Fail(const char* what) { ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", what); }
 
@@ -601,6 +627,7 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   p.w = static_cast<const uint8_t*>(w.data);
   p.w_row_bytes = row_bytes;
   p.w_vec = Aligned(w.data, row_bytes, VecAlign(kind));
+  p.w_vec16 = Aligned(w.data, row_bytes, 16);
   p.scale = nullptr;
   p.scale_row_stride = 0;
   p.scale_f32 = false;
@@ -626,9 +653,26 @@ void LaunchGemv(const Params& p, int64_t groups, cudaStream_t stream) {
   DI_CUDA_LAUNCH_CHECK("cuda::Linear gemv");
 }
 
+template <Kind K, int TM>
+void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream) {
+  const int64_t tok_blocks = CeilDiv(p.m, mma::kTok * TM);
+  if (tok_blocks > 65535) Fail("too many rows for one launch");
+  const dim3 grid(static_cast<unsigned>(MmaRowBlocks(p.n, p.k)), static_cast<unsigned>(tok_blocks),
+                  static_cast<unsigned>(groups));
+  mma::LinearKernel<K, TM><<<grid, mma::kThreads, 0, stream>>>(p);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear mma");
+}
+
 template <Kind K>
-void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream) {
+void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath math) {
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
+  if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
+    if (UseMma(math, K, p.scale_f32, p.k)) {
+      if (p.m <= mma::kTok) return LaunchMma<K, 1>(p, groups, stream);
+      if (p.m <= 2 * mma::kTok) return LaunchMma<K, 2>(p, groups, stream);
+      return LaunchMma<K, mma::kMaxTm>(p, groups, stream);
+    }
+  }
   if (p.m <= 1) return LaunchGemv<K, 1>(p, groups, stream);
   if (p.m <= 2) return LaunchGemv<K, 2>(p, groups, stream);
   if (p.m <= 4) return LaunchGemv<K, 4>(p, groups, stream);
@@ -642,15 +686,15 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream) {
   DI_CUDA_LAUNCH_CHECK("cuda::Linear tiled");
 }
 
-void Launch(const Params& p, Kind kind, int64_t groups, cudaStream_t stream) {
+void Launch(const Params& p, Kind kind, int64_t groups, cudaStream_t stream, LinearMath math) {
   if (groups > 65535) Fail("too many groups");
   if (CeilDiv(p.n, kTileN) > 0x7fffffff) Fail("too many outputs");
   switch (kind) {
-    case Kind::kF32: return LaunchKind<Kind::kF32>(p, groups, stream);
-    case Kind::kBF16: return LaunchKind<Kind::kBF16>(p, groups, stream);
-    case Kind::kF16: return LaunchKind<Kind::kF16>(p, groups, stream);
-    case Kind::kFp8: return LaunchKind<Kind::kFp8>(p, groups, stream);
-    case Kind::kFp4: return LaunchKind<Kind::kFp4>(p, groups, stream);
+    case Kind::kF32: return LaunchKind<Kind::kF32>(p, groups, stream, math);
+    case Kind::kBF16: return LaunchKind<Kind::kBF16>(p, groups, stream, math);
+    case Kind::kF16: return LaunchKind<Kind::kF16>(p, groups, stream, math);
+    case Kind::kFp8: return LaunchKind<Kind::kFp8>(p, groups, stream, math);
+    case Kind::kFp4: return LaunchKind<Kind::kFp4>(p, groups, stream, math);
   }
 }
 
@@ -684,6 +728,7 @@ struct ExpertsLaunch {
   TileLists lists;
   TileCapacity capacity;
   int64_t sms = 0;  // multiprocessors of the current device
+  bool mma = false;  // the tensor-core path (UseMma of the layout)
   cudaStream_t stream = nullptr;
 };
 
@@ -720,9 +765,27 @@ void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
              CeilDiv(l.params.base.n, kGemvWarps * RPW), "cuda::ExpertsLinear gemv");
 }
 
+template <Kind K, int TM>
+void LaunchExpertsMma(const ExpertsLaunch& l, int kind) {
+  static const int blocks_per_sm = BlocksPerSm(ExpertsMmaKernel<K, TM>, mma::kThreads);
+  LaunchList(ExpertsMmaKernel<K, TM>, mma::kThreads, blocks_per_sm, l, kind,
+             MmaRowBlocks(l.params.base.n, l.params.base.k), "cuda::ExpertsLinear mma");
+}
+
 template <Kind K>
 void LaunchExperts(const ExpertsLaunch& l) {
   static_assert(kGemvMaxRows == 16 && kTileM == 2 * kGemvMaxRows, "the tile kinds cover 1-16 and 17-32 rows");
+  if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
+    if (l.mma) {
+      static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");
+      LaunchExpertsMma<K, 1>(l, 0);  // 1-2 rows
+      LaunchExpertsMma<K, 1>(l, 1);  // 3-4
+      LaunchExpertsMma<K, 1>(l, 2);  // 5-8
+      LaunchExpertsMma<K, 2>(l, 3);  // 9-16
+      LaunchExpertsMma<K, mma::kMaxTm>(l, kTiledKind);  // 17-32
+      return;
+    }
+  }
   LaunchExpertsGemv<K, 2, 2>(l, 0);
   LaunchExpertsGemv<K, 4, 4>(l, 1);
   LaunchExpertsGemv<K, 8, 4>(l, 2);
@@ -746,7 +809,7 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
 
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, LinearMath math) {
   const Kind kind = KindOf(layout);
   const int64_t n = layout.out_features, k = layout.in_features;
   if (n < 0 || k < 0) Fail("negative weight shape");
@@ -779,6 +842,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   l.sms = sms;
   l.stream = stream;
+  l.mma = UseMma(math, kind, layout.scale_dtype == DType::kF32, k);
   ExpertsParams& ep = l.params;
   ep.base.x = x;
   ep.base.ldx = ldx;
@@ -799,7 +863,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
 }
 
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
-            cudaStream_t stream) {
+            cudaStream_t stream, LinearMath math) {
   Params p{};
   const Kind kind = SetWeight(w, p);
   if (m < 0) Fail("negative row count");
@@ -815,11 +879,11 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   p.m = m;
   p.n = w.out_features;
   p.x_vec = Aligned(x, ldx * 4, 16);
-  Launch(p, kind, 1, stream);
+  Launch(p, kind, 1, stream, math);
 }
 
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, LinearMath math) {
   Params p{};
   const Kind kind = SetWeight(w, p);
   if (m < 0) Fail("negative row count");
@@ -836,7 +900,7 @@ void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWe
   p.m = m;
   p.n = r;
   p.x_vec = Aligned(x, k * 4, 16);  // k % 4 == 0 makes every row and group start aligned too
-  Launch(p, kind, num_groups, stream);
+  Launch(p, kind, num_groups, stream, math);
 }
 
 }  // namespace deepinfer::cuda

@@ -51,6 +51,16 @@ struct DeviceWeight {
   int64_t scale_row_stride = 0;
 };
 
+// The arithmetic of Linear, GroupedLinear and ExpertsLinear (their last argument):
+//   kSimtF32    the f32 SIMT kernels described above (the default);
+//   kSplitBf16  tensor cores (mma.sync BF16, f32 accumulation) for BF16 weights and for FP8 / FP4
+//               weights with e8m0 scales and K <= 8192: every weight is exact in BF16 and each f32
+//               activation is split into three BF16 parts whose sum is exact, so the products are
+//               exact and only the f32 rounding of the sums differs from kSimtF32 (order in
+//               linear_mma.cuh: fixed by K alone, batch invariant, ExpertsLinear equal to Linear).
+//               Other weights (F32, F16, f32 scales) keep the SIMT kernels.
+enum class LinearMath : uint8_t { kSimtF32, kSplitBf16 };
+
 // M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).
 inline constexpr int64_t kGemvMaxRows = 16;
 
@@ -58,7 +68,7 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // stride ldx >= in_features; y: [m, out_features] f32 with row stride ldy >= out_features (the
 // columns past out_features are not written). m == 0 is a no-op. Asynchronous on `stream`.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
-            cudaStream_t stream);
+            cudaStream_t stream, LinearMath math = LinearMath::kSimtF32);
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.
@@ -68,7 +78,7 @@ void CheckWeight(const DeviceWeight& w);
 // R = out_features / G, K = in_features); y[r, g, :] = W[g·R:(g+1)·R, :] · x[r, g, :].
 // x: [m, G, K] and y: [m, G, R], both contiguous f32. Same summation order as Linear.
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
-                   cudaStream_t stream);
+                   cudaStream_t stream, LinearMath math = LinearMath::kSimtF32);
 
 // ---- expert-grouped projection (routed MoE experts) ------------------------------------------
 //
@@ -82,8 +92,9 @@ void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWe
 //   weights  DEVICE array of num_experts DeviceWeight; every entry has the format, dense dtype,
 //            out_features N and in_features K of `layout` and passes CheckWeight (the caller checks
 //            this once when it builds the array; data pointers, strides and scale dtypes may differ
-//            per expert). `layout` is a host copy of one of them (only its format, dtype, N and K
-//            are read).
+//            per expert). `layout` is a host copy of one of them (only its format, dtype, scale
+//            dtype, N and K are read; under kSplitBf16 the layout's scale dtype picks the path, so
+//            every expert's must match it for ExpertsLinear to equal Linear).
 //   x        [rows_bound, K] f32, row stride ldx >= K; y: [rows_bound, N] f32, row stride ldy >= N.
 //   scratch  DEVICE memory of ExpertsLinearScratchBytes(rows_bound, num_experts) bytes, 16-byte
 //            aligned; overwritten.
@@ -96,6 +107,6 @@ void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWe
 size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
-                   cudaStream_t stream);
+                   cudaStream_t stream, LinearMath math = LinearMath::kSimtF32);
 
 }  // namespace deepinfer::cuda

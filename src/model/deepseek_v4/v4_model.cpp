@@ -142,7 +142,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
 
   const int64_t tokens = batch.num_tokens, d = c.hidden_size, s = c.hc_mult;
   StepContext ctx;
-  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only, batch.profiler};
+  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only, batch.profiler, numerics_.tensor_core_linears};
   if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope("embedding");
   ctx.ws = workspace_.get();
   if (batch.graph_staging != nullptr) {

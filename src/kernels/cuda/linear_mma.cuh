@@ -1,0 +1,249 @@
+// The tensor-core path of cuda::Linear / GroupedLinear / ExpertsLinear (LinearMath::kSplitBf16),
+// included by linear.cu only: it uses linear.cu's Params, Kind and format decoders.
+//
+// Numerics. A BF16 weight, and an FP8 (e4m3 × e8m0) or FP4 (e2m1 × e8m0) weight dequantized with
+// its power-of-two scale, is exact in BF16. An f32 activation is the exact sum of three BF16
+// parts: hi = bf16(x), mid = bf16(x − hi), lo = bf16(x − hi − mid) (each difference is exact in
+// f32; the last part has at most 8 significant bits left, barring underflow below 2^-133). So
+// y = Σ_k W·hi + W·mid + W·lo has exact products, and the MMAs (mma.sync m16n8k16, f32
+// accumulation) differ from the f32 SIMT kernels only in how the f32 sums are rounded.
+//
+// Order of every output (fixed by K alone, so the same for every M, every row or token tile and
+// every grid: batch invariant, and ExpertsLinear equals Linear bit for bit):
+//   K is cut into slices of kSlice = 512 columns and slices into chunks of kChunk = 128. Inside a
+//   chunk, MMA step j (0..7) takes from lane quad t (lane % 4) the four columns 32t + 4j + {0..3},
+//   which play the MMA's logical columns {2t, 2t+1, 2t+8, 2t+9}. Per slice s an accumulator
+//   starts at +0 and takes, for each chunk in ascending order, for j = 0..7, the MMAs of the hi,
+//   mid and lo parts in that order; then y = P_0, y += P_1, ... in slice order.
+// Columns past K enter as zero weights times zero activations.
+//
+// Work split. A row tile is 16 weight rows (the MMA's M), a token tile 8 rows of x (the MMA's N).
+// A block of kWarps warps takes tiles_per_block row tiles × TM token tiles; each row tile gets
+// warps_per_tile warps (the next power of two ≥ the slice count, at most kWarps), warp slot w of a
+// row tile computing slices w, w + warps_per_tile, ... The warps write their slice partials to
+// shared memory and the block adds them in slice order. Weight bytes go straight from global
+// memory to registers (each is used by one warp only), 32 columns per lane and chunk, the next
+// chunk prefetched while the MMAs of this one run; x comes through L1.
+#pragma once
+
+namespace mma {
+
+constexpr int kChunk = 128;
+constexpr int kSliceChunks = 4;
+constexpr int kSlice = kChunk * kSliceChunks;
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kRows = 16;
+constexpr int kTok = 8;
+constexpr int kMaxSlices = 16;  // K <= 8192 on this path
+constexpr int kMaxTm = 4;       // up to 32 tokens per block
+
+struct Layout {
+  int slices;
+  int warps_per_tile;
+  int tiles_per_block;
+};
+
+__host__ __device__ inline Layout MakeLayout(int64_t k) {
+  Layout l{};
+  l.slices = static_cast<int>(CeilDiv(k, kSlice));
+  l.warps_per_tile = 1;
+  while (l.warps_per_tile < l.slices && l.warps_per_tile < kWarps) l.warps_per_tile *= 2;
+  l.tiles_per_block = kWarps / l.warps_per_tile;
+  return l;
+}
+
+// Raw bytes of the 32 columns [32t, 32t+32) of one chunk of one weight row, and their scale.
+template <Kind K>
+struct Raw {
+  static constexpr int kWords = K == Kind::kBF16 ? 16 : K == Kind::kFp8 ? 8 : 4;
+  uint32_t word[kWords];
+  float scale;
+};
+
+template <Kind K>
+__device__ __forceinline__ void LoadRaw(const Params& p, int64_t row, bool row_valid, int64_t chunk, int quad,
+                                        Raw<K>& r) {
+#pragma unroll
+  for (int i = 0; i < Raw<K>::kWords; ++i) r.word[i] = 0u;
+  r.scale = 1.f;
+  const int64_t k0 = chunk * kChunk + 32 * quad;
+  if (!row_valid || k0 >= p.k) return;
+  constexpr int kBytes = Raw<K>::kWords * 4;
+  const uint8_t* src = p.w + row * p.w_row_bytes + (K == Kind::kFp4 ? k0 / 2 : K == Kind::kBF16 ? k0 * 2 : k0);
+  if (p.w_vec16 && (K == Kind::kFp4 || k0 + 32 <= p.k)) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(src) + i);
+      r.word[4 * i] = v.x, r.word[4 * i + 1] = v.y, r.word[4 * i + 2] = v.z, r.word[4 * i + 3] = v.w;
+    }
+  } else {
+    // Unaligned rows or the last, partial chunk: byte by byte (FP4 chunks are always whole).
+    const int64_t valid_cols = min(static_cast<int64_t>(32), p.k - k0);
+    const int valid_bytes = static_cast<int>(K == Kind::kFp4 ? 16 : K == Kind::kBF16 ? 2 * valid_cols : valid_cols);
+#pragma unroll
+    for (int b = 0; b < kBytes; ++b) {
+      if (b < valid_bytes) r.word[b / 4] |= static_cast<uint32_t>(__ldg(src + b)) << (8 * (b % 4));
+    }
+  }
+  if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+    const int64_t srow = K == Kind::kFp8 ? row / kFp8Block : row;
+    const int64_t scol = K == Kind::kFp8 ? k0 / kFp8Block : k0 / kFp4Block;
+    const int64_t si = srow * p.scale_row_stride + scol;
+    r.scale = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
+  }
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo_col, float hi_col) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_col, hi_col);  // .x (low 16 bits) = lo_col
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The 32 weights as 16 BF16 pairs (pair i = columns 2i, 2i+1): exact for e8m0 scales.
+template <Kind K>
+__device__ __forceinline__ void ToBf16Pairs(const Raw<K>& r, uint32_t (&pairs)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    if constexpr (K == Kind::kBF16) {
+      pairs[i] = r.word[i];
+    } else if constexpr (K == Kind::kFp8) {
+      const uint32_t w = r.word[i / 2] >> (16 * (i % 2));
+      pairs[i] = PackBf16(__fmul_rn(E4m3Value(w & 0xffu), r.scale), __fmul_rn(E4m3Value((w >> 8) & 0xffu), r.scale));
+    } else {
+      const uint32_t w = r.word[i / 4] >> (8 * (i % 4));
+      pairs[i] = PackBf16(__fmul_rn(E2m1Value(w & 0xfu), r.scale), __fmul_rn(E2m1Value((w >> 4) & 0xfu), r.scale));
+    }
+  }
+}
+
+// The three BF16 parts of x0, x1 (one pair each).
+__device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const float r0 = __fsub_rn(x0, __low2float(h)), r1 = __fsub_rn(x1, __high2float(h));
+  const __nv_bfloat162 m = __floats2bfloat162_rn(r0, r1);
+  const float s0 = __fsub_rn(r0, __low2float(m)), s1 = __fsub_rn(r1, __high2float(m));
+  const __nv_bfloat162 l = __floats2bfloat162_rn(s0, s1);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  mid = *reinterpret_cast<const uint32_t*>(&m);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Columns 32·quad + 4j + {0..3} of chunk `chunk` of x row `row` (x: the group's row 0; zeros
+// past K or m).
+__device__ __forceinline__ float4 LoadX4(const Params& p, const float* x, int64_t row, int64_t chunk, int quad,
+                                         int j) {
+  const int64_t k0 = chunk * kChunk + 32 * quad + 4 * j;
+  if (row >= p.m || k0 >= p.k) return make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* src = x + row * p.ldx + k0;
+  if (p.x_vec && k0 + 4 <= p.k) return __ldg(reinterpret_cast<const float4*>(src));
+  return make_float4(__ldg(src), k0 + 1 < p.k ? __ldg(src + 1) : 0.f, k0 + 2 < p.k ? __ldg(src + 2) : 0.f,
+                     k0 + 3 < p.k ? __ldg(src + 3) : 0.f);
+}
+
+// Partial sums of one block: [tile_in_block · slices + slice][row · 8·TM + token].
+template <int TM>
+struct Smem {
+  float part[kMaxSlices][kRows * kTok * TM];
+};
+
+// Row block `row_block` (tiles_per_block row tiles of group g) × token block `tok_block` (8·TM
+// rows of x). Every thread of the block must call it (it synchronizes); shared memory is free
+// again when it returns.
+template <Kind K, int TM>
+__device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_t tok_block, int64_t g) {
+  __shared__ Smem<TM> sm;
+  const Layout l = MakeLayout(p.k);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int quad = lane % 4;   // the MMA's "thread in group"
+  const int group = lane / 4;  // the MMA's "group": weight rows group, group + 8; token group
+  const int tile_in_block = warp / l.warps_per_tile;
+  const int slot = warp % l.warps_per_tile;
+  const int64_t row0 = (row_block * l.tiles_per_block + tile_in_block) * kRows;  // within the group
+  const int64_t tok0 = tok_block * (kTok * TM);
+  const int64_t num_chunks = CeilDiv(p.k, kChunk);
+  const float* x = p.x + g * p.x_group_stride;
+  const bool row_a = row0 + group < p.n, row_b = row0 + group + 8 < p.n;
+  const int64_t wrow_a = g * p.n + row0 + group, wrow_b = wrow_a + 8;
+
+  if (row0 < p.n) {
+    // The warp's chunks: slices slot, slot + warps_per_tile, ...; chunk c of slice s is 4s + c.
+    int s = slot;
+    int64_t c = static_cast<int64_t>(s) * kSliceChunks;
+    Raw<K> next_a, next_b;
+    if (s < l.slices) {
+      LoadRaw<K>(p, wrow_a, row_a, c, quad, next_a);
+      LoadRaw<K>(p, wrow_b, row_b, c, quad, next_b);
+    }
+    while (s < l.slices) {
+      float acc[TM][4];
+#pragma unroll
+      for (int tt = 0; tt < TM; ++tt) acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.f;
+      const int64_t slice_end = min(num_chunks, static_cast<int64_t>(s + 1) * kSliceChunks);
+      for (; c < slice_end; ++c) {
+        uint32_t wa[16], wb[16];
+        ToBf16Pairs<K>(next_a, wa);
+        ToBf16Pairs<K>(next_b, wb);
+        // Prefetch the warp's next chunk (in this slice or the first of its next slice).
+        const int64_t c_next = c + 1 < slice_end ? c + 1 : static_cast<int64_t>(s + l.warps_per_tile) * kSliceChunks;
+        if (c + 1 < slice_end || s + l.warps_per_tile < l.slices) {
+          LoadRaw<K>(p, wrow_a, row_a, c_next, quad, next_a);
+          LoadRaw<K>(p, wrow_b, row_b, c_next, quad, next_b);
+        }
+#pragma unroll
+        for (int tt = 0; tt < TM; ++tt) {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            const float4 xv = LoadX4(p, x, tok0 + tt * kTok + group, c, quad, j);
+            uint32_t h0, m0, l0, h1, m1, l1;
+            SplitPair(xv.x, xv.y, h0, m0, l0);
+            SplitPair(xv.z, xv.w, h1, m1, l1);
+            Mma(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], h0, h1);
+            Mma(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], m0, m1);
+            Mma(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], l0, l1);
+          }
+        }
+      }
+      float* part = sm.part[tile_in_block * l.slices + s];
+#pragma unroll
+      for (int tt = 0; tt < TM; ++tt) {
+        const int t = tt * kTok + 2 * quad;
+        part[group * (kTok * TM) + t] = acc[tt][0];
+        part[group * (kTok * TM) + t + 1] = acc[tt][1];
+        part[(group + 8) * (kTok * TM) + t] = acc[tt][2];
+        part[(group + 8) * (kTok * TM) + t + 1] = acc[tt][3];
+      }
+      s += l.warps_per_tile;
+      c = static_cast<int64_t>(s) * kSliceChunks;
+    }
+  }
+  __syncthreads();
+  constexpr int kTileOut = kRows * kTok * TM;
+  for (int e = threadIdx.x; e < l.tiles_per_block * kTileOut; e += kThreads) {
+    const int tib = e / kTileOut, i = e % kTileOut;
+    const int64_t o = (row_block * l.tiles_per_block + tib) * kRows + i / (kTok * TM);
+    const int64_t r = tok0 + i % (kTok * TM);
+    if (o >= p.n || r >= p.m) continue;
+    float sum = 0.f;
+    for (int s = 0; s < l.slices; ++s) sum = s == 0 ? sm.part[tib * l.slices][i] : sum + sm.part[tib * l.slices + s][i];
+    p.y[g * p.y_group_stride + r * p.ldy + o] = sum;
+  }
+  __syncthreads();  // sm.part is rewritten by the next call
+}
+
+// Grid (row blocks, token blocks, groups).
+template <Kind K, int TM>
+__global__ void __launch_bounds__(kThreads) LinearKernel(const Params p) {
+  Block<K, TM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+}  // namespace mma
