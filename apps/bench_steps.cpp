@@ -30,6 +30,7 @@ struct StepsArgs {
   bool no_profile = false;
   bool no_ceilings = false;
   bool tensor_cores = false;
+  bool fp8_activations = false;
   bool decode = true;
   bool prefill = true;
   std::vector<std::string> layer_mix{"0:2", "4:21", "128:20"};
@@ -103,6 +104,7 @@ void RunSteps(StepsArgs& a) {
   lo.load_format = a.load_format;
   lo.device = DeviceId{DeviceType::kCuda, a.device_index};
   lo.numerics.tensor_core_linears = a.tensor_cores;
+  lo.numerics.fp8_activations = a.fp8_activations;
   a.options.cuda_graphs = !a.no_graphs;
   a.options.profile = !a.no_profile;
   const bench::LayerMix mix = ParseMix(a.layer_mix);
@@ -125,7 +127,8 @@ void RunSteps(StepsArgs& a) {
   report["model"] = {{"dir", a.model_dir},
                      {"layers", model.config().num_hidden_layers},
                      {"load_format", a.load_format},
-                     {"tensor_core_linears", a.tensor_cores}};
+                     {"tensor_core_linears", a.tensor_cores},
+                     {"fp8_activations", a.fp8_activations}};
   report["layer_mix"] = nlohmann::json::object();
   for (const auto& [ratio, count] : mix) report["layer_mix"][std::to_string(ratio)] = count;
   if (a.decode) {
@@ -168,6 +171,8 @@ void AddStepBench(CLI::App* bench) {
   cmd->add_flag("--no-profile", a->no_profile, "no per-op profile (and no x43 scaling)");
   cmd->add_flag("--no-ceilings", a->no_ceilings, "skip the ceilings (no floors or fractions)");
   cmd->add_flag("--tensor-cores", a->tensor_cores, "BF16/FP8/FP4 linears on tensor cores (split-BF16 activations)");
+  cmd->add_flag("--fp8-activations", a->fp8_activations,
+                "the reference's act_quant ahead of its FP8/FP4 linears (with --tensor-cores: e4m3 MMAs)");
   cmd->add_flag("!--no-decode", a->decode, "skip the decode points");
   cmd->add_flag("!--no-prefill", a->prefill, "skip the prefill points");
   cmd->add_option("--json", a->json, "write the report as JSON (tools/plot_bench.py draws it)");

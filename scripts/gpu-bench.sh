@@ -9,7 +9,8 @@
 # weights, our engine on the GPU against HF transformers (tools/bench_hf_v4.py, random BF16
 # weights) at batch 1 and 64, 512-token prompts, 32 new tokens, prefill included.
 # With --steps [ARGS]: `deepinfer bench steps` on the 3-layer Flash-shaped config (issue 8), JSON
-# and a PNG plot (tools/plot_bench.py, if matplotlib is there), then again with --tensor-cores.
+# and a PNG plot (tools/plot_bench.py, if matplotlib is there), then again with --tensor-cores and
+# with --tensor-cores --fp8-activations.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
@@ -30,6 +31,9 @@ if [[ ${1:-} == --steps ]]; then
   echo "== the same with the linears on tensor cores (--tensor-cores)"
   timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --json "$out/steps-tc.json" "$@" 2>>"$out/bench.log" || status=1
+  echo "== and with the reference's FP8 activations on e4m3 tensor cores (--tensor-cores --fp8-activations)"
+  timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
+    --json "$out/steps-tc-fp8.json" "$@" 2>>"$out/bench.log" || status=1
   echo "== HF transformers on the same config (random BF16 weights)"
   timeout 200 python3 tools/bench_hf_steps.py bench/configs/v4-flash-3layer | tee "$out/steps-hf.json" || status=1
   exit $status

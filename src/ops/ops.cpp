@@ -40,8 +40,9 @@ cuda::DeviceWeight ToDevice(const LinearWeight& w) {
   return d;
 }
 
-cuda::LinearMath MathOf(const OpContext& ctx) {
-  return ctx.tensor_core_linears ? cuda::LinearMath::kSplitBf16 : cuda::LinearMath::kSimtF32;
+cuda::LinearMath MathOf(const OpContext& ctx, LinearInput input = LinearInput::kAsIs) {
+  if (!ctx.tensor_core_linears) return cuda::LinearMath::kSimtF32;
+  return input == LinearInput::kFp8Blocks ? cuda::LinearMath::kFp8Act : cuda::LinearMath::kSplitBf16;
 }
 
 cuda::HcParams ToDevice(const HcParams& p) {
@@ -75,7 +76,9 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
   cpu::RmsNorm(x, weight, eps, y);
 }
 
-void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y) {
+void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
+            LinearInput input) {
+  (void)input;  // the CPU computes the same f32 math for every input
   CheckDevice(ctx, "linear", {&x, &w.data, &y});
   DI_ON_CUDA(ctx, "linear",
              DI_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.size(1) == w.in_features && y.size(1) == w.out_features &&
@@ -83,7 +86,7 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
                       "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), y.ShapeString(), w.out_features,
                       w.in_features);
              cuda::Linear(x.data<float>(), x.stride(0), x.size(0), ToDevice(w), y.data<float>(), y.stride(0),
-                          ctx.stream, MathOf(ctx)));
+                          ctx.stream, MathOf(ctx, input)));
   cpu::Linear(x, w, y);
 }
 
@@ -129,7 +132,8 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
 }
 
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
-                   const TensorView& y, const TensorView& scratch) {
+                   const TensorView& y, const TensorView& scratch, LinearInput input) {
+  (void)input;
   CheckDevice(ctx, "experts_linear", {&x, &offsets, &y, &scratch});
   const int64_t num_experts = offsets.numel() - 1, rows = x.size(0);
   DI_CHECK(offsets.dtype() == DType::kI32 && offsets.is_contiguous() &&
@@ -149,7 +153,7 @@ void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& 
                       cuda::ExpertsLinearScratchBytes(rows, num_experts));
              cuda::ExpertsLinear(x.data<float>(), x.stride(0), rows, offsets.data<int32_t>(), num_experts,
                                  static_cast<const cuda::DeviceWeight*>(w.device_table.data()), ToDevice(first),
-                                 y.data<float>(), y.stride(0), scratch.raw(), ctx.stream, MathOf(ctx)));
+                                 y.data<float>(), y.stride(0), scratch.raw(), ctx.stream, MathOf(ctx, input)));
   const int32_t* off = offsets.data<int32_t>();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t r0 = std::clamp<int64_t>(off[e], 0, rows), r1 = std::clamp<int64_t>(off[e + 1], r0, rows);

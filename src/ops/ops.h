@@ -28,7 +28,14 @@ using cpu::RouterScore;
 // ids: I32 [M]; table [V, D] BF16/F16/F32; y [M, D] f32.
 void Embedding(const OpContext& ctx, const TensorView& ids, const TensorView& table, const TensorView& y);
 void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y);
-void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y);
+// What a linear's input went through: kAsIs, or kFp8Blocks (the reference's act_quant: e4m3 per
+// row and 128 columns, power-of-two scales; Fp8RoundTripRows). With ctx.tensor_core_linears, a
+// kFp8Blocks input of an FP8 / FP4 weight runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act);
+// the CPU and the SIMT kernels compute the same f32 math either way.
+enum class LinearInput : uint8_t { kAsIs, kFp8Blocks };
+
+void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
+            LinearInput input = LinearInput::kAsIs);
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
                    const TensorView& y);
 
@@ -162,7 +169,7 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
 // are untouched. scratch: ExpertsLinearScratchBytes(R, E) bytes for the GPU (may be empty on the
 // CPU). On CUDA nothing comes back to the host (kernels/cuda/linear.h).
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
-                   const TensorView& y, const TensorView& scratch);
+                   const TensorView& y, const TensorView& scratch, LinearInput input = LinearInput::kAsIs);
 size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // out[t] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot]] (+ shared[t]).
 void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "gpu/gpu_test_util.h"
+#include "kernels/cpu/elementwise.h"
 
 namespace deepinfer::test {
 
@@ -69,12 +70,18 @@ cuda::LinearMath TestLinearMath() { return g_test_math; }
 ScopedLinearMath::ScopedLinearMath(cuda::LinearMath math) : previous_(g_test_math) { g_test_math = math; }
 ScopedLinearMath::~ScopedLinearMath() { g_test_math = previous_; }
 
+void RoundForFp8Act(std::vector<float>& x, int64_t rows, int64_t k, int64_t ld) {
+  if (g_test_math != cuda::LinearMath::kFp8Act) return;
+  for (int64_t r = 0; r < rows; ++r) cpu::Fp8RoundTrip(x.data() + r * ld, k, 128);
+}
+
 double OrderBoundC(int64_t k) {
   const double cpu = static_cast<double>(k / 8 + 12);
   const double slices = static_cast<double>((k + 511) / 512);
   const double chunks_per_slice = static_cast<double>(std::min<int64_t>(4, (k + 127) / 128));
-  const double gpu = g_test_math == cuda::LinearMath::kSplitBf16
-                         ? 2.0 * 3.0 * 8.0 * chunks_per_slice + slices + 5.0
+  const double gpu = g_test_math == cuda::LinearMath::kSplitBf16 ? 2.0 * 3.0 * 8.0 * chunks_per_slice + slices + 5.0
+                     : g_test_math == cuda::LinearMath::kFp8Act
+                         ? 4096.0 + 4.0 * chunks_per_slice + slices + 5.0
                          : 8.0 * static_cast<double>((k + 255) / 256) + 5.0;
   return 1.01 * (cpu + gpu) * 0x1p-24;
 }

@@ -67,12 +67,20 @@ std::vector<float> AbsDense(const LinearWeight& w);
 // 512-column slice up to 4 chunks × 8 steps × 3 parts = 96 MMAs, each adding 16 exact products to
 // the running sum with at most 2 roundings' worth of error (the tensor cores' adder may truncate
 // rather than round to nearest), then one add per slice: γ(2·3·8·chunks_per_slice + slices + 5)·S.
+// Under kFp8Act the inputs are e4m3 codes and the tensor cores' accumulation inside one MMA may
+// keep only about 14 bits (DeepSeek's measurement on Hopper), so the GPU term is 2^-12·S
+// (4096 units of 2^-24) plus the slice and chunk adds; the tests give the CPU the rounded x
+// (RoundForFp8Act), so the products are the same exact values on both sides.
 // OrderBoundC uses the bound of TestLinearMath().
 double OrderBoundC(int64_t k);
 
 // The math the helpers of the linear tests pass to cuda::Linear / GroupedLinear / ExpertsLinear
 // (and whose bound OrderBoundC uses): kSimtF32 unless a ScopedLinearMath is alive.
 cuda::LinearMath TestLinearMath();
+// Under kFp8Act: rounds the first k values of each of `rows` rows (stride ld) of x through the
+// reference's act_quant (cpu::Fp8RoundTrip, blocks of 128), as the model does before those
+// linears; otherwise leaves x alone.
+void RoundForFp8Act(std::vector<float>& x, int64_t rows, int64_t k, int64_t ld);
 class ScopedLinearMath {
  public:
   explicit ScopedLinearMath(cuda::LinearMath math);

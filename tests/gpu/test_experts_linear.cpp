@@ -126,7 +126,8 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
                            " ldy=" + std::to_string(ldy);
   SCOPED_TRACE(what);
 
-  const std::vector<float> xs = RandomFloats(static_cast<size_t>(rows_bound * ldx), seed);
+  std::vector<float> xs = RandomFloats(static_cast<size_t>(rows_bound * ldx), seed);
+  RoundForFp8Act(xs, rows_bound, k, ldx);
   DeviceArray<float> dx(xs);
   DeviceArray<int32_t> doff(off);
   DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(rows_bound, num_experts));
@@ -287,6 +288,22 @@ TEST(CudaExpertsLinearMma, DecodeFlash) {
     for (int64_t e = 0; e < 256 && sample.size() < 6; e += 37) sample.push_back(e);
     CheckExperts(pool, counts, 64 * 6, k, n, 3302 + n, sample);
   }
+}
+
+TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  uint64_t seed = 4500;
+  for (const Spec& spec : {kFp8E8m0, kFp4}) {
+    const int64_t k = spec.format == WeightFormat::kFp4 ? 1088 : 1100;
+    ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), 200, k, ++seed);
+    const int64_t rows = Offsets(kMixedCounts).back();
+    CheckExperts(pool, kMixedCounts, rows, k, 200, ++seed);
+    CheckExperts(pool, kMixedCounts, rows + 7, k + 5, 203, ++seed);
+  }
+  const std::vector<int32_t> counts = RandomRouting(64, 6, 256, 4600);
+  ExpertPool pool(kFp4, 256, 2048, 4096, 4601);
+  CheckExperts(pool, counts, 64 * 6, 4096, 2048, 4602, {0, 37, 74});
 }
 
 TEST(CudaExpertsLinear, RejectsBadArguments) {

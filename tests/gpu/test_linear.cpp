@@ -111,7 +111,8 @@ void CheckLinear(TestWeight& w, int64_t m, int64_t ldx, int64_t ldy, uint64_t se
   const std::string what = std::string(w.spec.name) + " [" + std::to_string(w.in) + " -> " + std::to_string(w.out) +
                            "] M=" + std::to_string(m) + " ldx=" + std::to_string(ldx) + " ldy=" + std::to_string(ldy);
   SCOPED_TRACE(what);
-  const std::vector<float> xs = RandomFloats(static_cast<size_t>(std::max<int64_t>(m * ldx, 1)), seed);
+  std::vector<float> xs = RandomFloats(static_cast<size_t>(std::max<int64_t>(m * ldx, 1)), seed);
+  RoundForFp8Act(xs, m, w.in, ldx);
   std::vector<float> x(static_cast<size_t>(m * w.in)), xabs(x.size());
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t i = 0; i < w.in; ++i) x[r * w.in + i] = xs[r * ldx + i];
@@ -470,6 +471,88 @@ TEST(CudaLinearMma, SwitchSelectsThePath) {
   EXPECT_GT(differ, 0u) << "the tensor-core path gave the SIMT kernels' bits on all " << simt.size() << " outputs";
   std::printf("mma vs simt, [4096 -> 256] fp8, 8 rows: %zu of %zu outputs differ in the last bits\n", differ,
               simt.size());
+}
+
+// ---- FP8 inputs on the tensor cores (LinearMath::kFp8Act, linear_mma.cuh's fp8 section) ----
+
+TEST(CudaLinearFp8, FormatsAndShapes) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  uint64_t seed = 4100;
+  // BF16 weights take the split-BF16 path under kFp8Act; they are checked with that path's bound
+  // in CudaLinearMma.
+  for (const Spec& spec : {kFp8E8m0, kFp8F32, kFp4}) {
+    const int64_t small_in = spec.format == WeightFormat::kFp4 ? 96 : 100;
+    const int64_t mid_in = spec.format == WeightFormat::kFp4 ? 1088 : 1100;
+    for (const auto& [out, in, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {77, mid_in, 0},
+                                       {130, small_in, 3}}) {
+      TestWeight w = RandomWeight(spec, out, in, ++seed, pad);
+      for (const int64_t m : {1, 3, 9, 17, 100}) {
+        CheckLinear(w, m, in, out, ++seed);
+        CheckLinear(w, m, in + 5, out + 3, ++seed);
+        CheckLinear(w, m, in + 4, out + 7, ++seed);
+      }
+    }
+  }
+}
+
+TEST(CudaLinearFp8, FlashShapes) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  struct Case {
+    Spec spec;
+    int64_t in, out;
+  };
+  const Case cases[] = {{kFp8E8m0, 4096, 1024}, {kFp8E8m0, 1024, 64 * 512}, {kFp8E8m0, 8192, 4096},
+                        {kFp4, 4096, 2048},     {kFp4, 2048, 4096}};
+  uint64_t seed = 4200;
+  for (const Case& c : cases) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    for (const int64_t m : {1, 64}) CheckLinear(w, m, c.in, c.out, ++seed);
+  }
+}
+
+// The kernel quantizes x itself: an unrounded x gives the bits of the same x rounded by the CPU's
+// act_quant (the model rounds first; the kernel must agree with that rounding exactly).
+TEST(CudaLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  uint64_t seed = 4300;
+  for (const Spec& spec : {kFp8E8m0, kFp4}) {
+    for (const int64_t in : {int64_t{1088}, int64_t{4096}}) {
+      TestWeight w = RandomWeight(spec, 96, in, ++seed);
+      constexpr int64_t kM = 21;
+      std::vector<float> x = RandomFloats(static_cast<size_t>(kM * in), ++seed);
+      for (size_t i = 0; i < x.size(); i += 7) x[i] *= 300.f;  // spread the block scales
+      std::vector<float> rounded = x;
+      RoundForFp8Act(rounded, kM, in, in);
+      DeviceArray<float> dx(x), dr(rounded);
+      EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, kM), RunRows(w, dr, 0, kM), std::string(spec.name) + " K=" +
+                                                                             std::to_string(in)));
+    }
+  }
+}
+
+TEST(CudaLinearFp8, BatchInvariantAndDeterministic) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  uint64_t seed = 4400;
+  for (const auto& [spec, in, out] : {std::tuple<Spec, int64_t, int64_t>{kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048},
+                                      {kFp8F32, 1100, 77}}) {
+    SCOPED_TRACE(spec.name);
+    TestWeight w = RandomWeight(spec, out, in, ++seed);
+    constexpr int64_t kM = 64;
+    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kM * in), ++seed));
+    const std::vector<float> all = RunRows(w, dx, 0, kM);
+    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, kM), all, "repeat"));
+    for (int64_t r = 0; r < kM; r += 3) {
+      EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1), Rows(all, out, r, 1), "row " + std::to_string(r)));
+    }
+    for (const auto& [r0, n] : {std::pair<int64_t, int64_t>{5, 17}, {30, 3}, {40, 8}, {47, 16}, {1, 40}}) {
+      EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, out, r0, n),
+                           "rows " + std::to_string(r0) + "+" + std::to_string(n)));
+    }
+  }
 }
 
 TEST(CudaLinear, RejectsBadArguments) {

@@ -134,6 +134,32 @@ TEST(GpuModel, StaticShapesEqualDynamicShapesWithTheReferenceQuantization) {
   EXPECT_EQ(CheckStaticShapesMatchDynamic(*gpu.model), 12);
 }
 
+// The reference's roundings with the linears on tensor cores: the quantized linears run e4m3 MMAs
+// on the codes (LinearMath::kFp8Act), the others split-BF16. Still batch invariant.
+LoadOptions OnGpuQuantizedTensorCores() {
+  LoadOptions o = OnGpuQuantized();
+  o.numerics.tensor_core_linears = true;
+  return o;
+}
+
+TEST(GpuModel, ChunkedPrefillEqualsOneShotWithFp8TensorCores) {
+  DI_REQUIRE_GPU();
+  const Golden g = LoadGolden("v4-tiny-fp8fp4");
+  LoadedModel gpu = LoadModel(g.dir, OnGpuQuantizedTensorCores());
+  SequenceDriver one_shot(*gpu.model);
+  const std::vector<float> want = one_shot.Prefill(g.prompt_ids);
+  for (int64_t chunk : {1, 7, 128}) {
+    SequenceDriver chunked(*gpu.model);
+    EXPECT_TRUE(test::AllEqual(chunked.Prefill(g.prompt_ids, chunk), want, "chunk " + std::to_string(chunk)));
+  }
+}
+
+TEST(GpuModel, StaticShapesEqualDynamicShapesWithFp8TensorCores) {
+  DI_REQUIRE_GPU();
+  LoadedModel gpu = LoadModel(DemoModelDir(), OnGpuQuantizedTensorCores());
+  EXPECT_EQ(CheckStaticShapesMatchDynamic(*gpu.model), 12);
+}
+
 INSTANTIATE_TEST_SUITE_P(ReferenceGoldens, GpuGolden, ::testing::ValuesIn(GoldenNames()), [](const auto& info) {
   std::string n = info.param;
   for (char& ch : n) if (ch == '-') ch = '_';

@@ -1,7 +1,10 @@
 #include "kernels/cuda/linear.h"
 
+#include <cuda_fp8.h>
+
 #include <algorithm>
 
+#include "kernels/cpu/ue8m0.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -570,24 +573,34 @@ __global__ void __launch_bounds__(kTiledThreads, 2) ExpertsTiledKernel(const Exp
   }
 }
 
-// The tensor-core path per tile: tiles of up to 8, 16 and 32 rows run mma::Block with TM = 1, 2, 4.
-template <Kind K, int TM>
+// The tensor-core paths per tile: tiles of up to 8, 16 and 32 rows run the block with TM = 1, 2, 4.
+template <Kind K, int TM, bool kFp8>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaKernel(const ExpertsParams ep) {
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    mma::Block<K, TM>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
+    if constexpr (kFp8) {
+      mma::fp8::Block<K, TM>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
+    } else {
+      mma::Block<K, TM>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
+    }
   }
 }
 
 // ---- host side ---------------------------------------------------------------------------------
 
-// Whether a weight of this kind, scale dtype and K takes the tensor-core path: BF16 weights, and
-// FP8 / FP4 weights with e8m0 scales (an f32 scale need not keep the weight exact in BF16), with
-// K <= 8192 (the partial sums of at most 16 slices fit the block's shared memory).
-bool UseMma(LinearMath math, Kind kind, bool scale_f32, int64_t k) {
-  if (math != LinearMath::kSplitBf16) return false;
-  const bool exact = kind == Kind::kBF16 || ((kind == Kind::kFp8 || kind == Kind::kFp4) && !scale_f32);
-  return exact && mma::MakeLayout(k).slices <= mma::kMaxSlices;
+enum class Path : uint8_t { kSimt, kSplitBf16, kFp8 };
+
+// The kernels a weight of this kind, scale dtype and K takes under `math`. Both tensor-core paths
+// need K <= 8192 (the partial sums of at most 16 slices fit the block's shared memory). The
+// split-BF16 path takes BF16 weights and FP8 / FP4 weights with e8m0 scales (an f32 scale need
+// not keep the weight exact in BF16); the FP8 path takes FP8 / FP4 weights with either scale
+// dtype (its scales are applied in f32 after the MMAs), and sends BF16 weights to split-BF16.
+Path PathFor(LinearMath math, Kind kind, bool scale_f32, int64_t k) {
+  if (math == LinearMath::kSimtF32 || mma::MakeLayout(k).slices > mma::kMaxSlices) return Path::kSimt;
+  const bool quantized = kind == Kind::kFp8 || kind == Kind::kFp4;
+  if (math == LinearMath::kFp8Act && quantized) return Path::kFp8;
+  if (kind == Kind::kBF16 || (quantized && !scale_f32)) return Path::kSplitBf16;
+  return Path::kSimt;
 }
 
 int64_t MmaRowBlocks(int64_t n, int64_t k) {
@@ -654,11 +667,18 @@ void LaunchGemv(const Params& p, int64_t groups, cudaStream_t stream) {
 }
 
 template <Kind K, int TM>
-void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream) {
+void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream, Path path) {
   const int64_t tok_blocks = CeilDiv(p.m, mma::kTok * TM);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
   const dim3 grid(static_cast<unsigned>(MmaRowBlocks(p.n, p.k)), static_cast<unsigned>(tok_blocks),
                   static_cast<unsigned>(groups));
+  if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+    if (path == Path::kFp8) {
+      mma::fp8::LinearKernel<K, TM><<<grid, mma::kThreads, 0, stream>>>(p);
+      DI_CUDA_LAUNCH_CHECK("cuda::Linear mma fp8");
+      return;
+    }
+  }
   mma::LinearKernel<K, TM><<<grid, mma::kThreads, 0, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear mma");
 }
@@ -667,10 +687,11 @@ template <Kind K>
 void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath math) {
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
-    if (UseMma(math, K, p.scale_f32, p.k)) {
-      if (p.m <= mma::kTok) return LaunchMma<K, 1>(p, groups, stream);
-      if (p.m <= 2 * mma::kTok) return LaunchMma<K, 2>(p, groups, stream);
-      return LaunchMma<K, mma::kMaxTm>(p, groups, stream);
+    const Path path = PathFor(math, K, p.scale_f32, p.k);
+    if (path != Path::kSimt) {
+      if (p.m <= mma::kTok) return LaunchMma<K, 1>(p, groups, stream, path);
+      if (p.m <= 2 * mma::kTok) return LaunchMma<K, 2>(p, groups, stream, path);
+      return LaunchMma<K, mma::kMaxTm>(p, groups, stream, path);
     }
   }
   if (p.m <= 1) return LaunchGemv<K, 1>(p, groups, stream);
@@ -728,7 +749,7 @@ struct ExpertsLaunch {
   TileLists lists;
   TileCapacity capacity;
   int64_t sms = 0;  // multiprocessors of the current device
-  bool mma = false;  // the tensor-core path (UseMma of the layout)
+  Path path = Path::kSimt;  // PathFor the layout
   cudaStream_t stream = nullptr;
 };
 
@@ -765,18 +786,26 @@ void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
              CeilDiv(l.params.base.n, kGemvWarps * RPW), "cuda::ExpertsLinear gemv");
 }
 
+template <Kind K, int TM, bool kFp8>
+void LaunchExpertsMmaKernel(const ExpertsLaunch& l, int kind) {
+  static const int blocks_per_sm = BlocksPerSm(ExpertsMmaKernel<K, TM, kFp8>, mma::kThreads);
+  LaunchList(ExpertsMmaKernel<K, TM, kFp8>, mma::kThreads, blocks_per_sm, l, kind,
+             MmaRowBlocks(l.params.base.n, l.params.base.k), "cuda::ExpertsLinear mma");
+}
+
 template <Kind K, int TM>
 void LaunchExpertsMma(const ExpertsLaunch& l, int kind) {
-  static const int blocks_per_sm = BlocksPerSm(ExpertsMmaKernel<K, TM>, mma::kThreads);
-  LaunchList(ExpertsMmaKernel<K, TM>, mma::kThreads, blocks_per_sm, l, kind,
-             MmaRowBlocks(l.params.base.n, l.params.base.k), "cuda::ExpertsLinear mma");
+  if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+    if (l.path == Path::kFp8) return LaunchExpertsMmaKernel<K, TM, true>(l, kind);
+  }
+  LaunchExpertsMmaKernel<K, TM, false>(l, kind);
 }
 
 template <Kind K>
 void LaunchExperts(const ExpertsLaunch& l) {
   static_assert(kGemvMaxRows == 16 && kTileM == 2 * kGemvMaxRows, "the tile kinds cover 1-16 and 17-32 rows");
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
-    if (l.mma) {
+    if (l.path != Path::kSimt) {
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");
       LaunchExpertsMma<K, 1>(l, 0);  // 1-2 rows
       LaunchExpertsMma<K, 1>(l, 1);  // 3-4
@@ -842,7 +871,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   l.sms = sms;
   l.stream = stream;
-  l.mma = UseMma(math, kind, layout.scale_dtype == DType::kF32, k);
+  l.path = PathFor(math, kind, layout.scale_dtype == DType::kF32, k);
   ExpertsParams& ep = l.params;
   ep.base.x = x;
   ep.base.ldx = ldx;

@@ -59,7 +59,15 @@ struct DeviceWeight {
 //               exact and only the f32 rounding of the sums differs from kSimtF32 (order in
 //               linear_mma.cuh: fixed by K alone, batch invariant, ExpertsLinear equal to Linear).
 //               Other weights (F32, F16, f32 scales) keep the SIMT kernels.
-enum class LinearMath : uint8_t { kSimtF32, kSplitBf16 };
+//   kFp8Act     for inputs the reference quantizes (its act_quant): FP8 and FP4 weights (either
+//               scale dtype) multiply e4m3 codes on the tensor cores: each x row is quantized per
+//               128 columns in the kernel (power-of-two scales, kernels/cpu/ue8m0.h; an input
+//               already rounded through Fp8RoundTripRows keeps its values exactly), FP4 codes
+//               become e4m3 exactly, and the scales are applied in f32 after each chunk (FP8) or
+//               32-column group (FP4). Not the f32 math of the other two: x is rounded, and the
+//               tensor cores' accumulation inside one MMA may keep fewer than 24 bits. Other
+//               weights take kSplitBf16's choice. Order again fixed by K (linear_mma.cuh).
+enum class LinearMath : uint8_t { kSimtF32, kSplitBf16, kFp8Act };
 
 // M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).
 inline constexpr int64_t kGemvMaxRows = 16;

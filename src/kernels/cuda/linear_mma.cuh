@@ -25,6 +25,7 @@
 // memory to registers (each is used by one warp only), 32 columns per lane and chunk, the next
 // chunk prefetched while the MMAs of this one run; x comes through L1.
 #pragma once
+// Needs <cuda_fp8.h> and kernels/cpu/ue8m0.h, which linear.cu includes at file scope.
 
 namespace mma {
 
@@ -245,5 +246,232 @@ template <Kind K, int TM>
 __global__ void __launch_bounds__(kThreads) LinearKernel(const Params p) {
   Block<K, TM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
+
+// ---- FP8 inputs (LinearMath::kFp8Act): e4m3 × e4m3 MMAs ---------------------------------------
+//
+// For FP8 (e4m3 × e8m0 per 128×128) and FP4 (e2m1 × e8m0 per 1×32) weights whose input the
+// reference quantizes (its act_quant: e4m3 per row and 128 columns, power-of-two scale): the block
+// quantizes each 128-column chunk of each x row itself (the scale rule of kernels/cpu/ue8m0.h; on
+// an input the model already rounded through Fp8RoundTripRows this reproduces its values exactly,
+// possibly as twice the codes at half the scale), multiplies the codes on the tensor cores
+// (mma.sync m16n8k32 e4m3, f32 accumulators; FP4 codes become e4m3 exactly) and applies the
+// power-of-two scales in f32 afterwards:
+//   FP8 weights: per chunk, the 4 MMA steps (k32 each) chain from +0, then
+//                P_s = P_s + acc · (w_scale · x_scale), rounded as written;
+//   FP4 weights: per step (one 32-column scale group), the MMA starts from +0, then
+//                P_s = P_s + acc · (w_scale_group · x_scale).
+// Step j of a chunk covers its columns [32j, 32j+32): lane quad t supplies columns 32j + 4t + {0..3}
+// (the MMA's logical columns 4t..4t+3) and 32j + 16 + 4t + {0..3} (logical 16 + 4t..). Slices,
+// warps and the slice sum in slice order are those of the BF16 path, so the order of every output
+// is again fixed by K alone. The products are exact; the tensor cores' f32 accumulation inside an
+// MMA may keep fewer bits than f32 (DeepSeek reports about 14 on Hopper), which is why the scales
+// are applied, and the sum promoted to CUDA-core f32, after every chunk (FP8) or step (FP4).
+namespace fp8 {
+
+__device__ __forceinline__ void MmaE4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Four e2m1 nibbles (bits 0-15, column order) -> four e4m3 bytes, exact: magnitudes 0, 0.5, 1,
+// 1.5, 2, 3, 4, 6 are the e4m3 codes 0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x4c.
+__device__ __forceinline__ uint32_t E2m1x4ToE4m3x4(uint32_t nibbles) {
+  const uint32_t mags = (nibbles & 0x7u) | ((nibbles & 0x70u) << 4) | ((nibbles & 0x700u) << 8) |
+                        ((nibbles & 0x7000u) << 12);  // one magnitude per byte
+  const uint32_t selector = (mags & 0x7u) | ((mags >> 4) & 0x70u) | ((mags >> 8) & 0x700u) | ((mags >> 12) & 0x7000u);
+  const uint32_t codes = __byte_perm(0x3c383000u, 0x4c484440u, selector);
+  const uint32_t signs = ((nibbles & 0x8u) << 4) | ((nibbles & 0x80u) << 8) | ((nibbles & 0x800u) << 12) |
+                         ((nibbles & 0x8000u) << 16);
+  return codes | signs;
+}
+
+// Weight codes of one row for step j of a chunk: w0 = columns 32j + 4t + {0..3}, w1 = 32j + 16 +
+// 4t + {0..3}, as e4m3 bytes (zero past K or for an invalid row).
+template <Kind K>
+__device__ __forceinline__ void LoadWStep(const Params& p, int64_t row, bool row_valid, int64_t chunk, int quad,
+                                          int j, uint32_t& w0, uint32_t& w1) {
+  w0 = w1 = 0u;
+  const int64_t k0 = chunk * kChunk + 32 * j + 4 * quad;
+  if (!row_valid || k0 >= p.k) return;
+  const uint8_t* rowp = p.w + row * p.w_row_bytes;
+  if constexpr (K == Kind::kFp8) {
+    for (int half = 0; half < 2; ++half) {
+      const int64_t k = k0 + 16 * half;
+      uint32_t v = 0u;
+      if (p.w_vec && k + 4 <= p.k) {
+        v = __ldg(reinterpret_cast<const unsigned int*>(rowp + k));
+      } else {
+        for (int b = 0; b < 4; ++b) {
+          if (k + b < p.k) v |= static_cast<uint32_t>(__ldg(rowp + k + b)) << (8 * b);
+        }
+      }
+      (half == 0 ? w0 : w1) = v;
+    }
+  } else {
+    // K % 32 == 0: a step is whole. Two bytes hold the four nibbles of each half.
+    for (int half = 0; half < 2; ++half) {
+      const uint8_t* src = rowp + (k0 + 16 * half) / 2;
+      const uint32_t nibbles = p.w_vec ? static_cast<uint32_t>(__ldg(reinterpret_cast<const unsigned short*>(src)))
+                                       : static_cast<uint32_t>(__ldg(src)) | static_cast<uint32_t>(__ldg(src + 1)) << 8;
+      (half == 0 ? w0 : w1) = E2m1x4ToE4m3x4(nibbles);
+    }
+  }
+}
+
+// The weight scale of `row` for step j of a chunk (FP8: the chunk's 128-column block; FP4: the
+// step's 32-column group); 1 for an invalid row.
+template <Kind K>
+__device__ __forceinline__ float WeightScale(const Params& p, int64_t row, bool row_valid, int64_t chunk, int j) {
+  if (!row_valid) return 1.f;
+  const int64_t srow = K == Kind::kFp8 ? row / kFp8Block : row;
+  const int64_t scol = K == Kind::kFp8 ? chunk : (chunk * kChunk + 32 * j) / kFp4Block;
+  if (K == Kind::kFp4 && scol * kFp4Block >= p.k) return 1.f;
+  const int64_t si = srow * p.scale_row_stride + scol;
+  return p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
+}
+
+// act_quant of this lane's 32 values of chunk `chunk` of x row `row` (zeros past K or m): the
+// quad's amax gives the row's chunk scale; codes[j] = the e4m3 bytes of columns 32j + 4t + {0..3}
+// (code0) and 32j + 16 + 4t + {0..3} (code1). Returns the scale. All lanes must call it.
+__device__ __forceinline__ float QuantizeX(const Params& p, const float* x, int64_t row, int64_t chunk, int quad,
+                                           uint32_t (&code0)[4], uint32_t (&code1)[4]) {
+  float4 v[4][2];
+  float amax = 0.f;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t k0 = chunk * kChunk + 32 * j + 16 * half + 4 * quad;
+      float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < p.m && k0 < p.k) {
+        const float* src = x + row * p.ldx + k0;
+        if (p.x_vec && k0 + 4 <= p.k) {
+          a = __ldg(reinterpret_cast<const float4*>(src));
+        } else {
+          a = make_float4(__ldg(src), k0 + 1 < p.k ? __ldg(src + 1) : 0.f, k0 + 2 < p.k ? __ldg(src + 2) : 0.f,
+                          k0 + 3 < p.k ? __ldg(src + 3) : 0.f);
+        }
+      }
+      v[j][half] = a;
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+    }
+  }
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float scale = cpu::Ue8m0BlockScale(amax, cpu::kE4m3AmaxFloor, cpu::kE4m3InvMax);
+  const float inv = __frcp_rn(scale);  // exact: a power of two
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float4 a = v[j][half];
+      const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv)),
+                                                   __NV_SATFINITE, __NV_E4M3);
+      const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(a.z, inv), __fmul_rn(a.w, inv)),
+                                                   __NV_SATFINITE, __NV_E4M3);
+      (half == 0 ? code0[j] : code1[j]) = lo | (hi << 16);
+    }
+  }
+  return scale;
+}
+
+template <Kind K, int TM>
+__device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_t tok_block, int64_t g) {
+  static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 inputs pair with FP8 or FP4 weights");
+  __shared__ Smem<TM> sm;
+  const Layout l = MakeLayout(p.k);
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int quad = lane % 4;
+  const int group = lane / 4;
+  const int tile_in_block = warp / l.warps_per_tile;
+  const int slot = warp % l.warps_per_tile;
+  const int64_t row0 = (row_block * l.tiles_per_block + tile_in_block) * kRows;
+  const int64_t tok0 = tok_block * (kTok * TM);
+  const int64_t num_chunks = CeilDiv(p.k, kChunk);
+  const float* x = p.x + g * p.x_group_stride;
+  const bool row_a = row0 + group < p.n, row_b = row0 + group + 8 < p.n;
+  const int64_t wrow_a = g * p.n + row0 + group, wrow_b = wrow_a + 8;
+
+  if (row0 < p.n) {  // uniform per warp
+    for (int s = slot; s < l.slices; s += l.warps_per_tile) {
+      float part[TM][4];
+#pragma unroll
+      for (int tt = 0; tt < TM; ++tt) part[tt][0] = part[tt][1] = part[tt][2] = part[tt][3] = 0.f;
+      const int64_t slice_end = min(num_chunks, static_cast<int64_t>(s + 1) * kSliceChunks);
+      for (int64_t c = static_cast<int64_t>(s) * kSliceChunks; c < slice_end; ++c) {
+        uint32_t wa0[4], wa1[4], wb0[4], wb1[4];
+        float sa[4], sb[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          LoadWStep<K>(p, wrow_a, row_a, c, quad, j, wa0[j], wa1[j]);
+          LoadWStep<K>(p, wrow_b, row_b, c, quad, j, wb0[j], wb1[j]);
+          sa[j] = WeightScale<K>(p, wrow_a, row_a, c, j);
+          sb[j] = WeightScale<K>(p, wrow_b, row_b, c, j);
+        }
+#pragma unroll
+        for (int tt = 0; tt < TM; ++tt) {
+          uint32_t x0[4], x1[4];
+          const float xs = QuantizeX(p, x, tok0 + tt * kTok + group, c, quad, x0, x1);
+          // The C fragment's columns are tokens 2·quad and 2·quad + 1 of the tile; their scales
+          // live in the lanes of groups 2·quad and 2·quad + 1.
+          const float xs0 = __shfl_sync(0xffffffffu, xs, 8 * quad);
+          const float xs1 = __shfl_sync(0xffffffffu, xs, 8 * quad + 4);
+          if constexpr (K == Kind::kFp8) {
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) MmaE4m3(acc, wa0[j], wb0[j], wa1[j], wb1[j], x0[j], x1[j]);
+            part[tt][0] = __fadd_rn(part[tt][0], __fmul_rn(acc[0], __fmul_rn(sa[0], xs0)));
+            part[tt][1] = __fadd_rn(part[tt][1], __fmul_rn(acc[1], __fmul_rn(sa[0], xs1)));
+            part[tt][2] = __fadd_rn(part[tt][2], __fmul_rn(acc[2], __fmul_rn(sb[0], xs0)));
+            part[tt][3] = __fadd_rn(part[tt][3], __fmul_rn(acc[3], __fmul_rn(sb[0], xs1)));
+          } else {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+              float acc[4] = {0.f, 0.f, 0.f, 0.f};
+              MmaE4m3(acc, wa0[j], wb0[j], wa1[j], wb1[j], x0[j], x1[j]);
+              part[tt][0] = __fadd_rn(part[tt][0], __fmul_rn(acc[0], __fmul_rn(sa[j], xs0)));
+              part[tt][1] = __fadd_rn(part[tt][1], __fmul_rn(acc[1], __fmul_rn(sa[j], xs1)));
+              part[tt][2] = __fadd_rn(part[tt][2], __fmul_rn(acc[2], __fmul_rn(sb[j], xs0)));
+              part[tt][3] = __fadd_rn(part[tt][3], __fmul_rn(acc[3], __fmul_rn(sb[j], xs1)));
+            }
+          }
+        }
+      }
+      float* out = sm.part[tile_in_block * l.slices + s];
+#pragma unroll
+      for (int tt = 0; tt < TM; ++tt) {
+        const int t = tt * kTok + 2 * quad;
+        out[group * (kTok * TM) + t] = part[tt][0];
+        out[group * (kTok * TM) + t + 1] = part[tt][1];
+        out[(group + 8) * (kTok * TM) + t] = part[tt][2];
+        out[(group + 8) * (kTok * TM) + t + 1] = part[tt][3];
+      }
+    }
+  }
+  __syncthreads();
+  constexpr int kTileOut = kRows * kTok * TM;
+  for (int e = threadIdx.x; e < l.tiles_per_block * kTileOut; e += kThreads) {
+    const int tib = e / kTileOut, i = e % kTileOut;
+    const int64_t o = (row_block * l.tiles_per_block + tib) * kRows + i / (kTok * TM);
+    const int64_t r = tok0 + i % (kTok * TM);
+    if (o >= p.n || r >= p.m) continue;
+    float sum = 0.f;
+    for (int s = 0; s < l.slices; ++s) sum = s == 0 ? sm.part[tib * l.slices][i] : sum + sm.part[tib * l.slices + s][i];
+    p.y[g * p.y_group_stride + r * p.ldy + o] = sum;
+  }
+  __syncthreads();
+}
+
+template <Kind K, int TM>
+__global__ void __launch_bounds__(kThreads) LinearKernel(const Params p) {
+  Block<K, TM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+}  // namespace fp8
 
 }  // namespace mma

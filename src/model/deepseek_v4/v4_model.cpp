@@ -338,18 +338,18 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const TensorView xq = QuantizedCopy(ctx, x);
   const TensorView routed_rows = offsets.Slice(num_experts, num_experts + 1);
   ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
-  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch);
-  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch);
+  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch, QuantizedInput());
+  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput());
   ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
   QuantizeLinearInput(ctx, ge, routed_rows);
-  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch);
+  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput());
   const TensorView g = ws.Alloc(DType::kF32, {tokens, inter}), u = ws.Alloc(DType::kF32, {tokens, inter}),
                    ys = ws.Alloc(DType::kF32, {tokens, d});
-  ops::Linear(ctx.op, xq, m.shared.w1, g);
-  ops::Linear(ctx.op, xq, m.shared.w3, u);
+  ops::Linear(ctx.op, xq, m.shared.w1, g, QuantizedInput());
+  ops::Linear(ctx.op, xq, m.shared.w3, u, QuantizedInput());
   ops::ClampedSwiGlu(ctx.op, g, u, limit, TensorView());
   QuantizeLinearInput(ctx, g);
-  ops::Linear(ctx.op, g, m.shared.w2, ys);
+  ops::Linear(ctx.op, g, m.shared.w2, ys, QuantizedInput());
   ops::MoeCombine(ctx.op, ye, slot_rows, expert_ids, k, ys, out);
 }
 

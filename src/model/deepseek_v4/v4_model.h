@@ -79,6 +79,11 @@ class V4Model : public Model {
   // For an input that unquantized consumers read too: x itself when the switch is off, else a
   // rounded copy of x (contiguous) in the step's workspace.
   TensorView QuantizedCopy(const StepContext& ctx, const TensorView& x) const;
+  // How the inputs rounded by the two functions above reach their linears (ops::LinearInput):
+  // kFp8Blocks when fp8_activations is on (then, with tensor_core_linears, FP8 MMAs on the codes).
+  ops::LinearInput QuantizedInput() const {
+    return numerics_.fp8_activations ? ops::LinearInput::kFp8Blocks : ops::LinearInput::kAsIs;
+  }
   void UploadWeights();
   // The routed experts of every block as ops::ExpertsWeight, pointing at the weights where they
   // live (after UploadWeights on a CUDA device).
