@@ -1,5 +1,7 @@
 #include "kernels/cuda/attention.h"
 
+#include <cooperative_groups.h>
+
 #include <climits>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -16,6 +18,9 @@ constexpr int kMaxHeadDim = 1024;
 // Per-head softmax bookkeeping slots in shared memory (alpha, denominator); at least kMaxHeads
 // and a multiple of 4 floats so that what follows stays 16-byte aligned.
 constexpr int kMaxHeads = 8;
+// Blocks per (query, head group): a thread-block cluster whose blocks take consecutive runs of
+// the query's row tiles and merge their softmax states through distributed shared memory.
+constexpr int kSplit = 8;
 
 struct AttentionArgs {
   const float* q;
@@ -41,12 +46,20 @@ constexpr int64_t SmemFloats(int d) {
   return 2 * kHeads * kTile + 2 * kMaxHeads + static_cast<int64_t>(kHeads + kTile) * d;
 }
 
-// One block per (query m = blockIdx.x, group of kHeads heads starting at blockIdx.y·kHeads).
-// Thread `tid` owns output columns tid + i·kThreads (i < kCols) of every head in the group; warp
-// w < kHeads owns the softmax state of head w of the group. Heads past num_heads in the last group
-// run on zeros and are not written.
+// One cluster of kSplit blocks per (query m = blockIdx.x / kSplit, group of kHeads heads starting
+// at blockIdx.y·kHeads). Block q of the cluster runs the online softmax over the q-th run of
+// ceil(tiles / kSplit) row tiles of the query (tiles of kTile rows in the given order), starting
+// from the state (max = sink, sum = 0, acc = 0); then, after a cluster barrier, block q merges the
+// kSplit states for the q-th slice of the d columns, in rank order:
+//   M = max_r max_r, f_r = e^{max_r − M} (1 when equal), S = Σ_r f_r·sum_r + e^{sink − M},
+//   out = Σ_r f_r·acc_r / S.
+// The split depends only on the query's own row count, so a query's result does not depend on
+// the batch. Thread `tid` owns output columns tid + i·kThreads (i < kCols) of every head in the
+// group; warp w < kHeads owns the softmax state of head w of the group. Heads past num_heads in
+// the last group run on zeros and are not written.
 template <int kHeads, int kCols>
-__global__ void __launch_bounds__(kThreads) AttentionWithSinkKernel(AttentionArgs a) {
+__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) AttentionWithSinkKernel(AttentionArgs a) {
+  namespace cg = cooperative_groups;
   static_assert(kHeads <= kWarps && kHeads <= kMaxHeads, "one warp per head of the group");
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -58,17 +71,24 @@ __global__ void __launch_bounds__(kThreads) AttentionWithSinkKernel(AttentionArg
   float* rs = qs + kHeads * a.d;               // [kTile][d]
 
   const int d = a.d;
-  const int64_t m = blockIdx.x;
+  const int64_t m = blockIdx.x / kSplit;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
   const int head0 = blockIdx.y * kHeads;
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
   float* out_m = a.out + m * a.out_stride;
   const int n = static_cast<int>(min(max(static_cast<int64_t>(a.counts[m]), int64_t{0}), a.max_rows));
-  if (n == 0) {  // uniform over the block
-    for (int e = tid; e < kHeads * d; e += kThreads) {
-      if (head0 + e / d < a.num_heads) out_m[static_cast<int64_t>(head0) * d + e] = 0.f;
+  if (n == 0) {  // uniform over the cluster: no block reaches a cluster barrier
+    if (rank == 0) {
+      for (int e = tid; e < kHeads * d; e += kThreads) {
+        if (head0 + e / d < a.num_heads) out_m[static_cast<int64_t>(head0) * d + e] = 0.f;
+      }
     }
     return;
   }
+  const int tiles_per_rank = static_cast<int>(CeilDiv(CeilDiv(n, kTile), kSplit));
+  const int row_begin = min(n, rank * tiles_per_rank * kTile);
+  const int row_end = min(n, row_begin + tiles_per_rank * kTile);
 
   const float* q_m = a.q + m * a.q_stride;
   for (int e = tid; e < kHeads * d; e += kThreads) {
@@ -90,8 +110,8 @@ __global__ void __launch_bounds__(kThreads) AttentionWithSinkKernel(AttentionArg
   const int32_t* ids = a.row_ids + m * a.max_rows;
   const bool vec_q = d % 4 == 0;
   const int d4 = d / 4;
-  for (int t0 = 0; t0 < n; t0 += kTile) {
-    const int tile_n = min(kTile, n - t0);
+  for (int t0 = row_begin; t0 < row_end; t0 += kTile) {
+    const int tile_n = min(kTile, row_end - t0);
     // 1. The tile's rows into shared memory, one warp per row.
     for (int t = warp; t < tile_n; t += kWarps) {
       const float* src = a.rows + static_cast<int64_t>(ids[t0 + t]) * a.row_stride;
@@ -186,24 +206,56 @@ __global__ void __launch_bounds__(kThreads) AttentionWithSinkKernel(AttentionArg
     __syncthreads();  // the next tile overwrites rs, scores, probs and alpha_s
   }
 
-  if (state_warp && lane == 0) denom_s[warp] = run_sum + expf(sink - run_max);
-  __syncthreads();
+  // This block's state for the merge: acc into the row tile's memory (free after the loop's last
+  // barrier; kTile >= kHeads rows of d), max and sum per head.
+  float* acc_s = rs;           // [kHeads][d]
+  float* max_s = alpha_s;      // [kMaxHeads]
+  float* sum_s = denom_s;      // [kMaxHeads]
 #pragma unroll
   for (int h = 0; h < kHeads; ++h) {
-    if (head0 + h >= a.num_heads) break;
-    const float denom = denom_s[h];
-    float* dst = out_m + static_cast<int64_t>(head0 + h) * d;
 #pragma unroll
     for (int i = 0; i < kCols; ++i) {
       const int c = tid + i * kThreads;
-      if (c < d) dst[c] = acc[h][i] / denom;
+      if (c < d) acc_s[h * d + c] = acc[h][i];
     }
   }
+  if (state_warp && lane == 0) {
+    max_s[warp] = run_max;
+    sum_s[warp] = run_sum;
+  }
+  cluster.sync();
+
+  const int cols = static_cast<int>(CeilDiv(d, kSplit));
+  const int c0 = min(d, rank * cols), c1 = min(d, c0 + cols);
+  for (int h = 0; h < kHeads; ++h) {
+    if (head0 + h >= a.num_heads) break;
+    float mx = -INFINITY;
+    for (int r = 0; r < kSplit; ++r) mx = fmaxf(mx, *cluster.map_shared_rank(max_s + h, r));
+    const float sink_h = a.sinks[head0 + h];
+    float denom = 0.f;
+    for (int r = 0; r < kSplit; ++r) {
+      const float mr = *cluster.map_shared_rank(max_s + h, r);
+      const float f = mr == mx ? 1.f : expf(mr - mx);
+      denom = denom + f * *cluster.map_shared_rank(sum_s + h, r);
+    }
+    denom = denom + expf(sink_h - mx);
+    float* dst = out_m + static_cast<int64_t>(head0 + h) * d;
+    for (int c = c0 + tid; c < c1; c += kThreads) {
+      float v = 0.f;
+      for (int r = 0; r < kSplit; ++r) {
+        const float mr = *cluster.map_shared_rank(max_s + h, r);
+        const float f = mr == mx ? 1.f : expf(mr - mx);
+        v = v + f * *cluster.map_shared_rank(acc_s + h * d + c, r);
+      }
+      dst[c] = v / denom;
+    }
+  }
+  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
 template <int kHeads, int kCols>
 void Launch(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(CeilDiv(a.num_heads, kHeads)));
+  const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, kHeads)));
   const size_t smem = static_cast<size_t>(SmemFloats<kHeads>(a.d)) * sizeof(float);
   auto* kernel = AttentionWithSinkKernel<kHeads, kCols>;
   if (smem > 48 * 1024) {
@@ -233,7 +285,7 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
                        float scale, float* out, int64_t out_stride, cudaStream_t stream) {
   static_assert(kMaxHeadDim <= 4 * kThreads, "kCols = 4 covers the largest head_dim");
   const char* name = "cuda::AttentionWithSink";
-  if (num_queries < 0 || num_queries > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
+  if (num_queries < 0 || num_queries > INT_MAX / kSplit) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
   if (num_heads < 1 || num_heads > 65535) ThrowCudaError(__FILE__, __LINE__, name, "bad num_heads");
   if (head_dim < 1 || head_dim > kMaxHeadDim) {
     ThrowCudaError(__FILE__, __LINE__, name, "head_dim must be in [1, 1024]");

@@ -25,10 +25,12 @@ namespace deepinfer::cuda {
 //   out[m,h] = Σ_j e^{s_j − Mx} rows[row_ids[m,j]] / (Σ_j e^{s_j − Mx} + e^{sinks[h] − Mx}),
 // and counts[m] == 0 gives zeros, as in cpu::AttentionWithSink over the gathered rows.
 //
-// Numerics: fp32 throughout, an online softmax over tiles of 32 rows in the given row order; the
-// result for a (query, head) depends only on that query's inputs and d (deterministic and batch
-// invariant), but sums in a different order than the CPU's BLAS (differences of a few fp32 ulps
-// of the output scale).
+// Numerics: fp32 throughout. A query's rows are cut into 8 consecutive runs of 32-row tiles (a
+// thread-block cluster of 8 blocks, one run each, so that one query still spreads over 8 SMs);
+// each run is an online softmax over its tiles in the given row order, and the 8 states are merged
+// in run order. The result for a (query, head) depends only on that query's inputs, its row count
+// and d (deterministic and batch invariant), but sums in a different order than the CPU's BLAS
+// (differences of a few fp32 ulps of the output scale).
 // Limits: 1 <= d <= 1024, H >= 1, max_rows >= 0. No scratch; nothing is allocated or synchronized.
 // Launches on `stream`; M == 0 launches nothing.
 void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
