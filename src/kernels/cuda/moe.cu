@@ -130,8 +130,9 @@ namespace {
 
 constexpr int kAlignThreads = 1024;
 
-// Single block. Pass 1: keep flags (first occurrence of an expert within a token) and per-expert
-// counts (integer atomics: order-free). Pass 2: exclusive scan. Pass 3: place each kept slot at
+// Single block of kAlignThreads (a multiple of 32). Pass 1: keep flags (first occurrence of an
+// expert within a token) and per-expert counts (integer atomics: order-free). Pass 2: exclusive
+// scan (block-wide). Pass 3: place each kept slot at
 // its expert's offset + its rank among the expert's kept slots with a smaller slot number.
 __global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_experts, int32_t* offsets,
                                int32_t* sorted_slots, int32_t* slot_rows, int32_t* counts, int32_t* cursor) {
@@ -148,14 +149,41 @@ __global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_
     if (keep) atomicAdd(&counts[e], 1);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t run = 0;
-    for (int e = 0; e < num_experts; ++e) {
+  {
+    // Exclusive scan of the counts: thread i sums a run of ceil(E / blockDim) experts, a block
+    // scan of those sums gives each run's start (integers: exact in any order).
+    __shared__ int32_t warp_start[kAlignThreads / kWarpSize];
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const int per = (num_experts + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+    const int e0 = min(num_experts, static_cast<int>(threadIdx.x) * per), e1 = min(num_experts, e0 + per);
+    int32_t local = 0;
+    for (int e = e0; e < e1; ++e) local += counts[e];
+    int32_t inclusive = local;
+    for (int off = 1; off < kWarpSize; off <<= 1) {
+      const int32_t v = __shfl_up_sync(0xffffffffu, inclusive, off);
+      if (lane >= off) inclusive += v;
+    }
+    if (lane == kWarpSize - 1) warp_start[warp] = inclusive;
+    __syncthreads();
+    if (warp == 0) {
+      const int num_warps = static_cast<int>(blockDim.x) / kWarpSize;
+      const int32_t total = lane < num_warps ? warp_start[lane] : 0;
+      int32_t scan = total;
+      for (int off = 1; off < kWarpSize; off <<= 1) {
+        const int32_t v = __shfl_up_sync(0xffffffffu, scan, off);
+        if (lane >= off) scan += v;
+      }
+      if (lane < num_warps) warp_start[lane] = scan - total;
+    }
+    __syncthreads();
+    int32_t run = warp_start[warp] + inclusive - local;
+    for (int e = e0; e < e1; ++e) {
       offsets[e] = run;
       cursor[e] = run;
       run += counts[e];
     }
-    offsets[num_experts] = run;
+    // The last thread's run ends at the total (threads past the experts have empty runs).
+    if (threadIdx.x == blockDim.x - 1) offsets[num_experts] = run;
   }
   __syncthreads();
   // Slots are visited in chunks of blockDim in increasing order; within a chunk, a slot's rank
