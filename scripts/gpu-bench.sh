@@ -34,6 +34,9 @@ if [[ ${1:-} == --steps ]]; then
   echo "== and with the reference's FP8 activations on e4m3 tensor cores (--tensor-cores --fp8-activations)"
   timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
     --json "$out/steps-tc-fp8.json" "$@" 2>>"$out/bench.log" || status=1
+  echo "== side by side (tools/compare_bench.py)"
+  python3 tools/compare_bench.py simt="$out/steps.json" tensor-cores="$out/steps-tc.json" \
+    tc+fp8-act="$out/steps-tc-fp8.json" | tee "$out/steps-compare.txt" || status=1
   echo "== HF transformers on the same config (random BF16 weights)"
   timeout 200 python3 tools/bench_hf_steps.py bench/configs/v4-flash-3layer | tee "$out/steps-hf.json" || status=1
   exit $status

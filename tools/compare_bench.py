@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Side by side: the reports of several `deepinfer bench steps --json` runs of one session.
+
+For each decode point (context, batch) and each prefill length, prints every report's step time,
+its ratio to the memory floor, and its speed-up over the first report; then the 43-layer
+scaling. The first report is the baseline (e.g. the f32 SIMT kernels), the others the variants
+(e.g. --tensor-cores, --tensor-cores --fp8-activations).
+
+    python3 tools/compare_bench.py NAME=steps.json NAME=steps-tc.json ...
+"""
+import json
+import sys
+
+
+def load(arg):
+    name, _, path = arg.partition("=")
+    if not path:
+        name, path = arg, arg
+    return name, json.load(open(path))
+
+
+def main():
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    reports = [load(a) for a in sys.argv[1:]]
+    names = [n for n, _ in reports]
+    decode = [{(p["context"], p["batch"]): p for p in r.get("decode", []) if "skipped" not in p} for _, r in reports]
+    keys = sorted(set().union(*[d.keys() for d in decode]))
+    print("decode: ms per step (x floor) [speed-up over " + names[0] + "]")
+    print(f"{'context':>8} {'batch':>6} " + " ".join(f"{n:>26}" for n in names))
+    for key in keys:
+        base = decode[0].get(key)
+        cells = []
+        for d in decode:
+            p = d.get(key)
+            if p is None:
+                cells.append(f"{'-':>26}")
+                continue
+            ms = 1e3 * p["step_seconds"]
+            floor = p.get("step_over_floor")
+            speed = base["step_seconds"] / p["step_seconds"] if base else float("nan")
+            cells.append(f"{ms:9.3f} ({floor:5.2f}x) [{speed:5.2f}x]" if floor else f"{ms:9.3f} [{speed:5.2f}x]")
+        print(f"{key[0]:>8} {key[1]:>6} " + " ".join(cells))
+    print("\ndecode scaled to 43 layers: ms per step / output tok/s")
+    for key in keys:
+        cells = []
+        for d in decode:
+            e = d.get(key, {}).get("extrapolated", {})
+            cells.append(f"{1e3 * e['step_seconds']:9.2f} ms {e['tokens_per_s']:8.0f} tok/s" if e.get("ok") else f"{'-':>26}")
+        print(f"{key[0]:>8} {key[1]:>6} " + " ".join(cells))
+    print("\nprefill: ms, tok/s, linear TFLOP/s (% of the FP8 GEMM rate)")
+    prefill = [{p["tokens_per_seq"]: p for p in r.get("prefill", []) if "skipped" not in p} for _, r in reports]
+    for length in sorted(set().union(*[p.keys() for p in prefill])):
+        cells = []
+        for p in prefill:
+            q = p.get(length)
+            if q is None:
+                cells.append(f"{'-':>36}")
+                continue
+            frac = q.get("linear_fraction_of_fp8_gemm")
+            cells.append(f"{1e3 * q['step_seconds']:9.1f} ms {q['tokens_per_s']:7.0f} tok/s "
+                         f"{q.get('linear_flops_per_s', 0) / 1e12:6.1f} TF" + (f" ({100 * frac:4.1f}%)" if frac else ""))
+        print(f"{length:>8} " + " ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
