@@ -586,6 +586,24 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaKernel(const ExpertsP
   }
 }
 
+// The tiles of up to 8 rows (GEMV kinds 0-2, listed separately for the SIMT kernels) all run the
+// tensor-core block with TM = 1: one launch walks the three lists as one, list 0 first.
+template <Kind K, bool kFp8>
+__global__ void __launch_bounds__(mma::kThreads) ExpertsMmaSmallKernel(const ExpertsParams ep, const TileLists lists) {
+  const int32_t c0 = lists.counts[0], c1 = lists.counts[1];
+  const int32_t tiles = c0 + c1 + lists.counts[2];
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    const ExpertTile& t = c.tile < c0        ? lists.tiles[0][c.tile]
+                          : c.tile < c0 + c1 ? lists.tiles[1][c.tile - c0]
+                                             : lists.tiles[2][c.tile - c0 - c1];
+    if constexpr (kFp8) {
+      mma::fp8::Block<K, 1>(TileParams<K>(ep, t), c.block, 0, 0);
+    } else {
+      mma::Block<K, 1>(TileParams<K>(ep, t), c.block, 0, 0);
+    }
+  }
+}
+
 // ---- host side ---------------------------------------------------------------------------------
 
 enum class Path : uint8_t { kSimt, kSplitBf16, kFp8 };
@@ -793,6 +811,30 @@ void LaunchExpertsMmaKernel(const ExpertsLaunch& l, int kind) {
              MmaRowBlocks(l.params.base.n, l.params.base.k), "cuda::ExpertsLinear mma");
 }
 
+template <Kind K, bool kFp8>
+void LaunchExpertsMmaSmallKernel(const ExpertsLaunch& l) {
+  static const int blocks_per_sm = BlocksPerSm(ExpertsMmaSmallKernel<K, kFp8>, mma::kThreads);
+  const int64_t capacity = l.capacity.tiles[0] + l.capacity.tiles[1] + l.capacity.tiles[2];
+  if (capacity == 0) return;
+  ExpertsParams ep = l.params;
+  ep.count = nullptr;
+  ep.tiles = nullptr;
+  const int64_t blocks_per_tile = MmaRowBlocks(l.params.base.n, l.params.base.k);
+  ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
+  const int64_t grid = std::min(capacity * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsMmaSmallKernel<K, kFp8><<<static_cast<unsigned>(grid), mma::kThreads, 0, l.stream>>>(ep, l.lists);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear mma (tiles of up to 8 rows)");
+}
+
+// Tiles of 1-8 rows (kinds 0-2, one launch).
+template <Kind K>
+void LaunchExpertsMmaSmall(const ExpertsLaunch& l) {
+  if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+    if (l.path == Path::kFp8) return LaunchExpertsMmaSmallKernel<K, true>(l);
+  }
+  LaunchExpertsMmaSmallKernel<K, false>(l);
+}
+
 template <Kind K, int TM>
 void LaunchExpertsMma(const ExpertsLaunch& l, int kind) {
   if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
@@ -807,9 +849,7 @@ void LaunchExperts(const ExpertsLaunch& l) {
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     if (l.path != Path::kSimt) {
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");
-      LaunchExpertsMma<K, 1>(l, 0);  // 1-2 rows
-      LaunchExpertsMma<K, 1>(l, 1);  // 3-4
-      LaunchExpertsMma<K, 1>(l, 2);  // 5-8
+      LaunchExpertsMmaSmall<K>(l);   // 1-8 rows
       LaunchExpertsMma<K, 2>(l, 3);  // 9-16
       LaunchExpertsMma<K, mma::kMaxTm>(l, kTiledKind);  // 17-32
       return;

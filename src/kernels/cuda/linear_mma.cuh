@@ -2,9 +2,10 @@
 // included by linear.cu only: it uses linear.cu's Params, Kind and format decoders.
 //
 // Numerics. A BF16 weight, and an FP8 (e4m3 × e8m0) or FP4 (e2m1 × e8m0) weight dequantized with
-// its power-of-two scale, is exact in BF16. An f32 activation is the exact sum of three BF16
-// parts: hi = bf16(x), mid = bf16(x − hi), lo = bf16(x − hi − mid) (each difference is exact in
-// f32; the last part has at most 8 significant bits left, barring underflow below 2^-133). So
+// its power-of-two scale, is exact in BF16 (barring scales below about 2^-118, which no
+// checkpoint uses). An f32 activation is the exact sum of three BF16 parts, each truncated toward
+// zero: hi = bf16(x), mid = bf16(x − hi), lo = bf16(x − hi − mid) (each difference is exact in
+// f32; the last part has at most 8 significant bits left; exact for |x| >= 2^-110). So
 // y = Σ_k W·hi + W·mid + W·lo has exact products, and the MMAs (mma.sync m16n8k16, f32
 // accumulation) differ from the f32 SIMT kernels only in how the f32 sums are rounded.
 //
@@ -117,13 +118,20 @@ __device__ __forceinline__ void ToBf16Pairs(const Raw<K>& r, uint32_t (&pairs)[1
   }
 }
 
-// The three BF16 parts of x0, x1 (one pair each).
+// Two values truncated to BF16 (toward zero: a finite f32 never becomes inf, as it can under
+// round-to-nearest above 3.3962e38), as one pair.
+__device__ __forceinline__ __nv_bfloat162 TruncPair(float a, float b) {
+  return __halves2bfloat162(__float2bfloat16_rz(a), __float2bfloat16_rz(b));
+}
+
+// The three BF16 parts of x0, x1 (one pair each): hi takes the top 8 significant bits of x, mid
+// the next 8 of the exact remainder, lo the rest (at most 8 bits), so hi + mid + lo == x.
 __device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+  const __nv_bfloat162 h = TruncPair(x0, x1);
   const float r0 = __fsub_rn(x0, __low2float(h)), r1 = __fsub_rn(x1, __high2float(h));
-  const __nv_bfloat162 m = __floats2bfloat162_rn(r0, r1);
+  const __nv_bfloat162 m = TruncPair(r0, r1);
   const float s0 = __fsub_rn(r0, __low2float(m)), s1 = __fsub_rn(r1, __high2float(m));
-  const __nv_bfloat162 l = __floats2bfloat162_rn(s0, s1);
+  const __nv_bfloat162 l = TruncPair(s0, s1);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   mid = *reinterpret_cast<const uint32_t*>(&m);
   lo = *reinterpret_cast<const uint32_t*>(&l);
