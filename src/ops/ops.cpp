@@ -132,8 +132,9 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
 }
 
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
-                   const TensorView& y, const TensorView& scratch, LinearInput input) {
+                   const TensorView& y, const TensorView& scratch, LinearInput input, bool plan_in_scratch) {
   (void)input;
+  (void)plan_in_scratch;
   CheckDevice(ctx, "experts_linear", {&x, &offsets, &y, &scratch});
   const int64_t num_experts = offsets.numel() - 1, rows = x.size(0);
   DI_CHECK(offsets.dtype() == DType::kI32 && offsets.is_contiguous() &&
@@ -153,7 +154,8 @@ void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& 
                       cuda::ExpertsLinearScratchBytes(rows, num_experts));
              cuda::ExpertsLinear(x.data<float>(), x.stride(0), rows, offsets.data<int32_t>(), num_experts,
                                  static_cast<const cuda::DeviceWeight*>(w.device_table.data()), ToDevice(first),
-                                 y.data<float>(), y.stride(0), scratch.raw(), ctx.stream, MathOf(ctx, input)));
+                                 y.data<float>(), y.stride(0), scratch.raw(), ctx.stream, MathOf(ctx, input),
+                                 plan_in_scratch));
   const int32_t* off = offsets.data<int32_t>();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t r0 = std::clamp<int64_t>(off[e], 0, rows), r1 = std::clamp<int64_t>(off[e + 1], r0, rows);

@@ -167,9 +167,11 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
 // honoured), y: [R, N] f32 (row stride honoured), R the host bound on the rows (offsets[E] <= R);
 // offsets: I32 [E+1] on the context's device (non-decreasing, from 0); rows at or past offsets[E]
 // are untouched. scratch: ExpertsLinearScratchBytes(R, E) bytes for the GPU (may be empty on the
-// CPU). On CUDA nothing comes back to the host (kernels/cuda/linear.h).
+// CPU). plan_in_scratch: an earlier call with the same offsets, R and E left its tile lists in
+// scratch (cuda::ExpertsLinear). On CUDA nothing comes back to the host (kernels/cuda/linear.h).
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
-                   const TensorView& y, const TensorView& scratch, LinearInput input = LinearInput::kAsIs);
+                   const TensorView& y, const TensorView& scratch, LinearInput input = LinearInput::kAsIs,
+                   bool plan_in_scratch = false);
 size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // out[t] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot]] (+ shared[t]).
 void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,

@@ -306,6 +306,33 @@ TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {
   CheckExperts(pool, counts, 64 * 6, 4096, 2048, 4602, {0, 37, 74});
 }
 
+// The MoE's w3 and w2 reuse the tile lists w1 left in the scratch (plan_in_scratch): the same
+// bits as planning again, on both the SIMT and the tensor-core paths.
+TEST(CudaExpertsLinear, PlanInScratchIsReused) {
+  DI_REQUIRE_GPU();
+  for (const cuda::LinearMath math : {cuda::LinearMath::kSimtF32, cuda::LinearMath::kSplitBf16}) {
+    const std::vector<int32_t> counts = kMixedCounts;
+    const std::vector<int32_t> off = Offsets(counts);
+    const int64_t experts = static_cast<int64_t>(counts.size()), rows = off.back() + 2;
+    ExpertPool first(kFp8E8m0, experts, 200, 320, 5100), second(kFp4, experts, 96, 256, 5101);
+    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(rows * 320), 5102));
+    DeviceArray<int32_t> doff(off);
+    DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(rows, experts));
+    DeviceArray<float> y1(static_cast<size_t>(rows * 200)), y2(static_cast<size_t>(rows * 96)),
+        y2_fresh(static_cast<size_t>(rows * 96));
+    y2.Fill(0xff);
+    y2_fresh.Fill(0xff);
+    cuda::ExpertsLinear(dx.get(), 320, rows, doff.get(), experts, first.table(), first.Device(0), y1.get(), 200,
+                        scratch.get(), nullptr, math);
+    cuda::ExpertsLinear(dx.get(), 320, rows, doff.get(), experts, second.table(), second.Device(0), y2.get(), 96,
+                        scratch.get(), nullptr, math, /*plan_in_scratch=*/true);
+    DeviceArray<uint8_t> other_scratch(cuda::ExpertsLinearScratchBytes(rows, experts));
+    cuda::ExpertsLinear(dx.get(), 320, rows, doff.get(), experts, second.table(), second.Device(0), y2_fresh.get(), 96,
+                        other_scratch.get(), nullptr, math);
+    EXPECT_TRUE(AllEqual(Bits(y2.ToHost()), Bits(y2_fresh.ToHost()), "reused plan vs a fresh plan"));
+  }
+}
+
 TEST(CudaExpertsLinear, RejectsBadArguments) {
   DI_REQUIRE_GPU();
   ExpertPool pool(kBf16, 2, 8, 16, 1);

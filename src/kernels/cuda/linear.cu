@@ -878,7 +878,7 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
 
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
-                   cudaStream_t stream, LinearMath math) {
+                   cudaStream_t stream, LinearMath math, bool plan_in_scratch) {
   const Kind kind = KindOf(layout);
   const int64_t n = layout.out_features, k = layout.in_features;
   if (n < 0 || k < 0) Fail("negative weight shape");
@@ -902,9 +902,11 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     l.lists.capacity[i] = static_cast<int32_t>(l.capacity.tiles[i]);
     tiles += l.capacity.tiles[i];
   }
-  ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
-                                                    static_cast<int32_t>(rows_bound), l.lists);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");
+  if (!plan_in_scratch) {
+    ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
+                                                      static_cast<int32_t>(rows_bound), l.lists);
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");
+  }
 
   int device = 0, sms = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");

@@ -339,10 +339,10 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const TensorView routed_rows = offsets.Slice(num_experts, num_experts + 1);
   ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
   ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch, QuantizedInput());
-  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput());
+  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true);
   ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
   QuantizeLinearInput(ctx, ge, routed_rows);
-  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput());
+  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true);
   const TensorView g = ws.Alloc(DType::kF32, {tokens, inter}), u = ws.Alloc(DType::kF32, {tokens, inter}),
                    ys = ws.Alloc(DType::kF32, {tokens, d});
   ops::Linear(ctx.op, xq, m.shared.w1, g, QuantizedInput());
