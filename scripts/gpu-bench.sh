@@ -44,11 +44,11 @@ fi
 if [[ ${1:-} == --flash ]]; then
   flash=bench/configs/v4-flash-2layer
   for batch in 1 64; do
-    for graphs in "" --cuda-graphs; do
+    for graphs in "" --cuda-graphs "--cuda-graphs --tensor-cores"; do
       echo "== Flash-shaped, 2 layers: deepinfer on cuda $graphs, batch $batch"
       timeout 280 $bin bench overlap $flash --load-format dummy --device cuda $graphs --requests $batch \
         --max-num-seqs $batch --prompt-len 512 --max-tokens 32 --max-num-batched-tokens 8192 --cache-memory-mb 4096 \
-        --json "$out/flash-deepinfer-b$batch${graphs:+-graphs}.json" 2>>"$out/bench.log" || status=1
+        --json "$out/flash-deepinfer-b$batch$(echo "$graphs" | tr -d ' ' | sed 's/--/-/g').json" 2>>"$out/bench.log" || status=1
     done
     echo "== Flash-shaped, 2 layers: HF transformers, batch $batch"
     timeout 280 python3 tools/bench_hf_v4.py $flash --batch $batch --prompt-len 512 --new-tokens 32 \

@@ -706,6 +706,18 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     const Path path = PathFor(math, K, p.scale_f32, p.k);
+    if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+      // FP8 inputs past 32 rows: shared-memory tiles of 64 x 64 (the same bits per output).
+      if (path == Path::kFp8 && p.m > mma::kMaxTm * mma::kTok) {
+        const int64_t tok_blocks = CeilDiv(p.m, mma::fp8::kTiledTok);
+        if (tok_blocks > 65535) Fail("too many rows for one launch");
+        const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, mma::fp8::kTiledRows)), static_cast<unsigned>(tok_blocks),
+                        static_cast<unsigned>(groups));
+        mma::fp8::TiledLinearKernel<K><<<grid, mma::kThreads, 0, stream>>>(p);
+        DI_CUDA_LAUNCH_CHECK("cuda::Linear mma fp8 tiled");
+        return;
+      }
+    }
     if (path != Path::kSimt) {
       if (p.m <= mma::kTok) return LaunchMma<K, 1>(p, groups, stream, path);
       if (p.m <= 2 * mma::kTok) return LaunchMma<K, 2>(p, groups, stream, path);

@@ -66,7 +66,8 @@ struct DeviceWeight {
 //               become e4m3 exactly, and the scales are applied in f32 after each chunk (FP8) or
 //               32-column group (FP4). Not the f32 math of the other two: x is rounded, and the
 //               tensor cores' accumulation inside one MMA may keep fewer than 24 bits. Other
-//               weights take kSplitBf16's choice. Order again fixed by K (linear_mma.cuh).
+//               weights take kSplitBf16's choice. Order again fixed by K (linear_mma.cuh); past
+//               32 rows Linear stages 64 × 64 tiles in shared memory with the same bits.
 enum class LinearMath : uint8_t { kSimtF32, kSplitBf16, kFp8Act };
 
 // M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).

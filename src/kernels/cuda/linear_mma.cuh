@@ -480,6 +480,150 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(const Params p) {
   Block<K, TM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
+// ---- FP8 inputs, large M: shared-memory tiles, the same arithmetic per output ------------------
+//
+// A block computes kTiledRows weight rows × kTiledTok x rows. Per 128-column chunk the block
+// quantizes its x rows once (four threads per row, each a quarter of the chunk, exactly as a lane
+// quad of Block does) and stages the e4m3 codes of its weight rows, both in shared memory; warp
+// (wr, wt) then runs, for its 16 weight rows and 4 token tiles, the MMA sequence of Block with the
+// same operands, the same chains and the same f32 expressions: per slice a partial from +0, the
+// slices added in order. Only where the operands come from differs, so every output has Block's
+// bits (batch invariance across the M at which Linear switches kernels).
+constexpr int kTiledRows = 64;
+constexpr int kTiledTok = 64;
+constexpr int kTiledWarpsW = kTiledRows / kRows;                   // 4
+constexpr int kTiledTokPerWarp = kTiledTok / (kWarps / kTiledWarpsW);  // 32
+constexpr int kTiledTm = kTiledTokPerWarp / kTok;                    // 4
+constexpr int kRowBytes = kChunk + 16;  // staged row stride: 144 bytes, conflict-free 4-byte reads
+
+struct TiledSmem {
+  uint8_t w[kTiledRows][kRowBytes];   // weight codes of the chunk
+  uint8_t x[kTiledTok][kRowBytes];    // x codes of the chunk
+  float w_scale[kTiledRows][4];       // per row: the chunk's scale (FP8) or the 4 group scales (FP4)
+  float x_scale[kTiledTok];
+};
+
+template <Kind K>
+__device__ __forceinline__ uint32_t Lds32(const uint8_t* p) {
+  return *reinterpret_cast<const uint32_t*>(p);
+}
+
+template <Kind K>
+__device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, int64_t tok_block, int64_t g) {
+  static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 inputs pair with FP8 or FP4 weights");
+  static_assert(kThreads == 4 * kTiledTok && kThreads == 4 * kTiledRows, "four threads per staged row");
+  __shared__ TiledSmem sm;
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int quad = lane % 4, group = lane / 4;
+  const int wr = warp % kTiledWarpsW, wt = warp / kTiledWarpsW;
+  const int64_t row0 = row_block * kTiledRows;  // within the group
+  const int64_t tok0 = tok_block * kTiledTok;
+  const int64_t num_chunks = CeilDiv(p.k, kChunk);
+  const float* x = p.x + g * p.x_group_stride;
+  // Staging: thread tid handles staged row tid / 4 (of W and of x) and its quarter tid % 4.
+  const int srow = tid / 4, squarter = tid % 4;
+  const bool w_valid = row0 + srow < p.n;
+  const int64_t w_row = g * p.n + row0 + srow;
+
+  float total[kTiledTm][4], part[kTiledTm][4];
+#pragma unroll
+  for (int tt = 0; tt < kTiledTm; ++tt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) total[tt][i] = part[tt][i] = 0.f;
+  }
+
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    // 1. Stage the chunk: x codes and scale of row tok0 + srow (QuantizeX's quarter `squarter`,
+    //    the scale agreed by the four threads of the row), weight codes and scales of row srow.
+    {
+      uint32_t c0[4], c1[4];
+      const float xs = QuantizeX(p, x, tok0 + srow, c, squarter, c0, c1);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        *reinterpret_cast<uint32_t*>(&sm.x[srow][32 * j + 4 * squarter]) = c0[j];
+        *reinterpret_cast<uint32_t*>(&sm.x[srow][32 * j + 16 + 4 * squarter]) = c1[j];
+      }
+      if (squarter == 0) sm.x_scale[srow] = xs;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        uint32_t w0, w1;
+        LoadWStep<K>(p, w_row, w_valid, c, squarter, j, w0, w1);
+        *reinterpret_cast<uint32_t*>(&sm.w[srow][32 * j + 4 * squarter]) = w0;
+        *reinterpret_cast<uint32_t*>(&sm.w[srow][32 * j + 16 + 4 * squarter]) = w1;
+      }
+      sm.w_scale[srow][squarter] = WeightScale<K>(p, w_row, w_valid, c, squarter);
+    }
+    __syncthreads();
+
+    // 2. The MMAs of warp (wr, wt): weight rows 16·wr + group (+8), tokens 32·wt + 8·tt + group.
+    const int ra = kRows * wr + group, rb = ra + 8;
+    const float sa0 = sm.w_scale[ra][0], sb0 = sm.w_scale[rb][0];
+#pragma unroll
+    for (int tt = 0; tt < kTiledTm; ++tt) {
+      const int tb = kTiledTokPerWarp * wt + kTok * tt + group;  // B operand's token
+      const int tc = kTiledTokPerWarp * wt + kTok * tt + 2 * quad;  // C fragment's tokens tc, tc + 1
+      const float xs0 = sm.x_scale[tc], xs1 = sm.x_scale[tc + 1];
+      if constexpr (K == Kind::kFp8) {
+        float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          MmaE4m3(acc, Lds32<K>(&sm.w[ra][32 * j + 4 * quad]), Lds32<K>(&sm.w[rb][32 * j + 4 * quad]),
+                  Lds32<K>(&sm.w[ra][32 * j + 16 + 4 * quad]), Lds32<K>(&sm.w[rb][32 * j + 16 + 4 * quad]),
+                  Lds32<K>(&sm.x[tb][32 * j + 4 * quad]), Lds32<K>(&sm.x[tb][32 * j + 16 + 4 * quad]));
+        }
+        part[tt][0] = __fadd_rn(part[tt][0], __fmul_rn(acc[0], __fmul_rn(sa0, xs0)));
+        part[tt][1] = __fadd_rn(part[tt][1], __fmul_rn(acc[1], __fmul_rn(sa0, xs1)));
+        part[tt][2] = __fadd_rn(part[tt][2], __fmul_rn(acc[2], __fmul_rn(sb0, xs0)));
+        part[tt][3] = __fadd_rn(part[tt][3], __fmul_rn(acc[3], __fmul_rn(sb0, xs1)));
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float acc[4] = {0.f, 0.f, 0.f, 0.f};
+          MmaE4m3(acc, Lds32<K>(&sm.w[ra][32 * j + 4 * quad]), Lds32<K>(&sm.w[rb][32 * j + 4 * quad]),
+                  Lds32<K>(&sm.w[ra][32 * j + 16 + 4 * quad]), Lds32<K>(&sm.w[rb][32 * j + 16 + 4 * quad]),
+                  Lds32<K>(&sm.x[tb][32 * j + 4 * quad]), Lds32<K>(&sm.x[tb][32 * j + 16 + 4 * quad]));
+          const float sa = sm.w_scale[ra][j], sb = sm.w_scale[rb][j];
+          part[tt][0] = __fadd_rn(part[tt][0], __fmul_rn(acc[0], __fmul_rn(sa, xs0)));
+          part[tt][1] = __fadd_rn(part[tt][1], __fmul_rn(acc[1], __fmul_rn(sa, xs1)));
+          part[tt][2] = __fadd_rn(part[tt][2], __fmul_rn(acc[2], __fmul_rn(sb, xs0)));
+          part[tt][3] = __fadd_rn(part[tt][3], __fmul_rn(acc[3], __fmul_rn(sb, xs1)));
+        }
+      }
+    }
+    // 3. At a slice's end: fold the partial into the total in slice order (Block's final sum).
+    if ((c + 1) % kSliceChunks == 0 || c + 1 == num_chunks) {
+      const bool first = c < kSliceChunks;
+#pragma unroll
+      for (int tt = 0; tt < kTiledTm; ++tt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          total[tt][i] = first ? part[tt][i] : total[tt][i] + part[tt][i];
+          part[tt][i] = 0.f;
+        }
+      }
+    }
+    __syncthreads();  // the next chunk overwrites the staged codes
+  }
+
+  const int64_t ra = row0 + kRows * wr + group;
+#pragma unroll
+  for (int tt = 0; tt < kTiledTm; ++tt) {
+    const int64_t r = tok0 + kTiledTokPerWarp * wt + kTok * tt + 2 * quad;
+    float* y = p.y + g * p.y_group_stride;
+    if (ra < p.n && r < p.m) y[r * p.ldy + ra] = total[tt][0];
+    if (ra < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra] = total[tt][1];
+    if (ra + 8 < p.n && r < p.m) y[r * p.ldy + ra + 8] = total[tt][2];
+    if (ra + 8 < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra + 8] = total[tt][3];
+  }
+}
+
+// Grid (ceil(n / kTiledRows), ceil(m / kTiledTok), groups).
+template <Kind K>
+__global__ void __launch_bounds__(kThreads) TiledLinearKernel(const Params p) {
+  fp8::StagedBlock<K>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
 }  // namespace fp8
 
 }  // namespace mma
