@@ -48,7 +48,7 @@ tests = [(float(t.get("time", "0s").rstrip("s")), s["name"] + "." + t["name"])
          for s in json.load(open(sys.argv[1]))["testsuites"] for t in s["testsuite"]]
 print("slowest:", ", ".join(f"{n} {t:.1f}s" for t, n in sorted(tests, reverse=True)[:8]))
 PY
-grep -E "^GPU( runner|, 200| \(tensor)|^mma vs simt" "$out/gpu-tests.log" || true
+grep -E "^GPU( runner|, 200| \(tensor)|^mma vs simt|^Flash-shaped 2 layers" "$out/gpu-tests.log" || true
 if [[ $sanitize -eq 1 ]]; then
   for tool in memcheck racecheck; do
     timeout "$sanitize_timeout" compute-sanitizer --tool $tool --error-exitcode 9 $dist/deepinfer_gpu_tests \
