@@ -301,6 +301,10 @@ TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {
     CheckExperts(pool, kMixedCounts, rows, k, 200, ++seed);
     CheckExperts(pool, kMixedCounts, rows + 7, k + 5, 203, ++seed);
   }
+  // 64-row tiles on this path: full tiles, then rests of every kind.
+  const std::vector<int32_t> long_counts = {70, 130, 5, 64, 0, 200, 17};
+  ExpertPool long_pool(kFp8E8m0, static_cast<int64_t>(long_counts.size()), 96, 1100, 4550);
+  CheckExperts(long_pool, long_counts, Offsets(long_counts).back(), 1100, 96, 4551);
   const std::vector<int32_t> counts = RandomRouting(64, 6, 256, 4600);
   ExpertPool pool(kFp4, 256, 2048, 4096, 4601);
   CheckExperts(pool, counts, 64 * 6, 4096, 2048, 4602, {0, 37, 74});
@@ -310,7 +314,8 @@ TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {
 // bits as planning again, on both the SIMT and the tensor-core paths.
 TEST(CudaExpertsLinear, PlanInScratchIsReused) {
   DI_REQUIRE_GPU();
-  for (const cuda::LinearMath math : {cuda::LinearMath::kSimtF32, cuda::LinearMath::kSplitBf16}) {
+  for (const cuda::LinearMath math :
+       {cuda::LinearMath::kSimtF32, cuda::LinearMath::kSplitBf16, cuda::LinearMath::kFp8Act}) {
     const std::vector<int32_t> counts = kMixedCounts;
     const std::vector<int32_t> off = Offsets(counts);
     const int64_t experts = static_cast<int64_t>(counts.size()), rows = off.back() + 2;

@@ -438,12 +438,14 @@ struct TileLists {
 __device__ __forceinline__ int GemvKind(int32_t rows) { return rows <= 2 ? 0 : rows <= 4 ? 1 : rows <= 8 ? 2 : 3; }
 
 // One block. Expert e's rows [offsets[e], offsets[e+1]) (cut to [0, rows_bound)) become
-// floor(c / 32) full tiled tiles, then the rest r = c mod 32 as one tiled tile (r > 16) or one GEMV
-// tile of its kind (1 <= r <= 16). Experts are taken kPlanThreads at a time, one per thread; a tile's
+// floor(c / T) full tiled tiles, then the rest r = c mod T as one tiled tile (r > 16) or one GEMV
+// tile of its kind (1 <= r <= 16); T = tile_rows (32: the SIMT tiles and the split-BF16 path; 64:
+// the FP8-input path's shared-memory tiles). Experts are taken kPlanThreads at a time, one per thread; a tile's
 // place in its list is the number of tiles of that kind of the lower experts (warp scans, then the
 // warps' totals), so the lists are ordered by expert and then by row.
 __global__ void __launch_bounds__(kPlanThreads) ExpertTilesKernel(const int32_t* offsets, int32_t num_experts,
-                                                                  int32_t rows_bound, TileLists lists) {
+                                                                  int32_t rows_bound, int32_t tile_rows,
+                                                                  TileLists lists) {
   __shared__ int32_t warp_tiles[kTileKinds][kPlanWarps];
   __shared__ int32_t listed[kTileKinds];
   const int lane = threadIdx.x % kWarpSize;
@@ -457,7 +459,7 @@ __global__ void __launch_bounds__(kPlanThreads) ExpertTilesKernel(const int32_t*
       row0 = min(max(offsets[e], 0), rows_bound);
       count = min(max(offsets[e + 1], row0), rows_bound) - row0;
     }
-    const int32_t full = count / kTileM, rest = count % kTileM;
+    const int32_t full = count / tile_rows, rest = count % tile_rows;
     const int gemv_kind = rest >= 1 && rest <= kGemvMaxRows ? GemvKind(rest) : -1;
     const int32_t tiled = full + (rest > kGemvMaxRows ? 1 : 0);
 
@@ -480,14 +482,14 @@ __global__ void __launch_bounds__(kPlanThreads) ExpertTilesKernel(const int32_t*
       int32_t pos = listed[kind] + first[kind];
       for (int w = 0; w < warp; ++w) pos += warp_tiles[kind][w];
       if (kind == gemv_kind && pos >= 0 && pos < lists.capacity[kind]) {
-        lists.tiles[kind][pos] = ExpertTile{e, row0 + full * kTileM, rest, 0};
+        lists.tiles[kind][pos] = ExpertTile{e, row0 + full * tile_rows, rest, 0};
       }
       first[kind] = pos;
     }
     for (int32_t j = 0; j < tiled; ++j) {
       const int32_t pos = first[kTiledKind] + j;
       if (pos >= 0 && pos < lists.capacity[kTiledKind]) {
-        lists.tiles[kTiledKind][pos] = ExpertTile{e, row0 + j * kTileM, min(kTileM, count - j * kTileM), 0};
+        lists.tiles[kTiledKind][pos] = ExpertTile{e, row0 + j * tile_rows, min(tile_rows, count - j * tile_rows), 0};
       }
     }
     __syncthreads();
@@ -601,6 +603,15 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaSmallKernel(const Exp
     } else {
       mma::Block<K, 1>(TileParams<K>(ep, t), c.block, 0, 0);
     }
+  }
+}
+
+// FP8 inputs: the tiled tiles (17-64 rows) run the shared-memory block (64 x 64).
+template <Kind K>
+__global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const ExpertsParams ep) {
+  const int32_t tiles = *ep.count;
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    mma::fp8::StagedBlock<K>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
   }
 }
 
@@ -863,6 +874,14 @@ void LaunchExperts(const ExpertsLaunch& l) {
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");
       LaunchExpertsMmaSmall<K>(l);   // 1-8 rows
       LaunchExpertsMma<K, 2>(l, 3);  // 9-16
+      if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+        if (l.path == Path::kFp8) {  // 17-64 (the plan's tiles are 64 rows on this path)
+          static const int blocks_per_sm = BlocksPerSm(ExpertsStagedKernel<K>, mma::kThreads);
+          LaunchList(ExpertsStagedKernel<K>, mma::kThreads, blocks_per_sm, l, kTiledKind,
+                     CeilDiv(l.params.base.n, mma::fp8::kTiledRows), "cuda::ExpertsLinear mma fp8 staged");
+          return;
+        }
+      }
       LaunchExpertsMma<K, mma::kMaxTm>(l, kTiledKind);  // 17-32
       return;
     }
@@ -914,9 +933,11 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     l.lists.capacity[i] = static_cast<int32_t>(l.capacity.tiles[i]);
     tiles += l.capacity.tiles[i];
   }
+  l.path = PathFor(math, kind, layout.scale_dtype == DType::kF32, k);
   if (!plan_in_scratch) {
+    const int32_t tile_rows = l.path == Path::kFp8 ? mma::fp8::kTiledTok : kTileM;
     ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
-                                                      static_cast<int32_t>(rows_bound), l.lists);
+                                                      static_cast<int32_t>(rows_bound), tile_rows, l.lists);
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");
   }
 
@@ -925,7 +946,6 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   l.sms = sms;
   l.stream = stream;
-  l.path = PathFor(math, kind, layout.scale_dtype == DType::kF32, k);
   ExpertsParams& ep = l.params;
   ep.base.x = x;
   ep.base.ldx = ldx;

@@ -115,8 +115,9 @@ void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWe
 // num_experts <= 2^24.
 size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // plan_in_scratch: `scratch` already holds the tile lists of an earlier ExpertsLinear call with
-// the same offsets (unchanged since), rows_bound and num_experts, queued before this one on
-// `stream` (the MoE's w3 and w2 after its w1): the first kernel is skipped.
+// the same offsets (unchanged since), rows_bound, num_experts and path (the FP8-input path cuts
+// 64-row tiles, the others 32), queued before this one on `stream` (the MoE's w3 and w2 after its
+// w1): the first kernel is skipped.
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false);
