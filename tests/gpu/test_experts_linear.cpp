@@ -335,6 +335,15 @@ TEST(CudaExpertsLinear, PlanInScratchIsReused) {
     cuda::ExpertsLinear(dx.get(), 320, rows, doff.get(), experts, second.table(), second.Device(0), y2_fresh.get(), 96,
                         other_scratch.get(), nullptr, math);
     EXPECT_TRUE(AllEqual(Bits(y2.ToHost()), Bits(y2_fresh.ToHost()), "reused plan vs a fresh plan"));
+    // The lists really come from the scratch: with its five tile counts (the first 20 bytes,
+    // linear.cu's header) zeroed, a call that reuses the plan computes nothing.
+    DI_CUDA_CHECK(cudaMemset(scratch.get(), 0, 5 * sizeof(int32_t)), "cudaMemset");
+    DeviceArray<float> y3(static_cast<size_t>(rows * 96));
+    y3.Fill(0xff);
+    cuda::ExpertsLinear(dx.get(), 320, rows, doff.get(), experts, second.table(), second.Device(0), y3.get(), 96,
+                        scratch.get(), nullptr, math, /*plan_in_scratch=*/true);
+    EXPECT_TRUE(AllEqual(Bits(y3.ToHost()), std::vector<uint32_t>(static_cast<size_t>(rows * 96), kSentinel),
+                         "nothing computed from an emptied plan"));
   }
 }
 

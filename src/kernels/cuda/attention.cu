@@ -21,6 +21,7 @@ constexpr int kMaxHeads = 8;
 // Blocks per (query, head group): a thread-block cluster whose blocks take consecutive runs of
 // the query's row tiles and merge their softmax states through distributed shared memory.
 constexpr int kSplit = 8;
+static_assert(kTile >= kMaxHeads, "the merge keeps kHeads rows of d in the row tile's memory");
 
 struct AttentionArgs {
   const float* q;
@@ -91,8 +92,10 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) Atten
   const int row_end = min(n, row_begin + tiles_per_rank * kTile);
 
   const float* q_m = a.q + m * a.q_stride;
-  for (int e = tid; e < kHeads * d; e += kThreads) {
-    qs[e] = head0 + e / d < a.num_heads ? q_m[static_cast<int64_t>(head0) * d + e] : 0.f;
+  if (row_begin < row_end) {  // uniform over the block; an empty run reads no q
+    for (int e = tid; e < kHeads * d; e += kThreads) {
+      qs[e] = head0 + e / d < a.num_heads ? q_m[static_cast<int64_t>(head0) * d + e] : 0.f;
+    }
   }
   // Softmax state of head `head0 + warp`, replicated in every lane of that warp.
   const bool state_warp = warp < kHeads;

@@ -503,6 +503,7 @@ __global__ void __launch_bounds__(kPlanThreads) ExpertTilesKernel(const int32_t*
   if (threadIdx.x < kTileKinds) {
     lists.counts[threadIdx.x] = max(0, min(listed[threadIdx.x], lists.capacity[threadIdx.x]));
   }
+  if (threadIdx.x == 0) lists.counts[kTileKinds] = tile_rows;  // checked by the consumers (CheckPlan)
 }
 
 // What the tiles of one kind share; per tile, x, y, m and the weight change.
@@ -512,7 +513,15 @@ struct ExpertsParams {
   const int32_t* count;         // tiles listed of this kind
   const ExpertTile* tiles;
   int32_t blocks_per_tile;      // output blocks of one tile
+  const int32_t* plan_tile_rows;  // where the plan recorded its full-tile height (scratch header)
+  int32_t tile_rows;              // the height these kernels were launched for
 };
+
+// A plan reused from the scratch (plan_in_scratch) must have been cut for this launch's kernels;
+// a mismatch is a caller's error that would silently drop rows, so it stops the kernel loudly.
+__device__ __forceinline__ void CheckPlan(const ExpertsParams& ep) {
+  if (threadIdx.x == 0 && *ep.plan_tile_rows != ep.tile_rows) __trap();
+}
 
 // Linear's parameters for tile `t`: the weight fields as SetWeight fills them, from the expert's
 // DeviceWeight (checked by the caller when it built the array).
@@ -559,6 +568,7 @@ struct ItemCursor {
 template <Kind K, int MT, int RPW>
 __global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 8 : 1)
     ExpertsGemvKernel(const ExpertsParams ep) {
+  CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
     GemvBlock<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0);
@@ -569,6 +579,7 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <
 // runs alike in every thread of the block, as TiledBlock's barriers need.
 template <Kind K>
 __global__ void __launch_bounds__(kTiledThreads, 2) ExpertsTiledKernel(const ExpertsParams ep) {
+  CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
     TiledBlock<K>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
@@ -578,6 +589,7 @@ __global__ void __launch_bounds__(kTiledThreads, 2) ExpertsTiledKernel(const Exp
 // The tensor-core paths per tile: tiles of up to 8, 16 and 32 rows run the block with TM = 1, 2, 4.
 template <Kind K, int TM, bool kFp8>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaKernel(const ExpertsParams ep) {
+  CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
     if constexpr (kFp8) {
@@ -592,6 +604,7 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaKernel(const ExpertsP
 // tensor-core block with TM = 1: one launch walks the three lists as one, list 0 first.
 template <Kind K, bool kFp8>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaSmallKernel(const ExpertsParams ep, const TileLists lists) {
+  CheckPlan(ep);
   const int32_t c0 = lists.counts[0], c1 = lists.counts[1];
   const int32_t tiles = c0 + c1 + lists.counts[2];
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
@@ -609,6 +622,7 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaSmallKernel(const Exp
 // FP8 inputs: the tiled tiles (17-64 rows) run the shared-memory block (64 x 64).
 template <Kind K>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const ExpertsParams ep) {
+  CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
     mma::fp8::StagedBlock<K>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
@@ -781,8 +795,9 @@ TileCapacity Capacity(int64_t rows_bound, int64_t num_experts) {
   return c;
 }
 
-constexpr size_t kCountsBytes = 32;  // the kTileKinds counts, padded to keep the tiles 16-byte aligned
-static_assert(kTileKinds * sizeof(int32_t) <= kCountsBytes && sizeof(ExpertTile) == 16);
+// The kTileKinds counts and the plan's tile height, padded to keep the tiles 16-byte aligned.
+constexpr size_t kCountsBytes = 32;
+static_assert((kTileKinds + 1) * sizeof(int32_t) <= kCountsBytes && sizeof(ExpertTile) == 16);
 
 // What the launches of one ExpertsLinear call share.
 struct ExpertsLaunch {
@@ -934,8 +949,10 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     tiles += l.capacity.tiles[i];
   }
   l.path = PathFor(math, kind, layout.scale_dtype == DType::kF32, k);
+  const int32_t tile_rows = l.path == Path::kFp8 ? mma::fp8::kTiledTok : kTileM;
+  l.params.plan_tile_rows = l.lists.counts + kTileKinds;
+  l.params.tile_rows = tile_rows;
   if (!plan_in_scratch) {
-    const int32_t tile_rows = l.path == Path::kFp8 ? mma::fp8::kTiledTok : kTileM;
     ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
                                                       static_cast<int32_t>(rows_bound), tile_rows, l.lists);
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");

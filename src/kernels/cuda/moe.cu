@@ -129,6 +129,7 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kAlignThreads = 1024;
+static_assert(kAlignThreads % kWarpSize == 0 && kAlignThreads <= kWarpSize * kWarpSize, "one scan warp");
 
 // Single block of kAlignThreads (a multiple of 32). Pass 1: keep flags (first occurrence of an
 // expert within a token) and per-expert counts (integer atomics: order-free). Pass 2: exclusive
