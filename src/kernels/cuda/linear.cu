@@ -619,6 +619,16 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaSmallKernel(const Exp
   }
 }
 
+// Split-BF16: the tiled tiles (17-32 rows) run the shared-memory block (64 x 32).
+template <Kind K>
+__global__ void __launch_bounds__(mma::kThreads) ExpertsStagedSplitKernel(const ExpertsParams ep) {
+  CheckPlan(ep);
+  const int32_t tiles = *ep.count;
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    mma::StagedBlock<K>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, 0);
+  }
+}
+
 // FP8 inputs: the tiled tiles (17-64 rows) run the shared-memory block (64 x 64).
 template <Kind K>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const ExpertsParams ep) {
@@ -742,6 +752,16 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
         DI_CUDA_LAUNCH_CHECK("cuda::Linear mma fp8 tiled");
         return;
       }
+    }
+    if (path == Path::kSplitBf16 && p.m > mma::kMaxTm * mma::kTok) {
+      // Past 32 rows: shared-memory tiles of 64 x 32 (the same bits per output).
+      const int64_t tok_blocks = CeilDiv(p.m, mma::kStagedTok);
+      if (tok_blocks > 65535) Fail("too many rows for one launch");
+      const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, mma::kStagedRows)), static_cast<unsigned>(tok_blocks),
+                      static_cast<unsigned>(groups));
+      mma::StagedLinearKernel<K><<<grid, mma::kThreads, 0, stream>>>(p);
+      DI_CUDA_LAUNCH_CHECK("cuda::Linear mma staged");
+      return;
     }
     if (path != Path::kSimt) {
       if (p.m <= mma::kTok) return LaunchMma<K, 1>(p, groups, stream, path);
@@ -897,7 +917,10 @@ void LaunchExperts(const ExpertsLaunch& l) {
           return;
         }
       }
-      LaunchExpertsMma<K, mma::kMaxTm>(l, kTiledKind);  // 17-32
+      static_assert(mma::kStagedTok == kTileM, "the split-BF16 plan's tiles fit the staged block");
+      static const int blocks_per_sm = BlocksPerSm(ExpertsStagedSplitKernel<K>, mma::kThreads);
+      LaunchList(ExpertsStagedSplitKernel<K>, mma::kThreads, blocks_per_sm, l, kTiledKind,  // 17-32
+                 CeilDiv(l.params.base.n, mma::kStagedRows), "cuda::ExpertsLinear mma staged");
       return;
     }
   }

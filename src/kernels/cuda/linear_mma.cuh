@@ -255,6 +255,126 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(const Params p) {
   Block<K, TM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
+// ---- split-BF16, large M: shared-memory tiles, the same arithmetic per output -------------------
+//
+// A block computes kStagedRows weight rows × kStagedTok x rows. Per 128-column chunk the block
+// stages its weight rows as BF16 and its x rows as the three BF16 parts, each once (four threads
+// per row, each a quarter of the chunk, through the same LoadRaw / ToBf16Pairs / SplitPair as
+// Block), in shared memory; warp (wr, wt) then runs Block's MMA sequence for its 16 weight rows and
+// 2 token tiles with the same operands: per slice an accumulator from +0 taking, per chunk, per step
+// j, the hi, mid and lo MMAs; the slices added in order. So every output has Block's bits.
+// Layout of a staged row: column 32t + 4j + e (quarter t, step j, e < 4) sits at element
+// 16j + 4t + e, so a lane's four columns of a step are one 8-byte read and the 32 lanes of a read
+// hit distinct banks (row stride 288 bytes).
+constexpr int kStagedRows = 64;
+constexpr int kStagedTok = 32;
+constexpr int kStagedWarpsW = kStagedRows / kRows;                          // 4
+constexpr int kStagedTokPerWarp = kStagedTok / (kWarps / kStagedWarpsW);    // 16
+constexpr int kStagedTm = kStagedTokPerWarp / kTok;                         // 2
+constexpr int kStagedStride = kChunk + 16;  // BF16 elements per staged row (288 bytes)
+
+struct StagedSmem {
+  __nv_bfloat16 w[kStagedRows][kStagedStride];
+  __nv_bfloat16 x[3][kStagedTok][kStagedStride];  // hi, mid, lo
+};
+
+__device__ __forceinline__ uint2 Lds64(const __nv_bfloat16* p) { return *reinterpret_cast<const uint2*>(p); }
+__device__ __forceinline__ void Sts64(__nv_bfloat16* p, uint32_t lo, uint32_t hi) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
+}
+
+template <Kind K>
+__device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, int64_t tok_block, int64_t g) {
+  static_assert(kThreads == 4 * kStagedRows && kThreads >= 4 * kStagedTok, "four threads per staged row");
+  __shared__ StagedSmem sm;
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int quad = lane % 4, group = lane / 4;
+  const int wr = warp % kStagedWarpsW, wt = warp / kStagedWarpsW;
+  const int64_t row0 = row_block * kStagedRows;  // within the group
+  const int64_t tok0 = tok_block * kStagedTok;
+  const int64_t num_chunks = CeilDiv(p.k, kChunk);
+  const float* x = p.x + g * p.x_group_stride;
+  const int srow = tid / 4, squarter = tid % 4;  // the staged row (weight; x when < kStagedTok)
+  const bool w_valid = row0 + srow < p.n;
+  const int64_t w_row = g * p.n + row0 + srow;
+
+  float total[kStagedTm][4], acc[kStagedTm][4];
+#pragma unroll
+  for (int tt = 0; tt < kStagedTm; ++tt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) total[tt][i] = acc[tt][i] = 0.f;
+  }
+
+  for (int64_t c = 0; c < num_chunks; ++c) {
+    {
+      Raw<K> raw;
+      LoadRaw<K>(p, w_row, w_valid, c, squarter, raw);
+      uint32_t pairs[16];
+      ToBf16Pairs<K>(raw, pairs);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) Sts64(&sm.w[srow][16 * j + 4 * squarter], pairs[2 * j], pairs[2 * j + 1]);
+      if (srow < kStagedTok) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          const float4 xv = LoadX4(p, x, tok0 + srow, c, squarter, j);
+          uint32_t h0, m0, l0, h1, m1, l1;
+          SplitPair(xv.x, xv.y, h0, m0, l0);
+          SplitPair(xv.z, xv.w, h1, m1, l1);
+          Sts64(&sm.x[0][srow][16 * j + 4 * squarter], h0, h1);
+          Sts64(&sm.x[1][srow][16 * j + 4 * squarter], m0, m1);
+          Sts64(&sm.x[2][srow][16 * j + 4 * squarter], l0, l1);
+        }
+      }
+    }
+    __syncthreads();
+    const int ra = kRows * wr + group, rb = ra + 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const uint2 a = Lds64(&sm.w[ra][16 * j + 4 * quad]), b = Lds64(&sm.w[rb][16 * j + 4 * quad]);
+#pragma unroll
+      for (int tt = 0; tt < kStagedTm; ++tt) {
+        const int tb = kStagedTokPerWarp * wt + kTok * tt + group;
+        const uint2 h = Lds64(&sm.x[0][tb][16 * j + 4 * quad]);
+        const uint2 m = Lds64(&sm.x[1][tb][16 * j + 4 * quad]);
+        const uint2 l = Lds64(&sm.x[2][tb][16 * j + 4 * quad]);
+        Mma(acc[tt], a.x, b.x, a.y, b.y, h.x, h.y);
+        Mma(acc[tt], a.x, b.x, a.y, b.y, m.x, m.y);
+        Mma(acc[tt], a.x, b.x, a.y, b.y, l.x, l.y);
+      }
+    }
+    if ((c + 1) % kSliceChunks == 0 || c + 1 == num_chunks) {
+      const bool first = c < kSliceChunks;
+#pragma unroll
+      for (int tt = 0; tt < kStagedTm; ++tt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          total[tt][i] = first ? acc[tt][i] : total[tt][i] + acc[tt][i];
+          acc[tt][i] = 0.f;
+        }
+      }
+    }
+    __syncthreads();  // the next chunk overwrites the staged rows
+  }
+
+  const int64_t ra = row0 + kRows * wr + group;
+  float* y = p.y + g * p.y_group_stride;
+#pragma unroll
+  for (int tt = 0; tt < kStagedTm; ++tt) {
+    const int64_t r = tok0 + kStagedTokPerWarp * wt + kTok * tt + 2 * quad;
+    if (ra < p.n && r < p.m) y[r * p.ldy + ra] = total[tt][0];
+    if (ra < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra] = total[tt][1];
+    if (ra + 8 < p.n && r < p.m) y[r * p.ldy + ra + 8] = total[tt][2];
+    if (ra + 8 < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra + 8] = total[tt][3];
+  }
+}
+
+// Grid (ceil(n / kStagedRows), ceil(m / kStagedTok), groups).
+template <Kind K>
+__global__ void __launch_bounds__(kThreads) StagedLinearKernel(const Params p) {
+  mma::StagedBlock<K>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
 // ---- FP8 inputs (LinearMath::kFp8Act): e4m3 × e4m3 MMAs ---------------------------------------
 //
 // For FP8 (e4m3 × e8m0 per 128×128) and FP4 (e2m1 × e8m0 per 1×32) weights whose input the
