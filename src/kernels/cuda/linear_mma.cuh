@@ -1,5 +1,7 @@
-// The tensor-core path of cuda::Linear / GroupedLinear / ExpertsLinear (LinearMath::kSplitBf16),
-// included by linear.cu only: it uses linear.cu's Params, Kind and format decoders.
+// The tensor-core paths of cuda::Linear / GroupedLinear / ExpertsLinear (LinearMath::kSplitBf16
+// first, then kFp8Act in namespace fp8), included by linear.cu only: they use linear.cu's Params,
+// Kind and format decoders. Each path has a register-fed block (Block: up to 32 rows of x) and a
+// shared-memory one (StagedBlock) that computes every output with the same operations.
 //
 // Numerics. A BF16 weight, and an FP8 (e4m3 × e8m0) or FP4 (e2m1 × e8m0) weight dequantized with
 // its power-of-two scale, is exact in BF16 (barring scales below about 2^-118, which no
@@ -24,7 +26,8 @@
 // row tile computing slices w, w + warps_per_tile, ... The warps write their slice partials to
 // shared memory and the block adds them in slice order. Weight bytes go straight from global
 // memory to registers (each is used by one warp only), 32 columns per lane and chunk, the next
-// chunk prefetched while the MMAs of this one run; x comes through L1.
+// chunk prefetched while the MMAs of this one run; x comes through L1. The staged blocks below
+// trade that split of K across warps for x staged once per block.
 #pragma once
 // Needs <cuda_fp8.h> and kernels/cpu/ue8m0.h, which linear.cu includes at file scope.
 
