@@ -170,7 +170,8 @@ void AddStepBench(CLI::App* bench) {
   cmd->add_flag("--no-graphs", a->no_graphs, "decode eager only");
   cmd->add_flag("--no-profile", a->no_profile, "no per-op profile (and no x43 scaling)");
   cmd->add_flag("--no-ceilings", a->no_ceilings, "skip the ceilings (no floors or fractions)");
-  cmd->add_flag("--tensor-cores", a->tensor_cores, "BF16/FP8/FP4 linears on tensor cores (split-BF16 activations)");
+  cmd->add_flag("--tensor-cores", a->tensor_cores,
+                "BF16/FP8/FP4 linears on tensor cores (exact f32 products from 3 BF16 parts of each activation)");
   cmd->add_flag("--fp8-activations", a->fp8_activations,
                 "the reference's act_quant ahead of its FP8/FP4 linears (with --tensor-cores: e4m3 MMAs)");
   cmd->add_flag("!--no-decode", a->decode, "skip the decode points");
