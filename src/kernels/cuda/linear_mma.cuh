@@ -167,6 +167,67 @@ struct Smem {
   float part[kMaxSlices][kRows * kTok * TM];
 };
 
+// The helpers below are shared by the split-BF16 and the FP8 blocks, so the two paths store, add
+// and write their outputs the same way.
+
+// This warp's partial of one slice (the C fragments of its TM token tiles) into sm.part[index].
+template <int TM>
+__device__ __forceinline__ void StorePartial(Smem<TM>& sm, int index, int group, int quad, const float (&acc)[TM][4]) {
+  float* part = sm.part[index];
+#pragma unroll
+  for (int tt = 0; tt < TM; ++tt) {
+    const int t = tt * kTok + 2 * quad;
+    part[group * (kTok * TM) + t] = acc[tt][0];
+    part[group * (kTok * TM) + t + 1] = acc[tt][1];
+    part[(group + 8) * (kTok * TM) + t] = acc[tt][2];
+    part[(group + 8) * (kTok * TM) + t + 1] = acc[tt][3];
+  }
+}
+
+// Once every warp stored its partials: each output of the block's row tiles and tokens is its
+// slices added in order (y = P_0, y += P_1, ...), written to y. Every thread of the block must
+// call it; it synchronizes before and after (sm.part is rewritten by the block's next item).
+template <int TM>
+__device__ __forceinline__ void SumSlicesIntoY(const Params& p, const Smem<TM>& sm, const Layout& l, int64_t row_block,
+                                               int64_t tok0, int64_t g) {
+  __syncthreads();
+  constexpr int kTileOut = kRows * kTok * TM;
+  for (int e = threadIdx.x; e < l.tiles_per_block * kTileOut; e += kThreads) {
+    const int tib = e / kTileOut, i = e % kTileOut;
+    const int64_t o = (row_block * l.tiles_per_block + tib) * kRows + i / (kTok * TM);
+    const int64_t r = tok0 + i % (kTok * TM);
+    if (o >= p.n || r >= p.m) continue;
+    float sum = 0.f;
+    for (int s = 0; s < l.slices; ++s) sum = s == 0 ? sm.part[tib * l.slices][i] : sum + sm.part[tib * l.slices + s][i];
+    p.y[g * p.y_group_stride + r * p.ldy + o] = sum;
+  }
+  __syncthreads();
+}
+
+// The staged blocks' form of the same sum: at a slice's last chunk the slice's partial is folded
+// into the running total (total = P_0 for the first slice, then total + P_s) and cleared.
+template <int TM>
+__device__ __forceinline__ void FoldSlice(float (&total)[TM][4], float (&part)[TM][4], bool first_slice) {
+#pragma unroll
+  for (int tt = 0; tt < TM; ++tt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      total[tt][i] = first_slice ? part[tt][i] : total[tt][i] + part[tt][i];
+      part[tt][i] = 0.f;
+    }
+  }
+}
+
+// One C fragment into y: weight rows ra and ra + 8 (within group g), tokens r and r + 1, each
+// written only where it exists.
+__device__ __forceinline__ void WriteFragment(const Params& p, int64_t g, int64_t ra, int64_t r, const float (&v)[4]) {
+  float* y = p.y + g * p.y_group_stride;
+  if (ra < p.n && r < p.m) y[r * p.ldy + ra] = v[0];
+  if (ra < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra] = v[1];
+  if (ra + 8 < p.n && r < p.m) y[r * p.ldy + ra + 8] = v[2];
+  if (ra + 8 < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra + 8] = v[3];
+}
+
 // Row block `row_block` (tiles_per_block row tiles of group g) × token block `tok_block` (8·TM
 // rows of x). Every thread of the block must call it (it synchronizes); shared memory is free
 // again when it returns.
@@ -225,31 +286,12 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
           }
         }
       }
-      float* part = sm.part[tile_in_block * l.slices + s];
-#pragma unroll
-      for (int tt = 0; tt < TM; ++tt) {
-        const int t = tt * kTok + 2 * quad;
-        part[group * (kTok * TM) + t] = acc[tt][0];
-        part[group * (kTok * TM) + t + 1] = acc[tt][1];
-        part[(group + 8) * (kTok * TM) + t] = acc[tt][2];
-        part[(group + 8) * (kTok * TM) + t + 1] = acc[tt][3];
-      }
+      StorePartial<TM>(sm, tile_in_block * l.slices + s, group, quad, acc);
       s += l.warps_per_tile;
       c = static_cast<int64_t>(s) * kSliceChunks;
     }
   }
-  __syncthreads();
-  constexpr int kTileOut = kRows * kTok * TM;
-  for (int e = threadIdx.x; e < l.tiles_per_block * kTileOut; e += kThreads) {
-    const int tib = e / kTileOut, i = e % kTileOut;
-    const int64_t o = (row_block * l.tiles_per_block + tib) * kRows + i / (kTok * TM);
-    const int64_t r = tok0 + i % (kTok * TM);
-    if (o >= p.n || r >= p.m) continue;
-    float sum = 0.f;
-    for (int s = 0; s < l.slices; ++s) sum = s == 0 ? sm.part[tib * l.slices][i] : sum + sm.part[tib * l.slices + s][i];
-    p.y[g * p.y_group_stride + r * p.ldy + o] = sum;
-  }
-  __syncthreads();  // sm.part is rewritten by the next call
+  SumSlicesIntoY<TM>(p, sm, l, row_block, tok0, g);
 }
 
 // Grid (row blocks, token blocks, groups).
@@ -347,28 +389,15 @@ __device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, 
       }
     }
     if ((c + 1) % kSliceChunks == 0 || c + 1 == num_chunks) {
-      const bool first = c < kSliceChunks;
-#pragma unroll
-      for (int tt = 0; tt < kStagedTm; ++tt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          total[tt][i] = first ? acc[tt][i] : total[tt][i] + acc[tt][i];
-          acc[tt][i] = 0.f;
-        }
-      }
+      FoldSlice<kStagedTm>(total, acc, c < kSliceChunks);
     }
     __syncthreads();  // the next chunk overwrites the staged rows
   }
 
   const int64_t ra = row0 + kRows * wr + group;
-  float* y = p.y + g * p.y_group_stride;
 #pragma unroll
   for (int tt = 0; tt < kStagedTm; ++tt) {
-    const int64_t r = tok0 + kStagedTokPerWarp * wt + kTok * tt + 2 * quad;
-    if (ra < p.n && r < p.m) y[r * p.ldy + ra] = total[tt][0];
-    if (ra < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra] = total[tt][1];
-    if (ra + 8 < p.n && r < p.m) y[r * p.ldy + ra + 8] = total[tt][2];
-    if (ra + 8 < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra + 8] = total[tt][3];
+    WriteFragment(p, g, ra, tok0 + kStagedTokPerWarp * wt + kTok * tt + 2 * quad, total[tt]);
   }
 }
 
@@ -573,29 +602,10 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
           }
         }
       }
-      float* out = sm.part[tile_in_block * l.slices + s];
-#pragma unroll
-      for (int tt = 0; tt < TM; ++tt) {
-        const int t = tt * kTok + 2 * quad;
-        out[group * (kTok * TM) + t] = part[tt][0];
-        out[group * (kTok * TM) + t + 1] = part[tt][1];
-        out[(group + 8) * (kTok * TM) + t] = part[tt][2];
-        out[(group + 8) * (kTok * TM) + t + 1] = part[tt][3];
-      }
+      StorePartial<TM>(sm, tile_in_block * l.slices + s, group, quad, part);
     }
   }
-  __syncthreads();
-  constexpr int kTileOut = kRows * kTok * TM;
-  for (int e = threadIdx.x; e < l.tiles_per_block * kTileOut; e += kThreads) {
-    const int tib = e / kTileOut, i = e % kTileOut;
-    const int64_t o = (row_block * l.tiles_per_block + tib) * kRows + i / (kTok * TM);
-    const int64_t r = tok0 + i % (kTok * TM);
-    if (o >= p.n || r >= p.m) continue;
-    float sum = 0.f;
-    for (int s = 0; s < l.slices; ++s) sum = s == 0 ? sm.part[tib * l.slices][i] : sum + sm.part[tib * l.slices + s][i];
-    p.y[g * p.y_group_stride + r * p.ldy + o] = sum;
-  }
-  __syncthreads();
+  SumSlicesIntoY<TM>(p, sm, l, row_block, tok0, g);
 }
 
 template <Kind K, int TM>
@@ -716,15 +726,7 @@ __device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, 
     }
     // 3. At a slice's end: fold the partial into the total in slice order (Block's final sum).
     if ((c + 1) % kSliceChunks == 0 || c + 1 == num_chunks) {
-      const bool first = c < kSliceChunks;
-#pragma unroll
-      for (int tt = 0; tt < kTiledTm; ++tt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          total[tt][i] = first ? part[tt][i] : total[tt][i] + part[tt][i];
-          part[tt][i] = 0.f;
-        }
-      }
+      FoldSlice<kTiledTm>(total, part, c < kSliceChunks);
     }
     __syncthreads();  // the next chunk overwrites the staged codes
   }
@@ -732,12 +734,7 @@ __device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, 
   const int64_t ra = row0 + kRows * wr + group;
 #pragma unroll
   for (int tt = 0; tt < kTiledTm; ++tt) {
-    const int64_t r = tok0 + kTiledTokPerWarp * wt + kTok * tt + 2 * quad;
-    float* y = p.y + g * p.y_group_stride;
-    if (ra < p.n && r < p.m) y[r * p.ldy + ra] = total[tt][0];
-    if (ra < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra] = total[tt][1];
-    if (ra + 8 < p.n && r < p.m) y[r * p.ldy + ra + 8] = total[tt][2];
-    if (ra + 8 < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra + 8] = total[tt][3];
+    WriteFragment(p, g, ra, tok0 + kTiledTokPerWarp * wt + kTok * tt + 2 * quad, total[tt]);
   }
 }
 
