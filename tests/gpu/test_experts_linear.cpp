@@ -196,6 +196,29 @@ std::vector<int32_t> RandomRouting(int64_t tokens, int64_t top_k, int64_t num_ex
 // tiled tiles).
 const std::vector<int32_t> kMixedCounts = {0, 1, 3, 0, 17, 40, 2, 12, 33, 50, 6};
 
+// A pool of kMixedCounts experts of `spec` [k -> n] (`pad` stored elements after each row),
+// checked with the first `layouts` of: contiguous with no spare rows; strided, misaligned, with
+// spare rows; strided with 16-byte aligned rows. Seeds: ++seed for the pool and per check.
+void CheckMixedCounts(const Spec& spec, int64_t n, int64_t k, int64_t pad, int layouts, uint64_t& seed) {
+  ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), n, k, ++seed, pad);
+  const int64_t rows = Offsets(kMixedCounts).back();
+  CheckExperts(pool, kMixedCounts, rows, k, n, ++seed);
+  if (layouts > 1) CheckExperts(pool, kMixedCounts, rows + 7, k + 5, n + 3, ++seed);
+  if (layouts > 2) CheckExperts(pool, kMixedCounts, rows + 1, k + 4, n + 7, ++seed);
+}
+
+// 64 tokens × top-6 of 256 experts (routing seed `seed`), routed experts' w1/w3 [4096 -> 2048] and
+// w2 [2048 -> 4096]; the CPU checks six experts, the per-expert Linear all of them.
+void CheckDecodeFlash(uint64_t seed) {
+  const std::vector<int32_t> counts = RandomRouting(64, 6, 256, seed);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+    ExpertPool pool(kFp4, 256, n, k, seed + 1 + static_cast<uint64_t>(n));
+    std::vector<int64_t> sample;
+    for (int64_t e = 0; e < 256 && sample.size() < 6; e += 37) sample.push_back(e);
+    CheckExperts(pool, counts, 64 * 6, k, n, seed + 2 + static_cast<uint64_t>(n), sample);
+  }
+}
+
 TEST(CudaExpertsLinear, AllFormatsOddShapes) {
   DI_REQUIRE_GPU();
   uint64_t seed = 100;
@@ -203,13 +226,8 @@ TEST(CudaExpertsLinear, AllFormatsOddShapes) {
     // [320 -> 200]: off the 128/256 grids, aligned rows; [96|100 -> 130]: K not a multiple of 8
     // (FP4 needs 32) and padded rows (scalar loads).
     const int64_t small_k = spec.format == WeightFormat::kFp4 ? 96 : 100;
-    for (const auto& [n, k, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {130, small_k, 3}}) {
-      ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), n, k, ++seed, pad);
-      const int64_t rows = Offsets(kMixedCounts).back();
-      CheckExperts(pool, kMixedCounts, rows, k, n, ++seed);               // contiguous, no spare rows
-      CheckExperts(pool, kMixedCounts, rows + 7, k + 5, n + 3, ++seed);   // strided, misaligned; spare rows
-      CheckExperts(pool, kMixedCounts, rows + 1, k + 4, n + 7, ++seed);   // strided, 16-byte aligned rows
-    }
+    CheckMixedCounts(spec, 200, 320, 0, 3, seed);
+    CheckMixedCounts(spec, 130, small_k, 3, 3, seed);
   }
 }
 
@@ -237,14 +255,7 @@ TEST(CudaExpertsLinear, EveryCountUpTo40) {
 
 TEST(CudaExpertsLinear, DecodeFlash) {
   DI_REQUIRE_GPU();
-  // 64 tokens × top-6 of 256 experts, routed experts' w1/w3 [4096 -> 2048] and w2 [2048 -> 4096].
-  const std::vector<int32_t> counts = RandomRouting(64, 6, 256, 11);
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
-    ExpertPool pool(kFp4, 256, n, k, 12 + n);
-    std::vector<int64_t> sample;
-    for (int64_t e = 0; e < 256 && sample.size() < 6; e += 37) sample.push_back(e);
-    CheckExperts(pool, counts, 64 * 6, k, n, 13 + n, sample);
-  }
+  CheckDecodeFlash(11);
 }
 
 TEST(CudaExpertsLinear, PrefillFlash) {
@@ -265,12 +276,8 @@ TEST(CudaExpertsLinearMma, AllFormatsAndEveryCount) {
   uint64_t seed = 3100;
   for (const Spec& spec : {kBf16, kFp8E8m0, kFp4, kF32}) {
     const int64_t small_k = spec.format == WeightFormat::kFp4 ? 96 : 100;
-    for (const auto& [n, k, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {130, small_k, 3}}) {
-      ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), n, k, ++seed, pad);
-      const int64_t rows = Offsets(kMixedCounts).back();
-      CheckExperts(pool, kMixedCounts, rows, k, n, ++seed);
-      CheckExperts(pool, kMixedCounts, rows + 7, k + 5, n + 3, ++seed);
-    }
+    CheckMixedCounts(spec, 200, 320, 0, 2, seed);
+    CheckMixedCounts(spec, 130, small_k, 3, 2, seed);
   }
   std::vector<int32_t> counts(41);
   std::iota(counts.begin(), counts.end(), 0);
@@ -281,13 +288,7 @@ TEST(CudaExpertsLinearMma, AllFormatsAndEveryCount) {
 TEST(CudaExpertsLinearMma, DecodeFlash) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
-  const std::vector<int32_t> counts = RandomRouting(64, 6, 256, 3300);
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
-    ExpertPool pool(kFp4, 256, n, k, 3301 + n);
-    std::vector<int64_t> sample;
-    for (int64_t e = 0; e < 256 && sample.size() < 6; e += 37) sample.push_back(e);
-    CheckExperts(pool, counts, 64 * 6, k, n, 3302 + n, sample);
-  }
+  CheckDecodeFlash(3300);
 }
 
 TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {
@@ -295,11 +296,7 @@ TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   uint64_t seed = 4500;
   for (const Spec& spec : {kFp8E8m0, kFp4}) {
-    const int64_t k = spec.format == WeightFormat::kFp4 ? 1088 : 1100;
-    ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), 200, k, ++seed);
-    const int64_t rows = Offsets(kMixedCounts).back();
-    CheckExperts(pool, kMixedCounts, rows, k, 200, ++seed);
-    CheckExperts(pool, kMixedCounts, rows + 7, k + 5, 203, ++seed);
+    CheckMixedCounts(spec, 200, spec.format == WeightFormat::kFp4 ? 1088 : 1100, 0, 2, seed);
   }
   // 64-row tiles on this path: full tiles, then rests of every kind.
   const std::vector<int32_t> long_counts = {70, 130, 5, 64, 0, 200, 17};

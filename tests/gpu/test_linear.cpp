@@ -9,7 +9,6 @@
 #include <cstring>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -172,6 +171,40 @@ void CheckGrouped(TestWeight& w, int64_t groups, int64_t m, uint64_t seed) {
   EXPECT_TRUE(WithinOrderBound(dy.ToHost(), want, sabs, k, what));
 }
 
+// A weight shape of the odd-shape tests: [in -> out], `pad` stored elements after each row.
+struct OddShape {
+  int64_t out, in, pad;
+};
+
+// For each shape a random weight of `spec`, then for each M three layouts of x and y: contiguous,
+// strided with misaligned rows, strided with 16-byte aligned rows. Seeds: ++seed per weight and
+// per check.
+void CheckOddShapes(const Spec& spec, const std::vector<OddShape>& shapes, const std::vector<int64_t>& ms,
+                    uint64_t& seed) {
+  for (const OddShape& shape : shapes) {
+    TestWeight w = RandomWeight(spec, shape.out, shape.in, ++seed, shape.pad);
+    for (const int64_t m : ms) {
+      CheckLinear(w, m, shape.in, shape.out, ++seed);
+      CheckLinear(w, m, shape.in + 5, shape.out + 3, ++seed);
+      CheckLinear(w, m, shape.in + 4, shape.out + 7, ++seed);
+    }
+  }
+}
+
+// A Flash-sized weight: `spec`, [in -> out].
+struct FlashCase {
+  Spec spec;
+  int64_t in, out;
+};
+
+// Each case's random weight against the CPU at M = 1 and 64 (seeds: ++seed per weight and check).
+void CheckFlashCases(const std::vector<FlashCase>& cases, uint64_t seed) {
+  for (const FlashCase& c : cases) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    for (const int64_t m : {1, 64}) CheckLinear(w, m, c.in, c.out, ++seed);
+  }
+}
+
 TEST(CudaLinear, AllFormatsOddShapes) {
   DI_REQUIRE_GPU();
   uint64_t seed = 100;
@@ -179,14 +212,7 @@ TEST(CudaLinear, AllFormatsOddShapes) {
     // [320 -> 200]: rows and columns off the 128/256 grids, aligned rows (vector loads).
     // [96|100 -> 130]: K not a multiple of 8 (FP4 needs 32) and padded rows (scalar loads).
     const int64_t small_in = spec.format == WeightFormat::kFp4 ? 96 : 100;
-    for (const auto& [out, in, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {130, small_in, 3}}) {
-      TestWeight w = RandomWeight(spec, out, in, ++seed, pad);
-      for (const int64_t m : {1, 3, 17, 100}) {
-        CheckLinear(w, m, in, out, ++seed);          // contiguous
-        CheckLinear(w, m, in + 5, out + 3, ++seed);  // strided, misaligned rows
-        CheckLinear(w, m, in + 4, out + 7, ++seed);  // strided, 16-byte aligned rows
-      }
-    }
+    CheckOddShapes(spec, {{200, 320, 0}, {130, small_in, 3}}, {1, 3, 17, 100}, seed);
   }
 }
 
@@ -213,21 +239,13 @@ TEST(CudaLinear, ZeroRowsIsANoOp) {
 
 TEST(CudaLinear, FlashShapes) {
   DI_REQUIRE_GPU();
-  struct Case {
-    Spec spec;
-    int64_t in, out;
-  };
   // wq_a, wq_b (64 heads × 512), routed expert w1/w3 and w2 (moe_inter_dim 2048), router gate.
-  const Case cases[] = {{kFp8E8m0, 4096, 1024},
-                        {kFp8E8m0, 1024, 64 * 512},
-                        {kFp4, 4096, 2048},
-                        {kFp4, 2048, 4096},
-                        {kBf16, 4096, 256}};
-  uint64_t seed = 500;
-  for (const Case& c : cases) {
-    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    for (const int64_t m : {1, 64}) CheckLinear(w, m, c.in, c.out, ++seed);
-  }
+  CheckFlashCases({{kFp8E8m0, 4096, 1024},
+                   {kFp8E8m0, 1024, 64 * 512},
+                   {kFp4, 4096, 2048},
+                   {kFp4, 2048, 4096},
+                   {kBf16, 4096, 256}},
+                  500);
 }
 
 TEST(CudaLinear, GroupedOddShapes) {
@@ -259,32 +277,40 @@ std::vector<float> Rows(const std::vector<float>& y, int64_t width, int64_t r0, 
   return std::vector<float>(y.begin() + r0 * width, y.begin() + (r0 + n) * width);
 }
 
-TEST(CudaLinear, BatchInvariantAndDeterministic) {
-  DI_REQUIRE_GPU();
-  // The GEMV (M <= 16) and the tiled kernel (M > 16) follow one summation order per output, so a
-  // row's bits are the same alone, in any slice, and in the full batch.
-  struct Case {
-    Spec spec;
-    int64_t in, out;
-  };
-  const Case cases[] = {{kF32, 320, 200},  {kBf16, 100, 130},  {kF16, 320, 200},
-                        {kFp8F32, 320, 200}, {kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048}};
-  uint64_t seed = 900;
-  for (const Case& c : cases) {
+// For each case: a random weight and m rows of x; the m rows at once twice (deterministic), every
+// `row_step`-th row alone and each span (first row, rows) must give the full batch's bits.
+// Seeds: ++seed for the weight, then for x.
+void CheckBatchInvariant(const std::vector<FlashCase>& cases, int64_t m, int64_t row_step,
+                         const std::vector<std::pair<int64_t, int64_t>>& spans, uint64_t seed) {
+  for (const FlashCase& c : cases) {
     SCOPED_TRACE(c.spec.name);
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    constexpr int64_t kM = 64;
-    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kM * c.in), ++seed));
-    const std::vector<float> all = RunRows(w, dx, 0, kM);
-    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, kM), all, "repeat"));
-    for (int64_t r = 0; r < kM; ++r) {
+    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.in), ++seed));
+    const std::vector<float> all = RunRows(w, dx, 0, m);
+    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), all, "repeat"));
+    for (int64_t r = 0; r < m; r += row_step) {
       EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1), Rows(all, c.out, r, 1), "row " + std::to_string(r)));
     }
-    for (const auto& [r0, n] : {std::pair<int64_t, int64_t>{5, 17}, {30, 3}, {40, 8}, {47, 16}, {1, 40}}) {
+    for (const auto& [r0, n] : spans) {
       EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, c.out, r0, n),
                            "rows " + std::to_string(r0) + "+" + std::to_string(n)));
     }
   }
+}
+
+const std::vector<std::pair<int64_t, int64_t>> kSpansOf64 = {{5, 17}, {30, 3}, {40, 8}, {47, 16}, {1, 40}};
+
+TEST(CudaLinear, BatchInvariantAndDeterministic) {
+  DI_REQUIRE_GPU();
+  // The GEMV (M <= 16) and the tiled kernel (M > 16) follow one summation order per output, so a
+  // row's bits are the same alone, in any slice, and in the full batch.
+  CheckBatchInvariant({{kF32, 320, 200},
+                       {kBf16, 100, 130},
+                       {kF16, 320, 200},
+                       {kFp8F32, 320, 200},
+                       {kFp8E8m0, 4096, 1024},
+                       {kFp4, 4096, 2048}},
+                      64, 1, kSpansOf64, 900);
 }
 
 TEST(CudaLinear, GroupedBatchInvariant) {
@@ -374,15 +400,7 @@ TEST(CudaLinearMma, AllFormatsOddShapes) {
     // rows (the byte-wise loads).
     const int64_t small_in = spec.format == WeightFormat::kFp4 ? 96 : 100;
     const int64_t mid_in = spec.format == WeightFormat::kFp4 ? 1088 : 1100;
-    for (const auto& [out, in, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {77, mid_in, 0},
-                                       {130, small_in, 3}}) {
-      TestWeight w = RandomWeight(spec, out, in, ++seed, pad);
-      for (const int64_t m : {1, 3, 9, 17, 100}) {
-        CheckLinear(w, m, in, out, ++seed);
-        CheckLinear(w, m, in + 5, out + 3, ++seed);
-        CheckLinear(w, m, in + 4, out + 7, ++seed);
-      }
-    }
+    CheckOddShapes(spec, {{200, 320, 0}, {77, mid_in, 0}, {130, small_in, 3}}, {1, 3, 9, 17, 100}, seed);
   }
 }
 
@@ -397,20 +415,16 @@ TEST(CudaLinearMma, EveryRowCountUpTo40) {
 TEST(CudaLinearMma, FlashShapes) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
-  struct Case {
-    Spec spec;
-    int64_t in, out;
-  };
   // wq_a, wq_b, wo_b (K = 8192: 16 slices, the most this path takes), routed experts' w1/w3 and
   // w2, the compressor's BF16 wkv, and the head's shape at a tenth of its vocabulary.
-  const Case cases[] = {{kFp8E8m0, 4096, 1024}, {kFp8E8m0, 1024, 64 * 512}, {kFp8E8m0, 8192, 4096},
-                        {kFp4, 4096, 2048},     {kFp4, 2048, 4096},         {kBf16, 4096, 1024},
-                        {kBf16, 4096, 12928}};
-  uint64_t seed = 2500;
-  for (const Case& c : cases) {
-    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    for (const int64_t m : {1, 64}) CheckLinear(w, m, c.in, c.out, ++seed);
-  }
+  CheckFlashCases({{kFp8E8m0, 4096, 1024},
+                   {kFp8E8m0, 1024, 64 * 512},
+                   {kFp8E8m0, 8192, 4096},
+                   {kFp4, 4096, 2048},
+                   {kFp4, 2048, 4096},
+                   {kBf16, 4096, 1024},
+                   {kBf16, 4096, 12928}},
+                  2500);
 }
 
 TEST(CudaLinearMma, GroupedShapes) {
@@ -429,27 +443,8 @@ TEST(CudaLinearMma, GroupedShapes) {
 TEST(CudaLinearMma, BatchInvariantAndDeterministic) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
-  struct Case {
-    Spec spec;
-    int64_t in, out;
-  };
-  const Case cases[] = {{kBf16, 100, 130}, {kFp8E8m0, 4096, 1024}, {kFp8E8m0, 1100, 77}, {kFp4, 4096, 2048}};
-  uint64_t seed = 2800;
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.spec.name);
-    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    constexpr int64_t kM = 64;
-    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kM * c.in), ++seed));
-    const std::vector<float> all = RunRows(w, dx, 0, kM);
-    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, kM), all, "repeat"));
-    for (int64_t r = 0; r < kM; ++r) {
-      EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1), Rows(all, c.out, r, 1), "row " + std::to_string(r)));
-    }
-    for (const auto& [r0, n] : {std::pair<int64_t, int64_t>{5, 17}, {30, 3}, {40, 8}, {47, 16}, {1, 40}}) {
-      EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, c.out, r0, n),
-                           "rows " + std::to_string(r0) + "+" + std::to_string(n)));
-    }
-  }
+  CheckBatchInvariant({{kBf16, 100, 130}, {kFp8E8m0, 4096, 1024}, {kFp8E8m0, 1100, 77}, {kFp4, 4096, 2048}}, 64, 1,
+                      kSpansOf64, 2800);
 }
 
 // The switch takes effect: on a long dot product the two maths round differently somewhere, and
@@ -484,32 +479,19 @@ TEST(CudaLinearFp8, FormatsAndShapes) {
   for (const Spec& spec : {kFp8E8m0, kFp8F32, kFp4}) {
     const int64_t small_in = spec.format == WeightFormat::kFp4 ? 96 : 100;
     const int64_t mid_in = spec.format == WeightFormat::kFp4 ? 1088 : 1100;
-    for (const auto& [out, in, pad] : {std::tuple<int64_t, int64_t, int64_t>{200, 320, 0}, {77, mid_in, 0},
-                                       {130, small_in, 3}}) {
-      TestWeight w = RandomWeight(spec, out, in, ++seed, pad);
-      for (const int64_t m : {1, 3, 9, 17, 100}) {
-        CheckLinear(w, m, in, out, ++seed);
-        CheckLinear(w, m, in + 5, out + 3, ++seed);
-        CheckLinear(w, m, in + 4, out + 7, ++seed);
-      }
-    }
+    CheckOddShapes(spec, {{200, 320, 0}, {77, mid_in, 0}, {130, small_in, 3}}, {1, 3, 9, 17, 100}, seed);
   }
 }
 
 TEST(CudaLinearFp8, FlashShapes) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
-  struct Case {
-    Spec spec;
-    int64_t in, out;
-  };
-  const Case cases[] = {{kFp8E8m0, 4096, 1024}, {kFp8E8m0, 1024, 64 * 512}, {kFp8E8m0, 8192, 4096},
-                        {kFp4, 4096, 2048},     {kFp4, 2048, 4096}};
-  uint64_t seed = 4200;
-  for (const Case& c : cases) {
-    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    for (const int64_t m : {1, 64}) CheckLinear(w, m, c.in, c.out, ++seed);
-  }
+  CheckFlashCases({{kFp8E8m0, 4096, 1024},
+                   {kFp8E8m0, 1024, 64 * 512},
+                   {kFp8E8m0, 8192, 4096},
+                   {kFp4, 4096, 2048},
+                   {kFp4, 2048, 4096}},
+                  4200);
 }
 
 // The kernel quantizes x itself: an unrounded x gives the bits of the same x rounded by the CPU's
@@ -536,26 +518,11 @@ TEST(CudaLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
 TEST(CudaLinearFp8, BatchInvariantAndDeterministic) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
-  uint64_t seed = 4400;
-  for (const auto& [spec, in, out] : {std::tuple<Spec, int64_t, int64_t>{kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048},
-                                      {kFp8F32, 1100, 77}}) {
-    SCOPED_TRACE(spec.name);
-    TestWeight w = RandomWeight(spec, out, in, ++seed);
-    // 150 rows: three 64-row blocks of the staged kernel (more than 32 rows); single rows and
-    // short spans take the register-fed kernel, which must give the same bits.
-    constexpr int64_t kM = 150;
-    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kM * in), ++seed));
-    const std::vector<float> all = RunRows(w, dx, 0, kM);
-    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, kM), all, "repeat"));
-    for (int64_t r = 0; r < kM; r += 7) {
-      EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1), Rows(all, out, r, 1), "row " + std::to_string(r)));
-    }
-    for (const auto& [r0, n] :
-         {std::pair<int64_t, int64_t>{5, 17}, {30, 3}, {40, 8}, {47, 16}, {1, 40}, {63, 70}, {100, 33}}) {
-      EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, out, r0, n),
-                           "rows " + std::to_string(r0) + "+" + std::to_string(n)));
-    }
-  }
+  // 150 rows: three 64-row blocks of the staged kernel (more than 32 rows); single rows and
+  // short spans take the register-fed kernel, which must give the same bits.
+  std::vector<std::pair<int64_t, int64_t>> spans = kSpansOf64;
+  spans.insert(spans.end(), {{63, 70}, {100, 33}});
+  CheckBatchInvariant({{kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048}, {kFp8F32, 1100, 77}}, 150, 7, spans, 4400);
 }
 
 TEST(CudaLinear, RejectsBadArguments) {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "engine/workload.h"
 #include "gpu/gpu_test_util.h"
@@ -19,6 +21,20 @@ LoadOptions OnGpu() {
   LoadOptions o;
   o.device = DeviceId{DeviceType::kCuda, 0};
   return o;
+}
+
+// Golden `name`'s prompt fed in chunks of each size gives the one-shot prefill's logits bit for bit
+// (every GPU kernel computes a token's values independently of the others in its step).
+void ExpectChunkedPrefillEqualsOneShot(const std::string& name, const LoadOptions& options,
+                                       const std::vector<int64_t>& chunks) {
+  const Golden g = LoadGolden(name);
+  LoadedModel gpu = LoadModel(g.dir, options);
+  SequenceDriver one_shot(*gpu.model);
+  const std::vector<float> want = one_shot.Prefill(g.prompt_ids);
+  for (const int64_t chunk : chunks) {
+    SequenceDriver chunked(*gpu.model);
+    EXPECT_TRUE(test::AllEqual(chunked.Prefill(g.prompt_ids, chunk), want, "chunk " + std::to_string(chunk)));
+  }
 }
 
 // BF16 / FP8 / FP4 linears on tensor cores (Numerics::tensor_core_linears): exact products,
@@ -40,14 +56,7 @@ TEST_P(GpuGolden, TensorCoreLinearsMatchReference) {
 // nothing.
 TEST_P(GpuGolden, TensorCoreChunkedPrefillEqualsOneShotBitForBit) {
   DI_REQUIRE_GPU();
-  const Golden g = LoadGolden(GetParam());
-  LoadedModel gpu = LoadModel(g.dir, OnGpuTensorCores());
-  SequenceDriver one_shot(*gpu.model);
-  const std::vector<float> want = one_shot.Prefill(g.prompt_ids);
-  for (int64_t chunk : {1, 7, 128}) {
-    SequenceDriver chunked(*gpu.model);
-    EXPECT_TRUE(test::AllEqual(chunked.Prefill(g.prompt_ids, chunk), want, "chunk " + std::to_string(chunk)));
-  }
+  ExpectChunkedPrefillEqualsOneShot(GetParam(), OnGpuTensorCores(), {1, 7, 128});
 }
 
 TEST_P(GpuGolden, LayerStreamsLogitsAndGreedyMatchReference) {
@@ -81,15 +90,7 @@ TEST_P(GpuGolden, GpuLogitsMatchCpuAlongTheGreedyPath) {
 // any chunking of the prompt gives the one-shot logits bit for bit.
 TEST_P(GpuGolden, ChunkedPrefillEqualsOneShotBitForBit) {
   DI_REQUIRE_GPU();
-  const Golden g = LoadGolden(GetParam());
-  LoadedModel gpu = LoadModel(g.dir, OnGpu());
-  SequenceDriver one_shot(*gpu.model);
-  const std::vector<float> want = one_shot.Prefill(g.prompt_ids);
-  for (int64_t chunk : {1, 3, 7, 128, 200}) {
-    SequenceDriver chunked(*gpu.model);
-    const std::vector<float> got = chunked.Prefill(g.prompt_ids, chunk);
-    EXPECT_TRUE(test::AllEqual(got, want, "chunk " + std::to_string(chunk)));
-  }
+  ExpectChunkedPrefillEqualsOneShot(GetParam(), OnGpu(), {1, 3, 7, 128, 200});
 }
 
 // Static launch shapes (what a CUDA graph captures) give the dynamic forward's logits bit for bit
@@ -115,14 +116,7 @@ LoadOptions OnGpuQuantized() {
 
 TEST(GpuModel, ChunkedPrefillEqualsOneShotWithTheReferenceQuantization) {
   DI_REQUIRE_GPU();
-  const Golden g = LoadGolden("v4-tiny-flashlike");
-  LoadedModel gpu = LoadModel(g.dir, OnGpuQuantized());
-  SequenceDriver one_shot(*gpu.model);
-  const std::vector<float> want = one_shot.Prefill(g.prompt_ids);
-  for (int64_t chunk : {1, 7, 128}) {
-    SequenceDriver chunked(*gpu.model);
-    EXPECT_TRUE(test::AllEqual(chunked.Prefill(g.prompt_ids, chunk), want, "chunk " + std::to_string(chunk)));
-  }
+  ExpectChunkedPrefillEqualsOneShot("v4-tiny-flashlike", OnGpuQuantized(), {1, 7, 128});
 }
 
 TEST(GpuModel, StaticShapesEqualDynamicShapesOnTensorCores) {
@@ -147,14 +141,7 @@ LoadOptions OnGpuQuantizedTensorCores() {
 
 TEST(GpuModel, ChunkedPrefillEqualsOneShotWithFp8TensorCores) {
   DI_REQUIRE_GPU();
-  const Golden g = LoadGolden("v4-tiny-fp8fp4");
-  LoadedModel gpu = LoadModel(g.dir, OnGpuQuantizedTensorCores());
-  SequenceDriver one_shot(*gpu.model);
-  const std::vector<float> want = one_shot.Prefill(g.prompt_ids);
-  for (int64_t chunk : {1, 7, 128}) {
-    SequenceDriver chunked(*gpu.model);
-    EXPECT_TRUE(test::AllEqual(chunked.Prefill(g.prompt_ids, chunk), want, "chunk " + std::to_string(chunk)));
-  }
+  ExpectChunkedPrefillEqualsOneShot("v4-tiny-fp8fp4", OnGpuQuantizedTensorCores(), {1, 7, 128});
 }
 
 TEST(GpuModel, StaticShapesEqualDynamicShapesWithFp8TensorCores) {
