@@ -1,6 +1,7 @@
-# Sourced by scripts/gpu-run.sh and gpu-bench.sh on the GPU machine: unpacks build/gpu-dist,
-# points the loader at the libraries it carries, and finds cuBLASLt for the ceilings (dlopen'ed:
-# bench/ceilings.h) unless DEEPINFER_CUBLASLT already names it.
+# Sourced by scripts/gpu-run.sh, gpu-bench.sh and gpu-sanitize-parallel.sh on the GPU machine:
+# unpacks build/gpu-dist, points the loader at the libraries it carries, finds cuBLASLt for the
+# ceilings (dlopen'ed: bench/ceilings.h) unless DEEPINFER_CUBLASLT already names it, and defines
+# use_test_data (what the test binary reads from the repository).
 dist=build/gpu-dist
 export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Binaries travel gzipped (scripts/gpu-build.sh).
@@ -12,3 +13,12 @@ if [[ -z ${DEEPINFER_CUBLASLT:-} ]]; then
     if [[ -e $lib ]]; then export DEEPINFER_CUBLASLT=$lib; break; fi
   done
 fi
+
+# For the gpu tests: the repository (DEEPINFER_SOURCE_DIR) and the reference goldens, which travel
+# as archives, unpacked where the model tests read them (DEEPINFER_GOLDENS_DIR).
+use_test_data() {
+  export DEEPINFER_SOURCE_DIR=$PWD
+  export DEEPINFER_GOLDENS_DIR=/tmp/deepinfer-goldens
+  mkdir -p "$DEEPINFER_GOLDENS_DIR"
+  for a in tests/data/goldens-v4/*.tgz; do tar -xzf "$a" -C "$DEEPINFER_GOLDENS_DIR"; done
+}

@@ -32,11 +32,7 @@ source scripts/gpu-env.sh
   echo "missing libraries:"; ldd $dist/deepinfer_gpu_tests | grep "not found" || echo "  none"
   echo "cuBLASLt (dlopen'ed by the ceilings): ${DEEPINFER_CUBLASLT:-not found}"
 } | tee "$out/machine.txt"
-export DEEPINFER_SOURCE_DIR=$PWD
-# The reference goldens travel as archives; the model tests read them from here.
-export DEEPINFER_GOLDENS_DIR=/tmp/deepinfer-goldens
-mkdir -p "$DEEPINFER_GOLDENS_DIR"
-for a in tests/data/goldens-v4/*.tgz; do tar -xzf "$a" -C "$DEEPINFER_GOLDENS_DIR"; done
+use_test_data
 status=0
 $dist/deepinfer_gpu_tests --gtest_filter="$filter" --gtest_output="json:$out/gpu-tests.json" \
   2>&1 | tee "$out/gpu-tests.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |^\[==========\]|Failure|error|max \|diff\|" | head -200

@@ -13,10 +13,7 @@ mkdir -p "$out"
 limit=540
 if [[ ${1:-} == --timeout ]]; then limit=$2; shift 2; fi
 source scripts/gpu-env.sh
-export DEEPINFER_SOURCE_DIR=$PWD
-export DEEPINFER_GOLDENS_DIR=/tmp/deepinfer-goldens
-mkdir -p "$DEEPINFER_GOLDENS_DIR"
-for a in tests/data/goldens-v4/*.tgz; do tar -xzf "$a" -C "$DEEPINFER_GOLDENS_DIR"; done
+use_test_data
 n=0
 pids=()
 for job in "$@"; do
