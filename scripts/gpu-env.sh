@@ -4,8 +4,16 @@
 # use_test_data (what the test binary reads from the repository).
 dist=build/gpu-dist
 export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# Binaries travel gzipped (scripts/gpu-build.sh).
-for f in $dist/*.gz; do [[ -e "$f" ]] && gunzip -f "$f"; done
+# Binaries travel xz-compressed (scripts/gpu-build.sh); Python's lzma unpacks them where xz is missing.
+for f in $dist/*.xz; do
+  [[ -e "$f" ]] || continue
+  if command -v xz >/dev/null; then
+    xz -d -f "$f"
+  else
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[1][:-3], "wb"))' "$f" &&
+      rm "$f" && chmod +x "${f%.xz}"
+  fi
+done
 if [[ -z ${DEEPINFER_CUBLASLT:-} ]]; then
   for lib in $(ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13/ {print $NF}') /usr/local/cuda/lib64/libcublasLt.so.13 \
              /usr/local/cuda-13*/lib64/libcublasLt.so.13 \

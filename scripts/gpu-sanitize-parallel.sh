@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: compute-sanitizer over gtest filters, one sanitizer process per filter, all
-# at once (racecheck is bound by the host CPU, one core per process; the H200 machine has 16).
+# at once (racecheck is bound by the host CPU, one core per process; the H200 machine has 16),
+# spread round-robin over the machine's GPUs.
 # Logs go to $OUT/sanitize-<n>.log (n: the position of the filter); prints one line per filter and exits non-zero when a
 # process reported an error or did not finish.
 #
@@ -14,6 +15,7 @@ limit=540
 if [[ ${1:-} == --timeout ]]; then limit=$2; shift 2; fi
 source scripts/gpu-env.sh
 use_test_data
+gpus=$(nvidia-smi --list-gpus | wc -l)
 n=0
 pids=()
 for job in "$@"; do
@@ -21,7 +23,8 @@ for job in "$@"; do
   filter=${job#*:}
   log="$out/sanitize-$n.log"
   echo "$tool $filter" >"$log.job"
-  ( /usr/bin/time -f "max RSS %M kB, %e s" timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+  # Processes go round-robin over the GPUs (the 2xH200 kind has two).
+  ( CUDA_VISIBLE_DEVICES=$((n % (gpus > 0 ? gpus : 1))) /usr/bin/time -f "max RSS %M kB, %e s" timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 9 \
       "$dist/deepinfer_gpu_tests" --gtest_filter="$filter" >"$log" 2>&1
     echo $? >"$log.rc" ) &
   pids+=($!)
