@@ -46,6 +46,7 @@ print("slowest:", ", ".join(f"{n} {t:.1f}s" for t, n in sorted(tests, reverse=Tr
 PY
 grep -E "^GPU( runner|, 200| \(tensor)|^mma vs simt|^Flash-shaped 2 layers" "$out/gpu-tests.log" || true
 if [[ $sanitize -eq 1 ]]; then
+  export DEEPINFER_SANITIZER_SIZES=1  # the whole-model tests at sanitizer sizes (tests/gpu/gpu_test_util.h)
   for tool in memcheck racecheck; do
     timeout "$sanitize_timeout" compute-sanitizer --tool $tool --error-exitcode 9 $dist/deepinfer_gpu_tests \
       --gtest_filter="$(if [[ $tool == racecheck && -n $racecheck_filter ]]; then echo "$racecheck_filter"; else echo "${sanitize_filter:-$filter}"; fi)" \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine: compute-sanitizer over gtest filters, one sanitizer process per filter, all
 # at once (racecheck is bound by the host CPU, one core per process; the H200 machine has 16),
-# spread round-robin over the machine's GPUs.
+# spread round-robin over the machine's GPUs. The whole-model tests run at sanitizer sizes
+# (DEEPINFER_SANITIZER_SIZES=1, tests/gpu/gpu_test_util.h): the same kernels and shapes, fewer
+# steps, so that racecheck finishes them within a device call.
 # Logs go to $OUT/sanitize-<n>.log (n: the position of the filter); prints one line per filter and exits non-zero when a
 # process reported an error or did not finish.
 #
@@ -15,6 +17,7 @@ limit=540
 if [[ ${1:-} == --timeout ]]; then limit=$2; shift 2; fi
 source scripts/gpu-env.sh
 use_test_data
+export DEEPINFER_SANITIZER_SIZES=1
 gpus=$(nvidia-smi --list-gpus | wc -l)
 n=0
 pids=()

@@ -1,6 +1,7 @@
 #include "gpu/gpu_test_util.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
@@ -76,6 +77,11 @@ std::vector<uint8_t> RandomE8m0(size_t n, uint64_t seed, uint8_t lo, uint8_t hi)
      << "); worst at " << worst << ": got " << got[worst] << ", want " << want[worst] << "; max |diff| "
      << max_abs;
   return ::testing::AssertionFailure() << os.str();
+}
+
+bool SanitizerSizes() {
+  const char* env = std::getenv("DEEPINFER_SANITIZER_SIZES");
+  return env != nullptr && std::string(env) == "1";
 }
 
 std::vector<uint32_t> Bits(const std::vector<float>& x) {

@@ -75,6 +75,14 @@ template <typename T>
   return ::testing::AssertionSuccess();
 }
 
+// Whether the tests run at sanitizer sizes: DEEPINFER_SANITIZER_SIZES=1, which
+// scripts/gpu-sanitize-parallel.sh sets. compute-sanitizer racecheck slows a whole forward some
+// thousands of times (a golden test of 0.05 s takes 270–430 s) and a device call lasts at most 10
+// minutes, so the whole-model tests then launch the same kernels at the same shapes fewer times:
+// shorter prompts, fewer steps, fewer requests. Their assertions stay; only the counts the full
+// sizes are chosen to reach (preemptions, prefix hits, replayed graphs) are not asserted.
+bool SanitizerSizes();
+
 // Skips the test when no CUDA device is present (a CUDA build run on a CPU-only machine).
 #define DI_REQUIRE_GPU()                                                        \
   do {                                                                          \
