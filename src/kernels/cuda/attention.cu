@@ -53,7 +53,7 @@ constexpr int64_t SmemFloats(int d) {
 // from the state (max = sink, sum = 0, acc = 0); then, after a cluster barrier, block q merges the
 // kSplit states for the q-th slice of the d columns, in rank order:
 //   M = max_r max_r, f_r = e^{max_r − M} (1 when equal), S = Σ_r f_r·sum_r + e^{sink − M},
-//   out = Σ_r f_r·acc_r / S.
+//   out = Σ_r f_r·acc_r / S (each Σ a chain of fmaf from +0, ranks in order).
 // The split depends only on the query's own row count, so a query's result does not depend on
 // the batch. Thread `tid` owns output columns tid + i·kThreads (i < kCols) of every head in the
 // group; warp w < kHeads owns the softmax state of head w of the group. Heads past num_heads in
@@ -228,30 +228,58 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) Atten
   }
   cluster.sync();
 
+  // The merge factors, once per head: warp h gathers the kSplit (max, sum) pairs (lane r reads
+  // rank r's), and every lane evaluates, in rank order, M = max_r max_r, f_r = e^{max_r − M} (1
+  // when equal) and S = Σ_r f_r·sum_r + e^{sink − M}; lane 0 leaves f_r and S in this block's
+  // scores memory (free since the loop's last barrier).
+  float* factor_s = scores;                   // [kHeads][kSplit]
+  float* total_s = scores + kHeads * kSplit;  // [kHeads]
+  static_assert(kHeads * (kSplit + 1) <= kHeads * kTile, "the merge factors fit the scores memory");
+  static_assert(kSplit <= kWarpSize, "one lane per rank gathers the (max, sum) pairs");
+  if (real_head) {
+    const float mine_max = lane < kSplit ? *cluster.map_shared_rank(max_s + warp, lane) : 0.f;
+    const float mine_sum = lane < kSplit ? *cluster.map_shared_rank(sum_s + warp, lane) : 0.f;
+    float mr[kSplit], sr[kSplit];
+#pragma unroll
+    for (int r = 0; r < kSplit; ++r) {
+      mr[r] = __shfl_sync(0xffffffffu, mine_max, r);
+      sr[r] = __shfl_sync(0xffffffffu, mine_sum, r);
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kSplit; ++r) mx = fmaxf(mx, mr[r]);
+    float denom = 0.f;
+    float f[kSplit];
+#pragma unroll
+    for (int r = 0; r < kSplit; ++r) {
+      f[r] = mr[r] == mx ? 1.f : expf(mr[r] - mx);
+      denom = fmaf(f[r], sr[r], denom);
+    }
+    denom = denom + expf(sink - mx);
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kSplit; ++r) factor_s[warp * kSplit + r] = f[r];
+      total_s[warp] = denom;
+    }
+  }
+  __syncthreads();
+
+  // out[c] = (Σ_r f_r·acc_r[c], in rank order) / S for this block's slice [c0, c1) of the d
+  // columns of every head: the block's threads spread over (head, column) pairs, and each loads
+  // the kSplit partial sums before adding them.
   const int cols = static_cast<int>(CeilDiv(d, kSplit));
   const int c0 = min(d, rank * cols), c1 = min(d, c0 + cols);
-  for (int h = 0; h < kHeads; ++h) {
-    if (head0 + h >= a.num_heads) break;
-    float mx = -INFINITY;
-    for (int r = 0; r < kSplit; ++r) mx = fmaxf(mx, *cluster.map_shared_rank(max_s + h, r));
-    const float sink_h = a.sinks[head0 + h];
-    float denom = 0.f;
-    for (int r = 0; r < kSplit; ++r) {
-      const float mr = *cluster.map_shared_rank(max_s + h, r);
-      const float f = mr == mx ? 1.f : expf(mr - mx);
-      denom = denom + f * *cluster.map_shared_rank(sum_s + h, r);
-    }
-    denom = denom + expf(sink_h - mx);
-    float* dst = out_m + static_cast<int64_t>(head0 + h) * d;
-    for (int c = c0 + tid; c < c1; c += kThreads) {
-      float v = 0.f;
-      for (int r = 0; r < kSplit; ++r) {
-        const float mr = *cluster.map_shared_rank(max_s + h, r);
-        const float f = mr == mx ? 1.f : expf(mr - mx);
-        v = v + f * *cluster.map_shared_rank(acc_s + h * d + c, r);
-      }
-      dst[c] = v / denom;
-    }
+  const int slice = c1 - c0;
+  for (int e = tid; e < kHeads * slice; e += kThreads) {
+    const int h = e / slice, c = c0 + e % slice;
+    if (head0 + h >= a.num_heads) continue;
+    float part[kSplit];
+#pragma unroll
+    for (int r = 0; r < kSplit; ++r) part[r] = *cluster.map_shared_rank(acc_s + h * d + c, r);
+    float v = 0.f;
+#pragma unroll
+    for (int r = 0; r < kSplit; ++r) v = fmaf(factor_s[h * kSplit + r], part[r], v);
+    out_m[static_cast<int64_t>(head0 + h) * d + c] = v / total_s[h];
   }
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On the GPU machine, build/gpu-dist carried: Nsight Compute (ncu) over chosen kernels of one
+# `deepinfer bench steps` point on the 3-layer Flash-shaped model, so that a kernel's time can be
+# placed (memory or issue bound, occupancy, stalls) instead of guessed. Clocks are left alone
+# (--clock-control none, as the device notes ask). Writes $OUT/ncu-NAME.csv (ncu's details page)
+# and $OUT/ncu-NAME.log.
+#
+#   bash scripts/gpu-profile.sh                      # the default set below
+#   bash scripts/gpu-profile.sh NAME KERNEL_REGEX LAUNCHES -- BENCH_STEPS_ARGS...
+#   e.g. bash scripts/gpu-profile.sh b1 'Gemv|Experts' 30 -- --batches 1 --contexts 8192 --no-prefill
+# Every profile runs eager steps only, without the per-op profile, two timed iterations.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+source scripts/gpu-env.sh
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [[ -z $ncu ]]; then
+  echo "ncu not found" >&2
+  exit 2
+fi
+sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
+          --section WarpStateStats --section SchedulerStats)
+
+# One profile: NAME, kernel regex, number of matching launches, then bench steps arguments.
+profile() {
+  local name=$1 regex=$2 count=$3
+  shift 3
+  timeout 280 "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
+    --launch-count "$count" "${sections[@]}" --csv --page details \
+    "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings --no-graphs \
+    --no-profile --iterations 2 --prefill-iterations 1 "$@" \
+    >"$out/ncu-$name.csv" 2>"$out/ncu-$name.log"
+  local rc=$?
+  echo "ncu $name: exit $rc, $(grep -c '^"' "$out/ncu-$name.csv") rows; $(tail -1 "$out/ncu-$name.log")"
+  python3 tools/ncu_summary.py "$out/ncu-$name.csv" || true
+}
+
+if [[ $# -ge 4 && $4 == -- ]]; then
+  name=$1 regex=$2 count=$3
+  shift 4
+  profile "$name" "$regex" "$count" "$@"
+  exit 0
+fi
+# Default: decode at batch 1 (f32 SIMT) and 64 (tensor cores), and the attention of an 8k prefill.
+profile decode-b1 'Gemv|ExpertsGemv|HcMix|AttentionWithSink|MoeAlign|RmsNorm|Route' 40 \
+  --batches 1 --contexts 8192 --no-prefill
+profile decode-b64-tc 'Mma|Staged|AttentionWithSink|Indexer' 40 --batches 64 --contexts 8192 --no-prefill --tensor-cores
+profile prefill-8k-attention 'AttentionWithSink' 6 --no-decode --prompts 8192

@@ -1,0 +1,118 @@
+"""Summarizes an Nsight Compute CSV (`ncu --csv --page details`, scripts/gpu-profile.sh) per kernel.
+
+    python3 tools/ncu_summary.py ncu-decode-b1.csv
+
+One line per kernel (template arguments dropped, launches of one kernel together): launches,
+total and mean duration, and the means over its launches of memory and SM throughput (% of
+peak), DRAM throughput, achieved occupancy, registers per thread and warp cycles per issued
+instruction, when the CSV holds them. Standard library only.
+"""
+
+import csv
+import re
+import sys
+from collections import OrderedDict
+
+# Metric name in ncu's details page -> column heading.
+COLUMNS = OrderedDict([
+    ("Memory Throughput", "mem %"),
+    ("DRAM Throughput", "dram %"),
+    ("Compute (SM) Throughput", "sm %"),
+    ("Achieved Occupancy", "occ %"),
+    ("Registers Per Thread", "regs"),
+    ("Warp Cycles Per Issued Instruction", "cyc/inst"),
+])
+
+# Duration units -> microseconds.
+TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
+              "second": 1e6}
+
+
+def short_name(name):
+    """The kernel's name without its return type, namespaces' anonymous parts, template arguments
+    or parameters: 'void deepinfer::cuda::(anonymous namespace)::Foo<(Kind)4, 2>(Params)' -> 'Foo<4,2>'."""
+    name = re.sub(r"\(anonymous namespace\)::", "", name)
+    name = re.sub(r"^void\s+", "", name)
+    depth = 0
+    cut = len(name)
+    for i, ch in enumerate(name):  # the parameter list is the first '(' at template depth 0
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    name = name[:cut]
+    base, _, args = name.partition("<")
+    base = base.split("::")[-1]
+    if args:
+        args = re.sub(r"\([^)]*\)", "", args.rstrip(">"))
+        args = re.sub(r"\s+", "", args)
+        return f"{base}<{args}>"
+    return base
+
+
+def number(text):
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def read_launches(path):
+    """{launch id: {'name': kernel, metric: (value, unit)}} in launch order."""
+    launches = OrderedDict()
+    with open(path, newline="") as f:
+        rows = [line for line in f if line.startswith('"')]  # ncu prints its own lines before the table
+    for row in csv.DictReader(rows):
+        launch = launches.setdefault(row["ID"], {"name": row["Kernel Name"]})
+        value = number(row.get("Metric Value", ""))
+        if value is not None:
+            launch[row["Metric Name"]] = (value, row.get("Metric Unit", ""))
+    return launches
+
+
+def summarize(launches):
+    """Per kernel: [launches, total µs, {heading: mean}]."""
+    kernels = OrderedDict()
+    for launch in launches.values():
+        entry = kernels.setdefault(short_name(launch["name"]), {"n": 0, "us": 0.0, "sums": {}, "counts": {}})
+        entry["n"] += 1
+        if "Duration" in launch:
+            value, unit = launch["Duration"]
+            entry["us"] += value * TIME_UNITS.get(unit, 1.0)
+        for metric, heading in COLUMNS.items():
+            if metric in launch:
+                entry["sums"][heading] = entry["sums"].get(heading, 0.0) + launch[metric][0]
+                entry["counts"][heading] = entry["counts"].get(heading, 0) + 1
+    return kernels
+
+
+def render(kernels):
+    headings = list(COLUMNS.values())
+    width = max([len(name) for name in kernels] + [6])
+    lines = [f"{'kernel':<{width}} {'n':>4} {'total us':>10} {'mean us':>9} " +
+             " ".join(f"{h:>8}" for h in headings)]
+    for name, e in sorted(kernels.items(), key=lambda kv: -kv[1]["us"]):
+        means = [e["sums"][h] / e["counts"][h] if h in e["counts"] else None for h in headings]
+        cells = " ".join(f"{m:>8.1f}" if m is not None else f"{'-':>8}" for m in means)
+        lines.append(f"{name:<{width}} {e['n']:>4} {e['us']:>10.1f} {e['us'] / e['n']:>9.2f} {cells}")
+    return "\n".join(lines)
+
+
+def main(argv):
+    if len(argv) != 2:
+        print(__doc__.strip().splitlines()[0], file=sys.stderr)
+        print("usage: python3 tools/ncu_summary.py NCU_DETAILS.csv", file=sys.stderr)
+        return 2
+    launches = read_launches(argv[1])
+    if not launches:
+        print(f"{argv[1]}: no kernel launches in the CSV", file=sys.stderr)
+        return 1
+    print(render(summarize(launches)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
