@@ -150,34 +150,63 @@ __device__ __forceinline__ void LoadWChunk(const Params& p, int64_t o, int64_t c
   }
 }
 
-// e4m3fn code -> f32, exact and branch-free: the 7 magnitude bits placed under an f32 exponent of
-// bias 127 read as the value · 2^-120 (subnormals included), so one exact multiply rebiases them.
-__device__ __forceinline__ float E4m3Value(uint32_t b) {
-  const float v = __fmul_rn(__uint_as_float(((b & 0x80u) << 24) | ((b & 0x7fu) << 20)), 0x1p120f);
-  return (b & 0x7fu) == 0x7fu ? __int_as_float(0x7fc00000) : v;
+// e2m1 nibble (bit 3 = sign) with its 3 magnitude bits placed under an f32 exponent of bias 127:
+// exactly value · 2^-126 (0.5 becomes the subnormal 2^-127).
+__device__ __forceinline__ float E2m1Scaled(uint32_t n) {
+  return __uint_as_float(((n & 0x8u) << 28) | ((n & 0x7u) << 22));
 }
 
-// e2m1 nibble -> f32 (bit 3 = sign), exact: the same trick with bias 1 (factor 2^126).
-__device__ __forceinline__ float E2m1Value(uint32_t n) {
-  return __fmul_rn(__uint_as_float(((n & 0x8u) << 28) | ((n & 0x7u) << 22)), 0x1p126f);
+// Two e4m3 codes (bits 0-7: the first, 8-15: the second) as f32, exact: one conversion to f16x2
+// (every e4m3 value, subnormals and NaN included, is an f16 value) and two exact widenings: three
+// instructions for two values, where placing the bits under an f32 exponent and rebiasing them
+// took about seven per value.
+__device__ __forceinline__ float2 E4m3PairValues(uint32_t two_codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes & 0xffffu), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+// The factor that turns E2m1Scaled(n) into the dequantized weight with one multiply: 2^126 · scale,
+// exact while |scale| < 4. Then E2m1Scaled(n) · factor is the real value · scale rounded once,
+// bit for bit what the exact value E2m1Scaled(n) · 2^126 times the scale gives. Returns false
+// (use those two multiplies) otherwise, NaN scales included.
+__device__ __forceinline__ bool Fp4Factor(float scale, float& factor) {
+  factor = __fmul_rn(scale, 0x1p126f);
+  return fabsf(scale) < 4.f;
 }
 
 // The 8 weights of a chunk as f32: exact for kDense; code value · scale (one f32 rounding, the
 // CPU's DequantizeRow) for kFp8 / kFp4.
 template <Kind K>
 __device__ __forceinline__ void Dequantize(const WChunk<K>& c, float (&w)[kChunk]) {
+  if constexpr (K == Kind::kFp8) {
 #pragma unroll
-  for (int e = 0; e < kChunk; ++e) {
-    if constexpr (K == Kind::kF32) {
-      w[e] = __uint_as_float(c.word[e]);
-    } else if constexpr (K == Kind::kBF16) {
-      w[e] = __uint_as_float(((c.word[e / 2] >> (16 * (e % 2))) & 0xffffu) << 16);
-    } else if constexpr (K == Kind::kF16) {
-      w[e] = __half2float(__ushort_as_half(static_cast<unsigned short>(c.word[e / 2] >> (16 * (e % 2)))));
-    } else if constexpr (K == Kind::kFp8) {
-      w[e] = __fmul_rn(E4m3Value((c.word[e / 4] >> (8 * (e % 4))) & 0xffu), c.scale);
+    for (int h = 0; h < kChunk / 2; ++h) {
+      const float2 v = E4m3PairValues(c.word[h / 2] >> (16 * (h % 2)));
+      w[2 * h] = __fmul_rn(v.x, c.scale);
+      w[2 * h + 1] = __fmul_rn(v.y, c.scale);
+    }
+  } else if constexpr (K == Kind::kFp4) {
+    // Both ways multiply the same placed bits in place (no second set of registers).
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) w[e] = E2m1Scaled((c.word[0] >> (4 * e)) & 0xfu);
+    float factor;
+    if (Fp4Factor(c.scale, factor)) {
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) w[e] = __fmul_rn(w[e], factor);
     } else {
-      w[e] = __fmul_rn(E2m1Value((c.word[0] >> (4 * e)) & 0xfu), c.scale);
+#pragma unroll
+      for (int e = 0; e < kChunk; ++e) w[e] = __fmul_rn(__fmul_rn(w[e], 0x1p126f), c.scale);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kChunk; ++e) {
+      if constexpr (K == Kind::kF32) {
+        w[e] = __uint_as_float(c.word[e]);
+      } else if constexpr (K == Kind::kBF16) {
+        w[e] = __uint_as_float(((c.word[e / 2] >> (16 * (e % 2))) & 0xffffu) << 16);
+      } else {
+        w[e] = __half2float(__ushort_as_half(static_cast<unsigned short>(c.word[e / 2] >> (16 * (e % 2)))));
+      }
     }
   }
 }

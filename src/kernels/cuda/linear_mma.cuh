@@ -105,18 +105,32 @@ __device__ __forceinline__ uint32_t PackBf16(float lo_col, float hi_col) {
 }
 
 // The 32 weights as 16 BF16 pairs (pair i = columns 2i, 2i+1): exact for e8m0 scales.
+// The values are linear.cu's Dequantize's: FP8 through E4m3PairValues, FP4 with Fp4Factor's single
+// multiply where it applies.
 template <Kind K>
 __device__ __forceinline__ void ToBf16Pairs(const Raw<K>& r, uint32_t (&pairs)[16]) {
+  if constexpr (K == Kind::kBF16) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    if constexpr (K == Kind::kBF16) {
-      pairs[i] = r.word[i];
-    } else if constexpr (K == Kind::kFp8) {
-      const uint32_t w = r.word[i / 2] >> (16 * (i % 2));
-      pairs[i] = PackBf16(__fmul_rn(E4m3Value(w & 0xffu), r.scale), __fmul_rn(E4m3Value((w >> 8) & 0xffu), r.scale));
-    } else {
+    for (int i = 0; i < 16; ++i) pairs[i] = r.word[i];
+  } else if constexpr (K == Kind::kFp8) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const float2 v = E4m3PairValues(r.word[i / 2] >> (16 * (i % 2)));
+      pairs[i] = PackBf16(__fmul_rn(v.x, r.scale), __fmul_rn(v.y, r.scale));
+    }
+  } else {
+    float factor;
+    const bool one_multiply = Fp4Factor(r.scale, factor);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
       const uint32_t w = r.word[i / 4] >> (8 * (i % 4));
-      pairs[i] = PackBf16(__fmul_rn(E2m1Value(w & 0xfu), r.scale), __fmul_rn(E2m1Value((w >> 4) & 0xfu), r.scale));
+      float lo = E2m1Scaled(w & 0xfu), hi = E2m1Scaled((w >> 4) & 0xfu);
+      if (one_multiply) {
+        lo = __fmul_rn(lo, factor), hi = __fmul_rn(hi, factor);
+      } else {
+        lo = __fmul_rn(__fmul_rn(lo, 0x1p126f), r.scale), hi = __fmul_rn(__fmul_rn(hi, 0x1p126f), r.scale);
+      }
+      pairs[i] = PackBf16(lo, hi);
     }
   }
 }
