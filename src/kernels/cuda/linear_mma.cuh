@@ -119,18 +119,21 @@ __device__ __forceinline__ void ToBf16Pairs(const Raw<K>& r, uint32_t (&pairs)[1
       pairs[i] = PackBf16(__fmul_rn(v.x, r.scale), __fmul_rn(v.y, r.scale));
     }
   } else {
+    // Two loops writing the same pairs, so that the branch is taken once per chunk.
     float factor;
-    const bool one_multiply = Fp4Factor(r.scale, factor);
+    if (Fp4Factor(r.scale, factor)) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint32_t w = r.word[i / 4] >> (8 * (i % 4));
-      float lo = E2m1Scaled(w & 0xfu), hi = E2m1Scaled((w >> 4) & 0xfu);
-      if (one_multiply) {
-        lo = __fmul_rn(lo, factor), hi = __fmul_rn(hi, factor);
-      } else {
-        lo = __fmul_rn(__fmul_rn(lo, 0x1p126f), r.scale), hi = __fmul_rn(__fmul_rn(hi, 0x1p126f), r.scale);
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t w = r.word[i / 4] >> (8 * (i % 4));
+        pairs[i] = PackBf16(__fmul_rn(E2m1Scaled(w & 0xfu), factor), __fmul_rn(E2m1Scaled((w >> 4) & 0xfu), factor));
       }
-      pairs[i] = PackBf16(lo, hi);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const uint32_t w = r.word[i / 4] >> (8 * (i % 4));
+        pairs[i] = PackBf16(__fmul_rn(__fmul_rn(E2m1Scaled(w & 0xfu), 0x1p126f), r.scale),
+                            __fmul_rn(__fmul_rn(E2m1Scaled((w >> 4) & 0xfu), 0x1p126f), r.scale));
+      }
     }
   }
 }
