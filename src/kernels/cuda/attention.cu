@@ -22,6 +22,7 @@ constexpr int kMaxHeads = 8;
 // the query's row tiles and merge their softmax states through distributed shared memory.
 constexpr int kSplit = 8;
 static_assert(kTile >= kMaxHeads, "the merge keeps kHeads rows of d in the row tile's memory");
+static_assert(kTile == kWarpSize, "lane t of a warp holds the id of the tile's row t");
 
 struct AttentionArgs {
   const float* q;
@@ -38,7 +39,19 @@ struct AttentionArgs {
   float* out;
   int64_t out_stride;
   bool vec_rows;  // rows may be copied as float4 (d, row_stride multiples of 4, base 16-aligned)
+  bool vec_q;     // q rows may be copied as float4 (d, q_stride multiples of 4, base 16-aligned)
 };
+
+// A 16-byte asynchronous copy from global to shared memory (cp.async, bypassing L1): the thread
+// goes on without waiting for the data, so one thread can have many copies in flight.
+// CpAsyncWaitAll waits for all of the calling thread's copies; a barrier then shows them to the
+// block.
+__device__ __forceinline__ void CpAsync16(float* smem_dst, const float* gmem_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(__cvta_generic_to_global(gmem_src))
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // Shared memory of a block, in floats: scores [kHeads][kTile], probabilities [kTile][kHeads],
 // alpha [kMaxHeads], denominator [kMaxHeads], q [kHeads][d], the row tile [kTile][d].
@@ -93,8 +106,20 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) Atten
 
   const float* q_m = a.q + m * a.q_stride;
   if (row_begin < row_end) {  // uniform over the block; an empty run reads no q
-    for (int e = tid; e < kHeads * d; e += kThreads) {
-      qs[e] = head0 + e / d < a.num_heads ? q_m[static_cast<int64_t>(head0) * d + e] : 0.f;
+    if (a.vec_q) {
+      // Asynchronous: the first tile's wait completes these copies too.
+      const int d4 = d / 4;
+      for (int e4 = tid; e4 < kHeads * d4; e4 += kThreads) {
+        if (head0 + e4 / d4 < a.num_heads) {
+          CpAsync16(qs + 4 * e4, q_m + static_cast<int64_t>(head0) * d + 4 * e4);
+        } else {
+          reinterpret_cast<float4*>(qs)[e4] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+    } else {
+      for (int e = tid; e < kHeads * d; e += kThreads) {
+        qs[e] = head0 + e / d < a.num_heads ? q_m[static_cast<int64_t>(head0) * d + e] : 0.f;
+      }
     }
   }
   // Softmax state of head `head0 + warp`, replicated in every lane of that warp.
@@ -115,18 +140,20 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) Atten
   const int d4 = d / 4;
   for (int t0 = row_begin; t0 < row_end; t0 += kTile) {
     const int tile_n = min(kTile, row_end - t0);
-    // 1. The tile's rows into shared memory, one warp per row.
+    // 1. The tile's rows into shared memory, one warp per row. Lane t reads the tile's t-th row id
+    // (kTile == kWarpSize), so a warp's rows need one id load; the rows themselves go by
+    // asynchronous copies, all in flight before the one wait.
+    const int32_t lane_id = lane < tile_n ? ids[t0 + lane] : 0;
     for (int t = warp; t < tile_n; t += kWarps) {
-      const float* src = a.rows + static_cast<int64_t>(ids[t0 + t]) * a.row_stride;
+      const float* src = a.rows + static_cast<int64_t>(__shfl_sync(0xffffffffu, lane_id, t)) * a.row_stride;
       float* dst = rs + t * d;
       if (a.vec_rows) {
-        for (int k4 = lane; k4 < d4; k4 += kWarpSize) {
-          reinterpret_cast<float4*>(dst)[k4] = reinterpret_cast<const float4*>(src)[k4];
-        }
+        for (int k4 = lane; k4 < d4; k4 += kWarpSize) CpAsync16(dst + 4 * k4, src + 4 * k4);
       } else {
         for (int k = lane; k < d; k += kWarpSize) dst[k] = src[k];
       }
     }
+    CpAsyncWaitAll();
     __syncthreads();
 
     // 2. Scores scale·q[h]·row[t], one warp per row, the lanes splitting d.
@@ -332,8 +359,9 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
   }
   const int d = static_cast<int>(head_dim);
   const bool vec_rows = d % 4 == 0 && row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(rows) % 16 == 0;
+  const bool vec_q = d % 4 == 0 && q_stride % 4 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0;
   const AttentionArgs a{q, q_stride, rows, row_stride, row_ids, counts, max_rows, sinks,
-                        static_cast<int>(num_heads), d, scale, out, out_stride, vec_rows};
+                        static_cast<int>(num_heads), d, scale, out, out_stride, vec_rows, vec_q};
   // Heads per block: the smallest of 1, 2, 4, 8 that covers min(H, 8). The result of a head does
   // not depend on this choice.
   if (num_heads >= 5) {
