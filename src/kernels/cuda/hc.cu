@@ -12,7 +12,15 @@ namespace {
 
 constexpr int kMixThreads = 256;
 constexpr int kMixWarps = kMixThreads / kWarpSize;
-constexpr int kRowChunk = 8;  // mix rows accumulated per pass over a token's W values
+// Mix rows accumulated per pass over a token's W values. One token per block (decode): all 24 of
+// HcPre at S = 4 (Flash) in one pass, so that each thread has 24 fn loads in flight per step of
+// its stride instead of 8 (three passes took about three times the memory latency), at 2 blocks
+// per SM. Four tokens per block, and HcHead (S rows): 8. A row's sum does not depend on which pass
+// computes it.
+template <int kTok, bool kHead>
+constexpr int RowChunk() {
+  return !kHead && kTok == 1 ? 24 : 8;
+}
 constexpr int kMaxRows = (2 + kHcMaxStreams) * kHcMaxStreams;
 constexpr int kMixCluster = 8;  // blocks per cluster of HcMixKernel (the portable maximum)
 constexpr int kPostThreads = 256;
@@ -80,10 +88,12 @@ __device__ void SinkhornWarp(float* c, int s, int64_t iters, float eps) {
 // batch 1 on the H200, 2026-11-30 profile).
 // kHead: rows = s, weights = head weights, no post/comb. Otherwise rows = (2+s)·s.
 template <int kTok, bool kHead>
-__global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads)
+__global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
                 int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
   static_assert(kTok <= kMixWarps, "one epilogue warp per token");
+  constexpr int kRowChunk = RowChunk<kTok, kHead>();
+  static_assert(kTok * kRowChunk <= kMixThreads, "one thread per (token, row) of a pass in the warp sum");
   namespace cg = cooperative_groups;
   __shared__ float red[kMixWarps][kTok * kRowChunk];
   __shared__ float ss_red[kMixWarps][kTok];
