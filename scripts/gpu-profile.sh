@@ -26,7 +26,7 @@ sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occu
 profile() {
   local name=$1 regex=$2 count=$3
   shift 3
-  timeout 280 "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
+  timeout 180 "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
     --launch-count "$count" "${sections[@]}" --csv --page details \
     "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings --no-graphs \
     --no-profile --iterations 2 --prefill-iterations 1 "$@" \
