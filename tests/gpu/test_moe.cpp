@@ -43,7 +43,7 @@ HostRouting Reference(const std::vector<int32_t>& ids, int64_t m, int64_t k, int
   return r;
 }
 
-void CheckAlign(int64_t m, int64_t k, int64_t e, uint64_t seed, bool with_repeats) {
+void CheckAlign(int64_t m, int64_t k, int64_t e, uint64_t seed, bool with_repeats, int64_t d = 96) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(m * k);
   for (int64_t t = 0; t < m; ++t) {
@@ -62,8 +62,8 @@ void CheckAlign(int64_t m, int64_t k, int64_t e, uint64_t seed, bool with_repeat
   EXPECT_TRUE(AllEqual(drows.ToHost(), want.slot_rows, "slot rows"));
 
   // Gather, then combine what the experts would return (here: the gathered rows scaled by the
-  // row weight and a per-row constant), against the CPU order of additions.
-  const int64_t d = 96;
+  // row weight and a per-row constant), against the CPU order of additions. d % 4 == 0 takes the
+  // float4 paths.
   std::vector<float> x = RandomFloats(m * d, seed + 1), w = RandomFloats(m * k, seed + 2, 0.f, 1.f);
   std::vector<float> shared = RandomFloats(m * d, seed + 3);
   const int64_t rows = want.offsets.back();
@@ -115,6 +115,15 @@ TEST(CudaMoeAlign, HashRowsWithRepeatedExperts) {
 TEST(CudaMoeAlign, SingleToken) {
   DI_REQUIRE_GPU();
   CheckAlign(1, 2, 8, 4, false);
+}
+
+// The scalar gather and combine (a width that is not a multiple of 4), and tokens with more kept
+// rows than the combine loads at once (top-12: a second batch of rows).
+TEST(CudaMoeAlign, OddWidthAndManyRowsPerToken) {
+  DI_REQUIRE_GPU();
+  CheckAlign(37, 6, 32, 5, false, 50);
+  CheckAlign(30, 12, 64, 6, false);
+  CheckAlign(30, 12, 64, 7, false, 50);
 }
 
 }  // namespace
