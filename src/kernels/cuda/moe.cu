@@ -356,8 +356,8 @@ void MoeCombine(const float* ye, const int32_t* slot_rows, const int32_t* expert
                 int64_t d, const float* shared, float* out, cudaStream_t stream) {
   if (m == 0) return;
   if (top_k > kMaxTopK || m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "moe_combine", "bad shape");
-  const bool vec = d % 4 == 0 && reinterpret_cast<uintptr_t>(ye) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(shared) % 16 == 0;
+  const bool vec = d % 4 == 0 && reinterpret_cast<uintptr_t>(ye) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(shared) % 16 == 0;
   MoeCombineKernel<<<static_cast<unsigned>(m), 256, 0, stream>>>(ye, slot_rows, expert_ids, top_k, d, shared, out,
                                                                   vec);
   DI_CUDA_LAUNCH_CHECK("moe_combine");
