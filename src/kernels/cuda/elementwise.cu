@@ -38,21 +38,46 @@ __global__ void EmbeddingKernel(const int32_t* ids, const void* table, DType tab
   }
 }
 
-// One block per token; threads over (head, pair).
+// One block per token; threads over (head, pair). The token's cos / sin per pair are computed
+// once into shared memory (the same cosf / sinf of the same angle for every head), then each
+// thread rotates up to kRopeBatch pairs, loading them all before writing any.
+constexpr int kRopeBatch = 4;
+
 __global__ void RopeKernel(float* x, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,
                            const int64_t* positions, const float* inv_freq, int64_t half, bool inverse) {
+  extern __shared__ float rope_cs[];  // [half] cos, then [half] sin (negated for the inverse)
   const float pos = static_cast<float>(positions[blockIdx.x]);
-  const int64_t offset = head_dim - 2 * half;
-  float* xt = x + blockIdx.x * ld_token;
-  for (int64_t t = threadIdx.x; t < num_heads * half; t += blockDim.x) {
-    const int64_t h = t / half, i = t % half;
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
     const float angle = pos * inv_freq[i];
-    const float c = cosf(angle);
-    const float s = inverse ? -sinf(angle) : sinf(angle);
-    float* p = xt + h * ld_head + offset + 2 * i;
-    const float a = p[0], b = p[1];
-    p[0] = a * c - b * s;
-    p[1] = a * s + b * c;
+    rope_cs[i] = cosf(angle);
+    rope_cs[half + i] = inverse ? -sinf(angle) : sinf(angle);
+  }
+  __syncthreads();
+  const int64_t offset = head_dim - 2 * half;
+  const int64_t pairs = num_heads * half;
+  const int64_t stride = blockDim.x;
+  float* xt = x + blockIdx.x * ld_token;
+  for (int64_t t0 = threadIdx.x; t0 < pairs; t0 += kRopeBatch * stride) {
+    float a[kRopeBatch], b[kRopeBatch];
+#pragma unroll
+    for (int u = 0; u < kRopeBatch; ++u) {
+      const int64_t t = t0 + u * stride;
+      if (t < pairs) {
+        const float* p = xt + (t / half) * ld_head + offset + 2 * (t % half);
+        a[u] = p[0], b[u] = p[1];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kRopeBatch; ++u) {
+      const int64_t t = t0 + u * stride;
+      if (t < pairs) {
+        const int64_t i = t % half;
+        const float c = rope_cs[i], s = rope_cs[half + i];
+        float* p = xt + (t / half) * ld_head + offset + 2 * i;
+        p[0] = a[u] * c - b[u] * s;
+        p[1] = a[u] * s + b[u] * c;
+      }
+    }
   }
 }
 
@@ -195,7 +220,9 @@ void Rope(float* x, int64_t m, int64_t num_heads, int64_t head_dim, int64_t ld_t
   if (m == 0 || half == 0) return;
   CheckRows(m, "rope");
   if (2 * half > head_dim) ThrowCudaError(__FILE__, __LINE__, "rope", "rope dimension exceeds the head dimension");
-  RopeKernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, num_heads, head_dim, ld_token, ld_head,
+  if (half > 4096) ThrowCudaError(__FILE__, __LINE__, "rope", "rope dimension above 8192");
+  const size_t smem = 2 * static_cast<size_t>(half) * sizeof(float);
+  RopeKernel<<<static_cast<unsigned>(m), kRowThreads, smem, stream>>>(x, num_heads, head_dim, ld_token, ld_head,
                                                                      positions, inv_freq, half, inverse);
   DI_CUDA_LAUNCH_CHECK("rope");
 }
