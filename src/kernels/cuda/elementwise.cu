@@ -12,18 +12,42 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
+// Elements a norm thread loads before using them (all in flight together).
+constexpr int kNormBatch = 4;
+
+// One block per row. Thread j sums x[i]² over i = j, j + blockDim, ... in that order (fmaf from
+// +0), then BlockSum; y[i] = w[i] · (x[i] · inv). Loads go kNormBatch at a time ahead of use.
 __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype,
                               float eps, float* y, int64_t ldy) {
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;
   float* yr = y + blockIdx.x * ldy;
+  const int64_t stride = blockDim.x;
   float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += kNormBatch * stride) {
+    float v[kNormBatch];
+#pragma unroll
+    for (int u = 0; u < kNormBatch; ++u) v[u] = i0 + u * stride < n ? xr[i0 + u * stride] : 0.f;
+#pragma unroll
+    for (int u = 0; u < kNormBatch; ++u) {
+      if (i0 + u * stride < n) ss = fmaf(v[u], v[u], ss);
+    }
+  }
   ss = BlockSum(ss, scratch);
   const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const float w = weight != nullptr ? LoadAsFloat(weight, weight_dtype, i) : 1.f;
-    yr[i] = w * (xr[i] * inv);
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += kNormBatch * stride) {
+    float v[kNormBatch], w[kNormBatch];
+#pragma unroll
+    for (int u = 0; u < kNormBatch; ++u) {
+      const int64_t i = i0 + u * stride;
+      v[u] = i < n ? xr[i] : 0.f;
+      w[u] = i < n && weight != nullptr ? LoadAsFloat(weight, weight_dtype, i) : 1.f;
+    }
+#pragma unroll
+    for (int u = 0; u < kNormBatch; ++u) {
+      const int64_t i = i0 + u * stride;
+      if (i < n) yr[i] = w[u] * (v[u] * inv);
+    }
   }
 }
 
