@@ -192,6 +192,9 @@ __global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_
   __shared__ int32_t chunk_expert[kAlignThreads];
   for (int base = 0; base < slots; base += blockDim.x) {
     const int i = base + threadIdx.x;
+    // Entries past the chunk's slots hold -1, which matches no expert: the scan for a later
+    // same-expert slot stops there (at batch 1 it walked ~1000 entries, one shared load each).
+    const int chunk_slots = min(static_cast<int>(blockDim.x), slots - base);
     const int e = i < slots && slot_rows[i] >= 0 ? expert_ids[i] : -1;
     chunk_expert[threadIdx.x] = e;
     __syncthreads();
@@ -206,7 +209,7 @@ __global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_
     if (e >= 0) {
       // The last slot of each expert in this chunk advances the cursor.
       bool last = true;
-      for (int q = threadIdx.x + 1; q < static_cast<int>(blockDim.x) && last; ++q) last = chunk_expert[q] != e;
+      for (int q = threadIdx.x + 1; q < chunk_slots && last; ++q) last = chunk_expert[q] != e;
       if (last) {
         int count = 0;
         for (int q = 0; q <= static_cast<int>(threadIdx.x); ++q) count += chunk_expert[q] == e;
