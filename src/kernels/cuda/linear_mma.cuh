@@ -245,6 +245,30 @@ __device__ __forceinline__ void WriteFragment(const Params& p, int64_t g, int64_
   if (ra + 8 < p.n && r + 1 < p.m) y[(r + 1) * p.ldy + ra + 8] = v[3];
 }
 
+// One warp's place in a register-fed block (Block, fp8::Block): its row tile and its slot among
+// the tile's warps, the lane's MMA quad ("thread in group") and group, and the two weight rows
+// (group, group + 8 of the tile, as rows of the whole weight) the lane loads.
+struct WarpTile {
+  int quad, group, tile_in_block, slot;
+  int64_t row0;            // the tile's first weight row within the group
+  int64_t wrow_a, wrow_b;  // the lane's weight rows
+  bool row_a, row_b;       // whether they exist
+
+  __device__ __forceinline__ WarpTile(const Params& p, const Layout& l, int64_t row_block, int64_t g) {
+    const int lane = threadIdx.x % kWarpSize;
+    const int warp = threadIdx.x / kWarpSize;
+    quad = lane % 4;
+    group = lane / 4;
+    tile_in_block = warp / l.warps_per_tile;
+    slot = warp % l.warps_per_tile;
+    row0 = (row_block * l.tiles_per_block + tile_in_block) * kRows;
+    row_a = row0 + group < p.n;
+    row_b = row0 + group + 8 < p.n;
+    wrow_a = g * p.n + row0 + group;
+    wrow_b = wrow_a + 8;
+  }
+};
+
 // Row block `row_block` (tiles_per_block row tiles of group g) × token block `tok_block` (8·TM
 // rows of x). Every thread of the block must call it (it synchronizes); shared memory is free
 // again when it returns.
@@ -252,27 +276,19 @@ template <Kind K, int TM>
 __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_t tok_block, int64_t g) {
   __shared__ Smem<TM> sm;
   const Layout l = MakeLayout(p.k);
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int quad = lane % 4;   // the MMA's "thread in group"
-  const int group = lane / 4;  // the MMA's "group": weight rows group, group + 8; token group
-  const int tile_in_block = warp / l.warps_per_tile;
-  const int slot = warp % l.warps_per_tile;
-  const int64_t row0 = (row_block * l.tiles_per_block + tile_in_block) * kRows;  // within the group
+  const WarpTile wt(p, l, row_block, g);
   const int64_t tok0 = tok_block * (kTok * TM);
   const int64_t num_chunks = CeilDiv(p.k, kChunk);
   const float* x = p.x + g * p.x_group_stride;
-  const bool row_a = row0 + group < p.n, row_b = row0 + group + 8 < p.n;
-  const int64_t wrow_a = g * p.n + row0 + group, wrow_b = wrow_a + 8;
 
-  if (row0 < p.n) {
+  if (wt.row0 < p.n) {
     // The warp's chunks: slices slot, slot + warps_per_tile, ...; chunk c of slice s is 4s + c.
-    int s = slot;
+    int s = wt.slot;
     int64_t c = static_cast<int64_t>(s) * kSliceChunks;
     Raw<K> next_a, next_b;
     if (s < l.slices) {
-      LoadRaw<K>(p, wrow_a, row_a, c, quad, next_a);
-      LoadRaw<K>(p, wrow_b, row_b, c, quad, next_b);
+      LoadRaw<K>(p, wt.wrow_a, wt.row_a, c, wt.quad, next_a);
+      LoadRaw<K>(p, wt.wrow_b, wt.row_b, c, wt.quad, next_b);
     }
     while (s < l.slices) {
       float acc[TM][4];
@@ -286,14 +302,14 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
         // Prefetch the warp's next chunk (in this slice or the first of its next slice).
         const int64_t c_next = c + 1 < slice_end ? c + 1 : static_cast<int64_t>(s + l.warps_per_tile) * kSliceChunks;
         if (c + 1 < slice_end || s + l.warps_per_tile < l.slices) {
-          LoadRaw<K>(p, wrow_a, row_a, c_next, quad, next_a);
-          LoadRaw<K>(p, wrow_b, row_b, c_next, quad, next_b);
+          LoadRaw<K>(p, wt.wrow_a, wt.row_a, c_next, wt.quad, next_a);
+          LoadRaw<K>(p, wt.wrow_b, wt.row_b, c_next, wt.quad, next_b);
         }
 #pragma unroll
         for (int tt = 0; tt < TM; ++tt) {
 #pragma unroll
           for (int j = 0; j < 8; ++j) {
-            const float4 xv = LoadX4(p, x, tok0 + tt * kTok + group, c, quad, j);
+            const float4 xv = LoadX4(p, x, tok0 + tt * kTok + wt.group, c, wt.quad, j);
             uint32_t h0, m0, l0, h1, m1, l1;
             SplitPair(xv.x, xv.y, h0, m0, l0);
             SplitPair(xv.z, xv.w, h1, m1, l1);
@@ -303,7 +319,7 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
           }
         }
       }
-      StorePartial<TM>(sm, tile_in_block * l.slices + s, group, quad, acc);
+      StorePartial<TM>(sm, wt.tile_in_block * l.slices + s, wt.group, wt.quad, acc);
       s += l.warps_per_tile;
       c = static_cast<int64_t>(s) * kSliceChunks;
     }
@@ -561,21 +577,13 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
   static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 inputs pair with FP8 or FP4 weights");
   __shared__ Smem<TM> sm;
   const Layout l = MakeLayout(p.k);
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int quad = lane % 4;
-  const int group = lane / 4;
-  const int tile_in_block = warp / l.warps_per_tile;
-  const int slot = warp % l.warps_per_tile;
-  const int64_t row0 = (row_block * l.tiles_per_block + tile_in_block) * kRows;
+  const WarpTile wt(p, l, row_block, g);
   const int64_t tok0 = tok_block * (kTok * TM);
   const int64_t num_chunks = CeilDiv(p.k, kChunk);
   const float* x = p.x + g * p.x_group_stride;
-  const bool row_a = row0 + group < p.n, row_b = row0 + group + 8 < p.n;
-  const int64_t wrow_a = g * p.n + row0 + group, wrow_b = wrow_a + 8;
 
-  if (row0 < p.n) {  // uniform per warp
-    for (int s = slot; s < l.slices; s += l.warps_per_tile) {
+  if (wt.row0 < p.n) {  // uniform per warp
+    for (int s = wt.slot; s < l.slices; s += l.warps_per_tile) {
       float part[TM][4];
 #pragma unroll
       for (int tt = 0; tt < TM; ++tt) part[tt][0] = part[tt][1] = part[tt][2] = part[tt][3] = 0.f;
@@ -585,19 +593,19 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
         float sa[4], sb[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          LoadWStep<K>(p, wrow_a, row_a, c, quad, j, wa0[j], wa1[j]);
-          LoadWStep<K>(p, wrow_b, row_b, c, quad, j, wb0[j], wb1[j]);
-          sa[j] = WeightScale<K>(p, wrow_a, row_a, c, j);
-          sb[j] = WeightScale<K>(p, wrow_b, row_b, c, j);
+          LoadWStep<K>(p, wt.wrow_a, wt.row_a, c, wt.quad, j, wa0[j], wa1[j]);
+          LoadWStep<K>(p, wt.wrow_b, wt.row_b, c, wt.quad, j, wb0[j], wb1[j]);
+          sa[j] = WeightScale<K>(p, wt.wrow_a, wt.row_a, c, j);
+          sb[j] = WeightScale<K>(p, wt.wrow_b, wt.row_b, c, j);
         }
 #pragma unroll
         for (int tt = 0; tt < TM; ++tt) {
           uint32_t x0[4], x1[4];
-          const float xs = QuantizeX(p, x, tok0 + tt * kTok + group, c, quad, x0, x1);
+          const float xs = QuantizeX(p, x, tok0 + tt * kTok + wt.group, c, wt.quad, x0, x1);
           // The C fragment's columns are tokens 2·quad and 2·quad + 1 of the tile; their scales
           // live in the lanes of groups 2·quad and 2·quad + 1.
-          const float xs0 = __shfl_sync(0xffffffffu, xs, 8 * quad);
-          const float xs1 = __shfl_sync(0xffffffffu, xs, 8 * quad + 4);
+          const float xs0 = __shfl_sync(0xffffffffu, xs, 8 * wt.quad);
+          const float xs1 = __shfl_sync(0xffffffffu, xs, 8 * wt.quad + 4);
           if constexpr (K == Kind::kFp8) {
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -619,7 +627,7 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
           }
         }
       }
-      StorePartial<TM>(sm, tile_in_block * l.slices + s, group, quad, part);
+      StorePartial<TM>(sm, wt.tile_in_block * l.slices + s, wt.group, wt.quad, part);
     }
   }
   SumSlicesIntoY<TM>(p, sm, l, row_block, tok0, g);
