@@ -242,6 +242,35 @@ __global__ void MoeGatherKernel(const float* x, int64_t ldx, int64_t d, const in
 // Rows of ye a thread loads before adding them (all in flight together), per column group.
 constexpr int kCombineBatch = 8;
 
+__device__ __forceinline__ void AddTo(float& acc, float v) { acc += v; }
+__device__ __forceinline__ void AddTo(float4& acc, const float4& v) {
+  acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+}
+
+// One token's out_row[i] = Σ_q ye[rows[q]][i] (q in order, from +0) + shared_row[i] (if given), for
+// i < width elements of T (float, or float4: four columns at once); each thread takes elements
+// threadIdx.x, + blockDim.x, ... and loads kCombineBatch rows' values before adding them.
+template <typename T>
+__device__ __forceinline__ void CombineColumns(const T* ye, int64_t width, const int32_t* rows, int n,
+                                               const T* shared_row, T* out_row) {
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    T acc{};
+    for (int q0 = 0; q0 < n; q0 += kCombineBatch) {
+      T v[kCombineBatch];
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u) {
+        if (q0 + u < n) v[u] = __ldg(ye + static_cast<int64_t>(rows[q0 + u]) * width + i);
+      }
+#pragma unroll
+      for (int u = 0; u < kCombineBatch; ++u) {
+        if (q0 + u < n) AddTo(acc, v[u]);
+      }
+    }
+    if (shared_row != nullptr) AddTo(acc, __ldg(shared_row + i));
+    out_row[i] = acc;
+  }
+}
+
 // out[t] = Σ (the token's kept rows of ye, by ascending expert id) + shared[t], added in that order
 // from +0 (the CPU model's order). The slots go through shared memory once; thread 0 orders them
 // (k <= 32: insertion sort by expert id, slot order among equals). Each thread then takes columns
@@ -277,46 +306,12 @@ __global__ void MoeCombineKernel(const float* ye, const int32_t* slot_rows, cons
     s_n = n;
   }
   __syncthreads();
-  const int n = s_n;
   if (vec) {
-    const int64_t d4 = d / 4;
-    const float4* ye4 = reinterpret_cast<const float4*>(ye);
-    for (int64_t i = threadIdx.x; i < d4; i += blockDim.x) {
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int q0 = 0; q0 < n; q0 += kCombineBatch) {
-        float4 v[kCombineBatch];
-#pragma unroll
-        for (int u = 0; u < kCombineBatch; ++u) {
-          if (q0 + u < n) v[u] = __ldg(ye4 + static_cast<int64_t>(s_sorted[q0 + u]) * d4 + i);
-        }
-#pragma unroll
-        for (int u = 0; u < kCombineBatch; ++u) {
-          if (q0 + u < n) acc.x += v[u].x, acc.y += v[u].y, acc.z += v[u].z, acc.w += v[u].w;
-        }
-      }
-      if (shared != nullptr) {
-        const float4 sv = __ldg(reinterpret_cast<const float4*>(shared + t * d) + i);
-        acc.x += sv.x, acc.y += sv.y, acc.z += sv.z, acc.w += sv.w;
-      }
-      reinterpret_cast<float4*>(out + t * d)[i] = acc;
-    }
+    CombineColumns(reinterpret_cast<const float4*>(ye), d / 4, s_sorted, s_n,
+                   shared != nullptr ? reinterpret_cast<const float4*>(shared + t * d) : nullptr,
+                   reinterpret_cast<float4*>(out + t * d));
   } else {
-    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-      float acc = 0.f;
-      for (int q0 = 0; q0 < n; q0 += kCombineBatch) {
-        float v[kCombineBatch];
-#pragma unroll
-        for (int u = 0; u < kCombineBatch; ++u) {
-          if (q0 + u < n) v[u] = __ldg(ye + static_cast<int64_t>(s_sorted[q0 + u]) * d + i);
-        }
-#pragma unroll
-        for (int u = 0; u < kCombineBatch; ++u) {
-          if (q0 + u < n) acc += v[u];
-        }
-      }
-      if (shared != nullptr) acc += shared[t * d + i];
-      out[t * d + i] = acc;
-    }
+    CombineColumns(ye, d, s_sorted, s_n, shared != nullptr ? shared + t * d : nullptr, out + t * d);
   }
 }
 
