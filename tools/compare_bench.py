@@ -19,6 +19,11 @@ def load(arg):
     return name, json.load(open(path))
 
 
+def cells(points, fmt, width):
+    """One table row's cells: fmt(point) per report, a dash where the report lacks the point."""
+    return " ".join(fmt(p) if p is not None else f"{'-':>{width}}" for p in points)
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -30,38 +35,30 @@ def main():
     print(f"{'context':>8} {'batch':>6} " + " ".join(f"{n:>26}" for n in names))
     for key in keys:
         base = decode[0].get(key)
-        cells = []
-        for d in decode:
-            p = d.get(key)
-            if p is None:
-                cells.append(f"{'-':>26}")
-                continue
+
+        def step(p):
             ms = 1e3 * p["step_seconds"]
             floor = p.get("step_over_floor")
             speed = base["step_seconds"] / p["step_seconds"] if base else float("nan")
-            cells.append(f"{ms:9.3f} ({floor:5.2f}x) [{speed:5.2f}x]" if floor else f"{ms:9.3f} [{speed:5.2f}x]")
-        print(f"{key[0]:>8} {key[1]:>6} " + " ".join(cells))
+            return f"{ms:9.3f} ({floor:5.2f}x) [{speed:5.2f}x]" if floor else f"{ms:9.3f} [{speed:5.2f}x]"
+
+        print(f"{key[0]:>8} {key[1]:>6} " + cells([d.get(key) for d in decode], step, 26))
     print("\ndecode scaled to 43 layers: ms per step / output tok/s")
     for key in keys:
-        cells = []
-        for d in decode:
-            e = d.get(key, {}).get("extrapolated", {})
-            cells.append(f"{1e3 * e['step_seconds']:9.2f} ms {e['tokens_per_s']:8.0f} tok/s" if e.get("ok") else f"{'-':>26}")
-        print(f"{key[0]:>8} {key[1]:>6} " + " ".join(cells))
+        scaled = [d.get(key, {}).get("extrapolated", {}) for d in decode]
+        print(f"{key[0]:>8} {key[1]:>6} " +
+              cells([e if e.get("ok") else None for e in scaled],
+                    lambda e: f"{1e3 * e['step_seconds']:9.2f} ms {e['tokens_per_s']:8.0f} tok/s", 26))
     print("\nprefill: ms, tok/s, linear TFLOP/s (% of the FP8 GEMM rate)")
     prefill = [{p["tokens_per_seq"]: p for p in r.get("prefill", []) if "skipped" not in p} for _, r in reports]
-    for length in sorted(set().union(*[p.keys() for p in prefill])):
-        cells = []
-        for p in prefill:
-            q = p.get(length)
-            if q is None:
-                cells.append(f"{'-':>36}")
-                continue
-            frac = q.get("linear_fraction_of_fp8_gemm")
-            cells.append(f"{1e3 * q['step_seconds']:9.1f} ms {q['tokens_per_s']:7.0f} tok/s "
-                         f"{q.get('linear_flops_per_s', 0) / 1e12:6.1f} TF" + (f" ({100 * frac:4.1f}%)" if frac else ""))
-        print(f"{length:>8} " + " ".join(cells))
 
+    def run(q):
+        frac = q.get("linear_fraction_of_fp8_gemm")
+        return (f"{1e3 * q['step_seconds']:9.1f} ms {q['tokens_per_s']:7.0f} tok/s "
+                f"{q.get('linear_flops_per_s', 0) / 1e12:6.1f} TF" + (f" ({100 * frac:4.1f}%)" if frac else ""))
+
+    for length in sorted(set().union(*[p.keys() for p in prefill])):
+        print(f"{length:>8} " + cells([p.get(length) for p in prefill], run, 36))
 
 if __name__ == "__main__":
     main()
