@@ -4,7 +4,7 @@
 
 One line per kernel (template arguments dropped, launches of one kernel together): launches,
 total and mean duration, and the means over its launches of memory and SM throughput (% of
-peak), DRAM throughput, achieved occupancy, registers per thread and warp cycles per issued
+peak), DRAM throughput, memory throughput in GB/s, achieved occupancy, registers per thread and warp cycles per issued
 instruction, when the CSV holds them. Standard library only.
 """
 
@@ -13,15 +13,20 @@ import re
 import sys
 from collections import OrderedDict
 
-# Metric name in ncu's details page -> column heading.
+# (metric name in ncu's details page, unit or None for any) -> column heading. A name can appear in
+# two sections with different units ("Memory Throughput": % of peak under Speed Of Light, byte/s
+# under Memory Workload Analysis), so the unit picks one.
 COLUMNS = OrderedDict([
-    ("Memory Throughput", "mem %"),
-    ("DRAM Throughput", "dram %"),
-    ("Compute (SM) Throughput", "sm %"),
-    ("Achieved Occupancy", "occ %"),
-    ("Registers Per Thread", "regs"),
-    ("Warp Cycles Per Issued Instruction", "cyc/inst"),
+    (("Memory Throughput", "%"), "mem %"),
+    (("DRAM Throughput", "%"), "dram %"),
+    (("Memory Throughput", "byte/s"), "GB/s"),
+    (("Compute (SM) Throughput", "%"), "sm %"),
+    (("Achieved Occupancy", "%"), "occ %"),
+    (("Registers Per Thread", None), "regs"),
+    (("Warp Cycles Per Issued Instruction", None), "cyc/inst"),
 ])
+# Units scaled for display.
+UNIT_SCALE = {"byte/s": 1e-9}
 
 # Duration units -> microseconds.
 TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6,
@@ -31,7 +36,7 @@ TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
 def short_name(name):
     """The kernel's name without its return type, namespaces' anonymous parts, template arguments
     or parameters: 'void deepinfer::cuda::(anonymous namespace)::Foo<(Kind)4, 2>(Params)' -> 'Foo<4,2>'."""
-    name = re.sub(r"\(anonymous namespace\)::", "", name)
+    name = re.sub(r"\(anonymous namespace\)::|<?unnamed>::", "", name)
     name = re.sub(r"^void\s+", "", name)
     depth = 0
     cut = len(name)
@@ -61,7 +66,7 @@ def number(text):
 
 
 def read_launches(path):
-    """{launch id: {'name': kernel, metric: (value, unit)}} in launch order."""
+    """{launch id: {'name': kernel, metric: [(value, unit), ...]}} in launch order."""
     launches = OrderedDict()
     with open(path, newline="") as f:
         rows = [line for line in f if line.startswith('"')]  # ncu prints its own lines before the table
@@ -69,7 +74,7 @@ def read_launches(path):
         launch = launches.setdefault(row["ID"], {"name": row["Kernel Name"]})
         value = number(row.get("Metric Value", ""))
         if value is not None:
-            launch[row["Metric Name"]] = (value, row.get("Metric Unit", ""))
+            launch.setdefault(row["Metric Name"], []).append((value, row.get("Metric Unit", "")))
     return launches
 
 
@@ -80,11 +85,13 @@ def summarize(launches):
         entry = kernels.setdefault(short_name(launch["name"]), {"n": 0, "us": 0.0, "sums": {}, "counts": {}})
         entry["n"] += 1
         if "Duration" in launch:
-            value, unit = launch["Duration"]
+            value, unit = launch["Duration"][0]
             entry["us"] += value * TIME_UNITS.get(unit, 1.0)
-        for metric, heading in COLUMNS.items():
-            if metric in launch:
-                entry["sums"][heading] = entry["sums"].get(heading, 0.0) + launch[metric][0]
+        for (metric, want_unit), heading in COLUMNS.items():
+            found = [(v, u) for v, u in launch.get(metric, []) if want_unit is None or u == want_unit]
+            if found:
+                value, unit = found[0]
+                entry["sums"][heading] = entry["sums"].get(heading, 0.0) + value * UNIT_SCALE.get(unit, 1.0)
                 entry["counts"][heading] = entry["counts"].get(heading, 0) + 1
     return kernels
 

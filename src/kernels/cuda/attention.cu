@@ -42,17 +42,6 @@ struct AttentionArgs {
   bool vec_q;     // q rows may be copied as float4 (d, q_stride multiples of 4, base 16-aligned)
 };
 
-// A 16-byte asynchronous copy from global to shared memory (cp.async, bypassing L1): the thread
-// goes on without waiting for the data, so one thread can have many copies in flight.
-// CpAsyncWaitAll waits for all of the calling thread's copies; a barrier then shows them to the
-// block.
-__device__ __forceinline__ void CpAsync16(float* smem_dst, const float* gmem_src) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(__cvta_generic_to_global(gmem_src))
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 // Shared memory of a block, in floats: scores [kHeads][kTile], probabilities [kTile][kHeads],
 // alpha [kMaxHeads], denominator [kMaxHeads], q [kHeads][d], the row tile [kTile][d].
 template <int kHeads>

@@ -21,6 +21,40 @@ constexpr int kWarpSize = 32;
 
 __host__ __device__ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Asynchronous copies from global to shared memory (cp.async): the thread goes on without waiting
+// for the data, so one thread can have many copies in flight. CpAsyncWaitAll / CpAsyncWait<N>
+// wait for the calling thread's own copies (all of them / all but the N most recently committed
+// groups); a barrier then shows them to other threads.
+// 16 bytes, bypassing L1.
+__device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(__cvta_generic_to_global(gmem_src))
+               : "memory");
+}
+// kBytes (4, 8 or 16) bytes, both addresses kBytes-aligned; when !fill the destination gets zeros
+// and gmem_src (still a valid address) is not read.
+template <int kBytes>
+__device__ __forceinline__ void CpAsyncOrZero(void* smem_dst, const void* gmem_src, bool fill) {
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  const unsigned src_bytes = fill ? kBytes : 0u;
+  if constexpr (kBytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+                 "l"(__cvta_generic_to_global(gmem_src)), "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst),
+                 "l"(__cvta_generic_to_global(gmem_src)), "n"(kBytes), "r"(src_bytes)
+                 : "memory");
+  }
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
 __device__ inline float WarpSum(float v) {
   for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;

@@ -281,11 +281,214 @@ constexpr int DuplicateLaneMask() {
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
 // One block of kGemvWarps warps computing output block `block` of group `g`: warp w owns outputs
-// [(block·kGemvWarps + w)·RPW, +RPW) of the group; per slab each lane loads its chunk of the RPW
-// weight rows (the next slab's chunk is prefetched), dequantizes it, and folds it into the
-// partials of all m rows (x chunks come through L1). No block-level synchronization.
+// [(block·kGemvWarps + w)·RPW, +RPW) of the group; per slab each lane takes its chunk of the RPW
+// weight rows, dequantizes it, and folds it into the partials of all m rows (x chunks come through
+// L1). No block-level synchronization. Two ways to get the weight chunks, with the same chunks,
+// scales and arithmetic (so the same bits):
+//   - pipelined (GemvBlockPipelined): each lane copies its chunks kStages − 1 slabs ahead into a
+//     per-warp shared-memory ring with cp.async, so a warp has ~kGemvWarpBytes of weights in
+//     flight without holding them in registers (a GEMV is bound by the bytes in flight: one slab
+//     ahead in registers reached ~0.9 TB/s of the H200's 4.3, ncu 2026-11-30). The block scales
+//     the warp needs are decoded into shared memory once, up front.
+//   - direct (GemvBlockDirect): register loads one slab ahead; for rows that allow no whole-chunk
+//     vector copies, K not a multiple of 8, or more scales than the per-warp scale buffer holds.
+constexpr int kGemvWarpBytes = 8192;    // weight bytes per warp in flight (pipelined)
+constexpr int kGemvScaleFloats = 512;   // decoded block scales per warp (pipelined)
+
+template <Kind K, int RPW>
+constexpr int GemvStages() {
+  constexpr int kStageBytes = RPW * kWarpSize * ChunkBytes<K>();
+  constexpr int kStages = kGemvWarpBytes / kStageBytes;
+  return kStages < 2 ? 2 : kStages > 16 ? 16 : kStages;
+}
+
+template <Kind K>
+constexpr bool HasScale() {
+  return K == Kind::kFp8 || K == Kind::kFp4;
+}
+
+// Block-scale columns of a weight row: FP8 one per 128 columns, FP4 one per 32.
+template <Kind K>
+__device__ __forceinline__ int64_t ScaleColumns(int64_t k) {
+  return K == Kind::kFp8 ? CeilDiv(k, kFp8Block) : k / kFp4Block;
+}
+
+// Whether GemvBlockPipelined can serve this launch (uniform over the grid).
+template <Kind K, int RPW>
+__device__ __forceinline__ bool GemvPipelinable(const Params& p) {
+  if (!p.w_vec || (K != Kind::kFp4 && p.k % kChunk != 0)) return false;
+  if constexpr (HasScale<K>()) return RPW * ScaleColumns<K>(p.k) <= kGemvScaleFloats;
+  return true;
+}
+
+// Per-warp ring of weight chunks: [stage][row][lane's chunk bytes], and the warp's decoded scales
+// [row][scale column].
+template <Kind K, int RPW>
+struct GemvWarpSmem {
+  alignas(16) uint8_t w[GemvStages<K, RPW>()][RPW][kWarpSize * ChunkBytes<K>()];
+  float scale[HasScale<K>() ? kGemvScaleFloats : 1];
+};
+
+// Copies (cp.async) the lane's chunk of slab `slab` of the warp's RPW rows into ring stage
+// `stage`; chunks past K or rows past n become zeros.
+template <Kind K, int RPW>
+__device__ __forceinline__ void IssueGemvSlab(const Params& p, int64_t row0, int64_t rows_left, int64_t slab,
+                                              GemvWarpSmem<K, RPW>& sm, int stage, int lane) {
+  constexpr int kCb = ChunkBytes<K>();
+  const int64_t k0 = (slab * kWarpSize + lane) * kChunk;
+  const int64_t col_bytes = K == Kind::kFp4 ? k0 / 2 : k0 * ElementBytes<K>();
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const bool fill = r < rows_left && k0 < p.k;
+    const uint8_t* src = fill ? p.w + (row0 + r) * p.w_row_bytes + col_bytes : p.w;
+    uint8_t* dst = &sm.w[stage][r][lane * kCb];
+    if constexpr (kCb == 32) {
+      CpAsyncOrZero<16>(dst, src, fill);
+      CpAsyncOrZero<16>(dst + 16, fill ? src + 16 : src, fill);
+    } else {
+      CpAsyncOrZero<kCb>(dst, src, fill);
+    }
+  }
+}
+
+// Folds the lane's chunk c (dequantized weights wv of the RPW rows) into the partials of all m
+// x rows: acc[mi·RPW + r] += x[mi, 8c + e] · wv[r][e], e in column order.
+template <int MT, int RPW>
+__device__ __forceinline__ void FoldGemvSlab(const Params& p, const float* x, int64_t c, const float (&wv)[RPW][kChunk],
+                                             float (&acc)[MT * RPW]) {
+#pragma unroll
+  for (int mi = 0; mi < MT; ++mi) {
+    if (mi < p.m) {
+      float xv[kChunk];
+      LoadXChunk(p, x + mi * p.ldx, c, xv);
+#pragma unroll
+      for (int r = 0; r < RPW; ++r) {
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) acc[mi * RPW + r] = fmaf(xv[e], wv[r][e], acc[mi * RPW + r]);
+      }
+    }
+  }
+}
+
+// Sums the warp's partials (linear.h's butterfly) and writes outputs [o0, o0 + RPW) of all m rows.
+template <int MT, int RPW>
+__device__ __forceinline__ void StoreGemvOutputs(const Params& p, float (&acc)[MT * RPW], int64_t o0, int64_t g,
+                                                 int lane) {
+  constexpr int kAcc = MT * RPW;
+  WarpReduceScatter<kAcc>(acc, lane);
+  if ((lane & DuplicateLaneMask<kAcc>()) == 0) {
+#pragma unroll
+    for (int i = 0; i < ReducedPerLane<kAcc>(); ++i) {
+      const int idx = ReducedIndex<kAcc>(lane, i);
+      const int mi = idx / RPW;
+      const int64_t o = o0 + idx % RPW;
+      if (mi < p.m && o < p.n) p.y[g * p.y_group_stride + mi * p.ldy + o] = acc[i];
+    }
+  }
+}
+
 template <Kind K, int MT, int RPW>
-__device__ __forceinline__ void GemvBlock(const Params& p, int64_t block, int64_t g) {
+__device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t block, int64_t g) {
+  constexpr int kAcc = MT * RPW;
+  constexpr int kStages = GemvStages<K, RPW>();
+  constexpr int kCb = ChunkBytes<K>();
+  __shared__ GemvWarpSmem<K, RPW> smem[kGemvWarps];
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  GemvWarpSmem<K, RPW>& sm = smem[warp];
+  const int64_t o0 = (block * kGemvWarps + warp) * RPW;  // within the group
+  const int64_t row0 = g * p.n + o0;                     // global weight row
+  const int64_t rows_left = p.n - o0;
+  const float* x = p.x + g * p.x_group_stride;
+
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < p.num_slabs) IssueGemvSlab<K, RPW>(p, row0, rows_left, st, sm, st, lane);
+    CpAsyncCommit();
+  }
+  // The scales, decoded once (their loads overlap the copies above): [r][j], rows past n as 1.
+  int64_t scale_cols = 0;
+  if constexpr (HasScale<K>()) {
+    scale_cols = ScaleColumns<K>(p.k);
+    const int total = static_cast<int>(RPW * scale_cols);
+    for (int e0 = 0; e0 < total; e0 += 8 * kWarpSize) {
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int e = e0 + u * kWarpSize + lane;
+        v[u] = 1.f;
+        if (e < total) {
+          const int r = e / static_cast<int>(scale_cols);
+          const int64_t j = e - r * scale_cols;
+          if (r < rows_left) {
+            const int64_t srow = K == Kind::kFp8 ? (row0 + r) / kFp8Block : row0 + r;
+            const int64_t si = srow * p.scale_row_stride + j;
+            v[u] = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int e = e0 + u * kWarpSize + lane;
+        if (e < total) sm.scale[e] = v[u];
+      }
+    }
+    __syncwarp();
+  }
+
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+
+  for (int64_t s = 0; s < p.num_slabs; ++s) {
+    const int64_t c = s * kWarpSize + lane;
+    const int64_t k0 = c * kChunk;
+    // Stage (s − 1) % kStages was read in the previous iteration (its values are already in use),
+    // so it takes slab s + kStages − 1.
+    const int64_t ahead = s + kStages - 1;
+    if (ahead < p.num_slabs) IssueGemvSlab<K, RPW>(p, row0, rows_left, ahead, sm, static_cast<int>(ahead % kStages), lane);
+    CpAsyncCommit();
+    CpAsyncWait<kStages - 1>();  // slab s has landed
+    const int stage = static_cast<int>(s % kStages);
+    float wv[RPW][kChunk];
+#pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+      WChunk<K> chunk;
+      const uint8_t* src = &sm.w[stage][r][lane * kCb];
+      if constexpr (kCb == 32) {
+        const uint4 a = *reinterpret_cast<const uint4*>(src);
+        const uint4 b = *reinterpret_cast<const uint4*>(src + 16);
+        chunk.word[0] = a.x, chunk.word[1] = a.y, chunk.word[2] = a.z, chunk.word[3] = a.w;
+        chunk.word[4] = b.x, chunk.word[5] = b.y, chunk.word[6] = b.z, chunk.word[7] = b.w;
+      } else if constexpr (kCb == 16) {
+        const uint4 a = *reinterpret_cast<const uint4*>(src);
+        chunk.word[0] = a.x, chunk.word[1] = a.y, chunk.word[2] = a.z, chunk.word[3] = a.w;
+      } else if constexpr (kCb == 8) {
+        const uint2 a = *reinterpret_cast<const uint2*>(src);
+        chunk.word[0] = a.x, chunk.word[1] = a.y;
+      } else {
+        chunk.word[0] = *reinterpret_cast<const uint32_t*>(src);
+      }
+      chunk.scale = 1.f;
+      if constexpr (HasScale<K>()) {
+        // As LoadWChunk: a chunk past K (zeros) and a row past n keep scale 1.
+        if (k0 < p.k && r < rows_left) {
+          const int64_t j = K == Kind::kFp8 ? k0 / kFp8Block : k0 / kFp4Block;
+          chunk.scale = sm.scale[r * scale_cols + j];
+        }
+      }
+      Dequantize<K>(chunk, wv[r]);
+    }
+    FoldGemvSlab<MT, RPW>(p, x, c, wv, acc);
+  }
+  CpAsyncWaitAll();
+  __syncwarp();  // the ring and the scales are free for the warp's next item
+
+  StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
+}
+
+template <Kind K, int MT, int RPW>
+__device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, int64_t g) {
   constexpr int kAcc = MT * RPW;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -315,29 +518,18 @@ __device__ __forceinline__ void GemvBlock(const Params& p, int64_t block, int64_
     for (int r = 0; r < RPW; ++r) {
       if (o0 + r < p.n) LoadWChunk<K>(p, g * p.n + o0 + r, c + kWarpSize, next[r]);
     }
-#pragma unroll
-    for (int mi = 0; mi < MT; ++mi) {
-      if (mi < p.m) {
-        float xv[kChunk];
-        LoadXChunk(p, x + mi * p.ldx, c, xv);
-#pragma unroll
-        for (int r = 0; r < RPW; ++r) {
-#pragma unroll
-          for (int e = 0; e < kChunk; ++e) acc[mi * RPW + r] = fmaf(xv[e], wv[r][e], acc[mi * RPW + r]);
-        }
-      }
-    }
+    FoldGemvSlab<MT, RPW>(p, x, c, wv, acc);
   }
 
-  WarpReduceScatter<kAcc>(acc, lane);
-  if ((lane & DuplicateLaneMask<kAcc>()) == 0) {
-#pragma unroll
-    for (int i = 0; i < ReducedPerLane<kAcc>(); ++i) {
-      const int idx = ReducedIndex<kAcc>(lane, i);
-      const int mi = idx / RPW;
-      const int64_t o = o0 + idx % RPW;
-      if (mi < p.m && o < p.n) p.y[g * p.y_group_stride + mi * p.ldy + o] = acc[i];
-    }
+  StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
+}
+
+template <Kind K, int MT, int RPW>
+__device__ __forceinline__ void GemvBlock(const Params& p, int64_t block, int64_t g) {
+  if (GemvPipelinable<K, RPW>(p)) {
+    GemvBlockPipelined<K, MT, RPW>(p, block, g);
+  } else {
+    GemvBlockDirect<K, MT, RPW>(p, block, g);
   }
 }
 
@@ -592,11 +784,11 @@ struct ItemCursor {
   }
 };
 
-// The decode kind (FP4, 1–2 rows) is held to 64 registers (8 blocks per SM) so that more weight
-// loads are in flight, at the cost of a 60-byte spill (ptxas -v, CUDA 13.0); the others keep
-// ptxas's choice.
+// Bytes in flight come from GemvBlock's cp.async ring, not from resident warps, so the register
+// count is ptxas's choice (the former 64-register cap for 8 blocks per SM spilled 60 bytes; now
+// FP4 at 2 rows takes 128 registers with a 12-byte spill, ptxas -v, CUDA 13.0).
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 8 : 1)
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize)
     ExpertsGemvKernel(const ExpertsParams ep) {
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
