@@ -3,6 +3,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "kernels/cpu/ue8m0.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -77,6 +78,11 @@ struct Params {
   bool w_vec;                // weight rows allow whole-chunk vector loads
   bool w_vec16;              // weight rows are 16-byte aligned (the tensor-core path's loads)
   bool x_vec;                // x rows allow float4 loads
+  // LinearGemvKernel only (set by LaunchGemv): weights through the per-warp cp.async ring, and x
+  // staged in shared memory (rows of x_smem_ld floats, zeros past K).
+  bool gemv_ring;
+  bool gemv_x_smem;
+  int64_t x_smem_ld;
 };
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
@@ -280,20 +286,24 @@ constexpr int DuplicateLaneMask() {
 #include "kernels/cuda/linear_mma.cuh"
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
-// One block of kGemvWarps warps computing output block `block` of group `g`: warp w owns outputs
-// [(block·kGemvWarps + w)·RPW, +RPW) of the group; per slab each lane takes its chunk of the RPW
-// weight rows, dequantizes it, and folds it into the partials of all m rows (x chunks come through
-// L1). No block-level synchronization. Two ways to get the weight chunks, with the same chunks,
-// scales and arithmetic (so the same bits):
-//   - pipelined (GemvBlockPipelined): each lane copies its chunks kStages − 1 slabs ahead into a
-//     per-warp shared-memory ring with cp.async, so a warp has ~kGemvWarpBytes of weights in
-//     flight without holding them in registers (a GEMV is bound by the bytes in flight: one slab
-//     ahead in registers reached ~0.9 TB/s of the H200's 4.3, ncu 2026-11-30). The block scales
-//     the warp needs are decoded into shared memory once, up front.
-//   - direct (GemvBlockDirect): register loads one slab ahead; for rows that allow no whole-chunk
-//     vector copies, K not a multiple of 8, or more scales than the per-warp scale buffer holds.
-constexpr int kGemvWarpBytes = 8192;    // weight bytes per warp in flight (pipelined)
-constexpr int kGemvScaleFloats = 512;   // decoded block scales per warp (pipelined)
+// A warp owns RPW consecutive outputs of one group (an output block of a block is kGemvWarps·RPW
+// outputs, warp w the w-th RPW of them); per slab each lane takes its 8-column chunk of the RPW
+// weight rows, dequantizes it, and folds it into the partials of all m x rows. No block-level
+// synchronization inside a block's output block. Two ways to get the weight chunks, with the same
+// chunks, scales and arithmetic (so the same bits):
+//   - ring (GemvBlockPipelined, Linear's GEMV): each lane copies its chunks kStages − 1 slabs ahead
+//     into a per-warp ring in shared memory with cp.async, so a warp has ~kGemvWarpBytes of
+//     weights in flight without holding them in registers; the warp's block scales are decoded
+//     into shared memory once per output block, their loads overlapping the first copies;
+//   - direct (GemvBlockDirect): register loads one slab ahead; the experts' GEMV, and Linear's for
+//     rows that allow no whole-chunk copies, K not a multiple of 8, or more scales than the
+//     per-warp buffer holds.
+// x comes from shared memory where LinearGemvKernel staged it (once per block), else through L1.
+// Version 3 measured the ring with x through L1 (docs/performance.md): no faster, because every
+// slab then waited for its x chunk from L2 (~0.5 µs each), which is what bounded the small GEMVs.
+constexpr int kGemvWarpBytes = 8192;        // weight bytes per warp in flight (ring)
+constexpr int kGemvScaleFloats = 512;       // decoded block scales per warp (ring)
+constexpr int64_t kGemvXSmemBytes = 49152;  // largest x staged in shared memory
 
 template <Kind K, int RPW>
 constexpr int GemvStages() {
@@ -309,13 +319,13 @@ constexpr bool HasScale() {
 
 // Block-scale columns of a weight row: FP8 one per 128 columns, FP4 one per 32.
 template <Kind K>
-__device__ __forceinline__ int64_t ScaleColumns(int64_t k) {
+__host__ __device__ inline int64_t ScaleColumns(int64_t k) {
   return K == Kind::kFp8 ? CeilDiv(k, kFp8Block) : k / kFp4Block;
 }
 
-// Whether GemvBlockPipelined can serve this launch (uniform over the grid).
+// Whether GemvBlockPipelined can serve these weights.
 template <Kind K, int RPW>
-__device__ __forceinline__ bool GemvPipelinable(const Params& p) {
+__host__ __device__ inline bool GemvRingUsable(const Params& p) {
   if (!p.w_vec || (K != Kind::kFp4 && p.k % kChunk != 0)) return false;
   if constexpr (HasScale<K>()) return RPW * ScaleColumns<K>(p.k) <= kGemvScaleFloats;
   return true;
@@ -326,41 +336,27 @@ __device__ __forceinline__ bool GemvPipelinable(const Params& p) {
 template <Kind K, int RPW>
 struct GemvWarpSmem {
   alignas(16) uint8_t w[GemvStages<K, RPW>()][RPW][kWarpSize * ChunkBytes<K>()];
-  float scale[HasScale<K>() ? kGemvScaleFloats : 1];
+  float scale[HasScale<K>() ? kGemvScaleFloats : 4];
 };
 
-// Copies (cp.async) the lane's chunk of slab `slab` of the warp's RPW rows into ring stage
-// `stage`; chunks past K or rows past n become zeros.
-template <Kind K, int RPW>
-__device__ __forceinline__ void IssueGemvSlab(const Params& p, int64_t row0, int64_t rows_left, int64_t slab,
-                                              GemvWarpSmem<K, RPW>& sm, int stage, int lane) {
-  constexpr int kCb = ChunkBytes<K>();
-  const int64_t k0 = (slab * kWarpSize + lane) * kChunk;
-  const int64_t col_bytes = K == Kind::kFp4 ? k0 / 2 : k0 * ElementBytes<K>();
-#pragma unroll
-  for (int r = 0; r < RPW; ++r) {
-    const bool fill = r < rows_left && k0 < p.k;
-    const uint8_t* src = fill ? p.w + (row0 + r) * p.w_row_bytes + col_bytes : p.w;
-    uint8_t* dst = &sm.w[stage][r][lane * kCb];
-    if constexpr (kCb == 32) {
-      CpAsyncOrZero<16>(dst, src, fill);
-      CpAsyncOrZero<16>(dst + 16, fill ? src + 16 : src, fill);
-    } else {
-      CpAsyncOrZero<kCb>(dst, src, fill);
-    }
-  }
-}
-
 // Folds the lane's chunk c (dequantized weights wv of the RPW rows) into the partials of all m
-// x rows: acc[mi·RPW + r] += x[mi, 8c + e] · wv[r][e], e in column order.
+// x rows: acc[mi·RPW + r] += x[mi, 8c + e] · wv[r][e], e in column order. x: global rows (xs
+// null) or the staged rows xs (p.x_smem_ld floats apart).
 template <int MT, int RPW>
-__device__ __forceinline__ void FoldGemvSlab(const Params& p, const float* x, int64_t c, const float (&wv)[RPW][kChunk],
-                                             float (&acc)[MT * RPW]) {
+__device__ __forceinline__ void FoldGemvSlab(const Params& p, const float* x, const float* xs, int64_t c,
+                                             const float (&wv)[RPW][kChunk], float (&acc)[MT * RPW]) {
 #pragma unroll
   for (int mi = 0; mi < MT; ++mi) {
     if (mi < p.m) {
       float xv[kChunk];
-      LoadXChunk(p, x + mi * p.ldx, c, xv);
+      if (xs != nullptr) {
+        const float4* xr = reinterpret_cast<const float4*>(xs + mi * p.x_smem_ld + c * kChunk);
+        const float4 a = xr[0], b = xr[1];
+        xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+        xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
+      } else {
+        LoadXChunk(p, x + mi * p.ldx, c, xv);
+      }
 #pragma unroll
       for (int r = 0; r < RPW; ++r) {
 #pragma unroll
@@ -387,15 +383,39 @@ __device__ __forceinline__ void StoreGemvOutputs(const Params& p, float (&acc)[M
   }
 }
 
+// Copies (cp.async) the lane's chunk of slab `slab` of the warp's RPW rows into ring stage
+// `stage`; chunks past K or rows past n become zeros.
+template <Kind K, int RPW>
+__device__ __forceinline__ void IssueGemvSlab(const Params& p, int64_t row0, int64_t rows_left, int64_t slab,
+                                              GemvWarpSmem<K, RPW>& sm, int stage, int lane) {
+  constexpr int kCb = ChunkBytes<K>();
+  const int64_t k0 = (slab * kWarpSize + lane) * kChunk;
+  const int64_t col_bytes = K == Kind::kFp4 ? k0 / 2 : k0 * ElementBytes<K>();
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const bool fill = r < rows_left && k0 < p.k;
+    const uint8_t* src = fill ? p.w + (row0 + r) * p.w_row_bytes + col_bytes : p.w;
+    uint8_t* dst = &sm.w[stage][r][lane * kCb];
+    if constexpr (kCb == 32) {
+      CpAsyncOrZero<16>(dst, src, fill);
+      CpAsyncOrZero<16>(dst + 16, fill ? src + 16 : src, fill);
+    } else {
+      CpAsyncOrZero<kCb>(dst, src, fill);
+    }
+  }
+}
+
+// The ring way. x_pending: this thread's x copies (LinearGemvKernel's staging) are the oldest
+// cp.async group still open; they are waited for with the first slab and shown to the block by a
+// barrier, so every thread of the block must pass the same x_pending.
 template <Kind K, int MT, int RPW>
-__device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t block, int64_t g) {
+__device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t block, int64_t g,
+                                                   GemvWarpSmem<K, RPW>& sm, const float* xs, bool x_pending) {
   constexpr int kAcc = MT * RPW;
   constexpr int kStages = GemvStages<K, RPW>();
   constexpr int kCb = ChunkBytes<K>();
-  __shared__ GemvWarpSmem<K, RPW> smem[kGemvWarps];
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  GemvWarpSmem<K, RPW>& sm = smem[warp];
   const int64_t o0 = (block * kGemvWarps + warp) * RPW;  // within the group
   const int64_t row0 = g * p.n + o0;                     // global weight row
   const int64_t rows_left = p.n - o0;
@@ -434,6 +454,10 @@ __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t bloc
       }
     }
     __syncwarp();
+  }
+  if (x_pending) {
+    CpAsyncWait<kStages - 1>();  // only the ring's groups may still be open: x has landed
+    __syncthreads();
   }
 
   float acc[kAcc];
@@ -479,16 +503,17 @@ __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t bloc
       }
       Dequantize<K>(chunk, wv[r]);
     }
-    FoldGemvSlab<MT, RPW>(p, x, c, wv, acc);
+    FoldGemvSlab<MT, RPW>(p, x, xs, c, wv, acc);
   }
   CpAsyncWaitAll();
-  __syncwarp();  // the ring and the scales are free for the warp's next item
+  __syncwarp();  // the ring and the scales are free for the warp's next output block
 
   StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
 }
 
+// The direct way (x from xs when staged and already visible, else through L1).
 template <Kind K, int MT, int RPW>
-__device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, int64_t g) {
+__device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, int64_t g, const float* xs) {
   constexpr int kAcc = MT * RPW;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -518,25 +543,59 @@ __device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, 
     for (int r = 0; r < RPW; ++r) {
       if (o0 + r < p.n) LoadWChunk<K>(p, g * p.n + o0 + r, c + kWarpSize, next[r]);
     }
-    FoldGemvSlab<MT, RPW>(p, x, c, wv, acc);
+    FoldGemvSlab<MT, RPW>(p, x, xs, c, wv, acc);
   }
-
   StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
 }
 
-template <Kind K, int MT, int RPW>
-__device__ __forceinline__ void GemvBlock(const Params& p, int64_t block, int64_t g) {
-  if (GemvPipelinable<K, RPW>(p)) {
-    GemvBlockPipelined<K, MT, RPW>(p, block, g);
-  } else {
-    GemvBlockDirect<K, MT, RPW>(p, block, g);
+// Copies (cp.async, one open group per thread) the m x rows of group g into xs: rows of
+// p.x_smem_ld floats, zeros from K on. Needs p.x_vec (16-byte aligned rows).
+__device__ __forceinline__ void StageGemvX(const Params& p, int64_t g, float* xs) {
+  const float* x = p.x + g * p.x_group_stride;
+  const int64_t quads = p.x_smem_ld / 4;
+  for (int64_t e = threadIdx.x; e < p.m * quads; e += blockDim.x) {
+    const int64_t mi = e / quads, q = e - mi * quads;
+    const int64_t k0 = 4 * q;
+    float* dst = xs + mi * p.x_smem_ld + k0;
+    const float* src = x + mi * p.ldx + k0;
+    if (k0 + 4 <= p.k) {
+      CpAsync16(dst, src);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dst[i] = k0 + i < p.k ? __ldg(src + i) : 0.f;
+    }
   }
+  CpAsyncCommit();
 }
 
-// Grid (ceil(n / (kGemvWarps·RPW)), groups).
+// Grid (min(output blocks, what fits at once), groups): block (b0, g) stages group g's x once
+// (when p.gemv_x_smem), then computes output blocks b0, b0 + gridDim.x, ... Dynamic shared
+// memory: the kGemvWarps rings (when p.gemv_ring), then x.
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const Params p) {
-  GemvBlock<K, MT, RPW>(p, blockIdx.x, blockIdx.y);
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const Params p, int64_t num_blocks) {
+  extern __shared__ __align__(16) uint8_t gemv_smem[];
+  using Ring = GemvWarpSmem<K, RPW>;
+  const int64_t g = blockIdx.y;
+  float* xs = nullptr;
+  if (p.gemv_x_smem) {
+    xs = reinterpret_cast<float*>(gemv_smem + (p.gemv_ring ? kGemvWarps * sizeof(Ring) : 0));
+    StageGemvX(p, g, xs);
+    if (!p.gemv_ring) {
+      CpAsyncWaitAll();
+      __syncthreads();
+    }
+  }
+  bool x_pending = p.gemv_x_smem;
+  for (int64_t b = blockIdx.x; b < num_blocks; b += gridDim.x) {
+    if (p.gemv_ring) {
+      GemvBlockPipelined<K, MT, RPW>(p, b, g, reinterpret_cast<Ring*>(gemv_smem)[threadIdx.x / kWarpSize], xs,
+                                     x_pending);
+      x_pending = false;
+    } else {
+      GemvBlockDirect<K, MT, RPW>(p, b, g, xs);
+    }
+  }
+  if (x_pending) CpAsyncWaitAll();  // no output block (cannot happen: grid.x <= num_blocks)
 }
 
 // ---- Tiled GEMM: any M ----------------------------------------------------------------------
@@ -784,16 +843,17 @@ struct ItemCursor {
   }
 };
 
-// Bytes in flight come from GemvBlock's cp.async ring, not from resident warps, so the register
-// count is ptxas's choice (the former 64-register cap for 8 blocks per SM spilled 60 bytes; now
-// FP4 at 2 rows takes 128 registers with a 12-byte spill, ptxas -v, CUDA 13.0).
+// The decode kind (FP4, 1–2 rows) is held to 64 registers (8 blocks per SM) so that more weight
+// loads are in flight, at the cost of a 60-byte spill (ptxas -v, CUDA 13.0); the others keep
+// ptxas's choice. The experts take GemvBlockDirect: the ring of version 3 made them 6% slower
+// (fewer resident blocks, x still through L2 per slab; docs/performance.md).
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize)
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 8 : 1)
     ExpertsGemvKernel(const ExpertsParams ep) {
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    GemvBlock<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0);
+    GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, nullptr);
   }
 }
 
@@ -934,10 +994,34 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
 }
 
 template <Kind K, int MT>
-void LaunchGemv(const Params& p, int64_t groups, cudaStream_t stream) {
+void LaunchGemv(Params p, int64_t groups, cudaStream_t stream) {
   constexpr int kRpw = MT <= 2 ? 2 : 4;
-  const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, kGemvWarps * kRpw)), static_cast<unsigned>(groups));
-  LinearGemvKernel<K, MT, kRpw><<<grid, kGemvWarps * kWarpSize, 0, stream>>>(p);
+  constexpr int kThreads = kGemvWarps * kWarpSize;
+  constexpr int64_t kRingBytes = kGemvWarps * static_cast<int64_t>(sizeof(GemvWarpSmem<K, kRpw>));
+  const auto kernel = LinearGemvKernel<K, MT, kRpw>;
+  int device = 0, sms = 0, per_sm = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  // The shared-memory limit past 48 KiB, once per device (a bit per device id below 64).
+  static std::atomic<uint64_t> limit_set{0};
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (limit_set.load() & bit) == 0) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kRingBytes + kGemvXSmemBytes)),
+                  "cudaFuncSetAttribute");
+    limit_set.fetch_or(bit);
+  }
+  p.gemv_ring = GemvRingUsable<K, kRpw>(p);
+  p.x_smem_ld = p.num_slabs * kSlab;
+  p.gemv_x_smem = p.x_vec && p.m * p.x_smem_ld * 4 <= kGemvXSmemBytes;
+  const size_t smem = static_cast<size_t>((p.gemv_ring ? kRingBytes : 0) + (p.gemv_x_smem ? p.m * p.x_smem_ld * 4 : 0));
+  const int64_t num_blocks = CeilDiv(p.n, kGemvWarps * kRpw);
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  // One wave of resident blocks over all groups; each block walks its share of output blocks.
+  const int64_t resident = std::max<int64_t>(1, CeilDiv(static_cast<int64_t>(std::max(per_sm, 1)) * sms, groups));
+  const dim3 grid(static_cast<unsigned>(std::min(num_blocks, resident)), static_cast<unsigned>(groups));
+  kernel<<<grid, kThreads, smem, stream>>>(p, num_blocks);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear gemv");
 }
 
