@@ -568,9 +568,9 @@ __device__ __forceinline__ void StageGemvX(const Params& p, int64_t g, float* xs
   CpAsyncCommit();
 }
 
-// Grid (min(output blocks, what fits at once), groups): block (b0, g) stages group g's x once
-// (when p.gemv_x_smem), then computes output blocks b0, b0 + gridDim.x, ... Dynamic shared
-// memory: the kGemvWarps rings (when p.gemv_ring), then x.
+// Grid (at most num_blocks, groups): block (b0, g) stages group g's x once (when p.gemv_x_smem),
+// then computes output blocks b0, b0 + gridDim.x, ... (LaunchGemv launches one block per output
+// block). Dynamic shared memory: the kGemvWarps rings (when p.gemv_ring), then x.
 template <Kind K, int MT, int RPW>
 __global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const Params p, int64_t num_blocks) {
   extern __shared__ __align__(16) uint8_t gemv_smem[];
@@ -1010,17 +1010,27 @@ void LaunchGemv(Params p, int64_t groups, cudaStream_t stream) {
                   "cudaFuncSetAttribute");
     limit_set.fetch_or(bit);
   }
-  p.gemv_ring = GemvRingUsable<K, kRpw>(p);
-  p.x_smem_ld = p.num_slabs * kSlab;
-  p.gemv_x_smem = p.x_vec && p.m * p.x_smem_ld * 4 <= kGemvXSmemBytes;
-  const size_t smem = static_cast<size_t>((p.gemv_ring ? kRingBytes : 0) + (p.gemv_x_smem ? p.m * p.x_smem_ld * 4 : 0));
+  // What measured fastest (docs/performance.md, versions 2-3b): the ring with x staged where
+  // every output block fits in one wave of resident blocks (the small GEMVs, bound by latency);
+  // elsewhere the register path, one output block per block, x through L1 (many blocks in flight
+  // already hide the latency, and the ring's shared memory costs resident blocks).
   const int64_t num_blocks = CeilDiv(p.n, kGemvWarps * kRpw);
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem),
-                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  // One wave of resident blocks over all groups; each block walks its share of output blocks.
-  const int64_t resident = std::max<int64_t>(1, CeilDiv(static_cast<int64_t>(std::max(per_sm, 1)) * sms, groups));
-  const dim3 grid(static_cast<unsigned>(std::min(num_blocks, resident)), static_cast<unsigned>(groups));
+  p.x_smem_ld = p.num_slabs * kSlab;
+  p.gemv_ring = false;
+  p.gemv_x_smem = false;
+  size_t smem = 0;
+  if (GemvRingUsable<K, kRpw>(p) && p.x_vec && p.m * p.x_smem_ld * 4 <= kGemvXSmemBytes) {
+    const size_t staged = static_cast<size_t>(kRingBytes + p.m * p.x_smem_ld * 4);
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, staged),
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    if (num_blocks * groups <= static_cast<int64_t>(per_sm) * sms) {
+      p.gemv_ring = true;
+      p.gemv_x_smem = true;
+      smem = staged;
+    }
+  }
+  const dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(groups));
   kernel<<<grid, kThreads, smem, stream>>>(p, num_blocks);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear gemv");
 }
