@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/ue8m0.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -512,8 +515,11 @@ __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t bloc
 }
 
 // The direct way (x from xs when staged and already visible, else through L1).
+// x_pending: as GemvBlockPipelined's (the block's x copies are waited for after this output
+// block's first weight loads are issued, then a barrier; every thread passes the same value).
 template <Kind K, int MT, int RPW>
-__device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, int64_t g, const float* xs) {
+__device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, int64_t g, const float* xs,
+                                                bool x_pending = false) {
   constexpr int kAcc = MT * RPW;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -532,6 +538,10 @@ __device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, 
     } else {
       ZeroChunk(next[r]);
     }
+  }
+  if (x_pending) {
+    CpAsyncWaitAll();
+    __syncthreads();
   }
   for (int64_t s = 0; s < p.num_slabs; ++s) {
     const int64_t c = s * kWarpSize + lane;
@@ -843,17 +853,47 @@ struct ItemCursor {
   }
 };
 
-// The decode kind (FP4, 1–2 rows) is held to 64 registers (8 blocks per SM) so that more weight
-// loads are in flight, at the cost of a 60-byte spill (ptxas -v, CUDA 13.0); the others keep
-// ptxas's choice. The experts take GemvBlockDirect: the ring of version 3 made them 6% slower
-// (fewer resident blocks, x still through L2 per slab; docs/performance.md).
+// With stage_x (tiles' x rows 16-byte aligned and MT rows of x fit in kGemvXSmemBytes), block j
+// takes a contiguous run of items (tile-major: the output blocks of one tile are consecutive),
+// stages each tile's x in dynamic shared memory once per run, and streams the weights through the
+// per-warp rings (GemvBlockPipelined; the register path for weights the ring cannot take), so that
+// neither x nor the weights wait a memory latency per slab. Dynamic shared memory: the
+// kGemvWarps rings, then x. Without stage_x: items j, j + gridDim.x, ... on the register path
+// with x through L1 (version 2; the ring alone made the experts 6% slower in version 3a).
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 8 : 1)
-    ExpertsGemvKernel(const ExpertsParams ep) {
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize) ExpertsGemvKernel(const ExpertsParams ep, bool stage_x) {
+  extern __shared__ __align__(16) uint8_t gemv_smem[];
+  using Ring = GemvWarpSmem<K, RPW>;
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
-  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, nullptr);
+  if (!stage_x) {
+    for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+      GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, nullptr);
+    }
+    return;
+  }
+  Ring& ring = reinterpret_cast<Ring*>(gemv_smem)[threadIdx.x / kWarpSize];
+  float* xs = reinterpret_cast<float*>(gemv_smem + kGemvWarps * sizeof(Ring));
+  const int64_t bpt = ep.blocks_per_tile;
+  const int64_t total = static_cast<int64_t>(tiles) * bpt;
+  const int64_t per = CeilDiv(total, gridDim.x);
+  const int64_t end = min(total, (static_cast<int64_t>(blockIdx.x) + 1) * per);
+  int64_t staged_tile = -1;
+  for (int64_t item = blockIdx.x * per; item < end; ++item) {
+    const int64_t tile = item / bpt;
+    Params p = TileParams<K>(ep, ep.tiles[tile]);
+    p.x_smem_ld = p.num_slabs * kSlab;
+    const bool x_pending = tile != staged_tile;
+    if (x_pending) {
+      __syncthreads();  // every warp is done with the previous tile's x
+      StageGemvX(p, 0, xs);
+      staged_tile = tile;
+    }
+    if (GemvRingUsable<K, RPW>(p)) {
+      GemvBlockPipelined<K, MT, RPW>(p, item - tile * bpt, 0, ring, xs, x_pending);
+    } else {
+      GemvBlockDirect<K, MT, RPW>(p, item - tile * bpt, 0, xs, x_pending);
+    }
   }
 }
 
@@ -993,23 +1033,48 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   return kind;
 }
 
+// DEEPINFER_GEMV selects the f32-SIMT GEMVs' way of streaming, read once per process:
+//   auto (default)  Linear: the ring with staged x where the output blocks fit in one wave of
+//                   resident blocks, else the register path; experts: staged x and the ring
+//                   (docs/performance.md, versions 3c and 3d);
+//   register        version 2: the register path everywhere, x through L1.
+// Both give the same bits; the switch exists to measure them side by side in one run
+// (scripts/gpu-bench.sh --steps). Anything else is an error at the first GEMV.
+bool GemvStaging() {
+  static const int choice = [] {
+    const char* v = std::getenv("DEEPINFER_GEMV");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "auto") == 0) return 1;
+    if (std::strcmp(v, "register") == 0) return 0;
+    return -1;
+  }();
+  if (choice < 0) Fail("DEEPINFER_GEMV must be auto or register");
+  return choice == 1;
+}
+
+// Raises kKernel's dynamic shared-memory limit to `bytes` (past the default 48 KiB) on the current
+// device, once per device id below 64 (every call above); returns the device.
+template <auto kKernel>
+int AllowDynamicSmem(int64_t bytes) {
+  int device = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  static std::atomic<uint64_t> done{0};
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (done.load() & bit) == 0) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                  "cudaFuncSetAttribute");
+    done.fetch_or(bit);
+  }
+  return device;
+}
+
 template <Kind K, int MT>
 void LaunchGemv(Params p, int64_t groups, cudaStream_t stream) {
   constexpr int kRpw = MT <= 2 ? 2 : 4;
   constexpr int kThreads = kGemvWarps * kWarpSize;
   constexpr int64_t kRingBytes = kGemvWarps * static_cast<int64_t>(sizeof(GemvWarpSmem<K, kRpw>));
   const auto kernel = LinearGemvKernel<K, MT, kRpw>;
-  int device = 0, sms = 0, per_sm = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-  // The shared-memory limit past 48 KiB, once per device (a bit per device id below 64).
-  static std::atomic<uint64_t> limit_set{0};
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (limit_set.load() & bit) == 0) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kRingBytes + kGemvXSmemBytes)),
-                  "cudaFuncSetAttribute");
-    limit_set.fetch_or(bit);
-  }
+  const int device = AllowDynamicSmem<LinearGemvKernel<K, MT, kRpw>>(kRingBytes + kGemvXSmemBytes);
+  int sms = 0, per_sm = 0;
   // What measured fastest (docs/performance.md, versions 2-3b): the ring with x staged where
   // every output block fits in one wave of resident blocks (the small GEMVs, bound by latency);
   // elsewhere the register path, one output block per block, x through L1 (many blocks in flight
@@ -1019,7 +1084,7 @@ void LaunchGemv(Params p, int64_t groups, cudaStream_t stream) {
   p.gemv_ring = false;
   p.gemv_x_smem = false;
   size_t smem = 0;
-  if (GemvRingUsable<K, kRpw>(p) && p.x_vec && p.m * p.x_smem_ld * 4 <= kGemvXSmemBytes) {
+  if (GemvStaging() && GemvRingUsable<K, kRpw>(p) && p.x_vec && p.m * p.x_smem_ld * 4 <= kGemvXSmemBytes) {
     const size_t staged = static_cast<size_t>(kRingBytes + p.m * p.x_smem_ld * 4);
     DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, staged),
@@ -1149,7 +1214,7 @@ struct ExpertsLaunch {
 // capacity has items, and no more than fit on the device at once (the kernel strides over the rest).
 template <typename Kernel>
 void LaunchList(Kernel kernel, int threads, int blocks_per_sm, const ExpertsLaunch& l, int kind,
-                int64_t blocks_per_tile, const char* what) {
+                int64_t blocks_per_tile, const char* what, size_t smem = 0, bool stage_x = false) {
   if (l.capacity.tiles[kind] == 0) return;
   ExpertsParams ep = l.params;
   ep.count = l.lists.counts + kind;
@@ -1157,7 +1222,11 @@ void LaunchList(Kernel kernel, int threads, int blocks_per_sm, const ExpertsLaun
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);  // n < 2^31 (checked)
   const int64_t resident = l.sms * std::max(blocks_per_sm, 1);
   const int64_t grid = std::min(l.capacity.tiles[kind] * blocks_per_tile, resident);
-  kernel<<<static_cast<unsigned>(grid), threads, 0, l.stream>>>(ep);
+  if constexpr (std::is_invocable_v<Kernel, ExpertsParams, bool>) {
+    kernel<<<static_cast<unsigned>(grid), threads, smem, l.stream>>>(ep, stage_x);
+  } else {
+    kernel<<<static_cast<unsigned>(grid), threads, smem, l.stream>>>(ep);
+  }
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
@@ -1173,9 +1242,17 @@ int BlocksPerSm(Kernel kernel, int threads) {
 template <Kind K, int MT, int RPW>
 void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
   constexpr int kThreads = kGemvWarps * kWarpSize;
-  static const int blocks_per_sm = BlocksPerSm(ExpertsGemvKernel<K, MT, RPW>, kThreads);
-  LaunchList(ExpertsGemvKernel<K, MT, RPW>, kThreads, blocks_per_sm, l, kind,
-             CeilDiv(l.params.base.n, kGemvWarps * RPW), "cuda::ExpertsLinear gemv");
+  const auto kernel = ExpertsGemvKernel<K, MT, RPW>;
+  constexpr int64_t kRingBytes = kGemvWarps * static_cast<int64_t>(sizeof(GemvWarpSmem<K, RPW>));
+  const int64_t x_ld = l.params.base.num_slabs * kSlab;
+  const bool stage_x = GemvStaging() && l.params.base.x_vec && MT * x_ld * 4 <= kGemvXSmemBytes;
+  const size_t smem = stage_x ? static_cast<size_t>(kRingBytes + MT * x_ld * 4) : 0;
+  AllowDynamicSmem<ExpertsGemvKernel<K, MT, RPW>>(kRingBytes + kGemvXSmemBytes);
+  int blocks_per_sm = 0;
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  LaunchList(kernel, kThreads, blocks_per_sm, l, kind, CeilDiv(l.params.base.n, kGemvWarps * RPW),
+             "cuda::ExpertsLinear gemv", smem, stage_x);
 }
 
 template <Kind K, int TM, bool kFp8>
