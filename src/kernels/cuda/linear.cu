@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <type_traits>
 
 #include "kernels/cpu/ue8m0.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -853,25 +852,32 @@ struct ItemCursor {
   }
 };
 
-// With stage_x (tiles' x rows 16-byte aligned and MT rows of x fit in kGemvXSmemBytes), block j
-// takes a contiguous run of items (tile-major: the output blocks of one tile are consecutive),
-// stages each tile's x in dynamic shared memory once per run, and streams the weights through the
-// per-warp rings (GemvBlockPipelined; the register path for weights the ring cannot take), so that
-// neither x nor the weights wait a memory latency per slab. Dynamic shared memory: the
-// kGemvWarps rings, then x. Without stage_x: items j, j + gridDim.x, ... on the register path
-// with x through L1 (version 2; the ring alone made the experts 6% slower in version 3a).
+// Version 2's experts GEMV: items j, j + gridDim.x, ... on the register path with x through L1.
+// The decode kind (FP4, 1–2 rows) is held to 64 registers (8 blocks per SM) so that more weight
+// loads are in flight, at the cost of a 60-byte spill (ptxas -v, CUDA 13.0); the others keep
+// ptxas's choice.
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize) ExpertsGemvKernel(const ExpertsParams ep, bool stage_x) {
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 8 : 1)
+    ExpertsGemvKernel(const ExpertsParams ep) {
+  CheckPlan(ep);
+  const int32_t tiles = *ep.count;
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, nullptr);
+  }
+}
+
+// The staged experts GEMV (tiles' x rows 16-byte aligned, MT rows of x within kGemvXSmemBytes):
+// block j takes a contiguous run of items (tile-major: the output blocks of one tile are
+// consecutive), stages each tile's x in dynamic shared memory once per run, and streams the
+// weights through the per-warp rings (GemvBlockPipelined; the register path for weights the ring
+// cannot take), so that neither x nor the weights wait a memory latency per slab. Dynamic shared
+// memory: the kGemvWarps rings, then x.
+template <Kind K, int MT, int RPW>
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize) ExpertsGemvStagedKernel(const ExpertsParams ep) {
   extern __shared__ __align__(16) uint8_t gemv_smem[];
   using Ring = GemvWarpSmem<K, RPW>;
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
-  if (!stage_x) {
-    for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-      GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, nullptr);
-    }
-    return;
-  }
   Ring& ring = reinterpret_cast<Ring*>(gemv_smem)[threadIdx.x / kWarpSize];
   float* xs = reinterpret_cast<float*>(gemv_smem + kGemvWarps * sizeof(Ring));
   const int64_t bpt = ep.blocks_per_tile;
@@ -1214,7 +1220,7 @@ struct ExpertsLaunch {
 // capacity has items, and no more than fit on the device at once (the kernel strides over the rest).
 template <typename Kernel>
 void LaunchList(Kernel kernel, int threads, int blocks_per_sm, const ExpertsLaunch& l, int kind,
-                int64_t blocks_per_tile, const char* what, size_t smem = 0, bool stage_x = false) {
+                int64_t blocks_per_tile, const char* what, size_t smem = 0) {
   if (l.capacity.tiles[kind] == 0) return;
   ExpertsParams ep = l.params;
   ep.count = l.lists.counts + kind;
@@ -1222,11 +1228,7 @@ void LaunchList(Kernel kernel, int threads, int blocks_per_sm, const ExpertsLaun
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);  // n < 2^31 (checked)
   const int64_t resident = l.sms * std::max(blocks_per_sm, 1);
   const int64_t grid = std::min(l.capacity.tiles[kind] * blocks_per_tile, resident);
-  if constexpr (std::is_invocable_v<Kernel, ExpertsParams, bool>) {
-    kernel<<<static_cast<unsigned>(grid), threads, smem, l.stream>>>(ep, stage_x);
-  } else {
-    kernel<<<static_cast<unsigned>(grid), threads, smem, l.stream>>>(ep);
-  }
+  kernel<<<static_cast<unsigned>(grid), threads, smem, l.stream>>>(ep);
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
@@ -1242,17 +1244,21 @@ int BlocksPerSm(Kernel kernel, int threads) {
 template <Kind K, int MT, int RPW>
 void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
   constexpr int kThreads = kGemvWarps * kWarpSize;
-  const auto kernel = ExpertsGemvKernel<K, MT, RPW>;
-  constexpr int64_t kRingBytes = kGemvWarps * static_cast<int64_t>(sizeof(GemvWarpSmem<K, RPW>));
+  const int64_t blocks_per_tile = CeilDiv(l.params.base.n, kGemvWarps * RPW);
   const int64_t x_ld = l.params.base.num_slabs * kSlab;
-  const bool stage_x = GemvStaging() && l.params.base.x_vec && MT * x_ld * 4 <= kGemvXSmemBytes;
-  const size_t smem = stage_x ? static_cast<size_t>(kRingBytes + MT * x_ld * 4) : 0;
-  AllowDynamicSmem<ExpertsGemvKernel<K, MT, RPW>>(kRingBytes + kGemvXSmemBytes);
-  int blocks_per_sm = 0;
-  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
-                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  LaunchList(kernel, kThreads, blocks_per_sm, l, kind, CeilDiv(l.params.base.n, kGemvWarps * RPW),
-             "cuda::ExpertsLinear gemv", smem, stage_x);
+  if (GemvStaging() && l.params.base.x_vec && MT * x_ld * 4 <= kGemvXSmemBytes) {
+    constexpr int64_t kRingBytes = kGemvWarps * static_cast<int64_t>(sizeof(GemvWarpSmem<K, RPW>));
+    const auto kernel = ExpertsGemvStagedKernel<K, MT, RPW>;
+    AllowDynamicSmem<ExpertsGemvStagedKernel<K, MT, RPW>>(kRingBytes + kGemvXSmemBytes);
+    const size_t smem = static_cast<size_t>(kRingBytes + MT * x_ld * 4);
+    int blocks_per_sm = 0;
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
+                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    LaunchList(kernel, kThreads, blocks_per_sm, l, kind, blocks_per_tile, "cuda::ExpertsLinear gemv staged", smem);
+    return;
+  }
+  static const int blocks_per_sm = BlocksPerSm(ExpertsGemvKernel<K, MT, RPW>, kThreads);
+  LaunchList(ExpertsGemvKernel<K, MT, RPW>, kThreads, blocks_per_sm, l, kind, blocks_per_tile, "cuda::ExpertsLinear gemv");
 }
 
 template <Kind K, int TM, bool kFp8>
