@@ -44,8 +44,8 @@ if [[ ${1:-} == --steps ]]; then
   echo "== HF transformers on the same config (random BF16 weights)"
   timeout 200 python3 tools/bench_hf_steps.py bench/configs/v4-flash-3layer | tee "$out/steps-hf.json" || status=1
   # The device tool returns at most 8 files: the reports travel as one archive.
-  (cd "$out" && tar -cJf steps-reports.tar.xz steps*.json steps.png bench.log 2>/dev/null &&
-    rm -f steps*.json steps.png bench.log)
+  (cd "$out" && reports=() && for f in steps*.json steps.png bench.log; do if [[ -e $f ]]; then reports+=("$f"); fi; done &&
+    [[ ${#reports[@]} -gt 0 ]] && tar -cJf steps-reports.tar.xz "${reports[@]}" && rm -f "${reports[@]}")
   exit $status
 fi
 if [[ ${1:-} == --flash ]]; then
