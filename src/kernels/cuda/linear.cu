@@ -6,6 +6,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include "kernels/cpu/ue8m0.h"
 #include "kernels/cuda/cuda_common.cuh"
@@ -1073,6 +1076,23 @@ int AllowDynamicSmem(int64_t bytes) {
   return device;
 }
 
+// kKernel's resident blocks per SM at `threads` threads and `smem` bytes of dynamic shared memory,
+// from the occupancy API once per (kernel, smem) (the devices of one process are alike).
+template <auto kKernel>
+int BlocksPerSmWithSmem(int threads, size_t smem) {
+  static std::mutex mu;
+  static std::vector<std::pair<size_t, int>> known;  // (smem, blocks); threads is fixed per kernel
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [bytes, blocks] : known) {
+    if (bytes == smem) return blocks;
+  }
+  int blocks = 0;
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kKernel, threads, smem),
+                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  known.emplace_back(smem, blocks);
+  return blocks;
+}
+
 template <Kind K, int MT>
 void LaunchGemv(Params p, int64_t groups, cudaStream_t stream) {
   constexpr int kRpw = MT <= 2 ? 2 : 4;
@@ -1093,8 +1113,7 @@ void LaunchGemv(Params p, int64_t groups, cudaStream_t stream) {
   if (GemvStaging() && GemvRingUsable<K, kRpw>(p) && p.x_vec && p.m * p.x_smem_ld * 4 <= kGemvXSmemBytes) {
     const size_t staged = static_cast<size_t>(kRingBytes + p.m * p.x_smem_ld * 4);
     DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, staged),
-                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    per_sm = BlocksPerSmWithSmem<LinearGemvKernel<K, MT, kRpw>>(kThreads, staged);
     if (num_blocks * groups <= static_cast<int64_t>(per_sm) * sms) {
       p.gemv_ring = true;
       p.gemv_x_smem = true;
@@ -1251,9 +1270,7 @@ void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
     const auto kernel = ExpertsGemvStagedKernel<K, MT, RPW>;
     AllowDynamicSmem<ExpertsGemvStagedKernel<K, MT, RPW>>(kRingBytes + kGemvXSmemBytes);
     const size_t smem = static_cast<size_t>(kRingBytes + MT * x_ld * 4);
-    int blocks_per_sm = 0;
-    DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem),
-                  "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    const int blocks_per_sm = BlocksPerSmWithSmem<ExpertsGemvStagedKernel<K, MT, RPW>>(kThreads, smem);
     LaunchList(kernel, kThreads, blocks_per_sm, l, kind, blocks_per_tile, "cuda::ExpertsLinear gemv staged", smem);
     return;
   }
