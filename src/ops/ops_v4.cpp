@@ -311,6 +311,12 @@ void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& sl
   CheckDevice(ctx, "moe_combine", {&ye, &slot_rows, &expert_ids, &shared, &out});
   const int64_t m = out.size(0), d = out.size(1);
   DI_CHECK(out.is_contiguous() && (shared.empty() || shared.is_contiguous()), "moe_combine: layout");
+  DI_CHECK(top_k >= 1 && slot_rows.numel() == m * top_k && expert_ids.numel() == m * top_k,
+           "moe_combine: slot_rows ({}) and expert_ids ({}) must hold {} tokens x top_k {} slots", slot_rows.numel(),
+           expert_ids.numel(), m, top_k);
+  // Both paths read expert row r at ye + r·d.
+  DI_CHECK(ye.dtype() == DType::kF32 && ye.ndim() == 2 && ye.is_contiguous() && ye.size(1) == d,
+           "moe_combine: ye {} must be contiguous F32 [rows, {}]", ye.ShapeString(), d);
   DI_ON_CUDA(ctx, "moe_combine",
              cuda::MoeCombine(ye.data<float>(), I32(slot_rows), I32(expert_ids), m, top_k, d,
                               shared.empty() ? nullptr : shared.data<float>(), out.data<float>(), ctx.stream));
@@ -319,6 +325,7 @@ void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& sl
     order.clear();
     for (int64_t j = 0; j < top_k; ++j) {
       const int32_t row = I32(slot_rows)[t * top_k + j];
+      DI_CHECK(row < ye.size(0), "moe_combine: slot row {} past ye's {} rows", row, ye.size(0));
       if (row >= 0) order.emplace_back(I32(expert_ids)[t * top_k + j], row);
     }
     std::sort(order.begin(), order.end());
