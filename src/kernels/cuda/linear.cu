@@ -83,10 +83,10 @@ struct Params {
   bool w_vec;                // weight rows allow whole-chunk vector loads
   bool w_vec16;              // weight rows are 16-byte aligned (the tensor-core path's loads)
   bool x_vec;                // x rows allow float4 loads
-  // LinearGemvKernel only (set by LaunchGemv): weights through the per-warp cp.async ring, and x
-  // staged in shared memory (rows of x_smem_ld floats, zeros past K).
-  bool gemv_ring;
-  bool gemv_x_smem;
+  // LinearGemvKernel only (set by LaunchGemv): x staged in shared memory (rows of x_smem_ld
+  // floats, zeros past K) and the weights through the per-warp cp.async rings. x_smem_ld is also
+  // set by ExpertsGemvStagedKernel.
+  bool gemv_staged;
   int64_t x_smem_ld;
 };
 
@@ -296,15 +296,16 @@ constexpr int DuplicateLaneMask() {
 // weight rows, dequantizes it, and folds it into the partials of all m x rows. No block-level
 // synchronization inside a block's output block. Two ways to get the weight chunks, with the same
 // chunks, scales and arithmetic (so the same bits):
-//   - ring (GemvBlockPipelined, Linear's GEMV): each lane copies its chunks kStages − 1 slabs ahead
-//     into a per-warp ring in shared memory with cp.async, so a warp has ~kGemvWarpBytes of
-//     weights in flight without holding them in registers; the warp's block scales are decoded
-//     into shared memory once per output block, their loads overlapping the first copies;
-//   - direct (GemvBlockDirect): register loads one slab ahead; the experts' GEMV, and Linear's for
-//     rows that allow no whole-chunk copies, K not a multiple of 8, or more scales than the
-//     per-warp buffer holds.
-// x comes from shared memory where LinearGemvKernel staged it (once per block), else through L1.
-// Version 3 measured the ring with x through L1 (docs/performance.md): no faster, because every
+//   - ring (GemvBlockPipelined, always with x staged): each lane copies its chunks kStages − 1
+//     slabs ahead into a per-warp ring in shared memory with cp.async, so a warp has
+//     ~kGemvWarpBytes of weights in flight without holding them in registers; the warp's block
+//     scales are decoded into shared memory once per output block, their loads overlapping the
+//     first copies;
+//   - direct (GemvBlockDirect): register loads one slab ahead; version 2's way, and the staged
+//     kernels' for rows that allow no whole-chunk copies, K not a multiple of 8, or more scales
+//     than the per-warp buffer holds.
+// x comes from shared memory where the kernel staged it (LinearGemvKernel once per block,
+// ExpertsGemvStagedKernel once per run of a tile), else through L1. Version 3 measured the ring with x through L1 (docs/performance.md): no faster, because every
 // slab then waited for its x chunk from L2 (~0.5 µs each), which is what bounded the small GEMVs.
 constexpr int kGemvWarpBytes = 8192;        // weight bytes per warp in flight (ring)
 constexpr int kGemvScaleFloats = 512;       // decoded block scales per warp (ring)
@@ -580,34 +581,22 @@ __device__ __forceinline__ void StageGemvX(const Params& p, int64_t g, float* xs
   CpAsyncCommit();
 }
 
-// Grid (at most num_blocks, groups): block (b0, g) stages group g's x once (when p.gemv_x_smem),
-// then computes output blocks b0, b0 + gridDim.x, ... (LaunchGemv launches one block per output
-// block). Dynamic shared memory: the kGemvWarps rings (when p.gemv_ring), then x.
+// Grid (output blocks, groups). With p.gemv_staged, block (b, g) stages group g's x and streams
+// the weights through the per-warp rings (dynamic shared memory: the kGemvWarps rings, then x);
+// otherwise the register path with x through L1.
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const Params p, int64_t num_blocks) {
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const Params p) {
   extern __shared__ __align__(16) uint8_t gemv_smem[];
   using Ring = GemvWarpSmem<K, RPW>;
   const int64_t g = blockIdx.y;
-  float* xs = nullptr;
-  if (p.gemv_x_smem) {
-    xs = reinterpret_cast<float*>(gemv_smem + (p.gemv_ring ? kGemvWarps * sizeof(Ring) : 0));
-    StageGemvX(p, g, xs);
-    if (!p.gemv_ring) {
-      CpAsyncWaitAll();
-      __syncthreads();
-    }
+  if (!p.gemv_staged) {
+    GemvBlockDirect<K, MT, RPW>(p, blockIdx.x, g, nullptr);
+    return;
   }
-  bool x_pending = p.gemv_x_smem;
-  for (int64_t b = blockIdx.x; b < num_blocks; b += gridDim.x) {
-    if (p.gemv_ring) {
-      GemvBlockPipelined<K, MT, RPW>(p, b, g, reinterpret_cast<Ring*>(gemv_smem)[threadIdx.x / kWarpSize], xs,
-                                     x_pending);
-      x_pending = false;
-    } else {
-      GemvBlockDirect<K, MT, RPW>(p, b, g, xs);
-    }
-  }
-  if (x_pending) CpAsyncWaitAll();  // no output block (cannot happen: grid.x <= num_blocks)
+  float* xs = reinterpret_cast<float*>(gemv_smem + kGemvWarps * sizeof(Ring));
+  StageGemvX(p, g, xs);
+  GemvBlockPipelined<K, MT, RPW>(p, blockIdx.x, g, reinterpret_cast<Ring*>(gemv_smem)[threadIdx.x / kWarpSize], xs,
+                                 true);
 }
 
 // ---- Tiled GEMM: any M ----------------------------------------------------------------------
@@ -1079,7 +1068,7 @@ int AllowDynamicSmem(int64_t bytes) {
 // kKernel's resident blocks per SM at `threads` threads and `smem` bytes of dynamic shared memory,
 // from the occupancy API once per (kernel, smem) (the devices of one process are alike).
 template <auto kKernel>
-int BlocksPerSmWithSmem(int threads, size_t smem) {
+int BlocksPerSm(int threads, size_t smem) {
   static std::mutex mu;
   static std::vector<std::pair<size_t, int>> known;  // (smem, blocks); threads is fixed per kernel
   std::lock_guard<std::mutex> lock(mu);
@@ -1098,30 +1087,27 @@ void LaunchGemv(Params p, int64_t groups, cudaStream_t stream) {
   constexpr int kRpw = MT <= 2 ? 2 : 4;
   constexpr int kThreads = kGemvWarps * kWarpSize;
   constexpr int64_t kRingBytes = kGemvWarps * static_cast<int64_t>(sizeof(GemvWarpSmem<K, kRpw>));
-  const auto kernel = LinearGemvKernel<K, MT, kRpw>;
-  const int device = AllowDynamicSmem<LinearGemvKernel<K, MT, kRpw>>(kRingBytes + kGemvXSmemBytes);
-  int sms = 0, per_sm = 0;
   // What measured fastest (docs/performance.md, versions 2-3b): the ring with x staged where
   // every output block fits in one wave of resident blocks (the small GEMVs, bound by latency);
   // elsewhere the register path, one output block per block, x through L1 (many blocks in flight
   // already hide the latency, and the ring's shared memory costs resident blocks).
   const int64_t num_blocks = CeilDiv(p.n, kGemvWarps * kRpw);
   p.x_smem_ld = p.num_slabs * kSlab;
-  p.gemv_ring = false;
-  p.gemv_x_smem = false;
+  p.gemv_staged = false;
   size_t smem = 0;
   if (GemvStaging() && GemvRingUsable<K, kRpw>(p) && p.x_vec && p.m * p.x_smem_ld * 4 <= kGemvXSmemBytes) {
+    const int device = AllowDynamicSmem<LinearGemvKernel<K, MT, kRpw>>(kRingBytes + kGemvXSmemBytes);
     const size_t staged = static_cast<size_t>(kRingBytes + p.m * p.x_smem_ld * 4);
+    int sms = 0;
     DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    per_sm = BlocksPerSmWithSmem<LinearGemvKernel<K, MT, kRpw>>(kThreads, staged);
+    const int per_sm = BlocksPerSm<LinearGemvKernel<K, MT, kRpw>>(kThreads, staged);
     if (num_blocks * groups <= static_cast<int64_t>(per_sm) * sms) {
-      p.gemv_ring = true;
-      p.gemv_x_smem = true;
+      p.gemv_staged = true;
       smem = staged;
     }
   }
   const dim3 grid(static_cast<unsigned>(num_blocks), static_cast<unsigned>(groups));
-  kernel<<<grid, kThreads, smem, stream>>>(p, num_blocks);
+  LinearGemvKernel<K, MT, kRpw><<<grid, kThreads, smem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear gemv");
 }
 
@@ -1251,14 +1237,6 @@ void LaunchList(Kernel kernel, int threads, int blocks_per_sm, const ExpertsLaun
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
-template <typename Kernel>
-int BlocksPerSm(Kernel kernel, int threads) {
-  int n = 0;
-  DI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, 0),
-                "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  return n;
-}
-
 // The GEMV kind `kind` (tiles of up to MT rows), RPW weight rows per warp as Linear's GEMV.
 template <Kind K, int MT, int RPW>
 void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
@@ -1270,24 +1248,24 @@ void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
     const auto kernel = ExpertsGemvStagedKernel<K, MT, RPW>;
     AllowDynamicSmem<ExpertsGemvStagedKernel<K, MT, RPW>>(kRingBytes + kGemvXSmemBytes);
     const size_t smem = static_cast<size_t>(kRingBytes + MT * x_ld * 4);
-    const int blocks_per_sm = BlocksPerSmWithSmem<ExpertsGemvStagedKernel<K, MT, RPW>>(kThreads, smem);
+    const int blocks_per_sm = BlocksPerSm<ExpertsGemvStagedKernel<K, MT, RPW>>(kThreads, smem);
     LaunchList(kernel, kThreads, blocks_per_sm, l, kind, blocks_per_tile, "cuda::ExpertsLinear gemv staged", smem);
     return;
   }
-  static const int blocks_per_sm = BlocksPerSm(ExpertsGemvKernel<K, MT, RPW>, kThreads);
+  const int blocks_per_sm = BlocksPerSm<ExpertsGemvKernel<K, MT, RPW>>(kThreads, 0);
   LaunchList(ExpertsGemvKernel<K, MT, RPW>, kThreads, blocks_per_sm, l, kind, blocks_per_tile, "cuda::ExpertsLinear gemv");
 }
 
 template <Kind K, int TM, bool kFp8>
 void LaunchExpertsMmaKernel(const ExpertsLaunch& l, int kind) {
-  static const int blocks_per_sm = BlocksPerSm(ExpertsMmaKernel<K, TM, kFp8>, mma::kThreads);
+  const int blocks_per_sm = BlocksPerSm<ExpertsMmaKernel<K, TM, kFp8>>(mma::kThreads, 0);
   LaunchList(ExpertsMmaKernel<K, TM, kFp8>, mma::kThreads, blocks_per_sm, l, kind,
              MmaRowBlocks(l.params.base.n, l.params.base.k), "cuda::ExpertsLinear mma");
 }
 
 template <Kind K, bool kFp8>
 void LaunchExpertsMmaSmallKernel(const ExpertsLaunch& l) {
-  static const int blocks_per_sm = BlocksPerSm(ExpertsMmaSmallKernel<K, kFp8>, mma::kThreads);
+  const int blocks_per_sm = BlocksPerSm<ExpertsMmaSmallKernel<K, kFp8>>(mma::kThreads, 0);
   const int64_t capacity = l.capacity.tiles[0] + l.capacity.tiles[1] + l.capacity.tiles[2];
   if (capacity == 0) return;
   ExpertsParams ep = l.params;
@@ -1327,14 +1305,14 @@ void LaunchExperts(const ExpertsLaunch& l) {
       LaunchExpertsMma<K, 2>(l, 3);  // 9-16
       if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
         if (l.path == Path::kFp8) {  // 17-64 (the plan's tiles are 64 rows on this path)
-          static const int blocks_per_sm = BlocksPerSm(ExpertsStagedKernel<K>, mma::kThreads);
+          const int blocks_per_sm = BlocksPerSm<ExpertsStagedKernel<K>>(mma::kThreads, 0);
           LaunchList(ExpertsStagedKernel<K>, mma::kThreads, blocks_per_sm, l, kTiledKind,
                      CeilDiv(l.params.base.n, mma::fp8::kTiledRows), "cuda::ExpertsLinear mma fp8 staged");
           return;
         }
       }
       static_assert(mma::kStagedTok == kTileM, "the split-BF16 plan's tiles fit the staged block");
-      static const int blocks_per_sm = BlocksPerSm(ExpertsStagedSplitKernel<K>, mma::kThreads);
+      const int blocks_per_sm = BlocksPerSm<ExpertsStagedSplitKernel<K>>(mma::kThreads, 0);
       LaunchList(ExpertsStagedSplitKernel<K>, mma::kThreads, blocks_per_sm, l, kTiledKind,  // 17-32
                  CeilDiv(l.params.base.n, mma::kStagedRows), "cuda::ExpertsLinear mma staged");
       return;
@@ -1344,7 +1322,7 @@ void LaunchExperts(const ExpertsLaunch& l) {
   LaunchExpertsGemv<K, 4, 4>(l, 1);
   LaunchExpertsGemv<K, 8, 4>(l, 2);
   LaunchExpertsGemv<K, 16, 4>(l, 3);
-  static const int blocks_per_sm = BlocksPerSm(ExpertsTiledKernel<K>, kTiledThreads);
+  const int blocks_per_sm = BlocksPerSm<ExpertsTiledKernel<K>>(kTiledThreads, 0);
   LaunchList(ExpertsTiledKernel<K>, kTiledThreads, blocks_per_sm, l, kTiledKind, CeilDiv(l.params.base.n, kTileN),
              "cuda::ExpertsLinear tiled");
 }
