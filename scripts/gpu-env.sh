@@ -27,6 +27,11 @@ fi
 use_test_data() {
   export DEEPINFER_SOURCE_DIR=$PWD
   export DEEPINFER_GOLDENS_DIR=/tmp/deepinfer-goldens
-  mkdir -p "$DEEPINFER_GOLDENS_DIR"
-  for a in tests/data/goldens-v4/*.tgz; do tar -xzf "$a" -C "$DEEPINFER_GOLDENS_DIR"; done
+  # Once per machine: scripts running at the same time (gpu-session.sh) must not rewrite files
+  # that the other's tests are reading.
+  if [[ ! -e $DEEPINFER_GOLDENS_DIR/.unpacked ]]; then
+    mkdir -p "$DEEPINFER_GOLDENS_DIR"
+    for a in tests/data/goldens-v4/*.tgz; do tar -xzf "$a" -C "$DEEPINFER_GOLDENS_DIR"; done
+    touch "$DEEPINFER_GOLDENS_DIR/.unpacked"
+  fi
 }

@@ -195,7 +195,7 @@ TEST(GpuRunner, CudaGraphReplayEqualsEager) {
   ro.block_size = 128;
   ro.max_step_tokens = 1024;
   ro.eos_token_ids = {1};
-  const int decode_steps = test::SanitizerSizes() ? 3 : 12;
+  const int decode_steps = test::SanitizerSizes() ? 2 : 12;
   const std::vector<StepResult> eager = RunAllLaunchedUpFront(*loaded.model, ro, specs, decode_steps);
   ro.cuda_graphs = true;
   ro.max_model_len = 512;

@@ -108,7 +108,7 @@ const TensorEntry* FindTensor(const SafetensorsFile& f, const std::string& name)
   return nullptr;
 }
 
-void ExpectMatchesGolden(const std::string& name, const LoadOptions& options) {
+void ExpectMatchesGolden(const std::string& name, const LoadOptions& options, int64_t max_greedy_steps) {
   const Golden g = LoadGolden(name);
   LoadedModel loaded = LoadModel(g.dir, options);
   const Model& model = *loaded.model;
@@ -162,7 +162,9 @@ void ExpectMatchesGolden(const std::string& name, const LoadOptions& options) {
   // derail the rest of the comparison.
   int32_t next = Argmax(logits);
   std::vector<int> differing_steps;
-  for (size_t step = 0; step < g.greedy.size(); ++step) {
+  const size_t greedy_steps = max_greedy_steps < 0 ? g.greedy.size()
+                                                   : std::min(g.greedy.size(), static_cast<size_t>(max_greedy_steps));
+  for (size_t step = 0; step < greedy_steps; ++step) {
     if (next != g.greedy[step]) {
       differing_steps.push_back(static_cast<int>(step));
       EXPECT_LT(g.step_margins[step], 0.1f) << "step " << step << ": ours " << next << ", reference "
@@ -171,12 +173,12 @@ void ExpectMatchesGolden(const std::string& name, const LoadOptions& options) {
     }
     next = Argmax(driver.Step(g.greedy[step]));
   }
-  std::printf("[%s] greedy: %zu steps, %zu differ\n", name.c_str(), g.greedy.size(),
+  std::printf("[%s] greedy: %zu steps, %zu differ\n", name.c_str(), greedy_steps,
               differing_steps.size());
   for (int st : differing_steps) std::printf("  differing step %d (margin %.4f)\n", st, g.step_margins[st]);
 }
 
-int CheckStaticShapesMatchDynamic(const Model& model) {
+int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps) {
   const int64_t vocab = model.config().vocab_size, block = 128, static_context = 512;
   constexpr int kSeqs = 5;
   const int64_t lengths[kSeqs] = {1, 3, 4, 127, 130};
@@ -250,7 +252,7 @@ int CheckStaticShapesMatchDynamic(const Model& model) {
   step(prefill, false);
   std::vector<Part> decode;
   for (int i = 0; i < kSeqs; ++i) decode.push_back({i, 1});
-  for (int s = 0; s < 9; ++s) step(decode, false);
+  for (int s = 0; s < decode_steps; ++s) step(decode, false);
   step({{0, 1}, {1, 9}, {2, 1}, {3, 1}, {4, 1}}, false);
   step(decode, true);
   return steps;

@@ -58,16 +58,17 @@ const TensorEntry* FindTensor(const SafetensorsFile& f, const std::string& name)
 // Loads golden `name` with `options` (device, numerics) and checks, as gtest expectations, the
 // per-layer residual streams at the dumped positions, the last-position prefill logits (both
 // within |ours − ref| <= 1e-4·(1 + |ref|); see test_goldens.cpp for the reasoning) and the
-// greedy continuation (a differing step must be a near-tie won by the runner-up).
-void ExpectMatchesGolden(const std::string& name, const LoadOptions& options);
+// greedy continuation (a differing step must be a near-tie won by the runner-up), over its first
+// max_greedy_steps steps (all when negative).
+void ExpectMatchesGolden(const std::string& name, const LoadOptions& options, int64_t max_greedy_steps = -1);
 
 // The forward with ForwardBatch::static_max_context set gives the logits of the forward without
 // it, bit for bit, on `model` (which needs compressed layers): five sequences are prefilled to
-// 1, 3, 4, 127 and 130 tokens on two states, then decoded in lockstep for 9 steps (crossing
-// ratio-4 and ratio-128 boundaries) with and without static shapes, then one mixed step (a
-// 9-token chunk beside decodes), then a decode step padded with a sixth sequence at position 0
-// on its own slot and block, whose logits are ignored. Adds a gtest failure per mismatch and
-// returns the number of steps compared.
-int CheckStaticShapesMatchDynamic(const Model& model);
+// 1, 3, 4, 127 and 130 tokens on two states, then decoded in lockstep for `decode_steps` steps
+// (4 or more cross ratio-4 and ratio-128 boundaries) with and without static shapes, then one
+// mixed step (a 9-token chunk beside decodes), then a decode step padded with a sixth sequence at
+// position 0 on its own slot and block, whose logits are ignored. Adds a gtest failure per
+// mismatch and returns the number of steps compared (decode_steps + 3).
+int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps = 9);
 
 }  // namespace deepinfer::testing

@@ -84,8 +84,7 @@ struct Params {
   bool w_vec16;              // weight rows are 16-byte aligned (the tensor-core path's loads)
   bool x_vec;                // x rows allow float4 loads
   // LinearGemvKernel only (set by LaunchGemv): x staged in shared memory (rows of x_smem_ld
-  // floats, zeros past K) and the weights through the per-warp cp.async rings. x_smem_ld is also
-  // set by ExpertsGemvStagedKernel.
+  // floats, zeros past K) and the weights through the per-warp cp.async rings.
   bool gemv_staged;
   int64_t x_smem_ld;
 };
@@ -301,12 +300,10 @@ constexpr int DuplicateLaneMask() {
 //     ~kGemvWarpBytes of weights in flight without holding them in registers; the warp's block
 //     scales are decoded into shared memory once per output block, their loads overlapping the
 //     first copies;
-//   - direct (GemvBlockDirect): register loads one slab ahead; version 2's way, and the staged
-//     kernels' for rows that allow no whole-chunk copies, K not a multiple of 8, or more scales
-//     than the per-warp buffer holds.
-// x comes from shared memory where the kernel staged it (LinearGemvKernel once per block,
-// ExpertsGemvStagedKernel once per run of a tile), else through L1. Version 3 measured the ring with x through L1 (docs/performance.md): no faster, because every
-// slab then waited for its x chunk from L2 (~0.5 µs each), which is what bounded the small GEMVs.
+//   - direct (GemvBlockDirect): register loads one slab ahead, x through L1; version 2's way.
+// The ring way reads x from shared memory, staged once per block by LinearGemvKernel. Version 3a
+// measured the ring with x through L1 (docs/performance.md): no faster, because every slab then
+// waited for its x chunk from L2 (~0.5 µs each), which is what bounded the small GEMVs.
 constexpr int kGemvWarpBytes = 8192;        // weight bytes per warp in flight (ring)
 constexpr int kGemvScaleFloats = 512;       // decoded block scales per warp (ring)
 constexpr int64_t kGemvXSmemBytes = 49152;  // largest x staged in shared memory
@@ -517,12 +514,9 @@ __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t bloc
   StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
 }
 
-// The direct way (x from xs when staged and already visible, else through L1).
-// x_pending: as GemvBlockPipelined's (the block's x copies are waited for after this output
-// block's first weight loads are issued, then a barrier; every thread passes the same value).
+// The direct way: weights through registers one slab ahead, x through L1.
 template <Kind K, int MT, int RPW>
-__device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, int64_t g, const float* xs,
-                                                bool x_pending = false) {
+__device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, int64_t g) {
   constexpr int kAcc = MT * RPW;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
@@ -542,10 +536,6 @@ __device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, 
       ZeroChunk(next[r]);
     }
   }
-  if (x_pending) {
-    CpAsyncWaitAll();
-    __syncthreads();
-  }
   for (int64_t s = 0; s < p.num_slabs; ++s) {
     const int64_t c = s * kWarpSize + lane;
     float wv[RPW][kChunk];
@@ -556,7 +546,7 @@ __device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, 
     for (int r = 0; r < RPW; ++r) {
       if (o0 + r < p.n) LoadWChunk<K>(p, g * p.n + o0 + r, c + kWarpSize, next[r]);
     }
-    FoldGemvSlab<MT, RPW>(p, x, xs, c, wv, acc);
+    FoldGemvSlab<MT, RPW>(p, x, nullptr, c, wv, acc);
   }
   StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
 }
@@ -590,7 +580,7 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const 
   using Ring = GemvWarpSmem<K, RPW>;
   const int64_t g = blockIdx.y;
   if (!p.gemv_staged) {
-    GemvBlockDirect<K, MT, RPW>(p, blockIdx.x, g, nullptr);
+    GemvBlockDirect<K, MT, RPW>(p, blockIdx.x, g);
     return;
   }
   float* xs = reinterpret_cast<float*>(gemv_smem + kGemvWarps * sizeof(Ring));
@@ -854,44 +844,7 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0, nullptr);
-  }
-}
-
-// The staged experts GEMV (tiles' x rows 16-byte aligned, MT rows of x within kGemvXSmemBytes):
-// block j takes a contiguous run of items (tile-major: the output blocks of one tile are
-// consecutive), stages each tile's x in dynamic shared memory once per run, and streams the
-// weights through the per-warp rings (GemvBlockPipelined; the register path for weights the ring
-// cannot take), so that neither x nor the weights wait a memory latency per slab. Dynamic shared
-// memory: the kGemvWarps rings, then x.
-template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize) ExpertsGemvStagedKernel(const ExpertsParams ep) {
-  extern __shared__ __align__(16) uint8_t gemv_smem[];
-  using Ring = GemvWarpSmem<K, RPW>;
-  CheckPlan(ep);
-  const int32_t tiles = *ep.count;
-  Ring& ring = reinterpret_cast<Ring*>(gemv_smem)[threadIdx.x / kWarpSize];
-  float* xs = reinterpret_cast<float*>(gemv_smem + kGemvWarps * sizeof(Ring));
-  const int64_t bpt = ep.blocks_per_tile;
-  const int64_t total = static_cast<int64_t>(tiles) * bpt;
-  const int64_t per = CeilDiv(total, gridDim.x);
-  const int64_t end = min(total, (static_cast<int64_t>(blockIdx.x) + 1) * per);
-  int64_t staged_tile = -1;
-  for (int64_t item = blockIdx.x * per; item < end; ++item) {
-    const int64_t tile = item / bpt;
-    Params p = TileParams<K>(ep, ep.tiles[tile]);
-    p.x_smem_ld = p.num_slabs * kSlab;
-    const bool x_pending = tile != staged_tile;
-    if (x_pending) {
-      __syncthreads();  // every warp is done with the previous tile's x
-      StageGemvX(p, 0, xs);
-      staged_tile = tile;
-    }
-    if (GemvRingUsable<K, RPW>(p)) {
-      GemvBlockPipelined<K, MT, RPW>(p, item - tile * bpt, 0, ring, xs, x_pending);
-    } else {
-      GemvBlockDirect<K, MT, RPW>(p, item - tile * bpt, 0, xs, x_pending);
-    }
+    GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0);
   }
 }
 
@@ -1033,9 +986,10 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
 
 // DEEPINFER_GEMV selects the f32-SIMT GEMVs' way of streaming, read once per process:
 //   auto (default)  Linear: the ring with staged x where the output blocks fit in one wave of
-//                   resident blocks, else the register path; experts: staged x and the ring
-//                   (docs/performance.md, versions 3c and 3d);
+//                   resident blocks, else the register path (docs/performance.md, version 3c);
 //   register        version 2: the register path everywhere, x through L1.
+// The experts' GEMV takes the register path either way: version 3d's staged experts kernel
+// measured slower at every batch (docs/performance.md) and was removed.
 // Both give the same bits; the switch exists to measure them side by side in one run
 // (scripts/gpu-bench.sh --steps). Anything else is an error at the first GEMV.
 bool GemvStaging() {
@@ -1242,16 +1196,6 @@ template <Kind K, int MT, int RPW>
 void LaunchExpertsGemv(const ExpertsLaunch& l, int kind) {
   constexpr int kThreads = kGemvWarps * kWarpSize;
   const int64_t blocks_per_tile = CeilDiv(l.params.base.n, kGemvWarps * RPW);
-  const int64_t x_ld = l.params.base.num_slabs * kSlab;
-  if (GemvStaging() && l.params.base.x_vec && MT * x_ld * 4 <= kGemvXSmemBytes) {
-    constexpr int64_t kRingBytes = kGemvWarps * static_cast<int64_t>(sizeof(GemvWarpSmem<K, RPW>));
-    const auto kernel = ExpertsGemvStagedKernel<K, MT, RPW>;
-    AllowDynamicSmem<ExpertsGemvStagedKernel<K, MT, RPW>>(kRingBytes + kGemvXSmemBytes);
-    const size_t smem = static_cast<size_t>(kRingBytes + MT * x_ld * 4);
-    const int blocks_per_sm = BlocksPerSm<ExpertsGemvStagedKernel<K, MT, RPW>>(kThreads, smem);
-    LaunchList(kernel, kThreads, blocks_per_sm, l, kind, blocks_per_tile, "cuda::ExpertsLinear gemv staged", smem);
-    return;
-  }
   const int blocks_per_sm = BlocksPerSm<ExpertsGemvKernel<K, MT, RPW>>(kThreads, 0);
   LaunchList(ExpertsGemvKernel<K, MT, RPW>, kThreads, blocks_per_sm, l, kind, blocks_per_tile, "cuda::ExpertsLinear gemv");
 }

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# On the GPU machine, build/gpu-dist carried: compute-sanitizer over the whole `gpu` label at
+# sanitizer sizes, in parallel (scripts/gpu-sanitize-parallel.sh):
+#   racecheck: whole-model tests one per process (started first: they take longest): the f32 SIMT
+#     greedy path and chunked prefill, the tensor-core golden, static against dynamic shapes,
+#     chunked prefill with FP8 activations on e4m3 tensor cores, graph replay against eager,
+#     device sampling, the engine's overlapped against synchronous loop, and with CUDA graphs;
+#     then every kernel test, grouped by suite (the Flash-shaped experts tests on their own);
+#   memcheck: the whole label in four processes.
+# Whole-model tests not listed run the same kernels at the same shapes with other numerics flags
+# (their extra kernels, the quantization round trips, have kernel tests of their own).
+# Prints one line per process, writes $OUT/sanitize-logs.tar.xz, exits non-zero if a process
+# reported an error, a failed test, or did not finish.
+#
+#   bash scripts/gpu-sanitize-label.sh [--timeout SECONDS] [--jobs J] [--gpus 0,1]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-out}
+golden=ReferenceGoldens/GpuGolden
+flash_experts='CudaExpertsLinear.DecodeFlash:CudaExpertsLinear.PrefillFlash'
+whole_model="$golden.*:GpuModel.*:GpuRunner.*:GpuEngine.*"
+jobs=(
+  "racecheck:$golden.GpuLogitsMatchCpuAlongTheGreedyPath/v4_tiny_flashlike"
+  "racecheck:$golden.ChunkedPrefillEqualsOneShotBitForBit/v4_tiny_long"
+  "racecheck:$golden.TensorCoreLinearsMatchReference/v4_tiny_flashlike"
+  "racecheck:GpuModel.StaticShapesEqualDynamicShapes"
+  "racecheck:GpuModel.ChunkedPrefillEqualsOneShotWithFp8TensorCores"
+  "racecheck:GpuRunner.CudaGraphReplayEqualsEager"
+  "racecheck:GpuRunner.DeviceSampling*"
+  "racecheck:GpuEngine.OverlappedEqualsSynchronousOnATinyWorkload"
+  "racecheck:GpuEngine.CudaGraphsEqualEagerOnARandomizedWorkload"
+  "racecheck:CudaAttention*:CudaCompressor.*:CudaDevice.*:CudaEmbedding.*:CudaFill.*:CudaHadamard.*:Gpu/CudaAttentionRows.*"
+  "racecheck:CudaHc.*:CudaIndexer*:CudaMoe*:CudaQuantRoundTrip.*:CudaRmsNorm.*:CudaRope.*:CudaRoute.*:CudaSwiGlu.*:Gpu/RmsNormShapes.*:Gpu/RouteCases.*:Gpu/CudaCopyRows.*"
+  "racecheck:CudaSampler.*"
+  "racecheck:CudaLinear.*"
+  "racecheck:CudaLinearFp8.*:CudaLinearMma.*"
+  "racecheck:CudaExpertsLinear.*-$flash_experts"
+  "racecheck:CudaExpertsLinear.DecodeFlash"
+  "racecheck:CudaExpertsLinear.PrefillFlash"
+  "racecheck:CudaExpertsLinearFp8.*:CudaExpertsLinearMma.*:OpsExpertsLinear.*:Ceilings.*:StepBench.*"
+  "memcheck:GpuModel.FlashShapedTwoLayersMatchCpu"
+  "memcheck:$golden.*"
+  "memcheck:GpuModel.*:GpuRunner.*:GpuEngine.*-GpuModel.FlashShapedTwoLayersMatchCpu"
+  "memcheck:*-$whole_model"
+)
+logs=$(mktemp -d)
+OUT=$logs bash scripts/gpu-sanitize-parallel.sh "$@" "${jobs[@]}"
+status=$?
+mkdir -p "$out"
+tar -C "$logs" -cJf "$out/sanitize-logs.tar.xz" .
+exit $status
