@@ -12,6 +12,9 @@
 # Prints one line per process, writes $OUT/sanitize-logs.tar.xz, exits non-zero if a process
 # reported an error, a failed test, or did not finish.
 #
+# Run it alone on the 2xH200 kind (both GPUs by default): beside other work on one GPU (2026-12-01)
+# its whole-model racechecks ran past 360 s where alone they took 171-282 s.
+#
 #   bash scripts/gpu-sanitize-label.sh [--timeout SECONDS] [--jobs J] [--gpus 0,1]
 set -uo pipefail
 cd "$(dirname "$0")/.."
