@@ -100,8 +100,6 @@ TEST_P(GpuGolden, ChunkedPrefillEqualsOneShotBitForBit) {
   ExpectChunkedPrefillEqualsOneShot(GetParam(), OnGpu(), {1, 3, 7, 128, 200});
 }
 
-// Static launch shapes (what a CUDA graph captures) give the dynamic forward's logits bit for bit
-// on the GPU too (model_test_support.h has the steps).
 // CheckStaticShapesMatchDynamic with 9 decode steps, 4 at sanitizer sizes (still across the
 // ratio-4 and ratio-128 boundaries).
 void ExpectStaticShapesMatchDynamic(const Model& model) {
@@ -109,6 +107,8 @@ void ExpectStaticShapesMatchDynamic(const Model& model) {
   EXPECT_EQ(CheckStaticShapesMatchDynamic(model, decode_steps), decode_steps + 3);
 }
 
+// Static launch shapes (what a CUDA graph captures) give the dynamic forward's logits bit for bit
+// on the GPU too (model_test_support.h has the steps).
 TEST(GpuModel, StaticShapesEqualDynamicShapes) {
   DI_REQUIRE_GPU();
   LoadedModel gpu = LoadModel(DemoModelDir(), OnGpu());
