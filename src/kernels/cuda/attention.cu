@@ -347,8 +347,8 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
     ThrowCudaError(__FILE__, __LINE__, name, "null pointer");
   }
   const int d = static_cast<int>(head_dim);
-  const bool vec_rows = d % 4 == 0 && row_stride % 4 == 0 && reinterpret_cast<uintptr_t>(rows) % 16 == 0;
-  const bool vec_q = d % 4 == 0 && q_stride % 4 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0;
+  const bool vec_rows = d % 4 == 0 && Aligned(rows, row_stride * 4, 16);
+  const bool vec_q = d % 4 == 0 && Aligned(q, q_stride * 4, 16);
   const AttentionArgs a{q, q_stride, rows, row_stride, row_ids, counts, max_rows, sinks,
                         static_cast<int>(num_heads), d, scale, out, out_stride, vec_rows, vec_q};
   // Heads per block: the smallest of 1, 2, 4, 8 that covers min(H, 8). The result of a head does

@@ -21,6 +21,12 @@ constexpr int kWarpSize = 32;
 
 __host__ __device__ inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Whether ptr is a-byte aligned and a stride of `bytes` keeps it so (vector loads of a bytes along
+// rows `bytes` apart).
+__host__ __device__ inline bool Aligned(const void* ptr, int64_t bytes, int64_t a) {
+  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(a) == 0 && bytes % a == 0;
+}
+
 // Asynchronous copies from global to shared memory (cp.async): the thread goes on without waiting
 // for the data, so one thread can have many copies in flight. CpAsyncWaitAll / CpAsyncWait<N>
 // wait for the calling thread's own copies (all of them / all but the N most recently committed

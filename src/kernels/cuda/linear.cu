@@ -60,10 +60,6 @@ __host__ __device__ constexpr int64_t VecAlign(Kind k) {
   return (k == Kind::kF32 || k == Kind::kBF16 || k == Kind::kF16) ? 16 : k == Kind::kFp8 ? 8 : 4;
 }
 
-__host__ __device__ inline bool Aligned(const void* ptr, int64_t bytes, int64_t a) {
-  return reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(a) == 0 && bytes % a == 0;
-}
-
 struct Params {
   const float* x;
   int64_t ldx;             // floats between rows of x
@@ -408,12 +404,12 @@ __device__ __forceinline__ void IssueGemvSlab(const Params& p, int64_t row0, int
   }
 }
 
-// The ring way. x_pending: this thread's x copies (LinearGemvKernel's staging) are the oldest
-// cp.async group still open; they are waited for with the first slab and shown to the block by a
-// barrier, so every thread of the block must pass the same x_pending.
+// The ring way. This thread's x copies into xs (StageGemvX) are the oldest cp.async group still
+// open; they are waited for with the first slab and shown to the block by a barrier, so every
+// thread of the block must call it.
 template <Kind K, int MT, int RPW>
 __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t block, int64_t g,
-                                                   GemvWarpSmem<K, RPW>& sm, const float* xs, bool x_pending) {
+                                                   GemvWarpSmem<K, RPW>& sm, const float* xs) {
   constexpr int kAcc = MT * RPW;
   constexpr int kStages = GemvStages<K, RPW>();
   constexpr int kCb = ChunkBytes<K>();
@@ -458,10 +454,8 @@ __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t bloc
     }
     __syncwarp();
   }
-  if (x_pending) {
-    CpAsyncWait<kStages - 1>();  // only the ring's groups may still be open: x has landed
-    __syncthreads();
-  }
+  CpAsyncWait<kStages - 1>();  // only the ring's groups may still be open: x has landed
+  __syncthreads();
 
   float acc[kAcc];
 #pragma unroll
@@ -509,8 +503,6 @@ __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t bloc
     FoldGemvSlab<MT, RPW>(p, x, xs, c, wv, acc);
   }
   CpAsyncWaitAll();
-  __syncwarp();  // the ring and the scales are free for the warp's next output block
-
   StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
 }
 
@@ -585,8 +577,7 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const 
   }
   float* xs = reinterpret_cast<float*>(gemv_smem + kGemvWarps * sizeof(Ring));
   StageGemvX(p, g, xs);
-  GemvBlockPipelined<K, MT, RPW>(p, blockIdx.x, g, reinterpret_cast<Ring*>(gemv_smem)[threadIdx.x / kWarpSize], xs,
-                                 true);
+  GemvBlockPipelined<K, MT, RPW>(p, blockIdx.x, g, reinterpret_cast<Ring*>(gemv_smem)[threadIdx.x / kWarpSize], xs);
 }
 
 // ---- Tiled GEMM: any M ----------------------------------------------------------------------
@@ -1003,12 +994,18 @@ bool GemvStaging() {
   return choice == 1;
 }
 
-// Raises kKernel's dynamic shared-memory limit to `bytes` (past the default 48 KiB) on the current
-// device, once per device id below 64 (every call above); returns the device.
-template <auto kKernel>
-int AllowDynamicSmem(int64_t bytes) {
-  int device = 0;
+// The current device's id and its multiprocessor count.
+std::pair<int, int> CurrentDeviceSms() {
+  int device = 0, sms = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return {device, sms};
+}
+
+// Raises kKernel's dynamic shared-memory limit to `bytes` (past the default 48 KiB) on `device`,
+// once per device id below 64 (every call above).
+template <auto kKernel>
+void AllowDynamicSmem(int device, int64_t bytes) {
   static std::atomic<uint64_t> done{0};
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (bit == 0 || (done.load() & bit) == 0) {
@@ -1016,7 +1013,6 @@ int AllowDynamicSmem(int64_t bytes) {
                   "cudaFuncSetAttribute");
     done.fetch_or(bit);
   }
-  return device;
 }
 
 // kKernel's resident blocks per SM at `threads` threads and `smem` bytes of dynamic shared memory,
@@ -1050,10 +1046,9 @@ void LaunchGemv(Params p, int64_t groups, cudaStream_t stream) {
   p.gemv_staged = false;
   size_t smem = 0;
   if (GemvStaging() && GemvRingUsable<K, kRpw>(p) && p.x_vec && p.m * p.x_smem_ld * 4 <= kGemvXSmemBytes) {
-    const int device = AllowDynamicSmem<LinearGemvKernel<K, MT, kRpw>>(kRingBytes + kGemvXSmemBytes);
+    const auto [device, sms] = CurrentDeviceSms();
+    AllowDynamicSmem<LinearGemvKernel<K, MT, kRpw>>(device, kRingBytes + kGemvXSmemBytes);
     const size_t staged = static_cast<size_t>(kRingBytes + p.m * p.x_smem_ld * 4);
-    int sms = 0;
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
     const int per_sm = BlocksPerSm<LinearGemvKernel<K, MT, kRpw>>(kThreads, staged);
     if (num_blocks * groups <= static_cast<int64_t>(per_sm) * sms) {
       p.gemv_staged = true;
@@ -1179,7 +1174,7 @@ struct ExpertsLaunch {
 // capacity has items, and no more than fit on the device at once (the kernel strides over the rest).
 template <typename Kernel>
 void LaunchList(Kernel kernel, int threads, int blocks_per_sm, const ExpertsLaunch& l, int kind,
-                int64_t blocks_per_tile, const char* what, size_t smem = 0) {
+                int64_t blocks_per_tile, const char* what) {
   if (l.capacity.tiles[kind] == 0) return;
   ExpertsParams ep = l.params;
   ep.count = l.lists.counts + kind;
@@ -1187,7 +1182,7 @@ void LaunchList(Kernel kernel, int threads, int blocks_per_sm, const ExpertsLaun
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);  // n < 2^31 (checked)
   const int64_t resident = l.sms * std::max(blocks_per_sm, 1);
   const int64_t grid = std::min(l.capacity.tiles[kind] * blocks_per_tile, resident);
-  kernel<<<static_cast<unsigned>(grid), threads, smem, l.stream>>>(ep);
+  kernel<<<static_cast<unsigned>(grid), threads, 0, l.stream>>>(ep);
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
@@ -1319,10 +1314,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");
   }
 
-  int device = 0, sms = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  l.sms = sms;
+  l.sms = CurrentDeviceSms().second;
   l.stream = stream;
   ExpertsParams& ep = l.params;
   ep.base.x = x;

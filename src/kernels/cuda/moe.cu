@@ -343,8 +343,7 @@ void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slo
                cudaStream_t stream) {
   if (max_rows == 0) return;
   if (max_rows > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "moe_gather", "too many rows");
-  const bool vec = d % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(xe) % 16 == 0;
+  const bool vec = Aligned(x, ldx * 4, 16) && Aligned(xe, d * 4, 16);
   MoeGatherKernel<<<static_cast<unsigned>(max_rows), 256, 0, stream>>>(x, ldx, d, sorted_slots, row_count, top_k,
                                                                        expert_weights, xe, row_weights, vec);
   DI_CUDA_LAUNCH_CHECK("moe_gather");
@@ -354,8 +353,7 @@ void MoeCombine(const float* ye, const int32_t* slot_rows, const int32_t* expert
                 int64_t d, const float* shared, float* out, cudaStream_t stream) {
   if (m == 0) return;
   if (top_k > kMaxTopK || m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "moe_combine", "bad shape");
-  const bool vec = d % 4 == 0 && reinterpret_cast<uintptr_t>(ye) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(shared) % 16 == 0;
+  const bool vec = Aligned(ye, d * 4, 16) && Aligned(out, d * 4, 16) && Aligned(shared, d * 4, 16);
   MoeCombineKernel<<<static_cast<unsigned>(m), 256, 0, stream>>>(ye, slot_rows, expert_ids, top_k, d, shared, out,
                                                                   vec);
   DI_CUDA_LAUNCH_CHECK("moe_combine");
