@@ -10,7 +10,7 @@
 # weights) at batch 1 and 64, 512-token prompts, 32 new tokens, prefill included.
 # With --steps [ARGS]: `deepinfer bench steps` on the 3-layer Flash-shaped config (issue 8), JSON
 # and a PNG plot (tools/plot_bench.py, if matplotlib is there), then again with --tensor-cores, with
-# --tensor-cores --fp8-activations, and f32 SIMT with DEEPINFER_GEMV=register (version 2's GEMVs);
+# --tensor-cores --fp8-activations, and f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV);
 # the JSON reports, plot and log end up in $OUT/steps-reports.tar.xz.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, build/gpu-dist carried: a version's whole check in one device call. Runs
-#   1. scripts/gpu-run.sh: the gpu label, then the GEMV kernel tests with DEEPINFER_GEMV=register;
+#   1. scripts/gpu-run.sh: the gpu label, then Linear's GEMV tests with DEEPINFER_GEMV=register;
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT (auto and register GEMVs), tensor
 #      cores, FP8 activations, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh over the batch-1 GEMVs (ncu), unless --no-profile.
