@@ -41,7 +41,7 @@ for job in "$@"; do
   filter=${job#*:}
   log="$out/sanitize-$n.log"
   echo "$job" >"$log.job"
-  ( CUDA_VISIBLE_DEVICES=${gpus[n % ${#gpus[@]}]} /usr/bin/time -f "max RSS %M kB, %e s" timeout "$limit" \
+  ( CUDA_VISIBLE_DEVICES=${gpus[n % ${#gpus[@]}]} /usr/bin/time -f "max RSS %M kB, %e s" timeout --kill-after=15 "$limit" \
       compute-sanitizer --tool "$tool" --error-exitcode 9 "$dist/deepinfer_gpu_tests" --gtest_filter="$filter" >"$log" 2>&1
     echo $? >"$log.rc" ) &
   n=$((n + 1))

@@ -154,11 +154,12 @@ void AddStressChecks(EngineOptions& o, int64_t sampleable_vocab) {
   o.sampleable_vocab = sampleable_vocab;
 }
 
-EngineRun RunOnFreshEngine(const EngineOptions& o, const std::vector<WorkItem>& items, const Tokenizer& tokenizer) {
+EngineRun RunOnFreshEngine(const EngineOptions& o, const std::vector<WorkItem>& items, const Tokenizer& tokenizer,
+                           std::chrono::seconds idle_timeout) {
   EngineCore engine(o);
   EngineRun run;
   run.results = RunWorkload(engine, tokenizer, items, 24);
-  EXPECT_TRUE(engine.WaitIdle(std::chrono::seconds(30)));
+  EXPECT_TRUE(engine.WaitIdle(idle_timeout)) << "not idle " << idle_timeout.count() << " s after the last result";
   run.stats = engine.Stats();
   EXPECT_EQ(engine.CheckIntegrity(), "");
   EXPECT_EQ(run.stats.num_blocks_used, 0) << "every block is released once the engine is idle";

@@ -22,6 +22,10 @@ std::vector<WorkItem> Workload(uint64_t seed, int num_requests, int32_t vocab) {
   return items;
 }
 
+// How long an engine may take to go idle after its last result: 30 s, or 10 minutes under a
+// sanitizer (racecheck, 2026-12-01: the overlapped loop's last step outlived 30 s).
+std::chrono::seconds IdleTimeout() { return std::chrono::seconds(test::SanitizerSizes() ? 600 : 30); }
+
 // Runs `num_requests` of the workload with seed `seed` in both loops and compares them; expects
 // more than `min_preemptions` preemptions and (unless negative) `min_cached` cached prompt tokens
 // (neither at sanitizer sizes). tensor_cores: Numerics::tensor_core_linears in both runs.
@@ -34,9 +38,9 @@ void ExpectOverlappedEqualsSynchronous(uint64_t seed, int num_requests, int min_
   o.load.numerics.tensor_core_linears = tensor_cores;
   AddStressChecks(o, tok->vocab_size());
   o.async_scheduling = false;
-  const EngineRun sync = RunOnFreshEngine(o, items, *tok);
+  const EngineRun sync = RunOnFreshEngine(o, items, *tok, IdleTimeout());
   o.async_scheduling = true;
-  const EngineRun overlapped = RunOnFreshEngine(o, items, *tok);
+  const EngineRun overlapped = RunOnFreshEngine(o, items, *tok, IdleTimeout());
   int mismatches = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     if (sync.results[i].tokens != overlapped.results[i].tokens || sync.results[i].text != overlapped.results[i].text) {
@@ -92,10 +96,10 @@ TEST(GpuEngine, CudaGraphsEqualEagerOnARandomizedWorkload) {
   o.load.device = DeviceId{DeviceType::kCuda, 0};
   AddStressChecks(o, tok->vocab_size());
   o.async_scheduling = false;
-  const EngineRun eager = RunOnFreshEngine(o, items, *tok);
+  const EngineRun eager = RunOnFreshEngine(o, items, *tok, IdleTimeout());
   o.async_scheduling = true;
   o.cuda_graphs = true;
-  const EngineRun graphed = RunOnFreshEngine(o, items, *tok);
+  const EngineRun graphed = RunOnFreshEngine(o, items, *tok, IdleTimeout());
   int mismatches = 0;
   for (size_t i = 0; i < items.size(); ++i) {
     if (eager.results[i].tokens != graphed.results[i].tokens || eager.results[i].text != graphed.results[i].text) {
