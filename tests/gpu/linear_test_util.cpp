@@ -41,7 +41,7 @@ std::vector<uint8_t> RandomWeightData(const Spec& spec, size_t n, uint64_t seed)
 }
 
 std::vector<uint8_t> RandomWeightScales(const Spec& spec, size_t n, uint64_t seed) {
-  if (spec.format == WeightFormat::kFp8 && spec.scale_dtype == DType::kF32) {
+  if (spec.format != WeightFormat::kDense && spec.scale_dtype == DType::kF32) {
     return AsBytes(RandomFloats(n, seed, 1e-3f, 2e-2f));
   }
   if (spec.format == WeightFormat::kFp8) return RandomE8m0(n, seed, 120, 130);

@@ -32,11 +32,13 @@ constexpr uint32_t kSentinel = 0xffffffffu;  // bits of the memory nothing may w
 
 // E expert weights [N, K] of one format, cut at distinct offsets from one random pool: every expert
 // has its own pointer and its own values, and every fifth one starts off the vector-load alignment.
-// `pad` stored elements follow each row.
+// `pad` stored elements follow each row. Expert e's data starts data_step·e (+1 for every fifth)
+// stored elements in, its scales scale_step·e.
 class ExpertPool {
  public:
-  ExpertPool(const Spec& spec, int64_t experts, int64_t n, int64_t k, uint64_t seed, int64_t pad = 0)
-      : spec_(spec), experts_(experts), n_(n), k_(k) {
+  ExpertPool(const Spec& spec, int64_t experts, int64_t n, int64_t k, uint64_t seed, int64_t pad = 0,
+             int64_t data_step = 28, int64_t scale_step = 3)
+      : spec_(spec), experts_(experts), n_(n), k_(k), data_step_(data_step), scale_step_(scale_step) {
     const WeightStorage storage = StorageFor(spec, n, k, pad);
     cols_ = storage.cols;
     scale_rows_ = storage.scale_rows;
@@ -93,11 +95,11 @@ class ExpertPool {
 
  private:
   // In stored elements.
-  static int64_t DataOffset(int64_t e) { return 28 * e + (e % 5 == 4 ? 1 : 0); }
-  static int64_t ScaleOffset(int64_t e) { return 3 * e; }
+  int64_t DataOffset(int64_t e) const { return data_step_ * e + (e % 5 == 4 ? 1 : 0); }
+  int64_t ScaleOffset(int64_t e) const { return scale_step_ * e; }
 
   Spec spec_;
-  int64_t experts_, n_, k_, cols_ = 0, scale_rows_ = 0, scale_cols_ = 0;
+  int64_t experts_, n_, k_, data_step_, scale_step_, cols_ = 0, scale_rows_ = 0, scale_cols_ = 0;
   std::vector<uint8_t> data_, scale_;
   std::optional<DeviceArray<uint8_t>> d_data_, d_scale_;
   std::optional<DeviceArray<cuda::DeviceWeight>> d_table_;
@@ -199,8 +201,10 @@ const std::vector<int32_t> kMixedCounts = {0, 1, 3, 0, 17, 40, 2, 12, 33, 50, 6}
 // A pool of kMixedCounts experts of `spec` [k -> n] (`pad` stored elements after each row),
 // checked with the first `layouts` of: contiguous with no spare rows; strided, misaligned, with
 // spare rows; strided with 16-byte aligned rows. Seeds: ++seed for the pool and per check.
-void CheckMixedCounts(const Spec& spec, int64_t n, int64_t k, int64_t pad, int layouts, uint64_t& seed) {
-  ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), n, k, ++seed, pad);
+// data_step, scale_step: ExpertPool's.
+void CheckMixedCounts(const Spec& spec, int64_t n, int64_t k, int64_t pad, int layouts, uint64_t& seed,
+                      int64_t data_step = 28, int64_t scale_step = 3) {
+  ExpertPool pool(spec, static_cast<int64_t>(kMixedCounts.size()), n, k, ++seed, pad, data_step, scale_step);
   const int64_t rows = Offsets(kMixedCounts).back();
   CheckExperts(pool, kMixedCounts, rows, k, n, ++seed);
   if (layouts > 1) CheckExperts(pool, kMixedCounts, rows + 7, k + 5, n + 3, ++seed);
@@ -228,6 +232,21 @@ TEST(CudaExpertsLinear, AllFormatsOddShapes) {
     const int64_t small_k = spec.format == WeightFormat::kFp4 ? 96 : 100;
     CheckMixedCounts(spec, 200, 320, 0, 3, seed);
     CheckMixedCounts(spec, 130, small_k, 3, 3, seed);
+  }
+}
+
+// The FP4 GEMV's 16-byte path (GemvBlockWideFp4: super-slabs of 1024 columns) where it applies,
+// with e8m0 and f32 scales: K = 1152 (a full super-slab, then one slab of the next), K = 384 (a
+// part of one), N = 203 (a warp's second row past N). Every fifth expert starts off the 4-byte
+// alignment and takes version 2's path, with the same bits; the others start 16-byte aligned
+// (data every 32 bytes, scales every 4 elements).
+TEST(CudaExpertsLinear, Fp4SixteenByteCopies) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 500;
+  const Spec fp4_f32{"fp4-f32", WeightFormat::kFp4, DType::kFP4E2M1x2, DType::kF32};
+  for (const Spec& spec : {kFp4, fp4_f32}) {
+    CheckMixedCounts(spec, 203, 1152, 0, 3, seed, 32, 4);
+    CheckMixedCounts(spec, 203, 384, 0, 1, seed, 32, 4);
   }
 }
 

@@ -543,6 +543,123 @@ __device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, 
   StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
 }
 
+// ---- FP4 GEMV with 16-byte copies: the experts' decode path ------------------------------------
+// The same chunks, scales, decode and FMA order as GemvBlockDirect (so the same bits), with the
+// weights moved in 16-byte requests: version 2 loaded each lane's 4-byte FP4 chunk on its own
+// (128 bytes per row per warp request), and neither the ring of 3a/3d with the same 4-byte copies
+// nor more resident warps got past ~0.6 TB/s. Here K is walked in super-slabs of 4 slabs (1024
+// columns: 512 bytes and 32 block scales per row). Lane P copies bytes [16P, 16P + 16) of each of
+// the warp's RPW rows (columns 32P..32P+31: exactly one scale block) and a 4-byte word of the rows'
+// scales into a per-warp ring in shared memory, kWideStages − 1 super-slabs ahead; then for slab t
+// of the super-slab, lane l reads its own chunk, bytes [128t + 4l, +4) of the row (conflict-free),
+// and its scale, entry 8t + l/4 (one scale per 32 columns).
+constexpr int kWideSlabs = 4;                                 // slabs per super-slab
+constexpr int kWideRowBytes = kWideSlabs * kSlab / 2;         // 512 weight bytes per row
+constexpr int kWideScales = kWideSlabs * kSlab / kFp4Block;   // 32 scales per row
+constexpr int kWideRingBytes = 4096;                          // weight bytes per warp ring
+
+template <int RPW>
+constexpr int WideStages() {
+  constexpr int kStages = kWideRingBytes / (RPW * kWideRowBytes);
+  return kStages < 2 ? 2 : kStages;
+}
+
+template <int RPW>
+struct WideFp4WarpSmem {
+  alignas(16) uint8_t w[WideStages<RPW>()][RPW][kWideRowBytes];
+  alignas(16) uint8_t scale[WideStages<RPW>()][RPW][kWideScales * 4];  // raw e8m0 bytes or f32
+};
+
+// Whether GemvBlockWideFp4 can serve the weight of `p`: 16-byte aligned weight rows, and scale rows
+// that are 4-byte aligned and a whole number of 4-byte words long (e8m0: K % 128 == 0).
+__host__ __device__ inline bool WideFp4Usable(const Params& p) {
+  const int64_t scale_bytes = p.scale_f32 ? 4 : 1;
+  const int64_t row_scale_bytes = p.k / kFp4Block * scale_bytes;
+  return p.w_vec16 && row_scale_bytes % 4 == 0 && Aligned(p.scale, p.scale_row_stride * scale_bytes, 4);
+}
+
+// Copies super-slab q of the warp's RPW rows (global rows row0..) and their scales into `stage`;
+// weights past K and rows past n become zeros.
+template <int RPW>
+__device__ __forceinline__ void IssueWideFp4(const Params& p, int64_t row0, int64_t rows_left, int64_t q,
+                                             WideFp4WarpSmem<RPW>& sm, int stage, int lane) {
+  const int64_t scale_bytes = p.scale_f32 ? 4 : 1;
+  const int64_t col = q * (kWideSlabs * kSlab) + lane * kFp4Block;             // lane's first column
+  const int64_t scale_byte = q * kWideScales * scale_bytes + 4 * lane;        // within the scale row
+  const bool scale_lane = lane < kWideScales * scale_bytes / 4;
+  const int64_t row_scale_bytes = p.k / kFp4Block * scale_bytes;
+#pragma unroll
+  for (int r = 0; r < RPW; ++r) {
+    const bool row_ok = r < rows_left;
+    const bool fill = row_ok && col < p.k;
+    const uint8_t* src = fill ? p.w + (row0 + r) * p.w_row_bytes + col / 2 : p.w;
+    CpAsyncOrZero<16>(&sm.w[stage][r][16 * lane], src, fill);
+    if (scale_lane) {
+      const bool sfill = row_ok && scale_byte < row_scale_bytes;
+      const uint8_t* ssrc = sfill ? p.scale + (row0 + r) * p.scale_row_stride * scale_bytes + scale_byte : p.scale;
+      CpAsyncOrZero<4>(&sm.scale[stage][r][4 * lane], ssrc, sfill);
+    }
+  }
+}
+
+template <int MT, int RPW>
+__device__ __forceinline__ void GemvBlockWideFp4(const Params& p, int64_t block, int64_t g,
+                                                 WideFp4WarpSmem<RPW>& sm) {
+  constexpr int kAcc = MT * RPW;
+  constexpr int kStages = WideStages<RPW>();
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int64_t o0 = (block * kGemvWarps + warp) * RPW;  // within the group
+  const int64_t row0 = g * p.n + o0;                     // global weight row
+  const int64_t rows_left = p.n - o0;
+  const int64_t supers = CeilDiv(p.num_slabs, kWideSlabs);
+  const float* x = p.x + g * p.x_group_stride;
+
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < supers) IssueWideFp4<RPW>(p, row0, rows_left, st, sm, st, lane);
+    CpAsyncCommit();
+  }
+  float acc[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+
+  for (int64_t q = 0; q < supers; ++q) {
+    // Stage (q − 1) % kStages was released by every lane at the end of the previous iteration.
+    const int64_t ahead = q + kStages - 1;
+    if (ahead < supers) IssueWideFp4<RPW>(p, row0, rows_left, ahead, sm, static_cast<int>(ahead % kStages), lane);
+    CpAsyncCommit();
+    CpAsyncWait<kStages - 1>();  // this lane's copies of super-slab q have landed
+    __syncwarp();                // and every other lane's
+    const int stage = static_cast<int>(q % kStages);
+#pragma unroll
+    for (int t = 0; t < kWideSlabs; ++t) {
+      const int64_t s = q * kWideSlabs + t;
+      if (s < p.num_slabs) {
+        const int64_t c = s * kWarpSize + lane;
+        const int64_t k0 = c * kChunk;
+        float wv[RPW][kChunk];
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+          WChunk<Kind::kFp4> chunk;
+          chunk.word[0] = *reinterpret_cast<const uint32_t*>(&sm.w[stage][r][128 * t + 4 * lane]);
+          chunk.scale = 1.f;  // as LoadWChunk: a chunk past K and a row past n keep scale 1
+          if (k0 < p.k && r < rows_left) {
+            const int j = 8 * t + lane / 4;
+            chunk.scale = p.scale_f32 ? reinterpret_cast<const float*>(sm.scale[stage][r])[j]
+                                      : DecodeE8m0(sm.scale[stage][r][j]);
+          }
+          Dequantize<Kind::kFp4>(chunk, wv[r]);
+        }
+        FoldGemvSlab<MT, RPW>(p, x, nullptr, c, wv, acc);
+      }
+    }
+    __syncwarp();  // every lane is done with the stage before it is refilled
+  }
+  CpAsyncWaitAll();
+  StoreGemvOutputs<MT, RPW>(p, acc, o0, g, lane);
+}
+
 // Copies (cp.async, one open group per thread) the m x rows of group g into xs: rows of
 // p.x_smem_ld floats, zeros from K on. Needs p.x_vec (16-byte aligned rows).
 __device__ __forceinline__ void StageGemvX(const Params& p, int64_t g, float* xs) {
@@ -825,17 +942,37 @@ struct ItemCursor {
   }
 };
 
-// Version 2's experts GEMV: items j, j + gridDim.x, ... on the register path with x through L1.
-// The decode kind (FP4, 1–2 rows) is held to 64 registers (8 blocks per SM) so that more weight
-// loads are in flight, at the cost of a 60-byte spill (ptxas -v, CUDA 13.0); the others keep
-// ptxas's choice.
+// GemvBlockDirect as a call, for the FP4 experts' rare fallback: its registers do not add to the
+// wide path's (the kernel is held to 64).
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 8 : 1)
+__device__ __noinline__ void GemvBlockDirectCall(const Params p, int64_t block) {
+  GemvBlockDirect<K, MT, RPW>(p, block, 0);
+}
+
+// The experts GEMV: items j, j + gridDim.x, ... with x through L1; FP4 weights through
+// GemvBlockWideFp4's 16-byte copies where WideFp4Usable (the routed experts of the checkpoints),
+// everything else on version 2's register path. The decode kind (FP4, 1–2 rows) is held to 96
+// registers (5 blocks per SM: 20 warps with 3 KB of copies in flight each; at 80 or 64 registers
+// ptxas spilled 56 / 124 bytes, CUDA 13.0); the others keep ptxas's choice.
+template <Kind K, int MT, int RPW>
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 5 : 1)
     ExpertsGemvKernel(const ExpertsParams ep) {
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
-  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0);
+  if constexpr (K == Kind::kFp4) {
+    __shared__ WideFp4WarpSmem<RPW> wide[kGemvWarps];
+    for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+      const Params p = TileParams<K>(ep, ep.tiles[c.tile]);
+      if (WideFp4Usable(p)) {
+        GemvBlockWideFp4<MT, RPW>(p, c.block, 0, wide[threadIdx.x / kWarpSize]);
+      } else {
+        GemvBlockDirectCall<K, MT, RPW>(p, c.block);
+      }
+    }
+  } else {
+    for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+      GemvBlockDirect<K, MT, RPW>(TileParams<K>(ep, ep.tiles[c.tile]), c.block, 0);
+    }
   }
 }
 
