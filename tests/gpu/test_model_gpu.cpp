@@ -71,15 +71,20 @@ TEST_P(GpuGolden, LayerStreamsLogitsAndGreedyMatchReference) {
 }
 
 // Both backends compute exact fp32 math and differ in summation order only: the logits agree to
-// the same 1e-4·(1 + |x|) the goldens allow. At sanitizer sizes: the first 2 greedy steps.
+// the same 1e-4·(1 + |x|) the goldens allow. At sanitizer sizes: the prompt's first 160 tokens
+// (past the ratio-128 compressors' first block; the model is causal, so both backends still see
+// the same inputs) and the first 2 greedy tokens after them (racecheck took 282 s over the whole
+// 300-token prompt of v4_tiny_flashlike, 2026-12-01).
 TEST_P(GpuGolden, GpuLogitsMatchCpuAlongTheGreedyPath) {
   DI_REQUIRE_GPU();
   const Golden g = LoadGolden(GetParam());
   const size_t steps = test::SanitizerSizes() ? std::min<size_t>(g.greedy.size(), 2) : g.greedy.size();
+  std::vector<int32_t> prompt = g.prompt_ids;
+  if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 160));
   LoadedModel cpu = LoadModel(g.dir, LoadOptions{});
   LoadedModel gpu = LoadModel(g.dir, OnGpu());
   SequenceDriver on_cpu(*cpu.model), on_gpu(*gpu.model);
-  std::vector<float> a = on_cpu.Prefill(g.prompt_ids), b = on_gpu.Prefill(g.prompt_ids);
+  std::vector<float> a = on_cpu.Prefill(prompt), b = on_gpu.Prefill(prompt);
   float worst = 0.f;
   for (size_t step = 0; step <= steps; ++step) {
     const Diff d = Compare(b.data(), a.data(), static_cast<int64_t>(a.size()));
