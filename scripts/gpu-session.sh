@@ -3,10 +3,11 @@
 #   1. scripts/gpu-run.sh: the gpu label, then Linear's GEMV tests with DEEPINFER_GEMV=register;
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT (auto and register GEMVs), tensor
 #      cores, FP8 activations, side by side, and HF transformers;
-#   3. scripts/gpu-profile.sh over the batch-1 GEMVs (ncu), unless --no-profile.
+#   3. scripts/gpu-profile.sh over the batch-1 GEMVs (ncu) and their static SASS opcode counts
+#      (tools/sass_histogram.py), unless --no-profile.
 # Prints their summaries, and leaves $OUT/session.tar.xz (every log, JSON report and CSV; the
 # device tool returns at most 8 files) and $OUT/steps-compare.txt. About 6 minutes. Exits non-zero
-# when a step failed. The sanitizers need a call of their own (scripts/gpu-sanitize-label.sh): run
+# when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
 # beside this on the second GPU of the 2xH200 kind (2026-12-01), their 22 host-bound processes
 # slowed these steps past a 440 s call and themselves past 360 s (docs/cuda-backend.md).
 #
@@ -31,6 +32,14 @@ OUT=$work timeout 300 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by 
 if [[ $profile -eq 1 ]]; then
   OUT=$work timeout 60 bash scripts/gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts 8192 --no-prefill 2>&1 |
     cut -c1-32,88-
+  # Static SASS of the GEMV kernels (what a loop is made of; ncu says how often it ran).
+  cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
+  if [[ -n $cuobjdump ]]; then
+    "$cuobjdump" -sass build/gpu-dist/deepinfer >"$work/all.sass" 2>/dev/null &&
+      python3 tools/sass_histogram.py "$work/all.sass" 'GemvKernel' --top 10 >"$work/sass-gemv.txt" &&
+      sed -E 's/^_ZN9deepinfer4cuda[0-9]+_GLOBAL__N__[0-9a-f_]+linear_cu_[0-9a-f]+[0-9]{2}//' "$work/sass-gemv.txt" | cut -c1-150
+    rm -f "$work/all.sass"
+  fi
 fi
 tar -C "$work" -cJf "$final/session.tar.xz" .
 cp "$work/steps-compare.txt" "$final/" 2>/dev/null || true
