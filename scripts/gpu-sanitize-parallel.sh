@@ -10,8 +10,10 @@
 # Logs go to $OUT/sanitize-<n>.log (n: the position of the job); prints one line per job and exits
 # non-zero when a process reported an error or did not finish.
 #
-#   bash scripts/gpu-sanitize-parallel.sh [--timeout SECONDS] [--jobs J] [--gpus 0,1] JOB [JOB ...]
+#   bash scripts/gpu-sanitize-parallel.sh [--timeout SECONDS] [--jobs J] [--gpus 0,1]
+#        [--sanitizer-args 'ARGS'] JOB [JOB ...]
 #   e.g. racecheck:'ReferenceGoldens/*long*' memcheck:'*'
+# --sanitizer-args: more compute-sanitizer options for every job (word-split), e.g. a kernel filter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
@@ -19,11 +21,13 @@ mkdir -p "$out"
 limit=540
 max_jobs=64
 gpu_list=''
+extra_args=''
 while [[ $# -gt 0 ]]; do
   case $1 in
     --timeout) limit=$2; shift 2 ;;
     --jobs) max_jobs=$2; shift 2 ;;
     --gpus) gpu_list=$2; shift 2 ;;
+    --sanitizer-args) extra_args=$2; shift 2 ;;
     *) break ;;
   esac
 done
@@ -42,7 +46,7 @@ for job in "$@"; do
   log="$out/sanitize-$n.log"
   echo "$job" >"$log.job"
   ( CUDA_VISIBLE_DEVICES=${gpus[n % ${#gpus[@]}]} /usr/bin/time -f "max RSS %M kB, %e s" timeout --kill-after=15 "$limit" \
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "$dist/deepinfer_gpu_tests" --gtest_filter="$filter" >"$log" 2>&1
+      compute-sanitizer --tool "$tool" --error-exitcode 9 $extra_args "$dist/deepinfer_gpu_tests" --gtest_filter="$filter" >"$log" 2>&1
     echo $? >"$log.rc" ) &
   n=$((n + 1))
 done
