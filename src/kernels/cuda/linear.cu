@@ -580,7 +580,7 @@ __device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, 
 // nor more resident warps got past ~0.6 TB/s. Here K is walked in super-slabs of 4 slabs (1024
 // columns: 512 bytes and 32 block scales per row). Lane P copies bytes [16P, 16P + 16) of each of
 // the warp's RPW rows (columns 32P..32P+31: exactly one scale block) and a 4-byte word of the rows'
-// scales into a per-warp ring in shared memory, kWideStages − 1 super-slabs ahead; then for slab t
+// scales into a per-warp ring in shared memory, WideStages − 1 super-slabs ahead; then for slab t
 // of the super-slab, lane l reads its own chunk, bytes [128t + 4l, +4) of the row (conflict-free),
 // and its scale, entry 8t + l/4 (one scale per 32 columns).
 constexpr int kWideSlabs = 4;                                 // slabs per super-slab
@@ -973,7 +973,7 @@ struct ItemCursor {
 };
 
 // GemvBlockDirect as a call, for the FP4 experts' rare fallback: its registers do not add to the
-// wide path's (the kernel is held to 64).
+// wide path's (the kernel is held to 96).
 template <Kind K, int MT, int RPW>
 __device__ __noinline__ void GemvBlockDirectCall(const Params p, int64_t block) {
   GemvBlockDirect<K, MT, RPW>(p, block, 0);
