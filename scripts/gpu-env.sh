@@ -4,7 +4,15 @@
 # use_test_data (what the test binary reads from the repository).
 dist=build/gpu-dist
 export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# Binaries travel xz-compressed (scripts/gpu-build.sh); Python's lzma unpacks them where xz is missing.
+# Binaries travel as one xz-compressed tar (scripts/gpu-build.sh; older builds: one .xz each);
+# Python unpacks them where xz is missing.
+if [[ -e $dist/bins.tar.xz ]]; then
+  if command -v xz >/dev/null; then
+    tar -C "$dist" -xJf "$dist/bins.tar.xz"
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$dist/bins.tar.xz" "$dist"
+  fi && rm "$dist/bins.tar.xz"
+fi
 for f in $dist/*.xz; do
   [[ -e "$f" ]] || continue
   if command -v xz >/dev/null; then
