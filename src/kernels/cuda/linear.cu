@@ -582,7 +582,9 @@ __device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, 
 // the warp's RPW rows (columns 32P..32P+31: exactly one scale block) and a 4-byte word of the rows'
 // scales into a per-warp ring in shared memory, WideStages − 1 super-slabs ahead; then for slab t
 // of the super-slab, lane l reads its own chunk, bytes [128t + 4l, +4) of the row (conflict-free),
-// and its scale, entry 8t + l/4 (one scale per 32 columns).
+// and takes its scale (entry 8t + l/4: one per 32 columns) with one shuffle from lane 8t + l/4,
+// which decoded it once per super-slab. Column arithmetic is 32-bit, and x is read without
+// per-column checks in super-slabs that lie wholly inside K.
 constexpr int kWideSlabs = 4;                                 // slabs per super-slab
 constexpr int kWideRowBytes = kWideSlabs * kSlab / 2;         // 512 weight bytes per row
 constexpr int kWideScales = kWideSlabs * kSlab / kFp4Block;   // 32 scales per row
@@ -632,6 +634,20 @@ __device__ __forceinline__ void IssueWideFp4(const Params& p, int64_t row0, int6
   }
 }
 
+// Chunk c (columns [8c, 8c + 8)) of the x row at `row`, as LoadXChunk reads it; `whole`: the
+// chunk lies inside K and x rows allow float4 loads, so no column is checked.
+__device__ __forceinline__ void LoadWideXChunk(const Params& p, const float* row, int32_t c, bool whole,
+                                               float (&v)[kChunk]) {
+  if (whole) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(row) + 2 * c);
+    const float4 b = __ldg(reinterpret_cast<const float4*>(row) + 2 * c + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+    v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    LoadXChunk(p, row, c, v);
+  }
+}
+
 template <int MT, int RPW>
 __device__ __forceinline__ void GemvBlockWideFp4(const Params& p, int64_t block, int64_t g,
                                                  WideFp4WarpSmem<RPW>& sm) {
@@ -642,7 +658,11 @@ __device__ __forceinline__ void GemvBlockWideFp4(const Params& p, int64_t block,
   const int64_t o0 = (block * kGemvWarps + warp) * RPW;  // within the group
   const int64_t row0 = g * p.n + o0;                     // global weight row
   const int64_t rows_left = p.n - o0;
-  const int64_t supers = CeilDiv(p.num_slabs, kWideSlabs);
+  // K < 2^31 columns (SetWeight), so the column arithmetic below is 32-bit.
+  const int32_t k = static_cast<int32_t>(p.k);
+  const int32_t num_slabs = static_cast<int32_t>(p.num_slabs);
+  const int32_t supers = (num_slabs + kWideSlabs - 1) / kWideSlabs;
+  const int32_t scale_blocks = k / static_cast<int32_t>(kFp4Block);
   const float* x = p.x + g * p.x_group_stride;
 
 #pragma unroll
@@ -654,34 +674,56 @@ __device__ __forceinline__ void GemvBlockWideFp4(const Params& p, int64_t block,
 #pragma unroll
   for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
 
-  for (int64_t q = 0; q < supers; ++q) {
+  for (int32_t q = 0; q < supers; ++q) {
     // Stage (q − 1) % kStages was released by every lane at the end of the previous iteration.
-    const int64_t ahead = q + kStages - 1;
-    if (ahead < supers) IssueWideFp4<RPW>(p, row0, rows_left, ahead, sm, static_cast<int>(ahead % kStages), lane);
+    const int32_t ahead = q + kStages - 1;
+    if (ahead < supers) IssueWideFp4<RPW>(p, row0, rows_left, ahead, sm, ahead % kStages, lane);
     CpAsyncCommit();
     CpAsyncWait<kStages - 1>();  // this lane's copies of super-slab q have landed
     __syncwarp();                // and every other lane's
-    const int stage = static_cast<int>(q % kStages);
+    const int stage = q % kStages;
+    // Lane P decodes the scale of its own 32-column block 32q + P once; the lane that needs it
+    // for a chunk takes it with one shuffle. As LoadWChunk: a block past K and a row past n
+    // give scale 1.
+    float own_scale[RPW];
 #pragma unroll
+    for (int r = 0; r < RPW; ++r) {
+      own_scale[r] = 1.f;
+      if (q * kWideScales + lane < scale_blocks && r < rows_left) {
+        own_scale[r] = p.scale_f32 ? reinterpret_cast<const float*>(sm.scale[stage][r])[lane]
+                                   : DecodeE8m0(sm.scale[stage][r][lane]);
+      }
+    }
+    const bool whole_super = (q + 1) * kWideSlabs * kSlab <= k && p.x_vec;
+    // Unrolled for the decode kinds only: the larger tiles' registers already bound their blocks
+    // per SM (unrolled, MT = 8 took 201 registers where one slab at a time takes fewer).
+    constexpr int kUnrollSlabs = MT <= 2 ? kWideSlabs : 1;
+#pragma unroll kUnrollSlabs
     for (int t = 0; t < kWideSlabs; ++t) {
-      const int64_t s = q * kWideSlabs + t;
-      if (s < p.num_slabs) {
-        const int64_t c = s * kWarpSize + lane;
-        const int64_t k0 = c * kChunk;
+      const int32_t s = q * kWideSlabs + t;
+      if (s < num_slabs) {  // the same for every lane
+        const int32_t c = s * kWarpSize + lane;
         float wv[RPW][kChunk];
 #pragma unroll
         for (int r = 0; r < RPW; ++r) {
           WChunk<Kind::kFp4> chunk;
           chunk.word[0] = *reinterpret_cast<const uint32_t*>(&sm.w[stage][r][128 * t + 4 * lane]);
-          chunk.scale = 1.f;  // as LoadWChunk: a chunk past K and a row past n keep scale 1
-          if (k0 < p.k && r < rows_left) {
-            const int j = 8 * t + lane / 4;
-            chunk.scale = p.scale_f32 ? reinterpret_cast<const float*>(sm.scale[stage][r])[j]
-                                      : DecodeE8m0(sm.scale[stage][r][j]);
-          }
+          chunk.scale = __shfl_sync(0xffffffffu, own_scale[r], 8 * t + lane / 4);
           Dequantize<Kind::kFp4>(chunk, wv[r]);
         }
-        FoldGemvSlab<MT, RPW>(p, x, nullptr, c, wv, acc);
+        // FoldGemvSlab's arithmetic, x through L1.
+#pragma unroll
+        for (int mi = 0; mi < MT; ++mi) {
+          if (mi < p.m) {
+            float xv[kChunk];
+            LoadWideXChunk(p, x + mi * p.ldx, c, whole_super, xv);
+#pragma unroll
+            for (int r = 0; r < RPW; ++r) {
+#pragma unroll
+              for (int e = 0; e < kChunk; ++e) acc[mi * RPW + r] = fmaf(xv[e], wv[r][e], acc[mi * RPW + r]);
+            }
+          }
+        }
       }
     }
     __syncwarp();  // every lane is done with the stage before it is refilled
@@ -981,11 +1023,12 @@ __device__ __noinline__ void GemvBlockDirectCall(const Params p, int64_t block) 
 
 // The experts GEMV: items j, j + gridDim.x, ... with x through L1; FP4 weights through
 // GemvBlockWideFp4's 16-byte copies where WideFp4Usable (the routed experts of the checkpoints),
-// everything else on version 2's register path. The decode kind (FP4, 1–2 rows) is held to 96
-// registers (5 blocks per SM: 20 warps with 3 KB of copies in flight each; at 80 or 64 registers
-// ptxas spilled 56 / 124 bytes, CUDA 13.0); the others keep ptxas's choice.
+// everything else on version 2's register path. FP4 register bounds (ptxas, CUDA 13.0): the
+// decode kind (1–2 rows) 96 registers, 5 blocks per SM (20 warps with ~3 KB of copies in flight
+// each; at 80 or 64 registers ptxas spilled); 3–4 and 5–8 rows at most 170, 3 blocks per SM; the
+// others keep ptxas's choice.
 template <Kind K, int MT, int RPW>
-__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K == Kind::kFp4 && MT <= 2 ? 5 : 1)
+__global__ void __launch_bounds__(kGemvWarps* kWarpSize, K != Kind::kFp4 ? 1 : MT <= 2 ? 5 : MT <= 8 ? 3 : 1)
     ExpertsGemvKernel(const ExpertsParams ep) {
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
