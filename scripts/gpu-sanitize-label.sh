@@ -14,22 +14,21 @@
 #
 # Run it alone on the 2xH200 kind (both GPUs by default): beside other work on one GPU (2026-12-01)
 # its whole-model racechecks ran past 360 s where alone they took 171-282 s. On one H200 the
-# label takes more than one call: 12 processes there (the 9 whole-model racechecks and 3 memcheck
-# groups, 2026-12-01) finished 4 within 520 s, the others each 1.5-3x slower than alone. --select
-# A-B runs jobs A..B of the list below (0-based, in order) and passes the rest of the arguments
-# to gpu-sanitize-parallel.sh, e.g. one call per part: --select 0-4, --select 5-8,
-# --select 9-17, --select 18-21.
+# label takes more than one call, and host memory bounds what runs together: racecheck of jobs 5,
+# 6 and 8 peaked at 71, 69 and 56 GB (128 GiB on the 1xH200 machine; a4d9ac8, docs/cuda-backend.md),
+# so give each of them a call of its own or only small jobs beside it. --select LIST runs the jobs
+# of LIST (0-based positions in the list below: numbers and A-B ranges, comma-separated, e.g.
+# --select 3,6,14-17) and passes the rest of the arguments to gpu-sanitize-parallel.sh.
 #
-#   bash scripts/gpu-sanitize-label.sh [--select A-B] [--timeout SECONDS] [--jobs J] [--gpus 0,1]
+#   bash scripts/gpu-sanitize-label.sh [--select LIST] [--timeout SECONDS] [--jobs J] [--gpus 0,1]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
-first=0
-last=1000
+select=''
 if [[ ${1:-} == --select ]]; then
-  [[ ${2:-} =~ ^([0-9]+)-([0-9]+)$ ]] || { echo "--select takes A-B (job numbers), got '${2:-}'" >&2; exit 2; }
-  first=${BASH_REMATCH[1]}
-  last=${BASH_REMATCH[2]}
+  [[ ${2:-} =~ ^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$ ]] ||
+    { echo "--select takes job numbers and ranges, e.g. 3,6,14-17; got '${2:-}'" >&2; exit 2; }
+  select=$2
   shift 2
 fi
 golden=ReferenceGoldens/GpuGolden
@@ -59,8 +58,21 @@ jobs=(
   "memcheck:GpuModel.*:GpuRunner.*:GpuEngine.*-GpuModel.FlashShapedTwoLayersMatchCpu"
   "memcheck:*-$whole_model"
 )
-selected=("${jobs[@]:first:last-first+1}")
-[[ ${#selected[@]} -gt 0 ]] || { echo "--select $first-$last names no job (there are ${#jobs[@]})" >&2; exit 2; }
+selected=()
+if [[ -z $select ]]; then
+  selected=("${jobs[@]}")
+else
+  IFS=, read -r -a parts <<<"$select"
+  for part in "${parts[@]}"; do
+    first=${part%-*}
+    last=${part#*-}
+    for ((j = first; j <= last; j++)); do
+      [[ $j -lt ${#jobs[@]} ]] || { echo "--select: no job $j (there are ${#jobs[@]}, 0-$((${#jobs[@]} - 1)))" >&2; exit 2; }
+      selected+=("${jobs[j]}")
+    done
+  done
+fi
+[[ ${#selected[@]} -gt 0 ]] || { echo "--select $select names no job" >&2; exit 2; }
 logs=$(mktemp -d)
 OUT=$logs bash scripts/gpu-sanitize-parallel.sh "$@" "${selected[@]}"
 status=$?
