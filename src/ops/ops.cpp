@@ -76,17 +76,28 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
   cpu::RmsNorm(x, weight, eps, y);
 }
 
+size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input) {
+#if DEEPINFER_HAS_CUDA
+  if (ctx.on_cuda()) return cuda::LinearScratchBytes(rows, ToDevice(w), MathOf(ctx, input));
+#else
+  (void)rows, (void)w, (void)input;
+#endif
+  (void)ctx;
+  return 0;
+}
+
 void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
-            LinearInput input) {
+            LinearInput input, const TensorView& scratch) {
   (void)input;  // the CPU computes the same f32 math for every input
-  CheckDevice(ctx, "linear", {&x, &w.data, &y});
+  CheckDevice(ctx, "linear", {&x, &w.data, &y, &scratch});
   DI_ON_CUDA(ctx, "linear",
              DI_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.size(1) == w.in_features && y.size(1) == w.out_features &&
                           x.size(0) == y.size(0),
                       "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), y.ShapeString(), w.out_features,
                       w.in_features);
              cuda::Linear(x.data<float>(), x.stride(0), x.size(0), ToDevice(w), y.data<float>(), y.stride(0),
-                          ctx.stream, MathOf(ctx, input)));
+                          ctx.stream, MathOf(ctx, input), scratch.empty() ? nullptr : scratch.raw(),
+                          scratch.empty() ? 0 : scratch.nbytes()));
   cpu::Linear(x, w, y);
 }
 

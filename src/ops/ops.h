@@ -34,8 +34,13 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
 // the CPU and the SIMT kernels compute the same f32 math either way.
 enum class LinearInput : uint8_t { kAsIs, kFp8Blocks };
 
+// scratch: device bytes (LinearScratchBytes; may be empty, and is unused on the CPU) where the GPU
+// quantizes a kFp8Blocks input once for its warpgroup-MMA GEMM; without it the same bits come from
+// the other tensor-core kernels.
 void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
-            LinearInput input = LinearInput::kAsIs);
+            LinearInput input = LinearInput::kAsIs, const TensorView& scratch = TensorView());
+// Scratch bytes Linear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).
+size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input);
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
                    const TensorView& y);
 

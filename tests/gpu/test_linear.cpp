@@ -128,7 +128,9 @@ void CheckLinear(TestWeight& w, int64_t m, int64_t ldx, int64_t ldy, uint64_t se
   DeviceArray<float> dx(xs);
   DeviceArray<float> dy(static_cast<size_t>(std::max<int64_t>(m * ldy, 1)));
   dy.Fill(0xff);
-  cuda::Linear(dx.get(), ldx, m, w.Device(), dy.get(), ldy, nullptr, TestLinearMath());
+  const size_t scratch_bytes = cuda::LinearScratchBytes(m, w.Device(), TestLinearMath());
+  DeviceArray<uint8_t> scratch(scratch_bytes);
+  cuda::Linear(dx.get(), ldx, m, w.Device(), dy.get(), ldy, nullptr, TestLinearMath(), scratch.get(), scratch_bytes);
   const std::vector<float> ys = dy.ToHost();
 
   std::vector<float> got(want.size());
@@ -266,10 +268,16 @@ TEST(CudaLinear, GroupedFlashOutputProjection) {
   for (const int64_t m : {1, 64}) CheckGrouped(w, 8, m, 801 + m);
 }
 
-// Runs Linear on rows [r0, r0 + n) of a contiguous x [.., k] and returns y [n, out].
-std::vector<float> RunRows(const TestWeight& w, const DeviceArray<float>& dx, int64_t r0, int64_t n) {
+// Runs Linear on rows [r0, r0 + n) of x [.., w.in] (row stride ldx, default w.in) and returns
+// y [n, out]; with the scratch Linear can use unless without_scratch.
+std::vector<float> RunRows(const TestWeight& w, const DeviceArray<float>& dx, int64_t r0, int64_t n,
+                           bool without_scratch = false, int64_t ldx = 0) {
+  if (ldx == 0) ldx = w.in;
   DeviceArray<float> dy(static_cast<size_t>(n * w.out));
-  cuda::Linear(dx.get() + r0 * w.in, w.in, n, w.Device(), dy.get(), w.out, nullptr, TestLinearMath());
+  const size_t scratch_bytes = without_scratch ? 0 : cuda::LinearScratchBytes(n, w.Device(), TestLinearMath());
+  DeviceArray<uint8_t> scratch(scratch_bytes);
+  cuda::Linear(dx.get() + r0 * ldx, ldx, n, w.Device(), dy.get(), w.out, nullptr, TestLinearMath(), scratch.get(),
+               scratch_bytes);
   return dy.ToHost();
 }
 
@@ -523,6 +531,42 @@ TEST(CudaLinearFp8, BatchInvariantAndDeterministic) {
   std::vector<std::pair<int64_t, int64_t>> spans = kSpansOf64;
   spans.insert(spans.end(), {{63, 70}, {100, 33}});
   CheckBatchInvariant({{kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048}, {kFp8F32, 1100, 77}}, 150, 7, spans, 4400);
+}
+
+// FP8 weights past 32 rows with scratch: x quantized once, then warpgroup MMAs (linear_wgmma.cuh).
+// Same bits as without scratch (the mma.sync tiles) and as single rows (the register-fed kernel),
+// for both scale dtypes, partial 128-row weight tiles (N = 200, 130), one chunk (K = 128), a
+// partial last slice (K = 384), padded token tiles (M = 33, 65, 130, 300) and x rows that allow
+// no float4 loads (ldx = K + 5).
+TEST(CudaLinearFp8, WarpgroupMmaPathEqualsTheOtherKernels) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  uint64_t seed = 4500;
+  struct Case {
+    Spec spec;
+    int64_t out, in;
+  };
+  for (const Case& c : {Case{kFp8E8m0, 200, 384}, Case{kFp8F32, 130, 128}, Case{kFp8E8m0, 1024, 4096},
+                        Case{kFp8F32, 256, 1152}}) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    ASSERT_GT(cuda::LinearScratchBytes(64, w.Device(), cuda::LinearMath::kFp8Act), 0u) << c.spec.name;
+    for (const int64_t ldx : {c.in, c.in + 5}) {
+      constexpr int64_t kRows = 300;
+      std::vector<float> x = RandomFloats(static_cast<size_t>(kRows * ldx), ++seed);
+      for (size_t i = 0; i < x.size(); i += 11) x[i] *= 500.f;  // spread the block scales
+      DeviceArray<float> dx(x);
+      for (const int64_t m : {33, 64, 65, 130, 300}) {
+        const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
+                                 std::to_string(c.out) + "] M=" + std::to_string(m) + " ldx=" + std::to_string(ldx);
+        const std::vector<float> wgmma = RunRows(w, dx, 0, m, false, ldx);
+        EXPECT_TRUE(AllEqual(wgmma, RunRows(w, dx, 0, m, true, ldx), what + ": against the mma.sync tiles"));
+        for (const int64_t r : {int64_t{0}, m / 2, m - 1}) {
+          EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1, false, ldx), Rows(wgmma, c.out, r, 1),
+                               what + ": row " + std::to_string(r) + " alone"));
+        }
+      }
+    }
+  }
 }
 
 TEST(CudaLinear, RejectsBadArguments) {

@@ -83,6 +83,9 @@ struct Params {
   // floats, zeros past K) and the weights through the per-warp cp.async rings.
   bool gemv_staged;
   int64_t x_smem_ld;
+  // Host side only: Linear's scratch (linear_wgmma.cuh), null elsewhere.
+  void* scratch;
+  size_t scratch_bytes;
 };
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
@@ -314,6 +317,7 @@ constexpr int DuplicateLaneMask() {
 }
 
 #include "kernels/cuda/linear_mma.cuh"
+#include "kernels/cuda/linear_wgmma.cuh"
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
 // A warp owns RPW consecutive outputs of one group (an output block of a block is kGemvWarps·RPW
@@ -1287,11 +1291,39 @@ void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream, Path path) 
   DI_CUDA_LAUNCH_CHECK("cuda::Linear mma");
 }
 
+// Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM.
+void LaunchWgmma(const Params& p, cudaStream_t stream) {
+  const int64_t m_pad = wgmma::PaddedRows(p.m), chunks = p.k / wgmma::kChunk;
+  const wgmma::GemmArgs a = wgmma::ScratchLayout(p.scratch, m_pad, p.k);
+  const int64_t quant_blocks = CeilDiv(m_pad * chunks, 256 / kWarpSize);
+  if (quant_blocks > 0x7fffffff || m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
+  wgmma::QuantizeRowsKernel<<<static_cast<unsigned>(quant_blocks), 256, 0, stream>>>(
+      p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear act_quant");
+  static std::atomic<uint32_t> opted_in{0};  // bit d: device d allows kSmemBytes of shared memory
+  int device = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  const uint32_t bit = device < 32 ? 1u << device : 0u;
+  if (bit == 0 || (opted_in.load() & bit) == 0) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(wgmma::WgmmaFp8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       wgmma::kSmemBytes),
+                  "cudaFuncSetAttribute(WgmmaFp8Kernel)");
+    opted_in.fetch_or(bit);
+  }
+  const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens));
+  wgmma::WgmmaFp8Kernel<<<grid, wgmma::kThreads, wgmma::kSmemBytes, stream>>>(p, a);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma fp8");
+}
+
 template <Kind K>
 void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath math) {
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     const Path path = PathFor(math, K, p.scale_f32, p.k);
+    if constexpr (K == Kind::kFp8) {
+      // FP8 inputs past 32 rows with scratch: x quantized once, then warpgroup MMAs (the same bits).
+      if (path == Path::kFp8 && wgmma::Usable(p, K, groups)) return LaunchWgmma(p, stream);
+    }
     if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
       // FP8 inputs past 32 rows: shared-memory tiles of 64 x 64 (the same bits per output).
       if (path == Path::kFp8 && p.m > mma::kMaxTm * mma::kTok) {
@@ -1545,8 +1577,14 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   }
 }
 
+size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
+  if (math != LinearMath::kFp8Act || w.format != DeviceWeight::Format::kFp8 || m <= 0) return 0;
+  if (w.in_features <= 0 || w.in_features % wgmma::kChunk != 0) return 0;
+  return wgmma::ScratchBytes(m, w.in_features);
+}
+
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
-            cudaStream_t stream, LinearMath math) {
+            cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
   Params p{};
   const Kind kind = SetWeight(w, p);
   if (m < 0) Fail("negative row count");
@@ -1562,6 +1600,8 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   p.m = m;
   p.n = w.out_features;
   p.x_vec = Aligned(x, ldx * 4, 16);
+  p.scratch = scratch;
+  p.scratch_bytes = scratch_bytes;
   Launch(p, kind, 1, stream, math);
 }
 

@@ -67,7 +67,9 @@ struct DeviceWeight {
 //               32-column group (FP4). Not the f32 math of the other two: x is rounded, and the
 //               tensor cores' accumulation inside one MMA may keep fewer than 24 bits. Other
 //               weights take kSplitBf16's choice. Order again fixed by K (linear_mma.cuh); past
-//               32 rows Linear stages 64 × 64 tiles in shared memory with the same bits.
+//               32 rows Linear stages 64 × 64 tiles in shared memory with the same bits, or, for
+//               FP8 weights given scratch, quantizes x once and runs warpgroup MMAs
+//               (linear_wgmma.cuh) in the same order.
 enum class LinearMath : uint8_t { kSimtF32, kSplitBf16, kFp8Act };
 
 // M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).
@@ -76,8 +78,14 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // y[r, o] = Σ_k x[r, k]·W[o, k] for r < m, o < w.out_features. x: [m, in_features] f32 with row
 // stride ldx >= in_features; y: [m, out_features] f32 with row stride ldy >= out_features (the
 // columns past out_features are not written). m == 0 is a no-op. Asynchronous on `stream`.
+// scratch (DEVICE, 256-byte aligned, LinearScratchBytes(m, w, math) bytes; may be null): where
+// kFp8Act quantizes x once for the wgmma path (FP8 weights, m > 32, in_features % 128 == 0,
+// 16-byte aligned weight rows); without it that path runs the mma.sync tiles, with the same bits.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
-            cudaStream_t stream, LinearMath math = LinearMath::kSimtF32);
+            cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
+            size_t scratch_bytes = 0);
+// Scratch bytes Linear can use for m rows of x (0 where no path uses scratch).
+size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math);
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.

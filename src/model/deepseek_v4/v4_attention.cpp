@@ -39,17 +39,17 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   // q: qr = q_norm(wq_a x); q = wq_b qr per head, unweighted RMS per head, RoPE on the tail.
   // qr feeds only FP8 linears (wq_b, the indexer's wq_b), so it is rounded in place.
   const TensorView qr = ws.Alloc(DType::kF32, {tokens, c.q_lora_rank});
-  ops::Linear(ctx.op, xq, aw.wq_a, qr, QuantizedInput());
+  QuantizedLinear(ctx, xq, aw.wq_a, qr);
   ops::RmsNorm(ctx.op, qr, aw.q_norm, eps, qr);
   QuantizeLinearInput(ctx, qr);
   const TensorView q = ws.Alloc(DType::kF32, {tokens, heads, hd});
-  ops::Linear(ctx.op, qr, aw.wq_b, q.Reshape({tokens, heads * hd}), QuantizedInput());
+  QuantizedLinear(ctx, qr, aw.wq_b, q.Reshape({tokens, heads * hd}));
   ops::RmsNorm(ctx.op, q.Reshape({tokens * heads, hd}), TensorView(), eps, q.Reshape({tokens * heads, hd}));
   ops::Rope(ctx.op, q, pos, table, false);
 
   // kv: one shared head, K = V, computed in place as this step's fresh rows.
   const TensorView& kv = ctx.fresh;
-  ops::Linear(ctx.op, xq, aw.wkv, kv, QuantizedInput());
+  QuantizedLinear(ctx, xq, aw.wkv, kv);
   ops::RmsNorm(ctx.op, kv, aw.kv_norm, eps, kv);
   ops::Rope(ctx.op, As3d(kv, 1, hd), pos, table, false);
   if (numerics_.kv_fp8) ops::Fp8RoundTripRows(ctx.op, kv, 0, nope, 64);
@@ -66,7 +66,7 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
     const IndexerWeights& iw = *aw.indexer;
     const int64_t ih = c.index_n_heads, id = c.index_head_dim;
     index_q = ws.Alloc(DType::kF32, {tokens, ih, id});
-    ops::Linear(ctx.op, qr, iw.wq_b, index_q.Reshape({tokens, ih * id}), QuantizedInput());
+    QuantizedLinear(ctx, qr, iw.wq_b, index_q.Reshape({tokens, ih * id}));
     ops::Rope(ctx.op, index_q, pos, table, false);
     ops::HadamardRows(ctx.op, index_q.Reshape({tokens * ih, id}));
     if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, index_q.Reshape({tokens * ih, id}), 32);
@@ -93,7 +93,7 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   ops::GroupedLinear(ctx.op, o.Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups, z);
   const TensorView z2 = z.Reshape({tokens, groups * c.o_lora_rank});
   QuantizeLinearInput(ctx, z2);
-  ops::Linear(ctx.op, z2, aw.wo_b, out, QuantizedInput());
+  QuantizedLinear(ctx, z2, aw.wo_b, out);
 }
 
 void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool indexer, const TensorView& kv_proj,

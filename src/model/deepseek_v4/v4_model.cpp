@@ -265,6 +265,14 @@ TensorView V4Model::QuantizedCopy(const StepContext& ctx, const TensorView& x) c
   return copy;
 }
 
+void V4Model::QuantizedLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w,
+                              const TensorView& y) const {
+  const ops::LinearInput input = QuantizedInput();
+  const size_t bytes = ops::LinearScratchBytes(ctx.op, x.size(0), w, input);
+  const TensorView scratch = bytes == 0 ? TensorView() : ctx.ws->Alloc(DType::kI8, {static_cast<int64_t>(bytes)});
+  ops::Linear(ctx.op, x, w, y, input, scratch);
+}
+
 void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const {
   const auto& c = config_;
   const int64_t tokens = ctx.num_tokens(), d = c.hidden_size, s = c.hc_mult;
@@ -345,11 +353,11 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true);
   const TensorView g = ws.Alloc(DType::kF32, {tokens, inter}), u = ws.Alloc(DType::kF32, {tokens, inter}),
                    ys = ws.Alloc(DType::kF32, {tokens, d});
-  ops::Linear(ctx.op, xq, m.shared.w1, g, QuantizedInput());
-  ops::Linear(ctx.op, xq, m.shared.w3, u, QuantizedInput());
+  QuantizedLinear(ctx, xq, m.shared.w1, g);
+  QuantizedLinear(ctx, xq, m.shared.w3, u);
   ops::ClampedSwiGlu(ctx.op, g, u, limit, TensorView());
   QuantizeLinearInput(ctx, g);
-  ops::Linear(ctx.op, g, m.shared.w2, ys, QuantizedInput());
+  QuantizedLinear(ctx, g, m.shared.w2, ys);
   ops::MoeCombine(ctx.op, ye, slot_rows, expert_ids, k, ys, out);
 }
 

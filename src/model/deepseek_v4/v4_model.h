@@ -84,6 +84,9 @@ class V4Model : public Model {
   ops::LinearInput QuantizedInput() const {
     return numerics_.fp8_activations ? ops::LinearInput::kFp8Blocks : ops::LinearInput::kAsIs;
   }
+  // ops::Linear of an input rounded as above (QuantizedInput), with the scratch the GPU's FP8 GEMM
+  // quantizes it into, from the step's workspace.
+  void QuantizedLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y) const;
   void UploadWeights();
   // The routed experts of every block as ops::ExpertsWeight, pointing at the weights where they
   // live (after UploadWeights on a CUDA device).
