@@ -142,11 +142,24 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
   return w;
 }
 
+size_t ExpertsLinearCodesBytes(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input) {
+#if DEEPINFER_HAS_CUDA
+  if (ctx.on_cuda() && !w.experts.empty()) {
+    return cuda::ExpertsLinearCodesBytes(rows_bound, ToDevice(w.experts[0]), MathOf(ctx, input));
+  }
+#else
+  (void)rows_bound, (void)w, (void)input;
+#endif
+  (void)ctx;
+  return 0;
+}
+
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
-                   const TensorView& y, const TensorView& scratch, LinearInput input, bool plan_in_scratch) {
+                   const TensorView& y, const TensorView& scratch, LinearInput input, bool plan_in_scratch,
+                   const TensorView& codes) {
   (void)input;
   (void)plan_in_scratch;
-  CheckDevice(ctx, "experts_linear", {&x, &offsets, &y, &scratch});
+  CheckDevice(ctx, "experts_linear", {&x, &offsets, &y, &scratch, &codes});
   const int64_t num_experts = offsets.numel() - 1, rows = x.size(0);
   DI_CHECK(offsets.dtype() == DType::kI32 && offsets.is_contiguous() &&
                num_experts == static_cast<int64_t>(w.experts.size()),
@@ -166,7 +179,8 @@ void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& 
              cuda::ExpertsLinear(x.data<float>(), x.stride(0), rows, offsets.data<int32_t>(), num_experts,
                                  static_cast<const cuda::DeviceWeight*>(w.device_table.data()), ToDevice(first),
                                  y.data<float>(), y.stride(0), scratch.raw(), ctx.stream, MathOf(ctx, input),
-                                 plan_in_scratch));
+                                 plan_in_scratch, codes.empty() ? nullptr : codes.raw(),
+                                 codes.empty() ? 0 : codes.nbytes()));
   const int32_t* off = offsets.data<int32_t>();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t r0 = std::clamp<int64_t>(off[e], 0, rows), r1 = std::clamp<int64_t>(off[e + 1], r0, rows);

@@ -173,11 +173,15 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
 // offsets: I32 [E+1] on the context's device (non-decreasing, from 0); rows at or past offsets[E]
 // are untouched. scratch: ExpertsLinearScratchBytes(R, E) bytes for the GPU (may be empty on the
 // CPU). plan_in_scratch: an earlier call with the same offsets, R and E left its tile lists in
-// scratch (cuda::ExpertsLinear). On CUDA nothing comes back to the host (kernels/cuda/linear.h).
+// scratch (cuda::ExpertsLinear). codes: ExpertsLinearCodesBytes bytes (may be empty; unused on the
+// CPU) where the GPU quantizes a kFp8Blocks x once for its warpgroup-MMA tiles. On CUDA nothing
+// comes back to the host (kernels/cuda/linear.h).
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
                    const TensorView& y, const TensorView& scratch, LinearInput input = LinearInput::kAsIs,
-                   bool plan_in_scratch = false);
+                   bool plan_in_scratch = false, const TensorView& codes = TensorView());
 size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
+// Codes bytes ExpertsLinear can use for rows_bound rows (0 on the CPU and where no kernel uses any).
+size_t ExpertsLinearCodesBytes(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input);
 // out[t] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot]] (+ shared[t]).
 void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,
                 int64_t top_k, const TensorView& shared, const TensorView& out);

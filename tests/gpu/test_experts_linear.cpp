@@ -136,8 +136,12 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
   DeviceArray<float> dy(static_cast<size_t>(rows_bound * ldy)), dref(static_cast<size_t>(rows_bound * ldy));
   dy.Fill(0xff);
   dref.Fill(0xff);
+  // With the codes scratch where the path can use one (the FP8-input warpgroup-MMA tiles); Linear
+  // below gets none, so those tiles are checked against the mma.sync kernels.
+  const size_t codes_bytes = cuda::ExpertsLinearCodesBytes(rows_bound, pool.Device(0), TestLinearMath());
+  DeviceArray<uint8_t> codes(codes_bytes);
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
-                      scratch.get(), nullptr, TestLinearMath());
+                      scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes);
   for (int64_t e = 0; e < num_experts; ++e) {
     cuda::Linear(dx.get() + off[e] * ldx, ldx, counts[e], pool.Device(e), dref.get() + off[e] * ldy, ldy, nullptr,
                  TestLinearMath());
@@ -313,6 +317,23 @@ TEST(CudaExpertsLinearMma, DecodeFlash) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
   CheckDecodeFlash(3300);
+}
+
+// K % 128 == 0: the 17-64-row tiles run on warpgroup MMAs (linear_wgmma.cuh) and must give the
+// bits of Linear's mma.sync kernels, for FP8 (both scale dtypes) and FP4 weights, partial weight
+// tiles (N = 200), rows of x that allow no float4 loads, and tiles that end inside the next
+// expert's rows or at the row bound.
+TEST(CudaExpertsLinearFp8, WarpgroupMmaTiles) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  uint64_t seed = 4700;
+  const std::vector<int32_t> counts = {70, 130, 5, 64, 0, 200, 17, 33, 1};
+  for (const Spec& spec : {kFp8E8m0, kFp8F32, kFp4}) {
+    ExpertPool pool(spec, static_cast<int64_t>(counts.size()), 200, 1024, ++seed);
+    ASSERT_GT(cuda::ExpertsLinearCodesBytes(600, pool.Device(0), cuda::LinearMath::kFp8Act), 0u) << spec.name;
+    CheckExperts(pool, counts, Offsets(counts).back(), 1024, 200, ++seed);
+    CheckExperts(pool, counts, Offsets(counts).back() + 7, 1024 + 5, 203, ++seed);
+  }
 }
 
 TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {

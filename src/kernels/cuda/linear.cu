@@ -1117,6 +1117,24 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
   }
 }
 
+// FP8 inputs with codes scratch: the tiled tiles (17-64 rows) on warpgroup MMAs, x's codes
+// quantized once for all rows (linear_wgmma.cuh); the same bits as ExpertsStagedKernel.
+template <Kind K>
+__global__ void __launch_bounds__(wgmma::kThreads, 1) ExpertsWgmmaKernel(const ExpertsParams ep, const wgmma::GemmArgs a) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  CheckPlan(ep);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int32_t tiles = *ep.count;
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    const ExpertTile t = ep.tiles[c.tile];
+    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, static_cast<int64_t>(c.block) * wgmma::kBlockRows, t.row0, 0, smem);
+  }
+#endif
+}
+
 // ---- host side ---------------------------------------------------------------------------------
 
 enum class Path : uint8_t { kSimt, kSplitBf16, kFp8 };
@@ -1291,27 +1309,39 @@ void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream, Path path) 
   DI_CUDA_LAUNCH_CHECK("cuda::Linear mma");
 }
 
-// Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM.
-void LaunchWgmma(const Params& p, cudaStream_t stream) {
-  const int64_t m_pad = wgmma::PaddedRows(p.m), chunks = p.k / wgmma::kChunk;
-  const wgmma::GemmArgs a = wgmma::ScratchLayout(p.scratch, m_pad, p.k);
-  const int64_t quant_blocks = CeilDiv(m_pad * chunks, 256 / kWarpSize);
-  if (quant_blocks > 0x7fffffff || m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
+// act_quant of x's m rows (row stride ldx, K = k) into the codes scratch laid out for m_pad rows.
+wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k, bool x_vec,
+                                    void* scratch, cudaStream_t stream) {
+  const wgmma::GemmArgs a = wgmma::ScratchLayout(scratch, m_pad, k);
+  const int64_t quant_blocks = CeilDiv(m_pad * (k / wgmma::kChunk), 256 / kWarpSize);
+  if (quant_blocks > 0x7fffffff) Fail("too many rows for one launch");
   wgmma::QuantizeRowsKernel<<<static_cast<unsigned>(quant_blocks), 256, 0, stream>>>(
-      p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
+      x, ldx, m, m_pad, k, x_vec, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
   DI_CUDA_LAUNCH_CHECK("cuda::Linear act_quant");
-  static std::atomic<uint32_t> opted_in{0};  // bit d: device d allows kSmemBytes of shared memory
+  return a;
+}
+
+// Lets `kernel` use `bytes` of dynamic shared memory on the current device (once per device).
+template <typename Kernel>
+void AllowSharedMemory(Kernel kernel, int bytes, const char* what) {
+  static std::atomic<uint64_t> allowed{0};  // bit d: done on device d
   int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-  const uint32_t bit = device < 32 ? 1u << device : 0u;
-  if (bit == 0 || (opted_in.load() & bit) == 0) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(wgmma::WgmmaFp8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       wgmma::kSmemBytes),
-                  "cudaFuncSetAttribute(WgmmaFp8Kernel)");
-    opted_in.fetch_or(bit);
-  }
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0u;
+  if (bit != 0 && (allowed.load() & bit) != 0) return;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
+  allowed.fetch_or(bit);
+}
+
+// Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM.
+void LaunchWgmma(const Params& p, cudaStream_t stream) {
+  const int64_t m_pad = wgmma::PaddedRows(p.m);
+  if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
+  const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
+  constexpr int kSmem = wgmma::SmemLayout<Kind::kFp8>::kBytes;
+  AllowSharedMemory(wgmma::WgmmaFp8Kernel, kSmem, "cudaFuncSetAttribute(WgmmaFp8Kernel)");
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens));
-  wgmma::WgmmaFp8Kernel<<<grid, wgmma::kThreads, wgmma::kSmemBytes, stream>>>(p, a);
+  wgmma::WgmmaFp8Kernel<<<grid, wgmma::kThreads, kSmem, stream>>>(p, a);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma fp8");
 }
 
@@ -1410,6 +1440,8 @@ struct ExpertsLaunch {
   int64_t sms = 0;  // multiprocessors of the current device
   Path path = Path::kSimt;  // PathFor the layout
   cudaStream_t stream = nullptr;
+  void* codes = nullptr;  // ExpertsLinear's codes scratch (null: none)
+  size_t codes_bytes = 0;
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -1476,6 +1508,28 @@ void LaunchExpertsMma(const ExpertsLaunch& l, int kind) {
   LaunchExpertsMmaKernel<K, TM, false>(l, kind);
 }
 
+int64_t RowsBound(const ExpertsLaunch& l) { return l.params.base.m; }
+
+// The 17-64-row tiles of the FP8-input path on warpgroup MMAs: act_quant of every row into the
+// codes scratch, then one block per (tile, 128 outputs), walked like LaunchList's items.
+template <Kind K>
+void LaunchExpertsWgmma(const ExpertsLaunch& l) {
+  if (l.capacity.tiles[kTiledKind] == 0) return;
+  const Params& b = l.params.base;
+  const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
+                                                l.codes, l.stream);
+  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
+  AllowSharedMemory(ExpertsWgmmaKernel<K>, kSmem, "cudaFuncSetAttribute(ExpertsWgmmaKernel)");
+  ExpertsParams ep = l.params;
+  ep.count = l.lists.counts + kTiledKind;
+  ep.tiles = l.lists.tiles[kTiledKind];
+  const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
+  ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
+  const int64_t grid = std::min(l.capacity.tiles[kTiledKind] * blocks_per_tile, l.sms * 2);
+  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, a);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
+}
+
 template <Kind K>
 void LaunchExperts(const ExpertsLaunch& l) {
   static_assert(kGemvMaxRows == 16 && kTileM == 2 * kGemvMaxRows, "the tile kinds cover 1-16 and 17-32 rows");
@@ -1485,6 +1539,9 @@ void LaunchExperts(const ExpertsLaunch& l) {
       LaunchExpertsMmaSmall<K>(l);   // 1-8 rows
       LaunchExpertsMma<K, 2>(l, 3);  // 9-16
       if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+        if (l.path == Path::kFp8 && wgmma::ExpertsUsable(K, l.params.base.k, l.codes, l.codes_bytes, RowsBound(l))) {
+          return LaunchExpertsWgmma<K>(l);  // 17-64, x quantized once
+        }
         if (l.path == Path::kFp8) {  // 17-64 (the plan's tiles are 64 rows on this path)
           const int blocks_per_sm = BlocksPerSm<ExpertsStagedKernel<K>>(mma::kThreads, 0);
           LaunchList(ExpertsStagedKernel<K>, mma::kThreads, blocks_per_sm, l, kTiledKind,
@@ -1520,9 +1577,16 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
   return kCountsBytes + static_cast<size_t>(cap.total) * sizeof(ExpertTile);
 }
 
+size_t ExpertsLinearCodesBytes(int64_t rows_bound, const DeviceWeight& layout, LinearMath math) {
+  const bool quantized = layout.format == DeviceWeight::Format::kFp8 || layout.format == DeviceWeight::Format::kFp4;
+  if (math != LinearMath::kFp8Act || !quantized || rows_bound <= 0) return 0;
+  if (layout.in_features <= 0 || layout.in_features % wgmma::kChunk != 0) return 0;
+  return wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), layout.in_features);
+}
+
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
-                   cudaStream_t stream, LinearMath math, bool plan_in_scratch) {
+                   cudaStream_t stream, LinearMath math, bool plan_in_scratch, void* codes, size_t codes_bytes) {
   const Kind kind = KindOf(layout);
   const int64_t n = layout.out_features, k = layout.in_features;
   if (n < 0 || k < 0) Fail("negative weight shape");
@@ -1558,7 +1622,10 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
 
   l.sms = CurrentDeviceSms().second;
   l.stream = stream;
+  l.codes = codes;
+  l.codes_bytes = codes_bytes;
   ExpertsParams& ep = l.params;
+  ep.base.m = rows_bound;  // the launches' row bound (each tile sets its own m)
   ep.base.x = x;
   ep.base.ldx = ldx;
   ep.base.y = y;

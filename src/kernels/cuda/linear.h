@@ -126,8 +126,14 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // the same offsets (unchanged since), rows_bound, num_experts and path (the FP8-input path cuts
 // 64-row tiles, the others 32), queued before this one on `stream` (the MoE's w3 and w2 after its
 // w1): the first kernel is skipped.
+// codes (DEVICE, 256-byte aligned, ExpertsLinearCodesBytes bytes; may be null): under kFp8Act, where
+// x's rows are quantized once for the warpgroup-MMA tiles (17-64 rows, FP8 / FP4 weights,
+// in_features % 128 == 0); without it those tiles run the mma.sync kernel, with the same bits.
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
-                   cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false);
+                   cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false,
+                   void* codes = nullptr, size_t codes_bytes = 0);
+// Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any).
+size_t ExpertsLinearCodesBytes(int64_t rows_bound, const DeviceWeight& layout, LinearMath math);
 
 }  // namespace deepinfer::cuda

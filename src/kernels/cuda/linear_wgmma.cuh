@@ -32,8 +32,6 @@ constexpr int kStages = 4;
 constexpr int kThreads = 128 * kGroups;
 constexpr int kWStageBytes = kBlockRows * kChunk;  // 16 KiB
 constexpr int kXStageBytes = kTokens * kChunk;     // 8 KiB
-constexpr int kStageBytes = kWStageBytes + kXStageBytes + 1024;  // + the chunk's 64 x scales (256 B), padded
-constexpr int kSmemBytes = kStages * kStageBytes + 1024;          // + alignment of the base to 1024
 static_assert(kBlockRows == kFp8Block, "a block's rows share one FP8 weight-scale row");
 
 __host__ __device__ inline int64_t PaddedRows(int64_t m) { return CeilDiv(m, kTokens) * kTokens; }
@@ -122,47 +120,117 @@ struct GemmArgs {
   int64_t m_pad;
 };
 
-// Queues (cp.async, one group per call) chunk c's weight rows n0..n0+127, token rows t0..t0+63 and
-// their 64 scales into stage buffer `stage`. Weight rows past n are zero-filled.
-__device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, uint8_t* stage, int64_t n0, int64_t t0,
-                                          int64_t c) {
+// Shared memory of one block. Per stage: the chunk's weight bytes as stored (FP8: the swizzled
+// e4m3 tile wgmma reads; FP4: the packed nibbles, 64 bytes per row), the x codes (swizzled) and
+// the 64 x scales. FP4 adds one swizzled e4m3 tile that the nibbles are turned into per chunk.
+template <Kind K>
+struct SmemLayout {
+  static constexpr int kWBytes = K == Kind::kFp4 ? kBlockRows * kChunk / 2 : kBlockRows * kChunk;
+  static constexpr int kX = kWBytes;  // 8 or 16 KiB: 1024-byte aligned
+  static constexpr int kXs = kX + kXStageBytes;
+  static constexpr int kStage = kXs + 1024;
+  static constexpr int kConverted = kStages * kStage;
+  static constexpr int kBytes = kConverted + (K == Kind::kFp4 ? kWStageBytes : 0) + 1024;  // + base alignment
+};
+
+// 16 bytes from global memory into shared memory, zeros when !valid: cp.async where the source is
+// 16-byte aligned, else byte loads and a plain store (both covered by the fence before wgmma).
+__device__ __forceinline__ void Copy16(uint8_t* dst, const uint8_t* src, bool valid, bool aligned) {
+  if (aligned || !valid) {
+    CpAsyncOrZero<16>(dst, src, valid);
+  } else {
+    uint32_t word[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int b = 0; b < 16; ++b) word[b / 4] |= static_cast<uint32_t>(__ldg(src + b)) << (8 * (b % 4));
+    *reinterpret_cast<uint4*>(dst) = make_uint4(word[0], word[1], word[2], word[3]);
+  }
+}
+
+// Queues chunk c of the block's weight rows n0..n0+127 (zeros past n), its token rows
+// t_codes..t_codes+63 of the codes and their scales into stage buffer `stage` (cp.async; the
+// caller commits the group).
+template <Kind K>
+__device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, uint8_t* stage, int64_t n0,
+                                          int64_t t_codes, int64_t c) {
+  using L = SmemLayout<K>;
   const int tid = threadIdx.x;
-  uint8_t* w_tile = stage;
-  uint8_t* x_tile = stage + kWStageBytes;
-  float* xs = reinterpret_cast<float*>(stage + kWStageBytes + kXStageBytes);
-  constexpr int kUnits = kChunk / 16;  // 8 units of 16 bytes per row
+  constexpr int kRowBytes = L::kWBytes / kBlockRows;  // 128 (FP8) or 64 (FP4)
+  constexpr int kUnits = kRowBytes / 16;
 #pragma unroll
   for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
     const int id = tid + i * kThreads;
     const int row = id / kUnits, unit = id % kUnits;
     const bool valid = n0 + row < p.n;
-    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * kChunk + unit * 16;
-    CpAsyncOrZero<16>(w_tile + SwizzledOffset(row, unit), src, valid);
+    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * kRowBytes + unit * 16;
+    // FP8 rows land swizzled (wgmma reads them); FP4 rows plainly (ConvertFp4 reads them).
+    uint8_t* dst = stage + (K == Kind::kFp4 ? row * kRowBytes + unit * 16 : SwizzledOffset(row, unit));
+    Copy16(dst, src, valid, p.w_vec16);
   }
+  constexpr int kXUnits = kChunk / 16;
 #pragma unroll
-  for (int i = 0; i < kTokens * kUnits / kThreads; ++i) {
+  for (int i = 0; i < kTokens * kXUnits / kThreads; ++i) {
     const int id = tid + i * kThreads;
-    const int row = id / kUnits, unit = id % kUnits;
-    CpAsync16(x_tile + SwizzledOffset(row, unit), a.codes + (t0 + row) * p.k + c * kChunk + unit * 16);
+    const int row = id / kXUnits, unit = id % kXUnits;
+    CpAsync16(stage + L::kX + SwizzledOffset(row, unit), a.codes + (t_codes + row) * p.k + c * kChunk + unit * 16);
   }
-  if (tid < kTokens / 4) CpAsync16(xs + 4 * tid, a.xscales + c * a.m_pad + t0 + 4 * tid);
+  if (tid < kTokens) {
+    CpAsyncOrZero<4>(stage + L::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
+  }
 }
 
-// Grid (ceil(n / 128), m_pad / 64); kThreads threads, kSmemBytes of dynamic shared memory.
-__global__ void __launch_bounds__(kThreads, 2) WgmmaFp8Kernel(const Params p, const GemmArgs a) {
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
-#else
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+// FP4: the stage's nibbles (128 rows × 64 bytes) into the swizzled e4m3 tile, exactly
+// (E2m1x4ToE4m3x4). Unit u of a row: columns 16u .. 16u + 15.
+__device__ __forceinline__ void ConvertFp4(const uint8_t* raw, uint8_t* tile) {
+  constexpr int kUnits = kChunk / 16;
+#pragma unroll
+  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
+    const int id = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int row = id / kUnits, unit = id % kUnits;
+    const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
+    const uint4 codes = make_uint4(mma::fp8::E2m1x4ToE4m3x4(v.x & 0xffffu), mma::fp8::E2m1x4ToE4m3x4(v.x >> 16),
+                                   mma::fp8::E2m1x4ToE4m3x4(v.y & 0xffffu), mma::fp8::E2m1x4ToE4m3x4(v.y >> 16));
+    *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
+  }
+}
+
+// The FP4 scales of weight row `row` (within the weight, < n) for the four 32-column groups of
+// chunk c, decoded to f32.
+__device__ __forceinline__ void Fp4Scales(const Params& p, int64_t row, int64_t c, float (&s)[4]) {
+  const int64_t si = row * p.scale_row_stride + 4 * c;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    s[j] = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si + j) : DecodeE8m0(__ldg(p.scale + si + j));
+  }
+}
+
+// part += acc · (w_scale · x_scale) for the D fragment (rows ra = 16·warp + g and ra + 8 of the
+// warpgroup's tile, tokens 8i + 2q and + 1), element by element as fp8::Block does.
+__device__ __forceinline__ void AddScaled(float (&part)[32], const float (&acc)[32], float sa, float sb,
+                                          const float* xs, int q) {
+#pragma unroll
+  for (int i = 0; i < kTokens / 8; ++i) {
+    const float x0 = xs[8 * i + 2 * q], x1 = xs[8 * i + 2 * q + 1];
+    part[4 * i + 0] = __fadd_rn(part[4 * i + 0], __fmul_rn(acc[4 * i + 0], __fmul_rn(sa, x0)));
+    part[4 * i + 1] = __fadd_rn(part[4 * i + 1], __fmul_rn(acc[4 * i + 1], __fmul_rn(sa, x1)));
+    part[4 * i + 2] = __fadd_rn(part[4 * i + 2], __fmul_rn(acc[4 * i + 2], __fmul_rn(sb, x0)));
+    part[4 * i + 3] = __fadd_rn(part[4 * i + 3], __fmul_rn(acc[4 * i + 3], __fmul_rn(sb, x1)));
+  }
+}
+
+// One block's 128 weight rows n0.. × 64 tokens: x rows t_codes.. of the codes, y rows t_y.. of
+// p.y (rows at or past p.m and columns at or past p.n are not written). FP8 weights: one k32
+// chain per chunk, scaled once; FP4: each k32 step from +0, scaled by its 32-column group's scale.
+// All threads call it; it leaves no copies in flight and shared memory free after a barrier.
+template <Kind K>
+__device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
+                                           int64_t t_y, uint8_t* smem) {
+  using L = SmemLayout<K>;
   const int tid = threadIdx.x;
-  const int group = tid / 128;          // consumer warpgroup: weight rows 64·group ..
+  const int group = tid / 128;  // warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;  // the D fragment's row group and column pair
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const int64_t chunks = p.k / kChunk;
-  const int64_t scale_base = (n0 / kFp8Block) * p.scale_row_stride;
+  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g, rb = ra + 8;  // this thread's weight rows
 
   float acc[32], part[32], total[32];
 #pragma unroll
@@ -170,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 2) WgmmaFp8Kernel(const Params p, co
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < chunks) LoadStage(p, a, smem + s * kStageBytes, n0, t0, s);
+    if (s < chunks) LoadStage<K>(p, a, smem + s * L::kStage, n0, t_codes, s);
     CpAsyncCommit();
   }
   for (int64_t c = 0; c < chunks; ++c) {
@@ -179,35 +247,52 @@ __global__ void __launch_bounds__(kThreads, 2) WgmmaFp8Kernel(const Params p, co
     __syncthreads();  // everyone's copies of chunk c; everyone done with stage (c - 1) % kStages
     {
       const int64_t next = c + kStages - 1;
-      if (next < chunks) LoadStage(p, a, smem + (next % kStages) * kStageBytes, n0, t0, next);
+      if (next < chunks) LoadStage<K>(p, a, smem + (next % kStages) * L::kStage, n0, t_codes, next);
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
     }
-    uint8_t* stage = smem + (c % kStages) * kStageBytes;
-    const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
-    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + kWStageBytes));
+    uint8_t* stage = smem + (c % kStages) * L::kStage;
+    const float* xs = reinterpret_cast<const float*>(stage + L::kXs);
+    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
+    if constexpr (K == Kind::kFp8) {
+      const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
 #pragma unroll
-    for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
-    WgmmaFence();
+      for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+      WgmmaFence();
 #pragma unroll
-    for (int kk = 0; kk < kChunk / 32; ++kk) {
-      MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), kk > 0);
-    }
-    WgmmaCommit();
-    WgmmaWaitAll();
+      for (int kk = 0; kk < kChunk / 32; ++kk) {
+        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), kk > 0);
+      }
+      WgmmaCommit();
+      WgmmaWaitAll();
 #pragma unroll
-    for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
-
-    // part += acc · (w_scale · x_scale), element by element as fp8::Block does.
-    const int64_t si = scale_base + c;
-    const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
-    const float* xs = reinterpret_cast<const float*>(stage + kWStageBytes + kXStageBytes);
+      for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+      // One scale per chunk for all 128 rows (n0 is a multiple of the 128-row scale block).
+      const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
+      const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
+      AddScaled(part, acc, sw, sw, xs, q);
+    } else {
+      float sa[4] = {1.f, 1.f, 1.f, 1.f}, sb[4] = {1.f, 1.f, 1.f, 1.f};
+      if (ra < p.n) Fp4Scales(p, ra, c, sa);
+      if (rb < p.n) Fp4Scales(p, rb, c, sb);
+      uint8_t* tile = smem + L::kConverted;
+      ConvertFp4(stage, tile);
+      FenceProxyAsyncShared();
+      __syncthreads();  // the converted tile is complete
+      const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
 #pragma unroll
-    for (int i = 0; i < kTokens / 8; ++i) {
-      const float s0 = __fmul_rn(sw, xs[8 * i + 2 * q]), s1 = __fmul_rn(sw, xs[8 * i + 2 * q + 1]);
-      part[4 * i + 0] = __fadd_rn(part[4 * i + 0], __fmul_rn(acc[4 * i + 0], s0));
-      part[4 * i + 1] = __fadd_rn(part[4 * i + 1], __fmul_rn(acc[4 * i + 1], s1));
-      part[4 * i + 2] = __fadd_rn(part[4 * i + 2], __fmul_rn(acc[4 * i + 2], s0));
-      part[4 * i + 3] = __fadd_rn(part[4 * i + 3], __fmul_rn(acc[4 * i + 3], s1));
+      for (int kk = 0; kk < kChunk / 32; ++kk) {
+#pragma unroll
+        for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+        WgmmaFence();
+        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 0);
+        WgmmaCommit();
+        WgmmaWaitAll();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+        AddScaled(part, acc, sa[kk], sb[kk], xs, q);
+      }
+      // The next chunk's conversion comes after the loop's next barrier, which every thread reaches
+      // only after its own MMAs on this tile have completed.
     }
     if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == chunks) {
       const bool first_slice = c < mma::kSliceChunks;
@@ -220,27 +305,43 @@ __global__ void __launch_bounds__(kThreads, 2) WgmmaFp8Kernel(const Params p, co
   }
   CpAsyncWaitAll();
 
-  // D fragment: element 4i + e is weight row 16·warp + g (+8 for e >= 2), token 8i + 2q (+1 for
-  // odd e) of the warpgroup's tile.
-  const int64_t row = n0 + group * kRowsPerGroup + 16 * warp + g;
+  // D fragment: element 4i + e is weight row ra (rb for e >= 2), token 8i + 2q (+1 for odd e).
 #pragma unroll
   for (int i = 0; i < kTokens / 8; ++i) {
-    const int64_t tok = t0 + 8 * i + 2 * q;
-    if (row < p.n && tok < p.m) p.y[tok * p.ldy + row] = total[4 * i + 0];
-    if (row < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + row] = total[4 * i + 1];
-    if (row + 8 < p.n && tok < p.m) p.y[tok * p.ldy + row + 8] = total[4 * i + 2];
-    if (row + 8 < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + row + 8] = total[4 * i + 3];
+    const int64_t tok = t_y + 8 * i + 2 * q;
+    if (ra < p.n && tok < p.m) p.y[tok * p.ldy + ra] = total[4 * i + 0];
+    if (ra < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + ra] = total[4 * i + 1];
+    if (rb < p.n && tok < p.m) p.y[tok * p.ldy + rb] = total[4 * i + 2];
+    if (rb < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + rb] = total[4 * i + 3];
   }
+  __syncthreads();  // shared memory free for the caller's next block
+}
+
+__device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+}
+
+// Linear: grid (ceil(n / 128), m_pad / 64); kThreads threads, SmemLayout<kFp8>::kBytes of dynamic
+// shared memory.
+__global__ void __launch_bounds__(kThreads, 2) WgmmaFp8Kernel(const Params p, const GemmArgs a) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  WgmmaBlock<Kind::kFp8>(p, a, static_cast<int64_t>(blockIdx.x) * kBlockRows, t0, t0, AlignedSmem(smem_raw));
 #endif
 }
 
 // Scratch of the wgmma path for m rows of K columns: codes [m_pad, K], then (256-byte aligned)
 // the scales [K / 128, m_pad].
 inline int64_t CodeBytes(int64_t m_pad, int64_t k) { return CeilDiv(m_pad * k, 256) * 256; }
-inline size_t ScratchBytes(int64_t m, int64_t k) {
-  const int64_t m_pad = PaddedRows(m);
+inline size_t ScratchBytesForPaddedRows(int64_t m_pad, int64_t k) {
   return static_cast<size_t>(CodeBytes(m_pad, k) + (k / kChunk) * m_pad * 4);
 }
+inline size_t ScratchBytes(int64_t m, int64_t k) { return ScratchBytesForPaddedRows(PaddedRows(m), k); }
+// ExpertsLinear's tiles start at any row and read 64 rows of codes from there.
+inline int64_t ExpertsPaddedRows(int64_t rows_bound) { return PaddedRows(rows_bound) + kTokens; }
 inline GemmArgs ScratchLayout(void* scratch, int64_t m_pad, int64_t k) {
   uint8_t* base = static_cast<uint8_t*>(scratch);
   return GemmArgs{base, reinterpret_cast<const float*>(base + CodeBytes(m_pad, k)), m_pad};
@@ -262,6 +363,14 @@ inline bool DeviceHasWgmma() {
     known.fetch_or(bit);
   }
   return (has.load() & bit) != 0;
+}
+
+// ExpertsLinear's FP8-input tiles: FP8 or FP4 weights (any row alignment), K % 128 == 0, codes
+// scratch for ExpertsPaddedRows(rows_bound) rows, 256-byte aligned.
+inline bool ExpertsUsable(Kind kind, int64_t k, const void* codes, size_t codes_bytes, int64_t rows_bound) {
+  return (kind == Kind::kFp8 || kind == Kind::kFp4) && k > 0 && k % kChunk == 0 && codes != nullptr &&
+         reinterpret_cast<uintptr_t>(codes) % 256 == 0 &&
+         codes_bytes >= ScratchBytesForPaddedRows(ExpertsPaddedRows(rows_bound), k) && DeviceHasWgmma();
 }
 
 inline bool Usable(const Params& p, Kind kind, int64_t groups) {

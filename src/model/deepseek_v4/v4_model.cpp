@@ -346,11 +346,16 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const TensorView xq = QuantizedCopy(ctx, x);
   const TensorView routed_rows = offsets.Slice(num_experts, num_experts + 1);
   ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
-  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch, QuantizedInput());
-  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true);
+  // Where the GPU quantizes each projection's input once (reused: the three calls run in order).
+  const size_t codes_bytes = std::max(ops::ExpertsLinearCodesBytes(ctx.op, bound, experts.w1, QuantizedInput()),
+                                      ops::ExpertsLinearCodesBytes(ctx.op, bound, experts.w2, QuantizedInput()));
+  const TensorView codes =
+      codes_bytes == 0 ? TensorView() : ws.Alloc(DType::kI8, {static_cast<int64_t>(codes_bytes)});
+  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch, QuantizedInput(), false, codes);
+  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true, codes);
   ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
   QuantizeLinearInput(ctx, ge, routed_rows);
-  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true);
+  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true, codes);
   const TensorView g = ws.Alloc(DType::kF32, {tokens, inter}), u = ws.Alloc(DType::kF32, {tokens, inter}),
                    ys = ws.Alloc(DType::kF32, {tokens, d});
   QuantizedLinear(ctx, xq, m.shared.w1, g);
