@@ -1321,15 +1321,16 @@ wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int6
   return a;
 }
 
-// Lets `kernel` use `bytes` of dynamic shared memory on the current device (once per device).
-template <typename Kernel>
-void AllowSharedMemory(Kernel kernel, int bytes, const char* what) {
+// Lets kKernel use `bytes` of dynamic shared memory on the current device (once per kernel and
+// device).
+template <auto kKernel>
+void AllowSharedMemory(int bytes, const char* what) {
   static std::atomic<uint64_t> allowed{0};  // bit d: done on device d
   int device = 0;
   DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0u;
   if (bit != 0 && (allowed.load() & bit) != 0) return;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
+  DI_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
   allowed.fetch_or(bit);
 }
 
@@ -1339,7 +1340,7 @@ void LaunchWgmma(const Params& p, cudaStream_t stream) {
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
   const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
   constexpr int kSmem = wgmma::SmemLayout<Kind::kFp8>::kBytes;
-  AllowSharedMemory(wgmma::WgmmaFp8Kernel, kSmem, "cudaFuncSetAttribute(WgmmaFp8Kernel)");
+  AllowSharedMemory<wgmma::WgmmaFp8Kernel>(kSmem, "cudaFuncSetAttribute(WgmmaFp8Kernel)");
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens));
   wgmma::WgmmaFp8Kernel<<<grid, wgmma::kThreads, kSmem, stream>>>(p, a);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma fp8");
@@ -1519,7 +1520,7 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
                                                 l.codes, l.stream);
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  AllowSharedMemory(ExpertsWgmmaKernel<K>, kSmem, "cudaFuncSetAttribute(ExpertsWgmmaKernel)");
+  AllowSharedMemory<ExpertsWgmmaKernel<K>>(kSmem, "cudaFuncSetAttribute(ExpertsWgmmaKernel)");
   ExpertsParams ep = l.params;
   ep.count = l.lists.counts + kTiledKind;
   ep.tiles = l.lists.tiles[kTiledKind];

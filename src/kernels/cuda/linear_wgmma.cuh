@@ -1,5 +1,6 @@
-// Linear's FP8-input path for large M on Hopper's warpgroup MMAs (wgmma), included by linear.cu
-// after linear_mma.cuh: it uses linear.cu's Params and linear_mma.cuh's fp8 constants.
+// The FP8-input path (LinearMath::kFp8Act) for large M on Hopper's warpgroup MMAs (wgmma),
+// included by linear.cu after linear_mma.cuh: it uses linear.cu's Params and Kind and
+// linear_mma.cuh's fp8 helpers.
 //
 // Two kernels per call:
 //   1. QuantizeRowsKernel: act_quant of x once per (row, 128-column chunk) into the caller's
@@ -7,18 +8,23 @@
 //      a token tile are contiguous). Same arithmetic as mma::fp8::QuantizeX (the chunk's amax, its
 //      power-of-two scale, codes rounded from x times the scale's exact reciprocal), so the same
 //      codes and scales; rows m..m_pad-1 quantize zeros.
-//   2. WgmmaFp8Kernel: a block computes 128 weight rows × 64 tokens, the two warpgroups 64 weight
-//      rows each (wgmma m64n64k32: A = weight codes, B = x codes, both K-major in 128-byte swizzled
-//      shared memory), with a 4-stage cp.async pipeline over 128-column chunks.
+//   2. WgmmaBlock: 128 weight rows × 64 tokens per block, the two warpgroups 64 weight rows each
+//      (wgmma m64n64k32: A = weight codes, B = x codes, both K-major in 128-byte swizzled shared
+//      memory), a 4-stage cp.async pipeline over 128-column chunks. FP8 weights land in shared
+//      memory as they are stored; FP4 nibbles are turned into e4m3 (exact) per chunk.
+//      WgmmaFp8Kernel runs it for Linear (FP8 weights), linear.cu's ExpertsWgmmaKernel for
+//      ExpertsLinear's 17-64-row tiles (FP8 and FP4 weights).
 //
-// Order of every output: linear_mma.cuh's fp8 order for FP8 weights (so the bits of fp8::Block and
-// fp8::StagedBlock, provided the tensor cores compute a k32 step of wgmma as they compute the
-// same step of mma.sync m16n8k32, which the gpu tests check): per chunk an accumulator from +0
-// takes the chunk's four k32 steps in order; part = part + acc·(w_scale·x_scale) in chunk order,
-// from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order.
+// Order of every output: linear_mma.cuh's fp8 order, so the bits of fp8::Block and
+// fp8::StagedBlock, provided the tensor cores compute a k32 step of wgmma as they compute the same
+// step of mma.sync m16n8k32 (the gpu tests check it). FP8 weights: per chunk an accumulator from
+// +0 takes the chunk's four k32 steps in order, then part = part + acc·(w_scale·x_scale); FP4: each
+// k32 step from +0, part = part + acc·(group scale·x_scale). part restarts from +0 at each
+// 512-column slice; total = P_0, total += P_1, ... in slice order.
 //
-// Used for: FP8 weights, kFp8Act, one group (Linear), m > 32, K % 128 == 0, 16-byte aligned weight
-// rows and scratch of Fp8ActScratchBytes(m, K). Otherwise StagedBlock's path runs (same bits).
+// Used for K % 128 == 0 on compute capability 9.0 with scratch (LinearScratchBytes,
+// ExpertsLinearCodesBytes); Linear also needs M > 32 and 16-byte aligned weight rows (experts'
+// rows may be unaligned: byte loads). Otherwise the mma.sync kernels run, with the same bits.
 #pragma once
 
 namespace wgmma {
