@@ -559,7 +559,17 @@ TEST(CudaLinearFp8, WarpgroupMmaPathEqualsTheOtherKernels) {
         const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
                                  std::to_string(c.out) + "] M=" + std::to_string(m) + " ldx=" + std::to_string(ldx);
         const std::vector<float> wgmma = RunRows(w, dx, 0, m, false, ldx);
-        EXPECT_TRUE(AllEqual(wgmma, RunRows(w, dx, 0, m, true, ldx), what + ": against the mma.sync tiles"));
+        const std::vector<float> tiles = RunRows(w, dx, 0, m, true, ldx);
+        EXPECT_TRUE(AllEqual(wgmma, tiles, what + ": against the mma.sync tiles"));
+        // Where they differ, as (token, output) with the two values: a layout fault shows as a
+        // pattern in the coordinates, a different rounding as neighbouring values.
+        int shown = 0;
+        for (size_t i = 0; i < wgmma.size() && shown < 8; ++i) {
+          if (std::memcmp(&wgmma[i], &tiles[i], sizeof(float)) == 0) continue;
+          std::printf("  %s: token %zu output %zu: wgmma %.9g, tiles %.9g\n", what.c_str(),
+                      i / static_cast<size_t>(c.out), i % static_cast<size_t>(c.out), wgmma[i], tiles[i]);
+          ++shown;
+        }
         for (const int64_t r : {int64_t{0}, m / 2, m - 1}) {
           EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1, false, ldx), Rows(wgmma, c.out, r, 1),
                                what + ": row " + std::to_string(r) + " alone"));
