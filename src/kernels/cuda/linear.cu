@@ -1526,7 +1526,8 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   ep.tiles = l.lists.tiles[kTiledKind];
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
-  const int64_t grid = std::min(l.capacity.tiles[kTiledKind] * blocks_per_tile, l.sms * 2);
+  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.tiles[kTiledKind] * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, a);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
 }
@@ -1580,9 +1581,13 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
 
 size_t ExpertsLinearCodesBytes(int64_t rows_bound, const DeviceWeight& layout, LinearMath math) {
   const bool quantized = layout.format == DeviceWeight::Format::kFp8 || layout.format == DeviceWeight::Format::kFp4;
-  if (math != LinearMath::kFp8Act || !quantized || rows_bound <= 0) return 0;
-  if (layout.in_features <= 0 || layout.in_features % wgmma::kChunk != 0) return 0;
-  return wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), layout.in_features);
+  const int64_t k = layout.in_features;
+  // Only where LaunchExperts can take the wgmma path (tiles of 17-64 rows; whether any exists is
+  // known on the device only). Rows below 17 never form such a tile.
+  if (math != LinearMath::kFp8Act || !quantized || rows_bound <= kGemvMaxRows) return 0;
+  if (k <= 0 || k % wgmma::kChunk != 0 || !wgmma::DeviceHasWgmma()) return 0;
+  if (PathFor(math, KindOf(layout), layout.scale_dtype == DType::kF32, k) != Path::kFp8) return 0;
+  return wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k);
 }
 
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
@@ -1646,9 +1651,12 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
 }
 
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
-  if (math != LinearMath::kFp8Act || w.format != DeviceWeight::Format::kFp8 || m <= 0) return 0;
-  if (w.in_features <= 0 || w.in_features % wgmma::kChunk != 0) return 0;
-  return wgmma::ScratchBytes(m, w.in_features);
+  if (math != LinearMath::kFp8Act || w.format != DeviceWeight::Format::kFp8) return 0;
+  const int64_t k = w.in_features;
+  // Only where LaunchKind takes the wgmma path (the row alignment is checked at the call).
+  if (m <= mma::kMaxTm * mma::kTok || k <= 0 || k % wgmma::kChunk != 0) return 0;
+  if (PathFor(math, Kind::kFp8, w.scale_dtype == DType::kF32, k) != Path::kFp8 || !wgmma::DeviceHasWgmma()) return 0;
+  return wgmma::ScratchBytes(m, k);
 }
 
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,

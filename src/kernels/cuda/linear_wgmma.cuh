@@ -102,7 +102,8 @@ __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.pr
 // Keeps the compiler from moving accesses of `r` across a wgmma fence / wait.
 __device__ __forceinline__ void PinRegister(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 
-// d (+)= A·B for one k32 step, m64n64k32, e4m3 × e4m3 → f32: accumulate == 0 starts d from zero.
+// d (+)= A·B for one k32 step, m64n64k32, e4m3 × e4m3 → f32: accumulate == 0 ignores d (wgmma's
+// scale-d); the blocks pass 1 with d zeroed, as mma.sync adds its C.
 __device__ __forceinline__ void MmaM64N64K32(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int accumulate) {
   asm volatile(
       "{\n"
@@ -140,10 +141,13 @@ struct SmemLayout {
 };
 
 // 16 bytes from global memory into shared memory, zeros when !valid: cp.async where the source is
-// 16-byte aligned, else byte loads and a plain store (both covered by the fence before wgmma).
+// 16-byte aligned, else byte loads (or the zeros) and a plain store, covered like cp.async by the
+// fence before wgmma.
 __device__ __forceinline__ void Copy16(uint8_t* dst, const uint8_t* src, bool valid, bool aligned) {
-  if (aligned || !valid) {
-    CpAsyncOrZero<16>(dst, src, valid);
+  if (!valid) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);  // no cp.async: src may be unaligned
+  } else if (aligned) {
+    CpAsync16(dst, src);
   } else {
     uint32_t word[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
@@ -261,12 +265,16 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
     if constexpr (K == Kind::kFp8) {
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
+      // From +0 with accumulation, as mma.sync adds its C = +0 (not wgmma's scale-d = 0).
 #pragma unroll
-      for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+      for (int i = 0; i < 32; ++i) {
+        acc[i] = 0.f;
+        PinRegister(acc[i]);  // the zeros are written before the fence, not moved past it
+      }
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kChunk / 32; ++kk) {
-        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), kk > 0);
+        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
       }
       WgmmaCommit();
       WgmmaWaitAll();
@@ -288,9 +296,12 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
 #pragma unroll
       for (int kk = 0; kk < kChunk / 32; ++kk) {
 #pragma unroll
-        for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+        for (int i = 0; i < 32; ++i) {
+          acc[i] = 0.f;  // +0 accumulated, as mma.sync's C
+          PinRegister(acc[i]);
+        }
         WgmmaFence();
-        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 0);
+        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
         WgmmaCommit();
         WgmmaWaitAll();
 #pragma unroll
@@ -353,8 +364,12 @@ inline GemmArgs ScratchLayout(void* scratch, int64_t m_pad, int64_t k) {
   return GemmArgs{base, reinterpret_cast<const float*>(base + CodeBytes(m_pad, k)), m_pad};
 }
 
-// Whether the current device runs wgmma (compute capability 9.0), asked once per device.
+// Whether the current device runs this build's wgmma kernels: sm_90a code built
+// (DEEPINFER_HAS_SM90A) and compute capability 9.0, asked once per device.
 inline bool DeviceHasWgmma() {
+#if !defined(DEEPINFER_HAS_SM90A)
+  return false;  // no sm_90a code in this build: the kernels would only trap
+#endif
   static std::atomic<uint64_t> known{0}, has{0};  // bit d: device d asked / is 9.0
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
