@@ -364,12 +364,23 @@ inline GemmArgs ScratchLayout(void* scratch, int64_t m_pad, int64_t k) {
   return GemmArgs{base, reinterpret_cast<const float*>(base + CodeBytes(m_pad, k)), m_pad};
 }
 
+// DEEPINFER_WGMMA=0 in the environment turns the path off (the mma.sync kernels run, with the same
+// bits): the benchmarks' side-by-side of the two (scripts/gpu-bench.sh). Read once.
+inline bool WgmmaTurnedOff() {
+  static const bool off = [] {
+    const char* v = std::getenv("DEEPINFER_WGMMA");
+    return v != nullptr && std::strcmp(v, "0") == 0;
+  }();
+  return off;
+}
+
 // Whether the current device runs this build's wgmma kernels: sm_90a code built
-// (DEEPINFER_HAS_SM90A) and compute capability 9.0, asked once per device.
+// (DEEPINFER_HAS_SM90A), compute capability 9.0 (asked once per device), not turned off.
 inline bool DeviceHasWgmma() {
 #if !defined(DEEPINFER_HAS_SM90A)
   return false;  // no sm_90a code in this build: the kernels would only trap
 #endif
+  if (WgmmaTurnedOff()) return false;
   static std::atomic<uint64_t> known{0}, has{0};  // bit d: device d asked / is 9.0
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return false;
