@@ -438,6 +438,19 @@ __device__ __forceinline__ void IssueGemvSlab(const Params& p, int64_t row0, int
   }
 }
 
+// A warp's place in a GEMV block: its lane, its first output o0 (within group g: the warp owns
+// outputs o0 .. o0 + RPW - 1), that output's global weight row, and the outputs from o0 to n.
+struct GemvWarpPlace {
+  int lane;
+  int64_t o0, row0, rows_left;
+};
+template <int RPW>
+__device__ __forceinline__ GemvWarpPlace WarpPlace(const Params& p, int64_t block, int64_t g) {
+  const int warp = threadIdx.x / kWarpSize;
+  const int64_t o0 = (block * kGemvWarps + warp) * RPW;
+  return GemvWarpPlace{static_cast<int>(threadIdx.x % kWarpSize), o0, g * p.n + o0, p.n - o0};
+}
+
 // The ring way. This thread's x copies into xs (StageGemvX) are the oldest cp.async group still
 // open; they are waited for with the first slab and shown to the block by a barrier, so every
 // thread of the block must call it.
@@ -447,11 +460,7 @@ __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t bloc
   constexpr int kAcc = MT * RPW;
   constexpr int kStages = GemvStages<K, RPW>();
   constexpr int kCb = ChunkBytes<K>();
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int64_t o0 = (block * kGemvWarps + warp) * RPW;  // within the group
-  const int64_t row0 = g * p.n + o0;                     // global weight row
-  const int64_t rows_left = p.n - o0;
+  const auto [lane, o0, row0, rows_left] = WarpPlace<RPW>(p, block, g);
   const float* x = p.x + g * p.x_group_stride;
 
 #pragma unroll
@@ -544,9 +553,7 @@ __device__ __forceinline__ void GemvBlockPipelined(const Params& p, int64_t bloc
 template <Kind K, int MT, int RPW>
 __device__ __forceinline__ void GemvBlockDirect(const Params& p, int64_t block, int64_t g) {
   constexpr int kAcc = MT * RPW;
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int64_t o0 = (block * kGemvWarps + warp) * RPW;  // within the group
+  const auto [lane, o0, row0, rows_left] = WarpPlace<RPW>(p, block, g);
   const float* x = p.x + g * p.x_group_stride;
 
   float acc[kAcc];
@@ -657,11 +664,7 @@ __device__ __forceinline__ void GemvBlockWideFp4(const Params& p, int64_t block,
                                                  WideFp4WarpSmem<RPW>& sm) {
   constexpr int kAcc = MT * RPW;
   constexpr int kStages = WideStages<RPW>();
-  const int lane = threadIdx.x % kWarpSize;
-  const int warp = threadIdx.x / kWarpSize;
-  const int64_t o0 = (block * kGemvWarps + warp) * RPW;  // within the group
-  const int64_t row0 = g * p.n + o0;                     // global weight row
-  const int64_t rows_left = p.n - o0;
+  const auto [lane, o0, row0, rows_left] = WarpPlace<RPW>(p, block, g);
   // K < 2^31 columns (SetWeight), so the column arithmetic below is 32-bit.
   const int32_t k = static_cast<int32_t>(p.k);
   const int32_t num_slabs = static_cast<int32_t>(p.num_slabs);
@@ -1321,26 +1324,13 @@ wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int6
   return a;
 }
 
-// Lets kKernel use `bytes` of dynamic shared memory on the current device (once per kernel and
-// device).
-template <auto kKernel>
-void AllowSharedMemory(int bytes, const char* what) {
-  static std::atomic<uint64_t> allowed{0};  // bit d: done on device d
-  int device = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0u;
-  if (bit != 0 && (allowed.load() & bit) != 0) return;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes), what);
-  allowed.fetch_or(bit);
-}
-
 // Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM.
 void LaunchWgmma(const Params& p, cudaStream_t stream) {
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
   const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
   constexpr int kSmem = wgmma::SmemLayout<Kind::kFp8>::kBytes;
-  AllowSharedMemory<wgmma::WgmmaFp8Kernel>(kSmem, "cudaFuncSetAttribute(WgmmaFp8Kernel)");
+  AllowDynamicSmem<wgmma::WgmmaFp8Kernel>(CurrentDeviceSms().first, kSmem);
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens));
   wgmma::WgmmaFp8Kernel<<<grid, wgmma::kThreads, kSmem, stream>>>(p, a);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma fp8");
@@ -1438,6 +1428,7 @@ struct ExpertsLaunch {
   ExpertsParams params;
   TileLists lists;
   TileCapacity capacity;
+  int device = 0;
   int64_t sms = 0;  // multiprocessors of the current device
   Path path = Path::kSimt;  // PathFor the layout
   cudaStream_t stream = nullptr;
@@ -1520,7 +1511,7 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
                                                 l.codes, l.stream);
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  AllowSharedMemory<ExpertsWgmmaKernel<K>>(kSmem, "cudaFuncSetAttribute(ExpertsWgmmaKernel)");
+  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
   ExpertsParams ep = l.params;
   ep.count = l.lists.counts + kTiledKind;
   ep.tiles = l.lists.tiles[kTiledKind];
@@ -1626,7 +1617,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");
   }
 
-  l.sms = CurrentDeviceSms().second;
+  std::tie(l.device, l.sms) = CurrentDeviceSms();
   l.stream = stream;
   l.codes = codes;
   l.codes_bytes = codes_bytes;
