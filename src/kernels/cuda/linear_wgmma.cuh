@@ -401,13 +401,13 @@ inline bool DeviceHasWgmma() {
 // scratch for ExpertsPaddedRows(rows_bound) rows, 256-byte aligned.
 inline bool ExpertsUsable(Kind kind, int64_t k, const void* codes, size_t codes_bytes, int64_t rows_bound) {
   return (kind == Kind::kFp8 || kind == Kind::kFp4) && k > 0 && k % kChunk == 0 && codes != nullptr &&
-         reinterpret_cast<uintptr_t>(codes) % 256 == 0 &&
+         Aligned(codes, 0, 256) &&
          codes_bytes >= ScratchBytesForPaddedRows(ExpertsPaddedRows(rows_bound), k) && DeviceHasWgmma();
 }
 
 inline bool Usable(const Params& p, Kind kind, int64_t groups) {
   return DeviceHasWgmma() && kind == Kind::kFp8 && groups == 1 && p.m > mma::kMaxTm * mma::kTok && p.k > 0 && p.k % kChunk == 0 &&
-         p.w_vec16 && p.scratch != nullptr && reinterpret_cast<uintptr_t>(p.scratch) % 256 == 0 &&
+         p.w_vec16 && p.scratch != nullptr && Aligned(p.scratch, 0, 256) &&
          p.scratch_bytes >= ScratchBytes(p.m, p.k);
 }
 
