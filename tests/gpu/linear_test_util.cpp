@@ -81,7 +81,7 @@ double OrderBoundC(int64_t k) {
   const double chunks_per_slice = static_cast<double>(std::min<int64_t>(4, (k + 127) / 128));
   const double gpu = g_test_math == cuda::LinearMath::kSplitBf16 ? 2.0 * 3.0 * 8.0 * chunks_per_slice + slices + 5.0
                      : g_test_math == cuda::LinearMath::kFp8Act
-                         ? 4096.0 + 4.0 * chunks_per_slice + slices + 5.0
+                         ? (cuda::Fp8ActOnWarpgroupMma() ? 32768.0 : 4096.0) + 4.0 * chunks_per_slice + slices + 5.0
                          : 8.0 * static_cast<double>((k + 255) / 256) + 5.0;
   return 1.01 * (cpu + gpu) * 0x1p-24;
 }

@@ -136,15 +136,19 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
   DeviceArray<float> dy(static_cast<size_t>(rows_bound * ldy)), dref(static_cast<size_t>(rows_bound * ldy));
   dy.Fill(0xff);
   dref.Fill(0xff);
-  // With the codes scratch where the path can use one (the FP8-input warpgroup-MMA tiles); Linear
-  // below gets none, so those tiles are checked against the mma.sync kernels.
+  // With the codes scratch where the path can use one (the FP8-input path on warpgroup MMAs, every
+  // tile); Linear below then gets its scratch too, so both run the warpgroup MMAs (whose sums round
+  // differently from the mma.sync kernels').
   const size_t codes_bytes = cuda::ExpertsLinearCodesBytes(rows_bound, pool.Device(0), TestLinearMath());
   DeviceArray<uint8_t> codes(codes_bytes);
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
                       scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes);
   for (int64_t e = 0; e < num_experts; ++e) {
+    const size_t linear_bytes =
+        codes_bytes == 0 ? 0 : cuda::LinearScratchBytes(counts[e], pool.Device(e), TestLinearMath());
+    DeviceArray<uint8_t> linear_scratch(linear_bytes);
     cuda::Linear(dx.get() + off[e] * ldx, ldx, counts[e], pool.Device(e), dref.get() + off[e] * ldy, ldy, nullptr,
-                 TestLinearMath());
+                 TestLinearMath(), linear_scratch.get(), linear_bytes);
   }
   const std::vector<float> y = dy.ToHost();
   const std::vector<uint32_t> y_bits = Bits(y);
@@ -319,10 +323,11 @@ TEST(CudaExpertsLinearMma, DecodeFlash) {
   CheckDecodeFlash(3300);
 }
 
-// K % 128 == 0: the 17-64-row tiles run on warpgroup MMAs (linear_wgmma.cuh) and must give the
-// bits of Linear's mma.sync kernels, for FP8 (both scale dtypes) and FP4 weights, partial weight
-// tiles (N = 200), rows of x that allow no float4 loads, and tiles that end inside the next
-// expert's rows or at the row bound.
+// K % 128 == 0 on an sm_90a device: every tile (1-64 rows) runs on warpgroup MMAs
+// (linear_wgmma.cuh) and must give the bits of Linear's warpgroup-MMA path on the expert's rows,
+// for FP8 (both scale dtypes) and FP4 weights, partial weight tiles (N = 200), weight rows that
+// are not 16-byte aligned (every fifth expert), rows of x that allow no float4 loads, and tiles
+// that end inside the next expert's rows or at the row bound.
 TEST(CudaExpertsLinearFp8, WarpgroupMmaTiles) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -527,54 +528,96 @@ TEST(CudaLinearFp8, BatchInvariantAndDeterministic) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   // 150 rows: three 64-row blocks of the staged kernel (more than 32 rows); single rows and
-  // short spans take the register-fed kernel, which must give the same bits.
+  // short spans take the register-fed kernel, which must give the same bits. On an sm_90a device
+  // with K % 128 == 0 every count runs on warpgroup MMAs instead (sliced over K for the short
+  // ones, whole rows for 150): the same requirement.
   std::vector<std::pair<int64_t, int64_t>> spans = kSpansOf64;
   spans.insert(spans.end(), {{63, 70}, {100, 33}});
   CheckBatchInvariant({{kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048}, {kFp8F32, 1100, 77}}, 150, 7, spans, 4400);
 }
 
-// FP8 weights past 32 rows with scratch: x quantized once, then warpgroup MMAs (linear_wgmma.cuh).
-// Same bits as without scratch (the mma.sync tiles) and as single rows (the register-fed kernel),
-// for both scale dtypes, partial 128-row weight tiles (N = 200, 130), one chunk (K = 128), a
-// partial last slice (K = 384), padded token tiles (M = 33, 65, 130, 300) and x rows that allow
-// no float4 loads (ldx = K + 5).
-TEST(CudaLinearFp8, WarpgroupMmaPathEqualsTheOtherKernels) {
+// An FP8 / FP4 weight whose values are small integers (e4m3: -4..4; e2m1: 0, ±1, ±2, ±3, ±4, ±6)
+// with every scale 1, uploaded: with x also of small integers every product and partial sum is an
+// integer far below any accumulator's precision, so each output is exact on every path.
+TestWeight IntegerWeight(const Spec& spec, int64_t out, int64_t in, uint64_t seed) {
+  TestWeight w = Shape(spec, out, in, 0);
+  std::mt19937_64 rng(seed);
+  w.data.resize(static_cast<size_t>(out * w.cols));
+  if (spec.format == WeightFormat::kFp4) {
+    constexpr uint8_t kE2m1[] = {0x0, 0x2, 0x4, 0x5, 0x6, 0x7, 0xa, 0xc, 0xd, 0xe, 0xf};  // 0, ±1, ±2, ±3, ±4, ±6
+    for (uint8_t& b : w.data) b = static_cast<uint8_t>(kE2m1[rng() % 11] | (kE2m1[rng() % 11] << 4));
+  } else {
+    constexpr uint8_t kE4m3[] = {0x00, 0x38, 0x40, 0x44, 0x48, 0xb8, 0xc0, 0xc4, 0xc8};  // 0, ±1, ±2, ±3, ±4
+    for (uint8_t& b : w.data) b = kE4m3[rng() % 9];
+  }
+  const size_t scales = static_cast<size_t>(w.scale_rows * w.scale_cols);
+  if (spec.scale_dtype == DType::kF32) {
+    w.scale = AsBytes(std::vector<float>(scales, 1.f));
+  } else {
+    w.scale.assign(scales, 127);  // e8m0 2^0
+  }
+  w.Upload();
+  return w;
+}
+
+// FP8 inputs with scratch on an sm_90a device run warpgroup MMAs at every M (linear_wgmma.cuh),
+// sliced over K where the blocks of whole rows would not fill the device. Their k32 sums round
+// differently from mma.sync's, so they are checked (1) exactly, on integer data where no path may
+// round, against the CPU, for FP8 (both scale dtypes) and FP4 weights, sliced and not, padded token
+// tiles (M = 33, 65, 130), partial 128-row weight tiles, one chunk (K = 128), a partial last slice
+// (K = 384) and x rows that allow no float4 loads (ldx = K + 5); (2) on random data, against the
+// CPU within the order bound and for batch invariance: a row alone (the sliced launch) gives the
+// batch's bits (whole rows).
+TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
   uint64_t seed = 4500;
   struct Case {
     Spec spec;
     int64_t out, in;
   };
   for (const Case& c : {Case{kFp8E8m0, 200, 384}, Case{kFp8F32, 130, 128}, Case{kFp8E8m0, 1024, 4096},
-                        Case{kFp8F32, 256, 1152}}) {
-    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    ASSERT_GT(cuda::LinearScratchBytes(64, w.Device(), cuda::LinearMath::kFp8Act), 0u) << c.spec.name;
+                        Case{kFp8F32, 256, 1152}, Case{kFp4, 200, 384}, Case{kFp4, 4096, 1024}}) {
+    TestWeight w = IntegerWeight(c.spec, c.out, c.in, ++seed);
     for (const int64_t ldx : {c.in, c.in + 5}) {
-      constexpr int64_t kRows = 300;
-      std::vector<float> x = RandomFloats(static_cast<size_t>(kRows * ldx), ++seed);
-      for (size_t i = 0; i < x.size(); i += 11) x[i] *= 500.f;  // spread the block scales
-      DeviceArray<float> dx(x);
-      for (const int64_t m : {33, 64, 65, 130, 300}) {
-        const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
-                                 std::to_string(c.out) + "] M=" + std::to_string(m) + " ldx=" + std::to_string(ldx);
-        const std::vector<float> wgmma = RunRows(w, dx, 0, m, false, ldx);
-        const std::vector<float> tiles = RunRows(w, dx, 0, m, true, ldx);
-        EXPECT_TRUE(AllEqual(wgmma, tiles, what + ": against the mma.sync tiles"));
-        // Where they differ, as (token, output) with the two values: a layout fault shows as a
-        // pattern in the coordinates, a different rounding as neighbouring values.
-        int shown = 0;
-        for (size_t i = 0; i < wgmma.size() && shown < 8; ++i) {
-          if (std::memcmp(&wgmma[i], &tiles[i], sizeof(float)) == 0) continue;
-          std::printf("  %s: token %zu output %zu: wgmma %.9g, tiles %.9g\n", what.c_str(),
-                      i / static_cast<size_t>(c.out), i % static_cast<size_t>(c.out), wgmma[i], tiles[i]);
-          ++shown;
-        }
-        for (const int64_t r : {int64_t{0}, m / 2, m - 1}) {
-          EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1, false, ldx), Rows(wgmma, c.out, r, 1),
-                               what + ": row " + std::to_string(r) + " alone"));
+      constexpr int64_t kRows = 130;
+      std::mt19937_64 rng(++seed);
+      std::vector<float> x(static_cast<size_t>(kRows * ldx), 0.f);
+      for (int64_t r = 0; r < kRows; ++r) {
+        for (int64_t i = 0; i < c.in; ++i) {
+          // -4..4, with ±4 at the start of every 128-column chunk: its scale is exactly 2^-6.
+          x[r * ldx + i] = i % 128 == 0 ? (rng() % 2 ? 4.f : -4.f) : static_cast<float>(static_cast<int>(rng() % 9) - 4);
         }
       }
+      DeviceArray<float> dx(x);
+      for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{33}, int64_t{65}, kRows}) {
+        const std::string what = std::string(c.spec.name) + " integers [" + std::to_string(c.in) + " -> " +
+                                 std::to_string(c.out) + "] M=" + std::to_string(m) + " ldx=" + std::to_string(ldx);
+        std::vector<float> xm(static_cast<size_t>(m * c.in));
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t i = 0; i < c.in; ++i) xm[r * c.in + i] = x[r * ldx + i];
+        }
+        std::vector<float> want(static_cast<size_t>(m * c.out));
+        cpu::Linear(TensorView(xm.data(), DType::kF32, {m, c.in}), w.View(),
+                    TensorView(want.data(), DType::kF32, {m, c.out}));
+        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m, false, ldx), want, what));
+      }
+    }
+  }
+  for (const Case& c : {Case{kFp8E8m0, 200, 384}, Case{kFp8E8m0, 1024, 4096}, Case{kFp8F32, 256, 1152},
+                        Case{kFp4, 4096, 1024}}) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    for (const int64_t m : {int64_t{1}, int64_t{33}, int64_t{130}}) CheckLinear(w, m, c.in, c.out, ++seed);
+    constexpr int64_t kRows = 130;
+    std::vector<float> x = RandomFloats(static_cast<size_t>(kRows * c.in), ++seed);
+    for (size_t i = 0; i < x.size(); i += 11) x[i] *= 500.f;  // spread the block scales
+    DeviceArray<float> dx(x);
+    const std::vector<float> all = RunRows(w, dx, 0, kRows);
+    for (const int64_t r : {int64_t{0}, int64_t{64}, kRows - 1}) {
+      EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1), Rows(all, c.out, r, 1),
+                           std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " + std::to_string(c.out) +
+                               "]: row " + std::to_string(r) + " alone"));
     }
   }
 }

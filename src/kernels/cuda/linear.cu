@@ -1120,20 +1120,37 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
   }
 }
 
-// FP8 inputs with codes scratch: the tiled tiles (17-64 rows) on warpgroup MMAs, x's codes
-// quantized once for all rows (linear_wgmma.cuh); the same bits as ExpertsStagedKernel.
+// FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
+// once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
+// One launch walks the five lists as one: the tiled list (17-64 rows) first, then GEMV kinds 3..0.
 template <Kind K>
-__global__ void __launch_bounds__(wgmma::kThreads, 1) ExpertsWgmmaKernel(const ExpertsParams ep, const wgmma::GemmArgs a) {
+__global__ void __launch_bounds__(wgmma::kThreads, 1)
+    ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
   CheckPlan(ep);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  const int32_t tiles = *ep.count;
+  int32_t tiles = 0;
+#pragma unroll
+  for (int kind = 0; kind < kTileKinds; ++kind) tiles += lists.counts[kind];
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    const ExpertTile t = ep.tiles[c.tile];
-    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, static_cast<int64_t>(c.block) * wgmma::kBlockRows, t.row0, 0, smem);
+    // The counts are read again per tile (cached) rather than held: the FP4 kernel has no
+    // registers to spare. Static indices only, so no stack frame.
+    const ExpertTile* tile = nullptr;
+    int32_t index = c.tile;  // within the walk: kTiledKind's list, then kinds 3, 2, 1, 0
+#pragma unroll
+    for (int j = 0; j < kTileKinds; ++j) {
+      const int kind = kTiledKind - j;
+      const int32_t count = lists.counts[kind];
+      if (tile == nullptr && index < count) tile = lists.tiles[kind] + index;
+      if (tile == nullptr) index -= count;
+    }
+    const ExpertTile t = *tile;
+    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, static_cast<int64_t>(c.block) * wgmma::kBlockRows, t.row0, 0, 0,
+                         chunks, smem);
   }
 #endif
 }
@@ -1324,16 +1341,50 @@ wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int6
   return a;
 }
 
-// Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM.
-void LaunchWgmma(const Params& p, cudaStream_t stream) {
+// Linear's wgmma scratch for m rows of an [n, k] weight: the codes and scales, then, where the
+// blocks of whole rows would not fill the device (decode-sized m), the partial sums of one block
+// per 512-column slice. The same on every call for the same (m, n, k) and device.
+struct WgmmaLinearLayout {
+  int slices = 1;          // 1: every block takes all of K
+  size_t codes_bytes = 0;  // wgmma::ScratchBytes(m, k), a multiple of 256
+  size_t bytes = 0;        // in all
+};
+
+WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
+  WgmmaLinearLayout l;
+  l.codes_bytes = CeilDiv(wgmma::ScratchBytes(m, k), 256) * 256;
+  l.bytes = l.codes_bytes;
+  const int64_t slices = CeilDiv(k, mma::kSlice);
+  const int64_t blocks = CeilDiv(n, wgmma::kBlockRows) * (wgmma::PaddedRows(m) / wgmma::kTokens);
+  if (slices > 1 && blocks < CurrentDeviceSms().second) {
+    l.slices = static_cast<int>(slices);
+    l.bytes += static_cast<size_t>(CeilDiv(slices * m * n * 4, 256) * 256);
+  }
+  return l;
+}
+
+// Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM (and the
+// slices' sum where the layout splits K).
+template <Kind K>
+void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t stream) {
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
   const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
-  constexpr int kSmem = wgmma::SmemLayout<Kind::kFp8>::kBytes;
-  AllowDynamicSmem<wgmma::WgmmaFp8Kernel>(CurrentDeviceSms().first, kSmem);
-  const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens));
-  wgmma::WgmmaFp8Kernel<<<grid, wgmma::kThreads, kSmem, stream>>>(p, a);
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma fp8");
+  float* partials =
+      layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
+  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
+  const auto [device, sms] = CurrentDeviceSms();
+  AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(device, kSmem);
+  const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens),
+                  static_cast<unsigned>(layout.slices));
+  wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
+  if (layout.slices > 1) {
+    const int64_t blocks = std::min<int64_t>(CeilDiv(p.m * p.n, 256), sms * 8);
+    wgmma::SumSlicesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, layout.slices, p.m, p.n, p.y,
+                                                                              p.ldy);
+    DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma slice sum");
+  }
 }
 
 template <Kind K>
@@ -1341,9 +1392,13 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     const Path path = PathFor(math, K, p.scale_f32, p.k);
-    if constexpr (K == Kind::kFp8) {
-      // FP8 inputs past 32 rows with scratch: x quantized once, then warpgroup MMAs (the same bits).
-      if (path == Path::kFp8 && wgmma::Usable(p, K, groups)) return LaunchWgmma(p, stream);
+    if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+      // FP8 inputs with scratch on an sm_90a device: x quantized once, then warpgroup MMAs, at
+      // every M (their k32 sums differ from mma.sync's; linear_wgmma.cuh).
+      if (path == Path::kFp8) {
+        const WgmmaLinearLayout layout = MakeWgmmaLinearLayout(p.m, p.n, p.k);
+        if (wgmma::Usable(p, K, groups, layout.bytes)) return LaunchWgmma<K>(p, layout, stream);
+      }
     }
     if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
       // FP8 inputs past 32 rows: shared-memory tiles of 64 x 64 (the same bits per output).
@@ -1502,24 +1557,24 @@ void LaunchExpertsMma(const ExpertsLaunch& l, int kind) {
 
 int64_t RowsBound(const ExpertsLaunch& l) { return l.params.base.m; }
 
-// The 17-64-row tiles of the FP8-input path on warpgroup MMAs: act_quant of every row into the
-// codes scratch, then one block per (tile, 128 outputs), walked like LaunchList's items.
+// Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
+// scratch, then one block per (tile, 128 outputs), walked like LaunchList's items.
 template <Kind K>
 void LaunchExpertsWgmma(const ExpertsLaunch& l) {
-  if (l.capacity.tiles[kTiledKind] == 0) return;
+  if (l.capacity.total == 0) return;
   const Params& b = l.params.base;
   const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
                                                 l.codes, l.stream);
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
   ExpertsParams ep = l.params;
-  ep.count = l.lists.counts + kTiledKind;
-  ep.tiles = l.lists.tiles[kTiledKind];
+  ep.count = nullptr;
+  ep.tiles = nullptr;
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
   const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.tiles[kTiledKind] * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, a);
+  const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
 }
 
@@ -1528,13 +1583,15 @@ void LaunchExperts(const ExpertsLaunch& l) {
   static_assert(kGemvMaxRows == 16 && kTileM == 2 * kGemvMaxRows, "the tile kinds cover 1-16 and 17-32 rows");
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     if (l.path != Path::kSimt) {
+      if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
+        if (l.path == Path::kFp8 && wgmma::ExpertsUsable(K, l.params.base.k, l.codes, l.codes_bytes, RowsBound(l))) {
+          return LaunchExpertsWgmma<K>(l);  // every tile, x quantized once
+        }
+      }
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");
       LaunchExpertsMmaSmall<K>(l);   // 1-8 rows
       LaunchExpertsMma<K, 2>(l, 3);  // 9-16
       if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
-        if (l.path == Path::kFp8 && wgmma::ExpertsUsable(K, l.params.base.k, l.codes, l.codes_bytes, RowsBound(l))) {
-          return LaunchExpertsWgmma<K>(l);  // 17-64, x quantized once
-        }
         if (l.path == Path::kFp8) {  // 17-64 (the plan's tiles are 64 rows on this path)
           const int blocks_per_sm = BlocksPerSm<ExpertsStagedKernel<K>>(mma::kThreads, 0);
           LaunchList(ExpertsStagedKernel<K>, mma::kThreads, blocks_per_sm, l, kTiledKind,
@@ -1573,9 +1630,8 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
 size_t ExpertsLinearCodesBytes(int64_t rows_bound, const DeviceWeight& layout, LinearMath math) {
   const bool quantized = layout.format == DeviceWeight::Format::kFp8 || layout.format == DeviceWeight::Format::kFp4;
   const int64_t k = layout.in_features;
-  // Only where LaunchExperts can take the wgmma path (tiles of 17-64 rows; whether any exists is
-  // known on the device only). Rows below 17 never form such a tile.
-  if (math != LinearMath::kFp8Act || !quantized || rows_bound <= kGemvMaxRows) return 0;
+  // Only where LaunchExperts can take the wgmma path (every tile of the FP8-input path).
+  if (math != LinearMath::kFp8Act || !quantized || rows_bound <= 0) return 0;
   if (k <= 0 || k % wgmma::kChunk != 0 || !wgmma::DeviceHasWgmma()) return 0;
   if (PathFor(math, KindOf(layout), layout.scale_dtype == DType::kF32, k) != Path::kFp8) return 0;
   return wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k);
@@ -1641,13 +1697,16 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   }
 }
 
+bool Fp8ActOnWarpgroupMma() { return wgmma::DeviceHasWgmma(); }
+
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
-  if (math != LinearMath::kFp8Act || w.format != DeviceWeight::Format::kFp8) return 0;
+  const bool quantized = w.format == DeviceWeight::Format::kFp8 || w.format == DeviceWeight::Format::kFp4;
+  if (math != LinearMath::kFp8Act || !quantized || m <= 0) return 0;
   const int64_t k = w.in_features;
   // Only where LaunchKind takes the wgmma path (the row alignment is checked at the call).
-  if (m <= mma::kMaxTm * mma::kTok || k <= 0 || k % wgmma::kChunk != 0) return 0;
-  if (PathFor(math, Kind::kFp8, w.scale_dtype == DType::kF32, k) != Path::kFp8 || !wgmma::DeviceHasWgmma()) return 0;
-  return wgmma::ScratchBytes(m, k);
+  if (k <= 0 || k % wgmma::kChunk != 0 || w.out_features <= 0) return 0;
+  if (PathFor(math, KindOf(w), w.scale_dtype == DType::kF32, k) != Path::kFp8 || !wgmma::DeviceHasWgmma()) return 0;
+  return MakeWgmmaLinearLayout(m, w.out_features, k).bytes;
 }
 
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,

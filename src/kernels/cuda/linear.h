@@ -78,14 +78,19 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // y[r, o] = Σ_k x[r, k]·W[o, k] for r < m, o < w.out_features. x: [m, in_features] f32 with row
 // stride ldx >= in_features; y: [m, out_features] f32 with row stride ldy >= out_features (the
 // columns past out_features are not written). m == 0 is a no-op. Asynchronous on `stream`.
-// scratch (DEVICE, 256-byte aligned, LinearScratchBytes(m, w, math) bytes; may be null): where
-// kFp8Act quantizes x once for the wgmma path (FP8 weights, m > 32, in_features % 128 == 0,
-// 16-byte aligned weight rows); without it that path runs the mma.sync tiles, with the same bits.
+// scratch (DEVICE, 256-byte aligned, LinearScratchBytes(m, w, math) bytes; may be null): under
+// kFp8Act on an sm_90a device, where x is quantized once for the warpgroup-MMA path (FP8 / FP4
+// weights, in_features % 128 == 0, 16-byte aligned weight rows; any m). Its sums round differently
+// from the mma.sync kernels that run without scratch (linear_wgmma.cuh), so a caller that needs a
+// row's bits independent of m passes scratch at every m, or at none.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
             size_t scratch_bytes = 0);
 // Scratch bytes Linear can use for m rows of x (0 where no path uses scratch).
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math);
+// Whether kFp8Act products given scratch (codes) run on warpgroup MMAs on the current device: an
+// sm_90a build on compute capability 9.0, and DEEPINFER_WGMMA is not 0.
+bool Fp8ActOnWarpgroupMma();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.
@@ -126,9 +131,10 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // the same offsets (unchanged since), rows_bound, num_experts and path (the FP8-input path cuts
 // 64-row tiles, the others 32), queued before this one on `stream` (the MoE's w3 and w2 after its
 // w1): the first kernel is skipped.
-// codes (DEVICE, 256-byte aligned, ExpertsLinearCodesBytes bytes; may be null): under kFp8Act, where
-// x's rows are quantized once for the warpgroup-MMA tiles (17-64 rows, FP8 / FP4 weights,
-// in_features % 128 == 0); without it those tiles run the mma.sync kernel, with the same bits.
+// codes (DEVICE, 256-byte aligned, ExpertsLinearCodesBytes bytes; may be null): under kFp8Act on an
+// sm_90a device, where x's rows are quantized once and every tile runs on warpgroup MMAs (FP8 / FP4
+// weights, in_features % 128 == 0): the bits of Linear with scratch on the expert's rows. Without
+// codes the mma.sync kernels run: the bits of Linear without scratch.
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false,

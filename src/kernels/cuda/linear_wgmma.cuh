@@ -1,8 +1,8 @@
-// The FP8-input path (LinearMath::kFp8Act) for large M on Hopper's warpgroup MMAs (wgmma),
-// included by linear.cu after linear_mma.cuh: it uses linear.cu's Params and Kind and
-// linear_mma.cuh's fp8 helpers.
+// The FP8-input path (LinearMath::kFp8Act) on Hopper's warpgroup MMAs (wgmma), included by
+// linear.cu after linear_mma.cuh: it uses linear.cu's Params and Kind and linear_mma.cuh's fp8
+// helpers.
 //
-// Two kernels per call:
+// Kernels of one call:
 //   1. QuantizeRowsKernel: act_quant of x once per (row, 128-column chunk) into the caller's
 //      scratch: e4m3 codes [m_pad, K] and scales [K/128, m_pad] (transposed, so a chunk's scales of
 //      a token tile are contiguous). Same arithmetic as mma::fp8::QuantizeX (the chunk's amax, its
@@ -12,19 +12,28 @@
 //      (wgmma m64n64k32: A = weight codes, B = x codes, both K-major in 128-byte swizzled shared
 //      memory), a 4-stage cp.async pipeline over 128-column chunks. FP8 weights land in shared
 //      memory as they are stored; FP4 nibbles are turned into e4m3 (exact) per chunk.
-//      WgmmaFp8Kernel runs it for Linear (FP8 weights), linear.cu's ExpertsWgmmaKernel for
-//      ExpertsLinear's 17-64-row tiles (FP8 and FP4 weights).
+//      WgmmaLinearKernel runs it for Linear, linear.cu's ExpertsWgmmaKernel for every tile of
+//      ExpertsLinear (FP8 and FP4 weights).
+//   3. Linear at decode-sized M only: SumSlicesKernel (below).
 //
-// Order of every output: linear_mma.cuh's fp8 order, so the bits of fp8::Block and
-// fp8::StagedBlock, provided the tensor cores compute a k32 step of wgmma as they compute the same
-// step of mma.sync m16n8k32 (the gpu tests check it). FP8 weights: per chunk an accumulator from
-// +0 takes the chunk's four k32 steps in order, then part = part + acc·(w_scale·x_scale); FP4: each
-// k32 step from +0, part = part + acc·(group scale·x_scale). part restarts from +0 at each
-// 512-column slice; total = P_0, total += P_1, ... in slice order.
+// Order of every output, as linear_mma.cuh's fp8 order: FP8 weights: per chunk an accumulator
+// from +0 takes the chunk's four k32 steps in order, then part = part + acc·(w_scale·x_scale);
+// FP4: each k32 step from +0, part = part + acc·(group scale·x_scale). part restarts from +0 at
+// each 512-column slice; total = P_0, total += P_1, ... in slice order.
 //
-// Used for K % 128 == 0 on compute capability 9.0 with scratch (LinearScratchBytes,
-// ExpertsLinearCodesBytes); Linear also needs M > 32 and 16-byte aligned weight rows (experts'
-// rows may be unaligned: byte loads). Otherwise the mma.sync kernels run, with the same bits.
+// Numerics: the bits differ from the mma.sync kernels'. Measured on the H200 (2026-12-01): a
+// single k32 step of wgmma already rounds differently from mma.sync m16n8k32, and the FP8 chunk's
+// four steps chained in the accumulator lose up to 2^-10.8 of S = Σ|w·x| where mma.sync stays
+// within 2^-12 (Hopper's FP8 wgmma adds into an accumulator of about 13-14 bits; DeepSeek-V3's
+// report measured it and promotes to f32 every 128 columns, as this order does, and as DeepSeek's
+// own FP8 GEMM does). So one row's bits stay independent of the batch only if every M takes this
+// path: Linear does at every M (sliced below 1 wave of blocks, the same adds), ExpertsLinear for
+// every tile. The model passes scratch at every M; a caller without scratch gets mma.sync's bits
+// at every M.
+//
+// Used for K % 128 == 0 on an sm_90a build on compute capability 9.0 with scratch
+// (LinearScratchBytes, ExpertsLinearCodesBytes); Linear also needs one group. Weight rows that
+// are not 16-byte aligned are read with byte loads.
 #pragma once
 
 namespace wgmma {
@@ -156,12 +165,13 @@ __device__ __forceinline__ void Copy16(uint8_t* dst, const uint8_t* src, bool va
   }
 }
 
-// Queues chunk c of the block's weight rows n0..n0+127 (zeros past n), its token rows
-// t_codes..t_codes+63 of the codes and their scales into stage buffer `stage` (cp.async; the
-// caller commits the group).
+// Queues chunk c of the block's weight rows n0..n0+127 (zeros past n), its first `tokens` token
+// rows t_codes.. of the codes and their scales into stage buffer `stage` (cp.async; the caller
+// commits the group). Token rows from `tokens` on are left as they were: their columns of the
+// product are never stored (wgmma keeps the columns apart), so a 1-row expert tile reads 1 row.
 template <Kind K>
 __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, uint8_t* stage, int64_t n0,
-                                          int64_t t_codes, int64_t c) {
+                                          int64_t t_codes, int tokens, int c) {
   using L = SmemLayout<K>;
   const int tid = threadIdx.x;
   constexpr int kRowBytes = L::kWBytes / kBlockRows;  // 128 (FP8) or 64 (FP4)
@@ -181,11 +191,11 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, ui
   for (int i = 0; i < kTokens * kXUnits / kThreads; ++i) {
     const int id = tid + i * kThreads;
     const int row = id / kXUnits, unit = id % kXUnits;
-    CpAsync16(stage + L::kX + SwizzledOffset(row, unit), a.codes + (t_codes + row) * p.k + c * kChunk + unit * 16);
+    if (row < tokens) {
+      CpAsync16(stage + L::kX + SwizzledOffset(row, unit), a.codes + (t_codes + row) * p.k + c * kChunk + unit * 16);
+    }
   }
-  if (tid < kTokens) {
-    CpAsyncOrZero<4>(stage + L::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
-  }
+  if (tid < tokens) CpAsyncOrZero<4>(stage + L::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
 }
 
 // FP4: the stage's nibbles (128 rows × 64 bytes) into the swizzled e4m3 tile, exactly
@@ -227,19 +237,21 @@ __device__ __forceinline__ void AddScaled(float (&part)[32], const float (&acc)[
   }
 }
 
-// One block's 128 weight rows n0.. × 64 tokens: x rows t_codes.. of the codes, y rows t_y.. of
-// p.y (rows at or past p.m and columns at or past p.n are not written). FP8 weights: one k32
-// chain per chunk, scaled once; FP4: each k32 step from +0, scaled by its 32-column group's scale.
+// One block's 128 weight rows n0.. × 64 tokens over chunks [c_begin, c_end) (c_begin a multiple of
+// mma::kSliceChunks): x rows t_codes.. of the codes, y rows t_y.. of p.y (rows at or past p.m
+// and columns at or past p.n are not written). FP8 weights: one k32 chain per chunk, scaled once;
+// FP4: each k32 step from +0, scaled by its 32-column group's scale. The range's slices are summed
+// in order from the first one's partial sum, so a one-slice range stores that slice's P_s.
 // All threads call it; it leaves no copies in flight and shared memory free after a barrier.
 template <Kind K>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
-                                           int64_t t_y, uint8_t* smem) {
+                                           int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
   using L = SmemLayout<K>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;  // the D fragment's row group and column pair
-  const int64_t chunks = p.k / kChunk;
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g, rb = ra + 8;  // this thread's weight rows
 
   float acc[32], part[32], total[32];
@@ -248,19 +260,19 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < chunks) LoadStage<K>(p, a, smem + s * L::kStage, n0, t_codes, s);
+    if (c_begin + s < c_end) LoadStage<K>(p, a, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
     CpAsyncCommit();
   }
-  for (int64_t c = 0; c < chunks; ++c) {
+  for (int c = c_begin; c < c_end; ++c) {
     CpAsyncWait<kStages - 2>();  // chunk c's group has landed (this thread's copies)
     FenceProxyAsyncShared();
     __syncthreads();  // everyone's copies of chunk c; everyone done with stage (c - 1) % kStages
     {
-      const int64_t next = c + kStages - 1;
-      if (next < chunks) LoadStage<K>(p, a, smem + (next % kStages) * L::kStage, n0, t_codes, next);
+      const int next = c + kStages - 1;
+      if (next < c_end) LoadStage<K>(p, a, smem + ((next - c_begin) % kStages) * L::kStage, n0, t_codes, tokens, next);
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
     }
-    uint8_t* stage = smem + (c % kStages) * L::kStage;
+    uint8_t* stage = smem + ((c - c_begin) % kStages) * L::kStage;
     const float* xs = reinterpret_cast<const float*>(stage + L::kXs);
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
     if constexpr (K == Kind::kFp8) {
@@ -311,8 +323,8 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       // The next chunk's conversion comes after the loop's next barrier, which every thread reaches
       // only after its own MMAs on this tile have completed.
     }
-    if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == chunks) {
-      const bool first_slice = c < mma::kSliceChunks;
+    if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end) {
+      const bool first_slice = c < c_begin + mma::kSliceChunks;
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
@@ -338,20 +350,47 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
 }
 
-// Linear: grid (ceil(n / 128), m_pad / 64); kThreads threads, SmemLayout<kFp8>::kBytes of dynamic
-// shared memory.
-__global__ void __launch_bounds__(kThreads, 2) WgmmaFp8Kernel(const Params p, const GemmArgs a) {
+// Linear: grid (ceil(n / 128), m_pad / 64, slices); kThreads threads, SmemLayout<K>::kBytes of
+// dynamic shared memory. slices == 1: each block takes all of K and stores y. Otherwise block z
+// takes 512-column slice z and stores its partial sum P_z at partials + z·m·n (row stride n), and
+// SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
+template <Kind K>
+__global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
+    WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
   extern __shared__ uint8_t smem_raw[];
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-  WgmmaBlock<Kind::kFp8>(p, a, static_cast<int64_t>(blockIdx.x) * kBlockRows, t0, t0, AlignedSmem(smem_raw));
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens, n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int chunks = static_cast<int>(p.k / kChunk);
+  if (gridDim.z == 1) {
+    WgmmaBlock<K>(p, a, n0, t0, t0, 0, chunks, AlignedSmem(smem_raw));
+  } else {
+    Params slice = p;
+    slice.y = partials + static_cast<int64_t>(blockIdx.z) * p.m * p.n;
+    slice.ldy = p.n;
+    const int c0 = static_cast<int>(blockIdx.z) * mma::kSliceChunks;
+    WgmmaBlock<K>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
+  }
 #endif
 }
 
+// y[r, o] = P_0 + P_1 + ... + P_{slices-1} (left to right, round to nearest) for r < m, o < n;
+// P_s at partials + s·m·n, row stride n.
+__global__ void __launch_bounds__(256) SumSlicesKernel(const float* __restrict__ partials, int slices, int64_t m,
+                                                       int64_t n, float* __restrict__ y, int64_t ldy) {
+  const int64_t plane = m * n;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < plane;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float total = partials[i];
+    for (int s = 1; s < slices; ++s) total = __fadd_rn(total, partials[s * plane + i]);
+    y[(i / n) * ldy + i % n] = total;
+  }
+}
+
 // Scratch of the wgmma path for m rows of K columns: codes [m_pad, K], then (256-byte aligned)
-// the scales [K / 128, m_pad].
+// the scales [K / 128, m_pad]; Linear's sliced launch adds (256-byte aligned) the partial sums
+// [slices, m, n] f32 (WgmmaLinearLayout in linear.cu).
 inline int64_t CodeBytes(int64_t m_pad, int64_t k) { return CeilDiv(m_pad * k, 256) * 256; }
 inline size_t ScratchBytesForPaddedRows(int64_t m_pad, int64_t k) {
   return static_cast<size_t>(CodeBytes(m_pad, k) + (k / kChunk) * m_pad * 4);
@@ -405,10 +444,12 @@ inline bool ExpertsUsable(Kind kind, int64_t k, const void* codes, size_t codes_
          codes_bytes >= ScratchBytesForPaddedRows(ExpertsPaddedRows(rows_bound), k) && DeviceHasWgmma();
 }
 
-inline bool Usable(const Params& p, Kind kind, int64_t groups) {
-  return DeviceHasWgmma() && kind == Kind::kFp8 && groups == 1 && p.m > mma::kMaxTm * mma::kTok && p.k > 0 && p.k % kChunk == 0 &&
-         p.w_vec16 && p.scratch != nullptr && Aligned(p.scratch, 0, 256) &&
-         p.scratch_bytes >= ScratchBytes(p.m, p.k);
+// Linear's FP8-input products on warpgroup MMAs: FP8 or FP4 weights (rows of any alignment, as the
+// experts': byte loads where not 16-byte aligned), one group, K % 128 == 0, scratch of `needed`
+// bytes (WgmmaLinearLayout), 256-byte aligned. Any M.
+inline bool Usable(const Params& p, Kind kind, int64_t groups, size_t needed) {
+  return (kind == Kind::kFp8 || kind == Kind::kFp4) && groups == 1 && p.k > 0 && p.k % kChunk == 0 &&
+         p.scratch != nullptr && Aligned(p.scratch, 0, 256) && p.scratch_bytes >= needed && DeviceHasWgmma();
 }
 
 }  // namespace wgmma
