@@ -8,8 +8,8 @@
 #     then every kernel test, grouped by suite (the Flash-shaped experts tests on their own);
 #   memcheck: the whole label in six processes (memcheck holds little host memory: 0.3 GB for the
 #     goldens, 18.5 GB for the Flash-shaped model; time is what splits it).
-# Whole-model tests not listed run the same kernels at the same shapes with other numerics flags
-# (their extra kernels, the quantization round trips, have kernel tests of their own).
+# Jobs 0-23 were the label's first cover (the other whole-model tests run the same kernels with
+# other weights and flags); jobs 24-43 racecheck those 20 too: the 44 jobs cover every test twice.
 # Prints one line per process, writes $OUT/sanitize-logs.tar.xz, exits non-zero if a process
 # reported an error, a failed test, or did not finish.
 #
@@ -60,6 +60,29 @@ jobs=(
   "memcheck:GpuModel.*-GpuModel.FlashShapedTwoLayersMatchCpu"
   "memcheck:GpuRunner.*"
   "memcheck:*-$whole_model"
+  # racecheck of the other 20 whole-model tests, one per process (jobs 24-43; host memory as
+  # jobs 0-8: 5-87 GB each): the goldens of the two other tiny models, the other static-shape,
+  # chunked-prefill and engine variants, and the Flash-shaped model.
+  "racecheck:$golden.GpuLogitsMatchCpuAlongTheGreedyPath/v4_tiny_fp8fp4"
+  "racecheck:$golden.GpuLogitsMatchCpuAlongTheGreedyPath/v4_tiny_long"
+  "racecheck:$golden.ChunkedPrefillEqualsOneShotBitForBit/v4_tiny_flashlike"
+  "racecheck:$golden.ChunkedPrefillEqualsOneShotBitForBit/v4_tiny_fp8fp4"
+  "racecheck:$golden.TensorCoreLinearsMatchReference/v4_tiny_fp8fp4"
+  "racecheck:$golden.TensorCoreLinearsMatchReference/v4_tiny_long"
+  "racecheck:$golden.TensorCoreChunkedPrefillEqualsOneShotBitForBit/v4_tiny_flashlike"
+  "racecheck:$golden.TensorCoreChunkedPrefillEqualsOneShotBitForBit/v4_tiny_fp8fp4"
+  "racecheck:$golden.TensorCoreChunkedPrefillEqualsOneShotBitForBit/v4_tiny_long"
+  "racecheck:$golden.LayerStreamsLogitsAndGreedyMatchReference/v4_tiny_flashlike"
+  "racecheck:$golden.LayerStreamsLogitsAndGreedyMatchReference/v4_tiny_fp8fp4"
+  "racecheck:$golden.LayerStreamsLogitsAndGreedyMatchReference/v4_tiny_long"
+  "racecheck:GpuModel.ChunkedPrefillEqualsOneShotWithTheReferenceQuantization"
+  "racecheck:GpuModel.StaticShapesEqualDynamicShapesOnTensorCores"
+  "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithTheReferenceQuantization"
+  "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithFp8TensorCores"
+  "racecheck:GpuModel.FlashShapedTwoLayersMatchCpu"
+  "racecheck:GpuEngine.OverlappedEqualsSynchronousOnARandomizedWorkload"
+  "racecheck:GpuEngine.OverlappedEqualsSynchronousOnASmallWorkload"
+  "racecheck:GpuEngine.TensorCoreLinearsOverlappedEqualsSynchronous"
 )
 selected=()
 if [[ -z $select ]]; then
