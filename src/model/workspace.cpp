@@ -28,9 +28,13 @@ Workspace::~Workspace() {
 void* Workspace::Carve(size_t bytes) {
   if (device_.is_cpu()) {
     host_buffers_.emplace_back(std::max<size_t>(bytes, 1));
+    in_use_ += host_buffers_.back().size();
+    peak_in_use_ = std::max(peak_in_use_, in_use_);
     return host_buffers_.back().data();
   }
   const size_t need = Aligned(bytes);
+  in_use_ += need;
+  peak_in_use_ = std::max(peak_in_use_, in_use_);
   for (Chunk& c : chunks_) {
     if (c.buffer.size() - c.used >= need) {
       void* p = static_cast<char*>(c.buffer.data()) + c.used;
@@ -93,6 +97,7 @@ TensorView Workspace::Upload(const ops::OpContext& ctx, const void* host, DType 
 void Workspace::ResetForGraph(void* staging, size_t bytes) {
   DI_CHECK(!device_.is_cpu() && staging != nullptr, "graph staging is for a CUDA workspace");
   for (Chunk& c : chunks_) c.used = 0;
+  in_use_ = peak_in_use_ = 0;
   staged_bytes_ = 0;
   graph_staging_ = static_cast<char*>(staging);
   graph_staging_bytes_ = bytes;
@@ -101,6 +106,7 @@ void Workspace::ResetForGraph(void* staging, size_t bytes) {
 void Workspace::Reset(const ops::OpContext& ctx) {
   host_buffers_.clear();
   for (Chunk& c : chunks_) c.used = 0;
+  in_use_ = peak_in_use_ = 0;
   staged_bytes_ = 0;
   graph_staging_ = nullptr;
   if (device_.is_cpu()) return;
@@ -112,6 +118,29 @@ void Workspace::Reset(const ops::OpContext& ctx) {
   Staging& next = staging_[current_];
   if (next.recorded) next.drained->Synchronize();  // the step before the previous one has passed
   next.used = 0;
+}
+
+Workspace::Position Workspace::Mark() const {
+  Position p;
+  p.host_buffers = host_buffers_.size();
+  p.chunk_used.reserve(chunks_.size());
+  for (const Chunk& c : chunks_) p.chunk_used.push_back(c.used);
+  return p;
+}
+
+void Workspace::Rewind(const Position& position) {
+  DI_CHECK(position.host_buffers <= host_buffers_.size() && position.chunk_used.size() <= chunks_.size(),
+           "workspace rewound to a position it has not reached (a Reset in between?)");
+  host_buffers_.erase(host_buffers_.begin() + static_cast<std::ptrdiff_t>(position.host_buffers),
+                      host_buffers_.end());
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const size_t used = i < position.chunk_used.size() ? position.chunk_used[i] : 0;
+    DI_CHECK(used <= chunks_[i].used, "workspace rewound to a position it has not reached (a Reset in between?)");
+    chunks_[i].used = used;
+  }
+  in_use_ = 0;
+  for (const Buffer& b : host_buffers_) in_use_ += b.size();
+  for (const Chunk& c : chunks_) in_use_ += c.used;
 }
 
 size_t Workspace::bytes_reserved() const {

@@ -39,8 +39,25 @@ class Workspace {
   // staging must hold for a step of the same shapes.
   size_t staged_bytes() const { return staged_bytes_; }
 
+  // A point in the step's allocations to return to: Rewind(Mark()) releases every tensor
+  // allocated since, and later Allocs reuse their memory (on CUDA in the same order, so a replayed
+  // step gets the same addresses). The forward rewinds after each layer, so a step needs one
+  // layer's temporaries, not the sum over layers. On CUDA the reuse is ordered by the step's
+  // stream: every kernel using a released tensor must already be queued on it. Uploads' staging
+  // is not rewound.
+  struct Position {
+    size_t host_buffers = 0;
+    std::vector<size_t> chunk_used;
+  };
+  Position Mark() const;
+  void Rewind(const Position& position);
+
   DeviceId device() const { return device_; }
+  // Device bytes held by the chunks (CUDA).
   size_t bytes_reserved() const;
+  // The most bytes the step's tensors have held at once since the last Reset (each allocation
+  // rounded up to the alignment on CUDA): what the step needs.
+  size_t peak_bytes_in_use() const { return peak_in_use_; }
 
  private:
   struct Chunk {
@@ -64,6 +81,7 @@ class Workspace {
   char* graph_staging_ = nullptr;  // set between ResetForGraph and the next Reset
   size_t graph_staging_bytes_ = 0;
   size_t staged_bytes_ = 0;
+  size_t in_use_ = 0, peak_in_use_ = 0;
 };
 
 }  // namespace deepinfer

@@ -13,6 +13,7 @@
 #include "engine/workload.h"
 #include "gpu/gpu_test_util.h"
 #include "model/model_test_support.h"
+#include "model/workspace.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -110,6 +111,26 @@ TEST_P(GpuGolden, ChunkedPrefillEqualsOneShotBitForBit) {
 void ExpectStaticShapesMatchDynamic(const Model& model) {
   const int decode_steps = test::SanitizerSizes() ? 4 : 9;
   EXPECT_EQ(CheckStaticShapesMatchDynamic(model, decode_steps), decode_steps + 3);
+}
+
+// The CUDA workspace's Rewind (after every layer of the forward): what was allocated since the
+// mark is released and the same allocations get the same addresses again, across chunks (the
+// second allocation below does not fit the first 64 MiB chunk); the peak is one layer's.
+TEST(GpuWorkspace, RewindReusesTheSameAddresses) {
+  DI_REQUIRE_GPU();
+  Workspace ws(DeviceId{DeviceType::kCuda, 0});
+  const TensorView kept = ws.Alloc(DType::kF32, {10});  // 256 bytes after alignment
+  const Workspace::Position start = ws.Mark();
+  const TensorView a = ws.Alloc(DType::kF32, {1000});          // 4096 bytes
+  const TensorView big = ws.Alloc(DType::kI8, {int64_t{100} << 20});  // a chunk of its own
+  ws.Rewind(start);
+  const TensorView a2 = ws.Alloc(DType::kF32, {1000});
+  const TensorView big2 = ws.Alloc(DType::kI8, {int64_t{100} << 20});
+  EXPECT_EQ(a2.raw(), a.raw());
+  EXPECT_EQ(big2.raw(), big.raw());
+  EXPECT_NE(kept.raw(), a.raw());
+  EXPECT_EQ(ws.peak_bytes_in_use(), 256u + 4096u + (size_t{100} << 20));
+  EXPECT_EQ(ws.bytes_reserved(), (size_t{64} << 20) + (size_t{100} << 20));
 }
 
 // Static launch shapes (what a CUDA graph captures) give the dynamic forward's logits bit for bit

@@ -215,6 +215,9 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   ops::GatherRows(ctx.op, h, upload(broadcast, DType::kI64), streams.Reshape({tokens * s, d}));
   for (const BlockWeights& w : weights_.layers) {
     if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope(ProfileScope(w).c_str());
+    // A layer's temporaries are released after it (its result is in `streams`): the step's
+    // workspace is one layer's, whatever the depth (workspace.h).
+    const Workspace::Position layer_start = ws.Mark();
     Block(ctx, w, streams);
     if (hooks != nullptr && hooks->on_block_output) {
       if (device_.is_cpu()) {
@@ -225,6 +228,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
         hooks->on_block_output(w.layer, copy.view(), ctx.positions);
       }
     }
+    ws.Rewind(layer_start);
   }
 
   if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope("head");
