@@ -165,6 +165,7 @@ StepPoint RunPoint(const Model& model, const StepBenchOptions& o, CudaStream& st
   for (int i = 0; i < std::max(o.warmup, 1); ++i) host = QueueOne(model, *step);
   stream.Synchronize();
   p.eager_seconds = TimeEager(model, *step, op, iterations);
+  p.workspace_peak_bytes = model.LastStepWorkspacePeakBytes();
   if (o.cuda_graphs && kind == "decode") p.graph_seconds = TimeGraph(model, *step, op, iterations);
   if (o.profile) {
     p.profile = Profile(model, *step, op, host);
@@ -296,6 +297,7 @@ nlohmann::json ToJson(const StepPoint& p, const Rates& rates, const LayerMix* mi
   if (p.graph_seconds > 0) j["graph_seconds"] = p.graph_seconds;
   j["step_seconds"] = best;
   j["tokens_per_s"] = static_cast<double>(p.batch * p.tokens_per_seq) / best;
+  j["workspace_peak_bytes"] = p.workspace_peak_bytes;
   j["weight_bytes"] = c.weight_bytes;
   j["routed_expert_bytes"] = c.routed_expert_bytes;
   j["expected_experts_per_layer"] = c.expected_experts_per_layer;

@@ -49,6 +49,7 @@ struct StepPoint {
   // The profiled step's op times summed: the device's busy time in one step (plus the events'
   // own cost), without the gaps between ops (< 0: not profiled).
   double busy_seconds = -1;
+  size_t workspace_peak_bytes = 0;  // the step's scratch memory at its peak (Model::LastStepWorkspacePeakBytes)
   StepCost cost;
   StepProfile profile;
   std::string skipped;       // non-empty: why the point was not measured

@@ -109,6 +109,8 @@ class Model {
   virtual StepCost EstimateStepCost(const StepCostQuery& query) const = 0;
   // Bytes the last Forward uploaded, as graph staging needs them (ForwardBatch::graph_staging).
   virtual size_t LastStepStagedBytes() const { return 0; }
+  // The most scratch memory the last Forward held at once (its workspace's peak), 0 if unknown.
+  virtual size_t LastStepWorkspacePeakBytes() const { return 0; }
 };
 
 struct LoadOptions {

@@ -2,15 +2,18 @@
 // step that touches every expert equal the bytes of every trunk tensor enumerated independently
 // (v4::ForEachTensor), with the embedding and tid2eid counted by the rows read; a one-token
 // decode touches exactly top-k experts per layer; the state and attention terms follow the
-// window and compressed-row counts. Plus the hash-uniform fill the benchmarks put into state.
+// window and compressed-row counts. Plus the hash-uniform fill the benchmarks put into state, and
+// the scratch memory a step holds (one layer's temporaries at a time, whatever the depth).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <set>
 
 #include "kernels/cpu/hash_uniform.h"
+#include "model/config.h"
 #include "model/deepseek_v4/v4_model.h"
 #include "model/model.h"
+#include "model/model_test_support.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -21,6 +24,36 @@ double SumBytes(v4::ModelWeights& w) {
   double total = 0;
   v4::ForEachTensor(w, [&](TensorView& t) { total += t.empty() ? 0.0 : static_cast<double>(t.nbytes()); });
   return total;
+}
+
+// The forward releases each layer's temporaries after it (Workspace::Rewind), so a step's
+// scratch peak is set by the largest kind of layer, not by the depth: the demo model cut to its
+// first 5 layers (compress ratios 0, 0, 4, 128, 4: every kind, hash-routed and not) and whole (7:
+// two more of the same kinds) hold the same peak to the byte, for a prefill and a decode step.
+TEST(StepCost, AStepsScratchPeakDoesNotGrowWithDepth) {
+  const ModelConfig whole = LoadModelConfig(DemoDir() + "/config.json");
+  ASSERT_EQ(whole.num_hidden_layers, 7);
+  ModelConfig cut = whole;
+  cut.num_hidden_layers = 5;
+  LoadOptions dummy;
+  dummy.load_format = "dummy";
+  std::vector<int32_t> prompt(96);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 5) % whole.vocab_size);
+  size_t prefill_peak[2], decode_peak[2];
+  int i = 0;
+  for (const ModelConfig* c : std::vector<const ModelConfig*>{&cut, &whole}) {
+    LoadedModel loaded = LoadModel(*c, DemoDir(), dummy);
+    SequenceDriver driver(*loaded.model);
+    driver.Prefill(prompt);
+    prefill_peak[i] = loaded.model->LastStepWorkspacePeakBytes();
+    driver.Step(7);
+    decode_peak[i] = loaded.model->LastStepWorkspacePeakBytes();
+    ++i;
+  }
+  EXPECT_GT(prefill_peak[0], decode_peak[0]);
+  EXPECT_GT(decode_peak[0], 0u);
+  EXPECT_EQ(prefill_peak[1], prefill_peak[0]);
+  EXPECT_EQ(decode_peak[1], decode_peak[0]);
 }
 
 TEST(StepCost, WeightBytesOfAStepTouchingEveryExpertEqualEveryTrunkTensor) {

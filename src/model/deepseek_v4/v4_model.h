@@ -48,6 +48,7 @@ class V4Model : public Model {
   size_t BytesPerSlot(int64_t block_size) const override;
   size_t BytesPerBlock(int64_t block_size) const override;
   size_t LastStepStagedBytes() const override { return workspace_->staged_bytes(); }
+  size_t LastStepWorkspacePeakBytes() const override { return workspace_->peak_bytes_in_use(); }
   StepCost EstimateStepCost(const StepCostQuery& query) const override;  // v4_cost.cpp
   void Forward(const ForwardBatch& batch, ModelState& state, const TensorView& logits,
                const ForwardHooks* hooks) const override;
