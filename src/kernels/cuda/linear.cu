@@ -1703,7 +1703,7 @@ size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   const bool quantized = w.format == DeviceWeight::Format::kFp8 || w.format == DeviceWeight::Format::kFp4;
   if (math != LinearMath::kFp8Act || !quantized || m <= 0) return 0;
   const int64_t k = w.in_features;
-  // Only where LaunchKind takes the wgmma path (the row alignment is checked at the call).
+  // Only where LaunchKind takes the wgmma path (any M, any row alignment; one group).
   if (k <= 0 || k % wgmma::kChunk != 0 || w.out_features <= 0) return 0;
   if (PathFor(math, KindOf(w), w.scale_dtype == DType::kF32, k) != Path::kFp8 || !wgmma::DeviceHasWgmma()) return 0;
   return MakeWgmmaLinearLayout(m, w.out_features, k).bytes;
