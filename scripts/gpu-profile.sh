@@ -47,3 +47,6 @@ profile decode-b1 'Gemv|ExpertsGemv|HcMix|AttentionWithSink|MoeAlign|RmsNorm|Rou
   --batches 1 --contexts 8192 --no-prefill
 profile decode-b64-tc 'Mma|Staged|AttentionWithSink|Indexer' 40 --batches 64 --contexts 8192 --no-prefill --tensor-cores
 profile prefill-8k-attention 'AttentionWithSink' 6 --no-decode --prompts 8192
+# The FP8-input GEMMs of an 8k prefill's first layer (warpgroup MMAs: 8 Linear, 3 experts).
+profile prefill-8k-wgmma 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 --no-decode --prompts 8192 --tensor-cores \
+  --fp8-activations

@@ -4,9 +4,10 @@
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT (auto and register GEMVs), tensor
 #      cores, FP8 activations, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh over the batch-1 GEMVs (ncu) and their static SASS opcode counts
-#      (tools/sass_histogram.py), unless --no-profile.
+#      (tools/sass_histogram.py), and over the warpgroup-MMA GEMMs of an 8k prefill's first layer
+#      with FP8 activations, unless --no-profile.
 # Prints their summaries, and leaves $OUT/session.tar.xz (every log, JSON report and CSV; the
-# device tool returns at most 8 files) and $OUT/steps-compare.txt. About 6 minutes. Exits non-zero
+# device tool returns at most 8 files) and $OUT/steps-compare.txt. About 7-8 minutes. Exits non-zero
 # when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
 # beside this on the second GPU of the 2xH200 kind (2026-12-01), their 22 host-bound processes
 # slowed these steps past a 440 s call and themselves past 360 s (docs/cuda-backend.md).
@@ -32,6 +33,8 @@ OUT=$work timeout 300 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by 
 if [[ $profile -eq 1 ]]; then
   OUT=$work timeout 60 bash scripts/gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts 8192 --no-prefill 2>&1 |
     cut -c1-32,88-
+  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 -- --no-decode \
+    --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   # Static SASS of the GEMV kernels (what a loop is made of; ncu says how often it ran).
   cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
   if [[ -n $cuobjdump ]]; then
