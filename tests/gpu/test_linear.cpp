@@ -563,11 +563,12 @@ TestWeight IntegerWeight(const Spec& spec, int64_t out, int64_t in, uint64_t see
 // FP8 inputs with scratch on an sm_90a device run warpgroup MMAs at every M (linear_wgmma.cuh),
 // sliced over K where the blocks of whole rows would not fill the device. Their k32 sums round
 // differently from mma.sync's, so they are checked (1) exactly, on integer data where no path may
-// round, against the CPU, for FP8 (both scale dtypes) and FP4 weights, sliced and not, padded token
-// tiles (M = 33, 65, 130), partial 128-row weight tiles, one chunk (K = 128), a partial last slice
-// (K = 384) and x rows that allow no float4 loads (ldx = K + 5); (2) on random data, against the
-// CPU within the order bound and for batch invariance: a row alone (the sliced launch) gives the
-// batch's bits (whole rows).
+// round, against the CPU, for FP8 (both scale dtypes) and FP4 weights, sliced over K and not
+// (N = 8192: 64 weight-row blocks, so 130 rows take whole rows on the H200's 132 SMs and a row alone
+// is sliced), padded token tiles (M = 33, 65, 130), partial 128-row weight tiles, one chunk
+// (K = 128), a partial last slice (K = 384) and x rows that allow no float4 loads (ldx = K + 5);
+// (2) on random data, against the CPU within the order bound and for batch invariance: a row alone
+// gives the batch's bits.
 TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -578,7 +579,8 @@ TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
     int64_t out, in;
   };
   for (const Case& c : {Case{kFp8E8m0, 200, 384}, Case{kFp8F32, 130, 128}, Case{kFp8E8m0, 1024, 4096},
-                        Case{kFp8F32, 256, 1152}, Case{kFp4, 200, 384}, Case{kFp4, 4096, 1024}}) {
+                        Case{kFp8F32, 256, 1152}, Case{kFp4, 200, 384}, Case{kFp4, 4096, 1024},
+                        Case{kFp8E8m0, 8192, 1024}, Case{kFp4, 8192, 1024}}) {
     TestWeight w = IntegerWeight(c.spec, c.out, c.in, ++seed);
     for (const int64_t ldx : {c.in, c.in + 5}) {
       constexpr int64_t kRows = 130;
@@ -606,7 +608,7 @@ TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
     }
   }
   for (const Case& c : {Case{kFp8E8m0, 200, 384}, Case{kFp8E8m0, 1024, 4096}, Case{kFp8F32, 256, 1152},
-                        Case{kFp4, 4096, 1024}}) {
+                        Case{kFp4, 4096, 1024}, Case{kFp8E8m0, 8192, 1024}, Case{kFp4, 8192, 2048}}) {
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
     for (const int64_t m : {int64_t{1}, int64_t{33}, int64_t{130}}) CheckLinear(w, m, c.in, c.out, ++seed);
     constexpr int64_t kRows = 130;
