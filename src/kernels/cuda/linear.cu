@@ -1345,18 +1345,20 @@ wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int6
 // blocks of whole rows would not fill the device (decode-sized m), the partial sums of one block
 // per 512-column slice. The same on every call for the same (m, n, k) and device.
 struct WgmmaLinearLayout {
-  int slices = 1;          // 1: every block takes all of K
-  size_t codes_bytes = 0;  // wgmma::ScratchBytes(m, k), a multiple of 256
-  size_t bytes = 0;        // in all
+  int device = 0, sms = 0;  // the current device, which the layout was cut for
+  int slices = 1;           // 1: every block takes all of K
+  size_t codes_bytes = 0;   // wgmma::ScratchBytes(m, k), a multiple of 256
+  size_t bytes = 0;         // in all
 };
 
 WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   WgmmaLinearLayout l;
+  std::tie(l.device, l.sms) = CurrentDeviceSms();
   l.codes_bytes = CeilDiv(wgmma::ScratchBytes(m, k), 256) * 256;
   l.bytes = l.codes_bytes;
   const int64_t slices = CeilDiv(k, mma::kSlice);
   const int64_t blocks = CeilDiv(n, wgmma::kBlockRows) * (wgmma::PaddedRows(m) / wgmma::kTokens);
-  if (slices > 1 && blocks < CurrentDeviceSms().second) {
+  if (slices > 1 && blocks < l.sms) {
     l.slices = static_cast<int>(slices);
     l.bytes += static_cast<size_t>(CeilDiv(slices * m * n * 4, 256) * 256);
   }
@@ -1373,14 +1375,13 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   float* partials =
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  const auto [device, sms] = CurrentDeviceSms();
-  AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(device, kSmem);
+  AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens),
                   static_cast<unsigned>(layout.slices));
   wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
   if (layout.slices > 1) {
-    const int64_t blocks = std::min<int64_t>(CeilDiv(p.m * p.n, 256), sms * 8);
+    const int64_t blocks = std::min<int64_t>(CeilDiv(p.m * p.n, 256), int64_t{layout.sms} * 8);
     wgmma::SumSlicesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, layout.slices, p.m, p.n, p.y,
                                                                               p.ldy);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma slice sum");
