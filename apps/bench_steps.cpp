@@ -173,7 +173,8 @@ void AddStepBench(CLI::App* bench) {
   cmd->add_flag("--tensor-cores", a->tensor_cores,
                 "BF16/FP8/FP4 linears on tensor cores (exact f32 products from 3 BF16 parts of each activation)");
   cmd->add_flag("--fp8-activations", a->fp8_activations,
-                "the reference's act_quant ahead of its FP8/FP4 linears (with --tensor-cores: e4m3 MMAs)");
+                "the reference's act_quant ahead of its FP8/FP4 linears (with --tensor-cores: e4m3 MMAs, warpgroup "
+                "MMAs on sm_90a)");
   cmd->add_flag("!--no-decode", a->decode, "skip the decode points");
   cmd->add_flag("!--no-prefill", a->prefill, "skip the prefill points");
   cmd->add_option("--json", a->json, "write the report as JSON (tools/plot_bench.py draws it)");

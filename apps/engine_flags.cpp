@@ -26,7 +26,8 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
               "round the inputs of the FP8/FP4 linears through FP8 per 128 (reference act_quant)");
   g->add_flag("--tensor-cores", f.options.load.numerics.tensor_core_linears,
               "CUDA: BF16/FP8/FP4 linears on tensor cores (exact f32 products from 3 BF16 parts of each "
-              "activation; with --fp8-activations, e4m3 MMAs for the linears the reference quantizes)");
+              "activation; with --fp8-activations, e4m3 MMAs for the linears the reference quantizes, warpgroup "
+              "MMAs on sm_90a)");
   g->add_option("--device", f.device, "where the model runs: cpu | cuda | cuda:N")
       ->capture_default_str()
       ->check([](const std::string& v) {

@@ -35,8 +35,9 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
 enum class LinearInput : uint8_t { kAsIs, kFp8Blocks };
 
 // scratch: device bytes (LinearScratchBytes; may be empty, and is unused on the CPU) where the GPU
-// quantizes a kFp8Blocks input once for its warpgroup-MMA GEMM; without it the same bits come from
-// the other tensor-core kernels.
+// quantizes a kFp8Blocks input once for its warpgroup-MMA GEMM; without it the mma.sync kernels
+// run, whose sums round differently, so pass it at every row count or at none
+// (kernels/cuda/linear.h).
 void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
             LinearInput input = LinearInput::kAsIs, const TensorView& scratch = TensorView());
 // Scratch bytes Linear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).

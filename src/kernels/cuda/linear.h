@@ -67,9 +67,9 @@ struct DeviceWeight {
 //               32-column group (FP4). Not the f32 math of the other two: x is rounded, and the
 //               tensor cores' accumulation inside one MMA may keep fewer than 24 bits. Other
 //               weights take kSplitBf16's choice. Order again fixed by K (linear_mma.cuh); past
-//               32 rows Linear stages 64 × 64 tiles in shared memory with the same bits, or, for
-//               FP8 weights given scratch, quantizes x once and runs warpgroup MMAs
-//               (linear_wgmma.cuh) in the same order.
+//               32 rows Linear stages 64 × 64 tiles in shared memory with the same bits. Given
+//               scratch on an sm_90a device, FP8 and FP4 weights instead take warpgroup MMAs at
+//               every M, x quantized once (linear_wgmma.cuh): the same order, other roundings.
 enum class LinearMath : uint8_t { kSimtF32, kSplitBf16, kFp8Act };
 
 // M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).
@@ -80,7 +80,7 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // columns past out_features are not written). m == 0 is a no-op. Asynchronous on `stream`.
 // scratch (DEVICE, 256-byte aligned, LinearScratchBytes(m, w, math) bytes; may be null): under
 // kFp8Act on an sm_90a device, where x is quantized once for the warpgroup-MMA path (FP8 / FP4
-// weights, in_features % 128 == 0, 16-byte aligned weight rows; any m). Its sums round differently
+// weights, in_features % 128 == 0, one group; any m). Its sums round differently
 // from the mma.sync kernels that run without scratch (linear_wgmma.cuh), so a caller that needs a
 // row's bits independent of m passes scratch at every m, or at none.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
