@@ -10,16 +10,21 @@
 //      codes and scales; rows m..m_pad-1 quantize zeros.
 //   2. WgmmaBlock: 128 weight rows × 64 tokens per block, the two warpgroups 64 weight rows each
 //      (wgmma m64n64k32: A = weight codes, B = x codes, both K-major in 128-byte swizzled shared
-//      memory), a 4-stage cp.async pipeline over 128-column chunks. FP8 weights land in shared
-//      memory as they are stored; FP4 nibbles are turned into e4m3 (exact) per chunk.
+//      memory), a 4-stage cp.async pipeline over 128-column chunks (each thread's copy addresses
+//      fixed per block; no per-unit tests where all 128 weight rows exist, 16-byte aligned). FP8
+//      weights land in shared memory as they are stored; FP4 nibbles are turned into e4m3 (exact)
+//      per chunk, and its four k32 steps alternate two accumulators, so one step's MMA runs while
+//      the step before it is scaled.
 //      WgmmaLinearKernel runs it for Linear, linear.cu's ExpertsWgmmaKernel for every tile of
 //      ExpertsLinear (FP8 and FP4 weights).
 //   3. Linear at decode-sized M only: SumSlicesKernel (below).
 //
-// Order of every output, as linear_mma.cuh's fp8 order: FP8 weights: per chunk an accumulator
-// from +0 takes the chunk's four k32 steps in order, then part = part + acc·(w_scale·x_scale);
-// FP4: each k32 step from +0, part = part + acc·(group scale·x_scale). part restarts from +0 at
-// each 512-column slice; total = P_0, total += P_1, ... in slice order.
+// Order of every output (WgmmaBlock): FP8 weights: per chunk an accumulator from +0 takes the
+// chunk's four k32 steps in order, then part = fma(acc, w_scale·x_scale, part); FP4: each k32 step
+// from +0, chunk_sum = fma(acc, group scale, chunk_sum), then per chunk part = fma(chunk_sum,
+// x_scale, part). part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ...
+// in slice order. Every caller of the path (Linear at any M and slicing, every expert tile) runs
+// this one order, which is what keeps a row's bits independent of its batch.
 //
 // Numerics: the bits differ from the mma.sync kernels'. Measured on the H200 (2026-12-01): a
 // single k32 step of wgmma already rounds differently from mma.sync m16n8k32, and the FP8 chunk's
@@ -146,7 +151,11 @@ struct SmemLayout {
   static constexpr int kXs = kX + kXStageBytes;
   static constexpr int kStage = kXs + 1024;
   static constexpr int kConverted = kStages * kStage;
-  static constexpr int kBytes = kConverted + (K == Kind::kFp4 ? kWStageBytes : 0) + 1024;  // + base alignment
+  // FP4 only: the running total over slices, 32 floats per thread ([element][thread]), where the
+  // FP4 block has no registers left for it.
+  static constexpr int kTotal = kConverted + (K == Kind::kFp4 ? kWStageBytes : 0);
+  static constexpr int kTotalBytes = K == Kind::kFp4 ? 32 * kThreads * 4 : 0;
+  static constexpr int kBytes = kTotal + kTotalBytes + 1024;  // + base alignment
 };
 
 // 16 bytes from global memory into shared memory, zeros when !valid: cp.async where the source is
@@ -165,37 +174,79 @@ __device__ __forceinline__ void Copy16(uint8_t* dst, const uint8_t* src, bool va
   }
 }
 
+// The stage copies of one block, fixed for the block. Thread tid copies, per chunk, the 16-byte
+// units of weight rows tid / kWUnits + i·kWRowsPerPass (unit tid % kWUnits) and of token rows
+// tid / kXUnits + i·kXRowsPerPass (unit tid % kXUnits); every pass lands kPassBytes further into
+// the stage (the swizzle of a row depends on row % 8 only, and a pass moves a multiple of 8 rows).
+template <Kind K>
+struct StageCopies {
+  static constexpr int kRowBytes = SmemLayout<K>::kWBytes / kBlockRows;  // 128 (FP8) or 64 (FP4)
+  static constexpr int kWUnits = kRowBytes / 16;
+  static constexpr int kWRowsPerPass = kThreads / kWUnits;
+  static constexpr int kWPasses = kBlockRows / kWRowsPerPass;
+  static constexpr int kXUnits = kChunk / 16;
+  static constexpr int kXRowsPerPass = kThreads / kXUnits;
+  static constexpr int kXPasses = kTokens / kXRowsPerPass;
+  static constexpr int kPassBytes = 4096;
+  static_assert(kWRowsPerPass * kRowBytes == kPassBytes && kXRowsPerPass * kChunk == kPassBytes, "pass stride");
+  static_assert(kWRowsPerPass % 8 == 0 && kXRowsPerPass % 8 == 0, "a pass keeps the swizzle phase");
+
+  const uint8_t* w;        // this thread's first weight unit, chunk 0
+  const uint8_t* x;        // this thread's first code unit, chunk 0
+  int64_t w_pass_stride;   // bytes of kWRowsPerPass weight rows
+  int64_t x_pass_stride;   // bytes of kXRowsPerPass code rows
+  int w_dst, x_dst;        // stage offsets of the first units
+  int x_row;               // this thread's first token row within the tile
+  bool whole_w;            // all 128 weight rows exist and are 16-byte aligned: unconditional cp.async
+
+  __device__ __forceinline__ StageCopies(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes) {
+    const int tid = threadIdx.x;
+    const int w_row = tid / kWUnits, w_unit = tid % kWUnits;
+    x_row = tid / kXUnits;
+    const int x_unit = tid % kXUnits;
+    whole_w = n0 + kBlockRows <= p.n && p.w_vec16;
+    w = p.w + (whole_w ? n0 + w_row : 0) * p.w_row_bytes + w_unit * 16;
+    w_pass_stride = kWRowsPerPass * p.w_row_bytes;
+    // FP8 rows land swizzled (wgmma reads them); FP4 rows plainly (ConvertFp4 reads them).
+    w_dst = K == Kind::kFp4 ? w_row * kRowBytes + w_unit * 16 : SwizzledOffset(w_row, w_unit);
+    x = a.codes + (t_codes + x_row) * p.k + x_unit * 16;
+    x_pass_stride = kXRowsPerPass * p.k;
+    x_dst = SmemLayout<K>::kX + SwizzledOffset(x_row, x_unit);
+  }
+};
+
 // Queues chunk c of the block's weight rows n0..n0+127 (zeros past n), its first `tokens` token
 // rows t_codes.. of the codes and their scales into stage buffer `stage` (cp.async; the caller
 // commits the group). Token rows from `tokens` on are left as they were: their columns of the
 // product are never stored (wgmma keeps the columns apart), so a 1-row expert tile reads 1 row.
+// A block whose 128 rows all exist, 16-byte aligned, copies without a test per unit.
 template <Kind K>
-__device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, uint8_t* stage, int64_t n0,
-                                          int64_t t_codes, int tokens, int c) {
-  using L = SmemLayout<K>;
+__device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, const StageCopies<K>& cp,
+                                          uint8_t* stage, int64_t n0, int64_t t_codes, int tokens, int c) {
+  using S = StageCopies<K>;
   const int tid = threadIdx.x;
-  constexpr int kRowBytes = L::kWBytes / kBlockRows;  // 128 (FP8) or 64 (FP4)
-  constexpr int kUnits = kRowBytes / 16;
+  if (cp.whole_w) {
+    const uint8_t* src = cp.w + c * S::kRowBytes;
 #pragma unroll
-  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
-    const int id = tid + i * kThreads;
-    const int row = id / kUnits, unit = id % kUnits;
-    const bool valid = n0 + row < p.n;
-    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * kRowBytes + unit * 16;
-    // FP8 rows land swizzled (wgmma reads them); FP4 rows plainly (ConvertFp4 reads them).
-    uint8_t* dst = stage + (K == Kind::kFp4 ? row * kRowBytes + unit * 16 : SwizzledOffset(row, unit));
-    Copy16(dst, src, valid, p.w_vec16);
-  }
-  constexpr int kXUnits = kChunk / 16;
+    for (int i = 0; i < S::kWPasses; ++i) CpAsync16(stage + cp.w_dst + i * S::kPassBytes, src + i * cp.w_pass_stride);
+  } else {
 #pragma unroll
-  for (int i = 0; i < kTokens * kXUnits / kThreads; ++i) {
-    const int id = tid + i * kThreads;
-    const int row = id / kXUnits, unit = id % kXUnits;
-    if (row < tokens) {
-      CpAsync16(stage + L::kX + SwizzledOffset(row, unit), a.codes + (t_codes + row) * p.k + c * kChunk + unit * 16);
+    for (int i = 0; i < S::kWPasses; ++i) {
+      const int id = tid + i * kThreads;
+      const int row = id / S::kWUnits, unit = id % S::kWUnits;
+      const bool valid = n0 + row < p.n;
+      const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * S::kRowBytes + unit * 16;
+      Copy16(stage + cp.w_dst + i * S::kPassBytes, src, valid, p.w_vec16);
     }
   }
-  if (tid < tokens) CpAsyncOrZero<4>(stage + L::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
+  const uint8_t* x_src = cp.x + c * kChunk;
+#pragma unroll
+  for (int i = 0; i < S::kXPasses; ++i) {
+    if (cp.x_row + i * S::kXRowsPerPass < tokens) {
+      CpAsync16(stage + cp.x_dst + i * S::kPassBytes, x_src + i * cp.x_pass_stride);
+    }
+  }
+  if (tid < tokens) CpAsyncOrZero<4>(stage + SmemLayout<K>::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
 }
 
 // FP4: the stage's nibbles (128 rows × 64 bytes) into the swizzled e4m3 tile, exactly
@@ -223,26 +274,100 @@ __device__ __forceinline__ void Fp4Scales(const Params& p, int64_t row, int64_t 
   }
 }
 
-// part += acc · (w_scale · x_scale) for the D fragment (rows ra = 16·warp + g and ra + 8 of the
-// warpgroup's tile, tokens 8i + 2q and + 1), element by element as fp8::Block does.
-__device__ __forceinline__ void AddScaled(float (&part)[32], const float (&acc)[32], float sa, float sb,
-                                          const float* xs, int q) {
+// FP8: part += acc · (w_scale · x_scale), one fused multiply-add per element of the D fragment
+// (rows ra = 16·warp + g and ra + 8 of the warpgroup's tile, tokens 8i + 2q and + 1). The scale
+// product is exact (x_scale is a power of two).
+__device__ __forceinline__ void AddScaledFp8(float (&part)[32], const float (&acc)[32], float sw, const float* xs,
+                                             int q) {
+#pragma unroll
+  for (int i = 0; i < kTokens / 8; ++i) {
+    const float s0 = __fmul_rn(sw, xs[8 * i + 2 * q]), s1 = __fmul_rn(sw, xs[8 * i + 2 * q + 1]);
+    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], s0, part[4 * i + 0]);
+    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], s1, part[4 * i + 1]);
+    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], s0, part[4 * i + 2]);
+    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], s1, part[4 * i + 3]);
+  }
+}
+
+// FP4, k32 step kk of a chunk: chunk_sum += acc · group scale (rows ra: sa, rb: sb), fused; the
+// first step starts the sum (acc · scale).
+template <bool kFirst>
+__device__ __forceinline__ void FoldFp4Step(float (&chunk_sum)[32], const float (&acc)[32], float sa, float sb) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const float s = (i % 4) < 2 ? sa : sb;
+    chunk_sum[i] = kFirst ? __fmul_rn(acc[i], s) : __fmaf_rn(acc[i], s, chunk_sum[i]);
+  }
+}
+
+// FP4, end of a chunk: part += chunk_sum · x_scale (per token), fused.
+__device__ __forceinline__ void AddChunkFp4(float (&part)[32], const float (&chunk_sum)[32], const float* xs, int q) {
 #pragma unroll
   for (int i = 0; i < kTokens / 8; ++i) {
     const float x0 = xs[8 * i + 2 * q], x1 = xs[8 * i + 2 * q + 1];
-    part[4 * i + 0] = __fadd_rn(part[4 * i + 0], __fmul_rn(acc[4 * i + 0], __fmul_rn(sa, x0)));
-    part[4 * i + 1] = __fadd_rn(part[4 * i + 1], __fmul_rn(acc[4 * i + 1], __fmul_rn(sa, x1)));
-    part[4 * i + 2] = __fadd_rn(part[4 * i + 2], __fmul_rn(acc[4 * i + 2], __fmul_rn(sb, x0)));
-    part[4 * i + 3] = __fadd_rn(part[4 * i + 3], __fmul_rn(acc[4 * i + 3], __fmul_rn(sb, x1)));
+    part[4 * i + 0] = __fmaf_rn(chunk_sum[4 * i + 0], x0, part[4 * i + 0]);
+    part[4 * i + 1] = __fmaf_rn(chunk_sum[4 * i + 1], x1, part[4 * i + 1]);
+    part[4 * i + 2] = __fmaf_rn(chunk_sum[4 * i + 2], x0, part[4 * i + 2]);
+    part[4 * i + 3] = __fmaf_rn(chunk_sum[4 * i + 3], x1, part[4 * i + 3]);
   }
+}
+
+__device__ __forceinline__ void ZeroForWgmma(float (&acc)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    acc[i] = 0.f;
+    PinRegister(acc[i]);  // the zeros are written before the fence, not moved past it
+  }
+}
+
+__device__ __forceinline__ void PinAll(float (&acc)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+}
+
+template <int N>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+
+// FP4, one chunk's four k32 steps on two accumulators: step kk + 1 is issued before step kk's
+// result is folded (wgmma.wait_group 1), each step from +0 with accumulation (as mma.sync's C).
+__device__ __forceinline__ void Fp4ChunkSteps(float (&chunk_sum)[32], uint32_t w_addr, uint32_t x_addr,
+                                              const float (&sa)[4], const float (&sb)[4]) {
+  float acc0[32], acc1[32];
+  const auto issue = [&](float (&acc)[32], int kk) {
+    ZeroForWgmma(acc);
+    WgmmaFence();
+    MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
+    WgmmaCommit();
+  };
+  issue(acc0, 0);
+  issue(acc1, 1);
+  WgmmaWait<1>();
+  PinAll(acc0);
+  FoldFp4Step<true>(chunk_sum, acc0, sa[0], sb[0]);
+  issue(acc0, 2);
+  WgmmaWait<1>();
+  PinAll(acc1);
+  FoldFp4Step<false>(chunk_sum, acc1, sa[1], sb[1]);
+  issue(acc1, 3);
+  WgmmaWait<1>();
+  PinAll(acc0);
+  FoldFp4Step<false>(chunk_sum, acc0, sa[2], sb[2]);
+  WgmmaWait<0>();
+  PinAll(acc1);
+  FoldFp4Step<false>(chunk_sum, acc1, sa[3], sb[3]);
 }
 
 // One block's 128 weight rows n0.. × 64 tokens over chunks [c_begin, c_end) (c_begin a multiple of
 // mma::kSliceChunks): x rows t_codes.. of the codes, y rows t_y.. of p.y (rows at or past p.m
-// and columns at or past p.n are not written). FP8 weights: one k32 chain per chunk, scaled once;
-// FP4: each k32 step from +0, scaled by its 32-column group's scale. The range's slices are summed
-// in order from the first one's partial sum, so a one-slice range stores that slice's P_s.
-// All threads call it; it leaves no copies in flight and shared memory free after a barrier.
+// and columns at or past p.n are not written). The order of every output:
+//   FP8 weights: per chunk one k32 chain from +0 (four steps), then part = fma(acc, w_scale·x_scale, part);
+//   FP4 weights: per k32 step acc from +0, chunk_sum = fma(acc, group scale, chunk_sum) (the first
+//     step: acc·scale), then per chunk part = fma(chunk_sum, x_scale, part);
+//   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
+// so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
+// and shared memory free after a barrier.
 template <Kind K>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                            int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
@@ -253,14 +378,22 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
   const int g = lane / 4, q = lane % 4;  // the D fragment's row group and column pair
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g, rb = ra + 8;  // this thread's weight rows
+  const StageCopies<K> copies(p, a, n0, t_codes);
 
-  float acc[32], part[32], total[32];
+  // FP8 keeps the total over slices in registers; FP4 in shared memory ([element][thread]).
+  constexpr bool kTotalInSmem = K == Kind::kFp4;
+  float acc[kTotalInSmem ? 1 : 32], part[32], total[kTotalInSmem ? 1 : 32];
+  float* total_smem = reinterpret_cast<float*>(smem + L::kTotal) + tid;
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = part[i] = total[i] = 0.f;
+  for (int i = 0; i < 32; ++i) part[i] = 0.f;
+  if constexpr (!kTotalInSmem) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = total[i] = 0.f;
+  }
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (c_begin + s < c_end) LoadStage<K>(p, a, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
+    if (c_begin + s < c_end) LoadStage<K>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
     CpAsyncCommit();
   }
   for (int c = c_begin; c < c_end; ++c) {
@@ -269,7 +402,9 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     __syncthreads();  // everyone's copies of chunk c; everyone done with stage (c - 1) % kStages
     {
       const int next = c + kStages - 1;
-      if (next < c_end) LoadStage<K>(p, a, smem + ((next - c_begin) % kStages) * L::kStage, n0, t_codes, tokens, next);
+      if (next < c_end) {
+        LoadStage<K>(p, a, copies, smem + ((next - c_begin) % kStages) * L::kStage, n0, t_codes, tokens, next);
+      }
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
     }
     uint8_t* stage = smem + ((c - c_begin) % kStages) * L::kStage;
@@ -278,11 +413,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     if constexpr (K == Kind::kFp8) {
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
       // From +0 with accumulation, as mma.sync adds its C = +0 (not wgmma's scale-d = 0).
-#pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        acc[i] = 0.f;
-        PinRegister(acc[i]);  // the zeros are written before the fence, not moved past it
-      }
+      ZeroForWgmma(acc);
       WgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kChunk / 32; ++kk) {
@@ -290,12 +421,11 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       }
       WgmmaCommit();
       WgmmaWaitAll();
-#pragma unroll
-      for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+      PinAll(acc);
       // One scale per chunk for all 128 rows (n0 is a multiple of the 128-row scale block).
       const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
-      AddScaled(part, acc, sw, sw, xs, q);
+      AddScaledFp8(part, acc, sw, xs, q);
     } else {
       float sa[4] = {1.f, 1.f, 1.f, 1.f}, sb[4] = {1.f, 1.f, 1.f, 1.f};
       if (ra < p.n) Fp4Scales(p, ra, c, sa);
@@ -305,21 +435,9 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       FenceProxyAsyncShared();
       __syncthreads();  // the converted tile is complete
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
-#pragma unroll
-      for (int kk = 0; kk < kChunk / 32; ++kk) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          acc[i] = 0.f;  // +0 accumulated, as mma.sync's C
-          PinRegister(acc[i]);
-        }
-        WgmmaFence();
-        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
-        WgmmaCommit();
-        WgmmaWaitAll();
-#pragma unroll
-        for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
-        AddScaled(part, acc, sa[kk], sb[kk], xs, q);
-      }
+      float chunk_sum[32];
+      Fp4ChunkSteps(chunk_sum, w_addr, x_addr, sa, sb);
+      AddChunkFp4(part, chunk_sum, xs, q);
       // The next chunk's conversion comes after the loop's next barrier, which every thread reaches
       // only after its own MMAs on this tile have completed.
     }
@@ -327,7 +445,12 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const bool first_slice = c < c_begin + mma::kSliceChunks;
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
+        if constexpr (kTotalInSmem) {
+          float& t = total_smem[i * kThreads];
+          t = first_slice ? part[i] : __fadd_rn(t, part[i]);
+        } else {
+          total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
+        }
         part[i] = 0.f;
       }
     }
@@ -335,13 +458,20 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
   CpAsyncWaitAll();
 
   // D fragment: element 4i + e is weight row ra (rb for e >= 2), token 8i + 2q (+1 for odd e).
+  const auto result = [&](int i) {
+    if constexpr (kTotalInSmem) {
+      return total_smem[i * kThreads];
+    } else {
+      return total[i];
+    }
+  };
 #pragma unroll
   for (int i = 0; i < kTokens / 8; ++i) {
     const int64_t tok = t_y + 8 * i + 2 * q;
-    if (ra < p.n && tok < p.m) p.y[tok * p.ldy + ra] = total[4 * i + 0];
-    if (ra < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + ra] = total[4 * i + 1];
-    if (rb < p.n && tok < p.m) p.y[tok * p.ldy + rb] = total[4 * i + 2];
-    if (rb < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + rb] = total[4 * i + 3];
+    if (ra < p.n && tok < p.m) p.y[tok * p.ldy + ra] = result(4 * i + 0);
+    if (ra < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + ra] = result(4 * i + 1);
+    if (rb < p.n && tok < p.m) p.y[tok * p.ldy + rb] = result(4 * i + 2);
+    if (rb < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + rb] = result(4 * i + 3);
   }
   __syncthreads();  // shared memory free for the caller's next block
 }
