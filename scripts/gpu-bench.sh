@@ -11,7 +11,8 @@
 # With --steps [ARGS]: `deepinfer bench steps` on the 3-layer Flash-shaped config (issue 8), JSON
 # and a PNG plot (tools/plot_bench.py, if matplotlib is there), then again with --tensor-cores, with
 # --tensor-cores --fp8-activations (and that once more at batch 64 and the prefills with
-# DEEPINFER_WGMMA=0: the mma.sync tiles instead of the warpgroup-MMA ones), and f32 SIMT with
+# DEEPINFER_WGMMA=0: the mma.sync tiles instead of the warpgroup-MMA ones, and with
+# DEEPINFER_FP4_FOLD=1: the FP4 group scales folded into the e4m3 codes), and f32 SIMT with
 # DEEPINFER_GEMV=register (version 2's Linear GEMV);
 # the JSON reports, plot and log end up in $OUT/steps-reports.tar.xz.
 set -uo pipefail
@@ -41,13 +42,17 @@ if [[ ${1:-} == --steps ]]; then
   DEEPINFER_WGMMA=0 timeout 200 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-mma-sync.json" \
     2>>"$out/bench.log" || status=1
+  echo "== FP8 activations with the FP4 group scales folded into the codes (DEEPINFER_FP4_FOLD=1, version 7)"
+  DEEPINFER_FP4_FOLD=1 timeout 200 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
+    --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-fold.json" \
+    2>>"$out/bench.log" || status=1
   echo "== f32 SIMT again with version 2's GEMVs (DEEPINFER_GEMV=register: register path, x through L1)"
   DEEPINFER_GEMV=register timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings \
     --json "$out/steps-register.json" "$@" 2>>"$out/bench.log" || status=1
   echo "== side by side (tools/compare_bench.py)"
   python3 tools/compare_bench.py simt="$out/steps.json" simt-register="$out/steps-register.json" \
     tensor-cores="$out/steps-tc.json" tc+fp8-act="$out/steps-tc-fp8.json" \
-    tc+fp8-mma.sync="$out/steps-tc-fp8-mma-sync.json" | tee "$out/steps-compare.txt" || status=1
+    tc+fp8-mma.sync="$out/steps-tc-fp8-mma-sync.json" tc+fp8-fp4-fold="$out/steps-tc-fp8-fold.json" | tee "$out/steps-compare.txt" || status=1
   echo "== HF transformers on the same config (random BF16 weights)"
   timeout 200 python3 tools/bench_hf_steps.py bench/configs/v4-flash-3layer | tee "$out/steps-hf.json" || status=1
   # The device tool returns at most 8 files: the reports travel as one archive.

@@ -5,9 +5,9 @@
 #      cores, FP8 activations, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh over the batch-1 GEMVs (ncu) and their static SASS opcode counts
 #      (tools/sass_histogram.py), and over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations, unless --no-profile.
+#      with FP8 activations (the FP4 experts' also with DEEPINFER_FP4_FOLD=1), unless --no-profile.
 # Prints their summaries, and leaves $OUT/session.tar.xz (every log, JSON report and CSV; the
-# device tool returns at most 8 files) and $OUT/steps-compare.txt. About 7-8 minutes. Exits non-zero
+# device tool returns at most 8 files) and $OUT/steps-compare.txt. About 8-9 minutes. Exits non-zero
 # when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
 # beside this on the second GPU of the 2xH200 kind (2026-12-01), their 22 host-bound processes
 # slowed these steps past a 440 s call and themselves past 360 s (docs/cuda-backend.md).
@@ -26,14 +26,17 @@ final=${OUT:-gpu-out}
 mkdir -p "$final"
 work=$(mktemp -d)
 status=0
-OUT=$work timeout 220 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tail -24
+OUT=$work timeout 260 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tail -24
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-OUT=$work timeout 300 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/scaled to 43/p'
+OUT=$work timeout 360 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/scaled to 43/p'
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 if [[ $profile -eq 1 ]]; then
   OUT=$work timeout 60 bash scripts/gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts 8192 --no-prefill 2>&1 |
     cut -c1-32,88-
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 -- --no-decode \
+    --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
+  # The FP4 experts' GEMM once more with the group scales folded into the codes (version 7).
+  DEEPINFER_FP4_FOLD=1 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-fold 'ExpertsWgmmaKernel' 3 -- --no-decode \
     --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   # Static SASS of the GEMV kernels (what a loop is made of; ncu says how often it ran).
   cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)

@@ -624,6 +624,70 @@ TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
   }
 }
 
+// FP4 weights whose group scales within a 128-column chunk span 12 binades (2^0 on two groups,
+// 2^-12 on the other two, which two varying by chunk). With DEEPINFER_FP4_FOLD=1
+// (scripts/gpu-run.sh runs this suite again so) every chunk takes two passes of folded codes
+// (linear_wgmma.cuh, FoldPass); otherwise its k32 steps. (1) Exact: even rows hold nonzero values
+// in the 2^0 groups only, odd rows in the 2^-12 groups only, so every partial sum is exact on
+// either path and equals the CPU's; (2) random values and scales over 18 binades (up to three
+// passes): within the order bound of the CPU, and a row alone gives the batch's bits.
+TEST(CudaLinearFp8, Fp4GroupScalesAcrossManyBinades) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  constexpr uint8_t kE2m1[] = {0x2, 0x4, 0x5, 0x6, 0x7, 0xa, 0xc, 0xd, 0xe, 0xf};  // ±1, ±2, ±3, ±4, ±6
+  uint64_t seed = 4700;
+  for (const int64_t in : {int64_t{1024}, int64_t{384}}) {
+    constexpr int64_t kOut = 256, kRows = 130;
+    TestWeight w = Shape(kFp4, kOut, in, 0);
+    std::mt19937_64 rng(++seed);
+    w.data.assign(static_cast<size_t>(kOut * w.cols), 0);
+    w.scale.assign(static_cast<size_t>(w.scale_rows * w.scale_cols), 0);
+    for (int64_t o = 0; o < kOut; ++o) {
+      for (int64_t g = 0; g < in / 32; ++g) {
+        const int64_t chunk = g / 4, in_chunk = g % 4;
+        const bool high = in_chunk == chunk % 4 || in_chunk == (chunk + 1) % 4;
+        w.scale[static_cast<size_t>(o * w.scale_cols + g)] = high ? 127 : 115;
+        if (high != (o % 2 == 0)) continue;  // even rows: the 2^0 groups; odd rows: the 2^-12 ones
+        for (int64_t i = 32 * g; i < 32 * g + 32; i += 2) {
+          w.data[static_cast<size_t>(o * w.cols + i / 2)] =
+              static_cast<uint8_t>(kE2m1[rng() % 10] | (kE2m1[rng() % 10] << 4));
+        }
+      }
+    }
+    w.Upload();
+    std::vector<float> x(static_cast<size_t>(kRows * in));
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t i = 0; i < in; ++i) {
+        x[r * in + i] = i % 128 == 0 ? (rng() % 2 ? 4.f : -4.f) : static_cast<float>(static_cast<int>(rng() % 9) - 4);
+      }
+    }
+    DeviceArray<float> dx(x);
+    for (const int64_t m : {int64_t{1}, int64_t{65}, kRows}) {
+      std::vector<float> want(static_cast<size_t>(m * kOut));
+      cpu::Linear(TensorView(x.data(), DType::kF32, {m, in}), w.View(),
+                  TensorView(want.data(), DType::kF32, {m, kOut}));
+      EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), want,
+                           "12 binades, K=" + std::to_string(in) + " M=" + std::to_string(m)));
+    }
+  }
+  for (const int64_t in : {int64_t{1024}, int64_t{2048}}) {
+    constexpr int64_t kOut = 4096, kRows = 130;
+    TestWeight w = Shape(kFp4, kOut, in, 0);
+    w.data = RandomWeightData(kFp4, static_cast<size_t>(kOut * w.cols), ++seed);
+    w.scale = RandomE8m0(static_cast<size_t>(w.scale_rows * w.scale_cols), ++seed, 110, 128);
+    w.Upload();
+    for (const int64_t m : {int64_t{1}, int64_t{33}, kRows}) CheckLinear(w, m, in, kOut, ++seed);
+    std::vector<float> x = RandomFloats(static_cast<size_t>(kRows * in), ++seed);
+    DeviceArray<float> dx(x);
+    const std::vector<float> all = RunRows(w, dx, 0, kRows);
+    for (const int64_t r : {int64_t{0}, int64_t{64}, kRows - 1}) {
+      EXPECT_TRUE(AllEqual(RunRows(w, dx, r, 1), Rows(all, kOut, r, 1),
+                           "18 binades, K=" + std::to_string(in) + ": row " + std::to_string(r) + " alone"));
+    }
+  }
+}
+
 TEST(CudaLinear, RejectsBadArguments) {
   DI_REQUIRE_GPU();
   DeviceArray<float> dx(RandomFloats(64, 1));

@@ -1123,7 +1123,7 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
 // once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
 // One launch walks the five lists as one: the tiled list (17-64 rows) first, then GEMV kinds 3..0.
-template <Kind K>
+template <Kind K, bool kFold = false>
 __global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1149,8 +1149,8 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
       if (tile == nullptr) index -= count;
     }
     const ExpertTile t = *tile;
-    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, static_cast<int64_t>(c.block) * wgmma::kBlockRows, t.row0, 0, 0,
-                         chunks, smem);
+    wgmma::WgmmaBlock<K, kFold>(TileParams<K>(ep, t), a, static_cast<int64_t>(c.block) * wgmma::kBlockRows, t.row0,
+                                0, 0, chunks, smem);
   }
 #endif
 }
@@ -1367,18 +1367,18 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
 
 // Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM (and the
 // slices' sum where the layout splits K).
-template <Kind K>
+template <Kind K, bool kFold>
 void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t stream) {
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
   const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
   float* partials =
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
-  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
+  constexpr int kSmem = wgmma::SmemLayout<K, kFold>::kBytes;
+  AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, kFold>>(layout.device, kSmem);
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens),
                   static_cast<unsigned>(layout.slices));
-  wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+  wgmma::WgmmaLinearKernel<K, kFold><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
   if (layout.slices > 1) {
     const int64_t blocks = std::min<int64_t>(CeilDiv(p.m * p.n, 256), int64_t{layout.sms} * 8);
@@ -1398,7 +1398,12 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
       // every M (their k32 sums differ from mma.sync's; linear_wgmma.cuh).
       if (path == Path::kFp8) {
         const WgmmaLinearLayout layout = MakeWgmmaLinearLayout(p.m, p.n, p.k);
-        if (wgmma::Usable(p, K, groups, layout.bytes)) return LaunchWgmma<K>(p, layout, stream);
+        if (wgmma::Usable(p, K, groups, layout.bytes)) {
+          if constexpr (K == Kind::kFp4) {
+            if (wgmma::FoldsFp4(K, p.scale_f32)) return LaunchWgmma<K, true>(p, layout, stream);
+          }
+          return LaunchWgmma<K, false>(p, layout, stream);
+        }
       }
     }
     if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
@@ -1560,22 +1565,22 @@ int64_t RowsBound(const ExpertsLaunch& l) { return l.params.base.m; }
 
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
 // scratch, then one block per (tile, 128 outputs), walked like LaunchList's items.
-template <Kind K>
+template <Kind K, bool kFold>
 void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   if (l.capacity.total == 0) return;
   const Params& b = l.params.base;
   const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
                                                 l.codes, l.stream);
-  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
+  constexpr int kSmem = wgmma::SmemLayout<K, kFold>::kBytes;
+  AllowDynamicSmem<ExpertsWgmmaKernel<K, kFold>>(l.device, kSmem);
   ExpertsParams ep = l.params;
   ep.count = nullptr;
   ep.tiles = nullptr;
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
-  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K, kFold>>(wgmma::kThreads, kSmem);
   const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
+  ExpertsWgmmaKernel<K, kFold><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
 }
 
@@ -1586,7 +1591,10 @@ void LaunchExperts(const ExpertsLaunch& l) {
     if (l.path != Path::kSimt) {
       if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
         if (l.path == Path::kFp8 && wgmma::ExpertsUsable(K, l.params.base.k, l.codes, l.codes_bytes, RowsBound(l))) {
-          return LaunchExpertsWgmma<K>(l);  // every tile, x quantized once
+          if constexpr (K == Kind::kFp4) {
+            if (wgmma::FoldsFp4(K, l.params.base.scale_f32)) return LaunchExpertsWgmma<K, true>(l);
+          }
+          return LaunchExpertsWgmma<K, false>(l);  // every tile, x quantized once
         }
       }
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");

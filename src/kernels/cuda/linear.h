@@ -69,7 +69,9 @@ struct DeviceWeight {
 //               weights take kSplitBf16's choice. Order again fixed by K (linear_mma.cuh); past
 //               32 rows Linear stages 64 × 64 tiles in shared memory with the same bits. Given
 //               scratch on an sm_90a device, FP8 and FP4 weights instead take warpgroup MMAs at
-//               every M, x quantized once (linear_wgmma.cuh): the same order, other roundings.
+//               every M, x quantized once (linear_wgmma.cuh): the same order, other roundings;
+//               with DEEPINFER_FP4_FOLD=1 their FP4 weights (e8m0 scales) fold the group scales
+//               into the e4m3 codes and scale once per chunk (linear_wgmma.cuh, FoldPass).
 enum class LinearMath : uint8_t { kSimtF32, kSplitBf16, kFp8Act };
 
 // M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).

@@ -144,18 +144,22 @@ struct GemmArgs {
 // Shared memory of one block. Per stage: the chunk's weight bytes as stored (FP8: the swizzled
 // e4m3 tile wgmma reads; FP4: the packed nibbles, 64 bytes per row), the x codes (swizzled) and
 // the 64 x scales. FP4 adds one swizzled e4m3 tile that the nibbles are turned into per chunk.
-template <Kind K>
+template <Kind K, bool kFold = false>
 struct SmemLayout {
   static constexpr int kWBytes = K == Kind::kFp4 ? kBlockRows * kChunk / 2 : kBlockRows * kChunk;
   static constexpr int kX = kWBytes;  // 8 or 16 KiB: 1024-byte aligned
   static constexpr int kXs = kX + kXStageBytes;
   static constexpr int kStage = kXs + 1024;
   static constexpr int kConverted = kStages * kStage;
-  // FP4 only: the running total over slices, 32 floats per thread ([element][thread]), where the
-  // FP4 block has no registers left for it.
+  // FP4 by k32 steps only: the running total over slices, 32 floats per thread
+  // ([element][thread]), where that block has no registers left for it.
   static constexpr int kTotal = kConverted + (K == Kind::kFp4 ? kWStageBytes : 0);
-  static constexpr int kTotalBytes = K == Kind::kFp4 ? 32 * kThreads * 4 : 0;
-  static constexpr int kBytes = kTotal + kTotalBytes + 1024;  // + base alignment
+  static constexpr int kTotalBytes = K == Kind::kFp4 && !kFold ? 32 * kThreads * 4 : 0;
+  // kFold only: the byte_perm tables of the shifts 0-8 (kFoldedTables), read with a lane-varying
+  // index (constant memory would serialize it).
+  static constexpr int kTables = kTotal + kTotalBytes;
+  static constexpr int kTablesBytes = kFold ? 128 : 0;
+  static constexpr int kBytes = kTables + kTablesBytes + 1024;  // + base alignment
 };
 
 // 16 bytes from global memory into shared memory, zeros when !valid: cp.async where the source is
@@ -264,6 +268,146 @@ __device__ __forceinline__ void ConvertFp4(const uint8_t* raw, uint8_t* tile) {
   }
 }
 
+// ---- FP4 with the group scales folded into the codes (kFold) ----------------------------------
+//
+// e2m1 magnitude m (0, 0.5, 1, 1.5, 2, 3, 4, 6) times 2^-d is an e4m3 value exactly for d <= 8
+// (e4m3's subnormals are the multiples of 2^-9; m has one fractional bit). A row's chunk is
+// turned into codes of W / 2^e_max, with e_max the largest of its four e8m0 group exponents: group
+// g's nibbles scaled by 2^-(e_max - e_g). The MMA then needs one scale per row and chunk, 2^e_max.
+
+// The e4m3 code of m · 2^-d, m = m2 / 2, for d <= 8: in units of 2^-9 the value is
+// n = m2 · 2^(8 - d), an integer; below 8 units it is subnormal (code n), else (8 + mantissa) ·
+// 2^(E - 1) units with exponent field E.
+constexpr uint32_t FoldedE4m3(uint32_t m2, int d) {
+  const uint32_t n = m2 << (8 - d);
+  if (n < 8) return n;
+  int shift = 0;
+  while ((n >> shift) >= 16) ++shift;
+  return static_cast<uint32_t>((shift + 1) << 3) | ((n >> shift) - 8);
+}
+constexpr uint32_t FoldedTableWord(int d, int first) {
+  constexpr uint32_t kM2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  uint32_t word = 0;
+  for (int b = 0; b < 4; ++b) word |= FoldedE4m3(kM2[first + b], d) << (8 * b);
+  return word;
+}
+// The value of e4m3 code `code` (sign clear) in units of 2^-9.
+constexpr uint32_t E4m3Units(uint32_t code) {
+  const uint32_t exponent = code >> 3, mantissa = code & 7u;
+  return exponent == 0 ? mantissa : (8u + mantissa) << (exponent - 1);
+}
+// Every table entry decodes to m · 2^-d exactly, and is a finite e4m3 code.
+constexpr bool FoldedTablesExact() {
+  constexpr uint32_t kM2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  for (int d = 0; d <= 8; ++d) {
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t code = FoldedE4m3(kM2[i], d);
+      if (code > 0x7eu || E4m3Units(code) != kM2[i] << (8 - d)) return false;
+    }
+  }
+  return true;
+}
+static_assert(FoldedTablesExact(), "the folded FP4 tables are exact for shifts 0-8");
+static_assert(FoldedTableWord(0, 0) == 0x3c383000u && FoldedTableWord(0, 4) == 0x4c484440u,
+              "d = 0 is E2m1x4ToE4m3x4's table");
+static_assert(FoldedE4m3(1, 8) == 1 && FoldedE4m3(3, 8) == 3 && FoldedE4m3(12, 8) == 0x0c,
+              "d = 8: 0.5·2^-8 is the smallest subnormal, 6·2^-8 = 1.5·2^-6 the normal 0x0c");
+
+// byte_perm tables per shift d = 0..8: magnitudes 0-3, then 4-7 (copied to shared memory per block).
+__constant__ const uint32_t kFoldedTables[9][2] = {
+    {FoldedTableWord(0, 0), FoldedTableWord(0, 4)}, {FoldedTableWord(1, 0), FoldedTableWord(1, 4)},
+    {FoldedTableWord(2, 0), FoldedTableWord(2, 4)}, {FoldedTableWord(3, 0), FoldedTableWord(3, 4)},
+    {FoldedTableWord(4, 0), FoldedTableWord(4, 4)}, {FoldedTableWord(5, 0), FoldedTableWord(5, 4)},
+    {FoldedTableWord(6, 0), FoldedTableWord(6, 4)}, {FoldedTableWord(7, 0), FoldedTableWord(7, 4)},
+    {FoldedTableWord(8, 0), FoldedTableWord(8, 4)}};
+
+// E2m1x4ToE4m3x4 with the magnitude table (lo, hi) of one shift.
+__device__ __forceinline__ uint32_t E2m1x4ToE4m3x4Table(uint32_t nibbles, uint32_t lo, uint32_t hi) {
+  const uint32_t selector = nibbles & 0x7777u;  // one 3-bit magnitude per selector nibble
+  const uint32_t signs = ((nibbles & 0x8u) << 4) | ((nibbles & 0x80u) << 8) | ((nibbles & 0x800u) << 12) |
+                         ((nibbles & 0x8000u) << 16);
+  return __byte_perm(lo, hi, selector) | signs;
+}
+
+// The four e8m0 group exponents of row `row` (< p.n) for chunk c.
+__device__ __forceinline__ void GroupExponents(const Params& p, int64_t row, int c, int (&e)[4]) {
+  const uint8_t* s = p.scale + row * p.scale_row_stride + 4 * static_cast<int64_t>(c);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) e[j] = __ldg(s + j);
+}
+
+// Pass `pass` over a row's chunk: pass 0 takes the groups within 8 binades of the largest
+// exponent `top` (all four, in any real checkpoint seen so far); each later pass takes, of the
+// groups left, those within 8 binades of the largest left. A pass converts the groups it takes
+// (shift top - e_g) and zeros the others, and its MMA is scaled by 2^top.
+struct FoldPass {
+  int top = 0;      // the pass's scale exponent (valid if any)
+  int below = 0;    // groups with e_g >= below were taken by earlier passes
+  bool any = false;   // the pass takes a group of this row
+  bool more = false;  // groups are left for a later pass
+};
+__device__ __forceinline__ FoldPass FoldPassOf(const int (&e)[4], int pass) {
+  FoldPass f;
+  int below = 1 << 30;
+  for (int k = 0; k <= pass; ++k) {
+    int top = -1;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) top = e[j] < below ? max(top, e[j]) : top;
+    if (top < 0) return FoldPass{};  // every group taken: the row's codes are zeros
+    f.top = top;
+    f.below = below;
+    f.any = true;
+    below = top - 8;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) f.more = f.more || e[j] < f.top - 8;
+  return f;
+}
+
+// The row's scale for pass `pass` of chunk c: 2^top, or 1 where the pass takes nothing of the row
+// (its codes are zeros, so its MMA adds +0) or the row is past p.n.
+__device__ __forceinline__ float FoldedRowScale(const Params& p, int64_t row, int c, int pass) {
+  if (row >= p.n) return 1.f;
+  int e[4];
+  GroupExponents(p, row, c, e);
+  const FoldPass f = FoldPassOf(e, pass);
+  return f.any ? DecodeE8m0(static_cast<uint8_t>(f.top)) : 1.f;
+}
+
+// Pass `pass` of ConvertFp4 with the group scales folded in (rows n0.. of the weight; rows past
+// p.n are zeros). Returns whether one of this thread's rows has groups left for a later pass.
+__device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t* raw, uint8_t* tile,
+                                                 const uint32_t* tables, int64_t n0, int c, int pass) {
+  constexpr int kUnits = kChunk / 16;
+  const int unit = static_cast<int>(threadIdx.x) % kUnits, group = unit / 2;  // 16 columns: half a group
+  bool more = false;
+#pragma unroll
+  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
+    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kThreads / kUnits);
+    uint32_t lo = 0u, hi = 0u;
+    bool taken = true;  // rows past p.n hold zero nibbles: any table gives zeros
+    if (n0 + row < p.n) {
+      int e[4];
+      GroupExponents(p, n0 + row, c, e);
+      const FoldPass f = FoldPassOf(e, pass);
+      more = more || f.more;
+      taken = f.any && e[group] < f.below && e[group] >= f.top - 8;
+      if (taken) {
+        lo = tables[2 * (f.top - e[group])];
+        hi = tables[2 * (f.top - e[group]) + 1];
+      }
+    }
+    uint4 codes = make_uint4(0u, 0u, 0u, 0u);
+    if (taken) {
+      const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
+      codes = make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
+                         E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
+    }
+    *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
+  }
+  return more;
+}
+
 // The FP4 scales of weight row `row` (within the weight, < n) for the four 32-column groups of
 // chunk c, decoded to f32.
 __device__ __forceinline__ void Fp4Scales(const Params& p, int64_t row, int64_t c, float (&s)[4]) {
@@ -286,6 +430,20 @@ __device__ __forceinline__ void AddScaledFp8(float (&part)[32], const float (&ac
     part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], s1, part[4 * i + 1]);
     part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], s0, part[4 * i + 2]);
     part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], s1, part[4 * i + 3]);
+  }
+}
+
+// part += acc · (row scale · x_scale) with row scale sa for rows ra (elements 4i, 4i + 1), sb for
+// rb, fused: the folded FP4 chunk (one scale per row) and its by-steps fallback (group scales).
+__device__ __forceinline__ void AddScaledRows(float (&part)[32], const float (&acc)[32], float sa, float sb,
+                                              const float* xs, int q) {
+#pragma unroll
+  for (int i = 0; i < kTokens / 8; ++i) {
+    const float x0 = xs[8 * i + 2 * q], x1 = xs[8 * i + 2 * q + 1];
+    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], __fmul_rn(sa, x0), part[4 * i + 0]);
+    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x1), part[4 * i + 1]);
+    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], __fmul_rn(sb, x0), part[4 * i + 2]);
+    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], __fmul_rn(sb, x1), part[4 * i + 3]);
   }
 }
 
@@ -359,19 +517,59 @@ __device__ __forceinline__ void Fp4ChunkSteps(float (&chunk_sum)[32], uint32_t w
   FoldFp4Step<false>(chunk_sum, acc1, sa[3], sb[3]);
 }
 
+// Passes 1, 2, ... of a folded FP4 chunk, after pass 0's MMA (WgmmaBlock): only where a row of
+// the block spans more than 8 binades of group scale in the chunk. Not inlined, so its registers
+// do not weigh on the common path; `part` (32 floats) comes through memory. All threads call it.
+// A template only so that it is compiled where WgmmaBlock instantiates it (sm_90a code).
+template <Kind K>
+__device__ __noinline__ void FoldedLaterPasses(const Params& p, const uint8_t* stage, uint8_t* tile,
+                                               const uint32_t* tables, int64_t n0, int c, uint32_t w_addr,
+                                               uint32_t x_addr, const float* xs, int q, int64_t ra, int64_t rb,
+                                               float* part) {
+  for (int pass = 1;; ++pass) {
+    __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
+    const bool more = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
+    FenceProxyAsyncShared();
+    const bool again = __syncthreads_or(more);
+    float acc[32];
+    ZeroForWgmma(acc);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kChunk / 32; ++kk) {
+      MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+    PinAll(acc);
+    float sum[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sum[i] = part[i];
+    AddScaledRows(sum, acc, FoldedRowScale(p, ra, c, pass), FoldedRowScale(p, rb, c, pass), xs, q);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) part[i] = sum[i];
+    if (!again) return;
+  }
+}
+
 // One block's 128 weight rows n0.. × 64 tokens over chunks [c_begin, c_end) (c_begin a multiple of
 // mma::kSliceChunks): x rows t_codes.. of the codes, y rows t_y.. of p.y (rows at or past p.m
 // and columns at or past p.n are not written). The order of every output:
 //   FP8 weights: per chunk one k32 chain from +0 (four steps), then part = fma(acc, w_scale·x_scale, part);
 //   FP4 weights: per k32 step acc from +0, chunk_sum = fma(acc, group scale, chunk_sum) (the first
 //     step: acc·scale), then per chunk part = fma(chunk_sum, x_scale, part);
+//   FP4 weights, kFold (e8m0 scales): per chunk and pass (FoldPass: one pass unless a row of the
+//     block spans more than 8 binades of group scale there), one k32 chain from +0 over the folded
+//     codes (ConvertFp4Folded), then part = fma(acc, 2^top(row, pass)·x_scale, part). A pass that
+//     takes nothing of a row adds +0 to its part (bits unchanged), so a row's bits depend on its
+//     own scales only, not on the rows it shares a block with.
 //   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
 // so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
 // and shared memory free after a barrier.
-template <Kind K>
+template <Kind K, bool kFold = false>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                            int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
-  using L = SmemLayout<K>;
+  static_assert(!kFold || K == Kind::kFp4, "only FP4 folds its group scales");
+  using L = SmemLayout<K, kFold>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
@@ -379,9 +577,13 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g, rb = ra + 8;  // this thread's weight rows
   const StageCopies<K> copies(p, a, n0, t_codes);
+  if constexpr (kFold) {
+    // Read after the chunk loop's first barrier; the caller's previous block ended with one.
+    if (tid < 18) reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
+  }
 
   // FP8 keeps the total over slices in registers; FP4 in shared memory ([element][thread]).
-  constexpr bool kTotalInSmem = K == Kind::kFp4;
+  constexpr bool kTotalInSmem = K == Kind::kFp4 && !kFold;
   float acc[kTotalInSmem ? 1 : 32], part[32], total[kTotalInSmem ? 1 : 32];
   float* total_smem = reinterpret_cast<float*>(smem + L::kTotal) + tid;
 #pragma unroll
@@ -426,6 +628,31 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
       AddScaledFp8(part, acc, sw, xs, q);
+    } else if constexpr (kFold) {
+      uint8_t* tile = smem + L::kConverted;
+      const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
+      const uint32_t* tables = reinterpret_cast<const uint32_t*>(smem + L::kTables);
+      const bool more = ConvertFp4Folded(p, stage, tile, tables, n0, c, 0);
+      FenceProxyAsyncShared();
+      const bool again = __syncthreads_or(more);  // the converted tile is complete
+      ZeroForWgmma(acc);
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kChunk / 32; ++kk) {
+        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
+      }
+      WgmmaCommit();
+      WgmmaWaitAll();
+      PinAll(acc);
+      AddScaledRows(part, acc, FoldedRowScale(p, ra, c, 0), FoldedRowScale(p, rb, c, 0), xs, q);
+      if (again) {  // the block's choice: every thread or none
+        float part_in_memory[32];
+#pragma unroll
+        for (int i = 0; i < 32; ++i) part_in_memory[i] = part[i];
+        FoldedLaterPasses<K>(p, stage, tile, tables, n0, c, w_addr, x_addr, xs, q, ra, rb, part_in_memory);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) part[i] = part_in_memory[i];
+      }
     } else {
       float sa[4] = {1.f, 1.f, 1.f, 1.f}, sb[4] = {1.f, 1.f, 1.f, 1.f};
       if (ra < p.n) Fp4Scales(p, ra, c, sa);
@@ -484,7 +711,7 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 // dynamic shared memory. slices == 1: each block takes all of K and stores y. Otherwise block z
 // takes 512-column slice z and stores its partial sum P_z at partials + z·m·n (row stride n), and
 // SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
-template <Kind K>
+template <Kind K, bool kFold = false>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -494,13 +721,13 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens, n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int chunks = static_cast<int>(p.k / kChunk);
   if (gridDim.z == 1) {
-    WgmmaBlock<K>(p, a, n0, t0, t0, 0, chunks, AlignedSmem(smem_raw));
+    WgmmaBlock<K, kFold>(p, a, n0, t0, t0, 0, chunks, AlignedSmem(smem_raw));
   } else {
     Params slice = p;
     slice.y = partials + static_cast<int64_t>(blockIdx.z) * p.m * p.n;
     slice.ldy = p.n;
     const int c0 = static_cast<int>(blockIdx.z) * mma::kSliceChunks;
-    WgmmaBlock<K>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
+    WgmmaBlock<K, kFold>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
   }
 #endif
 }
@@ -542,6 +769,18 @@ inline bool WgmmaTurnedOff() {
   }();
   return off;
 }
+
+// DEEPINFER_FP4_FOLD=1 in the environment: FP4 weights with e8m0 scales take the folded chunks
+// (kFold) on this path, in Linear and ExpertsLinear alike. Off by default until measured on the
+// H200 (docs/performance.md, "Version 7"). Read once.
+inline bool Fp4FoldTurnedOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("DEEPINFER_FP4_FOLD");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+inline bool FoldsFp4(Kind kind, bool scale_f32) { return kind == Kind::kFp4 && !scale_f32 && Fp4FoldTurnedOn(); }
 
 // Whether the current device runs this build's wgmma kernels: sm_90a code built
 // (DEEPINFER_HAS_SM90A), compute capability 9.0 (asked once per device), not turned off.
