@@ -488,6 +488,20 @@ __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
+// acc = the chunk's four k32 steps chained from +0 with accumulation (as mma.sync adds its C = +0,
+// not wgmma's scale-d = 0), complete on return: A at w_addr, B at x_addr (swizzled tiles).
+__device__ __forceinline__ void ChunkChain(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
+  ZeroForWgmma(acc);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < kChunk / 32; ++kk) {
+    MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
+  }
+  WgmmaCommit();
+  WgmmaWaitAll();
+  PinAll(acc);
+}
+
 // FP4, one chunk's four k32 steps on two accumulators: step kk + 1 is issued before step kk's
 // result is folded (wgmma.wait_group 1), each step from +0 with accumulation (as mma.sync's C).
 __device__ __forceinline__ void Fp4ChunkSteps(float (&chunk_sum)[32], uint32_t w_addr, uint32_t x_addr,
@@ -532,15 +546,7 @@ __device__ __noinline__ void FoldedLaterPasses(const Params& p, const uint8_t* s
     FenceProxyAsyncShared();
     const bool again = __syncthreads_or(more);
     float acc[32];
-    ZeroForWgmma(acc);
-    WgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < kChunk / 32; ++kk) {
-      MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
-    }
-    WgmmaCommit();
-    WgmmaWaitAll();
-    PinAll(acc);
+    ChunkChain(acc, w_addr, x_addr);
     float sum[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) sum[i] = part[i];
@@ -614,16 +620,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
     if constexpr (K == Kind::kFp8) {
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
-      // From +0 with accumulation, as mma.sync adds its C = +0 (not wgmma's scale-d = 0).
-      ZeroForWgmma(acc);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kChunk / 32; ++kk) {
-        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
-      }
-      WgmmaCommit();
-      WgmmaWaitAll();
-      PinAll(acc);
+      ChunkChain(acc, w_addr, x_addr);
       // One scale per chunk for all 128 rows (n0 is a multiple of the 128-row scale block).
       const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
@@ -635,15 +632,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const bool more = ConvertFp4Folded(p, stage, tile, tables, n0, c, 0);
       FenceProxyAsyncShared();
       const bool again = __syncthreads_or(more);  // the converted tile is complete
-      ZeroForWgmma(acc);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kChunk / 32; ++kk) {
-        MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
-      }
-      WgmmaCommit();
-      WgmmaWaitAll();
-      PinAll(acc);
+      ChunkChain(acc, w_addr, x_addr);
       AddScaledRows(part, acc, FoldedRowScale(p, ra, c, 0), FoldedRowScale(p, rb, c, 0), xs, q);
       if (again) {  // the block's choice: every thread or none
         float part_in_memory[32];
