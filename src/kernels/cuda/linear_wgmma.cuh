@@ -22,7 +22,9 @@
 // Order of every output (WgmmaBlock): FP8 weights: per chunk an accumulator from +0 takes the
 // chunk's four k32 steps in order, then part = fma(acc, w_scale·x_scale, part); FP4: each k32 step
 // from +0, chunk_sum = fma(acc, group scale, chunk_sum), then per chunk part = fma(chunk_sum,
-// x_scale, part). part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ...
+// x_scale, part); FP4 with DEEPINFER_FP4_FOLD=1 (kFold): per chunk and FoldPass, the four steps
+// chained over codes with the group scales folded in, then part = fma(acc, 2^top·x_scale, part).
+// part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ...
 // in slice order. Every caller of the path (Linear at any M and slicing, every expert tile) runs
 // this one order, which is what keeps a row's bits independent of its batch.
 //
