@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/fp4_fold.h"
 #include "kernels/cpu/ue8m0.h"
 #include "kernels/cuda/cuda_common.cuh"
 

@@ -272,56 +272,17 @@ __device__ __forceinline__ void ConvertFp4(const uint8_t* raw, uint8_t* tile) {
 
 // ---- FP4 with the group scales folded into the codes (kFold) ----------------------------------
 //
-// e2m1 magnitude m (0, 0.5, 1, 1.5, 2, 3, 4, 6) times 2^-d is an e4m3 value exactly for d <= 8
-// (e4m3's subnormals are the multiples of 2^-9; m has one fractional bit). A row's chunk is
-// turned into codes of W / 2^e_max, with e_max the largest of its four e8m0 group exponents: group
-// g's nibbles scaled by 2^-(e_max - e_g). The MMA then needs one scale per row and chunk, 2^e_max.
+// The arithmetic (exact shifts 0-8, passes) is kernels/cpu/fp4_fold.h's: per row, chunk and pass,
+// codes of the taken groups' values over 2^top, so the MMA needs one scale per row, 2^top.
 
-// The e4m3 code of m · 2^-d, m = m2 / 2, for d <= 8: in units of 2^-9 the value is
-// n = m2 · 2^(8 - d), an integer; below 8 units it is subnormal (code n), else (8 + mantissa) ·
-// 2^(E - 1) units with exponent field E.
-constexpr uint32_t FoldedE4m3(uint32_t m2, int d) {
-  const uint32_t n = m2 << (8 - d);
-  if (n < 8) return n;
-  int shift = 0;
-  while ((n >> shift) >= 16) ++shift;
-  return static_cast<uint32_t>((shift + 1) << 3) | ((n >> shift) - 8);
-}
-constexpr uint32_t FoldedTableWord(int d, int first) {
-  constexpr uint32_t kM2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
-  uint32_t word = 0;
-  for (int b = 0; b < 4; ++b) word |= FoldedE4m3(kM2[first + b], d) << (8 * b);
-  return word;
-}
-// The value of e4m3 code `code` (sign clear) in units of 2^-9.
-constexpr uint32_t E4m3Units(uint32_t code) {
-  const uint32_t exponent = code >> 3, mantissa = code & 7u;
-  return exponent == 0 ? mantissa : (8u + mantissa) << (exponent - 1);
-}
-// Every table entry decodes to m · 2^-d exactly, and is a finite e4m3 code.
-constexpr bool FoldedTablesExact() {
-  constexpr uint32_t kM2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
-  for (int d = 0; d <= 8; ++d) {
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t code = FoldedE4m3(kM2[i], d);
-      if (code > 0x7eu || E4m3Units(code) != kM2[i] << (8 - d)) return false;
-    }
-  }
-  return true;
-}
-static_assert(FoldedTablesExact(), "the folded FP4 tables are exact for shifts 0-8");
-static_assert(FoldedTableWord(0, 0) == 0x3c383000u && FoldedTableWord(0, 4) == 0x4c484440u,
-              "d = 0 is E2m1x4ToE4m3x4's table");
-static_assert(FoldedE4m3(1, 8) == 1 && FoldedE4m3(3, 8) == 3 && FoldedE4m3(12, 8) == 0x0c,
-              "d = 8: 0.5·2^-8 is the smallest subnormal, 6·2^-8 = 1.5·2^-6 the normal 0x0c");
-
-// byte_perm tables per shift d = 0..8: magnitudes 0-3, then 4-7 (copied to shared memory per block).
-__constant__ const uint32_t kFoldedTables[9][2] = {
-    {FoldedTableWord(0, 0), FoldedTableWord(0, 4)}, {FoldedTableWord(1, 0), FoldedTableWord(1, 4)},
-    {FoldedTableWord(2, 0), FoldedTableWord(2, 4)}, {FoldedTableWord(3, 0), FoldedTableWord(3, 4)},
-    {FoldedTableWord(4, 0), FoldedTableWord(4, 4)}, {FoldedTableWord(5, 0), FoldedTableWord(5, 4)},
-    {FoldedTableWord(6, 0), FoldedTableWord(6, 4)}, {FoldedTableWord(7, 0), FoldedTableWord(7, 4)},
-    {FoldedTableWord(8, 0), FoldedTableWord(8, 4)}};
+// byte_perm tables per shift d = 0..8: magnitudes 0-3, then 4-7 (kernels/cpu/fp4_fold.h, exact,
+// checked at compile time there; copied to shared memory per block).
+static_assert(cpu::kFp4FoldMaxShift == 8, "nine tables");
+#define DI_FOLDED_TABLE(d) {cpu::FoldedTableWord(d, 0), cpu::FoldedTableWord(d, 4)}
+__constant__ const uint32_t kFoldedTables[9][2] = {DI_FOLDED_TABLE(0), DI_FOLDED_TABLE(1), DI_FOLDED_TABLE(2),
+                                                   DI_FOLDED_TABLE(3), DI_FOLDED_TABLE(4), DI_FOLDED_TABLE(5),
+                                                   DI_FOLDED_TABLE(6), DI_FOLDED_TABLE(7), DI_FOLDED_TABLE(8)};
+#undef DI_FOLDED_TABLE
 
 // E2m1x4ToE4m3x4 with the magnitude table (lo, hi) of one shift.
 __device__ __forceinline__ uint32_t E2m1x4ToE4m3x4Table(uint32_t nibbles, uint32_t lo, uint32_t hi) {
@@ -338,41 +299,13 @@ __device__ __forceinline__ void GroupExponents(const Params& p, int64_t row, int
   for (int j = 0; j < 4; ++j) e[j] = __ldg(s + j);
 }
 
-// Pass `pass` over a row's chunk: pass 0 takes the groups within 8 binades of the largest
-// exponent `top` (all four, in any real checkpoint seen so far); each later pass takes, of the
-// groups left, those within 8 binades of the largest left. A pass converts the groups it takes
-// (shift top - e_g) and zeros the others, and its MMA is scaled by 2^top.
-struct FoldPass {
-  int top = 0;      // the pass's scale exponent (valid if any)
-  int below = 0;    // groups with e_g >= below were taken by earlier passes
-  bool any = false;   // the pass takes a group of this row
-  bool more = false;  // groups are left for a later pass
-};
-__device__ __forceinline__ FoldPass FoldPassOf(const int (&e)[4], int pass) {
-  FoldPass f;
-  int below = 1 << 30;
-  for (int k = 0; k <= pass; ++k) {
-    int top = -1;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) top = e[j] < below ? max(top, e[j]) : top;
-    if (top < 0) return FoldPass{};  // every group taken: the row's codes are zeros
-    f.top = top;
-    f.below = below;
-    f.any = true;
-    below = top - 8;
-  }
-#pragma unroll
-  for (int j = 0; j < 4; ++j) f.more = f.more || e[j] < f.top - 8;
-  return f;
-}
-
 // The row's scale for pass `pass` of chunk c: 2^top, or 1 where the pass takes nothing of the row
 // (its codes are zeros, so its MMA adds +0) or the row is past p.n.
 __device__ __forceinline__ float FoldedRowScale(const Params& p, int64_t row, int c, int pass) {
   if (row >= p.n) return 1.f;
   int e[4];
   GroupExponents(p, row, c, e);
-  const FoldPass f = FoldPassOf(e, pass);
+  const cpu::FoldPass f = cpu::FoldPassOf(e, pass);
   return f.any ? DecodeE8m0(static_cast<uint8_t>(f.top)) : 1.f;
 }
 
@@ -391,9 +324,9 @@ __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t*
     if (n0 + row < p.n) {
       int e[4];
       GroupExponents(p, n0 + row, c, e);
-      const FoldPass f = FoldPassOf(e, pass);
+      const cpu::FoldPass f = cpu::FoldPassOf(e, pass);
       more = more || f.more;
-      taken = f.any && e[group] < f.below && e[group] >= f.top - 8;
+      taken = cpu::FoldPassTakes(f, e[group]);
       if (taken) {
         lo = tables[2 * (f.top - e[group])];
         hi = tables[2 * (f.top - e[group]) + 1];

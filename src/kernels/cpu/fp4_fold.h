@@ -1,0 +1,99 @@
+// FP4 (e2m1) weights with e8m0 group scales turned into e4m3 codes with the group scales folded
+// in: the arithmetic the CUDA warpgroup-MMA kernels use under DEEPINFER_FP4_FOLD=1
+// (kernels/cuda/linear_wgmma.cuh, "FP4 with the group scales folded into the codes"), kept here
+// without CUDA so that the CPU tests check it exhaustively (tests/unit/test_fp4_fold.cpp).
+//
+// An e2m1 magnitude m (0, 0.5, 1, 1.5, 2, 3, 4, 6) times 2^-d is an e4m3 value exactly for
+// 0 <= d <= 8: e4m3's subnormals are the multiples of 2^-9 and m has one fractional bit. A
+// 128-column chunk of one weight row holds four 32-column groups with e8m0 exponents e_0..e_3; a
+// pass over the chunk takes the groups within 8 binades of its top exponent, codes each taken
+// nibble as m · 2^-(top - e_g) and leaves the others zero, so that the pass's dot product times
+// 2^top is the taken groups' exact contribution.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/host_device.h"
+
+namespace deepinfer::cpu {
+
+// Largest shift of a group below its pass's top exponent that keeps every code exact.
+inline constexpr int kFp4FoldMaxShift = 8;
+
+// The e4m3 code (sign clear) of m · 2^-d with m = m2 / 2, for 0 <= d <= 8: in units of 2^-9 the
+// value is n = m2 · 2^(8 - d), an integer; below 8 units it is subnormal (code n), else it is
+// (8 + mantissa) · 2^(E - 1) units with exponent field E.
+DI_HOST_DEVICE constexpr uint32_t FoldedE4m3(uint32_t m2, int d) {
+  const uint32_t n = m2 << (kFp4FoldMaxShift - d);
+  if (n < 8) return n;
+  int shift = 0;
+  while ((n >> shift) >= 16) ++shift;
+  return static_cast<uint32_t>((shift + 1) << 3) | ((n >> shift) - 8);
+}
+
+// Twice the e2m1 magnitude of code index i (0..7): 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+DI_HOST_DEVICE constexpr uint32_t E2m1Magnitude2(int i) {
+  constexpr uint32_t kM2[8] = {0, 1, 2, 3, 4, 6, 8, 12};
+  return kM2[i];
+}
+
+// The byte_perm table word of shift d: the e4m3 codes of magnitudes first .. first + 3, byte b
+// holding magnitude first + b (first = 0 or 4).
+DI_HOST_DEVICE constexpr uint32_t FoldedTableWord(int d, int first) {
+  uint32_t word = 0;
+  for (int b = 0; b < 4; ++b) word |= FoldedE4m3(E2m1Magnitude2(first + b), d) << (8 * b);
+  return word;
+}
+
+// The value of e4m3 code `code` (sign clear) in units of 2^-9.
+DI_HOST_DEVICE constexpr uint32_t E4m3Units(uint32_t code) {
+  const uint32_t exponent = code >> 3, mantissa = code & 7u;
+  return exponent == 0 ? mantissa : (8u + mantissa) << (exponent - 1);
+}
+
+// Every table entry decodes to m · 2^-d exactly and is a finite e4m3 code (not 0x7f).
+DI_HOST_DEVICE constexpr bool FoldedTablesExact() {
+  for (int d = 0; d <= kFp4FoldMaxShift; ++d) {
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t code = FoldedE4m3(E2m1Magnitude2(i), d);
+      if (code > 0x7eu || E4m3Units(code) != E2m1Magnitude2(i) << (kFp4FoldMaxShift - d)) return false;
+    }
+  }
+  return true;
+}
+static_assert(FoldedTablesExact(), "the folded FP4 tables are exact for shifts 0-8");
+static_assert(FoldedTableWord(0, 0) == 0x3c383000u && FoldedTableWord(0, 4) == 0x4c484440u,
+              "shift 0 is the plain e2m1 -> e4m3 table");
+
+// Pass `pass` over one row's chunk with group exponents e[0..3]: pass 0 takes the groups within
+// 8 binades of the largest exponent; each later pass, of the groups left, those within 8 binades
+// of the largest one left.
+struct FoldPass {
+  int top = 0;        // the pass's scale exponent (meaningful where any)
+  int below = 0;      // groups with e_g >= below were taken by earlier passes
+  bool any = false;   // the pass takes a group of this row
+  bool more = false;  // groups are left for a later pass
+};
+
+DI_HOST_DEVICE inline FoldPass FoldPassOf(const int (&e)[4], int pass) {
+  FoldPass f;
+  int below = 1 << 30;
+  for (int k = 0; k <= pass; ++k) {
+    int top = -1;
+    for (int j = 0; j < 4; ++j) top = e[j] < below && e[j] > top ? e[j] : top;
+    if (top < 0) return FoldPass{};  // every group taken
+    f.top = top;
+    f.below = below;
+    f.any = true;
+    below = top - kFp4FoldMaxShift;
+  }
+  for (int j = 0; j < 4; ++j) f.more = f.more || e[j] < f.top - kFp4FoldMaxShift;
+  return f;
+}
+
+// Whether pass f takes a group of exponent e_g; its shift is then f.top - e_g (0..8).
+DI_HOST_DEVICE inline bool FoldPassTakes(const FoldPass& f, int e_g) {
+  return f.any && e_g < f.below && e_g >= f.top - kFp4FoldMaxShift;
+}
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,116 @@
+// The arithmetic of the folded FP4 codes (kernels/cpu/fp4_fold.h), which the CUDA warpgroup-MMA
+// kernels run under DEEPINFER_FP4_FOLD=1: every pass's codes times 2^top give back each weight
+// exactly, and the passes of a chunk take every group exactly once, whatever its four exponents.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cpu/fp4_fold.h"
+
+namespace deepinfer::cpu {
+namespace {
+
+// The e2m1 value of a nibble (bit 3: sign; bits 0-2: magnitude index).
+double E2m1Value(uint32_t nibble) {
+  const double m = E2m1Magnitude2(static_cast<int>(nibble & 7u)) / 2.0;
+  return (nibble & 8u) != 0u ? -m : m;
+}
+
+// The e4m3 value of a code byte (no NaN in the tables).
+double E4m3Value(uint32_t code) {
+  const double v = std::ldexp(static_cast<double>(E4m3Units(code & 0x7fu)), -9);
+  return (code & 0x80u) != 0u ? -v : v;
+}
+
+// CUDA's __byte_perm(lo, hi, selector) for selector nibbles 0-7, and the conversion of four nibbles
+// the kernel runs on top of it (E2m1x4ToE4m3x4Table in linear_wgmma.cuh).
+uint32_t BytePerm(uint32_t lo, uint32_t hi, uint32_t selector) {
+  const uint64_t bytes = (static_cast<uint64_t>(hi) << 32) | lo;
+  uint32_t r = 0;
+  for (int b = 0; b < 4; ++b) r |= static_cast<uint32_t>((bytes >> (8 * ((selector >> (4 * b)) & 7u))) & 0xffu) << (8 * b);
+  return r;
+}
+uint32_t ConvertFour(uint32_t nibbles, int shift) {
+  const uint32_t signs = ((nibbles & 0x8u) << 4) | ((nibbles & 0x80u) << 8) | ((nibbles & 0x800u) << 12) |
+                         ((nibbles & 0x8000u) << 16);
+  return BytePerm(FoldedTableWord(shift, 0), FoldedTableWord(shift, 4), nibbles & 0x7777u) | signs;
+}
+
+TEST(Fp4Fold, EveryNibbleAtEveryShiftIsExact) {
+  for (int shift = 0; shift <= kFp4FoldMaxShift; ++shift) {
+    for (uint32_t four = 0; four < 0x10000u; ++four) {
+      const uint32_t codes = ConvertFour(four, shift);
+      for (int b = 0; b < 4; ++b) {
+        const uint32_t nibble = (four >> (4 * b)) & 0xfu;
+        const double want = std::ldexp(E2m1Value(nibble), -shift);
+        const double got = E4m3Value((codes >> (8 * b)) & 0xffu);
+        ASSERT_EQ(got, want) << "nibble " << nibble << " shift " << shift;
+        ASSERT_EQ(std::signbit(got), (nibble & 8u) != 0u) << "sign of nibble " << nibble;
+      }
+    }
+  }
+}
+
+// Every 4-tuple of exponents in 0..40 (the spreads of real and adversarial checkpoints alike):
+// the passes take each group once, with a shift of at most 8, each pass's top is the largest
+// exponent not yet taken, `more` announces exactly the passes that take something, and no chunk
+// needs more than four passes.
+TEST(Fp4Fold, PassesTakeEveryGroupOnce) {
+  constexpr int kMax = 40;
+  std::array<int, 4> e{};
+  int64_t tuples = 0, multi_pass = 0;
+  for (e[0] = 0; e[0] <= kMax; ++e[0]) {
+    for (e[1] = 0; e[1] <= kMax; ++e[1]) {
+      for (e[2] = 0; e[2] <= kMax; ++e[2]) {
+        for (e[3] = 0; e[3] <= kMax; ++e[3]) {
+          const int ex[4] = {e[0], e[1], e[2], e[3]};
+          int taken[4] = {0, 0, 0, 0};
+          int passes = 0;
+          for (int pass = 0; pass < 6; ++pass) {
+            const FoldPass f = FoldPassOf(ex, pass);
+            if (!f.any) break;
+            ++passes;
+            int top = -1;
+            for (int j = 0; j < 4; ++j) {
+              if (FoldPassTakes(f, ex[j])) {
+                ++taken[j];
+                ASSERT_LE(f.top - ex[j], kFp4FoldMaxShift);
+                ASSERT_GE(f.top - ex[j], 0);
+              }
+              if (taken[j] == 0 || FoldPassTakes(f, ex[j])) top = std::max(top, ex[j]);
+            }
+            ASSERT_EQ(f.top, top) << "pass " << pass;
+            ASSERT_EQ(f.more, FoldPassOf(ex, pass + 1).any) << "pass " << pass;
+          }
+          for (int j = 0; j < 4; ++j) ASSERT_EQ(taken[j], 1) << e[0] << " " << e[1] << " " << e[2] << " " << e[3];
+          ASSERT_LE(passes, 4);
+          ++tuples;
+          if (passes > 1) ++multi_pass;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(tuples, 41 * 41 * 41 * 41);
+  EXPECT_GT(multi_pass, 0);
+}
+
+// Within 8 binades one pass takes all four groups, the common case.
+TEST(Fp4Fold, OnePassWithinEightBinades) {
+  const int e[4] = {127, 119, 125, 121};
+  const FoldPass f = FoldPassOf(e, 0);
+  EXPECT_TRUE(f.any);
+  EXPECT_FALSE(f.more);
+  EXPECT_EQ(f.top, 127);
+  for (const int g : e) EXPECT_TRUE(FoldPassTakes(f, g));
+  EXPECT_FALSE(FoldPassOf(e, 1).any);
+  const int wide[4] = {127, 118, 127, 127};  // 9 binades: two passes
+  EXPECT_TRUE(FoldPassOf(wide, 0).more);
+  EXPECT_FALSE(FoldPassTakes(FoldPassOf(wide, 0), 118));
+  EXPECT_TRUE(FoldPassTakes(FoldPassOf(wide, 1), 118));
+  EXPECT_EQ(FoldPassOf(wide, 1).top, 118);
+}
+
+}  // namespace
+}  // namespace deepinfer::cpu
