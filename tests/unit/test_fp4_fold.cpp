@@ -25,7 +25,7 @@ double E4m3Value(uint32_t code) {
 }
 
 // CUDA's __byte_perm(lo, hi, selector) for selector nibbles 0-7, and the conversion of four nibbles
-// the kernel runs on top of it (E2m1x4ToE4m3x4Table in linear_wgmma.cuh).
+// the kernels run on top of it (E2m1x4ToE4m3x4Table in kernels/cuda/linear_mma.cuh).
 uint32_t BytePerm(uint32_t lo, uint32_t hi, uint32_t selector) {
   const uint64_t bytes = (static_cast<uint64_t>(hi) << 32) | lo;
   uint32_t r = 0;

@@ -470,16 +470,19 @@ __device__ __forceinline__ void MmaE4m3(float (&d)[4], uint32_t a0, uint32_t a1,
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Four e2m1 nibbles (bits 0-15, column order) -> four e4m3 bytes, exact: magnitudes 0, 0.5, 1,
-// 1.5, 2, 3, 4, 6 are the e4m3 codes 0x00, 0x30, 0x38, 0x3c, 0x40, 0x44, 0x48, 0x4c.
-__device__ __forceinline__ uint32_t E2m1x4ToE4m3x4(uint32_t nibbles) {
-  const uint32_t mags = (nibbles & 0x7u) | ((nibbles & 0x70u) << 4) | ((nibbles & 0x700u) << 8) |
-                        ((nibbles & 0x7000u) << 12);  // one magnitude per byte
-  const uint32_t selector = (mags & 0x7u) | ((mags >> 4) & 0x70u) | ((mags >> 8) & 0x700u) | ((mags >> 12) & 0x7000u);
-  const uint32_t codes = __byte_perm(0x3c383000u, 0x4c484440u, selector);
+// Four e2m1 nibbles (bits 0-15, column order) -> four e4m3 bytes through the magnitude table
+// (lo, hi): byte b of the table holds the code of magnitude index b (lo: 0-3, hi: 4-7), each
+// nibble's low 3 bits select it and its bit 3 becomes the byte's sign.
+__device__ __forceinline__ uint32_t E2m1x4ToE4m3x4Table(uint32_t nibbles, uint32_t lo, uint32_t hi) {
   const uint32_t signs = ((nibbles & 0x8u) << 4) | ((nibbles & 0x80u) << 8) | ((nibbles & 0x800u) << 12) |
                          ((nibbles & 0x8000u) << 16);
-  return codes | signs;
+  return __byte_perm(lo, hi, nibbles & 0x7777u) | signs;
+}
+
+// Exact: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are the e4m3 codes 0x00, 0x30, 0x38, 0x3c, 0x40,
+// 0x44, 0x48, 0x4c.
+__device__ __forceinline__ uint32_t E2m1x4ToE4m3x4(uint32_t nibbles) {
+  return E2m1x4ToE4m3x4Table(nibbles, 0x3c383000u, 0x4c484440u);
 }
 
 // Weight codes of one row for step j of a chunk: w0 = columns 32j + 4t + {0..3}, w1 = 32j + 16 +

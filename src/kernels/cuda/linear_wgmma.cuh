@@ -284,14 +284,6 @@ __constant__ const uint32_t kFoldedTables[9][2] = {DI_FOLDED_TABLE(0), DI_FOLDED
                                                    DI_FOLDED_TABLE(6), DI_FOLDED_TABLE(7), DI_FOLDED_TABLE(8)};
 #undef DI_FOLDED_TABLE
 
-// E2m1x4ToE4m3x4 with the magnitude table (lo, hi) of one shift.
-__device__ __forceinline__ uint32_t E2m1x4ToE4m3x4Table(uint32_t nibbles, uint32_t lo, uint32_t hi) {
-  const uint32_t selector = nibbles & 0x7777u;  // one 3-bit magnitude per selector nibble
-  const uint32_t signs = ((nibbles & 0x8u) << 4) | ((nibbles & 0x80u) << 8) | ((nibbles & 0x800u) << 12) |
-                         ((nibbles & 0x8000u) << 16);
-  return __byte_perm(lo, hi, selector) | signs;
-}
-
 // The four e8m0 group exponents of row `row` (< p.n) for chunk c.
 __device__ __forceinline__ void GroupExponents(const Params& p, int64_t row, int c, int (&e)[4]) {
   const uint8_t* s = p.scale + row * p.scale_row_stride + 4 * static_cast<int64_t>(c);
@@ -335,6 +327,7 @@ __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t*
     uint4 codes = make_uint4(0u, 0u, 0u, 0u);
     if (taken) {
       const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
+      using mma::fp8::E2m1x4ToE4m3x4Table;
       codes = make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
                          E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
     }
@@ -353,23 +346,10 @@ __device__ __forceinline__ void Fp4Scales(const Params& p, int64_t row, int64_t 
   }
 }
 
-// FP8: part += acc · (w_scale · x_scale), one fused multiply-add per element of the D fragment
-// (rows ra = 16·warp + g and ra + 8 of the warpgroup's tile, tokens 8i + 2q and + 1). The scale
-// product is exact (x_scale is a power of two).
-__device__ __forceinline__ void AddScaledFp8(float (&part)[32], const float (&acc)[32], float sw, const float* xs,
-                                             int q) {
-#pragma unroll
-  for (int i = 0; i < kTokens / 8; ++i) {
-    const float s0 = __fmul_rn(sw, xs[8 * i + 2 * q]), s1 = __fmul_rn(sw, xs[8 * i + 2 * q + 1]);
-    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], s0, part[4 * i + 0]);
-    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], s1, part[4 * i + 1]);
-    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], s0, part[4 * i + 2]);
-    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], s1, part[4 * i + 3]);
-  }
-}
-
-// part += acc · (row scale · x_scale) with row scale sa for rows ra (elements 4i, 4i + 1), sb for
-// rb, fused: the folded FP4 chunk (one scale per row) and its by-steps fallback (group scales).
+// part += acc · (row scale · x_scale), one fused multiply-add per element of the D fragment (rows
+// ra = 16·warp + g and rb = ra + 8 of the warpgroup's tile, tokens 8i + 2q and + 1): sa for ra
+// (elements 4i, 4i + 1), sb for rb. FP8 passes its block scale as both; a folded FP4 pass its
+// rows' 2^top. The scale product is exact (x_scale is a power of two).
 __device__ __forceinline__ void AddScaledRows(float (&part)[32], const float (&acc)[32], float sa, float sb,
                                               const float* xs, int q) {
 #pragma unroll
@@ -559,7 +539,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       // One scale per chunk for all 128 rows (n0 is a multiple of the 128-row scale block).
       const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
-      AddScaledFp8(part, acc, sw, xs, q);
+      AddScaledRows(part, acc, sw, sw, xs, q);
     } else if constexpr (kFold) {
       uint8_t* tile = smem + L::kConverted;
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
@@ -686,11 +666,12 @@ inline GemmArgs ScratchLayout(void* scratch, int64_t m_pad, int64_t k) {
 
 // DEEPINFER_WGMMA=0 in the environment turns the path off (the mma.sync kernels run, with the same
 // bits): the benchmarks' side-by-side of the two (scripts/gpu-bench.sh). Read once.
+inline bool EnvIs(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
 inline bool WgmmaTurnedOff() {
-  static const bool off = [] {
-    const char* v = std::getenv("DEEPINFER_WGMMA");
-    return v != nullptr && std::strcmp(v, "0") == 0;
-  }();
+  static const bool off = EnvIs("DEEPINFER_WGMMA", "0");
   return off;
 }
 
@@ -698,10 +679,7 @@ inline bool WgmmaTurnedOff() {
 // (kFold) on this path, in Linear and ExpertsLinear alike. Off by default until measured on the
 // H200 (docs/performance.md, "Version 7"). Read once.
 inline bool Fp4FoldTurnedOn() {
-  static const bool on = [] {
-    const char* v = std::getenv("DEEPINFER_FP4_FOLD");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = EnvIs("DEEPINFER_FP4_FOLD", "1");
   return on;
 }
 inline bool FoldsFp4(Kind kind, bool scale_f32) { return kind == Kind::kFp4 && !scale_f32 && Fp4FoldTurnedOn(); }
