@@ -1401,7 +1401,7 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
         const WgmmaLinearLayout layout = MakeWgmmaLinearLayout(p.m, p.n, p.k);
         if (wgmma::Usable(p, K, groups, layout.bytes)) {
           if constexpr (K == Kind::kFp4) {
-            if (wgmma::FoldsFp4(K, p.scale_f32)) return LaunchWgmma<K, true>(p, layout, stream);
+            if (wgmma::FoldsFp4(p.scale_f32)) return LaunchWgmma<K, true>(p, layout, stream);
           }
           return LaunchWgmma<K, false>(p, layout, stream);
         }
@@ -1593,7 +1593,7 @@ void LaunchExperts(const ExpertsLaunch& l) {
       if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
         if (l.path == Path::kFp8 && wgmma::ExpertsUsable(K, l.params.base.k, l.codes, l.codes_bytes, RowsBound(l))) {
           if constexpr (K == Kind::kFp4) {
-            if (wgmma::FoldsFp4(K, l.params.base.scale_f32)) return LaunchExpertsWgmma<K, true>(l);
+            if (wgmma::FoldsFp4(l.params.base.scale_f32)) return LaunchExpertsWgmma<K, true>(l);
           }
           return LaunchExpertsWgmma<K, false>(l);  // every tile, x quantized once
         }

@@ -682,7 +682,8 @@ inline bool Fp4FoldTurnedOn() {
   static const bool on = EnvIs("DEEPINFER_FP4_FOLD", "1");
   return on;
 }
-inline bool FoldsFp4(Kind kind, bool scale_f32) { return kind == Kind::kFp4 && !scale_f32 && Fp4FoldTurnedOn(); }
+// For an FP4 weight on this path: whether its scales fold (e8m0, and turned on).
+inline bool FoldsFp4(bool scale_f32) { return !scale_f32 && Fp4FoldTurnedOn(); }
 
 // Whether the current device runs this build's wgmma kernels: sm_90a code built
 // (DEEPINFER_HAS_SM90A), compute capability 9.0 (asked once per device), not turned off.
