@@ -10,7 +10,7 @@
 #     goldens, 18.5 GB for the Flash-shaped model; time is what splits it).
 # Jobs 0-23 were the label's first cover (the other whole-model tests run the same kernels with
 # other weights and flags); jobs 24-43 racecheck those 20 too: the 44 jobs cover every test twice.
-# Jobs 44-52 split three of them (37-39) by kernel name.
+# Jobs 44-46 racecheck the Flash-shaped model's other modes (job 40 runs its f32 SIMT one).
 # Prints one line per process, writes $OUT/sanitize-logs.tar.xz, exits non-zero if a process
 # reported an error, a failed test, or did not finish.
 #
@@ -35,11 +35,8 @@ if [[ ${1:-} == --select ]]; then
 fi
 golden=ReferenceGoldens/GpuGolden
 flash_experts='CudaExpertsLinear.DecodeFlash:CudaExpertsLinear.PrefillFlash'
-whole_model="$golden.*:GpuModel.*:GpuRunner.*:GpuEngine.*"
-# Kernel-name patterns that split one test's racecheck (jobs 44-52): ExpertsGemvKernel,
-# ExpertTilesKernel, ExpertsWgmmaKernel, ...; LinearGemvKernel, WgmmaLinearKernel, ...
-experts_kernels='Expert'
-linear_kernels='Linear'
+flash_model=Modes/GpuFlashShapedTwoLayers.MatchCpu
+whole_model="$golden.*:GpuModel.*:$flash_model/*:GpuRunner.*:GpuEngine.*"
 jobs=(
   "racecheck:$golden.GpuLogitsMatchCpuAlongTheGreedyPath/v4_tiny_flashlike"
   "racecheck:$golden.ChunkedPrefillEqualsOneShotBitForBit/v4_tiny_long"
@@ -59,10 +56,10 @@ jobs=(
   "racecheck:CudaExpertsLinear.DecodeFlash"
   "racecheck:CudaExpertsLinear.PrefillFlash"
   "racecheck:CudaExpertsLinearFp8.*:CudaExpertsLinearMma.*:OpsExpertsLinear.*:Ceilings.*:StepBench.*"
-  "memcheck:GpuModel.FlashShapedTwoLayersMatchCpu"
+  "memcheck:$flash_model/*"
   "memcheck:$golden.*"
   "memcheck:GpuEngine.*"
-  "memcheck:GpuModel.*-GpuModel.FlashShapedTwoLayersMatchCpu"
+  "memcheck:GpuModel.*"
   "memcheck:GpuRunner.*"
   "memcheck:*-$whole_model"
   # racecheck of the other 20 whole-model tests, one per process (jobs 24-43; host memory as
@@ -84,23 +81,15 @@ jobs=(
   "racecheck:GpuModel.StaticShapesEqualDynamicShapesOnTensorCores"
   "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithTheReferenceQuantization"
   "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithFp8TensorCores"
-  "racecheck:GpuModel.FlashShapedTwoLayersMatchCpu"
+  "racecheck:$flash_model/f32_simt"
   "racecheck:GpuEngine.OverlappedEqualsSynchronousOnARandomizedWorkload"
   "racecheck:GpuEngine.OverlappedEqualsSynchronousOnASmallWorkload"
   "racecheck:GpuEngine.TensorCoreLinearsOverlappedEqualsSynchronous"
-  # Jobs 44-52: the three static-shape variants of jobs 37-39 did not finish under racecheck in
-  # 550 s (5 processes on one H200, 2026-12-01), so each is split three ways by kernel name: the
-  # experts' kernels, the other linear kernels, everything else (gpu-sanitize-parallel.sh's
-  # @+REGEX / @-REGEX). The three jobs of a test together check each of its launches once.
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesOnTensorCores@+$experts_kernels"
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesOnTensorCores@+$linear_kernels"
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesOnTensorCores@-$experts_kernels|$linear_kernels"
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithTheReferenceQuantization@+$experts_kernels"
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithTheReferenceQuantization@+$linear_kernels"
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithTheReferenceQuantization@-$experts_kernels|$linear_kernels"
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithFp8TensorCores@+$experts_kernels"
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithFp8TensorCores@+$linear_kernels"
-  "racecheck:GpuModel.StaticShapesEqualDynamicShapesWithFp8TensorCores@-$experts_kernels|$linear_kernels"
+  # Jobs 44-46: the other three kernel modes of the Flash-shaped model (job 40 is its f32 SIMT
+  # mode): the four modes did not finish in one 550 s racecheck process (2026-12-01).
+  "racecheck:$flash_model/tensor_cores"
+  "racecheck:$flash_model/fp8_simt"
+  "racecheck:$flash_model/fp8_tensor_cores"
 )
 selected=()
 if [[ -z $select ]]; then

@@ -4,21 +4,18 @@
 # memory on the engine tests), spread round-robin over the given GPUs (default: all). The
 # whole-model tests run at sanitizer sizes (DEEPINFER_SANITIZER_SIZES=1, tests/gpu/gpu_test_util.h):
 # the same kernels and shapes, fewer steps, so that racecheck finishes them within a device call.
-# A job is TOOL:FILTER, or TOOL:FILTER@+REGEX / TOOL:FILTER@-REGEX to check only the kernels whose
-# names match REGEX (compute-sanitizer --kernel-name regex=REGEX) / all but those
-# (--kernel-name-exclude regex=REGEX): the test still runs whole, the other kernels unchecked and
-# at full speed, so jobs with @+R and @-R over the same filter split one test's checking between
-# two processes and cover each of its launches once. (compute-sanitizer's --launch-skip /
-# --launch-count cannot split a test: with them racecheck stops with "Internal Sanitizer Error:
-# The Sanitizer failed to handle a hardware exception" on tests it passes whole;
-# docs/cuda-backend.md.)
+# A job is TOOL:FILTER (a gtest filter). compute-sanitizer's ways of checking part of a test's
+# launches cannot split a test: with --launch-skip / --launch-count, and with --kernel-name /
+# --kernel-name-exclude (2026-12-01), racecheck stops with "Internal Sanitizer Error: The
+# Sanitizer failed to handle a hardware exception" on tests it passes whole (docs/cuda-backend.md);
+# a long test is split into gtest instances instead.
 # Logs go to $OUT/sanitize-<n>.log (n: the position of the job); prints one line per job and exits
 # non-zero when a process reported an error or did not finish.
 #
 #   bash scripts/gpu-sanitize-parallel.sh [--timeout SECONDS] [--jobs J] [--gpus 0,1]
 #        [--sanitizer-args 'ARGS'] JOB [JOB ...]
 #   e.g. racecheck:'ReferenceGoldens/*long*' memcheck:'*'
-# --sanitizer-args: more compute-sanitizer options for every job (word-split), e.g. a kernel filter.
+# --sanitizer-args: more compute-sanitizer options for every job (word-split).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
@@ -48,20 +45,10 @@ for job in "$@"; do
   while [[ $(jobs -rp | wc -l) -ge $max_jobs ]]; do wait -n; done
   tool=${job%%:*}
   filter=${job#*:}
-  kernels=()
-  if [[ $filter == *@* ]]; then
-    spec=${filter#*@}
-    filter=${filter%%@*}
-    case $spec in
-      +?*) kernels=(--kernel-name "regex=${spec:1}") ;;
-      -?*) kernels=(--kernel-name-exclude "regex=${spec:1}") ;;
-      *) echo "job '$job': after @ comes +REGEX or -REGEX" >&2; exit 2 ;;
-    esac
-  fi
   log="$out/sanitize-$n.log"
   echo "$job" >"$log.job"
   ( CUDA_VISIBLE_DEVICES=${gpus[n % ${#gpus[@]}]} /usr/bin/time -f "max RSS %M kB, %e s" timeout --kill-after=15 "$limit" \
-      compute-sanitizer --tool "$tool" --error-exitcode 9 "${kernels[@]}" $extra_args "$dist/deepinfer_gpu_tests" --gtest_filter="$filter" >"$log" 2>&1
+      compute-sanitizer --tool "$tool" --error-exitcode 9 $extra_args "$dist/deepinfer_gpu_tests" --gtest_filter="$filter" >"$log" 2>&1
     echo $? >"$log.rc" ) &
   n=$((n + 1))
 done

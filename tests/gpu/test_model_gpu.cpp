@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -106,10 +107,12 @@ TEST_P(GpuGolden, ChunkedPrefillEqualsOneShotBitForBit) {
   ExpectChunkedPrefillEqualsOneShot(GetParam(), OnGpu(), {1, 3, 7, 128, 200});
 }
 
-// CheckStaticShapesMatchDynamic with 9 decode steps, 4 at sanitizer sizes (still across the
-// ratio-4 and ratio-128 boundaries).
+// CheckStaticShapesMatchDynamic with 9 decode steps, 2 at sanitizer sizes: the first decode step
+// already completes a ratio-4 block (the 3-token sequence's position 3) and a ratio-128 one (the
+// 127-token sequence's position 127), the second another ratio-4 block (the 130-token sequence's
+// position 131). Racecheck did not finish the tensor-core variants with 4 in 550 s (2026-12-01).
 void ExpectStaticShapesMatchDynamic(const Model& model) {
-  const int decode_steps = test::SanitizerSizes() ? 4 : 9;
+  const int decode_steps = test::SanitizerSizes() ? 2 : 9;
   EXPECT_EQ(CheckStaticShapesMatchDynamic(model, decode_steps), decode_steps + 3);
 }
 
@@ -206,24 +209,70 @@ std::string FlashTwoLayerDir() {
   return std::string(env != nullptr ? env : DEEPINFER_SOURCE_DIR) + "/bench/configs/v4-flash-2layer";
 }
 
-// tolerance <= 0: report only (plus finiteness and cosine >= 0.9).
-void ExpectFlashShapedMatchesCpu(const LoadedModel& cpu, bool fp8_activations, bool tensor_cores, float tolerance,
-                                 const char* mode) {
-  SCOPED_TRACE(mode);
+// The CPU's logits at the 5 positions (a 40-token prefill, then 4 steps each fed the CPU's own
+// argmax) and the tokens it fed, computed once per process for each FP8-activation setting: the
+// modes below share them, and a process that runs one mode (a sanitizer job) computes one.
+struct CpuFlashTrack {
+  std::vector<std::vector<float>> logits;  // [position][vocab]
+  std::vector<int32_t> fed;                // the token fed after position i, i < 4
+};
+
+constexpr int kFlashSteps = 4;
+
+std::vector<int32_t> FlashPrompt(int64_t vocab) {
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
+  return prompt;
+}
+
+const CpuFlashTrack& CpuFlashLogits(bool fp8_activations) {
+  static std::map<bool, CpuFlashTrack> tracks;
+  auto it = tracks.find(fp8_activations);
+  if (it != tracks.end()) return it->second;
+  LoadOptions o;
+  o.load_format = "dummy";
+  o.numerics.fp8_activations = fp8_activations;
+  const LoadedModel cpu = LoadModel(FlashTwoLayerDir(), o);
+  CpuFlashTrack track;
+  SequenceDriver driver(*cpu.model);
+  track.logits.push_back(driver.Prefill(FlashPrompt(cpu.model->config().vocab_size)));
+  for (int step = 0; step < kFlashSteps; ++step) {
+    const std::vector<float>& last = track.logits.back();
+    track.fed.push_back(static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin()));
+    track.logits.push_back(driver.Step(track.fed.back()));
+  }
+  return tracks.emplace(fp8_activations, std::move(track)).first->second;
+}
+
+struct FlashMode {
+  const char* name;     // the test's suffix
+  const char* label;    // the printed line's
+  bool fp8_activations;
+  bool tensor_cores;
+  float tolerance;      // <= 0: report only (plus finiteness and cosine >= 0.9)
+};
+
+// One test per kernel mode, so that a sanitizer process can check one mode (racecheck did not
+// finish the four in one 550 s process, 2026-12-01).
+class GpuFlashShapedTwoLayers : public ::testing::TestWithParam<FlashMode> {};
+
+TEST_P(GpuFlashShapedTwoLayers, MatchCpu) {
+  DI_REQUIRE_GPU();
+  const FlashMode& mode = GetParam();
+  const CpuFlashTrack& cpu = CpuFlashLogits(mode.fp8_activations);
   LoadOptions o;
   o.load_format = "dummy";
   o.device = DeviceId{DeviceType::kCuda, 0};
-  o.numerics.fp8_activations = fp8_activations;
-  o.numerics.tensor_core_linears = tensor_cores;
+  o.numerics.fp8_activations = mode.fp8_activations;
+  o.numerics.tensor_core_linears = mode.tensor_cores;
   LoadedModel gpu = LoadModel(FlashTwoLayerDir(), o);
-  const int64_t vocab = cpu.model->config().vocab_size;
-  std::vector<int32_t> prompt(40);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % vocab);
-  SequenceDriver on_cpu(*cpu.model), on_gpu(*gpu.model);
-  std::vector<float> a = on_cpu.Prefill(prompt), b = on_gpu.Prefill(prompt);
+  SequenceDriver on_gpu(*gpu.model);
+  std::vector<float> b = on_gpu.Prefill(FlashPrompt(gpu.model->config().vocab_size));
   float worst = 0.f;
   double worst_cosine = 1.0;
-  for (int step = 0; step <= 4; ++step) {
+  for (int step = 0; step <= kFlashSteps; ++step) {
+    const std::vector<float>& a = cpu.logits[static_cast<size_t>(step)];
+    ASSERT_EQ(b.size(), a.size());
     const Diff d = Compare(b.data(), a.data(), static_cast<int64_t>(a.size()));
     worst = std::max(worst, d.max_scaled);
     double dot = 0, na = 0, nb = 0;
@@ -235,34 +284,25 @@ void ExpectFlashShapedMatchesCpu(const LoadedModel& cpu, bool fp8_activations, b
     const double cosine = dot / std::sqrt(na * nb);
     worst_cosine = std::min(worst_cosine, cosine);
     EXPECT_TRUE(std::isfinite(d.max_scaled)) << "step " << step;
-    if (tolerance > 0.f) {
-      EXPECT_LE(d.max_scaled, tolerance) << "step " << step;
+    if (mode.tolerance > 0.f) {
+      EXPECT_LE(d.max_scaled, mode.tolerance) << "step " << step;
     } else {
       EXPECT_GE(cosine, 0.9) << "step " << step;
     }
-    if (step == 4) break;
-    const int32_t next = static_cast<int32_t>(std::max_element(a.begin(), a.end()) - a.begin());
-    a = on_cpu.Step(next);
-    b = on_gpu.Step(next);
+    if (step == kFlashSteps) break;
+    b = on_gpu.Step(cpu.fed[static_cast<size_t>(step)]);
   }
-  std::printf("Flash-shaped 2 layers, GPU vs CPU logits (%s): max scaled diff %.3g, min cosine %.6f over 5 positions\n",
-              mode, worst, worst_cosine);
+  std::printf("Flash-shaped 2 layers, GPU vs CPU logits (%s): max scaled diff %.3g, min cosine %.6f over %d positions\n",
+              mode.label, worst, worst_cosine, kFlashSteps + 1);
 }
 
-TEST(GpuModel, FlashShapedTwoLayersMatchCpu) {
-  DI_REQUIRE_GPU();
-  LoadOptions o;
-  o.load_format = "dummy";
-  {
-    const LoadedModel cpu = LoadModel(FlashTwoLayerDir(), o);
-    ExpectFlashShapedMatchesCpu(cpu, false, false, 1e-4f, "f32 SIMT");
-    ExpectFlashShapedMatchesCpu(cpu, false, true, 1e-4f, "tensor cores, split-BF16");
-  }
-  o.numerics.fp8_activations = true;
-  const LoadedModel cpu = LoadModel(FlashTwoLayerDir(), o);
-  ExpectFlashShapedMatchesCpu(cpu, true, false, 0.f, "FP8 activations, f32 SIMT");
-  ExpectFlashShapedMatchesCpu(cpu, true, true, 0.f, "FP8 activations, e4m3 tensor cores");
-}
+INSTANTIATE_TEST_SUITE_P(
+    Modes, GpuFlashShapedTwoLayers,
+    ::testing::Values(FlashMode{"f32_simt", "f32 SIMT", false, false, 1e-4f},
+                      FlashMode{"tensor_cores", "tensor cores, split-BF16", false, true, 1e-4f},
+                      FlashMode{"fp8_simt", "FP8 activations, f32 SIMT", true, false, 0.f},
+                      FlashMode{"fp8_tensor_cores", "FP8 activations, e4m3 tensor cores", true, true, 0.f}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 INSTANTIATE_TEST_SUITE_P(ReferenceGoldens, GpuGolden, ::testing::ValuesIn(GoldenNames()), [](const auto& info) {
   std::string n = info.param;

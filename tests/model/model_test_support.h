@@ -65,7 +65,8 @@ void ExpectMatchesGolden(const std::string& name, const LoadOptions& options, in
 // The forward with ForwardBatch::static_max_context set gives the logits of the forward without
 // it, bit for bit, on `model` (which needs compressed layers): five sequences are prefilled to
 // 1, 3, 4, 127 and 130 tokens on two states, then decoded in lockstep for `decode_steps` steps
-// (4 or more cross ratio-4 and ratio-128 boundaries) with and without static shapes, then one
+// (the first completes a ratio-4 and a ratio-128 block; with 4 or more every sequence's decode
+// completes a ratio-4 block) with and without static shapes, then one
 // mixed step (a 9-token chunk beside decodes), then a decode step padded with a sixth sequence at
 // position 0 on its own slot and block, whose logits are ignored. Adds a gtest failure per
 // mismatch and returns the number of steps compared (decode_steps + 3).
