@@ -53,13 +53,16 @@ rc=$?
 echo "DEEPINFER_GEMV=register: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-register.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
 # The tests that run FP4 weights on warpgroup MMAs again with the group scales folded into the
-# e4m3 codes (DEEPINFER_FP4_FOLD=1, src/kernels/cuda/linear_wgmma.cuh; off by default until measured).
+# e4m3 codes, at 1 and at 2 blocks per SM (DEEPINFER_FP4_FOLD=1 / =2,
+# src/kernels/cuda/linear_wgmma.cuh; off by default until measured).
 fold_filter='CudaLinearFp8.*:CudaExpertsLinearFp8.*:CudaExpertsLinear.*:OpsExpertsLinear.*:GpuModel.*Fp8TensorCores*'
-DEEPINFER_FP4_FOLD=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$fold_filter"; else echo "$filter"; fi)" \
-  >"$out/gpu-tests-fp4-fold.log" 2>&1
-rc=$?
-echo "DEEPINFER_FP4_FOLD=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-fp4-fold.log" | head -3 | tr '\n' ' ')"
-[[ $rc -eq 0 ]] || status=1
+for fold in 1 2; do
+  DEEPINFER_FP4_FOLD=$fold $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$fold_filter"; else echo "$filter"; fi)" \
+    >"$out/gpu-tests-fp4-fold$fold.log" 2>&1
+  rc=$?
+  echo "DEEPINFER_FP4_FOLD=$fold: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-fp4-fold$fold.log" | head -3 | tr '\n' ' ')"
+  [[ $rc -eq 0 ]] || status=1
+done
 if [[ $sanitize -eq 1 ]]; then
   export DEEPINFER_SANITIZER_SIZES=1  # the whole-model tests at sanitizer sizes (tests/gpu/gpu_test_util.h)
   for tool in memcheck racecheck; do

@@ -3,9 +3,11 @@
 #   1. scripts/gpu-run.sh: the gpu label, then Linear's GEMV tests with DEEPINFER_GEMV=register;
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT (auto and register GEMVs), tensor
 #      cores, FP8 activations, side by side, and HF transformers;
-#   3. scripts/gpu-profile.sh over the batch-1 GEMVs (ncu) and their static SASS opcode counts
-#      (tools/sass_histogram.py), and over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations (the FP4 experts' also with DEEPINFER_FP4_FOLD=1), unless --no-profile.
+#   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
+#      with FP8 activations, the FP4 experts' also with DEEPINFER_FP4_FOLD=1 and =2, unless
+#      --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
+#      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
+#      since 2026-12-01 to keep it within one call.)
 # Prints their summaries, and leaves $OUT/session.tar.xz (every log, JSON report and CSV; the
 # device tool returns at most 8 files) and $OUT/steps-compare.txt. About 8-9 minutes. Exits non-zero
 # when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
@@ -31,21 +33,13 @@ OUT=$work timeout 260 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tai
 OUT=$work timeout 360 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/scaled to 43/p'
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 if [[ $profile -eq 1 ]]; then
-  OUT=$work timeout 60 bash scripts/gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts 8192 --no-prefill 2>&1 |
-    cut -c1-32,88-
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 -- --no-decode \
     --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
-  # The FP4 experts' GEMM once more with the group scales folded into the codes (version 7).
-  DEEPINFER_FP4_FOLD=1 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-fold 'ExpertsWgmmaKernel' 3 -- --no-decode \
-    --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
-  # Static SASS of the GEMV kernels (what a loop is made of; ncu says how often it ran).
-  cuobjdump=$(command -v cuobjdump || ls /usr/local/cuda/bin/cuobjdump 2>/dev/null | head -1)
-  if [[ -n $cuobjdump ]]; then
-    "$cuobjdump" -sass build/gpu-dist/deepinfer >"$work/all.sass" 2>/dev/null &&
-      python3 tools/sass_histogram.py "$work/all.sass" 'GemvKernel' --top 10 >"$work/sass-gemv.txt" &&
-      sed -E 's/^_ZN9deepinfer4cuda[0-9]+_GLOBAL__N__[0-9a-f_]+linear_cu_[0-9a-f]+[0-9]{2}//' "$work/sass-gemv.txt" | cut -c1-150
-    rm -f "$work/all.sass"
-  fi
+  # The FP4 experts' GEMM once more with the group scales folded into the codes (versions 7, 8).
+  for fold in 1 2; do
+    DEEPINFER_FP4_FOLD=$fold OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-fold$fold 'ExpertsWgmmaKernel' 3 -- \
+      --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
+  done
 fi
 tar -C "$work" -cJf "$final/session.tar.xz" .
 cp "$work/steps-compare.txt" "$final/" 2>/dev/null || true

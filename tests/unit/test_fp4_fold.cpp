@@ -1,5 +1,5 @@
 // The arithmetic of the folded FP4 codes (kernels/cpu/fp4_fold.h), which the CUDA warpgroup-MMA
-// kernels run under DEEPINFER_FP4_FOLD=1: every pass's codes times 2^top give back each weight
+// kernels run under DEEPINFER_FP4_FOLD=1 or 2: every pass's codes times 2^top give back each weight
 // exactly, and the passes of a chunk take every group exactly once, whatever its four exponents.
 #include <gtest/gtest.h>
 
@@ -110,6 +110,42 @@ TEST(Fp4Fold, OnePassWithinEightBinades) {
   EXPECT_FALSE(FoldPassTakes(FoldPassOf(wide, 0), 118));
   EXPECT_TRUE(FoldPassTakes(FoldPassOf(wide, 1), 118));
   EXPECT_EQ(FoldPassOf(wide, 1).top, 118);
+}
+
+// The packed pass-0 word the CUDA kernel reads per row says what FoldPassOf(e, 0) says, for every
+// exponent 4-tuple in 0..40 and at the ends of e8m0's range (254 is its largest finite exponent).
+TEST(Fp4Fold, FirstPassWordMatchesFoldPass) {
+  const auto check = [](const int (&e)[4]) {
+    const FoldPass f = FoldPassOf(e, 0);
+    const uint32_t word = FirstFoldPassWord(e);
+    ASSERT_EQ(FoldWordAny(word), f.any);
+    ASSERT_EQ(FoldWordMore(word), f.more);
+    ASSERT_EQ(FoldWordTop(word), f.top);
+    for (int g = 0; g < 4; ++g) {
+      const uint32_t want = FoldPassTakes(f, e[g]) ? static_cast<uint32_t>(f.top - e[g]) : kFoldGroupLeft;
+      ASSERT_EQ(FoldWordShift(word, g), want) << e[0] << " " << e[1] << " " << e[2] << " " << e[3] << " group " << g;
+    }
+  };
+  for (int a = 0; a <= 40; ++a) {
+    for (int b = 0; b <= 40; ++b) {
+      for (int c = 0; c <= 40; ++c) {
+        for (int d = 0; d <= 40; ++d) {
+          const int e[4] = {a, b, c, d};
+          check(e);
+        }
+      }
+    }
+  }
+  const int high[4] = {254, 246, 245, 0};
+  check(high);
+  EXPECT_EQ(FoldWordTop(FirstFoldPassWord(high)), 254);
+  EXPECT_EQ(FoldWordShift(FirstFoldPassWord(high), 1), 8u);
+  EXPECT_EQ(FoldWordShift(FirstFoldPassWord(high), 2), kFoldGroupLeft);
+  EXPECT_TRUE(FoldWordMore(FirstFoldPassWord(high)));
+  // No word of a real row is the no-row word: pass 0 always takes the top group.
+  EXPECT_TRUE(FoldWordAny(FirstFoldPassWord(high)));
+  EXPECT_FALSE(FoldWordAny(kFoldNoRowWord));
+  for (int g = 0; g < 4; ++g) EXPECT_EQ(FoldWordShift(kFoldNoRowWord, g), kFoldGroupLeft);
 }
 
 }  // namespace

@@ -96,4 +96,26 @@ DI_HOST_DEVICE inline bool FoldPassTakes(const FoldPass& f, int e_g) {
   return f.any && e_g < f.below && e_g >= f.top - kFp4FoldMaxShift;
 }
 
+// Pass 0 of one row's chunk packed in a word, as the CUDA kernel keeps it per (row, chunk) for its
+// conversion and its row scale: bits 4g..4g+3 the shift top - e_g of group g (0-8), or
+// kFoldGroupLeft where pass 0 leaves the group (its codes are zeros there); bits 16-23 the pass's
+// top exponent; bit 24 whether it takes a group; bit 25 whether groups are left for a later pass.
+// kFoldNoRowWord: a row past the weight (no group, scale 1).
+inline constexpr uint32_t kFoldGroupLeft = 0xfu;
+inline constexpr uint32_t kFoldNoRowWord = 0xffffu;
+
+DI_HOST_DEVICE inline uint32_t FirstFoldPassWord(const int (&e)[4]) {
+  const FoldPass f = FoldPassOf(e, 0);
+  uint32_t word = 0u;
+  for (int j = 0; j < 4; ++j) {
+    word |= (FoldPassTakes(f, e[j]) ? static_cast<uint32_t>(f.top - e[j]) : kFoldGroupLeft) << (4 * j);
+  }
+  return word | (static_cast<uint32_t>(f.top) & 0xffu) << 16 | static_cast<uint32_t>(f.any) << 24 |
+         static_cast<uint32_t>(f.more) << 25;
+}
+DI_HOST_DEVICE inline uint32_t FoldWordShift(uint32_t word, int group) { return (word >> (4 * group)) & 0xfu; }
+DI_HOST_DEVICE inline int FoldWordTop(uint32_t word) { return static_cast<int>((word >> 16) & 0xffu); }
+DI_HOST_DEVICE inline bool FoldWordAny(uint32_t word) { return ((word >> 24) & 1u) != 0u; }
+DI_HOST_DEVICE inline bool FoldWordMore(uint32_t word) { return ((word >> 25) & 1u) != 0u; }
+
 }  // namespace deepinfer::cpu

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -1124,8 +1125,8 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
 // once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
 // One launch walks the five lists as one: the tiled list (17-64 rows) first, then GEMV kinds 3..0.
-template <Kind K, bool kFold = false>
-__global__ void __launch_bounds__(wgmma::kThreads, 1)
+template <Kind K, int kFold = wgmma::kNoFold>
+__global__ void __launch_bounds__(wgmma::kThreads, kFold == wgmma::kFoldTwoBlocks ? 2 : 1)
     ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -1366,9 +1367,23 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   return l;
 }
 
+// Calls launch(std::integral_constant<int, kFold>{}) with the wgmma path's fold mode for a K
+// weight (wgmma::Fp4FoldOf for FP4, else kNoFold).
+template <Kind K, class Launch>
+void WithFoldMode(bool scale_f32, const Launch& launch) {
+  if constexpr (K == Kind::kFp4) {
+    switch (wgmma::Fp4FoldOf(scale_f32)) {
+      case wgmma::kFoldOneBlock: return launch(std::integral_constant<int, wgmma::kFoldOneBlock>{});
+      case wgmma::kFoldTwoBlocks: return launch(std::integral_constant<int, wgmma::kFoldTwoBlocks>{});
+      case wgmma::kNoFold: break;
+    }
+  }
+  launch(std::integral_constant<int, wgmma::kNoFold>{});
+}
+
 // Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM (and the
 // slices' sum where the layout splits K).
-template <Kind K, bool kFold>
+template <Kind K, int kFold>
 void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t stream) {
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
@@ -1400,10 +1415,7 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
       if (path == Path::kFp8) {
         const WgmmaLinearLayout layout = MakeWgmmaLinearLayout(p.m, p.n, p.k);
         if (wgmma::Usable(p, K, groups, layout.bytes)) {
-          if constexpr (K == Kind::kFp4) {
-            if (wgmma::FoldsFp4(p.scale_f32)) return LaunchWgmma<K, true>(p, layout, stream);
-          }
-          return LaunchWgmma<K, false>(p, layout, stream);
+          return WithFoldMode<K>(p.scale_f32, [&](auto fold) { LaunchWgmma<K, decltype(fold)::value>(p, layout, stream); });
         }
       }
     }
@@ -1566,7 +1578,7 @@ int64_t RowsBound(const ExpertsLaunch& l) { return l.params.base.m; }
 
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
 // scratch, then one block per (tile, 128 outputs), walked like LaunchList's items.
-template <Kind K, bool kFold>
+template <Kind K, int kFold>
 void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   if (l.capacity.total == 0) return;
   const Params& b = l.params.base;
@@ -1592,10 +1604,8 @@ void LaunchExperts(const ExpertsLaunch& l) {
     if (l.path != Path::kSimt) {
       if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
         if (l.path == Path::kFp8 && wgmma::ExpertsUsable(K, l.params.base.k, l.codes, l.codes_bytes, RowsBound(l))) {
-          if constexpr (K == Kind::kFp4) {
-            if (wgmma::FoldsFp4(l.params.base.scale_f32)) return LaunchExpertsWgmma<K, true>(l);
-          }
-          return LaunchExpertsWgmma<K, false>(l);  // every tile, x quantized once
+          // Every tile, x quantized once.
+          return WithFoldMode<K>(l.params.base.scale_f32, [&](auto fold) { LaunchExpertsWgmma<K, decltype(fold)::value>(l); });
         }
       }
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");

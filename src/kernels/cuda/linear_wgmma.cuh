@@ -22,7 +22,7 @@
 // Order of every output (WgmmaBlock): FP8 weights: per chunk an accumulator from +0 takes the
 // chunk's four k32 steps in order, then part = fma(acc, w_scale·x_scale, part); FP4: each k32 step
 // from +0, chunk_sum = fma(acc, group scale, chunk_sum), then per chunk part = fma(chunk_sum,
-// x_scale, part); FP4 with DEEPINFER_FP4_FOLD=1 (kFold): per chunk and FoldPass, the four steps
+// x_scale, part); FP4 with DEEPINFER_FP4_FOLD=1 or 2 (kFold): per chunk and FoldPass, the four steps
 // chained over codes with the group scales folded in, then part = fma(acc, 2^top·x_scale, part).
 // part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ...
 // in slice order. Every caller of the path (Linear at any M and slicing, every expert tile) runs
@@ -50,7 +50,7 @@ constexpr int kRowsPerGroup = 64;                    // weight rows per warpgrou
 constexpr int kGroups = 2;                           // consumer warpgroups per block
 constexpr int kBlockRows = kRowsPerGroup * kGroups;  // 128: one FP8 scale block of rows
 constexpr int kTokens = 64;                          // tokens per block (wgmma's N)
-constexpr int kStages = 4;
+constexpr int kStages = 4;  // cp.async stages, but 3 for kFoldTwoBlocks (SmemLayout::kStages)
 constexpr int kThreads = 128 * kGroups;
 constexpr int kWStageBytes = kBlockRows * kChunk;  // 16 KiB
 constexpr int kXStageBytes = kTokens * kChunk;     // 8 KiB
@@ -143,25 +143,37 @@ struct GemmArgs {
   int64_t m_pad;
 };
 
+// How an FP4 weight's e8m0 group scales are applied (the kernels' kFold argument): kNoFold: per
+// k32 step in f32; folded into the codes (DEEPINFER_FP4_FOLD=1 / =2, "FP4 with the group scales
+// folded" below) at 1 block per SM (the running total in registers, 4 stages) or at 2 blocks per
+// SM within 128 registers (the total in shared memory, 3 stages: 101 KiB per block).
+enum FoldMode : int { kNoFold = 0, kFoldOneBlock = 1, kFoldTwoBlocks = 2 };
+
 // Shared memory of one block. Per stage: the chunk's weight bytes as stored (FP8: the swizzled
 // e4m3 tile wgmma reads; FP4: the packed nibbles, 64 bytes per row), the x codes (swizzled) and
 // the 64 x scales. FP4 adds one swizzled e4m3 tile that the nibbles are turned into per chunk.
-template <Kind K, bool kFold = false>
+template <Kind K, int kFold = kNoFold>
 struct SmemLayout {
+  static constexpr int kStages = kFold == kFoldTwoBlocks ? 3 : wgmma::kStages;
   static constexpr int kWBytes = K == Kind::kFp4 ? kBlockRows * kChunk / 2 : kBlockRows * kChunk;
   static constexpr int kX = kWBytes;  // 8 or 16 KiB: 1024-byte aligned
   static constexpr int kXs = kX + kXStageBytes;
   static constexpr int kStage = kXs + 1024;
   static constexpr int kConverted = kStages * kStage;
-  // FP4 by k32 steps only: the running total over slices, 32 floats per thread
-  // ([element][thread]), where that block has no registers left for it.
+  // FP4 but kFoldOneBlock: the running total over slices, 32 floats per thread ([element][thread]),
+  // where the block has no registers left for it (by k32 steps: 255 registers at 1 block per SM;
+  // kFoldTwoBlocks: 128).
+  static constexpr bool kTotalInSmem = K == Kind::kFp4 && kFold != kFoldOneBlock;
   static constexpr int kTotal = kConverted + (K == Kind::kFp4 ? kWStageBytes : 0);
-  static constexpr int kTotalBytes = K == Kind::kFp4 && !kFold ? 32 * kThreads * 4 : 0;
+  static constexpr int kTotalBytes = kTotalInSmem ? 32 * kThreads * 4 : 0;
   // kFold only: the byte_perm tables of the shifts 0-8 (kFoldedTables), read with a lane-varying
-  // index (constant memory would serialize it).
+  // index (constant memory would serialize it), then FoldRowInfo of the block's 128 rows for two
+  // chunks (slot (c - c_begin) % 2 holds chunk c's).
   static constexpr int kTables = kTotal + kTotalBytes;
-  static constexpr int kTablesBytes = kFold ? 128 : 0;
-  static constexpr int kBytes = kTables + kTablesBytes + 1024;  // + base alignment
+  static constexpr int kTablesBytes = kFold != kNoFold ? 128 : 0;
+  static constexpr int kRowInfo = kTables + kTablesBytes;
+  static constexpr int kRowInfoBytes = kFold != kNoFold ? 2 * kBlockRows * 4 : 0;
+  static constexpr int kBytes = kRowInfo + kRowInfoBytes + 1024;  // + base alignment
 };
 
 // 16 bytes from global memory into shared memory, zeros when !valid: cp.async where the source is
@@ -336,6 +348,46 @@ __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t*
   return more;
 }
 
+// Pass 0 of row `row`'s chunk c packed in a word (cpu::FirstFoldPassWord), once per (row, chunk)
+// for the conversion and the row scale; rows past p.n: cpu::kFoldNoRowWord.
+__device__ __forceinline__ uint32_t FoldRowInfo(const Params& p, int64_t row, int c) {
+  if (row >= p.n) return cpu::kFoldNoRowWord;
+  int e[4];
+  GroupExponents(p, row, c, e);
+  return cpu::FirstFoldPassWord(e);
+}
+
+// The row scale of pass 0 from its word: 2^top, or 1 where it takes nothing.
+__device__ __forceinline__ float FoldedRowScaleOf(uint32_t info) {
+  return cpu::FoldWordAny(info) ? DecodeE8m0(static_cast<uint8_t>(cpu::FoldWordTop(info))) : 1.f;
+}
+
+// Pass 0 of ConvertFp4Folded from the rows' FoldRowInfo (`info`: the block's 128 rows): the same
+// codes. Returns whether one of this thread's rows has groups left for a later pass.
+__device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_t* tile, const uint32_t* tables,
+                                                      const uint32_t* info) {
+  constexpr int kUnits = kChunk / 16;
+  const int unit = static_cast<int>(threadIdx.x) % kUnits, group = unit / 2;  // 16 columns: half a group
+  bool more = false;
+#pragma unroll
+  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
+    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kThreads / kUnits);
+    const uint32_t r = info[row];
+    more = more || cpu::FoldWordMore(r);
+    const uint32_t shift = cpu::FoldWordShift(r, group);
+    uint4 codes = make_uint4(0u, 0u, 0u, 0u);
+    if (shift != cpu::kFoldGroupLeft) {
+      const uint32_t lo = tables[2 * shift], hi = tables[2 * shift + 1];
+      const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
+      using mma::fp8::E2m1x4ToE4m3x4Table;
+      codes = make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
+                         E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
+    }
+    *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
+  }
+  return more;
+}
+
 // The FP4 scales of weight row `row` (within the weight, < n) for the four 32-column groups of
 // chunk c, decoded to f32.
 __device__ __forceinline__ void Fp4Scales(const Params& p, int64_t row, int64_t c, float (&s)[4]) {
@@ -403,9 +455,10 @@ __device__ __forceinline__ void WgmmaWait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 
-// acc = the chunk's four k32 steps chained from +0 with accumulation (as mma.sync adds its C = +0,
-// not wgmma's scale-d = 0), complete on return: A at w_addr, B at x_addr (swizzled tiles).
-__device__ __forceinline__ void ChunkChain(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
+// Issues acc = the chunk's four k32 steps chained from +0 with accumulation (as mma.sync adds its
+// C = +0, not wgmma's scale-d = 0): A at w_addr, B at x_addr (swizzled tiles). acc is not to be
+// touched until ChunkChainWait.
+__device__ __forceinline__ void ChunkChainIssue(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
   ZeroForWgmma(acc);
   WgmmaFence();
 #pragma unroll
@@ -413,8 +466,17 @@ __device__ __forceinline__ void ChunkChain(float (&acc)[32], uint32_t w_addr, ui
     MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
   }
   WgmmaCommit();
+}
+
+__device__ __forceinline__ void ChunkChainWait(float (&acc)[32]) {
   WgmmaWaitAll();
   PinAll(acc);
+}
+
+// ChunkChainIssue, complete on return.
+__device__ __forceinline__ void ChunkChain(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
+  ChunkChainIssue(acc, w_addr, x_addr);
+  ChunkChainWait(acc);
 }
 
 // FP4, one chunk's four k32 steps on two accumulators: step kk + 1 is issued before step kk's
@@ -446,32 +508,6 @@ __device__ __forceinline__ void Fp4ChunkSteps(float (&chunk_sum)[32], uint32_t w
   FoldFp4Step<false>(chunk_sum, acc1, sa[3], sb[3]);
 }
 
-// Passes 1, 2, ... of a folded FP4 chunk, after pass 0's MMA (WgmmaBlock): only where a row of
-// the block spans more than 8 binades of group scale in the chunk. Not inlined, so its registers
-// do not weigh on the common path; `part` (32 floats) comes through memory. All threads call it.
-// A template only so that it is compiled where WgmmaBlock instantiates it (sm_90a code).
-template <Kind K>
-__device__ __noinline__ void FoldedLaterPasses(const Params& p, const uint8_t* stage, uint8_t* tile,
-                                               const uint32_t* tables, int64_t n0, int c, uint32_t w_addr,
-                                               uint32_t x_addr, const float* xs, int q, int64_t ra, int64_t rb,
-                                               float* part) {
-  for (int pass = 1;; ++pass) {
-    __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
-    const bool more = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
-    FenceProxyAsyncShared();
-    const bool again = __syncthreads_or(more);
-    float acc[32];
-    ChunkChain(acc, w_addr, x_addr);
-    float sum[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) sum[i] = part[i];
-    AddScaledRows(sum, acc, FoldedRowScale(p, ra, c, pass), FoldedRowScale(p, rb, c, pass), xs, q);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) part[i] = sum[i];
-    if (!again) return;
-  }
-}
-
 // One block's 128 weight rows n0.. × 64 tokens over chunks [c_begin, c_end) (c_begin a multiple of
 // mma::kSliceChunks): x rows t_codes.. of the codes, y rows t_y.. of p.y (rows at or past p.m
 // and columns at or past p.n are not written). The order of every output:
@@ -486,10 +522,10 @@ __device__ __noinline__ void FoldedLaterPasses(const Params& p, const uint8_t* s
 //   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
 // so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
 // and shared memory free after a barrier.
-template <Kind K, bool kFold = false>
+template <Kind K, int kFold = kNoFold>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                            int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
-  static_assert(!kFold || K == Kind::kFp4, "only FP4 folds its group scales");
+  static_assert(kFold == kNoFold || K == Kind::kFp4, "only FP4 folds its group scales");
   using L = SmemLayout<K, kFold>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
@@ -498,39 +534,47 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g, rb = ra + 8;  // this thread's weight rows
   const StageCopies<K> copies(p, a, n0, t_codes);
-  if constexpr (kFold) {
+  uint32_t* row_infos = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // kFold: [2][kBlockRows]
+  if constexpr (kFold != kNoFold) {
     // Read after the chunk loop's first barrier; the caller's previous block ended with one.
     if (tid < 18) reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
+    if (tid < kBlockRows && c_begin < c_end) row_infos[tid] = FoldRowInfo(p, n0 + tid, c_begin);
   }
 
-  // FP8 keeps the total over slices in registers; FP4 in shared memory ([element][thread]).
-  constexpr bool kTotalInSmem = K == Kind::kFp4 && !kFold;
-  float acc[kTotalInSmem ? 1 : 32], part[32], total[kTotalInSmem ? 1 : 32];
+  // The total over slices: in registers for FP8 and kFoldOneBlock, else in shared memory
+  // ([element][thread]).
+  constexpr bool kTotalInSmem = L::kTotalInSmem;
+  constexpr bool kChunkAcc = K == Kind::kFp8 || kFold != kNoFold;  // one k32 chain per chunk in `acc`
+  float acc[kChunkAcc ? 32 : 1], part[32], total[kTotalInSmem ? 1 : 32];
   float* total_smem = reinterpret_cast<float*>(smem + L::kTotal) + tid;
 #pragma unroll
   for (int i = 0; i < 32; ++i) part[i] = 0.f;
+  if constexpr (kChunkAcc) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = 0.f;
+  }
   if constexpr (!kTotalInSmem) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) acc[i] = total[i] = 0.f;
+    for (int i = 0; i < 32; ++i) total[i] = 0.f;
   }
 
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
+  for (int s = 0; s < L::kStages - 1; ++s) {
     if (c_begin + s < c_end) LoadStage<K>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
     CpAsyncCommit();
   }
   for (int c = c_begin; c < c_end; ++c) {
-    CpAsyncWait<kStages - 2>();  // chunk c's group has landed (this thread's copies)
+    CpAsyncWait<L::kStages - 2>();  // chunk c's group has landed (this thread's copies)
     FenceProxyAsyncShared();
-    __syncthreads();  // everyone's copies of chunk c; everyone done with stage (c - 1) % kStages
+    __syncthreads();  // everyone's copies of chunk c; everyone done with stage (c - 1) % L::kStages
     {
-      const int next = c + kStages - 1;
+      const int next = c + L::kStages - 1;
       if (next < c_end) {
-        LoadStage<K>(p, a, copies, smem + ((next - c_begin) % kStages) * L::kStage, n0, t_codes, tokens, next);
+        LoadStage<K>(p, a, copies, smem + ((next - c_begin) % L::kStages) * L::kStage, n0, t_codes, tokens, next);
       }
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
     }
-    uint8_t* stage = smem + ((c - c_begin) % kStages) * L::kStage;
+    uint8_t* stage = smem + ((c - c_begin) % L::kStages) * L::kStage;
     const float* xs = reinterpret_cast<const float*>(stage + L::kXs);
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
     if constexpr (K == Kind::kFp8) {
@@ -540,22 +584,34 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
       AddScaledRows(part, acc, sw, sw, xs, q);
-    } else if constexpr (kFold) {
+    } else if constexpr (kFold != kNoFold) {
       uint8_t* tile = smem + L::kConverted;
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
       const uint32_t* tables = reinterpret_cast<const uint32_t*>(smem + L::kTables);
-      const bool more = ConvertFp4Folded(p, stage, tile, tables, n0, c, 0);
+      const uint32_t* info = row_infos + ((c - c_begin) % 2) * kBlockRows;
+      const bool more = ConvertFp4FoldedFirst(stage, tile, tables, info);
       FenceProxyAsyncShared();
-      const bool again = __syncthreads_or(more);  // the converted tile is complete
-      ChunkChain(acc, w_addr, x_addr);
-      AddScaledRows(part, acc, FoldedRowScale(p, ra, c, 0), FoldedRowScale(p, rb, c, 0), xs, q);
-      if (again) {  // the block's choice: every thread or none
-        float part_in_memory[32];
-#pragma unroll
-        for (int i = 0; i < 32; ++i) part_in_memory[i] = part[i];
-        FoldedLaterPasses<K>(p, stage, tile, tables, n0, c, w_addr, x_addr, xs, q, ra, rb, part_in_memory);
-#pragma unroll
-        for (int i = 0; i < 32; ++i) part[i] = part_in_memory[i];
+      bool again = __syncthreads_or(more);  // the converted tile is complete
+      ChunkChainIssue(acc, w_addr, x_addr);
+      // The next chunk's row infos while the MMAs run, into the slot chunk c - 1 used: every
+      // thread's last read of it came before this iteration's first barrier.
+      if (tid < kBlockRows && c + 1 < c_end) {
+        row_infos[((c + 1 - c_begin) % 2) * kBlockRows + tid] = FoldRowInfo(p, n0 + tid, c + 1);
+      }
+      const int local_a = static_cast<int>(ra - n0);
+      const float sa = FoldedRowScaleOf(info[local_a]), sb = FoldedRowScaleOf(info[local_a + 8]);
+      ChunkChainWait(acc);
+      AddScaledRows(part, acc, sa, sb, xs, q);
+      // Passes 1, 2, ...: only where a row of the block spans more than 8 binades of group scale in
+      // the chunk; `again` is the block's choice (every thread or none). Inline, on the same
+      // registers: a call here would make ptxas serialize every wgmma of the kernel (C7510).
+      for (int pass = 1; again; ++pass) {
+        __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
+        const bool later = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
+        FenceProxyAsyncShared();
+        again = __syncthreads_or(later);
+        ChunkChain(acc, w_addr, x_addr);
+        AddScaledRows(part, acc, FoldedRowScale(p, ra, c, pass), FoldedRowScale(p, rb, c, pass), xs, q);
       }
     } else {
       float sa[4] = {1.f, 1.f, 1.f, 1.f}, sb[4] = {1.f, 1.f, 1.f, 1.f};
@@ -615,8 +671,8 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 // dynamic shared memory. slices == 1: each block takes all of K and stores y. Otherwise block z
 // takes 512-column slice z and stores its partial sum P_z at partials + z·m·n (row stride n), and
 // SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
-template <Kind K, bool kFold = false>
-__global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
+template <Kind K, int kFold = kNoFold>
+__global__ void __launch_bounds__(kThreads, K == Kind::kFp8 || kFold == kFoldTwoBlocks ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -675,15 +731,18 @@ inline bool WgmmaTurnedOff() {
   return off;
 }
 
-// DEEPINFER_FP4_FOLD=1 in the environment: FP4 weights with e8m0 scales take the folded chunks
-// (kFold) on this path, in Linear and ExpertsLinear alike. Off by default until measured on the
-// H200 (docs/performance.md, "Version 7"). Read once.
-inline bool Fp4FoldTurnedOn() {
-  static const bool on = EnvIs("DEEPINFER_FP4_FOLD", "1");
-  return on;
+// DEEPINFER_FP4_FOLD=1 / =2 in the environment: FP4 weights with e8m0 scales take the folded
+// chunks on this path at 1 / 2 blocks per SM (kFoldOneBlock / kFoldTwoBlocks), in Linear and
+// ExpertsLinear alike. Off by default until measured on the H200 (docs/performance.md, versions 7
+// and 8). Read once.
+inline FoldMode Fp4FoldChosen() {
+  static const FoldMode mode = EnvIs("DEEPINFER_FP4_FOLD", "1")   ? kFoldOneBlock
+                               : EnvIs("DEEPINFER_FP4_FOLD", "2") ? kFoldTwoBlocks
+                                                                  : kNoFold;
+  return mode;
 }
-// For an FP4 weight on this path: whether its scales fold (e8m0, and turned on).
-inline bool FoldsFp4(bool scale_f32) { return !scale_f32 && Fp4FoldTurnedOn(); }
+// For an FP4 weight on this path: how its scales apply (fold only e8m0 scales, when turned on).
+inline FoldMode Fp4FoldOf(bool scale_f32) { return scale_f32 ? kNoFold : Fp4FoldChosen(); }
 
 // Whether the current device runs this build's wgmma kernels: sm_90a code built
 // (DEEPINFER_HAS_SM90A), compute capability 9.0 (asked once per device), not turned off.
