@@ -53,10 +53,10 @@ rc=$?
 echo "DEEPINFER_GEMV=register: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-register.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
 # The tests that run FP4 weights on warpgroup MMAs again with the group scales folded into the
-# e4m3 codes, at 1 and at 2 blocks per SM (DEEPINFER_FP4_FOLD=1 / =2,
+# e4m3 codes, in each mode (DEEPINFER_FP4_FOLD=1 / 2 / 3: 1 or 2 blocks per SM, pipelined;
 # src/kernels/cuda/linear_wgmma.cuh; off by default until measured).
 fold_filter='CudaLinearFp8.*:CudaExpertsLinearFp8.*:CudaExpertsLinear.*:OpsExpertsLinear.*:GpuModel.*Fp8TensorCores*'
-for fold in 1 2; do
+for fold in 1 2 3; do
   DEEPINFER_FP4_FOLD=$fold $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$fold_filter"; else echo "$filter"; fi)" \
     >"$out/gpu-tests-fp4-fold$fold.log" 2>&1
   rc=$?

@@ -4,7 +4,7 @@
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT (auto and register GEMVs), tensor
 #      cores, FP8 activations, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations, the FP4 experts' also with DEEPINFER_FP4_FOLD=1 and =2, unless
+#      with FP8 activations, the FP4 experts' also with DEEPINFER_FP4_FOLD=2 and =3, unless
 #      --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
 #      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
 #      since 2026-12-01 to keep it within one call.)
@@ -35,8 +35,9 @@ OUT=$work timeout 360 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by 
 if [[ $profile -eq 1 ]]; then
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 -- --no-decode \
     --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
-  # The FP4 experts' GEMM once more with the group scales folded into the codes (versions 7, 8).
-  for fold in 1 2; do
+  # The FP4 experts' GEMM once more with the group scales folded into the codes (version 8's 2
+  # blocks per SM and pipelined modes; mode 1's time is in the bench's table).
+  for fold in 2 3; do
     DEEPINFER_FP4_FOLD=$fold OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-fold$fold 'ExpertsWgmmaKernel' 3 -- \
       --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   done

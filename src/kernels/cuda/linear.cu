@@ -1375,6 +1375,7 @@ void WithFoldMode(bool scale_f32, const Launch& launch) {
     switch (wgmma::Fp4FoldOf(scale_f32)) {
       case wgmma::kFoldOneBlock: return launch(std::integral_constant<int, wgmma::kFoldOneBlock>{});
       case wgmma::kFoldTwoBlocks: return launch(std::integral_constant<int, wgmma::kFoldTwoBlocks>{});
+      case wgmma::kFoldPipelined: return launch(std::integral_constant<int, wgmma::kFoldPipelined>{});
       case wgmma::kNoFold: break;
     }
   }

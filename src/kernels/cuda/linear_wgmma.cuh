@@ -144,10 +144,12 @@ struct GemmArgs {
 };
 
 // How an FP4 weight's e8m0 group scales are applied (the kernels' kFold argument): kNoFold: per
-// k32 step in f32; folded into the codes (DEEPINFER_FP4_FOLD=1 / =2, "FP4 with the group scales
-// folded" below) at 1 block per SM (the running total in registers, 4 stages) or at 2 blocks per
-// SM within 128 registers (the total in shared memory, 3 stages: 101 KiB per block).
-enum FoldMode : int { kNoFold = 0, kFoldOneBlock = 1, kFoldTwoBlocks = 2 };
+// k32 step in f32; folded into the codes (DEEPINFER_FP4_FOLD=1 / 2 / 3, "FP4 with the group
+// scales folded" below, the same bits in every mode) at 1 block per SM (the running total in
+// registers, 4 stages), at 2 blocks per SM within 128 registers (the total in shared memory,
+// 3 stages: 101 KiB per block), or pipelined at 1 block per SM: two converted tiles, chunk c + 1
+// converted while chunk c's MMAs run (WgmmaBlockFoldPipelined).
+enum FoldMode : int { kNoFold = 0, kFoldOneBlock = 1, kFoldTwoBlocks = 2, kFoldPipelined = 3 };
 
 // Shared memory of one block. Per stage: the chunk's weight bytes as stored (FP8: the swizzled
 // e4m3 tile wgmma reads; FP4: the packed nibbles, 64 bytes per row), the x codes (swizzled) and
@@ -163,16 +165,18 @@ struct SmemLayout {
   // FP4 but kFoldOneBlock: the running total over slices, 32 floats per thread ([element][thread]),
   // where the block has no registers left for it (by k32 steps: 255 registers at 1 block per SM;
   // kFoldTwoBlocks: 128).
-  static constexpr bool kTotalInSmem = K == Kind::kFp4 && kFold != kFoldOneBlock;
-  static constexpr int kTotal = kConverted + (K == Kind::kFp4 ? kWStageBytes : 0);
+  static constexpr bool kTotalInSmem = K == Kind::kFp4 && (kFold == kNoFold || kFold == kFoldTwoBlocks);
+  static constexpr int kTiles = K != Kind::kFp4 ? 0 : kFold == kFoldPipelined ? 2 : 1;  // converted tiles
+  static constexpr int kTotal = kConverted + kTiles * kWStageBytes;
   static constexpr int kTotalBytes = kTotalInSmem ? 32 * kThreads * 4 : 0;
   // kFold only: the byte_perm tables of the shifts 0-8 (kFoldedTables), read with a lane-varying
   // index (constant memory would serialize it), then FoldRowInfo of the block's 128 rows for two
-  // chunks (slot (c - c_begin) % 2 holds chunk c's).
+  // chunks (slot (c - c_begin) % 2 holds chunk c's; kFoldPipelined: three, slot (c - c_begin) % 3).
   static constexpr int kTables = kTotal + kTotalBytes;
   static constexpr int kTablesBytes = kFold != kNoFold ? 128 : 0;
   static constexpr int kRowInfo = kTables + kTablesBytes;
-  static constexpr int kRowInfoBytes = kFold != kNoFold ? 2 * kBlockRows * 4 : 0;
+  static constexpr int kRowInfoSlots = kFold == kNoFold ? 0 : kFold == kFoldPipelined ? 3 : 2;
+  static constexpr int kRowInfoBytes = kRowInfoSlots * kBlockRows * 4;
   static constexpr int kBytes = kRowInfo + kRowInfoBytes + 1024;  // + base alignment
 };
 
@@ -508,6 +512,134 @@ __device__ __forceinline__ void Fp4ChunkSteps(float (&chunk_sum)[32], uint32_t w
   FoldFp4Step<false>(chunk_sum, acc1, sa[3], sb[3]);
 }
 
+// Stores a block's results: result(j) is D fragment element j, element 4i + e being weight row ra
+// (ra + 8 for e >= 2) and token t_y + 8i + 2q (+1 for odd e); rows at or past p.n and tokens at or
+// past p.m are not written.
+template <class Result>
+__device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, int64_t t_y, int q, const Result& result) {
+  const int64_t rb = ra + 8;
+#pragma unroll
+  for (int i = 0; i < kTokens / 8; ++i) {
+    const int64_t tok = t_y + 8 * i + 2 * q;
+    if (ra < p.n && tok < p.m) p.y[tok * p.ldy + ra] = result(4 * i + 0);
+    if (ra < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + ra] = result(4 * i + 1);
+    if (rb < p.n && tok < p.m) p.y[tok * p.ldy + rb] = result(4 * i + 2);
+    if (rb < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + rb] = result(4 * i + 3);
+  }
+}
+
+// The slice boundary after chunk c (WgmmaBlock's order): total = part of the first slice, else
+// total += part; part restarts from +0.
+__device__ __forceinline__ void EndSliceIfLast(float (&part)[32], float (&total)[32], int c, int c_begin, int c_end) {
+  if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end) {
+    const bool first_slice = c < c_begin + mma::kSliceChunks;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
+      part[i] = 0.f;
+    }
+  }
+}
+
+// WgmmaBlock for folded FP4 weights, pipelined (kFoldPipelined): the same arguments, codes and
+// order (so the same bits as kFoldOneBlock), but the converted tile is double-buffered so that
+// chunk c + 1's conversion runs while chunk c's MMAs do. Per chunk c (i = c - c_begin):
+//   issue c's MMAs on tile i % 2 → wait for chunk c + 1's copies, barrier → convert c + 1 into
+//   tile (i + 1) % 2 → pack the row words of chunk c + 2 → wait for the MMAs, scale into part →
+//   c's later passes, if any → barrier (tile (i + 1) % 2 complete, every MMA of c done) → load
+//   chunk c + kStages into c's stage.
+// All kStages stages are filled up front; row words live in three slots (chunk c's is read by
+// its scaling in iteration i, c + 1's by the conversion, c + 2's is written).
+template <Kind K>
+__device__ __forceinline__ void WgmmaBlockFoldPipelined(const Params& p, const GemmArgs& a, int64_t n0,
+                                                        int64_t t_codes, int64_t t_y, int c_begin, int c_end,
+                                                        uint8_t* smem) {
+  static_assert(K == Kind::kFp4, "only FP4 folds its group scales");
+  using L = SmemLayout<K, kFoldPipelined>;
+  constexpr int kS = L::kStages;
+  static_assert(kS >= 3 && L::kTiles == 2 && L::kRowInfoSlots == 3 && !L::kTotalInSmem, "layout");
+  const int tid = threadIdx.x;
+  const int group = tid / 128;
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int q = lane % 4;
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));
+  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;  // and ra + 8
+  const int local_a = static_cast<int>(ra - n0);
+  const StageCopies<K> copies(p, a, n0, t_codes);
+  uint32_t* row_words = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // [3][kBlockRows]
+  uint32_t* tables = reinterpret_cast<uint32_t*>(smem + L::kTables);
+  // Read after the first barrier below; the caller's previous block ended with one.
+  if (tid < 18) tables[tid] = kFoldedTables[tid / 2][tid % 2];
+  if (tid < kBlockRows) {
+    if (c_begin < c_end) row_words[tid] = FoldRowInfo(p, n0 + tid, c_begin);
+    if (c_begin + 1 < c_end) row_words[kBlockRows + tid] = FoldRowInfo(p, n0 + tid, c_begin + 1);
+  }
+  const auto stage_of = [&](int i) { return smem + (i % kS) * L::kStage; };
+  const auto tile_of = [&](int i) { return smem + L::kConverted + (i % 2) * kWStageBytes; };
+  const auto words_of = [&](int i) { return row_words + (i % 3) * kBlockRows; };
+
+  float acc[32], part[32], total[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) acc[i] = part[i] = total[i] = 0.f;
+
+  // Chunks c_begin .. c_begin + kS - 1, one cp.async group each.
+#pragma unroll
+  for (int s = 0; s < kS; ++s) {
+    if (c_begin + s < c_end) LoadStage<K>(p, a, copies, stage_of(s), n0, t_codes, tokens, c_begin + s);
+    CpAsyncCommit();
+  }
+  CpAsyncWait<kS - 1>();  // chunk c_begin has landed (this thread's copies)
+  FenceProxyAsyncShared();
+  __syncthreads();  // everyone's copies, the tables and the first row words
+  bool more = false;
+  if (c_begin < c_end) more = ConvertFp4FoldedFirst(stage_of(0), tile_of(0), tables, words_of(0));
+  FenceProxyAsyncShared();
+  bool again = __syncthreads_or(more);  // tile 0 complete; `again`: chunk c_begin needs later passes
+
+  for (int c = c_begin; c < c_end; ++c) {
+    const int i = c - c_begin;
+    uint8_t* stage = stage_of(i);
+    const float* xs = reinterpret_cast<const float*>(stage + L::kXs);
+    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
+    uint8_t* tile = tile_of(i);
+    const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
+    ChunkChainIssue(acc, w_addr, x_addr);
+    bool more_next = false;
+    if (c + 1 < c_end) {  // the same for every thread
+      // Committed so far: kS + i groups; chunks up to c + 1 (group i + 1) must have landed.
+      CpAsyncWait<kS - 2>();
+      FenceProxyAsyncShared();
+      __syncthreads();  // everyone's copies of chunk c + 1
+      more_next = ConvertFp4FoldedFirst(stage_of(i + 1), tile_of(i + 1), tables, words_of(i + 1));
+    }
+    // Chunk c + 2's row words, into chunk c - 1's slot: its last reader (c - 1's scaling) came
+    // before the previous iteration's final barrier.
+    if (tid < kBlockRows && c + 2 < c_end) words_of(i + 2)[tid] = FoldRowInfo(p, n0 + tid, c + 2);
+    const uint32_t* words = words_of(i);
+    const float sa = FoldedRowScaleOf(words[local_a]), sb = FoldedRowScaleOf(words[local_a + 8]);
+    ChunkChainWait(acc);
+    AddScaledRows(part, acc, sa, sb, xs, q);
+    // Chunk c's passes 1, 2, ... (WgmmaBlock's): tile i % 2 is rewritten after a barrier, while
+    // tile (i + 1) % 2 keeps chunk c + 1's codes.
+    for (int pass = 1; again; ++pass) {
+      __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
+      const bool later = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
+      FenceProxyAsyncShared();
+      again = __syncthreads_or(later);
+      ChunkChain(acc, w_addr, x_addr);
+      AddScaledRows(part, acc, FoldedRowScale(p, ra, c, pass), FoldedRowScale(p, ra + 8, c, pass), xs, q);
+    }
+    EndSliceIfLast(part, total, c, c_begin, c_end);
+    FenceProxyAsyncShared();
+    again = __syncthreads_or(more_next);  // tile (i + 1) % 2 complete; every MMA of chunk c done
+    if (c + kS < c_end) LoadStage<K>(p, a, copies, stage, n0, t_codes, tokens, c + kS);
+    CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
+  }
+  CpAsyncWaitAll();
+  StoreBlockResult(p, ra, t_y, q, [&](int j) { return total[j]; });
+  __syncthreads();  // shared memory free for the caller's next block
+}
+
 // One block's 128 weight rows n0.. × 64 tokens over chunks [c_begin, c_end) (c_begin a multiple of
 // mma::kSliceChunks): x rows t_codes.. of the codes, y rows t_y.. of p.y (rows at or past p.m
 // and columns at or past p.n are not written). The order of every output:
@@ -526,6 +658,10 @@ template <Kind K, int kFold = kNoFold>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                            int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
   static_assert(kFold == kNoFold || K == Kind::kFp4, "only FP4 folds its group scales");
+  if constexpr (kFold == kFoldPipelined) {
+    WgmmaBlockFoldPipelined<K>(p, a, n0, t_codes, t_y, c_begin, c_end, smem);
+    return;
+  }
   using L = SmemLayout<K, kFold>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
@@ -643,23 +779,13 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     }
   }
   CpAsyncWaitAll();
-
-  // D fragment: element 4i + e is weight row ra (rb for e >= 2), token 8i + 2q (+1 for odd e).
-  const auto result = [&](int i) {
+  StoreBlockResult(p, ra, t_y, q, [&](int j) {
     if constexpr (kTotalInSmem) {
-      return total_smem[i * kThreads];
+      return total_smem[j * kThreads];
     } else {
-      return total[i];
+      return total[j];
     }
-  };
-#pragma unroll
-  for (int i = 0; i < kTokens / 8; ++i) {
-    const int64_t tok = t_y + 8 * i + 2 * q;
-    if (ra < p.n && tok < p.m) p.y[tok * p.ldy + ra] = result(4 * i + 0);
-    if (ra < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + ra] = result(4 * i + 1);
-    if (rb < p.n && tok < p.m) p.y[tok * p.ldy + rb] = result(4 * i + 2);
-    if (rb < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + rb] = result(4 * i + 3);
-  }
+  });
   __syncthreads();  // shared memory free for the caller's next block
 }
 
@@ -731,13 +857,14 @@ inline bool WgmmaTurnedOff() {
   return off;
 }
 
-// DEEPINFER_FP4_FOLD=1 / =2 in the environment: FP4 weights with e8m0 scales take the folded
-// chunks on this path at 1 / 2 blocks per SM (kFoldOneBlock / kFoldTwoBlocks), in Linear and
+// DEEPINFER_FP4_FOLD=1 / 2 / 3 in the environment: FP4 weights with e8m0 scales take the folded
+// chunks on this path (kFoldOneBlock / kFoldTwoBlocks / kFoldPipelined), in Linear and
 // ExpertsLinear alike. Off by default until measured on the H200 (docs/performance.md, versions 7
 // and 8). Read once.
 inline FoldMode Fp4FoldChosen() {
   static const FoldMode mode = EnvIs("DEEPINFER_FP4_FOLD", "1")   ? kFoldOneBlock
                                : EnvIs("DEEPINFER_FP4_FOLD", "2") ? kFoldTwoBlocks
+                               : EnvIs("DEEPINFER_FP4_FOLD", "3") ? kFoldPipelined
                                                                   : kNoFold;
   return mode;
 }
