@@ -317,6 +317,21 @@ __device__ __forceinline__ float FoldedRowScale(const Params& p, int64_t row, in
   return f.any ? DecodeE8m0(static_cast<uint8_t>(f.top)) : 1.f;
 }
 
+// 16-byte unit `unit` of row `row` of the converted tile: the stage's 16 nibbles there (raw: 64
+// bytes per row) through the byte_perm table words lo / hi of their shift, or zeros where the
+// pass does not take their group.
+__device__ __forceinline__ void StoreFoldedUnit(const uint8_t* raw, uint8_t* tile, int row, int unit, bool taken,
+                                                uint32_t lo, uint32_t hi) {
+  uint4 codes = make_uint4(0u, 0u, 0u, 0u);
+  if (taken) {
+    const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
+    using mma::fp8::E2m1x4ToE4m3x4Table;
+    codes = make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
+                       E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
+  }
+  *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
+}
+
 // Pass `pass` of ConvertFp4 with the group scales folded in (rows n0.. of the weight; rows past
 // p.n are zeros). Returns whether one of this thread's rows has groups left for a later pass.
 __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t* raw, uint8_t* tile,
@@ -340,14 +355,7 @@ __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t*
         hi = tables[2 * (f.top - e[group]) + 1];
       }
     }
-    uint4 codes = make_uint4(0u, 0u, 0u, 0u);
-    if (taken) {
-      const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
-      using mma::fp8::E2m1x4ToE4m3x4Table;
-      codes = make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
-                         E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
-    }
-    *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
+    StoreFoldedUnit(raw, tile, row, unit, taken, lo, hi);
   }
   return more;
 }
@@ -379,15 +387,8 @@ __device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_
     const uint32_t r = info[row];
     more = more || cpu::FoldWordMore(r);
     const uint32_t shift = cpu::FoldWordShift(r, group);
-    uint4 codes = make_uint4(0u, 0u, 0u, 0u);
-    if (shift != cpu::kFoldGroupLeft) {
-      const uint32_t lo = tables[2 * shift], hi = tables[2 * shift + 1];
-      const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
-      using mma::fp8::E2m1x4ToE4m3x4Table;
-      codes = make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
-                         E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
-    }
-    *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
+    const bool taken = shift != cpu::kFoldGroupLeft;
+    StoreFoldedUnit(raw, tile, row, unit, taken, taken ? tables[2 * shift] : 0u, taken ? tables[2 * shift + 1] : 0u);
   }
   return more;
 }
@@ -512,6 +513,25 @@ __device__ __forceinline__ void Fp4ChunkSteps(float (&chunk_sum)[32], uint32_t w
   FoldFp4Step<false>(chunk_sum, acc1, sa[3], sb[3]);
 }
 
+// A folded FP4 chunk's passes 1, 2, ... after pass 0's scaling, while `again` (the block's choice,
+// every thread or none: only where a row of the block spans more than 8 binades of group scale in
+// chunk c): each rewrites `tile` after a barrier, chains its MMAs and scales them into part (rows
+// ra and ra + 8). All threads call it. Inline, on the caller's registers: a call here would make
+// ptxas serialize every wgmma of the kernel (C7510).
+__device__ __forceinline__ void FoldedLaterPasses(const Params& p, const uint8_t* stage, uint8_t* tile,
+                                                  const uint32_t* tables, int64_t n0, int c, uint32_t w_addr,
+                                                  uint32_t x_addr, const float* xs, int q, int64_t ra, bool again,
+                                                  float (&acc)[32], float (&part)[32]) {
+  for (int pass = 1; again; ++pass) {
+    __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
+    const bool later = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
+    FenceProxyAsyncShared();
+    again = __syncthreads_or(later);
+    ChunkChain(acc, w_addr, x_addr);
+    AddScaledRows(part, acc, FoldedRowScale(p, ra, c, pass), FoldedRowScale(p, ra + 8, c, pass), xs, q);
+  }
+}
+
 // Stores a block's results: result(j) is D fragment element j, element 4i + e being weight row ra
 // (ra + 8 for e >= 2) and token t_y + 8i + 2q (+1 for odd e); rows at or past p.n and tokens at or
 // past p.m are not written.
@@ -619,16 +639,8 @@ __device__ __forceinline__ void WgmmaBlockFoldPipelined(const Params& p, const G
     const float sa = FoldedRowScaleOf(words[local_a]), sb = FoldedRowScaleOf(words[local_a + 8]);
     ChunkChainWait(acc);
     AddScaledRows(part, acc, sa, sb, xs, q);
-    // Chunk c's passes 1, 2, ... (WgmmaBlock's): tile i % 2 is rewritten after a barrier, while
-    // tile (i + 1) % 2 keeps chunk c + 1's codes.
-    for (int pass = 1; again; ++pass) {
-      __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
-      const bool later = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
-      FenceProxyAsyncShared();
-      again = __syncthreads_or(later);
-      ChunkChain(acc, w_addr, x_addr);
-      AddScaledRows(part, acc, FoldedRowScale(p, ra, c, pass), FoldedRowScale(p, ra + 8, c, pass), xs, q);
-    }
+    // Chunk c's later passes rewrite tile i % 2; tile (i + 1) % 2 keeps chunk c + 1's codes.
+    FoldedLaterPasses(p, stage, tile, tables, n0, c, w_addr, x_addr, xs, q, ra, again, acc, part);
     EndSliceIfLast(part, total, c, c_begin, c_end);
     FenceProxyAsyncShared();
     again = __syncthreads_or(more_next);  // tile (i + 1) % 2 complete; every MMA of chunk c done
@@ -727,7 +739,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const uint32_t* info = row_infos + ((c - c_begin) % 2) * kBlockRows;
       const bool more = ConvertFp4FoldedFirst(stage, tile, tables, info);
       FenceProxyAsyncShared();
-      bool again = __syncthreads_or(more);  // the converted tile is complete
+      const bool again = __syncthreads_or(more);  // the converted tile is complete
       ChunkChainIssue(acc, w_addr, x_addr);
       // The next chunk's row infos while the MMAs run, into the slot chunk c - 1 used: every
       // thread's last read of it came before this iteration's first barrier.
@@ -738,17 +750,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const float sa = FoldedRowScaleOf(info[local_a]), sb = FoldedRowScaleOf(info[local_a + 8]);
       ChunkChainWait(acc);
       AddScaledRows(part, acc, sa, sb, xs, q);
-      // Passes 1, 2, ...: only where a row of the block spans more than 8 binades of group scale in
-      // the chunk; `again` is the block's choice (every thread or none). Inline, on the same
-      // registers: a call here would make ptxas serialize every wgmma of the kernel (C7510).
-      for (int pass = 1; again; ++pass) {
-        __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
-        const bool later = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
-        FenceProxyAsyncShared();
-        again = __syncthreads_or(later);
-        ChunkChain(acc, w_addr, x_addr);
-        AddScaledRows(part, acc, FoldedRowScale(p, ra, c, pass), FoldedRowScale(p, rb, c, pass), xs, q);
-      }
+      FoldedLaterPasses(p, stage, tile, tables, n0, c, w_addr, x_addr, xs, q, ra, again, acc, part);
     } else {
       float sa[4] = {1.f, 1.f, 1.f, 1.f}, sb[4] = {1.f, 1.f, 1.f, 1.f};
       if (ra < p.n) Fp4Scales(p, ra, c, sa);
