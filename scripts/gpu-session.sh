@@ -30,7 +30,7 @@ work=$(mktemp -d)
 status=0
 OUT=$work timeout 260 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tail -24
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-OUT=$work timeout 360 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/scaled to 43/p'
+OUT=$work timeout 400 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/== HF transformers/p'
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
 if [[ $profile -eq 1 ]]; then
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 -- --no-decode \
