@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -251,6 +252,8 @@ struct FlashMode {
   bool tensor_cores;
   float tolerance;      // <= 0: report only (plus finiteness and cosine >= 0.9)
 };
+
+void PrintTo(const FlashMode& mode, std::ostream* os) { *os << mode.name; }
 
 // One test per kernel mode, so that a sanitizer process can check one mode (racecheck did not
 // finish the four in one 550 s process, 2026-12-01).
