@@ -12,9 +12,10 @@
 # and a PNG plot (tools/plot_bench.py, if matplotlib is there), then again with --tensor-cores, with
 # --tensor-cores --fp8-activations (and that once more at batch 64 and the prefills with
 # DEEPINFER_FP4_FOLD=1, 2 and 3: the FP4 group scales folded into the e4m3 codes, at 1 and 2
-# blocks per SM and pipelined), and f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV). The mma.sync tiles
-# (DEEPINFER_WGMMA=0; 514-518 ms for the 8k prefill in three sessions) left the table on
-# 2026-12-01 to make room for the fold columns; `bench steps` runs them when asked.
+# blocks per SM and pipelined), and f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear
+# GEMV). The mma.sync tiles (DEEPINFER_WGMMA=0; 514-518 ms for the 8k prefill in three sessions)
+# left the table on 2026-12-01 to make room for the fold columns; `bench steps` runs them when
+# asked.
 # the JSON reports, plot and log end up in $OUT/steps-reports.tar.xz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
