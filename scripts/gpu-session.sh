@@ -8,9 +8,10 @@
 #      --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
 #      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
 #      since 2026-12-01 to keep it within one call.)
-# Prints their summaries, and leaves $OUT/session.tar.xz (every log, JSON report and CSV; the
-# device tool returns at most 8 files) and $OUT/steps-compare.txt. About 8-9 minutes. Exits non-zero
-# when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
+# Prints their summaries, and leaves in $OUT one archive per step as it ends (session-run.tar.xz,
+# session-bench.tar.xz, session-profile.tar.xz: every log, JSON report and CSV; the device tool
+# returns at most 8 files, and what a killed call left under $OUT) and steps-compare.txt. About 9
+# minutes. Exits non-zero when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
 # beside this on the second GPU of the 2xH200 kind (2026-12-01), their 22 host-bound processes
 # slowed these steps past a 440 s call and themselves past 360 s (docs/cuda-backend.md).
 #
@@ -26,13 +27,20 @@ while [[ $# -gt 0 ]]; do
 done
 final=${OUT:-gpu-out}
 mkdir -p "$final"
-work=$(mktemp -d)
 status=0
+# keep STEP DIR: archives a step's outputs (DIR, its own folder) into $OUT as soon as it ends.
+keep() { tar -C "$2" -cJf "$final/session-$1.tar.xz" . && rm -rf "$2"; }
+work=$(mktemp -d)
 OUT=$work timeout 260 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tail -24
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+keep run "$work"
+work=$(mktemp -d)
 OUT=$work timeout 400 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/== HF transformers/p'
 [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+cp "$work/steps-compare.txt" "$final/" 2>/dev/null || true
+keep bench "$work"
 if [[ $profile -eq 1 ]]; then
+  work=$(mktemp -d)
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 -- --no-decode \
     --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   # The FP4 experts' GEMM once more with the group scales folded into the codes (version 8's 2
@@ -41,7 +49,6 @@ if [[ $profile -eq 1 ]]; then
     DEEPINFER_FP4_FOLD=$fold OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-fold$fold 'ExpertsWgmmaKernel' 3 -- \
       --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   done
+  keep profile "$work"
 fi
-tar -C "$work" -cJf "$final/session.tar.xz" .
-cp "$work/steps-compare.txt" "$final/" 2>/dev/null || true
 exit $status
