@@ -63,6 +63,15 @@ for fold in 1 2 3; do
   echo "DEEPINFER_FP4_FOLD=$fold: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-fp4-fold$fold.log" | head -3 | tr '\n' ' ')"
   [[ $rc -eq 0 ]] || status=1
 done
+# GroupedLinear's split-BF16 products on warpgroup MMAs (DEEPINFER_WGMMA_GROUPED=1,
+# src/kernels/cuda/linear_wgmma_split.cuh; off by default until measured): the tensor-core kernel
+# tests and the model's tensor-core tests again.
+grouped_filter='CudaLinearMma.*:GpuModel.*TensorCores*:ReferenceGoldens/GpuGolden.TensorCore*:GpuEngine.TensorCore*'
+DEEPINFER_WGMMA_GROUPED=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$grouped_filter"; else echo "$filter"; fi)" \
+  >"$out/gpu-tests-grouped.log" 2>&1
+rc=$?
+echo "DEEPINFER_WGMMA_GROUPED=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-grouped.log" | head -3 | tr '\n' ' ')"
+[[ $rc -eq 0 ]] || status=1
 if [[ $sanitize -eq 1 ]]; then
   export DEEPINFER_SANITIZER_SIZES=1  # the whole-model tests at sanitizer sizes (tests/gpu/gpu_test_util.h)
   for tool in memcheck racecheck; do

@@ -97,5 +97,13 @@ class ScopedLinearMath {
 };
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
+// The same with the bound c·S given.
+::testing::AssertionResult WithinBoundC(const std::vector<float>& got, const std::vector<float>& want,
+                                        const std::vector<float>& sabs, double c, const std::string& what);
+// c for split-BF16 products chained in one f32 accumulator over K (GroupedLinear on warpgroup
+// MMAs, cuda::GroupedSplitOnWarpgroupMma): the products are exact (three BF16 parts of x); each of
+// the 3K products may be rounded once as it is added (an MMA's 16 inside it, then the MMA's sum
+// into the accumulator: 3K/16 more), plus the CPU's k/8 + 12.
+double SplitChainBoundC(int64_t k);
 
 }  // namespace deepinfer::test

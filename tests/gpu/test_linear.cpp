@@ -171,7 +171,9 @@ void CheckGrouped(TestWeight& w, int64_t groups, int64_t m, uint64_t seed) {
   DeviceArray<float> dy(want.size());
   dy.Fill(0xff);
   cuda::GroupedLinear(dx.get(), m, groups, w.Device(), dy.get(), nullptr, TestLinearMath());
-  EXPECT_TRUE(WithinOrderBound(dy.ToHost(), want, sabs, k, what));
+  const bool chain = TestLinearMath() == cuda::LinearMath::kSplitBf16 && cuda::GroupedSplitOnWarpgroupMma(w.Device(), groups);
+  EXPECT_TRUE(chain ? WithinBoundC(dy.ToHost(), want, sabs, SplitChainBoundC(k), what + " (wgmma chain)")
+                    : WithinOrderBound(dy.ToHost(), want, sabs, k, what));
 }
 
 // A weight shape of the odd-shape tests: [in -> out], `pad` stored elements after each row.
@@ -447,6 +449,26 @@ TEST(CudaLinearMma, GroupedShapes) {
   }
   TestWeight wo_a = RandomWeight(kFp8E8m0, 8 * 1024, 8 * 512, 2700);
   for (const int64_t m : {1, 64}) CheckGrouped(wo_a, 8, m, 2701 + m);
+}
+
+// Grouped split-BF16 products give a row the same bits at every M, on whichever kernels run them
+// (the mma.sync ones, or with DEEPINFER_WGMMA_GROUPED=1 the warpgroup-MMA one: R % 128 == 0,
+// K % 64 == 0 here).
+TEST(CudaLinearMma, GroupedBatchInvariant) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  constexpr int64_t kG = 8, kK = 512, kR = 128, kM = 70;
+  TestWeight w = RandomWeight(kFp8E8m0, kG * kR, kK, 2750);
+  DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kM * kG * kK), 2751));
+  auto run = [&](int64_t r0, int64_t n) {
+    DeviceArray<float> dy(static_cast<size_t>(n * kG * kR));
+    cuda::GroupedLinear(dx.get() + r0 * kG * kK, n, kG, w.Device(), dy.get(), nullptr, TestLinearMath());
+    return dy.ToHost();
+  };
+  const std::vector<float> all = run(0, kM);
+  for (int64_t r = 0; r < kM; r += 7) EXPECT_TRUE(AllEqual(run(r, 1), Rows(all, kG * kR, r, 1), "row " + std::to_string(r)));
+  EXPECT_TRUE(AllEqual(run(3, 65), Rows(all, kG * kR, 3, 65), "rows 3+65"));
+  EXPECT_TRUE(AllEqual(run(0, kM), all, "again"));
 }
 
 TEST(CudaLinearMma, BatchInvariantAndDeterministic) {

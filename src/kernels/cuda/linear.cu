@@ -320,6 +320,7 @@ constexpr int DuplicateLaneMask() {
 
 #include "kernels/cuda/linear_mma.cuh"
 #include "kernels/cuda/linear_wgmma.cuh"
+#include "kernels/cuda/linear_wgmma_split.cuh"
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
 // A warp owns RPW consecutive outputs of one group (an output block of a block is kGemvWarps·RPW
@@ -1405,11 +1406,28 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   }
 }
 
+// GroupedLinear's split-BF16 products on warpgroup MMAs (linear_wgmma_split.cuh).
+void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
+  const int64_t tok_blocks = CeilDiv(p.m, wgmma::kTokens);
+  if (tok_blocks > 65535) Fail("too many rows for one launch");
+  const auto [device, sms] = CurrentDeviceSms();
+  (void)sms;
+  AllowDynamicSmem<wgmma_split::SplitBf16GroupedKernel>(device, wgmma_split::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>(p.n / wgmma::kBlockRows), static_cast<unsigned>(tok_blocks),
+                  static_cast<unsigned>(groups));
+  wgmma_split::SplitBf16GroupedKernel<<<grid, wgmma::kThreads, wgmma_split::kSmemBytes, stream>>>(p);
+  DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16");
+}
+
 template <Kind K>
 void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath math) {
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     const Path path = PathFor(math, K, p.scale_f32, p.k);
+    if constexpr (K == Kind::kFp8) {
+      // Grouped split-BF16 products on warpgroup MMAs, at every M (DEEPINFER_WGMMA_GROUPED=1).
+      if (path == Path::kSplitBf16 && wgmma_split::Usable(p, K, groups)) return LaunchSplitGrouped(p, groups, stream);
+    }
     if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
       // FP8 inputs with scratch on an sm_90a device: x quantized once, then warpgroup MMAs, at
       // every M (their k32 sums differ from mma.sync's; linear_wgmma.cuh).
@@ -1719,6 +1737,15 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
 }
 
 bool Fp8ActOnWarpgroupMma() { return wgmma::DeviceHasWgmma(); }
+
+bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
+  Params p{};
+  const Kind kind = SetWeight(w, p);
+  if (num_groups <= 0 || w.out_features % num_groups != 0) return false;
+  p.n = w.out_features / num_groups;
+  p.x_vec = true;  // x rows of K % 64 == 0 floats from an aligned base
+  return wgmma_split::Usable(p, kind, num_groups);
+}
 
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   const bool quantized = w.format == DeviceWeight::Format::kFp8 || w.format == DeviceWeight::Format::kFp4;

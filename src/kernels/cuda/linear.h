@@ -100,9 +100,15 @@ void CheckWeight(const DeviceWeight& w);
 
 // The grouped projection of the V4 output path: W is [G·R, K] (G = num_groups,
 // R = out_features / G, K = in_features); y[r, g, :] = W[g·R:(g+1)·R, :] · x[r, g, :].
-// x: [m, G, K] and y: [m, G, R], both contiguous f32. Same summation order as Linear.
+// x: [m, G, K] and y: [m, G, R], both contiguous f32. Same summation order as Linear, except
+// where GroupedSplitOnWarpgroupMma: then kSplitBf16 runs one accumulator over K on warpgroup MMAs
+// (linear_wgmma_split.cuh), at every M.
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32);
+// Whether GroupedLinear's kSplitBf16 products of `w` in `num_groups` groups (16-byte aligned x)
+// run on warpgroup MMAs: DEEPINFER_WGMMA_GROUPED=1, an sm_90a device, FP8 weights with e8m0 scales
+// in 16-byte aligned rows, R % 128 == 0, K % 64 == 0, more than one group.
+bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups);
 
 // ---- expert-grouped projection (routed MoE experts) ------------------------------------------
 //

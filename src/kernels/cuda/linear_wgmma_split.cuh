@@ -1,0 +1,198 @@
+// GroupedLinear's split-BF16 products (LinearMath::kSplitBf16) on Hopper's warpgroup MMAs, for FP8
+// weights with e8m0 block scales (the output projection's wo_a). Included by linear.cu after
+// linear_mma.cuh (SplitPair, PackBf16) and linear_wgmma.cuh (descriptors, fences, copies,
+// StoreBlockResult). Taken only with DEEPINFER_WGMMA_GROUPED=1 until measured on the H200
+// (docs/performance.md, "grouped_linear on warpgroup MMAs"); the rule depends on the weight and
+// the group count, never on M, so every batch size of a run takes the same path.
+//
+// Numerics: linear_mma.cuh's. The weight times its power-of-two block scale is exact in BF16, x is
+// the exact sum of three BF16 parts (SplitPair: hi + mid + lo), so every product is exact and
+// only the f32 sums differ from the CPU's. Order of every output: one accumulator from +0 over
+// all of K: per 64-column chunk in order, per k16 step kk = 0..3, the MMAs of hi, mid and lo
+// (wgmma m64n64k16, bf16 × bf16 → f32). Fixed by K alone: batch invariant. It is not Linear's
+// order, so under the switch a grouped product and the same product through Linear differ in
+// their last bits.
+//
+// Work: one block per (128 weight rows of a group, 64 tokens, group), two consumer warpgroups of
+// 64 rows as in linear_wgmma.cuh, two cp.async stages of raw bytes (the FP8 chunk, 128 × 64
+// bytes, and x's f32 chunk, 64 × 256 bytes), converted per chunk into one swizzled BF16 weight
+// tile and three swizzled BF16 x tiles (a 128-byte row holds 64 BF16 values and a k16 step is 32
+// bytes, so linear_wgmma.cuh's descriptors apply byte for byte). 89 KiB of shared memory: 2
+// blocks per SM.
+#pragma once
+
+namespace wgmma_split {
+
+using wgmma::kBlockRows;
+using wgmma::kRowsPerGroup;
+using wgmma::kThreads;
+using wgmma::kTokens;
+
+constexpr int kChunkCols = 64;                                // K columns per chunk
+constexpr int kRowBytes = 128;                                // a BF16 tile row: 64 values
+constexpr int kWRawBytes = kBlockRows * kChunkCols;           // FP8 codes: 8 KiB
+constexpr int kXRawRowBytes = kChunkCols * 4;                 // f32: 256 bytes
+constexpr int kXRawBytes = kTokens * kXRawRowBytes;           // 16 KiB
+constexpr int kStageBytes = kWRawBytes + kXRawBytes;          // 24 KiB
+constexpr int kStages = 2;
+constexpr int kWTile = kStages * kStageBytes;                 // BF16 weights: 16 KiB
+constexpr int kXTiles = kWTile + kBlockRows * kRowBytes;      // hi, mid, lo: 8 KiB each
+constexpr int kXTileBytes = kTokens * kRowBytes;
+constexpr int kSmemBytes = kXTiles + 3 * kXTileBytes + 1024;  // + base alignment
+static_assert(kStageBytes % 1024 == 0 && kWTile % 1024 == 0 && kXTiles % 1024 == 0, "1024-byte aligned tiles");
+
+// d += A·B for one k16 step, m64n64k16, bf16 × bf16 → f32, both operands K-major in shared memory
+// (no transposition). d starts at +0 and is always accumulated into, as mma.sync adds its C.
+__device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// Queues chunk c of group g's weight rows n0.. (all 128 exist: n % 128 == 0) and of x's token rows
+// t0.. into `stage` (cp.async; the caller commits). Token rows at or past p.m get zeros.
+__device__ __forceinline__ void LoadSplitStage(const Params& p, int64_t g, int64_t n0, int64_t t0, int c,
+                                               uint8_t* stage) {
+  const int tid = threadIdx.x;
+  const uint8_t* w = p.w + (g * p.n + n0) * p.w_row_bytes + static_cast<int64_t>(c) * kChunkCols;
+#pragma unroll
+  for (int i = 0; i < kWRawBytes / 16 / kThreads; ++i) {  // 2: rows id / 4, 16-byte unit id % 4
+    const int id = tid + i * kThreads, row = id / 4, unit = id % 4;
+    CpAsync16(stage + row * kChunkCols + unit * 16, w + row * p.w_row_bytes + unit * 16);
+  }
+  const float* x = p.x + g * p.x_group_stride + static_cast<int64_t>(c) * kChunkCols;
+#pragma unroll
+  for (int i = 0; i < kXRawBytes / 16 / kThreads; ++i) {  // 4: rows id / 16, unit id % 16
+    const int id = tid + i * kThreads, row = id / 16, unit = id % 16;
+    uint8_t* dst = stage + kWRawBytes + row * kXRawRowBytes + unit * 16;
+    if (t0 + row < p.m) {
+      CpAsync16(dst, reinterpret_cast<const uint8_t*>(x + (t0 + row) * p.ldx) + unit * 16);
+    } else {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);  // covered like cp.async by the fence
+    }
+  }
+}
+
+// The stage's raw chunk into the BF16 tiles: weights times `scale` (the chunk's block scale, a
+// power of two: exact), x's three parts.
+__device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float scale, uint8_t* smem) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kWRawBytes / 16 / kThreads; ++i) {  // 16 codes of row id / 4 → BF16 units 2u, 2u + 1
+    const int id = tid + i * kThreads, row = id / 4, unit = id % 4;
+    const uint4 codes = *reinterpret_cast<const uint4*>(stage + row * kChunkCols + unit * 16);
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    uint32_t pairs[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 v = E4m3PairValues(words[j / 2] >> (16 * (j % 2)));
+      pairs[j] = mma::PackBf16(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale));
+    }
+    uint8_t* tile = smem + kWTile;
+    *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * unit)) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * unit + 1)) =
+        make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+  }
+  {  // 16 floats of token row tid / 4 (columns 16·(tid % 4) ..) → units 2q, 2q + 1 of each part
+    const int row = tid / 4, quarter = tid % 4;
+    const float4* src = reinterpret_cast<const float4*>(stage + kWRawBytes + row * kXRawRowBytes + quarter * 64);
+    uint32_t hi[8], mid[8], lo[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 v = src[j];
+      mma::SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
+      mma::SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
+    }
+    const uint32_t* parts[3] = {hi, mid, lo};
+#pragma unroll
+    for (int part = 0; part < 3; ++part) {
+      uint8_t* tile = smem + kXTiles + part * kXTileBytes;
+      const uint32_t* v = parts[part];
+      *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter)) = make_uint4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1)) =
+          make_uint4(v[4], v[5], v[6], v[7]);
+    }
+  }
+}
+
+// Grid (n / 128, ceil(m / 64), groups); kThreads threads; kSmemBytes of dynamic shared memory.
+__global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Params p) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int64_t g = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int group = tid / 128;
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int chunks = static_cast<int>(p.k / kChunkCols);
+  // The weight rows' 128 × 128 scale blocks: row block (g·n + n0) / 128, column block c / 2.
+  const uint8_t* scales = p.scale + ((g * p.n + n0) / kFp8Block) * p.scale_row_stride;
+  const uint32_t w_addr =
+      static_cast<uint32_t>(__cvta_generic_to_shared(smem + kWTile + group * kRowsPerGroup * kRowBytes));
+  const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kXTiles));
+
+  float acc[32];
+  wgmma::ZeroForWgmma(acc);
+  LoadSplitStage(p, g, n0, t0, 0, smem);
+  CpAsyncCommit();
+  for (int c = 0; c < chunks; ++c) {
+    uint8_t* stage = smem + (c % kStages) * kStageBytes;
+    CpAsyncWaitAll();  // chunk c (this thread's copies)
+    __syncthreads();   // everyone's copies of chunk c; every MMA of chunk c - 1 done (the tiles are free)
+    if (c + 1 < chunks) {  // into the stage chunk c - 1 was converted from, before the barrier
+      LoadSplitStage(p, g, n0, t0, c + 1, smem + ((c + 1) % kStages) * kStageBytes);
+    }
+    CpAsyncCommit();
+    ConvertSplitStage(stage, DecodeE8m0(__ldg(scales + c / 2)), smem);
+    wgmma::FenceProxyAsyncShared();
+    __syncthreads();  // the tiles are complete
+    wgmma::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int part = 0; part < 3; ++part) {
+        MmaBf16M64N64K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
+                         wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk));
+      }
+    }
+    wgmma::WgmmaCommit();
+    wgmma::WgmmaWaitAll();
+    wgmma::PinAll(acc);
+  }
+  CpAsyncWaitAll();
+  Params pg = p;
+  pg.y = p.y + g * p.y_group_stride;
+  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;
+  wgmma::StoreBlockResult(pg, ra, t0, lane % 4, [&](int j) { return acc[j]; });
+#endif
+}
+
+// DEEPINFER_WGMMA_GROUPED=1 in the environment turns the path on (read once).
+inline bool TurnedOn() {
+  static const bool on = wgmma::EnvIs("DEEPINFER_WGMMA_GROUPED", "1");
+  return on;
+}
+
+// Whether GroupedLinear with `groups` groups of p.n rows takes this path: turned on, an sm_90a
+// device, FP8 weights with e8m0 scales in 16-byte aligned rows, n % 128 == 0, K % 64 == 0,
+// 16-byte aligned x rows, more than one group. Independent of M.
+inline bool Usable(const Params& p, Kind kind, int64_t groups) {
+  return TurnedOn() && kind == Kind::kFp8 && groups > 1 && !p.scale_f32 && p.w_vec16 && p.x_vec && p.n > 0 &&
+         p.n % kBlockRows == 0 && p.k > 0 && p.k % kChunkCols == 0 && wgmma::DeviceHasWgmma();
+}
+
+}  // namespace wgmma_split
