@@ -13,10 +13,10 @@
 # --tensor-cores --fp8-activations (and that once more at batch 64 and the prefills with
 # DEEPINFER_FP4_FOLD=1, 2 and 3: the FP4 group scales folded into the e4m3 codes, at 1 and 2
 # blocks per SM and pipelined; and with DEEPINFER_WGMMA_GROUPED=1: grouped_linear's split-BF16
-# products on warpgroup MMAs), and f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear
-# GEMV). The mma.sync tiles (DEEPINFER_WGMMA=0; 514-518 ms for the 8k prefill in three sessions)
-# left the table on 2026-12-01 to make room for the fold columns; `bench steps` runs them when
-# asked.
+# products on warpgroup MMAs). Two columns left the table on 2026-12-01 to keep `gpu-session.sh`
+# within one device call: the mma.sync tiles (DEEPINFER_WGMMA=0; 514-518 ms for the 8k prefill in
+# three sessions) and f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV; within 1% of
+# the default in every run since version 3c); `bench steps` runs either when asked.
 # the JSON reports, plot and log end up in $OUT/steps-reports.tar.xz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,12 +51,8 @@ if [[ ${1:-} == --steps ]]; then
   DEEPINFER_WGMMA_GROUPED=1 timeout 200 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-grouped.json" \
     2>>"$out/bench.log" || status=1
-  echo "== f32 SIMT again with version 2's GEMVs (DEEPINFER_GEMV=register: register path, x through L1)"
-  DEEPINFER_GEMV=register timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings \
-    --json "$out/steps-register.json" "$@" 2>>"$out/bench.log" || status=1
   echo "== side by side (tools/compare_bench.py)"
-  python3 tools/compare_bench.py simt="$out/steps.json" simt-register="$out/steps-register.json" \
-    tensor-cores="$out/steps-tc.json" tc+fp8-act="$out/steps-tc-fp8.json" \
+  python3 tools/compare_bench.py simt="$out/steps.json" tensor-cores="$out/steps-tc.json" tc+fp8-act="$out/steps-tc-fp8.json" \
     tc+fp8-fold1="$out/steps-tc-fp8-fold1.json" tc+fp8-fold2="$out/steps-tc-fp8-fold2.json" \
     tc+fp8-fold3="$out/steps-tc-fp8-fold3.json" tc+fp8-grouped="$out/steps-tc-fp8-grouped.json" | tee "$out/steps-compare.txt" || status=1
   echo "== HF transformers on the same config (random BF16 weights)"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine, build/gpu-dist carried: a version's whole check in one device call. Runs
-#   1. scripts/gpu-run.sh: the gpu label, then Linear's GEMV tests with DEEPINFER_GEMV=register;
-#   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT (auto and register GEMVs), tensor
-#      cores, FP8 activations, side by side, and HF transformers;
+#   1. scripts/gpu-run.sh: the gpu label, then its reruns under the switches (DEEPINFER_GEMV=register,
+#      DEEPINFER_FP4_FOLD=1/2/3, DEEPINFER_WGMMA_GROUPED=1);
+#   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations and
+#      its switched columns, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
 #      with FP8 activations, the FP4 experts' also with DEEPINFER_FP4_FOLD=2 and =3, unless
 #      --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
