@@ -5,24 +5,28 @@
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations and
 #      its switched columns, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations, the FP4 experts' also with DEEPINFER_FP4_FOLD=2 and =3, unless
-#      --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
+#      with FP8 activations, the FP4 experts' also with DEEPINFER_FP4_FOLD=2 and =3, and
+#      grouped_linear's with DEEPINFER_WGMMA_GROUPED=1, unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
 #      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
 #      since 2026-12-01 to keep it within one call.)
 # Prints their summaries, and leaves in $OUT one archive per step as it ends (session-run.tar.xz,
 # session-bench.tar.xz, session-profile.tar.xz: every log, JSON report and CSV; the device tool
-# returns at most 8 files, and what a killed call left under $OUT) and steps-compare.txt. About 9
-# minutes. Exits non-zero when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
+# returns at most 8 files, and what a killed call left under $OUT) and steps-compare.txt. Steps 1
+# and 2 take about 9 minutes since the switches' reruns and columns (2026-12-01 estimate), so in a
+# 600 s device call run it with --no-profile and profile in the next call (the profile step alone:
+# --only-profile). Exits non-zero when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
 # beside this on the second GPU of the 2xH200 kind (2026-12-01), their 22 host-bound processes
 # slowed these steps past a 440 s call and themselves past 360 s (docs/cuda-backend.md).
 #
-#   bash scripts/gpu-session.sh [--no-profile]
+#   bash scripts/gpu-session.sh [--no-profile | --only-profile]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=1
+checks=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --no-profile) profile=0; shift ;;
+    --only-profile) checks=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -31,15 +35,17 @@ mkdir -p "$final"
 status=0
 # keep STEP DIR: archives a step's outputs (DIR, its own folder) into $OUT as soon as it ends.
 keep() { tar -C "$2" -cJf "$final/session-$1.tar.xz" . && rm -rf "$2"; }
-work=$(mktemp -d)
-OUT=$work timeout 260 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tail -24
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-keep run "$work"
-work=$(mktemp -d)
-OUT=$work timeout 400 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/== HF transformers/p'
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
-cp "$work/steps-compare.txt" "$final/" 2>/dev/null || true
-keep bench "$work"
+if [[ $checks -eq 1 ]]; then
+  work=$(mktemp -d)
+  OUT=$work timeout 300 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tail -24
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  keep run "$work"
+  work=$(mktemp -d)
+  OUT=$work timeout 400 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/== HF transformers/p'
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  cp "$work/steps-compare.txt" "$final/" 2>/dev/null || true
+  keep bench "$work"
+fi
 if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 -- --no-decode \
@@ -50,6 +56,9 @@ if [[ $profile -eq 1 ]]; then
     DEEPINFER_FP4_FOLD=$fold OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-fold$fold 'ExpertsWgmmaKernel' 3 -- \
       --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   done
+  # grouped_linear's split-BF16 products on warpgroup MMAs (version 9).
+  DEEPINFER_WGMMA_GROUPED=1 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-grouped 'SplitBf16GroupedKernel' 1 -- \
+    --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   keep profile "$work"
 fi
 exit $status
