@@ -10,13 +10,11 @@
 # weights) at batch 1 and 64, 512-token prompts, 32 new tokens, prefill included.
 # With --steps [ARGS]: `deepinfer bench steps` on the 3-layer Flash-shaped config (issue 8), JSON
 # and a PNG plot (tools/plot_bench.py, if matplotlib is there), then again with --tensor-cores, with
-# --tensor-cores --fp8-activations (and that once more at batch 64 and the prefills with
-# DEEPINFER_FP4_FOLD=1, 2 and 3: the FP4 group scales folded into the e4m3 codes, at 1 and 2
-# blocks per SM and pipelined; and with DEEPINFER_WGMMA_GROUPED=1: grouped_linear's split-BF16
-# products on warpgroup MMAs). Two columns left the table on 2026-12-01 to keep `gpu-session.sh`
-# within one device call: the mma.sync tiles (DEEPINFER_WGMMA=0; 514-518 ms for the 8k prefill in
-# three sessions) and f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV; within 1% of
-# the default in every run since version 3c); `bench steps` runs either when asked.
+# --tensor-cores --fp8-activations, and that once more at batch 64 and the prefills with
+# DEEPINFER_WGMMA=0 (the mma.sync kernels that the warpgroup-MMA ones replace on sm_90a). The
+# columns of versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
+# switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
+# within 1% of the default in every run since version 3c) runs when asked.
 # the JSON reports, plot and log end up in $OUT/steps-reports.tar.xz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,20 +39,13 @@ if [[ ${1:-} == --steps ]]; then
   echo "== and with the reference's FP8 activations on e4m3 tensor cores (--tensor-cores --fp8-activations)"
   timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
     --json "$out/steps-tc-fp8.json" "$@" 2>>"$out/bench.log" || status=1
-  for fold in 1 2 3; do
-    echo "== FP8 activations with the FP4 group scales folded into the codes (DEEPINFER_FP4_FOLD=$fold)"
-    DEEPINFER_FP4_FOLD=$fold timeout 200 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
-      --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-fold$fold.json" \
-      2>>"$out/bench.log" || status=1
-  done
-  echo "== FP8 activations with grouped_linear on warpgroup MMAs (DEEPINFER_WGMMA_GROUPED=1)"
-  DEEPINFER_WGMMA_GROUPED=1 timeout 200 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
-    --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-grouped.json" \
+  echo "== FP8 activations on the mma.sync kernels (DEEPINFER_WGMMA=0)"
+  DEEPINFER_WGMMA=0 timeout 200 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
+    --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-mma.json" \
     2>>"$out/bench.log" || status=1
   echo "== side by side (tools/compare_bench.py)"
   python3 tools/compare_bench.py simt="$out/steps.json" tensor-cores="$out/steps-tc.json" tc+fp8-act="$out/steps-tc-fp8.json" \
-    tc+fp8-fold1="$out/steps-tc-fp8-fold1.json" tc+fp8-fold2="$out/steps-tc-fp8-fold2.json" \
-    tc+fp8-fold3="$out/steps-tc-fp8-fold3.json" tc+fp8-grouped="$out/steps-tc-fp8-grouped.json" | tee "$out/steps-compare.txt" || status=1
+    tc+fp8-mma.sync="$out/steps-tc-fp8-mma.json" | tee "$out/steps-compare.txt" || status=1
   echo "== HF transformers on the same config (random BF16 weights)"
   timeout 200 python3 tools/bench_hf_steps.py bench/configs/v4-flash-3layer | tee "$out/steps-hf.json" || status=1
   # The device tool returns at most 8 files: the reports travel as one archive.

@@ -52,25 +52,14 @@ DEEPINFER_GEMV=register $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filte
 rc=$?
 echo "DEEPINFER_GEMV=register: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-register.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
-# The tests that run FP4 weights on warpgroup MMAs again with the group scales folded into the
-# e4m3 codes, in each mode (DEEPINFER_FP4_FOLD=1 / 2 / 3: 1 or 2 blocks per SM, pipelined;
-# src/kernels/cuda/linear_wgmma.cuh; off by default until measured).
-fold_filter='CudaLinearFp8.*:CudaExpertsLinearFp8.*:CudaExpertsLinear.*:OpsExpertsLinear.*:GpuModel.*Fp8TensorCores*'
-for fold in 1 2 3; do
-  DEEPINFER_FP4_FOLD=$fold $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$fold_filter"; else echo "$filter"; fi)" \
-    >"$out/gpu-tests-fp4-fold$fold.log" 2>&1
-  rc=$?
-  echo "DEEPINFER_FP4_FOLD=$fold: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-fp4-fold$fold.log" | head -3 | tr '\n' ' ')"
-  [[ $rc -eq 0 ]] || status=1
-done
-# GroupedLinear's split-BF16 products on warpgroup MMAs (DEEPINFER_WGMMA_GROUPED=1,
-# src/kernels/cuda/linear_wgmma_split.cuh; off by default until measured): the tensor-core kernel
-# tests and the model's tensor-core tests again.
-grouped_filter='CudaLinearMma.*:GpuModel.*TensorCores*:ReferenceGoldens/GpuGolden.TensorCore*:GpuEngine.TensorCore*'
-DEEPINFER_WGMMA_GROUPED=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$grouped_filter"; else echo "$filter"; fi)" \
-  >"$out/gpu-tests-grouped.log" 2>&1
+# The tests of the warpgroup-MMA paths again with DEEPINFER_WGMMA=0: the mma.sync kernels they
+# replace on sm_90a, which run on every other device (and without scratch) and must hold the same
+# contracts (src/kernels/cuda/linear_wgmma.cuh, linear_wgmma_split.cuh).
+mma_filter='CudaLinearFp8.*:CudaLinearMma.*:CudaExpertsLinearFp8.*:CudaExpertsLinear*:OpsExpertsLinear.*:GpuModel.*TensorCores*:ReferenceGoldens/GpuGolden.TensorCore*:GpuEngine.TensorCore*'
+DEEPINFER_WGMMA=0 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$mma_filter"; else echo "$filter"; fi)" \
+  >"$out/gpu-tests-mma-sync.log" 2>&1
 rc=$?
-echo "DEEPINFER_WGMMA_GROUPED=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-grouped.log" | head -3 | tr '\n' ' ')"
+echo "DEEPINFER_WGMMA=0: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-mma-sync.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
 if [[ $sanitize -eq 1 ]]; then
   export DEEPINFER_SANITIZER_SIZES=1  # the whole-model tests at sanitizer sizes (tests/gpu/gpu_test_util.h)

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # On the GPU machine, build/gpu-dist carried: a version's whole check in one device call. Runs
 #   1. scripts/gpu-run.sh: the gpu label, then its reruns under the switches (DEEPINFER_GEMV=register,
-#      DEEPINFER_FP4_FOLD=1/2/3, DEEPINFER_WGMMA_GROUPED=1);
+#      DEEPINFER_WGMMA=0);
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations and
 #      its switched columns, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations, the FP4 experts' also with DEEPINFER_FP4_FOLD=2 and =3, and
-#      grouped_linear's with DEEPINFER_WGMMA_GROUPED=1, unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
+#      with FP8 activations (dense, FP4 experts, grouped split-BF16), unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
 #      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
 #      since 2026-12-01 to keep it within one call.)
 # Prints their summaries, and leaves in $OUT one archive per step as it ends (session-run.tar.xz,
 # session-bench.tar.xz, session-profile.tar.xz: every log, JSON report and CSV; the device tool
 # returns at most 8 files, and what a killed call left under $OUT) and steps-compare.txt. Steps 1
-# and 2 take about 9 minutes since the switches' reruns and columns (2026-12-01 estimate), so in a
-# 600 s device call run it with --no-profile and profile in the next call (the profile step alone:
-# --only-profile). Exits non-zero when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
+# and 2 took 414 s on 2026-12-01 with four switch reruns and four bench columns that have since
+# gone (one of each is left), so the profile (up to 120 s) may fit the same 600 s call; where it
+# does not: --no-profile, then the profile alone in the next call (--only-profile). Exits non-zero when a step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
 # beside this on the second GPU of the 2xH200 kind (2026-12-01), their 22 host-bound processes
 # slowed these steps past a 440 s call and themselves past 360 s (docs/cuda-backend.md).
 #
@@ -48,16 +47,7 @@ if [[ $checks -eq 1 ]]; then
 fi
 if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
-  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel' 11 -- --no-decode \
-    --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
-  # The FP4 experts' GEMM once more with the group scales folded into the codes (version 8's 2
-  # blocks per SM and pipelined modes; mode 1's time is in the bench's table).
-  for fold in 2 3; do
-    DEEPINFER_FP4_FOLD=$fold OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-fold$fold 'ExpertsWgmmaKernel' 3 -- \
-      --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
-  done
-  # grouped_linear's split-BF16 products on warpgroup MMAs (version 9).
-  DEEPINFER_WGMMA_GROUPED=1 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-grouped 'SplitBf16GroupedKernel' 1 -- \
+  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel|SplitBf16GroupedKernel' 12 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   keep profile "$work"
 fi

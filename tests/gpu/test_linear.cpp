@@ -452,8 +452,8 @@ TEST(CudaLinearMma, GroupedShapes) {
 }
 
 // Grouped split-BF16 products give a row the same bits at every M, on whichever kernels run them
-// (the mma.sync ones, or with DEEPINFER_WGMMA_GROUPED=1 the warpgroup-MMA one: R % 128 == 0,
-// K % 64 == 0 here).
+// (the warpgroup-MMA one on an sm_90a device: R % 128 == 0, K % 64 == 0 here; else, or with
+// DEEPINFER_WGMMA=0, the mma.sync ones).
 TEST(CudaLinearMma, GroupedBatchInvariant) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -647,9 +647,8 @@ TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
 }
 
 // FP4 weights whose group scales within a 128-column chunk span 12 binades (2^0 on two groups,
-// 2^-12 on the other two, which two varying by chunk). With DEEPINFER_FP4_FOLD=1
-// (scripts/gpu-run.sh runs this suite again so) every chunk takes two passes of folded codes
-// (linear_wgmma.cuh, FoldPass); otherwise its k32 steps. (1) Exact: even rows hold nonzero values
+// 2^-12 on the other two, which two varying by chunk). On warpgroup MMAs every chunk takes two
+// passes of folded codes (linear_wgmma.cuh, FoldPass). (1) Exact: even rows hold nonzero values
 // in the 2^0 groups only, odd rows in the 2^-12 groups only, so every partial sum is exact on
 // either path and equals the CPU's; (2) random values and scales over 18 binades (up to three
 // passes): within the order bound of the CPU, and a row alone gives the batch's bits.

@@ -178,8 +178,13 @@ void ExpectMatchesGolden(const std::string& name, const LoadOptions& options, in
   for (int st : differing_steps) std::printf("  differing step %d (margin %.4f)\n", st, g.step_margins[st]);
 }
 
-int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps) {
-  const int64_t vocab = model.config().vocab_size, block = 128, static_context = 512;
+int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps, int64_t static_context) {
+  const int64_t vocab = model.config().vocab_size, block = 128;
+  // The longest sequence ends at 130 + decode_steps + 2 positions.
+  if (static_context < 130 + decode_steps + 2) {
+    ADD_FAILURE() << "static_context " << static_context << " is shorter than the sequences";
+    return 0;
+  }
   constexpr int kSeqs = 5;
   const int64_t lengths[kSeqs] = {1, 3, 4, 127, 130};
   // Sequence i: slot i, blocks {1 + 3i, 2 + 3i, 3 + 3i}; the padding sequence: slot 5, block 16.

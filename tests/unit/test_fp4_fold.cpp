@@ -1,5 +1,5 @@
 // The arithmetic of the folded FP4 codes (kernels/cpu/fp4_fold.h), which the CUDA warpgroup-MMA
-// kernels run under DEEPINFER_FP4_FOLD=1 or 2: every pass's codes times 2^top give back each weight
+// kernels run for FP4 weights: every pass's codes times 2^top give back each weight
 // exactly, and the passes of a chunk take every group exactly once, whatever its four exponents.
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // FP4 (e2m1) weights with e8m0 group scales turned into e4m3 codes with the group scales folded
-// in: the arithmetic the CUDA warpgroup-MMA kernels use under DEEPINFER_FP4_FOLD=1
-// (kernels/cuda/linear_wgmma.cuh, "FP4 with the group scales folded into the codes"), kept here
+// in: the arithmetic the CUDA warpgroup-MMA kernels use for FP4 weights
+// (kernels/cuda/linear_wgmma.cuh, "FP4: the group scales folded into the codes"), kept here
 // without CUDA so that the CPU tests check it exhaustively (tests/unit/test_fp4_fold.cpp).
 //
 // An e2m1 magnitude m (0, 0.5, 1, 1.5, 2, 3, 4, 6) times 2^-d is an e4m3 value exactly for

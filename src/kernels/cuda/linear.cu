@@ -1126,8 +1126,8 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
 // once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
 // One launch walks the five lists as one: the tiled list (17-64 rows) first, then GEMV kinds 3..0.
-template <Kind K, int kFold = wgmma::kNoFold>
-__global__ void __launch_bounds__(wgmma::kThreads, kFold == wgmma::kFoldTwoBlocks ? 2 : 1)
+template <Kind K>
+__global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -1152,7 +1152,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, kFold == wgmma::kFoldTwoBlock
       if (tile == nullptr) index -= count;
     }
     const ExpertTile t = *tile;
-    wgmma::WgmmaBlock<K, kFold>(TileParams<K>(ep, t), a, static_cast<int64_t>(c.block) * wgmma::kBlockRows, t.row0,
+    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, static_cast<int64_t>(c.block) * wgmma::kBlockRows, t.row0,
                                 0, 0, chunks, smem);
   }
 #endif
@@ -1368,35 +1368,20 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   return l;
 }
 
-// Calls launch(std::integral_constant<int, kFold>{}) with the wgmma path's fold mode for a K
-// weight (wgmma::Fp4FoldOf for FP4, else kNoFold).
-template <Kind K, class Launch>
-void WithFoldMode(bool scale_f32, const Launch& launch) {
-  if constexpr (K == Kind::kFp4) {
-    switch (wgmma::Fp4FoldOf(scale_f32)) {
-      case wgmma::kFoldOneBlock: return launch(std::integral_constant<int, wgmma::kFoldOneBlock>{});
-      case wgmma::kFoldTwoBlocks: return launch(std::integral_constant<int, wgmma::kFoldTwoBlocks>{});
-      case wgmma::kFoldPipelined: return launch(std::integral_constant<int, wgmma::kFoldPipelined>{});
-      case wgmma::kNoFold: break;
-    }
-  }
-  launch(std::integral_constant<int, wgmma::kNoFold>{});
-}
-
 // Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM (and the
 // slices' sum where the layout splits K).
-template <Kind K, int kFold>
+template <Kind K>
 void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t stream) {
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
   const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
   float* partials =
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
-  constexpr int kSmem = wgmma::SmemLayout<K, kFold>::kBytes;
-  AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, kFold>>(layout.device, kSmem);
+  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
+  AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens),
                   static_cast<unsigned>(layout.slices));
-  wgmma::WgmmaLinearKernel<K, kFold><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+  wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
   if (layout.slices > 1) {
     const int64_t blocks = std::min<int64_t>(CeilDiv(p.m * p.n, 256), int64_t{layout.sms} * 8);
@@ -1425,7 +1410,7 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     const Path path = PathFor(math, K, p.scale_f32, p.k);
     if constexpr (K == Kind::kFp8) {
-      // Grouped split-BF16 products on warpgroup MMAs, at every M (DEEPINFER_WGMMA_GROUPED=1).
+      // Grouped split-BF16 products on warpgroup MMAs, at every M (sm_90a).
       if (path == Path::kSplitBf16 && wgmma_split::Usable(p, K, groups)) return LaunchSplitGrouped(p, groups, stream);
     }
     if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
@@ -1434,7 +1419,7 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
       if (path == Path::kFp8) {
         const WgmmaLinearLayout layout = MakeWgmmaLinearLayout(p.m, p.n, p.k);
         if (wgmma::Usable(p, K, groups, layout.bytes)) {
-          return WithFoldMode<K>(p.scale_f32, [&](auto fold) { LaunchWgmma<K, decltype(fold)::value>(p, layout, stream); });
+          return LaunchWgmma<K>(p, layout, stream);
         }
       }
     }
@@ -1597,22 +1582,22 @@ int64_t RowsBound(const ExpertsLaunch& l) { return l.params.base.m; }
 
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
 // scratch, then one block per (tile, 128 outputs), walked like LaunchList's items.
-template <Kind K, int kFold>
+template <Kind K>
 void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   if (l.capacity.total == 0) return;
   const Params& b = l.params.base;
   const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
                                                 l.codes, l.stream);
-  constexpr int kSmem = wgmma::SmemLayout<K, kFold>::kBytes;
-  AllowDynamicSmem<ExpertsWgmmaKernel<K, kFold>>(l.device, kSmem);
+  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
+  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
   ExpertsParams ep = l.params;
   ep.count = nullptr;
   ep.tiles = nullptr;
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
-  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K, kFold>>(wgmma::kThreads, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
   const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsWgmmaKernel<K, kFold><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
+  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
 }
 
@@ -1622,9 +1607,9 @@ void LaunchExperts(const ExpertsLaunch& l) {
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     if (l.path != Path::kSimt) {
       if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
-        if (l.path == Path::kFp8 && wgmma::ExpertsUsable(K, l.params.base.k, l.codes, l.codes_bytes, RowsBound(l))) {
-          // Every tile, x quantized once.
-          return WithFoldMode<K>(l.params.base.scale_f32, [&](auto fold) { LaunchExpertsWgmma<K, decltype(fold)::value>(l); });
+        if (l.path == Path::kFp8 && wgmma::ExpertsUsable(K, l.params.base.scale_f32, l.params.base.k, l.codes,
+                                                         l.codes_bytes, RowsBound(l))) {
+          return LaunchExpertsWgmma<K>(l);  // every tile, x quantized once
         }
       }
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");
@@ -1668,11 +1653,13 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
 
 size_t ExpertsLinearCodesBytes(int64_t rows_bound, const DeviceWeight& layout, LinearMath math) {
   const bool quantized = layout.format == DeviceWeight::Format::kFp8 || layout.format == DeviceWeight::Format::kFp4;
+  const bool f32_scales = layout.scale_dtype == DType::kF32;
   const int64_t k = layout.in_features;
   // Only where LaunchExperts can take the wgmma path (every tile of the FP8-input path).
   if (math != LinearMath::kFp8Act || !quantized || rows_bound <= 0) return 0;
+  if (!wgmma::WeightUsable(KindOf(layout), f32_scales)) return 0;
   if (k <= 0 || k % wgmma::kChunk != 0 || !wgmma::DeviceHasWgmma()) return 0;
-  if (PathFor(math, KindOf(layout), layout.scale_dtype == DType::kF32, k) != Path::kFp8) return 0;
+  if (PathFor(math, KindOf(layout), f32_scales, k) != Path::kFp8) return 0;
   return wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k);
 }
 
@@ -1749,11 +1736,12 @@ bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
 
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   const bool quantized = w.format == DeviceWeight::Format::kFp8 || w.format == DeviceWeight::Format::kFp4;
-  if (math != LinearMath::kFp8Act || !quantized || m <= 0) return 0;
+  const bool f32_scales = w.scale_dtype == DType::kF32;
+  if (math != LinearMath::kFp8Act || !quantized || m <= 0 || !wgmma::WeightUsable(KindOf(w), f32_scales)) return 0;
   const int64_t k = w.in_features;
   // Only where LaunchKind takes the wgmma path (any M, any row alignment; one group).
   if (k <= 0 || k % wgmma::kChunk != 0 || w.out_features <= 0) return 0;
-  if (PathFor(math, KindOf(w), w.scale_dtype == DType::kF32, k) != Path::kFp8 || !wgmma::DeviceHasWgmma()) return 0;
+  if (PathFor(math, KindOf(w), f32_scales, k) != Path::kFp8 || !wgmma::DeviceHasWgmma()) return 0;
   return MakeWgmmaLinearLayout(m, w.out_features, k).bytes;
 }
 

@@ -68,10 +68,10 @@ struct DeviceWeight {
 //               tensor cores' accumulation inside one MMA may keep fewer than 24 bits. Other
 //               weights take kSplitBf16's choice. Order again fixed by K (linear_mma.cuh); past
 //               32 rows Linear stages 64 × 64 tiles in shared memory with the same bits. Given
-//               scratch on an sm_90a device, FP8 and FP4 weights instead take warpgroup MMAs at
-//               every M, x quantized once (linear_wgmma.cuh): the same order, other roundings;
-//               with DEEPINFER_FP4_FOLD=1 their FP4 weights (e8m0 scales) fold the group scales
-//               into the e4m3 codes and scale once per chunk (linear_wgmma.cuh, FoldPass).
+//               scratch on an sm_90a device, FP8 weights and FP4 weights with e8m0 scales
+//               instead take warpgroup MMAs at every M, x quantized once (linear_wgmma.cuh): FP8
+//               in the same order, other roundings; FP4 with the group scales folded into the
+//               e4m3 codes, scaled once per chunk (linear_wgmma.cuh, FoldPass).
 enum class LinearMath : uint8_t { kSimtF32, kSplitBf16, kFp8Act };
 
 // M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).
@@ -81,8 +81,8 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // stride ldx >= in_features; y: [m, out_features] f32 with row stride ldy >= out_features (the
 // columns past out_features are not written). m == 0 is a no-op. Asynchronous on `stream`.
 // scratch (DEVICE, 256-byte aligned, LinearScratchBytes(m, w, math) bytes; may be null): under
-// kFp8Act on an sm_90a device, where x is quantized once for the warpgroup-MMA path (FP8 / FP4
-// weights, in_features % 128 == 0, one group; any m). Its sums round differently
+// kFp8Act on an sm_90a device, where x is quantized once for the warpgroup-MMA path (FP8 weights,
+// FP4 weights with e8m0 scales, in_features % 128 == 0, one group; any m). Its sums round differently
 // from the mma.sync kernels that run without scratch (linear_wgmma.cuh), so a caller that needs a
 // row's bits independent of m passes scratch at every m, or at none.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
@@ -106,7 +106,7 @@ void CheckWeight(const DeviceWeight& w);
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32);
 // Whether GroupedLinear's kSplitBf16 products of `w` in `num_groups` groups (16-byte aligned x)
-// run on warpgroup MMAs: DEEPINFER_WGMMA_GROUPED=1, an sm_90a device, FP8 weights with e8m0 scales
+// run on warpgroup MMAs: an sm_90a device (DEEPINFER_WGMMA not 0), FP8 weights with e8m0 scales
 // in 16-byte aligned rows, R % 128 == 0, K % 64 == 0, more than one group.
 bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups);
 
@@ -140,8 +140,8 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // 64-row tiles, the others 32), queued before this one on `stream` (the MoE's w3 and w2 after its
 // w1): the first kernel is skipped.
 // codes (DEVICE, 256-byte aligned, ExpertsLinearCodesBytes bytes; may be null): under kFp8Act on an
-// sm_90a device, where x's rows are quantized once and every tile runs on warpgroup MMAs (FP8 / FP4
-// weights, in_features % 128 == 0): the bits of Linear with scratch on the expert's rows. Without
+// sm_90a device, where x's rows are quantized once and every tile runs on warpgroup MMAs (FP8
+// weights, FP4 weights with e8m0 scales, in_features % 128 == 0): the bits of Linear with scratch on the expert's rows. Without
 // codes the mma.sync kernels run: the bits of Linear without scratch.
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,

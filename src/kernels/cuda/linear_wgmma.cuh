@@ -12,18 +12,17 @@
 //      (wgmma m64n64k32: A = weight codes, B = x codes, both K-major in 128-byte swizzled shared
 //      memory), a 4-stage cp.async pipeline over 128-column chunks (each thread's copy addresses
 //      fixed per block; no per-unit tests where all 128 weight rows exist, 16-byte aligned). FP8
-//      weights land in shared memory as they are stored; FP4 nibbles are turned into e4m3 (exact)
-//      per chunk, and its four k32 steps alternate two accumulators, so one step's MMA runs while
-//      the step before it is scaled.
+//      weights land in shared memory as they are stored; FP4 nibbles (e8m0 group scales) are
+//      turned into e4m3 codes with the group scales folded in, per chunk, so that a chunk is one
+//      k32 chain as FP8's is.
 //      WgmmaLinearKernel runs it for Linear, linear.cu's ExpertsWgmmaKernel for every tile of
 //      ExpertsLinear (FP8 and FP4 weights).
 //   3. Linear at decode-sized M only: SumSlicesKernel (below).
 //
 // Order of every output (WgmmaBlock): FP8 weights: per chunk an accumulator from +0 takes the
-// chunk's four k32 steps in order, then part = fma(acc, w_scale·x_scale, part); FP4: each k32 step
-// from +0, chunk_sum = fma(acc, group scale, chunk_sum), then per chunk part = fma(chunk_sum,
-// x_scale, part); FP4 with DEEPINFER_FP4_FOLD=1 or 2 (kFold): per chunk and FoldPass, the four steps
-// chained over codes with the group scales folded in, then part = fma(acc, 2^top·x_scale, part).
+// chunk's four k32 steps in order, then part = fma(acc, w_scale·x_scale, part); FP4: per chunk and
+// FoldPass, the four steps chained over codes with the group scales folded in, then
+// part = fma(acc, 2^top·x_scale, part).
 // part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ...
 // in slice order. Every caller of the path (Linear at any M and slicing, every expert tile) runs
 // this one order, which is what keeps a row's bits independent of its batch.
@@ -39,8 +38,9 @@
 // at every M.
 //
 // Used for K % 128 == 0 on an sm_90a build on compute capability 9.0 with scratch
-// (LinearScratchBytes, ExpertsLinearCodesBytes); Linear also needs one group. Weight rows that
-// are not 16-byte aligned are read with byte loads.
+// (LinearScratchBytes, ExpertsLinearCodesBytes), FP8 weights (either scale dtype) and FP4 weights
+// with e8m0 scales (the checkpoints'; FP4 with f32 scales takes the mma.sync kernels at every M);
+// Linear also needs one group. Weight rows that are not 16-byte aligned are read with byte loads.
 #pragma once
 
 namespace wgmma {
@@ -50,7 +50,7 @@ constexpr int kRowsPerGroup = 64;                    // weight rows per warpgrou
 constexpr int kGroups = 2;                           // consumer warpgroups per block
 constexpr int kBlockRows = kRowsPerGroup * kGroups;  // 128: one FP8 scale block of rows
 constexpr int kTokens = 64;                          // tokens per block (wgmma's N)
-constexpr int kStages = 4;  // cp.async stages, but 3 for kFoldTwoBlocks (SmemLayout::kStages)
+constexpr int kStages = 4;  // cp.async stages
 constexpr int kThreads = 128 * kGroups;
 constexpr int kWStageBytes = kBlockRows * kChunk;  // 16 KiB
 constexpr int kXStageBytes = kTokens * kChunk;     // 8 KiB
@@ -143,39 +143,31 @@ struct GemmArgs {
   int64_t m_pad;
 };
 
-// How an FP4 weight's e8m0 group scales are applied (the kernels' kFold argument): kNoFold: per
-// k32 step in f32; folded into the codes (DEEPINFER_FP4_FOLD=1 / 2 / 3, "FP4 with the group
-// scales folded" below, the same bits in every mode) at 1 block per SM (the running total in
-// registers, 4 stages), at 2 blocks per SM within 128 registers (the total in shared memory,
-// 3 stages: 101 KiB per block), or pipelined at 1 block per SM: two converted tiles, chunk c + 1
-// converted while chunk c's MMAs run (WgmmaBlockFoldPipelined).
-enum FoldMode : int { kNoFold = 0, kFoldOneBlock = 1, kFoldTwoBlocks = 2, kFoldPipelined = 3 };
+// FP4 runs folded ("FP4: the group scales folded into the codes" below) at 1 block per SM with the running
+// total in registers: of the three layouts measured on the H200 (that one; 2 blocks per SM within
+// 128 registers; two converted tiles, pipelined) the fastest (docs/performance.md, version 8), and
+// faster than scaling each k32 step (version 6's kernel, removed with the other two).
 
 // Shared memory of one block. Per stage: the chunk's weight bytes as stored (FP8: the swizzled
 // e4m3 tile wgmma reads; FP4: the packed nibbles, 64 bytes per row), the x codes (swizzled) and
 // the 64 x scales. FP4 adds one swizzled e4m3 tile that the nibbles are turned into per chunk.
-template <Kind K, int kFold = kNoFold>
+template <Kind K>
 struct SmemLayout {
-  static constexpr int kStages = kFold == kFoldTwoBlocks ? 3 : wgmma::kStages;
+  static constexpr bool kFold = K == Kind::kFp4;
+  static constexpr int kStages = wgmma::kStages;
   static constexpr int kWBytes = K == Kind::kFp4 ? kBlockRows * kChunk / 2 : kBlockRows * kChunk;
   static constexpr int kX = kWBytes;  // 8 or 16 KiB: 1024-byte aligned
   static constexpr int kXs = kX + kXStageBytes;
   static constexpr int kStage = kXs + 1024;
   static constexpr int kConverted = kStages * kStage;
-  // FP4 but kFoldOneBlock: the running total over slices, 32 floats per thread ([element][thread]),
-  // where the block has no registers left for it (by k32 steps: 255 registers at 1 block per SM;
-  // kFoldTwoBlocks: 128).
-  static constexpr bool kTotalInSmem = K == Kind::kFp4 && (kFold == kNoFold || kFold == kFoldTwoBlocks);
-  static constexpr int kTiles = K != Kind::kFp4 ? 0 : kFold == kFoldPipelined ? 2 : 1;  // converted tiles
-  static constexpr int kTotal = kConverted + kTiles * kWStageBytes;
-  static constexpr int kTotalBytes = kTotalInSmem ? 32 * kThreads * 4 : 0;
-  // kFold only: the byte_perm tables of the shifts 0-8 (kFoldedTables), read with a lane-varying
+  static constexpr int kTiles = kFold ? 1 : 0;  // converted tiles
+  // FP4 only: the byte_perm tables of the shifts 0-8 (kFoldedTables), read with a lane-varying
   // index (constant memory would serialize it), then FoldRowInfo of the block's 128 rows for two
-  // chunks (slot (c - c_begin) % 2 holds chunk c's; kFoldPipelined: three, slot (c - c_begin) % 3).
-  static constexpr int kTables = kTotal + kTotalBytes;
-  static constexpr int kTablesBytes = kFold != kNoFold ? 128 : 0;
+  // chunks (slot (c - c_begin) % 2 holds chunk c's).
+  static constexpr int kTables = kConverted + kTiles * kWStageBytes;
+  static constexpr int kTablesBytes = kFold ? 128 : 0;
   static constexpr int kRowInfo = kTables + kTablesBytes;
-  static constexpr int kRowInfoSlots = kFold == kNoFold ? 0 : kFold == kFoldPipelined ? 3 : 2;
+  static constexpr int kRowInfoSlots = kFold ? 2 : 0;
   static constexpr int kRowInfoBytes = kRowInfoSlots * kBlockRows * 4;
   static constexpr int kBytes = kRowInfo + kRowInfoBytes + 1024;  // + base alignment
 };
@@ -229,7 +221,7 @@ struct StageCopies {
     whole_w = n0 + kBlockRows <= p.n && p.w_vec16;
     w = p.w + (whole_w ? n0 + w_row : 0) * p.w_row_bytes + w_unit * 16;
     w_pass_stride = kWRowsPerPass * p.w_row_bytes;
-    // FP8 rows land swizzled (wgmma reads them); FP4 rows plainly (ConvertFp4 reads them).
+    // FP8 rows land swizzled (wgmma reads them); FP4 rows plainly (ConvertFp4Folded reads them).
     w_dst = K == Kind::kFp4 ? w_row * kRowBytes + w_unit * 16 : SwizzledOffset(w_row, w_unit);
     x = a.codes + (t_codes + x_row) * p.k + x_unit * 16;
     x_pass_stride = kXRowsPerPass * p.k;
@@ -271,22 +263,7 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
   if (tid < tokens) CpAsyncOrZero<4>(stage + SmemLayout<K>::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
 }
 
-// FP4: the stage's nibbles (128 rows × 64 bytes) into the swizzled e4m3 tile, exactly
-// (E2m1x4ToE4m3x4). Unit u of a row: columns 16u .. 16u + 15.
-__device__ __forceinline__ void ConvertFp4(const uint8_t* raw, uint8_t* tile) {
-  constexpr int kUnits = kChunk / 16;
-#pragma unroll
-  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
-    const int id = static_cast<int>(threadIdx.x) + i * kThreads;
-    const int row = id / kUnits, unit = id % kUnits;
-    const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
-    const uint4 codes = make_uint4(mma::fp8::E2m1x4ToE4m3x4(v.x & 0xffffu), mma::fp8::E2m1x4ToE4m3x4(v.x >> 16),
-                                   mma::fp8::E2m1x4ToE4m3x4(v.y & 0xffffu), mma::fp8::E2m1x4ToE4m3x4(v.y >> 16));
-    *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
-  }
-}
-
-// ---- FP4 with the group scales folded into the codes (kFold) ----------------------------------
+// ---- FP4: the group scales folded into the codes ----------------------------------------------
 //
 // The arithmetic (exact shifts 0-8, passes) is kernels/cpu/fp4_fold.h's: per row, chunk and pass,
 // codes of the taken groups' values over 2^top, so the MMA needs one scale per row, 2^top.
@@ -332,8 +309,8 @@ __device__ __forceinline__ void StoreFoldedUnit(const uint8_t* raw, uint8_t* til
   *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
 }
 
-// Pass `pass` of ConvertFp4 with the group scales folded in (rows n0.. of the weight; rows past
-// p.n are zeros). Returns whether one of this thread's rows has groups left for a later pass.
+// Pass `pass` of chunk c: the stage's nibbles (`raw`) into folded e4m3 codes in `tile` (rows n0..
+// of the weight; rows past p.n are zeros). Returns whether one of this thread's rows has groups left for a later pass.
 __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t* raw, uint8_t* tile,
                                                  const uint32_t* tables, int64_t n0, int c, int pass) {
   constexpr int kUnits = kChunk / 16;
@@ -393,16 +370,6 @@ __device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_
   return more;
 }
 
-// The FP4 scales of weight row `row` (within the weight, < n) for the four 32-column groups of
-// chunk c, decoded to f32.
-__device__ __forceinline__ void Fp4Scales(const Params& p, int64_t row, int64_t c, float (&s)[4]) {
-  const int64_t si = row * p.scale_row_stride + 4 * c;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    s[j] = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si + j) : DecodeE8m0(__ldg(p.scale + si + j));
-  }
-}
-
 // part += acc · (row scale · x_scale), one fused multiply-add per element of the D fragment (rows
 // ra = 16·warp + g and rb = ra + 8 of the warpgroup's tile, tokens 8i + 2q and + 1): sa for ra
 // (elements 4i, 4i + 1), sb for rb. FP8 passes its block scale as both; a folded FP4 pass its
@@ -416,29 +383,6 @@ __device__ __forceinline__ void AddScaledRows(float (&part)[32], const float (&a
     part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x1), part[4 * i + 1]);
     part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], __fmul_rn(sb, x0), part[4 * i + 2]);
     part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], __fmul_rn(sb, x1), part[4 * i + 3]);
-  }
-}
-
-// FP4, k32 step kk of a chunk: chunk_sum += acc · group scale (rows ra: sa, rb: sb), fused; the
-// first step starts the sum (acc · scale).
-template <bool kFirst>
-__device__ __forceinline__ void FoldFp4Step(float (&chunk_sum)[32], const float (&acc)[32], float sa, float sb) {
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const float s = (i % 4) < 2 ? sa : sb;
-    chunk_sum[i] = kFirst ? __fmul_rn(acc[i], s) : __fmaf_rn(acc[i], s, chunk_sum[i]);
-  }
-}
-
-// FP4, end of a chunk: part += chunk_sum · x_scale (per token), fused.
-__device__ __forceinline__ void AddChunkFp4(float (&part)[32], const float (&chunk_sum)[32], const float* xs, int q) {
-#pragma unroll
-  for (int i = 0; i < kTokens / 8; ++i) {
-    const float x0 = xs[8 * i + 2 * q], x1 = xs[8 * i + 2 * q + 1];
-    part[4 * i + 0] = __fmaf_rn(chunk_sum[4 * i + 0], x0, part[4 * i + 0]);
-    part[4 * i + 1] = __fmaf_rn(chunk_sum[4 * i + 1], x1, part[4 * i + 1]);
-    part[4 * i + 2] = __fmaf_rn(chunk_sum[4 * i + 2], x0, part[4 * i + 2]);
-    part[4 * i + 3] = __fmaf_rn(chunk_sum[4 * i + 3], x1, part[4 * i + 3]);
   }
 }
 
@@ -484,35 +428,6 @@ __device__ __forceinline__ void ChunkChain(float (&acc)[32], uint32_t w_addr, ui
   ChunkChainWait(acc);
 }
 
-// FP4, one chunk's four k32 steps on two accumulators: step kk + 1 is issued before step kk's
-// result is folded (wgmma.wait_group 1), each step from +0 with accumulation (as mma.sync's C).
-__device__ __forceinline__ void Fp4ChunkSteps(float (&chunk_sum)[32], uint32_t w_addr, uint32_t x_addr,
-                                              const float (&sa)[4], const float (&sb)[4]) {
-  float acc0[32], acc1[32];
-  const auto issue = [&](float (&acc)[32], int kk) {
-    ZeroForWgmma(acc);
-    WgmmaFence();
-    MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
-    WgmmaCommit();
-  };
-  issue(acc0, 0);
-  issue(acc1, 1);
-  WgmmaWait<1>();
-  PinAll(acc0);
-  FoldFp4Step<true>(chunk_sum, acc0, sa[0], sb[0]);
-  issue(acc0, 2);
-  WgmmaWait<1>();
-  PinAll(acc1);
-  FoldFp4Step<false>(chunk_sum, acc1, sa[1], sb[1]);
-  issue(acc1, 3);
-  WgmmaWait<1>();
-  PinAll(acc0);
-  FoldFp4Step<false>(chunk_sum, acc0, sa[2], sb[2]);
-  WgmmaWait<0>();
-  PinAll(acc1);
-  FoldFp4Step<false>(chunk_sum, acc1, sa[3], sb[3]);
-}
-
 // A folded FP4 chunk's passes 1, 2, ... after pass 0's scaling, while `again` (the block's choice,
 // every thread or none: only where a row of the block spans more than 8 binades of group scale in
 // chunk c): each rewrites `tile` after a barrier, chains its MMAs and scales them into part (rows
@@ -548,117 +463,11 @@ __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, in
   }
 }
 
-// The slice boundary after chunk c (WgmmaBlock's order): total = part of the first slice, else
-// total += part; part restarts from +0.
-__device__ __forceinline__ void EndSliceIfLast(float (&part)[32], float (&total)[32], int c, int c_begin, int c_end) {
-  if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end) {
-    const bool first_slice = c < c_begin + mma::kSliceChunks;
-#pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
-      part[i] = 0.f;
-    }
-  }
-}
-
-// WgmmaBlock for folded FP4 weights, pipelined (kFoldPipelined): the same arguments, codes and
-// order (so the same bits as kFoldOneBlock), but the converted tile is double-buffered so that
-// chunk c + 1's conversion runs while chunk c's MMAs do. Per chunk c (i = c - c_begin):
-//   issue c's MMAs on tile i % 2 → wait for chunk c + 1's copies, barrier → convert c + 1 into
-//   tile (i + 1) % 2 → pack the row words of chunk c + 2 → wait for the MMAs, scale into part →
-//   c's later passes, if any → barrier (tile (i + 1) % 2 complete, every MMA of c done) → load
-//   chunk c + kStages into c's stage.
-// All kStages stages are filled up front; row words live in three slots (chunk c's is read by
-// its scaling in iteration i, c + 1's by the conversion, c + 2's is written).
-template <Kind K>
-__device__ __forceinline__ void WgmmaBlockFoldPipelined(const Params& p, const GemmArgs& a, int64_t n0,
-                                                        int64_t t_codes, int64_t t_y, int c_begin, int c_end,
-                                                        uint8_t* smem) {
-  static_assert(K == Kind::kFp4, "only FP4 folds its group scales");
-  using L = SmemLayout<K, kFoldPipelined>;
-  constexpr int kS = L::kStages;
-  static_assert(kS >= 3 && L::kTiles == 2 && L::kRowInfoSlots == 3 && !L::kTotalInSmem, "layout");
-  const int tid = threadIdx.x;
-  const int group = tid / 128;
-  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
-  const int q = lane % 4;
-  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));
-  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;  // and ra + 8
-  const int local_a = static_cast<int>(ra - n0);
-  const StageCopies<K> copies(p, a, n0, t_codes);
-  uint32_t* row_words = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // [3][kBlockRows]
-  uint32_t* tables = reinterpret_cast<uint32_t*>(smem + L::kTables);
-  // Read after the first barrier below; the caller's previous block ended with one.
-  if (tid < 18) tables[tid] = kFoldedTables[tid / 2][tid % 2];
-  if (tid < kBlockRows) {
-    if (c_begin < c_end) row_words[tid] = FoldRowInfo(p, n0 + tid, c_begin);
-    if (c_begin + 1 < c_end) row_words[kBlockRows + tid] = FoldRowInfo(p, n0 + tid, c_begin + 1);
-  }
-  const auto stage_of = [&](int i) { return smem + (i % kS) * L::kStage; };
-  const auto tile_of = [&](int i) { return smem + L::kConverted + (i % 2) * kWStageBytes; };
-  const auto words_of = [&](int i) { return row_words + (i % 3) * kBlockRows; };
-
-  float acc[32], part[32], total[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = part[i] = total[i] = 0.f;
-
-  // Chunks c_begin .. c_begin + kS - 1, one cp.async group each.
-#pragma unroll
-  for (int s = 0; s < kS; ++s) {
-    if (c_begin + s < c_end) LoadStage<K>(p, a, copies, stage_of(s), n0, t_codes, tokens, c_begin + s);
-    CpAsyncCommit();
-  }
-  CpAsyncWait<kS - 1>();  // chunk c_begin has landed (this thread's copies)
-  FenceProxyAsyncShared();
-  __syncthreads();  // everyone's copies, the tables and the first row words
-  bool more = false;
-  if (c_begin < c_end) more = ConvertFp4FoldedFirst(stage_of(0), tile_of(0), tables, words_of(0));
-  FenceProxyAsyncShared();
-  bool again = __syncthreads_or(more);  // tile 0 complete; `again`: chunk c_begin needs later passes
-
-  for (int c = c_begin; c < c_end; ++c) {
-    const int i = c - c_begin;
-    uint8_t* stage = stage_of(i);
-    const float* xs = reinterpret_cast<const float*>(stage + L::kXs);
-    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
-    uint8_t* tile = tile_of(i);
-    const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
-    ChunkChainIssue(acc, w_addr, x_addr);
-    bool more_next = false;
-    if (c + 1 < c_end) {  // the same for every thread
-      // Committed so far: kS + i groups; chunks up to c + 1 (group i + 1) must have landed.
-      CpAsyncWait<kS - 2>();
-      FenceProxyAsyncShared();
-      __syncthreads();  // everyone's copies of chunk c + 1
-      more_next = ConvertFp4FoldedFirst(stage_of(i + 1), tile_of(i + 1), tables, words_of(i + 1));
-    }
-    // Chunk c + 2's row words, into chunk c - 1's slot: its last reader (c - 1's scaling) came
-    // before the previous iteration's final barrier.
-    if (tid < kBlockRows && c + 2 < c_end) words_of(i + 2)[tid] = FoldRowInfo(p, n0 + tid, c + 2);
-    const uint32_t* words = words_of(i);
-    const float sa = FoldedRowScaleOf(words[local_a]), sb = FoldedRowScaleOf(words[local_a + 8]);
-    ChunkChainWait(acc);
-    AddScaledRows(part, acc, sa, sb, xs, q);
-    // Chunk c's later passes rewrite tile i % 2; tile (i + 1) % 2 keeps chunk c + 1's codes.
-    FoldedLaterPasses(p, stage, tile, tables, n0, c, w_addr, x_addr, xs, q, ra, again, acc, part);
-    EndSliceIfLast(part, total, c, c_begin, c_end);
-    FenceProxyAsyncShared();
-    again = __syncthreads_or(more_next);  // tile (i + 1) % 2 complete; every MMA of chunk c done
-    if (c + kS < c_end) LoadStage<K>(p, a, copies, stage, n0, t_codes, tokens, c + kS);
-    CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
-  }
-  CpAsyncWaitAll();
-  StoreBlockResult(p, ra, t_y, q, [&](int j) { return total[j]; });
-  __syncthreads();  // shared memory free for the caller's next block
-}
-
 // One block's 128 weight rows n0.. × 64 tokens over chunks [c_begin, c_end) (c_begin a multiple of
 // mma::kSliceChunks): x rows t_codes.. of the codes, y rows t_y.. of p.y (rows at or past p.m
 // and columns at or past p.n are not written). The order of every output:
 //   FP8 weights: per chunk one k32 chain from +0 (four steps), then part = fma(acc, w_scale·x_scale, part);
-//   FP4 weights: per k32 step acc from +0, chunk_sum = fma(acc, group scale, chunk_sum) (the first
-//     step: acc·scale), then per chunk part = fma(chunk_sum, x_scale, part);
-//   FP4 weights, kFold (e8m0 scales): per chunk and pass (FoldPass: one pass unless a row of the
+//   FP4 weights (e8m0 scales): per chunk and pass (FoldPass: one pass unless a row of the
 //     block spans more than 8 binades of group scale there), one k32 chain from +0 over the folded
 //     codes (ConvertFp4Folded), then part = fma(acc, 2^top(row, pass)·x_scale, part). A pass that
 //     takes nothing of a row adds +0 to its part (bits unchanged), so a row's bits depend on its
@@ -666,45 +475,29 @@ __device__ __forceinline__ void WgmmaBlockFoldPipelined(const Params& p, const G
 //   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
 // so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
 // and shared memory free after a barrier.
-template <Kind K, int kFold = kNoFold>
+template <Kind K>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                            int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
-  static_assert(kFold == kNoFold || K == Kind::kFp4, "only FP4 folds its group scales");
-  if constexpr (kFold == kFoldPipelined) {
-    WgmmaBlockFoldPipelined<K>(p, a, n0, t_codes, t_y, c_begin, c_end, smem);
-    return;
-  }
-  using L = SmemLayout<K, kFold>;
+  static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 or FP4 weights");
+  using L = SmemLayout<K>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;  // the D fragment's row group and column pair
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
-  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g, rb = ra + 8;  // this thread's weight rows
+  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g;  // this thread's weight rows: ra, ra + 8
   const StageCopies<K> copies(p, a, n0, t_codes);
-  uint32_t* row_infos = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // kFold: [2][kBlockRows]
-  if constexpr (kFold != kNoFold) {
+  uint32_t* row_infos = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // FP4: [2][kBlockRows]
+  if constexpr (K == Kind::kFp4) {
     // Read after the chunk loop's first barrier; the caller's previous block ended with one.
     if (tid < 18) reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
     if (tid < kBlockRows && c_begin < c_end) row_infos[tid] = FoldRowInfo(p, n0 + tid, c_begin);
   }
 
-  // The total over slices: in registers for FP8 and kFoldOneBlock, else in shared memory
-  // ([element][thread]).
-  constexpr bool kTotalInSmem = L::kTotalInSmem;
-  constexpr bool kChunkAcc = K == Kind::kFp8 || kFold != kNoFold;  // one k32 chain per chunk in `acc`
-  float acc[kChunkAcc ? 32 : 1], part[32], total[kTotalInSmem ? 1 : 32];
-  float* total_smem = reinterpret_cast<float*>(smem + L::kTotal) + tid;
+  // acc: one chunk's k32 chain; part: the current 512-column slice; total: over slices.
+  float acc[32], part[32], total[32];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) part[i] = 0.f;
-  if constexpr (kChunkAcc) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) acc[i] = 0.f;
-  }
-  if constexpr (!kTotalInSmem) {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) total[i] = 0.f;
-  }
+  for (int i = 0; i < 32; ++i) acc[i] = part[i] = total[i] = 0.f;
 
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
@@ -732,7 +525,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
       AddScaledRows(part, acc, sw, sw, xs, q);
-    } else if constexpr (kFold != kNoFold) {
+    } else {  // FP4, e8m0 scales folded into the codes
       uint8_t* tile = smem + L::kConverted;
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
       const uint32_t* tables = reinterpret_cast<const uint32_t*>(smem + L::kTables);
@@ -751,43 +544,18 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       ChunkChainWait(acc);
       AddScaledRows(part, acc, sa, sb, xs, q);
       FoldedLaterPasses(p, stage, tile, tables, n0, c, w_addr, x_addr, xs, q, ra, again, acc, part);
-    } else {
-      float sa[4] = {1.f, 1.f, 1.f, 1.f}, sb[4] = {1.f, 1.f, 1.f, 1.f};
-      if (ra < p.n) Fp4Scales(p, ra, c, sa);
-      if (rb < p.n) Fp4Scales(p, rb, c, sb);
-      uint8_t* tile = smem + L::kConverted;
-      ConvertFp4(stage, tile);
-      FenceProxyAsyncShared();
-      __syncthreads();  // the converted tile is complete
-      const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
-      float chunk_sum[32];
-      Fp4ChunkSteps(chunk_sum, w_addr, x_addr, sa, sb);
-      AddChunkFp4(part, chunk_sum, xs, q);
-      // The next chunk's conversion comes after the loop's next barrier, which every thread reaches
-      // only after its own MMAs on this tile have completed.
     }
     if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end) {
       const bool first_slice = c < c_begin + mma::kSliceChunks;
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
-        if constexpr (kTotalInSmem) {
-          float& t = total_smem[i * kThreads];
-          t = first_slice ? part[i] : __fadd_rn(t, part[i]);
-        } else {
-          total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
-        }
+        total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
         part[i] = 0.f;
       }
     }
   }
   CpAsyncWaitAll();
-  StoreBlockResult(p, ra, t_y, q, [&](int j) {
-    if constexpr (kTotalInSmem) {
-      return total_smem[j * kThreads];
-    } else {
-      return total[j];
-    }
-  });
+  StoreBlockResult(p, ra, t_y, q, [&](int j) { return total[j]; });
   __syncthreads();  // shared memory free for the caller's next block
 }
 
@@ -799,8 +567,8 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 // dynamic shared memory. slices == 1: each block takes all of K and stores y. Otherwise block z
 // takes 512-column slice z and stores its partial sum P_z at partials + z·m·n (row stride n), and
 // SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
-template <Kind K, int kFold = kNoFold>
-__global__ void __launch_bounds__(kThreads, K == Kind::kFp8 || kFold == kFoldTwoBlocks ? 2 : 1)
+template <Kind K>
+__global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -809,13 +577,13 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 || kFold == kFoldTwo
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens, n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int chunks = static_cast<int>(p.k / kChunk);
   if (gridDim.z == 1) {
-    WgmmaBlock<K, kFold>(p, a, n0, t0, t0, 0, chunks, AlignedSmem(smem_raw));
+    WgmmaBlock<K>(p, a, n0, t0, t0, 0, chunks, AlignedSmem(smem_raw));
   } else {
     Params slice = p;
     slice.y = partials + static_cast<int64_t>(blockIdx.z) * p.m * p.n;
     slice.ldy = p.n;
     const int c0 = static_cast<int>(blockIdx.z) * mma::kSliceChunks;
-    WgmmaBlock<K, kFold>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
+    WgmmaBlock<K>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
   }
 #endif
 }
@@ -859,20 +627,6 @@ inline bool WgmmaTurnedOff() {
   return off;
 }
 
-// DEEPINFER_FP4_FOLD=1 / 2 / 3 in the environment: FP4 weights with e8m0 scales take the folded
-// chunks on this path (kFoldOneBlock / kFoldTwoBlocks / kFoldPipelined), in Linear and
-// ExpertsLinear alike. Off by default until measured on the H200 (docs/performance.md, versions 7
-// and 8). Read once.
-inline FoldMode Fp4FoldChosen() {
-  static const FoldMode mode = EnvIs("DEEPINFER_FP4_FOLD", "1")   ? kFoldOneBlock
-                               : EnvIs("DEEPINFER_FP4_FOLD", "2") ? kFoldTwoBlocks
-                               : EnvIs("DEEPINFER_FP4_FOLD", "3") ? kFoldPipelined
-                                                                  : kNoFold;
-  return mode;
-}
-// For an FP4 weight on this path: how its scales apply (fold only e8m0 scales, when turned on).
-inline FoldMode Fp4FoldOf(bool scale_f32) { return scale_f32 ? kNoFold : Fp4FoldChosen(); }
-
 // Whether the current device runs this build's wgmma kernels: sm_90a code built
 // (DEEPINFER_HAS_SM90A), compute capability 9.0 (asked once per device), not turned off.
 inline bool DeviceHasWgmma() {
@@ -896,19 +650,25 @@ inline bool DeviceHasWgmma() {
   return (has.load() & bit) != 0;
 }
 
-// ExpertsLinear's FP8-input tiles: FP8 or FP4 weights (any row alignment), K % 128 == 0, codes
-// scratch for ExpertsPaddedRows(rows_bound) rows, 256-byte aligned.
-inline bool ExpertsUsable(Kind kind, int64_t k, const void* codes, size_t codes_bytes, int64_t rows_bound) {
-  return (kind == Kind::kFp8 || kind == Kind::kFp4) && k > 0 && k % kChunk == 0 && codes != nullptr &&
+// The weights this path takes: FP8 (either scale dtype) and FP4 with e8m0 scales.
+inline bool WeightUsable(Kind kind, bool scale_f32) {
+  return kind == Kind::kFp8 || (kind == Kind::kFp4 && !scale_f32);
+}
+
+// ExpertsLinear's FP8-input tiles: WeightUsable (any row alignment), K % 128 == 0, codes scratch
+// for ExpertsPaddedRows(rows_bound) rows, 256-byte aligned.
+inline bool ExpertsUsable(Kind kind, bool scale_f32, int64_t k, const void* codes, size_t codes_bytes,
+                          int64_t rows_bound) {
+  return WeightUsable(kind, scale_f32) && k > 0 && k % kChunk == 0 && codes != nullptr &&
          Aligned(codes, 0, 256) &&
          codes_bytes >= ScratchBytesForPaddedRows(ExpertsPaddedRows(rows_bound), k) && DeviceHasWgmma();
 }
 
-// Linear's FP8-input products on warpgroup MMAs: FP8 or FP4 weights (rows of any alignment, as the
+// Linear's FP8-input products on warpgroup MMAs: WeightUsable (rows of any alignment, as the
 // experts': byte loads where not 16-byte aligned), one group, K % 128 == 0, scratch of `needed`
 // bytes (WgmmaLinearLayout), 256-byte aligned. Any M.
 inline bool Usable(const Params& p, Kind kind, int64_t groups, size_t needed) {
-  return (kind == Kind::kFp8 || kind == Kind::kFp4) && groups == 1 && p.k > 0 && p.k % kChunk == 0 &&
+  return WeightUsable(kind, p.scale_f32) && groups == 1 && p.k > 0 && p.k % kChunk == 0 &&
          p.scratch != nullptr && Aligned(p.scratch, 0, 256) && p.scratch_bytes >= needed && DeviceHasWgmma();
 }
 

@@ -1,9 +1,10 @@
 // GroupedLinear's split-BF16 products (LinearMath::kSplitBf16) on Hopper's warpgroup MMAs, for FP8
 // weights with e8m0 block scales (the output projection's wo_a). Included by linear.cu after
 // linear_mma.cuh (SplitPair, PackBf16) and linear_wgmma.cuh (descriptors, fences, copies,
-// StoreBlockResult). Taken only with DEEPINFER_WGMMA_GROUPED=1 until measured on the H200
-// (docs/performance.md, "grouped_linear on warpgroup MMAs"); the rule depends on the weight and
-// the group count, never on M, so every batch size of a run takes the same path.
+// StoreBlockResult). Taken wherever Usable holds (docs/performance.md, version 9: 2.4× the
+// mma.sync kernels on an 8k prefill); the rule depends on the weight and the group count, never on
+// M, so every batch size of a run takes the same path. DEEPINFER_WGMMA=0 turns it off with the
+// other warpgroup-MMA paths.
 //
 // Numerics: linear_mma.cuh's. The weight times its power-of-two block scale is exact in BF16, x is
 // the exact sum of three BF16 parts (SplitPair: hi + mid + lo), so every product is exact and
@@ -181,17 +182,11 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
 #endif
 }
 
-// DEEPINFER_WGMMA_GROUPED=1 in the environment turns the path on (read once).
-inline bool TurnedOn() {
-  static const bool on = wgmma::EnvIs("DEEPINFER_WGMMA_GROUPED", "1");
-  return on;
-}
-
-// Whether GroupedLinear with `groups` groups of p.n rows takes this path: turned on, an sm_90a
-// device, FP8 weights with e8m0 scales in 16-byte aligned rows, n % 128 == 0, K % 64 == 0,
-// 16-byte aligned x rows, more than one group. Independent of M.
+// Whether GroupedLinear with `groups` groups of p.n rows takes this path: an sm_90a device (not
+// turned off by DEEPINFER_WGMMA=0), FP8 weights with e8m0 scales in 16-byte aligned rows,
+// n % 128 == 0, K % 64 == 0, 16-byte aligned x rows, more than one group. Independent of M.
 inline bool Usable(const Params& p, Kind kind, int64_t groups) {
-  return TurnedOn() && kind == Kind::kFp8 && groups > 1 && !p.scale_f32 && p.w_vec16 && p.x_vec && p.n > 0 &&
+  return kind == Kind::kFp8 && groups > 1 && !p.scale_f32 && p.w_vec16 && p.x_vec && p.n > 0 &&
          p.n % kBlockRows == 0 && p.k > 0 && p.k % kChunkCols == 0 && wgmma::DeviceHasWgmma();
 }
 
