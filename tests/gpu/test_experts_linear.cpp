@@ -34,18 +34,24 @@ constexpr uint32_t kSentinel = 0xffffffffu;  // bits of the memory nothing may w
 // has its own pointer and its own values, and every fifth one starts off the vector-load alignment.
 // `pad` stored elements follow each row. Expert e's data starts data_step·e (+1 for every fifth)
 // stored elements in, its scales scale_step·e.
+// e8m0_range: {lo, hi} draws e8m0 scales uniformly in [lo, hi] instead of the spec's usual range
+// ({0, 0}: the usual one).
 class ExpertPool {
  public:
   ExpertPool(const Spec& spec, int64_t experts, int64_t n, int64_t k, uint64_t seed, int64_t pad = 0,
-             int64_t data_step = 28, int64_t scale_step = 3)
+             int64_t data_step = 28, int64_t scale_step = 3, std::pair<uint8_t, uint8_t> e8m0_range = {0, 0})
       : spec_(spec), experts_(experts), n_(n), k_(k), data_step_(data_step), scale_step_(scale_step) {
     const WeightStorage storage = StorageFor(spec, n, k, pad);
     cols_ = storage.cols;
     scale_rows_ = storage.scale_rows;
     scale_cols_ = storage.scale_cols;
     data_ = RandomWeightData(spec, static_cast<size_t>(DataOffset(experts - 1) + n * cols_), seed);
-    scale_ = RandomWeightScales(spec, static_cast<size_t>(ScaleOffset(experts - 1) + scale_rows_ * scale_cols_),
-                                seed + 1);
+    const size_t scales = static_cast<size_t>(ScaleOffset(experts - 1) + scale_rows_ * scale_cols_);
+    if (e8m0_range.second > 0 && spec.scale_dtype == DType::kF8E8M0) {
+      scale_ = RandomE8m0(scales, seed + 1, e8m0_range.first, e8m0_range.second);
+    } else {
+      scale_ = RandomWeightScales(spec, scales, seed + 1);
+    }
     d_data_.emplace(data_);
     d_scale_.emplace(scale_);
     std::vector<cuda::DeviceWeight> table;
@@ -355,6 +361,19 @@ TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {
   const std::vector<int32_t> counts = RandomRouting(64, 6, 256, 4600);
   ExpertPool pool(kFp4, 256, 2048, 4096, 4601);
   CheckExperts(pool, counts, 64 * 6, 4096, 2048, 4602, {0, 37, 74});
+}
+
+// FP4 group scales over 18 binades: chunks whose rows need later passes of folded codes
+// (linear_wgmma.cuh, FoldPass), in tiles of every kind, equal Linear's bits per expert and stay
+// within the order bound of the CPU; with DEEPINFER_WGMMA_SPECIALIZED=1 (scripts/gpu-run.sh) the
+// same on the converting-warpgroup kernel, whose later passes are items of their own.
+TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
+  ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, 1024, 4800, 0, 28, 3, {110, 128});
+  CheckExperts(pool, counts, Offsets(counts).back() + 3, 1024, 200, 4801);
 }
 
 // The MoE's w3 and w2 reuse the tile lists w1 left in the scratch (plan_in_scratch): the same

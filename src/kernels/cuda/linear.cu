@@ -1123,22 +1123,14 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
   }
 }
 
-// FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
-// once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
-// One launch walks the five lists as one: the tiled list (17-64 rows) first, then GEMV kinds 3..0.
-template <Kind K>
-__global__ void __launch_bounds__(wgmma::kThreads, 1)
-    ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
-#else
-  CheckPlan(ep);
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+// Walks the five tile lists as one (the tiled list, 17-64 rows, first, then GEMV kinds 3..0) and
+// calls block(tile, 128-row block index) for this block's items.
+template <class Block>
+__device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
+                                                        const Block& block) {
   int32_t tiles = 0;
 #pragma unroll
   for (int kind = 0; kind < kTileKinds; ++kind) tiles += lists.counts[kind];
-  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
     // The counts are read again per tile (cached) rather than held: the FP4 kernel has no
     // registers to spare. Static indices only, so no stack frame.
@@ -1151,10 +1143,44 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
       if (tile == nullptr && index < count) tile = lists.tiles[kind] + index;
       if (tile == nullptr) index -= count;
     }
-    const ExpertTile t = *tile;
-    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, static_cast<int64_t>(c.block) * wgmma::kBlockRows, t.row0,
-                                0, 0, chunks, smem);
+    block(*tile, c.block);
   }
+}
+
+// FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
+// once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
+template <Kind K>
+__global__ void __launch_bounds__(wgmma::kThreads, 1)
+    ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  CheckPlan(ep);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int32_t block) {
+    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, static_cast<int64_t>(block) * wgmma::kBlockRows, t.row0, 0, 0,
+                         chunks, smem);
+  });
+#endif
+}
+
+// The same for FP4 weights with a converting warpgroup (wgmma::WgmmaBlockSpecialized, 384 threads;
+// DEEPINFER_WGMMA_SPECIALIZED=1): the same bits.
+__global__ void __launch_bounds__(wgmma::kSpecThreads, 1)
+    ExpertsWgmmaSpecializedKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  CheckPlan(ep);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int32_t block) {
+    wgmma::WgmmaBlockSpecialized(TileParams<Kind::kFp4>(ep, t), a, static_cast<int64_t>(block) * wgmma::kBlockRows,
+                                 t.row0, 0, 0, chunks, smem);
+  });
 #endif
 }
 
@@ -1588,13 +1614,25 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   const Params& b = l.params.base;
   const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
                                                 l.codes, l.stream);
-  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
   ExpertsParams ep = l.params;
   ep.count = nullptr;
   ep.tiles = nullptr;
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
+  if constexpr (K == Kind::kFp4) {
+    if (wgmma::SpecializedTurnedOn()) {
+      constexpr int kSmem = wgmma::SpecLayout::kBytes;
+      AllowDynamicSmem<ExpertsWgmmaSpecializedKernel>(l.device, kSmem);
+      const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaSpecializedKernel>(wgmma::kSpecThreads, kSmem);
+      const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+      ExpertsWgmmaSpecializedKernel<<<static_cast<unsigned>(grid), wgmma::kSpecThreads, kSmem, l.stream>>>(ep, l.lists,
+                                                                                                            a);
+      DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma, converting warpgroup");
+      return;
+    }
+  }
+  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
+  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
   const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
   const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);

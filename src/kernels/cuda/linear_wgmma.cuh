@@ -188,20 +188,21 @@ __device__ __forceinline__ void Copy16(uint8_t* dst, const uint8_t* src, bool va
   }
 }
 
-// The stage copies of one block, fixed for the block. Thread tid copies, per chunk, the 16-byte
-// units of weight rows tid / kWUnits + i·kWRowsPerPass (unit tid % kWUnits) and of token rows
-// tid / kXUnits + i·kXRowsPerPass (unit tid % kXUnits); every pass lands kPassBytes further into
-// the stage (the swizzle of a row depends on row % 8 only, and a pass moves a multiple of 8 rows).
-template <Kind K>
+// The stage copies of one block, fixed for the block, made by its threads 0..kN-1. Thread tid
+// copies, per chunk, the 16-byte units of weight rows tid / kWUnits + i·kWRowsPerPass (unit
+// tid % kWUnits) and of token rows tid / kXUnits + i·kXRowsPerPass (unit tid % kXUnits); every
+// pass lands kPassBytes further into the stage (the swizzle of a row depends on row % 8 only, and
+// a pass moves a multiple of 8 rows).
+template <Kind K, int kN = kThreads>
 struct StageCopies {
   static constexpr int kRowBytes = SmemLayout<K>::kWBytes / kBlockRows;  // 128 (FP8) or 64 (FP4)
   static constexpr int kWUnits = kRowBytes / 16;
-  static constexpr int kWRowsPerPass = kThreads / kWUnits;
+  static constexpr int kWRowsPerPass = kN / kWUnits;
   static constexpr int kWPasses = kBlockRows / kWRowsPerPass;
   static constexpr int kXUnits = kChunk / 16;
-  static constexpr int kXRowsPerPass = kThreads / kXUnits;
+  static constexpr int kXRowsPerPass = kN / kXUnits;
   static constexpr int kXPasses = kTokens / kXRowsPerPass;
-  static constexpr int kPassBytes = 4096;
+  static constexpr int kPassBytes = 16 * kN;
   static_assert(kWRowsPerPass * kRowBytes == kPassBytes && kXRowsPerPass * kChunk == kPassBytes, "pass stride");
   static_assert(kWRowsPerPass % 8 == 0 && kXRowsPerPass % 8 == 0, "a pass keeps the swizzle phase");
 
@@ -234,10 +235,10 @@ struct StageCopies {
 // commits the group). Token rows from `tokens` on are left as they were: their columns of the
 // product are never stored (wgmma keeps the columns apart), so a 1-row expert tile reads 1 row.
 // A block whose 128 rows all exist, 16-byte aligned, copies without a test per unit.
-template <Kind K>
-__device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, const StageCopies<K>& cp,
+template <Kind K, int kN = kThreads>
+__device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, const StageCopies<K, kN>& cp,
                                           uint8_t* stage, int64_t n0, int64_t t_codes, int tokens, int c) {
-  using S = StageCopies<K>;
+  using S = StageCopies<K, kN>;
   const int tid = threadIdx.x;
   if (cp.whole_w) {
     const uint8_t* src = cp.w + c * S::kRowBytes;
@@ -246,7 +247,7 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
   } else {
 #pragma unroll
     for (int i = 0; i < S::kWPasses; ++i) {
-      const int id = tid + i * kThreads;
+      const int id = tid + i * kN;
       const int row = id / S::kWUnits, unit = id % S::kWUnits;
       const bool valid = n0 + row < p.n;
       const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * S::kRowBytes + unit * 16;
@@ -310,15 +311,17 @@ __device__ __forceinline__ void StoreFoldedUnit(const uint8_t* raw, uint8_t* til
 }
 
 // Pass `pass` of chunk c: the stage's nibbles (`raw`) into folded e4m3 codes in `tile` (rows n0..
-// of the weight; rows past p.n are zeros). Returns whether one of this thread's rows has groups left for a later pass.
+// of the weight; rows past p.n are zeros), by the block's threads 0..kN-1. Returns whether one of
+// this thread's rows has groups left for a later pass.
+template <int kN = kThreads>
 __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t* raw, uint8_t* tile,
                                                  const uint32_t* tables, int64_t n0, int c, int pass) {
   constexpr int kUnits = kChunk / 16;
   const int unit = static_cast<int>(threadIdx.x) % kUnits, group = unit / 2;  // 16 columns: half a group
   bool more = false;
 #pragma unroll
-  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
-    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kThreads / kUnits);
+  for (int i = 0; i < kBlockRows * kUnits / kN; ++i) {
+    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kN / kUnits);
     uint32_t lo = 0u, hi = 0u;
     bool taken = true;  // rows past p.n hold zero nibbles: any table gives zeros
     if (n0 + row < p.n) {
@@ -352,15 +355,17 @@ __device__ __forceinline__ float FoldedRowScaleOf(uint32_t info) {
 }
 
 // Pass 0 of ConvertFp4Folded from the rows' FoldRowInfo (`info`: the block's 128 rows): the same
-// codes. Returns whether one of this thread's rows has groups left for a later pass.
+// codes, by the block's threads 0..kN-1. Returns whether one of this thread's rows has groups left
+// for a later pass.
+template <int kN = kThreads>
 __device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_t* tile, const uint32_t* tables,
                                                       const uint32_t* info) {
   constexpr int kUnits = kChunk / 16;
   const int unit = static_cast<int>(threadIdx.x) % kUnits, group = unit / 2;  // 16 columns: half a group
   bool more = false;
 #pragma unroll
-  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
-    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kThreads / kUnits);
+  for (int i = 0; i < kBlockRows * kUnits / kN; ++i) {
+    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kN / kUnits);
     const uint32_t r = info[row];
     more = more || cpu::FoldWordMore(r);
     const uint32_t shift = cpu::FoldWordShift(r, group);
@@ -559,6 +564,204 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
   __syncthreads();  // shared memory free for the caller's next block
 }
 
+// ---- FP4 with a converting warpgroup (DEEPINFER_WGMMA_SPECIALIZED=1) -------------------------
+//
+// WgmmaBlock<kFp4> converts each chunk's nibbles with all 256 threads between two barriers, so the
+// tensor cores wait for every conversion (docs/performance.md, versions 6-8). Here a block has
+// three warpgroups: warpgroup 0 (the producer) copies the stages and converts every chunk into one
+// of kSpecTiles converted tiles, warpgroups 1 and 2 (the consumers, 64 weight rows each) run the
+// MMAs and the scaling, so chunk c + 1 is converted while chunk c's MMAs run. Same codes, same row
+// scales, same adds in the same order as WgmmaBlock<kFp4>: the same bits.
+//
+// The producer and the consumers meet at named barriers (bar.arrive by one side, bar.sync by the
+// other, kSpecThreads threads each):
+//   full[t]   the producer filled tile t (codes, row scales, header); the consumers wait on it;
+//   empty[t]  the consumers' MMAs and scaling of tile t are done; the producer waits before
+//             refilling it;
+//   stage[s]  the consumers are done with chunk c's stage s = c % kSpecStages (its x codes and x
+//             scales); the producer waits before loading chunk c + kSpecStages into it.
+// One item per (chunk, pass): the header says its chunk, whether another pass of the chunk
+// follows, and whether it is the block's last item. Every arrival is matched by a wait before the
+// block ends (the producer drains what its loop did not wait for), so the next block starts with
+// every barrier at rest.
+
+constexpr int kSpecThreads = 384;  // the producer warpgroup, then the two consumers
+constexpr int kSpecStages = 6;     // cp.async stages (chunks in flight)
+constexpr int kSpecTiles = 2;      // converted tiles (items in flight)
+constexpr int kBarFull = 1, kBarEmpty = kBarFull + kSpecTiles, kBarProducer = kBarEmpty + kSpecTiles,
+              kBarStage = kBarProducer + 1;
+static_assert(kBarStage + kSpecStages <= 16, "16 named barriers per block");
+
+struct SpecLayout {
+  using Base = SmemLayout<Kind::kFp4>;  // the stage: nibbles, x codes (kX), x scales (kXs)
+  static constexpr int kStage = Base::kStage;
+  static constexpr int kTiles = kSpecStages * kStage;  // 1024-byte aligned
+  static constexpr int kRowScales = kTiles + kSpecTiles * kWStageBytes;  // [tile][128] f32
+  static constexpr int kHeaders = kRowScales + kSpecTiles * kBlockRows * 4;
+  static constexpr int kTables = kHeaders + 16;
+  static constexpr int kRowWords = kTables + 128;  // pass 0's FoldRowInfo of the current chunk
+  static constexpr int kBytes = kRowWords + kBlockRows * 4 + 1024;  // + base alignment
+};
+static_assert(kSpecTiles * 4 <= 16, "headers");
+
+__device__ __forceinline__ void NamedBarrierSync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void NamedBarrierArrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+// bar.sync of `count` threads that returns whether `pred` held on any of them.
+__device__ __forceinline__ bool NamedBarrierOr(int id, int count, bool pred) {
+  int any = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred p, q;\n"
+      "setp.ne.s32 p, %1, 0;\n"
+      "bar.red.or.pred q, %2, %3, p;\n"
+      "selp.s32 %0, 1, 0, q;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(static_cast<int>(pred)), "r"(id), "r"(count)
+      : "memory");
+  return any != 0;
+}
+// cp.async.wait_group with a count known at run time (0 .. kSpecStages - 1).
+__device__ __forceinline__ void CpAsyncWaitUpTo(int pending) {
+  static_assert(kSpecStages == 6 && kSpecTiles < kSpecStages, "one case per count");
+  switch (pending) {
+    case 0: CpAsyncWait<0>(); break;
+    case 1: CpAsyncWait<1>(); break;
+    case 2: CpAsyncWait<2>(); break;
+    case 3: CpAsyncWait<3>(); break;
+    case 4: CpAsyncWait<4>(); break;
+    default: CpAsyncWait<5>(); break;
+  }
+}
+
+constexpr uint32_t kHeaderMore = 1u << 30, kHeaderLast = 1u << 31;
+
+// The producer's part of WgmmaBlockSpecialized (threads 0..127).
+__device__ __forceinline__ void SpecProducer(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
+                                             int tokens, int c_begin, int c_end, uint8_t* smem) {
+  using L = SpecLayout;
+  constexpr int kN = 128, kS = kSpecStages, kT = kSpecTiles;
+  const int tid = threadIdx.x;
+  const StageCopies<Kind::kFp4, kN> copies(p, a, n0, t_codes);
+  uint32_t* tables = reinterpret_cast<uint32_t*>(smem + L::kTables);
+  uint32_t* words = reinterpret_cast<uint32_t*>(smem + L::kRowWords);
+  float* row_scales = reinterpret_cast<float*>(smem + L::kRowScales);
+  uint32_t* headers = reinterpret_cast<uint32_t*>(smem + L::kHeaders);
+  const auto stage_of = [&](int c) { return smem + (c % kS) * L::kStage; };
+  // Read after the first producer barrier below; the previous block ended with __syncthreads.
+  if (tid < 18) tables[tid] = kFoldedTables[tid / 2][tid % 2];
+  int loaded = c_begin;  // chunks [c_begin, loaded) are queued, one cp.async group each
+  for (; loaded < c_end && loaded < c_begin + kS; ++loaded) {
+    LoadStage<Kind::kFp4, kN>(p, a, copies, stage_of(loaded), n0, t_codes, tokens, loaded);
+    CpAsyncCommit();
+  }
+  int item = 0;
+  // Starts item `item` in tile item % kT: waits until the consumers are done with the item it
+  // held. Returns the tile.
+  const auto begin_item = [&]() {
+    const int t = item % kT;
+    if (item >= kT) NamedBarrierSync(kBarEmpty + t, kSpecThreads);
+    return t;
+  };
+  // Publishes item `item` in tile t: the row scales and the header, then full[t].
+  const auto end_item = [&](int t, int c, bool again) {
+    if (tid == 0) headers[t] = static_cast<uint32_t>(c) | (again ? kHeaderMore : 0u) | (!again && c + 1 == c_end ? kHeaderLast : 0u);
+    FenceProxyAsyncShared();  // the converted codes, for the consumers' MMAs
+    NamedBarrierArrive(kBarFull + t, kSpecThreads);
+    ++item;
+  };
+  for (int c = c_begin; c < c_end; ++c) {
+    int t = begin_item();
+    // Chunk c - kT's stage takes chunk c - kT + kS: the consumers are done with chunk c - kT by
+    // now or soon (at most kT items are in flight, and each chunk has one or more).
+    const int r = c - kT;
+    if (r >= c_begin && r + kS < c_end) {
+      NamedBarrierSync(kBarStage + r % kS, kSpecThreads);
+      LoadStage<Kind::kFp4, kN>(p, a, copies, stage_of(r + kS), n0, t_codes, tokens, r + kS);
+      CpAsyncCommit();
+      loaded = r + kS + 1;
+    }
+    words[tid] = FoldRowInfo(p, n0 + tid, c);
+    CpAsyncWaitUpTo(loaded - 1 - c);  // chunk c's group has landed (this thread's copies)
+    FenceProxyAsyncShared();
+    NamedBarrierSync(kBarProducer, kN);  // every producer thread's copies of chunk c, the row words
+    uint8_t* stage = stage_of(c);
+    uint8_t* tile = smem + L::kTiles + t * kWStageBytes;
+    bool more = ConvertFp4FoldedFirst<kN>(stage, tile, tables, words);
+    row_scales[t * kBlockRows + tid] = FoldedRowScaleOf(words[tid]);
+    bool again = NamedBarrierOr(kBarProducer, kN, more);  // also: every read of `words` is done
+    end_item(t, c, again);
+    for (int pass = 1; again; ++pass) {  // rows spanning more than 8 binades of group scale in chunk c
+      t = begin_item();
+      tile = smem + L::kTiles + t * kWStageBytes;
+      more = ConvertFp4Folded<kN>(p, stage, tile, tables, n0, c, pass);
+      row_scales[t * kBlockRows + tid] = FoldedRowScale(p, n0 + tid, c, pass);
+      again = NamedBarrierOr(kBarProducer, kN, more);
+      end_item(t, c, again);
+    }
+  }
+  // Drain: the waits the loop did not make (the last items' empty[t], the last chunks' stage[s]).
+  for (int j = item > kT ? item - kT : 0; j < item; ++j) NamedBarrierSync(kBarEmpty + j % kT, kSpecThreads);
+  for (int r = c_end - kS > c_begin ? c_end - kS : c_begin; r < c_end; ++r) NamedBarrierSync(kBarStage + r % kS, kSpecThreads);
+  CpAsyncWaitAll();
+}
+
+// WgmmaBlock<kFp4> (the same arguments, order and bits) on kSpecThreads threads: warpgroup 0
+// converts, warpgroups 1 and 2 multiply (above). All threads call it; it leaves no copies in
+// flight and shared memory free after a barrier.
+__device__ __forceinline__ void WgmmaBlockSpecialized(const Params& p, const GemmArgs& a, int64_t n0,
+                                                      int64_t t_codes, int64_t t_y, int c_begin, int c_end,
+                                                      uint8_t* smem) {
+  using L = SpecLayout;
+  const int tid = threadIdx.x;
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
+  if (tid < 128) {
+    if (c_begin < c_end) SpecProducer(p, a, n0, t_codes, tokens, c_begin, c_end, smem);
+  } else {
+    const int group = tid / 128 - 1;  // consumer warpgroup: weight rows 64·group ..
+    const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+    const int g = lane / 4, q = lane % 4;
+    const int local_a = group * kRowsPerGroup + 16 * warp + g;  // this thread's rows: local_a, local_a + 8
+    const float* row_scales = reinterpret_cast<const float*>(smem + L::kRowScales);
+    const volatile uint32_t* headers = reinterpret_cast<const volatile uint32_t*>(smem + L::kHeaders);
+    float acc[32], part[32], total[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc[i] = part[i] = total[i] = 0.f;
+    for (int item = 0; c_begin < c_end; ++item) {
+      const int t = item % kSpecTiles;
+      NamedBarrierSync(kBarFull + t, kSpecThreads);
+      const uint32_t header = headers[t];
+      const int c = static_cast<int>(header & 0xffffu);
+      const bool again = (header & kHeaderMore) != 0, last = (header & kHeaderLast) != 0;
+      uint8_t* stage = smem + (c % kSpecStages) * L::kStage;
+      const float* xs = reinterpret_cast<const float*>(stage + SmemLayout<Kind::kFp4>::kXs);
+      const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + SmemLayout<Kind::kFp4>::kX));
+      const uint8_t* tile = smem + L::kTiles + t * kWStageBytes;
+      const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
+      ChunkChain(acc, w_addr, x_addr);
+      const float sa = row_scales[t * kBlockRows + local_a], sb = row_scales[t * kBlockRows + local_a + 8];
+      AddScaledRows(part, acc, sa, sb, xs, q);
+      if (!again) NamedBarrierArrive(kBarStage + c % kSpecStages, kSpecThreads);  // chunk c's x codes and scales read
+      NamedBarrierArrive(kBarEmpty + t, kSpecThreads);
+      if (!again && ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end)) {
+        const bool first_slice = c < c_begin + mma::kSliceChunks;
+#pragma unroll
+        for (int i = 0; i < 32; ++i) {
+          total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
+          part[i] = 0.f;
+        }
+      }
+      if (last) break;
+    }
+    StoreBlockResult(p, n0 + local_a, t_y, q, [&](int j) { return total[j]; });
+  }
+  __syncthreads();  // shared memory free for the caller's next block
+}
+
 __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
 }
@@ -625,6 +828,14 @@ inline bool EnvIs(const char* name, const char* value) {
 inline bool WgmmaTurnedOff() {
   static const bool off = EnvIs("DEEPINFER_WGMMA", "0");
   return off;
+}
+
+// DEEPINFER_WGMMA_SPECIALIZED=1 in the environment: ExpertsLinear's FP4 tiles run
+// WgmmaBlockSpecialized (a converting warpgroup; the same bits). Off by default until measured on
+// the H200 (docs/performance.md, version 10). Read once.
+inline bool SpecializedTurnedOn() {
+  static const bool on = EnvIs("DEEPINFER_WGMMA_SPECIALIZED", "1");
+  return on;
 }
 
 // Whether the current device runs this build's wgmma kernels: sm_90a code built
