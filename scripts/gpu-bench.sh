@@ -45,7 +45,7 @@ if [[ ${1:-} == --steps ]]; then
     --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-mma.json" \
     2>>"$out/bench.log" || status=1
   echo "== FP8 activations, the FP4 experts with a converting warpgroup (DEEPINFER_WGMMA_SPECIALIZED=1)"
-  DEEPINFER_WGMMA_SPECIALIZED=1 timeout 200 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
+  DEEPINFER_WGMMA_SPECIALIZED=1 timeout 90 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-spec.json" \
     2>>"$out/bench.log" || status=1
   echo "== side by side (tools/compare_bench.py)"

@@ -329,10 +329,12 @@ __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t*
       GroupExponents(p, n0 + row, c, e);
       const cpu::FoldPass f = cpu::FoldPassOf(e, pass);
       more = more || f.more;
-      taken = cpu::FoldPassTakes(f, e[group]);
+      // This unit's group exponent by selects (an index into e[] would put it in local memory).
+      const int eg = group == 0 ? e[0] : group == 1 ? e[1] : group == 2 ? e[2] : e[3];
+      taken = cpu::FoldPassTakes(f, eg);
       if (taken) {
-        lo = tables[2 * (f.top - e[group])];
-        hi = tables[2 * (f.top - e[group]) + 1];
+        lo = tables[2 * (f.top - eg)];
+        hi = tables[2 * (f.top - eg) + 1];
       }
     }
     StoreFoldedUnit(raw, tile, row, unit, taken, lo, hi);
@@ -634,7 +636,8 @@ __device__ __forceinline__ void CpAsyncWaitUpTo(int pending) {
     case 2: CpAsyncWait<2>(); break;
     case 3: CpAsyncWait<3>(); break;
     case 4: CpAsyncWait<4>(); break;
-    default: CpAsyncWait<5>(); break;
+    case 5: CpAsyncWait<5>(); break;
+    default: __trap();  // the producer's accounting is broken
   }
 }
 
@@ -686,8 +689,9 @@ __device__ __forceinline__ void SpecProducer(const Params& p, const GemmArgs& a,
       loaded = r + kS + 1;
     }
     words[tid] = FoldRowInfo(p, n0 + tid, c);
-    CpAsyncWaitUpTo(loaded - 1 - c);  // chunk c's group has landed (this thread's copies)
-    FenceProxyAsyncShared();
+    // Chunk c's group has landed (this thread's copies; the x codes reach the consumers' MMAs
+    // through end_item's proxy fence).
+    CpAsyncWaitUpTo(loaded - 1 - c);
     NamedBarrierSync(kBarProducer, kN);  // every producer thread's copies of chunk c, the row words
     uint8_t* stage = stage_of(c);
     uint8_t* tile = smem + L::kTiles + t * kWStageBytes;
@@ -727,7 +731,7 @@ __device__ __forceinline__ void WgmmaBlockSpecialized(const Params& p, const Gem
     const int g = lane / 4, q = lane % 4;
     const int local_a = group * kRowsPerGroup + 16 * warp + g;  // this thread's rows: local_a, local_a + 8
     const float* row_scales = reinterpret_cast<const float*>(smem + L::kRowScales);
-    const volatile uint32_t* headers = reinterpret_cast<const volatile uint32_t*>(smem + L::kHeaders);
+    const uint32_t* headers = reinterpret_cast<const uint32_t*>(smem + L::kHeaders);  // ordered by full[t]
     float acc[32], part[32], total[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) acc[i] = part[i] = total[i] = 0.f;
@@ -735,7 +739,7 @@ __device__ __forceinline__ void WgmmaBlockSpecialized(const Params& p, const Gem
       const int t = item % kSpecTiles;
       NamedBarrierSync(kBarFull + t, kSpecThreads);
       const uint32_t header = headers[t];
-      const int c = static_cast<int>(header & 0xffffu);
+      const int c = static_cast<int>(header & ~(kHeaderMore | kHeaderLast));
       const bool again = (header & kHeaderMore) != 0, last = (header & kHeaderLast) != 0;
       uint8_t* stage = smem + (c % kSpecStages) * L::kStage;
       const float* xs = reinterpret_cast<const float*>(stage + SmemLayout<Kind::kFp4>::kXs);
@@ -744,9 +748,9 @@ __device__ __forceinline__ void WgmmaBlockSpecialized(const Params& p, const Gem
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
       ChunkChain(acc, w_addr, x_addr);
       const float sa = row_scales[t * kBlockRows + local_a], sb = row_scales[t * kBlockRows + local_a + 8];
+      NamedBarrierArrive(kBarEmpty + t, kSpecThreads);  // tile t read (the MMAs are complete), its row scales too
       AddScaledRows(part, acc, sa, sb, xs, q);
       if (!again) NamedBarrierArrive(kBarStage + c % kSpecStages, kSpecThreads);  // chunk c's x codes and scales read
-      NamedBarrierArrive(kBarEmpty + t, kSpecThreads);
       if (!again && ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end)) {
         const bool first_slice = c < c_begin + mma::kSliceChunks;
 #pragma unroll
