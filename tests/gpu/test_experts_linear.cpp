@@ -341,7 +341,10 @@ TEST(CudaExpertsLinearFp8, WarpgroupMmaTiles) {
   const std::vector<int32_t> counts = {70, 130, 5, 64, 0, 200, 17, 33, 1};
   for (const Spec& spec : {kFp8E8m0, kFp8F32, kFp4}) {
     ExpertPool pool(spec, static_cast<int64_t>(counts.size()), 200, 1024, ++seed);
-    ASSERT_GT(cuda::ExpertsLinearCodesBytes(600, pool.Device(0), cuda::LinearMath::kFp8Act), 0u) << spec.name;
+    // Codes scratch exactly where the warpgroup MMAs run (else, e.g. DEEPINFER_WGMMA=0, the tiles
+    // below run mma.sync and are checked the same way).
+    const size_t codes_bytes = cuda::ExpertsLinearCodesBytes(600, pool.Device(0), cuda::LinearMath::kFp8Act);
+    ASSERT_EQ(codes_bytes > 0, cuda::Fp8ActOnWarpgroupMma()) << spec.name;
     CheckExperts(pool, counts, Offsets(counts).back(), 1024, 200, ++seed);
     CheckExperts(pool, counts, Offsets(counts).back() + 7, 1024 + 5, 203, ++seed);
   }
