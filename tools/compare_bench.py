@@ -13,10 +13,17 @@ import sys
 
 
 def load(arg):
+    """(name, report); a report that is missing or unreadable (a run that failed or was killed)
+    becomes an empty column, so the others are still compared."""
     name, _, path = arg.partition("=")
     if not path:
         name, path = arg, arg
-    return name, json.load(open(path))
+    try:
+        with open(path) as f:
+            return name, json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"{name}: no report ({e}); its column stays empty", file=sys.stderr)
+        return name, {}
 
 
 def cells(points, fmt, width):
