@@ -62,15 +62,15 @@ const TensorEntry* FindTensor(const SafetensorsFile& f, const std::string& name)
 // max_greedy_steps steps (all when negative).
 void ExpectMatchesGolden(const std::string& name, const LoadOptions& options, int64_t max_greedy_steps = -1);
 
-// The forward with ForwardBatch::static_max_context = static_context (>= 256) set gives the logits
-// of the forward without it, bit for bit, on `model` (which needs compressed layers): five
-// sequences are prefilled to
-// 1, 3, 4, 127 and 130 tokens on two states, then decoded in lockstep for `decode_steps` steps
-// (the first completes a ratio-4 and a ratio-128 block; with 4 or more every sequence's decode
-// completes a ratio-4 block) with and without static shapes, then one
-// mixed step (a 9-token chunk beside decodes), then a decode step padded with a sixth sequence at
-// position 0 on its own slot and block, whose logits are ignored. Adds a gtest failure per
-// mismatch and returns the number of steps compared (decode_steps + 3).
+// The forward with ForwardBatch::static_max_context = static_context set gives the logits of the
+// forward without it, bit for bit, on `model` (which needs compressed layers): five sequences are
+// prefilled to 1, 3, 4, 127 and 130 tokens on two states, then decoded in lockstep for
+// `decode_steps` steps (the first completes a ratio-4 and a ratio-128 block; with 4 or more every
+// sequence's decode completes a ratio-4 block) with and without static shapes, then one mixed
+// step (a 9-token chunk beside decodes), then a decode step padded with a sixth sequence at
+// position 0 on its own slot and block, whose logits are ignored. static_context must cover the
+// longest sequence (132 + decode_steps positions). Adds a gtest failure per mismatch and returns
+// the number of steps compared (decode_steps + 3).
 int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps = 9, int64_t static_context = 512);
 
 }  // namespace deepinfer::testing
