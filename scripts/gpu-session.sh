@@ -51,8 +51,9 @@ if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel|SplitBf16GroupedKernel' 12 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
-  # Version 10's FP4 experts kernel with a converting warpgroup.
-  DEEPINFER_WGMMA_SPECIALIZED=1 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-spec 'ExpertsWgmmaSpecializedKernel' 3 -- \
+  # Version 10's FP4 experts kernel with a converting warpgroup (under the switch the experts'
+  # ExpertsWgmmaKernel launches are all ExpertsWgmmaKernel<kFp4, true>).
+  DEEPINFER_WGMMA_SPECIALIZED=1 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-spec 'ExpertsWgmmaKernel' 3 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   keep profile "$work"
 fi
