@@ -31,6 +31,8 @@ struct StepsArgs {
   bool no_ceilings = false;
   bool tensor_cores = false;
   bool fp8_activations = false;
+  bool kv_fp8 = false;
+  bool indexer_fp4 = false;
   bool decode = true;
   bool prefill = true;
   std::vector<std::string> layer_mix{"0:2", "4:21", "128:20"};
@@ -105,6 +107,8 @@ void RunSteps(StepsArgs& a) {
   lo.device = DeviceId{DeviceType::kCuda, a.device_index};
   lo.numerics.tensor_core_linears = a.tensor_cores;
   lo.numerics.fp8_activations = a.fp8_activations;
+  lo.numerics.kv_fp8 = a.kv_fp8;
+  lo.numerics.indexer_fp4 = a.indexer_fp4;
   a.options.cuda_graphs = !a.no_graphs;
   a.options.profile = !a.no_profile;
   const bench::LayerMix mix = ParseMix(a.layer_mix);
@@ -128,7 +132,9 @@ void RunSteps(StepsArgs& a) {
                      {"layers", model.config().num_hidden_layers},
                      {"load_format", a.load_format},
                      {"tensor_core_linears", a.tensor_cores},
-                     {"fp8_activations", a.fp8_activations}};
+                     {"fp8_activations", a.fp8_activations},
+                     {"kv_fp8", a.kv_fp8},
+                     {"indexer_fp4", a.indexer_fp4}};
   report["layer_mix"] = nlohmann::json::object();
   for (const auto& [ratio, count] : mix) report["layer_mix"][std::to_string(ratio)] = count;
   if (a.decode) {
@@ -175,6 +181,10 @@ void AddStepBench(CLI::App* bench) {
   cmd->add_flag("--fp8-activations", a->fp8_activations,
                 "the reference's act_quant ahead of its FP8/FP4 linears (with --tensor-cores: e4m3 MMAs, warpgroup "
                 "MMAs on sm_90a)");
+  cmd->add_flag("--kv-fp8", a->kv_fp8,
+                "KV rows as the reference stores them (FP8 nope, BF16 rope); with --tensor-cores, sparse attention "
+                "on split-BF16 tensor cores (the benchmark's state is random f32: the kernel rounds it to BF16)");
+  cmd->add_flag("--indexer-fp4", a->indexer_fp4, "the indexer's queries and keys through FP4 (the reference's)");
   cmd->add_flag("!--no-decode", a->decode, "skip the decode points");
   cmd->add_flag("!--no-prefill", a->prefill, "skip the prefill points");
   cmd->add_option("--json", a->json, "write the report as JSON (tools/plot_bench.py draws it)");

@@ -20,7 +20,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
   g->add_flag("--sync", f.sync, "synchronous step loop (no CPU/compute overlap)");
   g->add_option("--load-format", f.options.load.load_format, "auto | safetensors | dummy")->capture_default_str();
   g->add_option("--dummy-seed", f.options.load.dummy_seed, "seed of the dummy weights")->capture_default_str();
-  g->add_flag("--kv-fp8", f.options.load.numerics.kv_fp8, "round KV nope channels through FP8 (reference QAT)");
+  g->add_flag("--kv-fp8", f.options.load.numerics.kv_fp8,
+              "KV rows as the reference stores them: nope channels through FP8, rope channels through BF16 (with "
+              "--tensor-cores, sparse attention on tensor cores)");
   g->add_flag("--indexer-fp4", f.options.load.numerics.indexer_fp4, "round indexer q/k through FP4 (reference QAT)");
   g->add_flag("--fp8-activations", f.options.load.numerics.fp8_activations,
               "round the inputs of the FP8/FP4 linears through FP8 per 128 (reference act_quant)");

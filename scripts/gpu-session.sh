@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine, build/gpu-dist carried: a version's whole check in one device call. Runs
 #   1. scripts/gpu-run.sh: the gpu label, then its reruns under the switches (DEEPINFER_GEMV=register,
-#      DEEPINFER_WGMMA=0, DEEPINFER_WGMMA_SPECIALIZED=1);
-#   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations and
-#      its switched columns, side by side, and HF transformers;
+#      DEEPINFER_WGMMA=0);
+#   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations, its
+#      mma.sync column and all of the reference's roundings, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations (dense, FP4 experts, grouped split-BF16), and the FP4 experts' with
-#      DEEPINFER_WGMMA_SPECIALIZED=1, unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
+#      with FP8 activations (dense, FP4 experts, grouped split-BF16) and the split-BF16 attention
+#      with all of the reference's roundings, unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
 #      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
 #      since 2026-12-01 to keep it within one call.)
 # Prints their summaries, and leaves in $OUT one archive per step as it ends (session-run.tar.xz,
@@ -51,10 +51,9 @@ if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel|SplitBf16GroupedKernel' 12 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
-  # Version 10's FP4 experts kernel with a converting warpgroup (under the switch the experts'
-  # ExpertsWgmmaKernel launches are all ExpertsWgmmaKernel<kFp4, true>).
-  DEEPINFER_WGMMA_SPECIALIZED=1 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-spec 'ExpertsWgmmaKernel' 3 -- \
-    --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
+  # Sparse attention on split-BF16 tensor cores (its three layers' launches).
+  OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-attn 'AttentionSplitBf16Kernel' 3 -- \
+    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 2>&1 | cut -c1-32,88-
   keep profile "$work"
 fi
 exit $status

@@ -18,14 +18,15 @@ namespace deepinfer {
 // the reference goldens; the round trips reproduce the reference's quantization: the first two
 // are what the FP8 / FP4 state formats store, the third what its FP8 / FP4 GEMMs multiply.
 struct Numerics {
-  bool kv_fp8 = false;       // FP8 e4m3 round trip of the KV nope channels (blocks of 64)
+  bool kv_fp8 = false;       // KV rows as the reference stores them: e4m3 nope channels (blocks of 64), BF16 rope
   bool indexer_fp4 = false;  // FP4 e2m1 round trip of indexer queries and keys (blocks of 32)
   // FP8 e4m3 round trip, per row in blocks of 128 with ue8m0 scales (the reference's act_quant),
   // of the inputs of the linears the reference runs as FP8/FP4 GEMMs: wq_a, wkv, wq_b, the
   // indexer's wq_b, wo_b, and w1/w3/w2 of the routed and shared experts.
   bool fp8_activations = false;
   // CUDA: BF16 / FP8 / FP4 linears on tensor cores, activations split into three BF16 parts
-  // (exact products; only the rounding of the f32 sums changes). No effect on the CPU.
+  // (exact products; only the rounding of the f32 sums changes); with kv_fp8 sparse attention
+  // too (its rows are exact in BF16). No effect on the CPU.
   bool tensor_core_linears = false;
 };
 

@@ -31,7 +31,8 @@ struct OpContext {
   OpProfiler* profiler = nullptr;  // CUDA only; null: no timing
   // CUDA only: linears with BF16 weights, or FP8 / FP4 weights with e8m0 scales, run on tensor
   // cores with the activations split into three BF16 parts (cuda::LinearMath::kSplitBf16:
-  // exact products, f32 sums rounded differently from the SIMT kernels); false: f32 SIMT.
+  // exact products, f32 sums rounded differently from the SIMT kernels); false: f32 SIMT. Sparse
+  // attention over rows exact in BF16 (AttentionRows::kExactInBf16) goes to tensor cores with it.
   bool tensor_core_linears = false;
 
   bool on_cuda() const { return device.type == DeviceType::kCuda; }

@@ -232,6 +232,14 @@ void Fp8RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t begin, 
   }
 }
 
+void Bf16RoundRows(const OpContext& ctx, const TensorView& x, int64_t begin, int64_t end) {
+  CheckDevice(ctx, "bf16_round", {&x});
+  DI_CHECK(0 <= begin && begin <= end && end <= x.size(1), "bf16_round: channels [{}, {}) of rows of {}", begin, end,
+           x.size(1));
+  DI_ON_CUDA(ctx, "bf16_round", cuda::Bf16RoundRows(x.data<float>(), x.stride(0), Rows(x), begin, end, ctx.stream));
+  for (int64_t r = 0; r < Rows(x); ++r) cpu::Bf16Round(x.data<float>() + r * x.stride(0) + begin, end - begin);
+}
+
 void Fp4RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t block) {
   CheckDevice(ctx, "fp4_round_trip", {&x});
   DI_ON_CUDA(ctx, "fp4_round_trip",

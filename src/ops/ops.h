@@ -62,6 +62,8 @@ void Rope(const OpContext& ctx, const TensorView& x, const TensorView& positions
 void Fp8RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t begin, int64_t end, int64_t block,
                       const TensorView& row_count = TensorView());
 void Fp4RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t block);
+// Channels [begin, end) of every row of x rounded to the nearest BF16 (cpu::Bf16Round).
+void Bf16RoundRows(const OpContext& ctx, const TensorView& x, int64_t begin, int64_t end);
 void HadamardRows(const OpContext& ctx, const TensorView& x);
 
 void HcPre(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& a,
@@ -112,10 +114,16 @@ void AppendSelectedRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, con
                         const TensorView& counts);
 
 // ---- attention sublayer, batched over the step's tokens ------------------------------------
+// What the caller guarantees about the rows' values: kExactInBf16, every value is a BF16 value
+// (Numerics::kv_fp8's rows), lets the CUDA op run on tensor cores with ctx.tensor_core_linears
+// (cuda::AttentionWithSinkSplitBf16: exact products, f32 sums rounded differently).
+enum class AttentionRows { kF32, kExactInBf16 };
+
 // out[t] = AttentionWithSink(q[t], rows base[row_ids[t, j]·d], j < counts[t]) for every token.
 // q, out: [T, H, d] f32; row_ids I32 [T, max_rows]; counts I32 [T]; sinks F32 [H].
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
-                     const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out);
+                     const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out,
+                     AttentionRows rows_format);
 // The lightning indexer for every token: scores of its candidate index rows (base rows of width
 // dk at index_ids[t, j], j < num_visible[t]) and the top_k of them as candidate positions in
 // ascending order (selected I32 [T, top_k], selected_counts I32 [T]). Both backends break ties

@@ -135,14 +135,24 @@ void AppendSelectedRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, con
 // ---- attention -------------------------------------------------------------------------------
 
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
-                     const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out) {
+                     const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out,
+                     AttentionRows rows_format) {
   CheckDevice(ctx, "sparse_attention", {&q, &base, &row_ids, &counts, &sinks, &out});
   const int64_t tokens = q.size(0), heads = q.size(1), d = q.size(2), max_rows = row_ids.size(1);
   DI_CHECK(q.is_contiguous() && out.is_contiguous() && out.numel() == q.numel(), "sparse_attention: layout");
+  // The kernel depends on the numerics, the shapes and the buffers' alignment, never on the
+  // batch, so every step of a run takes the same one.
   DI_ON_CUDA(ctx, "sparse_attention",
-             cuda::AttentionWithSink(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids), I32(counts),
-                                     max_rows, sinks.data<float>(), tokens, heads, d, scale, out.data<float>(),
-                                     heads * d, ctx.stream));
+             if (ctx.tensor_core_linears && rows_format == AttentionRows::kExactInBf16 &&
+                 cuda::AttentionSplitBf16Usable(q.data<float>(), heads * d, base.data<float>(), d, heads, d)) {
+               cuda::AttentionWithSinkSplitBf16(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids),
+                                                I32(counts), max_rows, sinks.data<float>(), tokens, heads, d, scale,
+                                                out.data<float>(), heads * d, ctx.stream);
+             } else {
+               cuda::AttentionWithSink(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids), I32(counts),
+                                       max_rows, sinks.data<float>(), tokens, heads, d, scale, out.data<float>(),
+                                       heads * d, ctx.stream);
+             });
   const float* rows = base.data<float>();
   // One task per token: each token's result depends on its own rows only.
   ParallelFor(tokens, 1, [&](int64_t t0, int64_t t1) {

@@ -1,7 +1,10 @@
-// cuda::AttentionWithSink against cpu::AttentionWithSink over the same gathered rows.
+// cuda::AttentionWithSink and its tensor-core twin cuda::AttentionWithSinkSplitBf16 against
+// cpu::AttentionWithSink over the same gathered rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -9,6 +12,7 @@
 
 #include "gpu/gpu_test_util.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cuda/attention.h"
 
 namespace deepinfer::test {
@@ -24,6 +28,10 @@ struct AttentionCase {
   float q_range = 1.f;          // q uniform in [−q_range, q_range]: larger gives peakier softmax
   bool some_sinks_neg_inf = false;
   uint64_t seed = 1;
+  // Rows as Numerics::kv_fp8 stores them (the split-BF16 kernel's contract): the first d − rope
+  // channels through e4m3 in blocks of 64, the last rope = d/8 channels (64 of Flash's 512)
+  // through BF16, values spread over several binades.
+  bool kv_rows = false;
 };
 
 struct AttentionInputs {
@@ -40,6 +48,15 @@ AttentionInputs MakeInputs(const AttentionCase& c) {
   in.out_stride = c.heads * c.head_dim + c.out_pad;
   in.q = RandomFloats(c.queries * in.q_stride, c.seed, -c.q_range, c.q_range);
   in.rows = RandomFloats(c.pool_rows * in.row_stride, c.seed + 1);
+  if (c.kv_rows) {
+    const int64_t rope = c.head_dim / 8, nope = c.head_dim - rope;
+    for (int64_t r = 0; r < c.pool_rows; ++r) {
+      float* row = in.rows.data() + r * in.row_stride;
+      for (int64_t k = 0; k < c.head_dim; ++k) row[k] *= std::ldexp(1.f, static_cast<int>((r + k / 64) % 5) - 2);
+      cpu::Fp8RoundTrip(row, nope, 64);
+      cpu::Bf16Round(row + nope, rope);
+    }
+  }
   in.sinks = RandomFloats(c.heads, c.seed + 2, -2.f, 2.f);
   if (c.some_sinks_neg_inf) {
     for (int64_t h = 0; h < c.heads; h += 2) in.sinks[h] = -std::numeric_limits<float>::infinity();
@@ -76,6 +93,17 @@ std::vector<float> GpuAttention(const AttentionCase& c, const AttentionInputs& i
   DeviceArray<float> out(std::vector<float>(c.queries * in.out_stride, kSentinel));
   cuda::AttentionWithSink(q.get(), in.q_stride, rows.get(), in.row_stride, ids.get(), counts.get(), c.max_rows,
                           sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(), in.out_stride, nullptr);
+  return out.ToHost();
+}
+
+std::vector<float> GpuAttentionSplitBf16(const AttentionCase& c, const AttentionInputs& in) {
+  DeviceArray<float> q(in.q), rows(in.rows), sinks(in.sinks);
+  DeviceArray<int32_t> ids(in.row_ids), counts(c.counts);
+  DeviceArray<float> out(std::vector<float>(c.queries * in.out_stride, kSentinel));
+  EXPECT_TRUE(cuda::AttentionSplitBf16Usable(q.get(), in.q_stride, rows.get(), in.row_stride, c.heads, c.head_dim));
+  cuda::AttentionWithSinkSplitBf16(q.get(), in.q_stride, rows.get(), in.row_stride, ids.get(), counts.get(),
+                                   c.max_rows, sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(),
+                                   in.out_stride, nullptr);
   return out.ToHost();
 }
 
@@ -141,6 +169,75 @@ TEST(CudaAttention, DeterministicAndBatchInvariant) {
   const std::vector<float> alone = GpuAttention(one, in_one);
   EXPECT_TRUE(AllEqual(alone, std::vector<float>(first.begin() + 2 * in.out_stride, first.begin() + 3 * in.out_stride),
                        "query alone vs in batch"));
+}
+
+// Split-BF16 tensor cores: every product exact (q and p as three BF16 parts, rows exact in BF16),
+// the f32 sums in MMA order. The scores' sums run over d products in 16-column MMA steps whose
+// adder may truncate (up to ~2 roundings per add instead of 1), so a score of magnitude |s| moves
+// by ~sqrt(d/16)·2^-22·|s| typically: ~7e-6 for the |s| ≈ 23 of q in [−4, 4] at d = 512, and a
+// probability by as much relatively. Hence 3× the SIMT kernel's bounds; the worst difference is
+// printed.
+constexpr float kSplitAtol = 3e-5f, kSplitRtol = 3e-5f;
+
+void ExpectSplitBf16MatchesCpu(AttentionCase c) {
+  c.kv_rows = true;
+  const AttentionInputs in = MakeInputs(c);
+  const std::vector<float> got = GpuAttentionSplitBf16(c, in), want = CpuAttention(c, in);
+  float worst = 0.f;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  std::printf("split-BF16 attention, %ld queries x %ld heads x %ld: max |gpu - cpu| %.3g\n",
+              static_cast<long>(c.queries), static_cast<long>(c.heads), static_cast<long>(c.head_dim), worst);
+  EXPECT_TRUE(AllClose(got, want, kSplitAtol, kSplitRtol, "split-BF16 attention"));
+}
+
+TEST(CudaAttentionSplitBf16, SmallShapes) {
+  DI_REQUIRE_GPU();
+  // One head group (H <= 16) at d = 64 and 128: counts 0, 1, 15, 16, 17, 63, 64, 65 (tile and
+  // 16-row step edges), a padded head group (H = 3), strides padded by whole float4s.
+  ExpectSplitBf16MatchesCpu({8, 3, 64, 200, 70, {0, 1, 15, 16, 17, 63, 64, 65}, 4, 8, 4, 1.f, false, 61});
+  ExpectSplitBf16MatchesCpu({3, 8, 128, 300, 200, {200, 33, 129}, 0, 0, 0, 2.f, false, 62});
+  // Two head groups (H = 20: the second padded) at d = 256, and sinks of −inf.
+  ExpectSplitBf16MatchesCpu({4, 20, 256, 400, 300, {300, 0, 1, 257}, 0, 0, 0, 1.f, true, 63});
+  // Four head groups over two head blocks (H = 70: 64 + 6), d = 128.
+  ExpectSplitBf16MatchesCpu({2, 70, 128, 300, 150, {150, 97}, 0, 0, 0, 1.f, false, 64});
+}
+
+TEST(CudaAttentionSplitBf16, FlashShapes) {
+  DI_REQUIRE_GPU();
+  // H = 64, d = 512, up to 128 window + 512 selected rows (10 tiles: 5 ranks of 2).
+  ExpectSplitBf16MatchesCpu({5, 64, 512, 4096, 640, {640, 128, 1, 377, 576}, 0, 0, 0, 1.f, false, 71});
+  ExpectSplitBf16MatchesCpu({3, 64, 512, 2048, 640, {640, 600, 33}, 0, 0, 0, 4.f, false, 72});
+}
+
+TEST(CudaAttentionSplitBf16, DeterministicAndBatchInvariant) {
+  DI_REQUIRE_GPU();
+  AttentionCase c{3, 64, 512, 2048, 640, {640, 200, 513}, 0, 0, 0, 2.f, false, 81};
+  c.kv_rows = true;
+  const AttentionInputs in = MakeInputs(c);
+  const std::vector<float> first = GpuAttentionSplitBf16(c, in);
+  EXPECT_TRUE(AllEqual(GpuAttentionSplitBf16(c, in), first, "second run"));
+  AttentionCase one = c;
+  one.queries = 1;
+  one.counts = {c.counts[2]};
+  AttentionInputs in_one = in;
+  in_one.q.assign(in.q.begin() + 2 * in.q_stride, in.q.begin() + 3 * in.q_stride);
+  in_one.row_ids.assign(in.row_ids.begin() + 2 * c.max_rows, in.row_ids.begin() + 3 * c.max_rows);
+  const std::vector<float> alone = GpuAttentionSplitBf16(one, in_one);
+  EXPECT_TRUE(AllEqual(alone, std::vector<float>(first.begin() + 2 * in.out_stride, first.begin() + 3 * in.out_stride),
+                       "query alone vs in batch"));
+}
+
+TEST(CudaAttentionSplitBf16, RejectsWhatItCannotRun) {
+  DI_REQUIRE_GPU();
+  DeviceArray<float> buf(std::vector<float>(4096, 0.f));
+  EXPECT_FALSE(cuda::AttentionSplitBf16Usable(buf.get(), 96 * 2, buf.get(), 96, 2, 96)) << "d = 96";
+  EXPECT_FALSE(cuda::AttentionSplitBf16Usable(buf.get(), 1024, buf.get(), 1024, 1, 1024)) << "d = 1024";
+  EXPECT_FALSE(cuda::AttentionSplitBf16Usable(buf.get(), 130, buf.get(), 130, 1, 128)) << "rows of 130 floats";
+  EXPECT_FALSE(cuda::AttentionSplitBf16Usable(buf.get() + 1, 128, buf.get(), 128, 1, 128)) << "q off 16 bytes";
+  EXPECT_TRUE(cuda::AttentionSplitBf16Usable(buf.get(), 128, buf.get(), 132, 1, 128));
+  EXPECT_THROW(cuda::AttentionWithSinkSplitBf16(buf.get(), 96, buf.get(), 96, nullptr, nullptr, 0, buf.get(), 1, 1,
+                                                96, 1.f, buf.get(), 96, nullptr),
+               std::exception);
 }
 
 TEST(CudaAttention, NoQueriesLaunchesNothing) {

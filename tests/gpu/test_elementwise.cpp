@@ -146,6 +146,25 @@ TEST(CudaQuantRoundTrip, Fp8AndFp4BitExact) {
   EXPECT_TRUE(AllEqual(dy.ToHost(), wanty, "fp8 remainder block"));
 }
 
+// The rope tail of a Flash KV row (channels 448..511) to BF16, bit for bit with the CPU, over
+// many binades, ties (values with exactly the halfway bit pattern), zeros and a huge value.
+TEST(CudaQuantRoundTrip, Bf16RopeChannelsBitExact) {
+  DI_REQUIRE_GPU();
+  const int64_t m = 70000, n = 512, begin = 448;  // past 65535 rows: the grid's stride
+  std::vector<float> x = RandomFloats(m * n, 8, -1.f, 1.f);
+  for (int64_t i = 0; i < m * n; ++i) x[i] *= std::ldexp(1.f, static_cast<int>(i % 29) - 14);
+  for (int64_t i = 0; i < 64; ++i) {  // exact ties in row 1: low 16 bits 0x8000, both parities
+    uint32_t bits = 0x3f800000u + (static_cast<uint32_t>(i) << 16) + 0x8000u;
+    std::memcpy(&x[n + begin + i], &bits, sizeof(bits));
+  }
+  x[2 * n + begin] = 0.f, x[2 * n + begin + 1] = -0.f, x[2 * n + begin + 2] = 3.4e38f;
+  std::vector<float> want = x;
+  for (int64_t r = 0; r < m; ++r) cpu::Bf16Round(want.data() + r * n + begin, n - begin);
+  DeviceArray<float> dx(x);
+  cuda::Bf16RoundRows(dx.get(), n, m, begin, n, nullptr);
+  EXPECT_TRUE(AllEqual(dx.ToHost(), want, "bf16 round"));
+}
+
 TEST(CudaQuantRoundTrip, ActQuantBitExact) {
   DI_REQUIRE_GPU();
   // The activation rounding ahead of an FP8 linear: rows of 4096 in blocks of 128 (plus a row of

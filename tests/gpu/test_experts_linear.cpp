@@ -368,8 +368,7 @@ TEST(CudaExpertsLinearFp8, EveryTileKindAndDecodeFlash) {
 
 // FP4 group scales over 18 binades: chunks whose rows need later passes of folded codes
 // (linear_wgmma.cuh, FoldPass), in tiles of every kind, equal Linear's bits per expert and stay
-// within the order bound of the CPU; with DEEPINFER_WGMMA_SPECIALIZED=1 (scripts/gpu-run.sh) the
-// same on the converting-warpgroup kernel, whose later passes are items of their own.
+// within the order bound of the CPU.
 TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);

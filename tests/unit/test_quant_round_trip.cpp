@@ -186,5 +186,51 @@ TEST(Fp8ActQuant, RowsOpHonoursTheRowCount) {
   }
 }
 
+// BF16 rounding (the reference's stored rope channels): nearest, ties to even, worked by hand.
+// BF16 keeps 8 significant bits, so the spacing above 1 is 2^-7.
+TEST(Bf16Round, NearestTiesToEven) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {1.f,
+                          1.f + 0x1p-8f,              // halfway between 1 and 1 + 2^-7: to 1 (even)
+                          1.f + 3 * 0x1p-8f,          // halfway between 1 + 2^-7 and 1 + 2^-6: up (even)
+                          1.f + 0x1p-8f + 0x1p-20f,   // just past halfway: up
+                          -(1.f + 0x1p-7f + 0x1p-9f), // below halfway: down in magnitude
+                          -0.f,
+                          3.3961e38f,                 // below halfway to 2^128: the largest BF16
+                          3.4e38f,                    // past it: inf
+                          -inf,
+                          0x1p-130f * 1.5f};          // subnormal: keeps its top 8 bits (1.5 · 2^-130)
+  cpu::Bf16Round(x.data(), static_cast<int64_t>(x.size()));
+  EXPECT_EQ(x[0], 1.f);
+  EXPECT_EQ(x[1], 1.f);
+  EXPECT_EQ(x[2], 1.f + 0x1p-6f);
+  EXPECT_EQ(x[3], 1.f + 0x1p-7f);
+  EXPECT_EQ(x[4], -(1.f + 0x1p-7f));
+  EXPECT_TRUE(x[5] == 0.f && std::signbit(x[5]));
+  EXPECT_EQ(x[6], 0x1.fep127f);
+  EXPECT_EQ(x[7], inf);
+  EXPECT_EQ(x[8], -inf);
+  EXPECT_EQ(x[9], 0x1p-130f * 1.5f);
+  std::vector<float> nan = {std::numeric_limits<float>::quiet_NaN()};
+  cpu::Bf16Round(nan.data(), 1);
+  EXPECT_TRUE(std::isnan(nan[0]));
+}
+
+TEST(Bf16Round, RowsOpRoundsOnlyTheChannelRange) {
+  const int64_t rows = 3, n = 10;
+  std::vector<float> x(rows * n);
+  for (int64_t i = 0; i < rows * n; ++i) x[i] = 1.f + static_cast<float>(i) * 0x1p-12f;
+  std::vector<float> y = x;
+  ops::Bf16RoundRows(ops::HostContext(), TensorView(y.data(), DType::kF32, {rows, n}), 6, n);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      float want = x[r * n + c];
+      if (c >= 6) cpu::Bf16Round(&want, 1);
+      ASSERT_EQ(y[r * n + c], want) << "row " << r << " col " << c;
+    }
+  }
+  EXPECT_NE(y[n - 1], x[n - 1]) << "the range was rounded";
+}
+
 }  // namespace
 }  // namespace deepinfer

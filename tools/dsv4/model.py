@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .quant import fake_quant
+from .quant import bf16_round, fake_quant
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,7 +112,7 @@ class Config:
 @dataclass
 class QuantSim:
     act_fp8: bool = False   # FP8 e4m3 per-128 activations into the FP8 linears and experts
-    kv_fp8: bool = False    # FP8 round trip (blocks of 64) of the KV nope channels, raw + compressed rows
+    kv_fp8: bool = False    # KV rows as stored: FP8 nope channels (blocks of 64), BF16 rope; raw + compressed
     idx_fp4: bool = False   # FP4 round trip (blocks of 32) of the indexer q and key rows
 
     def all(self, on=True):
@@ -289,7 +289,7 @@ class Compressor(nn.Module):
             if self.quant.idx_fp4:
                 rows = fake_quant(rows, 32, "e2m1")
         elif self.quant.kv_fp8:
-            rows = torch.cat([fake_quant(rows[..., :-rd], 64, "e4m3"), rows[..., -rd:]], -1)
+            rows = torch.cat([fake_quant(rows[..., :-rd], 64, "e4m3"), bf16_round(rows[..., -rd:])], -1)
         return rows
 
     def forward(self, x, inv_freq, st=None):
@@ -402,7 +402,7 @@ class Attention(nn.Module):
         kv = apply_rope(kv, cos, sin)
         if self.quant.kv_fp8:
             rd = self.cfg.rope_dim
-            kv = torch.cat([fake_quant(kv[..., :-rd], 64, "e4m3"), kv[..., -rd:]], -1)
+            kv = torch.cat([fake_quant(kv[..., :-rd], 64, "e4m3"), bf16_round(kv[..., -rd:])], -1)
         return qr, q, kv
 
     def out(self, o, cos_h, sin_h):

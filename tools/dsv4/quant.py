@@ -49,6 +49,12 @@ def round_e2m1(x: torch.Tensor) -> torch.Tensor:
     return e2m1_decode(e2m1_codes(x.clamp(-E2M1_MAX, E2M1_MAX)))
 
 
+def bf16_round(x: torch.Tensor, ste: bool = True) -> torch.Tensor:
+    """fp32 values rounded to the nearest BF16 (ties to even) and back: the reference's stored rope."""
+    y = x.to(torch.bfloat16).to(x.dtype)
+    return x + (y - x).detach() if ste and x.requires_grad else y
+
+
 def fake_quant(x: torch.Tensor, block: int, fmt: str, ste: bool = True) -> torch.Tensor:
     """Quantize-dequantize along the last dim in blocks of `block` (power-of-two scales).
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "base/math.h"
 #include "base/thread_pool.h"
@@ -116,6 +118,17 @@ void Fp8RoundTrip(float* x, int64_t n, int64_t block) {
       const float q = std::clamp(x[i] / scale, -kE4m3Max, kE4m3Max);
       x[i] = E4m3ToF32(F32ToE4m3(q)) * scale;
     }
+  }
+}
+
+void Bf16Round(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[i], sizeof(bits));
+    if ((bits & 0x7fffffffu) > 0x7f800000u) continue;  // NaN
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    bits &= 0xffff0000u;
+    std::memcpy(&x[i], &bits, sizeof(bits));
   }
 }
 

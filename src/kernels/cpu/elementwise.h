@@ -34,6 +34,10 @@ void Rope(const TensorView& x, const int64_t* positions, const std::vector<float
 // trip. When n is not a multiple of `block` (small test configs; the reference asserts it is)
 // the last block is the shorter remainder, with its own scale.
 void Fp8RoundTrip(float* x, int64_t n, int64_t block);
+// In place: each value rounded to the nearest BF16 (ties to even; NaN stays NaN, values past the
+// largest BF16 become ±inf): torch's .to(torch.bfloat16), the precision of the reference's stored
+// rope channels.
+void Bf16Round(float* x, int64_t n);
 // In place: blocks of `block` values, scale Ue8m0BlockScale(amax, 6·2^-126, 1/6), clamped to ±6,
 // rounded to e2m1 (nearest even) and scaled back.
 void Fp4RoundTrip(float* x, int64_t n, int64_t block);

@@ -38,4 +38,20 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
                        const float* sinks, int64_t num_queries, int64_t num_heads, int64_t head_dim,
                        float scale, float* out, int64_t out_stride, cudaStream_t stream);
 
+// The same attention on BF16 tensor cores (attention_mma.cu): the scores and the weighted sums as
+// mma.sync MMAs, q and the probabilities entering as their three BF16 parts, the rows as BF16.
+// Contract: every value of every row a query reads is exact in BF16 (Numerics::kv_fp8's rows:
+// e4m3 codes times power-of-two scales, and BF16 rope channels); then every product is exact and
+// the result differs from AttentionWithSink's only in how the f32 sums are rounded. A row value
+// that is not exact in BF16 is rounded to nearest (no error is raised).
+// Work split and order: clusters of 8 blocks per query and block of up to 64 heads, runs of
+// 64-row tiles (attention_mma.cu has the order of every sum): deterministic and batch invariant.
+// Shapes as AttentionWithSink; limits in AttentionSplitBf16Usable (anything else throws).
+bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
+                              int64_t num_heads, int64_t head_dim);  // d ∈ {64, 128, 256, 512}; 16-byte rows
+void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
+                                const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
+                                int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
+                                int64_t out_stride, cudaStream_t stream);
+
 }  // namespace deepinfer::cuda

@@ -3,6 +3,8 @@
 #include "kernels/cpu/hash_uniform.h"
 #include "kernels/cpu/ue8m0.h"
 
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -148,6 +150,16 @@ __global__ void RoundTripKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) RoundTripBlock<kFp8>(x + r * ldx, b0, b1, scratch);
 }
 
+// One block per row (grid-strided past 65535 rows), threads over the channels.
+__global__ void Bf16RoundKernel(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end) {
+  for (int64_t r = blockIdx.x; r < m; r += gridDim.x) {
+    float* xr = x + r * ldx;
+    for (int64_t c = begin + threadIdx.x; c < end; c += blockDim.x) {
+      xr[c] = __bfloat162float(__float2bfloat16_rn(xr[c]));
+    }
+  }
+}
+
 // One block per row; the row lives in shared memory during the butterflies.
 __global__ void HadamardKernel(float* x, int64_t ldx, int n, float scale) {
   extern __shared__ float row[];
@@ -265,6 +277,14 @@ void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t e
   const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(block, 32) * 32));
   RoundTripKernel<true><<<grid, threads, 0, stream>>>(x, ldx, m, begin, end, block, row_count);
   DI_CUDA_LAUNCH_CHECK("fp8_round_trip");
+}
+
+void Bf16RoundRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, cudaStream_t stream) {
+  if (m == 0 || end <= begin) return;
+  CheckRows(m, "bf16_round");
+  const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(end - begin, 32) * 32));
+  Bf16RoundKernel<<<static_cast<unsigned>(std::min<int64_t>(m, 65535)), threads, 0, stream>>>(x, ldx, m, begin, end);
+  DI_CUDA_LAUNCH_CHECK("bf16_round");
 }
 
 void Fp4RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t n, int64_t block, cudaStream_t stream) {

@@ -34,6 +34,9 @@ void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t e
 // launch depends on m alone and rows at or past the count are untouched.
 void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
                       const int32_t* row_count, cudaStream_t stream);
+// In place over rows of x [M, ·] (row stride ldx): channels [begin, end) rounded to the nearest
+// BF16 (cpu::Bf16Round per row, bit for bit).
+void Bf16RoundRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, cudaStream_t stream);
 // In place over rows of x [M, n]: e2m1 round trip in blocks of `block` (cpu::Fp4RoundTrip per row).
 void Fp4RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t n, int64_t block, cudaStream_t stream);
 // In place orthonormal Walsh–Hadamard transform of every row (n a power of two, n <= 4096), the

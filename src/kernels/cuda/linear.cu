@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/fp4_fold.h"
 #include "kernels/cpu/ue8m0.h"
+#include "kernels/cuda/bf16_split.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -1149,12 +1150,9 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
 
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
 // once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
-// kSpecialized (FP4 only, DEEPINFER_WGMMA_SPECIALIZED=1): each block on wgmma::WgmmaBlockSpecialized,
-// a converting warpgroup beside two multiplying ones (384 threads), with the same bits.
-template <Kind K, bool kSpecialized = false>
-__global__ void __launch_bounds__(kSpecialized ? wgmma::kSpecThreads : wgmma::kThreads, 1)
+template <Kind K>
+__global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
-  static_assert(!kSpecialized || K == Kind::kFp4, "only FP4 tiles have a converting warpgroup");
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -1164,11 +1162,7 @@ __global__ void __launch_bounds__(kSpecialized ? wgmma::kSpecThreads : wgmma::kT
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int32_t block) {
     const int64_t n0 = static_cast<int64_t>(block) * wgmma::kBlockRows;
-    if constexpr (kSpecialized) {
-      wgmma::WgmmaBlockSpecialized(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
-    } else {
-      wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
-    }
+    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
   });
 #endif
 }
@@ -1595,20 +1589,6 @@ void LaunchExpertsMma(const ExpertsLaunch& l, int kind) {
 
 int64_t RowsBound(const ExpertsLaunch& l) { return l.params.base.m; }
 
-// One launch of ExpertsWgmmaKernel<K, kSpecialized>: persistent blocks, at most as many as fit
-// on the device at once.
-template <Kind K, bool kSpecialized>
-void LaunchExpertsWgmmaKernel(const ExpertsLaunch& l, const ExpertsParams& ep, int64_t blocks_per_tile,
-                              const wgmma::GemmArgs& a) {
-  constexpr int kBlockThreads = kSpecialized ? wgmma::kSpecThreads : wgmma::kThreads;
-  constexpr int kSmem = kSpecialized ? wgmma::SpecLayout::kBytes : wgmma::SmemLayout<K>::kBytes;
-  AllowDynamicSmem<ExpertsWgmmaKernel<K, kSpecialized>>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K, kSpecialized>>(kBlockThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsWgmmaKernel<K, kSpecialized><<<static_cast<unsigned>(grid), kBlockThreads, kSmem, l.stream>>>(ep, l.lists, a);
-  DI_CUDA_LAUNCH_CHECK(kSpecialized ? "cuda::ExpertsLinear wgmma, converting warpgroup" : "cuda::ExpertsLinear wgmma");
-}
-
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
 // scratch, then one block per (tile, 128 outputs), walked like LaunchList's items.
 template <Kind K>
@@ -1622,10 +1602,13 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   ep.tiles = nullptr;
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
-  if constexpr (K == Kind::kFp4) {
-    if (wgmma::SpecializedTurnedOn()) return LaunchExpertsWgmmaKernel<K, true>(l, ep, blocks_per_tile, a);
-  }
-  LaunchExpertsWgmmaKernel<K, false>(l, ep, blocks_per_tile, a);
+  // Persistent blocks: at most as many as fit on the device at once.
+  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
+  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
 }
 
 template <Kind K>

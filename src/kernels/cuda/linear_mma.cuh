@@ -29,7 +29,8 @@
 // chunk prefetched while the MMAs of this one run; x comes through L1. The staged blocks below
 // trade that split of K across warps for x staged once per block.
 #pragma once
-// Needs <cuda_fp8.h> and kernels/cpu/ue8m0.h, which linear.cu includes at file scope.
+// Needs <cuda_fp8.h>, kernels/cpu/ue8m0.h and kernels/cuda/bf16_split.cuh (TruncPair, SplitPair,
+// MmaBf16), which linear.cu includes at file scope.
 
 namespace mma {
 
@@ -136,34 +137,6 @@ __device__ __forceinline__ void ToBf16Pairs(const Raw<K>& r, uint32_t (&pairs)[1
       }
     }
   }
-}
-
-// Two values truncated to BF16 (toward zero: a finite f32 never becomes inf, as it can under
-// round-to-nearest above 3.3962e38), as one pair.
-__device__ __forceinline__ __nv_bfloat162 TruncPair(float a, float b) {
-  return __halves2bfloat162(__float2bfloat16_rz(a), __float2bfloat16_rz(b));
-}
-
-// The three BF16 parts of x0, x1 (one pair each): hi takes the top 8 significant bits of x, mid
-// the next 8 of the exact remainder, lo the rest (at most 8 bits), so hi + mid + lo == x.
-__device__ __forceinline__ void SplitPair(float x0, float x1, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
-  const __nv_bfloat162 h = TruncPair(x0, x1);
-  const float r0 = __fsub_rn(x0, __low2float(h)), r1 = __fsub_rn(x1, __high2float(h));
-  const __nv_bfloat162 m = TruncPair(r0, r1);
-  const float s0 = __fsub_rn(r0, __low2float(m)), s1 = __fsub_rn(r1, __high2float(m));
-  const __nv_bfloat162 l = TruncPair(s0, s1);
-  hi = *reinterpret_cast<const uint32_t*>(&h);
-  mid = *reinterpret_cast<const uint32_t*>(&m);
-  lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
-__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // Columns 32·quad + 4j + {0..3} of chunk `chunk` of x row `row` (x: the group's row 0; zeros
@@ -313,9 +286,9 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
             uint32_t h0, m0, l0, h1, m1, l1;
             SplitPair(xv.x, xv.y, h0, m0, l0);
             SplitPair(xv.z, xv.w, h1, m1, l1);
-            Mma(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], h0, h1);
-            Mma(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], m0, m1);
-            Mma(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], l0, l1);
+            MmaBf16(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], h0, h1);
+            MmaBf16(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], m0, m1);
+            MmaBf16(acc[tt], wa[2 * j], wb[2 * j], wa[2 * j + 1], wb[2 * j + 1], l0, l1);
           }
         }
       }
@@ -416,9 +389,9 @@ __device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, 
         const uint2 h = Lds64(&sm.x[0][tb][16 * j + 4 * quad]);
         const uint2 m = Lds64(&sm.x[1][tb][16 * j + 4 * quad]);
         const uint2 l = Lds64(&sm.x[2][tb][16 * j + 4 * quad]);
-        Mma(acc[tt], a.x, b.x, a.y, b.y, h.x, h.y);
-        Mma(acc[tt], a.x, b.x, a.y, b.y, m.x, m.y);
-        Mma(acc[tt], a.x, b.x, a.y, b.y, l.x, l.y);
+        MmaBf16(acc[tt], a.x, b.x, a.y, b.y, h.x, h.y);
+        MmaBf16(acc[tt], a.x, b.x, a.y, b.y, m.x, m.y);
+        MmaBf16(acc[tt], a.x, b.x, a.y, b.y, l.x, l.y);
       }
     }
     if ((c + 1) % kSliceChunks == 0 || c + 1 == num_chunks) {

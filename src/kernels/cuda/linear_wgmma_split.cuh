@@ -1,6 +1,6 @@
 // GroupedLinear's split-BF16 products (LinearMath::kSplitBf16) on Hopper's warpgroup MMAs, for FP8
 // weights with e8m0 block scales (the output projection's wo_a). Included by linear.cu after
-// linear_mma.cuh (SplitPair, PackBf16) and linear_wgmma.cuh (descriptors, fences, copies,
+// bf16_split.cuh (SplitPair), linear_mma.cuh (PackBf16) and linear_wgmma.cuh (descriptors, fences, copies,
 // StoreBlockResult). Taken wherever Usable holds (docs/performance.md, version 9: 2.4× the
 // mma.sync kernels on an 8k prefill); the rule depends on the weight and the group count, never on
 // M, so every batch size of a run takes the same path. DEEPINFER_WGMMA=0 turns it off with the
@@ -112,8 +112,8 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const float4 v = src[j];
-      mma::SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
-      mma::SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
+      SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
+      SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
     }
     const uint32_t* parts[3] = {hi, mid, lo};
 #pragma unroll

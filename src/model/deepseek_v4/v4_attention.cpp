@@ -52,7 +52,10 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   QuantizedLinear(ctx, xq, aw.wkv, kv);
   ops::RmsNorm(ctx.op, kv, aw.kv_norm, eps, kv);
   ops::Rope(ctx.op, As3d(kv, 1, hd), pos, table, false);
-  if (numerics_.kv_fp8) ops::Fp8RoundTripRows(ctx.op, kv, 0, nope, 64);
+  if (numerics_.kv_fp8) {  // the reference's stored row: e4m3 nope channels, BF16 rope channels
+    ops::Fp8RoundTripRows(ctx.op, kv, 0, nope, 64);
+    ops::Bf16RoundRows(ctx.op, kv, nope, hd);
+  }
 
   TensorView index_q, index_w;
   if (aw.compressor) {
@@ -158,6 +161,7 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool index
     if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, out, 32);
   } else if (numerics_.kv_fp8) {
     ops::Fp8RoundTripRows(ctx.op, out, 0, cw.dim - c.qk_rope_head_dim, 64);
+    ops::Bf16RoundRows(ctx.op, out, cw.dim - c.qk_rope_head_dim, cw.dim);
   }
   ops::ScatterRows(ctx.op, out, ctx.state->base(), ws.Upload(ctx.op, destinations.data(), DType::kI64, {launch_rows}));
 }
@@ -227,7 +231,10 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
     ops::AppendSelectedRows(ctx.op, ctx.plan, g, selected, selected_counts, row_ids, counts);
   }
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
-  ops::SparseAttention(ctx.op, q, ctx.state->base(), row_ids, counts, w.attn.attn_sink, scale, out);
+  // With kv_fp8 every row value (fresh, ring and compressed) is an e4m3 code times a power of two or
+  // a BF16 value: exact in BF16.
+  ops::SparseAttention(ctx.op, q, ctx.state->base(), row_ids, counts, w.attn.attn_sink, scale, out,
+                       numerics_.kv_fp8 ? ops::AttentionRows::kExactInBf16 : ops::AttentionRows::kF32);
 }
 
 }  // namespace deepinfer::v4

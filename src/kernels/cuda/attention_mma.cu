@@ -1,0 +1,490 @@
+// cuda::AttentionWithSinkSplitBf16: the sparse attention of attention.cu on BF16 tensor cores
+// (mma.sync m16n8k16, f32 accumulation), for rows whose every value is exact in BF16 (the
+// reference's state rows: e4m3 codes times power-of-two scales on the nope channels, BF16 on the
+// rope channels; Numerics::kv_fp8).
+//
+// Every head of a query reads the same rows (one KV head, K = V), so per query and block of
+// kGroups·16 heads the scores are S = Q·R^T (M = heads, N = rows, K = d) and the output
+// O = P·R (M = heads, N = d, K = rows). Q and P are f32 and enter as their three BF16 parts
+// (bf16_split.cuh), R as BF16, so every product is exact and only the f32 sums round differently
+// from the SIMT kernel and the CPU.
+//
+// Work split. As in attention.cu, a cluster of kSplit blocks per (query, head block); block `rank`
+// takes the rank-th run of ceil(tiles / kSplit) tiles of kTileRows rows (a function of the query's
+// row count alone: batch invariant), runs an online softmax over them, and the cluster merges the
+// runs' states in rank order through distributed shared memory. Inside a block, warp w takes head
+// group g = w % kGroups (16 heads, the MMA's M) and half = w / kGroups: for S the tile's rows
+// [32·half, 32·half + 32), for O the columns [half·d/2, (half + 1)·d/2). The two warps of a group
+// exchange their row maxima and probabilities through shared memory (a named barrier per group).
+//
+// Order of every sum (fixed by d and the query's row count; the same for every batch and grid):
+//   score(h, t) = scale · (Σ over k-steps of 16 columns, ascending, of the MMAs of Q's hi, mid,
+//   lo parts in that order); per tile, the running maximum and the rescale α = e^{max_old −
+//   max_new} (1 when equal) as in attention.cu; the probabilities p = e^{s − max}; each warp's
+//   running sum of its half's p (sum = sum·α + Σ its p, in lane-quad order), the two halves added
+//   (half 0 + half 1) at the end of the run; O = O·α + Σ over 16-row steps of P's hi, mid, lo MMAs.
+//   The runs merge as in attention.cu: M = max_r max_r, f_r = e^{max_r − M} (1 when equal),
+//   S = Σ_r f_r·sum_r + e^{sink − M}, out = Σ_r f_r·O_r / S (ranks in order, fmaf from +0).
+#include <cooperative_groups.h>
+
+#include <climits>
+#include <cmath>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/bf16_split.cuh"
+#include "kernels/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kTileRows = 64;            // rows per tile
+constexpr int kSplit = 8;                // blocks per (query, head block): a cluster
+constexpr int kGroupHeads = 16;          // heads per warp: the MMA's M
+constexpr int kQPad = 8;                 // floats after each q row in shared memory
+constexpr int kRPad = 8;                 // BF16 values after each tile row
+constexpr int kPStride = kTileRows + 8;  // floats per head of the probabilities
+
+struct SplitArgs {
+  const float* q;
+  int64_t q_stride;
+  const float* rows;
+  int64_t row_stride;
+  const int32_t* row_ids;
+  const int32_t* counts;
+  int64_t max_rows;
+  const float* sinks;
+  int num_heads;
+  float scale;
+  float* out;
+  int64_t out_stride;
+};
+
+template <int kGroups, int kD>
+struct Shape {
+  static_assert(kD % 64 == 0, "d: whole n8 tiles per half, 16-column k-steps, 8 merge slices");
+  static constexpr int kHeads = kGroups * kGroupHeads;  // per block
+  static constexpr int kWarps = 2 * kGroups;
+  static constexpr int kThreads = kWarps * kWarpSize;
+  static constexpr int kQStride = kD + kQPad;   // floats: rows 8 banks apart (float2 A loads)
+  static constexpr int kRStride = kD + kRPad;   // BF16: rows 16 bytes apart mod 128 (ldmatrix)
+  static constexpr int kHalf = kD / 2;          // output columns per warp
+  static constexpr int kHalfTiles = kHalf / 8;  // n8 tiles per warp in P·R
+  static constexpr int kStatFloats = kHeads * (2 + 2 + 1 + 1 + kSplit + 1);
+  static constexpr size_t kQBytes = size_t{4} * kHeads * kQStride;
+  static constexpr size_t kRBytes = size_t{2} * kTileRows * kRStride;
+  static constexpr size_t kPBytes = size_t{4} * kHeads * kPStride;
+  static constexpr size_t kSmemBytes = kQBytes + kRBytes + kPBytes + size_t{4} * kStatFloats;
+};
+
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8×8 BF16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// The two warps of head group g (64 threads) meet at barrier 1 + g (0 is __syncthreads').
+__device__ __forceinline__ void GroupBarrier(int group) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(1 + group), "r"(2 * kWarpSize) : "memory");
+}
+
+// The A fragment of rows (gq, gq + 8) and columns (2tq, 2tq + 1, 2tq + 8, 2tq + 9) of a 16×16
+// f32 tile at `top` (the row of gq, column 2tq) and `bottom` (row gq + 8), as three BF16 parts.
+__device__ __forceinline__ void SplitFragment(const float* top, const float* bottom, uint32_t (&hi)[4],
+                                              uint32_t (&mid)[4], uint32_t (&lo)[4]) {
+  const float2 x00 = *reinterpret_cast<const float2*>(top);
+  const float2 x10 = *reinterpret_cast<const float2*>(bottom);
+  const float2 x01 = *reinterpret_cast<const float2*>(top + 8);
+  const float2 x11 = *reinterpret_cast<const float2*>(bottom + 8);
+  SplitPair(x00.x, x00.y, hi[0], mid[0], lo[0]);
+  SplitPair(x10.x, x10.y, hi[1], mid[1], lo[1]);
+  SplitPair(x01.x, x01.y, hi[2], mid[2], lo[2]);
+  SplitPair(x11.x, x11.y, hi[3], mid[3], lo[3]);
+}
+
+// acc += A·B for the three parts of A, hi first.
+__device__ __forceinline__ void MmaParts(float (&acc)[4], const uint32_t (&hi)[4], const uint32_t (&mid)[4],
+                                         const uint32_t (&lo)[4], uint32_t b0, uint32_t b1) {
+  MmaBf16(acc, hi[0], hi[1], hi[2], hi[3], b0, b1);
+  MmaBf16(acc, mid[0], mid[1], mid[2], mid[3], b0, b1);
+  MmaBf16(acc, lo[0], lo[1], lo[2], lo[3], b0, b1);
+}
+
+// The tile's rows ids[0 .. tile_n) into rs as BF16 (round to nearest: exact for BF16-exact rows),
+// zero rows up to the next multiple of 16 (the P·R k-steps read them against p = 0). Each warp
+// takes kBatch rows at a time with all their loads in flight before the conversions.
+template <int kGroups, int kD>
+__device__ __forceinline__ void LoadTile(const SplitArgs& a, const int32_t* ids, int tile_n, __nv_bfloat16* rs,
+                                         int warp, int lane) {
+  using S = Shape<kGroups, kD>;
+  constexpr int kF4 = kD / 4;                     // float4 per row
+  constexpr int kPerLane = (kF4 + kWarpSize - 1) / kWarpSize;
+  constexpr int kBatch = kPerLane >= 8 ? 1 : 8 / kPerLane;
+  const int32_t id_low = lane < tile_n ? ids[lane] : 0;
+  const int32_t id_high = lane + kWarpSize < tile_n ? ids[lane + kWarpSize] : 0;
+  const int padded = min(kTileRows, (tile_n + 15) / 16 * 16);
+  for (int r0 = warp * kBatch; r0 < padded; r0 += S::kWarps * kBatch) {
+    float4 v[kBatch][kPerLane];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int r = r0 + b;
+      const int32_t id = __shfl_sync(0xffffffffu, r < kWarpSize ? id_low : id_high, r % kWarpSize);
+      const float4* src = reinterpret_cast<const float4*>(a.rows + static_cast<int64_t>(id) * a.row_stride);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int c4 = lane + kWarpSize * i;
+        v[b][i] = r < tile_n && c4 < kF4 ? __ldg(src + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int r = r0 + b;
+      if (r >= padded) break;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int c4 = lane + kWarpSize * i;
+        if (c4 < kF4) {
+          const __nv_bfloat162 lo = __floats2bfloat162_rn(v[b][i].x, v[b][i].y);
+          const __nv_bfloat162 hi = __floats2bfloat162_rn(v[b][i].z, v[b][i].w);
+          uint2 packed;
+          packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+          packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+          *reinterpret_cast<uint2*>(rs + r * S::kRStride + 4 * c4) = packed;
+        }
+      }
+    }
+  }
+}
+
+template <int kGroups, int kD>
+__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD>::kThreads, 1)
+    AttentionSplitBf16Kernel(SplitArgs a) {
+  namespace cg = cooperative_groups;
+  using S = Shape<kGroups, kD>;
+  extern __shared__ float4 smem4[];
+  char* smem = reinterpret_cast<char*>(smem4);
+  float* qs = reinterpret_cast<float*>(smem);                                  // [kHeads][kQStride]
+  __nv_bfloat16* rs = reinterpret_cast<__nv_bfloat16*>(smem + S::kQBytes);     // [kTileRows][kRStride]
+  float* ps = reinterpret_cast<float*>(smem + S::kQBytes + S::kRBytes);        // [kHeads][kPStride]
+  float* red_max = ps + S::kHeads * kPStride;                                  // [2][kHeads]
+  float* red_sum = red_max + 2 * S::kHeads;                                    // [2][kHeads]
+  float* max_s = red_sum + 2 * S::kHeads;                                      // [kHeads]
+  float* sum_s = max_s + S::kHeads;                                            // [kHeads]
+  float* factor_s = sum_s + S::kHeads;                                         // [kHeads][kSplit]
+  float* total_s = factor_s + S::kHeads * kSplit;                              // [kHeads]
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t m = blockIdx.x / kSplit;
+  const int head0 = blockIdx.y * S::kHeads;
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  const int group = warp % kGroups, half = warp / kGroups;
+  const int gq = lane / 4, tq = lane % 4;
+  float* out_m = a.out + m * a.out_stride;
+  const int n = static_cast<int>(min(max(static_cast<int64_t>(a.counts[m]), int64_t{0}), a.max_rows));
+  if (n == 0) {  // uniform over the cluster: no block reaches a cluster barrier
+    if (rank == 0) {
+      for (int e = tid; e < S::kHeads * kD; e += S::kThreads) {
+        if (head0 + e / kD < a.num_heads) out_m[static_cast<int64_t>(head0) * kD + e] = 0.f;
+      }
+    }
+    return;
+  }
+  const int tiles = (n + kTileRows - 1) / kTileRows;
+  const int tiles_per_rank = (tiles + kSplit - 1) / kSplit;
+  const int used_ranks = (tiles + tiles_per_rank - 1) / tiles_per_rank;  // ranks past it have no rows
+  const int row_begin = min(n, rank * tiles_per_rank * kTileRows);
+  const int row_end = min(n, row_begin + tiles_per_rank * kTileRows);
+
+  if (row_begin < row_end) {  // uniform over the block; the first tile's wait completes the copies
+    const float* q_m = a.q + m * a.q_stride + static_cast<int64_t>(head0) * kD;
+    constexpr int kD4 = kD / 4;
+    for (int e4 = tid; e4 < S::kHeads * kD4; e4 += S::kThreads) {
+      const int h = e4 / kD4, c4 = e4 % kD4;
+      float* dst = qs + h * S::kQStride + 4 * c4;
+      if (head0 + h < a.num_heads) {
+        CpAsync16(dst, q_m + static_cast<int64_t>(h) * kD + 4 * c4);
+      } else {
+        *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+  }
+
+  // This thread's two heads (MMA rows gq and gq + 8 of its group) and their softmax state: the
+  // maximum (the same in both warps of the group) and this warp's half of the sum.
+  const int h_lo = kGroupHeads * group + gq, h_hi = h_lo + 8;
+  float max_lo = head0 + h_lo < a.num_heads ? a.sinks[head0 + h_lo] : 0.f;
+  float max_hi = head0 + h_hi < a.num_heads ? a.sinks[head0 + h_hi] : 0.f;
+  float sum_lo = 0.f, sum_hi = 0.f;
+  float o[S::kHalfTiles][4];
+#pragma unroll
+  for (int j = 0; j < S::kHalfTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+  const int32_t* ids = a.row_ids + m * a.max_rows;
+  const int r_half = 32 * half;  // this warp's first tile row for S
+  const float* q_top = qs + h_lo * S::kQStride + 2 * tq;
+  const float* q_bottom = q_top + 8 * S::kQStride;
+  const float* p_top = ps + h_lo * kPStride + 2 * tq;
+  const float* p_bottom = p_top + 8 * kPStride;
+  // ldmatrix row addresses: for S (no transpose) lane l reads tile row r_half + 16p + (l % 8) +
+  // 8·(l / 16) at column k + 8·((l / 8) % 2); for P·R (transposed) tile row 16ks + (l % 8) +
+  // 8·((l / 8) % 2) at column c + 8·(l / 16).
+  const uint32_t rs_s = SmemAddress(rs + (r_half + lane % 8 + 8 * (lane / 16)) * S::kRStride + 8 * ((lane / 8) % 2));
+  const uint32_t rs_o =
+      SmemAddress(rs + (lane % 8 + 8 * ((lane / 8) % 2)) * S::kRStride + half * S::kHalf + 8 * (lane / 16));
+
+  for (int t0 = row_begin; t0 < row_end; t0 += kTileRows) {
+    const int tile_n = min(kTileRows, row_end - t0);
+    LoadTile<kGroups, kD>(a, ids + t0, tile_n, rs, warp, lane);
+    CpAsyncWaitAll();
+    __syncthreads();
+
+    // 1. Scores of the group's 16 heads against this warp's 32 tile rows (4 n8 tiles; a pair of
+    // them per ldmatrix), skipping pairs wholly past tile_n.
+    float s[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    const int pairs = min(2, max(0, (tile_n - r_half + 15) / 16));
+    for (int k = 0; k < kD; k += 16) {
+      uint32_t hi[4], mid[4], lo[4];
+      SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        if (p < pairs) {
+          uint32_t b[4];
+          LdMatrixX4(b, rs_s + static_cast<uint32_t>((16 * p * S::kRStride + k) * 2));
+          MmaParts(s[2 * p], hi, mid, lo, b[0], b[1]);
+          MmaParts(s[2 * p + 1], hi, mid, lo, b[2], b[3]);
+        }
+      }
+    }
+
+    // 2. Online softmax. C fragment: s[j][0..1] are head h_lo at tile rows r_half + 8j + 2tq + {0,1},
+    // s[j][2..3] head h_hi at the same rows.
+    float tile_lo = -INFINITY, tile_hi = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const bool valid = r_half + 8 * j + 2 * tq + e < tile_n;
+        s[j][e] = valid ? a.scale * s[j][e] : -INFINITY;
+        s[j][2 + e] = valid ? a.scale * s[j][2 + e] : -INFINITY;
+        tile_lo = fmaxf(tile_lo, s[j][e]);
+        tile_hi = fmaxf(tile_hi, s[j][2 + e]);
+      }
+    }
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      tile_lo = fmaxf(tile_lo, __shfl_xor_sync(0xffffffffu, tile_lo, x));
+      tile_hi = fmaxf(tile_hi, __shfl_xor_sync(0xffffffffu, tile_hi, x));
+    }
+    if (tq == 0) {
+      red_max[half * S::kHeads + h_lo] = tile_lo;
+      red_max[half * S::kHeads + h_hi] = tile_hi;
+    }
+    GroupBarrier(group);
+    const float new_lo = fmaxf(max_lo, fmaxf(red_max[h_lo], red_max[S::kHeads + h_lo]));
+    const float new_hi = fmaxf(max_hi, fmaxf(red_max[h_hi], red_max[S::kHeads + h_hi]));
+    const float alpha_lo = new_lo == max_lo ? 1.f : expf(max_lo - new_lo);
+    const float alpha_hi = new_hi == max_hi ? 1.f : expf(max_hi - new_hi);
+    max_lo = new_lo;
+    max_hi = new_hi;
+    float part_lo = 0.f, part_hi = 0.f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float p0 = expf(s[j][0] - new_lo), p1 = expf(s[j][1] - new_lo);
+      const float p2 = expf(s[j][2] - new_hi), p3 = expf(s[j][3] - new_hi);
+      part_lo = part_lo + p0 + p1;
+      part_hi = part_hi + p2 + p3;
+      const int c = r_half + 8 * j + 2 * tq;
+      *reinterpret_cast<float2*>(ps + h_lo * kPStride + c) = make_float2(p0, p1);
+      *reinterpret_cast<float2*>(ps + h_hi * kPStride + c) = make_float2(p2, p3);
+    }
+#pragma unroll
+    for (int x = 1; x < 4; x <<= 1) {
+      part_lo += __shfl_xor_sync(0xffffffffu, part_lo, x);
+      part_hi += __shfl_xor_sync(0xffffffffu, part_hi, x);
+    }
+    sum_lo = sum_lo * alpha_lo + part_lo;
+    sum_hi = sum_hi * alpha_hi + part_hi;
+    GroupBarrier(group);  // the group's probabilities for all 64 tile rows are in ps
+
+    // 3. O = O·α + P·R over this warp's d/2 columns, 16 tile rows per step up to tile_n.
+#pragma unroll
+    for (int j = 0; j < S::kHalfTiles; ++j) {
+      o[j][0] *= alpha_lo;
+      o[j][1] *= alpha_lo;
+      o[j][2] *= alpha_hi;
+      o[j][3] *= alpha_hi;
+    }
+    const int steps = (tile_n + 15) / 16;
+    for (int ks = 0; ks < steps; ++ks) {
+      uint32_t hi[4], mid[4], lo[4];
+      SplitFragment(p_top + 16 * ks, p_bottom + 16 * ks, hi, mid, lo);
+#pragma unroll
+      for (int p = 0; p < S::kHalfTiles / 2; ++p) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, rs_o + static_cast<uint32_t>((16 * ks * S::kRStride + 16 * p) * 2));
+        MmaParts(o[2 * p], hi, mid, lo, b[0], b[1]);
+        MmaParts(o[2 * p + 1], hi, mid, lo, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // the next tile overwrites rs, ps and red_max
+  }
+
+  // This block's state for the merge: O into the q memory (free once every warp is past its last
+  // S), the maxima and the sums (half 0 + half 1) per head. Blocks without rows (rank >=
+  // used_ranks) write nothing: the merge skips them.
+  float* acc_s = qs;  // [kHeads][kQStride]
+  if (row_begin < row_end) {
+    if (tq == 0) {
+      red_sum[half * S::kHeads + h_lo] = sum_lo;
+      red_sum[half * S::kHeads + h_hi] = sum_hi;
+    }
+#pragma unroll
+    for (int j = 0; j < S::kHalfTiles; ++j) {
+      const int c = half * S::kHalf + 8 * j + 2 * tq;
+      *reinterpret_cast<float2*>(acc_s + h_lo * S::kQStride + c) = make_float2(o[j][0], o[j][1]);
+      *reinterpret_cast<float2*>(acc_s + h_hi * S::kQStride + c) = make_float2(o[j][2], o[j][3]);
+    }
+    __syncthreads();
+    if (half == 0 && tq == 0) {
+      max_s[h_lo] = max_lo;
+      max_s[h_hi] = max_hi;
+      sum_s[h_lo] = red_sum[h_lo] + red_sum[S::kHeads + h_lo];
+      sum_s[h_hi] = red_sum[h_hi] + red_sum[S::kHeads + h_hi];
+    }
+  }
+  cluster.sync();
+
+  // Merge factors per head, over the ranks with rows, in rank order.
+  for (int h = tid; h < S::kHeads; h += S::kThreads) {
+    if (head0 + h >= a.num_heads) continue;
+    float mr[kSplit], sr[kSplit];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kSplit; ++r) {
+      if (r < used_ranks) {
+        mr[r] = *cluster.map_shared_rank(max_s + h, r);
+        sr[r] = *cluster.map_shared_rank(sum_s + h, r);
+        mx = fmaxf(mx, mr[r]);
+      }
+    }
+    float denom = 0.f;
+#pragma unroll
+    for (int r = 0; r < kSplit; ++r) {
+      if (r < used_ranks) {
+        const float f = mr[r] == mx ? 1.f : expf(mr[r] - mx);
+        denom = fmaf(f, sr[r], denom);
+        factor_s[h * kSplit + r] = f;
+      }
+    }
+    total_s[h] = denom + expf(a.sinks[head0 + h] - mx);
+  }
+  __syncthreads();
+
+  // out for this block's slice of d/kSplit columns of every head, float4 at a time.
+  constexpr int kSlice = kD / kSplit;
+  constexpr int kSlice4 = kSlice / 4;
+  const int c0 = rank * kSlice;
+  for (int e = tid; e < S::kHeads * kSlice4; e += S::kThreads) {
+    const int h = e / kSlice4, c = c0 + 4 * (e % kSlice4);
+    if (head0 + h >= a.num_heads) continue;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int r = 0; r < kSplit; ++r) {
+      if (r < used_ranks) {
+        const float f = factor_s[h * kSplit + r];
+        const float4 part = *reinterpret_cast<const float4*>(cluster.map_shared_rank(acc_s + h * S::kQStride + c, r));
+        v.x = fmaf(f, part.x, v.x);
+        v.y = fmaf(f, part.y, v.y);
+        v.z = fmaf(f, part.z, v.z);
+        v.w = fmaf(f, part.w, v.w);
+      }
+    }
+    const float total = total_s[h];
+    float* dst = out_m + static_cast<int64_t>(head0 + h) * kD + c;
+    dst[0] = v.x / total;
+    dst[1] = v.y / total;
+    dst[2] = v.z / total;
+    dst[3] = v.w / total;
+  }
+  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
+}
+
+template <int kGroups, int kD>
+void LaunchSplit(const SplitArgs& a, int64_t num_queries, cudaStream_t stream) {
+  using S = Shape<kGroups, kD>;
+  static_assert(S::kSmemBytes <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
+  const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
+  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD>;
+  if (S::kSmemBytes > 48 * 1024) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(S::kSmemBytes)),
+                  "AttentionWithSinkSplitBf16: shared memory opt-in");
+  }
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(a);
+  DI_CUDA_LAUNCH_CHECK("AttentionWithSinkSplitBf16");
+}
+
+template <int kD>
+void LaunchGroups(const SplitArgs& a, int64_t num_queries, cudaStream_t stream) {
+  if (a.num_heads <= kGroupHeads) {
+    LaunchSplit<1, kD>(a, num_queries, stream);
+  } else if (a.num_heads <= 2 * kGroupHeads) {
+    LaunchSplit<2, kD>(a, num_queries, stream);
+  } else {
+    LaunchSplit<4, kD>(a, num_queries, stream);
+  }
+}
+
+}  // namespace
+
+bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
+                              int64_t num_heads, int64_t head_dim) {
+  const bool shape = (head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512) && num_heads >= 1 &&
+                     num_heads <= 65535;
+  return shape && Aligned(q, q_stride * 4, 16) && Aligned(rows, row_stride * 4, 16);
+}
+
+void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
+                                const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
+                                int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
+                                int64_t out_stride, cudaStream_t stream) {
+  const char* name = "cuda::AttentionWithSinkSplitBf16";
+  if (num_queries < 0 || num_queries > INT_MAX / kSplit) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
+  if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
+  if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < head_dim) {
+    ThrowCudaError(__FILE__, __LINE__, name, "a row stride is smaller than the row");
+  }
+  if (!AttentionSplitBf16Usable(q, q_stride, rows, row_stride, num_heads, head_dim)) {
+    ThrowCudaError(__FILE__, __LINE__, name,
+                   "needs head_dim 64, 128, 256 or 512, 1 <= H <= 65535, and q and rows 16-byte aligned with strides "
+                   "of whole float4s (AttentionSplitBf16Usable)");
+  }
+  if (num_queries == 0) return;
+  if (q == nullptr || out == nullptr || counts == nullptr || sinks == nullptr ||
+      (max_rows > 0 && (rows == nullptr || row_ids == nullptr))) {
+    ThrowCudaError(__FILE__, __LINE__, name, "null pointer");
+  }
+  const SplitArgs a{q,     q_stride, rows, row_stride, row_ids, counts, max_rows, sinks, static_cast<int>(num_heads),
+                    scale, out,      out_stride};
+  switch (head_dim) {
+    case 64: return LaunchGroups<64>(a, num_queries, stream);
+    case 128: return LaunchGroups<128>(a, num_queries, stream);
+    case 256: return LaunchGroups<256>(a, num_queries, stream);
+    default: return LaunchGroups<512>(a, num_queries, stream);
+  }
+}
+
+}  // namespace deepinfer::cuda
