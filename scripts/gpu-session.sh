@@ -12,8 +12,8 @@
 # Prints their summaries, and leaves in $OUT one archive per step as it ends (session-run.tar.xz,
 # session-bench.tar.xz, session-profile.tar.xz: every log, JSON report and CSV; the device tool
 # returns at most 8 files, and what a killed call left under $OUT) and steps-compare.txt. Steps 1
-# and 2 took 414 s on 2026-12-01 with four switch reruns and four bench columns that have since
-# gone (one of each is left), so the profile (up to 210 s) may not fit the same 600 s call:
+# and 2 took 388 s at 7047f65 (2026-12-01, two switch reruns, five bench columns), so the profile
+# (up to 210 s) may not fit the same 600 s call:
 # --no-profile, then the profile alone in the next call (--only-profile). Exits non-zero when a
 # step failed. The sanitizers need calls of their own (scripts/gpu-sanitize-label.sh): run
 # beside this on the second GPU of the 2xH200 kind (2026-12-01), their 22 host-bound processes
