@@ -153,22 +153,27 @@ TEST(CudaAttention, FlashShapes) {
   ExpectMatchesCpu({3, 64, 512, 2048, 640, {640, 600, 33}, 0, 0, 0, 4.f, false, 42});
 }
 
-TEST(CudaAttention, DeterministicAndBatchInvariant) {
-  DI_REQUIRE_GPU();
-  const AttentionCase c{3, 64, 512, 2048, 640, {640, 200, 513}, 0, 0, 0, 2.f, false, 51};
+using GpuKernel = std::vector<float> (*)(const AttentionCase&, const AttentionInputs&);
+
+// Two runs give the same bits, and query 2 alone gives the bits it got in the batch.
+void ExpectDeterministicAndBatchInvariant(const AttentionCase& c, GpuKernel kernel) {
   const AttentionInputs in = MakeInputs(c);
-  const std::vector<float> first = GpuAttention(c, in);
-  EXPECT_TRUE(AllEqual(GpuAttention(c, in), first, "second run"));
-  // Query 2 alone gives the bits it got in the batch.
+  const std::vector<float> first = kernel(c, in);
+  EXPECT_TRUE(AllEqual(kernel(c, in), first, "second run"));
   AttentionCase one = c;
   one.queries = 1;
   one.counts = {c.counts[2]};
   AttentionInputs in_one = in;
   in_one.q.assign(in.q.begin() + 2 * in.q_stride, in.q.begin() + 3 * in.q_stride);
   in_one.row_ids.assign(in.row_ids.begin() + 2 * c.max_rows, in.row_ids.begin() + 3 * c.max_rows);
-  const std::vector<float> alone = GpuAttention(one, in_one);
+  const std::vector<float> alone = kernel(one, in_one);
   EXPECT_TRUE(AllEqual(alone, std::vector<float>(first.begin() + 2 * in.out_stride, first.begin() + 3 * in.out_stride),
                        "query alone vs in batch"));
+}
+
+TEST(CudaAttention, DeterministicAndBatchInvariant) {
+  DI_REQUIRE_GPU();
+  ExpectDeterministicAndBatchInvariant({3, 64, 512, 2048, 640, {640, 200, 513}, 0, 0, 0, 2.f, false, 51}, GpuAttention);
 }
 
 // Split-BF16 tensor cores: every product exact (q and p as three BF16 parts, rows exact in BF16),
@@ -213,18 +218,7 @@ TEST(CudaAttentionSplitBf16, DeterministicAndBatchInvariant) {
   DI_REQUIRE_GPU();
   AttentionCase c{3, 64, 512, 2048, 640, {640, 200, 513}, 0, 0, 0, 2.f, false, 81};
   c.kv_rows = true;
-  const AttentionInputs in = MakeInputs(c);
-  const std::vector<float> first = GpuAttentionSplitBf16(c, in);
-  EXPECT_TRUE(AllEqual(GpuAttentionSplitBf16(c, in), first, "second run"));
-  AttentionCase one = c;
-  one.queries = 1;
-  one.counts = {c.counts[2]};
-  AttentionInputs in_one = in;
-  in_one.q.assign(in.q.begin() + 2 * in.q_stride, in.q.begin() + 3 * in.q_stride);
-  in_one.row_ids.assign(in.row_ids.begin() + 2 * c.max_rows, in.row_ids.begin() + 3 * c.max_rows);
-  const std::vector<float> alone = GpuAttentionSplitBf16(one, in_one);
-  EXPECT_TRUE(AllEqual(alone, std::vector<float>(first.begin() + 2 * in.out_stride, first.begin() + 3 * in.out_stride),
-                       "query alone vs in batch"));
+  ExpectDeterministicAndBatchInvariant(c, GpuAttentionSplitBf16);
 }
 
 TEST(CudaAttentionSplitBf16, RejectsWhatItCannotRun) {

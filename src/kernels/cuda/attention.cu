@@ -4,6 +4,7 @@
 
 #include <climits>
 
+#include "kernels/cuda/attention_args.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -23,24 +24,6 @@ constexpr int kMaxHeads = 8;
 constexpr int kSplit = 8;
 static_assert(kTile >= kMaxHeads, "the merge keeps kHeads rows of d in the row tile's memory");
 static_assert(kTile == kWarpSize, "lane t of a warp holds the id of the tile's row t");
-
-struct AttentionArgs {
-  const float* q;
-  int64_t q_stride;
-  const float* rows;
-  int64_t row_stride;
-  const int32_t* row_ids;
-  const int32_t* counts;
-  int64_t max_rows;
-  const float* sinks;
-  int num_heads;
-  int d;
-  float scale;
-  float* out;
-  int64_t out_stride;
-  bool vec_rows;  // rows may be copied as float4 (d, row_stride multiples of 4, base 16-aligned)
-  bool vec_q;     // q rows may be copied as float4 (d, q_stride multiples of 4, base 16-aligned)
-};
 
 // Shared memory of a block, in floats: scores [kHeads][kTile], probabilities [kTile][kHeads],
 // alpha [kMaxHeads], denominator [kMaxHeads], q [kHeads][d], the row tile [kTile][d].

@@ -31,6 +31,7 @@
 #include <cmath>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_args.cuh"
 #include "kernels/cuda/bf16_split.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -44,21 +45,6 @@ constexpr int kGroupHeads = 16;          // heads per warp: the MMA's M
 constexpr int kQPad = 8;                 // floats after each q row in shared memory
 constexpr int kRPad = 8;                 // BF16 values after each tile row
 constexpr int kPStride = kTileRows + 8;  // floats per head of the probabilities
-
-struct SplitArgs {
-  const float* q;
-  int64_t q_stride;
-  const float* rows;
-  int64_t row_stride;
-  const int32_t* row_ids;
-  const int32_t* counts;
-  int64_t max_rows;
-  const float* sinks;
-  int num_heads;
-  float scale;
-  float* out;
-  int64_t out_stride;
-};
 
 template <int kGroups, int kD>
 struct Shape {
@@ -124,7 +110,7 @@ __device__ __forceinline__ void MmaParts(float (&acc)[4], const uint32_t (&hi)[4
 // zero rows up to the next multiple of 16 (the P·R k-steps read them against p = 0). Each warp
 // takes kBatch rows at a time with all their loads in flight before the conversions.
 template <int kGroups, int kD>
-__device__ __forceinline__ void LoadTile(const SplitArgs& a, const int32_t* ids, int tile_n, __nv_bfloat16* rs,
+__device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* ids, int tile_n, __nv_bfloat16* rs,
                                          int warp, int lane) {
   using S = Shape<kGroups, kD>;
   constexpr int kF4 = kD / 4;                     // float4 per row
@@ -168,7 +154,7 @@ __device__ __forceinline__ void LoadTile(const SplitArgs& a, const int32_t* ids,
 
 template <int kGroups, int kD>
 __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD>::kThreads, 1)
-    AttentionSplitBf16Kernel(SplitArgs a) {
+    AttentionSplitBf16Kernel(AttentionArgs a) {
   namespace cg = cooperative_groups;
   using S = Shape<kGroups, kD>;
   extern __shared__ float4 smem4[];
@@ -423,7 +409,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
 }
 
 template <int kGroups, int kD>
-void LaunchSplit(const SplitArgs& a, int64_t num_queries, cudaStream_t stream) {
+void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
   using S = Shape<kGroups, kD>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
   const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
@@ -438,7 +424,7 @@ void LaunchSplit(const SplitArgs& a, int64_t num_queries, cudaStream_t stream) {
 }
 
 template <int kD>
-void LaunchGroups(const SplitArgs& a, int64_t num_queries, cudaStream_t stream) {
+void LaunchGroups(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
   if (a.num_heads <= kGroupHeads) {
     LaunchSplit<1, kD>(a, num_queries, stream);
   } else if (a.num_heads <= 2 * kGroupHeads) {
@@ -477,8 +463,8 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
       (max_rows > 0 && (rows == nullptr || row_ids == nullptr))) {
     ThrowCudaError(__FILE__, __LINE__, name, "null pointer");
   }
-  const SplitArgs a{q,     q_stride, rows, row_stride, row_ids, counts, max_rows, sinks, static_cast<int>(num_heads),
-                    scale, out,      out_stride};
+  const AttentionArgs a{q,     q_stride, rows, row_stride, row_ids, counts, max_rows, sinks, static_cast<int>(num_heads),
+                        static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true};
   switch (head_dim) {
     case 64: return LaunchGroups<64>(a, num_queries, stream);
     case 128: return LaunchGroups<128>(a, num_queries, stream);
