@@ -12,7 +12,9 @@
 # and a PNG plot (tools/plot_bench.py, if matplotlib is there), then again with --tensor-cores, with
 # --tensor-cores --fp8-activations, and that once more at batch 64 and the prefills with
 # DEEPINFER_WGMMA=0 (the mma.sync kernels that the warpgroup-MMA ones replace on sm_90a), and with
-# all of the reference's roundings (--kv-fp8 --indexer-fp4 too: sparse attention on tensor cores). The
+# all of the reference's roundings (--kv-fp8 --indexer-fp4 too: sparse attention on tensor cores),
+# that at batch 1, 64, 256 and the prefills with 1, 2 and 4 attention blocks per query
+# (DEEPINFER_ATTENTION_SPLIT; the default is 8). The
 # columns of versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.
@@ -47,9 +49,19 @@ if [[ ${1:-} == --steps ]]; then
   echo "== every rounding of the reference (--fp8-activations --kv-fp8 --indexer-fp4): sparse attention on tensor cores too"
   timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
     --kv-fp8 --indexer-fp4 --no-ceilings --json "$out/steps-tc-ref.json" "$@" 2>>"$out/bench.log" || status=1
+  # The split-BF16 attention's blocks per query (version 11 measured 8): each its own order of sums.
+  splits=()
+  for split in 1 2 4; do
+    echo "== every reference rounding, DEEPINFER_ATTENTION_SPLIT=$split"
+    DEEPINFER_ATTENTION_SPLIT=$split timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
+      --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 1,64,256 --contexts 8192 \
+      --json "$out/steps-tc-ref-split$split.json" 2>>"$out/bench.log" || status=1
+    splits+=("ref-split$split=$out/steps-tc-ref-split$split.json")
+  done
   echo "== side by side (tools/compare_bench.py)"
   python3 tools/compare_bench.py simt="$out/steps.json" tensor-cores="$out/steps-tc.json" tc+fp8-act="$out/steps-tc-fp8.json" \
-    tc+fp8-mma.sync="$out/steps-tc-fp8-mma.json" tc+ref-roundings="$out/steps-tc-ref.json" | tee "$out/steps-compare.txt" || status=1
+    tc+fp8-mma.sync="$out/steps-tc-fp8-mma.json" tc+ref-roundings="$out/steps-tc-ref.json" "${splits[@]}" \
+    | tee "$out/steps-compare.txt" || status=1
   echo "== HF transformers on the same config (random BF16 weights)"
   timeout 200 python3 tools/bench_hf_steps.py bench/configs/v4-flash-3layer | tee "$out/steps-hf.json" || status=1
   # The device tool returns at most 8 files: the reports travel as one archive.

@@ -32,6 +32,7 @@ struct AttentionCase {
   // channels through e4m3 in blocks of 64, the last rope = d/8 channels (64 of Flash's 512)
   // through BF16, values spread over several binades.
   bool kv_rows = false;
+  int blocks_per_query = 0;  // split-BF16 kernel: 0 (the default), 1, 2, 4 or 8
 };
 
 struct AttentionInputs {
@@ -103,7 +104,7 @@ std::vector<float> GpuAttentionSplitBf16(const AttentionCase& c, const Attention
   EXPECT_TRUE(cuda::AttentionSplitBf16Usable(q.get(), in.q_stride, rows.get(), in.row_stride, c.heads, c.head_dim));
   cuda::AttentionWithSinkSplitBf16(q.get(), in.q_stride, rows.get(), in.row_stride, ids.get(), counts.get(),
                                    c.max_rows, sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(),
-                                   in.out_stride, nullptr);
+                                   in.out_stride, nullptr, c.blocks_per_query);
   return out.ToHost();
 }
 
@@ -221,6 +222,24 @@ TEST(CudaAttentionSplitBf16, DeterministicAndBatchInvariant) {
   ExpectDeterministicAndBatchInvariant(c, GpuAttentionSplitBf16);
 }
 
+// Each cluster size (DEEPINFER_ATTENTION_SPLIT) is its own order of sums, each within the bound of
+// the CPU and batch invariant: 1 block (every tile in one run), 2, 4 (runs of 3, 3, 3 and 1
+// tiles for 640 rows), and 8 explicitly.
+TEST(CudaAttentionSplitBf16, EveryBlockCount) {
+  DI_REQUIRE_GPU();
+  for (int blocks : {1, 2, 4, 8}) {
+    SCOPED_TRACE(testing::Message() << blocks << " blocks per query");
+    AttentionCase c{4, 64, 512, 2048, 640, {640, 200, 513, 1}, 0, 0, 0, 2.f, false, 91};
+    c.blocks_per_query = blocks;
+    ExpectSplitBf16MatchesCpu(c);
+    c.kv_rows = true;
+    ExpectDeterministicAndBatchInvariant(c, GpuAttentionSplitBf16);
+  }
+  AttentionCase small{3, 8, 128, 300, 200, {200, 33, 129}, 0, 0, 0, 1.f, false, 92};
+  small.blocks_per_query = 1;
+  ExpectSplitBf16MatchesCpu(small);
+}
+
 TEST(CudaAttentionSplitBf16, RejectsWhatItCannotRun) {
   DI_REQUIRE_GPU();
   DeviceArray<float> buf(std::vector<float>(4096, 0.f));
@@ -232,6 +251,10 @@ TEST(CudaAttentionSplitBf16, RejectsWhatItCannotRun) {
   EXPECT_THROW(cuda::AttentionWithSinkSplitBf16(buf.get(), 96, buf.get(), 96, nullptr, nullptr, 0, buf.get(), 1, 1,
                                                 96, 1.f, buf.get(), 96, nullptr),
                std::exception);
+  EXPECT_THROW(cuda::AttentionWithSinkSplitBf16(buf.get(), 128, buf.get(), 128, nullptr, nullptr, 0, buf.get(), 1, 1,
+                                                128, 1.f, buf.get(), 128, nullptr, 3),
+               std::exception)
+      << "3 blocks per query";
 }
 
 TEST(CudaAttention, NoQueriesLaunchesNothing) {

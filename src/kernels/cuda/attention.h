@@ -44,14 +44,20 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
 // e4m3 codes times power-of-two scales, and BF16 rope channels); then every product is exact and
 // the result differs from AttentionWithSink's only in how the f32 sums are rounded. A row value
 // that is not exact in BF16 is rounded to nearest (no error is raised).
-// Work split and order: clusters of 8 blocks per query and block of up to 64 heads, runs of
-// 64-row tiles (attention_mma.cu has the order of every sum): deterministic and batch invariant.
-// Shapes as AttentionWithSink; limits in AttentionSplitBf16Usable (anything else throws).
+// Work split and order: clusters of blocks_per_query blocks (1, 2, 4 or 8; 0 takes
+// AttentionSplitBf16Blocks()) per query and block of up to 64 heads, runs of 64-row tiles
+// (attention_mma.cu has the order of every sum): deterministic and batch invariant for a given
+// blocks_per_query, whose value changes the order of the sums. Shapes as AttentionWithSink;
+// limits in AttentionSplitBf16Usable (anything else throws).
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                               int64_t num_heads, int64_t head_dim);  // d ∈ {64, 128, 256, 512}; 16-byte rows
 void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                                 const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
-                                int64_t out_stride, cudaStream_t stream);
+                                int64_t out_stride, cudaStream_t stream, int blocks_per_query = 0);
+// The default blocks per query: DEEPINFER_ATTENTION_SPLIT (1, 2, 4 or 8; read once, anything else
+// throws) or 8, the value measured in docs/performance.md's version 11. For experiments: every
+// query of a run must take the same value, which the process-wide default guarantees.
+int AttentionSplitBf16Blocks();
 
 }  // namespace deepinfer::cuda

@@ -9,9 +9,10 @@
 // (bf16_split.cuh), R as BF16, so every product is exact and only the f32 sums round differently
 // from the SIMT kernel and the CPU.
 //
-// Work split. As in attention.cu, a cluster of kSplit blocks per (query, head block); block `rank`
-// takes the rank-th run of ceil(tiles / kSplit) tiles of kTileRows rows (a function of the query's
-// row count alone: batch invariant), runs an online softmax over them, and the cluster merges the
+// Work split. As in attention.cu, a cluster of kSplit blocks per (query, head block) (8 by default;
+// 1, 2 or 4 on request: AttentionSplitBf16Blocks); block `rank` takes the rank-th run of
+// ceil(tiles / kSplit) tiles of kTileRows rows (a function of the query's row count and kSplit
+// alone: batch invariant), runs an online softmax over them, and the cluster merges the
 // runs' states in rank order through distributed shared memory. Inside a block, warp w takes head
 // group g = w % kGroups (16 heads, the MMA's M) and half = w / kGroups: for S the tile's rows
 // [32·half, 32·half + 32), for O the columns [half·d/2, (half + 1)·d/2). The two warps of a group
@@ -29,6 +30,8 @@
 
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_args.cuh"
@@ -40,13 +43,12 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kTileRows = 64;            // rows per tile
-constexpr int kSplit = 8;                // blocks per (query, head block): a cluster
 constexpr int kGroupHeads = 16;          // heads per warp: the MMA's M
 constexpr int kQPad = 8;                 // floats after each q row in shared memory
 constexpr int kRPad = 8;                 // BF16 values after each tile row
 constexpr int kPStride = kTileRows + 8;  // floats per head of the probabilities
 
-template <int kGroups, int kD>
+template <int kGroups, int kD, int kSplit>
 struct Shape {
   static_assert(kD % 64 == 0, "d: whole n8 tiles per half, 16-column k-steps, 8 merge slices");
   static constexpr int kHeads = kGroups * kGroupHeads;  // per block
@@ -109,10 +111,10 @@ __device__ __forceinline__ void MmaParts(float (&acc)[4], const uint32_t (&hi)[4
 // The tile's rows ids[0 .. tile_n) into rs as BF16 (round to nearest: exact for BF16-exact rows),
 // zero rows up to the next multiple of 16 (the P·R k-steps read them against p = 0). Each warp
 // takes kBatch rows at a time with all their loads in flight before the conversions.
-template <int kGroups, int kD>
+template <int kGroups, int kD, int kSplit>
 __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* ids, int tile_n, __nv_bfloat16* rs,
                                          int warp, int lane) {
-  using S = Shape<kGroups, kD>;
+  using S = Shape<kGroups, kD, kSplit>;
   constexpr int kF4 = kD / 4;                     // float4 per row
   constexpr int kPerLane = (kF4 + kWarpSize - 1) / kWarpSize;
   constexpr int kBatch = kPerLane >= 8 ? 1 : 8 / kPerLane;
@@ -152,11 +154,11 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
   }
 }
 
-template <int kGroups, int kD>
-__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD>::kThreads, 1)
+template <int kGroups, int kD, int kSplit>
+__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD, kSplit>::kThreads, 1)
     AttentionSplitBf16Kernel(AttentionArgs a) {
   namespace cg = cooperative_groups;
-  using S = Shape<kGroups, kD>;
+  using S = Shape<kGroups, kD, kSplit>;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
   float* qs = reinterpret_cast<float*>(smem);                                  // [kHeads][kQStride]
@@ -231,7 +233,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
 
   for (int t0 = row_begin; t0 < row_end; t0 += kTileRows) {
     const int tile_n = min(kTileRows, row_end - t0);
-    LoadTile<kGroups, kD>(a, ids + t0, tile_n, rs, warp, lane);
+    LoadTile<kGroups, kD, kSplit>(a, ids + t0, tile_n, rs, warp, lane);
     CpAsyncWaitAll();
     __syncthreads();
 
@@ -408,12 +410,12 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
-template <int kGroups, int kD>
+template <int kGroups, int kD, int kSplit>
 void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
-  using S = Shape<kGroups, kD>;
+  using S = Shape<kGroups, kD, kSplit>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
   const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
-  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD>;
+  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit>;
   if (S::kSmemBytes > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(S::kSmemBytes)),
@@ -423,18 +425,40 @@ void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t strea
   DI_CUDA_LAUNCH_CHECK("AttentionWithSinkSplitBf16");
 }
 
-template <int kD>
+template <int kD, int kSplit>
 void LaunchGroups(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
   if (a.num_heads <= kGroupHeads) {
-    LaunchSplit<1, kD>(a, num_queries, stream);
+    LaunchSplit<1, kD, kSplit>(a, num_queries, stream);
   } else if (a.num_heads <= 2 * kGroupHeads) {
-    LaunchSplit<2, kD>(a, num_queries, stream);
+    LaunchSplit<2, kD, kSplit>(a, num_queries, stream);
   } else {
-    LaunchSplit<4, kD>(a, num_queries, stream);
+    LaunchSplit<4, kD, kSplit>(a, num_queries, stream);
+  }
+}
+
+template <int kD>
+void LaunchBlocks(const AttentionArgs& a, int64_t num_queries, int blocks, cudaStream_t stream) {
+  switch (blocks) {
+    case 1: return LaunchGroups<kD, 1>(a, num_queries, stream);
+    case 2: return LaunchGroups<kD, 2>(a, num_queries, stream);
+    case 4: return LaunchGroups<kD, 4>(a, num_queries, stream);
+    default: return LaunchGroups<kD, 8>(a, num_queries, stream);
   }
 }
 
 }  // namespace
+
+int AttentionSplitBf16Blocks() {
+  static const int blocks = [] {
+    const char* v = std::getenv("DEEPINFER_ATTENTION_SPLIT");
+    if (v == nullptr || *v == '\0') return 8;
+    const std::string s(v);
+    if (s == "1" || s == "2" || s == "4" || s == "8") return std::stoi(s);
+    const std::string message = "DEEPINFER_ATTENTION_SPLIT must be 1, 2, 4 or 8 (blocks per query), got '" + s + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16", message.c_str());
+  }();
+  return blocks;
+}
 
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                               int64_t num_heads, int64_t head_dim) {
@@ -446,9 +470,13 @@ bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* row
 void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                                 const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
-                                int64_t out_stride, cudaStream_t stream) {
+                                int64_t out_stride, cudaStream_t stream, int blocks_per_query) {
   const char* name = "cuda::AttentionWithSinkSplitBf16";
-  if (num_queries < 0 || num_queries > INT_MAX / kSplit) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
+  const int blocks = blocks_per_query == 0 ? AttentionSplitBf16Blocks() : blocks_per_query;
+  if (blocks != 1 && blocks != 2 && blocks != 4 && blocks != 8) {
+    ThrowCudaError(__FILE__, __LINE__, name, "blocks_per_query must be 0 (the default), 1, 2, 4 or 8");
+  }
+  if (num_queries < 0 || num_queries > INT_MAX / blocks) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
   if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
   if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < head_dim) {
     ThrowCudaError(__FILE__, __LINE__, name, "a row stride is smaller than the row");
@@ -466,10 +494,10 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
   const AttentionArgs a{q,     q_stride, rows, row_stride, row_ids, counts, max_rows, sinks, static_cast<int>(num_heads),
                         static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true};
   switch (head_dim) {
-    case 64: return LaunchGroups<64>(a, num_queries, stream);
-    case 128: return LaunchGroups<128>(a, num_queries, stream);
-    case 256: return LaunchGroups<256>(a, num_queries, stream);
-    default: return LaunchGroups<512>(a, num_queries, stream);
+    case 64: return LaunchBlocks<64>(a, num_queries, blocks, stream);
+    case 128: return LaunchBlocks<128>(a, num_queries, blocks, stream);
+    case 256: return LaunchBlocks<256>(a, num_queries, blocks, stream);
+    default: return LaunchBlocks<512>(a, num_queries, blocks, stream);
   }
 }
 
