@@ -108,6 +108,16 @@ __device__ __forceinline__ void MmaParts(float (&acc)[4], const uint32_t (&hi)[4
   MmaBf16(acc, lo[0], lo[1], lo[2], lo[3], b0, b1);
 }
 
+// s[j] += part·B_j for the four n8 tiles of a warp's 32 score rows: tiles 0 and 1 from the first
+// ldmatrix (b0: rows 0-7 in b0[0..1], rows 8-15 in b0[2..3]), tiles 2 and 3 from the second.
+__device__ __forceinline__ void ScoreStep(float (&s)[4][4], const uint32_t (&part)[4], const uint32_t (&b0)[4],
+                                          const uint32_t (&b1)[4]) {
+  MmaBf16(s[0], part[0], part[1], part[2], part[3], b0[0], b0[1]);
+  MmaBf16(s[1], part[0], part[1], part[2], part[3], b0[2], b0[3]);
+  MmaBf16(s[2], part[0], part[1], part[2], part[3], b1[0], b1[1]);
+  MmaBf16(s[3], part[0], part[1], part[2], part[3], b1[2], b1[3]);
+}
+
 // The tile's rows ids[0 .. tile_n) into rs as BF16 (round to nearest: exact for BF16-exact rows),
 // zero rows up to the next multiple of 16 (the P·R k-steps read them against p = 0). Each warp
 // takes kBatch rows at a time with all their loads in flight before the conversions.
@@ -243,16 +253,32 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
 #pragma unroll
     for (int j = 0; j < 4; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     const int pairs = min(2, max(0, (tile_n - r_half + 15) / 16));
-    for (int k = 0; k < kD; k += 16) {
-      uint32_t hi[4], mid[4], lo[4];
-      SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
+    if (pairs == 2) {
+      // Both pairs (every full tile): the four accumulators take each part in turn, so four MMA
+      // chains are in flight instead of two; each accumulator still takes hi, mid, lo in that
+      // order, as in the loop below: the same bits.
+      for (int k = 0; k < kD; k += 16) {
+        uint32_t hi[4], mid[4], lo[4];
+        SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
+        uint32_t b0[4], b1[4];
+        LdMatrixX4(b0, rs_s + static_cast<uint32_t>(k * 2));
+        LdMatrixX4(b1, rs_s + static_cast<uint32_t>((16 * S::kRStride + k) * 2));
+        ScoreStep(s, hi, b0, b1);
+        ScoreStep(s, mid, b0, b1);
+        ScoreStep(s, lo, b0, b1);
+      }
+    } else {
+      for (int k = 0; k < kD; k += 16) {
+        uint32_t hi[4], mid[4], lo[4];
+        SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
 #pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        if (p < pairs) {
-          uint32_t b[4];
-          LdMatrixX4(b, rs_s + static_cast<uint32_t>((16 * p * S::kRStride + k) * 2));
-          MmaParts(s[2 * p], hi, mid, lo, b[0], b[1]);
-          MmaParts(s[2 * p + 1], hi, mid, lo, b[2], b[3]);
+        for (int p = 0; p < 2; ++p) {
+          if (p < pairs) {
+            uint32_t b[4];
+            LdMatrixX4(b, rs_s + static_cast<uint32_t>((16 * p * S::kRStride + k) * 2));
+            MmaParts(s[2 * p], hi, mid, lo, b[0], b[1]);
+            MmaParts(s[2 * p + 1], hi, mid, lo, b[2], b[3]);
+          }
         }
       }
     }
