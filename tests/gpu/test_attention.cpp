@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -235,6 +236,18 @@ TEST(CudaAttentionSplitBf16, EveryBlockCount) {
     c.kv_rows = true;
     ExpectDeterministicAndBatchInvariant(c, GpuAttentionSplitBf16);
   }
+  // The count is honoured: over 640 rows one run (1 block) and five runs merged (8 blocks) sum
+  // in different orders, so some output differs in its last bits.
+  AttentionCase c{1, 64, 512, 2048, 640, {640}, 0, 0, 0, 2.f, false, 93};
+  c.kv_rows = true;
+  const AttentionInputs in = MakeInputs(c);
+  c.blocks_per_query = 1;
+  const std::vector<float> one = GpuAttentionSplitBf16(c, in);
+  c.blocks_per_query = 8;
+  const std::vector<float> eight = GpuAttentionSplitBf16(c, in);
+  size_t differ = 0;
+  for (size_t i = 0; i < one.size(); ++i) differ += std::memcmp(&one[i], &eight[i], sizeof(float)) != 0;
+  EXPECT_GT(differ, 0u) << "1 and 8 blocks per query gave the same bits on every output";
   AttentionCase small{3, 8, 128, 300, 200, {200, 33, 129}, 0, 0, 0, 1.f, false, 92};
   small.blocks_per_query = 1;
   ExpectSplitBf16MatchesCpu(small);

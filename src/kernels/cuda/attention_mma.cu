@@ -50,7 +50,8 @@ constexpr int kPStride = kTileRows + 8;  // floats per head of the probabilities
 
 template <int kGroups, int kD, int kSplit>
 struct Shape {
-  static_assert(kD % 64 == 0, "d: whole n8 tiles per half, 16-column k-steps, 8 merge slices");
+  static_assert(kD % 64 == 0, "d: whole n8 tiles per half (16-column pairs), 16-column k-steps");
+  static_assert(kD % (4 * kSplit) == 0, "d: a float4-wide output slice per block of the cluster");
   static constexpr int kHeads = kGroups * kGroupHeads;  // per block
   static constexpr int kWarps = 2 * kGroups;
   static constexpr int kThreads = kWarps * kWarpSize;
@@ -254,9 +255,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
     for (int j = 0; j < 4; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
     const int pairs = min(2, max(0, (tile_n - r_half + 15) / 16));
     if (pairs == 2) {
-      // Both pairs (every full tile): the four accumulators take each part in turn, so four MMA
-      // chains are in flight instead of two; each accumulator still takes hi, mid, lo in that
-      // order, as in the loop below: the same bits.
+      // Both pairs hold rows (half 0 from 17 tile rows on, half 1 from 49): the four accumulators
+      // take each part in turn, so four MMA chains are in flight instead of two; each accumulator
+      // still takes hi, mid, lo in that order, as in the loop below: the same bits.
       for (int k = 0; k < kD; k += 16) {
         uint32_t hi[4], mid[4], lo[4];
         SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
