@@ -188,21 +188,20 @@ __device__ __forceinline__ void Copy16(uint8_t* dst, const uint8_t* src, bool va
   }
 }
 
-// The stage copies of one block, fixed for the block, made by its threads 0..kN-1. Thread tid
-// copies, per chunk, the 16-byte units of weight rows tid / kWUnits + i·kWRowsPerPass (unit
-// tid % kWUnits) and of token rows tid / kXUnits + i·kXRowsPerPass (unit tid % kXUnits); every
-// pass lands kPassBytes further into the stage (the swizzle of a row depends on row % 8 only, and
-// a pass moves a multiple of 8 rows).
-template <Kind K, int kN = kThreads>
+// The stage copies of one block, fixed for the block. Thread tid copies, per chunk, the 16-byte
+// units of weight rows tid / kWUnits + i·kWRowsPerPass (unit tid % kWUnits) and of token rows
+// tid / kXUnits + i·kXRowsPerPass (unit tid % kXUnits); every pass lands kPassBytes further into
+// the stage (the swizzle of a row depends on row % 8 only, and a pass moves a multiple of 8 rows).
+template <Kind K>
 struct StageCopies {
   static constexpr int kRowBytes = SmemLayout<K>::kWBytes / kBlockRows;  // 128 (FP8) or 64 (FP4)
   static constexpr int kWUnits = kRowBytes / 16;
-  static constexpr int kWRowsPerPass = kN / kWUnits;
+  static constexpr int kWRowsPerPass = kThreads / kWUnits;
   static constexpr int kWPasses = kBlockRows / kWRowsPerPass;
   static constexpr int kXUnits = kChunk / 16;
-  static constexpr int kXRowsPerPass = kN / kXUnits;
+  static constexpr int kXRowsPerPass = kThreads / kXUnits;
   static constexpr int kXPasses = kTokens / kXRowsPerPass;
-  static constexpr int kPassBytes = 16 * kN;
+  static constexpr int kPassBytes = 4096;
   static_assert(kWRowsPerPass * kRowBytes == kPassBytes && kXRowsPerPass * kChunk == kPassBytes, "pass stride");
   static_assert(kWRowsPerPass % 8 == 0 && kXRowsPerPass % 8 == 0, "a pass keeps the swizzle phase");
 
@@ -235,10 +234,10 @@ struct StageCopies {
 // commits the group). Token rows from `tokens` on are left as they were: their columns of the
 // product are never stored (wgmma keeps the columns apart), so a 1-row expert tile reads 1 row.
 // A block whose 128 rows all exist, 16-byte aligned, copies without a test per unit.
-template <Kind K, int kN = kThreads>
-__device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, const StageCopies<K, kN>& cp,
+template <Kind K>
+__device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, const StageCopies<K>& cp,
                                           uint8_t* stage, int64_t n0, int64_t t_codes, int tokens, int c) {
-  using S = StageCopies<K, kN>;
+  using S = StageCopies<K>;
   const int tid = threadIdx.x;
   if (cp.whole_w) {
     const uint8_t* src = cp.w + c * S::kRowBytes;
@@ -247,7 +246,7 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
   } else {
 #pragma unroll
     for (int i = 0; i < S::kWPasses; ++i) {
-      const int id = tid + i * kN;
+      const int id = tid + i * kThreads;
       const int row = id / S::kWUnits, unit = id % S::kWUnits;
       const bool valid = n0 + row < p.n;
       const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * S::kRowBytes + unit * 16;
@@ -311,17 +310,16 @@ __device__ __forceinline__ void StoreFoldedUnit(const uint8_t* raw, uint8_t* til
 }
 
 // Pass `pass` of chunk c: the stage's nibbles (`raw`) into folded e4m3 codes in `tile` (rows n0..
-// of the weight; rows past p.n are zeros), by the block's threads 0..kN-1. Returns whether one of
-// this thread's rows has groups left for a later pass.
-template <int kN = kThreads>
+// of the weight; rows past p.n are zeros). Returns whether one of this thread's rows has groups
+// left for a later pass.
 __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t* raw, uint8_t* tile,
                                                  const uint32_t* tables, int64_t n0, int c, int pass) {
   constexpr int kUnits = kChunk / 16;
   const int unit = static_cast<int>(threadIdx.x) % kUnits, group = unit / 2;  // 16 columns: half a group
   bool more = false;
 #pragma unroll
-  for (int i = 0; i < kBlockRows * kUnits / kN; ++i) {
-    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kN / kUnits);
+  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
+    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kThreads / kUnits);
     uint32_t lo = 0u, hi = 0u;
     bool taken = true;  // rows past p.n hold zero nibbles: any table gives zeros
     if (n0 + row < p.n) {
@@ -357,17 +355,15 @@ __device__ __forceinline__ float FoldedRowScaleOf(uint32_t info) {
 }
 
 // Pass 0 of ConvertFp4Folded from the rows' FoldRowInfo (`info`: the block's 128 rows): the same
-// codes, by the block's threads 0..kN-1. Returns whether one of this thread's rows has groups left
-// for a later pass.
-template <int kN = kThreads>
+// codes. Returns whether one of this thread's rows has groups left for a later pass.
 __device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_t* tile, const uint32_t* tables,
                                                       const uint32_t* info) {
   constexpr int kUnits = kChunk / 16;
   const int unit = static_cast<int>(threadIdx.x) % kUnits, group = unit / 2;  // 16 columns: half a group
   bool more = false;
 #pragma unroll
-  for (int i = 0; i < kBlockRows * kUnits / kN; ++i) {
-    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kN / kUnits);
+  for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
+    const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kThreads / kUnits);
     const uint32_t r = info[row];
     more = more || cpu::FoldWordMore(r);
     const uint32_t shift = cpu::FoldWordShift(r, group);
