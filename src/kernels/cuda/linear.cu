@@ -1649,6 +1649,16 @@ void LaunchExperts(const ExpertsLaunch& l) {
              "cuda::ExpertsLinear tiled");
 }
 
+// Whether a weight's products with `math` take the warpgroup-MMA FP8-input path, whatever the rows
+// (the scratch-size functions' condition; the launches check the scratch they are given too).
+bool WeightTakesWgmma(const DeviceWeight& w, LinearMath math) {
+  const bool quantized = w.format == DeviceWeight::Format::kFp8 || w.format == DeviceWeight::Format::kFp4;
+  const bool f32_scales = w.scale_dtype == DType::kF32;
+  const int64_t k = w.in_features;
+  return math == LinearMath::kFp8Act && quantized && wgmma::WeightUsable(KindOf(w), f32_scales) && k > 0 &&
+         k % wgmma::kChunk == 0 && PathFor(math, KindOf(w), f32_scales, k) == Path::kFp8 && wgmma::DeviceHasWgmma();
+}
+
 }  // namespace
 
 void CheckWeight(const DeviceWeight& w) {
@@ -1662,15 +1672,9 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
 }
 
 size_t ExpertsLinearCodesBytes(int64_t rows_bound, const DeviceWeight& layout, LinearMath math) {
-  const bool quantized = layout.format == DeviceWeight::Format::kFp8 || layout.format == DeviceWeight::Format::kFp4;
-  const bool f32_scales = layout.scale_dtype == DType::kF32;
-  const int64_t k = layout.in_features;
   // Only where LaunchExperts can take the wgmma path (every tile of the FP8-input path).
-  if (math != LinearMath::kFp8Act || !quantized || rows_bound <= 0) return 0;
-  if (!wgmma::WeightUsable(KindOf(layout), f32_scales)) return 0;
-  if (k <= 0 || k % wgmma::kChunk != 0 || !wgmma::DeviceHasWgmma()) return 0;
-  if (PathFor(math, KindOf(layout), f32_scales, k) != Path::kFp8) return 0;
-  return wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k);
+  if (rows_bound <= 0 || !WeightTakesWgmma(layout, math)) return 0;
+  return wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), layout.in_features);
 }
 
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
@@ -1745,14 +1749,9 @@ bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
 }
 
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
-  const bool quantized = w.format == DeviceWeight::Format::kFp8 || w.format == DeviceWeight::Format::kFp4;
-  const bool f32_scales = w.scale_dtype == DType::kF32;
-  if (math != LinearMath::kFp8Act || !quantized || m <= 0 || !wgmma::WeightUsable(KindOf(w), f32_scales)) return 0;
-  const int64_t k = w.in_features;
   // Only where LaunchKind takes the wgmma path (any M, any row alignment; one group).
-  if (k <= 0 || k % wgmma::kChunk != 0 || w.out_features <= 0) return 0;
-  if (PathFor(math, KindOf(w), f32_scales, k) != Path::kFp8 || !wgmma::DeviceHasWgmma()) return 0;
-  return MakeWgmmaLinearLayout(m, w.out_features, k).bytes;
+  if (m <= 0 || w.out_features <= 0 || !WeightTakesWgmma(w, math)) return 0;
+  return MakeWgmmaLinearLayout(m, w.out_features, w.in_features).bytes;
 }
 
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
