@@ -375,7 +375,7 @@ TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
   const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
   uint64_t seed = 4800;
-  // 1, 2, 6, 7 and 8 chunks: fewer chunks than the converting kernel's stages, one more, and more.
+  // 1, 2, 6, 7 and 8 chunks: fewer chunks than the kernel's 4 cp.async stages, and more.
   for (const int64_t k : {int64_t{128}, int64_t{256}, int64_t{768}, int64_t{896}, int64_t{1024}}) {
     ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 28, 3, {110, 128});
     CheckExperts(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed);

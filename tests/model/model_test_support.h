@@ -69,8 +69,8 @@ void ExpectMatchesGolden(const std::string& name, const LoadOptions& options, in
 // sequence's decode completes a ratio-4 block) with and without static shapes, then one mixed
 // step (a 9-token chunk beside decodes), then a decode step padded with a sixth sequence at
 // position 0 on its own slot and block, whose logits are ignored. static_context must cover the
-// longest sequence (132 + decode_steps positions) and the 3-block tables (384 positions). Adds a gtest failure per mismatch and returns
-// the number of steps compared (decode_steps + 3).
+// longest sequence (132 + decode_steps positions) and the 3-block tables (384 positions). Adds a
+// gtest failure per mismatch and returns the number of steps compared (decode_steps + 3).
 int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps = 9, int64_t static_context = 512);
 
 }  // namespace deepinfer::testing

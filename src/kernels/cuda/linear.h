@@ -82,9 +82,9 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // columns past out_features are not written). m == 0 is a no-op. Asynchronous on `stream`.
 // scratch (DEVICE, 256-byte aligned, LinearScratchBytes(m, w, math) bytes; may be null): under
 // kFp8Act on an sm_90a device, where x is quantized once for the warpgroup-MMA path (FP8 weights,
-// FP4 weights with e8m0 scales, in_features % 128 == 0, one group; any m). Its sums round differently
-// from the mma.sync kernels that run without scratch (linear_wgmma.cuh), so a caller that needs a
-// row's bits independent of m passes scratch at every m, or at none.
+// FP4 weights with e8m0 scales, in_features % 128 == 0, one group; any m). Its sums round
+// differently from the mma.sync kernels that run without scratch (linear_wgmma.cuh), so a caller
+// that needs a row's bits independent of m passes scratch at every m, or at none.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
             size_t scratch_bytes = 0);
@@ -141,8 +141,8 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // w1): the first kernel is skipped.
 // codes (DEVICE, 256-byte aligned, ExpertsLinearCodesBytes bytes; may be null): under kFp8Act on an
 // sm_90a device, where x's rows are quantized once and every tile runs on warpgroup MMAs (FP8
-// weights, FP4 weights with e8m0 scales, in_features % 128 == 0): the bits of Linear with scratch on the expert's rows. Without
-// codes the mma.sync kernels run: the bits of Linear without scratch.
+// weights, FP4 weights with e8m0 scales, in_features % 128 == 0): the bits of Linear with scratch
+// on the expert's rows. Without codes the mma.sync kernels run: the bits of Linear without scratch.
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false,

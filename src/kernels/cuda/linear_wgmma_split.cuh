@@ -1,7 +1,7 @@
 // GroupedLinear's split-BF16 products (LinearMath::kSplitBf16) on Hopper's warpgroup MMAs, for FP8
 // weights with e8m0 block scales (the output projection's wo_a). Included by linear.cu after
-// bf16_split.cuh (SplitPair), linear_mma.cuh (PackBf16) and linear_wgmma.cuh (descriptors, fences, copies,
-// StoreBlockResult). Taken wherever Usable holds (docs/performance.md, version 9: 2.4× the
+// bf16_split.cuh (SplitPair), linear_mma.cuh (PackBf16) and linear_wgmma.cuh (descriptors,
+// fences, copies, StoreBlockResult). Taken wherever Usable holds (docs/performance.md, version 9: 2.4× the
 // mma.sync kernels on an 8k prefill); the rule depends on the weight and the group count, never on
 // M, so every batch size of a run takes the same path. DEEPINFER_WGMMA=0 turns it off with the
 // other warpgroup-MMA paths.
