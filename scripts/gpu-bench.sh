@@ -13,8 +13,8 @@
 # --tensor-cores --fp8-activations, and that once more at batch 64 and the prefills with
 # DEEPINFER_WGMMA=0 (the mma.sync kernels that the warpgroup-MMA ones replace on sm_90a), and with
 # all of the reference's roundings (--kv-fp8 --indexer-fp4 too: sparse attention on tensor cores),
-# that at batch 1, 64, 256 and the prefills with 1, 2 and 4 attention blocks per query
-# (DEEPINFER_ATTENTION_SPLIT; the default is 8). The
+# that at batch 1, 64, 256 and the prefills with 1, 4 and 8 attention blocks per query
+# (DEEPINFER_ATTENTION_SPLIT; the default is 2). The
 # columns of versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.
@@ -49,9 +49,9 @@ if [[ ${1:-} == --steps ]]; then
   echo "== every rounding of the reference (--fp8-activations --kv-fp8 --indexer-fp4): sparse attention on tensor cores too"
   timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
     --kv-fp8 --indexer-fp4 --no-ceilings --json "$out/steps-tc-ref.json" "$@" 2>>"$out/bench.log" || status=1
-  # The split-BF16 attention's blocks per query (version 11 measured 8): each its own order of sums.
+  # The split-BF16 attention's blocks per query (the default is 2): each its own order of sums.
   splits=()
-  for split in 1 2 4; do
+  for split in 1 4 8; do
     echo "== every reference rounding, DEEPINFER_ATTENTION_SPLIT=$split"
     DEEPINFER_ATTENTION_SPLIT=$split timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
       --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 1,64,256 --contexts 8192 \

@@ -56,7 +56,7 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
                                 int64_t out_stride, cudaStream_t stream, int blocks_per_query = 0);
 // The default blocks per query: DEEPINFER_ATTENTION_SPLIT (1, 2, 4 or 8; read once, anything else
-// throws) or 8, the value measured in docs/performance.md's version 11. For experiments: every
+// throws) or 2, chosen from docs/performance.md's sweep after version 11. For experiments: every
 // query of a run must take the same value, which the process-wide default guarantees.
 int AttentionSplitBf16Blocks();
 

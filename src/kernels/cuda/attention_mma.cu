@@ -9,8 +9,8 @@
 // (bf16_split.cuh), R as BF16, so every product is exact and only the f32 sums round differently
 // from the SIMT kernel and the CPU.
 //
-// Work split. As in attention.cu, a cluster of kSplit blocks per (query, head block) (8 by default;
-// 1, 2 or 4 on request: AttentionSplitBf16Blocks); block `rank` takes the rank-th run of
+// Work split. As in attention.cu, a cluster of kSplit blocks per (query, head block) (2 by default;
+// 1, 4 or 8 on request: AttentionSplitBf16Blocks); block `rank` takes the rank-th run of
 // ceil(tiles / kSplit) tiles of kTileRows rows (a function of the query's row count and kSplit
 // alone: batch invariant), runs an online softmax over them, and the cluster merges the
 // runs' states in rank order through distributed shared memory. Inside a block, warp w takes head
@@ -478,7 +478,7 @@ void LaunchBlocks(const AttentionArgs& a, int64_t num_queries, int blocks, cudaS
 int AttentionSplitBf16Blocks() {
   static const int blocks = [] {
     const char* v = std::getenv("DEEPINFER_ATTENTION_SPLIT");
-    if (v == nullptr || *v == '\0') return 8;
+    if (v == nullptr || *v == '\0') return 2;
     const std::string s(v);
     if (s == "1" || s == "2" || s == "4" || s == "8") return std::stoi(s);
     const std::string message = "DEEPINFER_ATTENTION_SPLIT must be 1, 2, 4 or 8 (blocks per query), got '" + s + "'";
