@@ -13,8 +13,10 @@
 # --tensor-cores --fp8-activations, and that once more at batch 64 and the prefills with
 # DEEPINFER_WGMMA=0 (the mma.sync kernels that the warpgroup-MMA ones replace on sm_90a), and with
 # all of the reference's roundings (--kv-fp8 --indexer-fp4 too: sparse attention on tensor cores),
-# that at batch 1, 64, 256 and the prefills with 1, 4 and 8 attention blocks per query
-# (DEEPINFER_ATTENTION_SPLIT; the default is 2). The
+# that at batch 1, 64, 256 and the prefills with 1 and 8 attention blocks per query
+# (DEEPINFER_ATTENTION_SPLIT; the default is 2), and at batch 64 and the prefills with the FP4
+# experts never pre-folded (DEEPINFER_FP4_PREFOLD=0) and pre-folded at 1 block per SM
+# (DEEPINFER_FP4_PREFOLD_BLOCKS=1). The
 # columns of versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.
@@ -50,17 +52,26 @@ if [[ ${1:-} == --steps ]]; then
   timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
     --kv-fp8 --indexer-fp4 --no-ceilings --json "$out/steps-tc-ref.json" "$@" 2>>"$out/bench.log" || status=1
   # The split-BF16 attention's blocks per query (the default is 2): each its own order of sums.
-  splits=()
-  for split in 1 4 8; do
+  variants=()
+  for split in 1 8; do
     echo "== every reference rounding, DEEPINFER_ATTENTION_SPLIT=$split"
     DEEPINFER_ATTENTION_SPLIT=$split timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
       --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 1,64,256 --contexts 8192 \
       --json "$out/steps-tc-ref-split$split.json" 2>>"$out/bench.log" || status=1
-    splits+=("ref-split$split=$out/steps-tc-ref-split$split.json")
+    variants+=("ref-split$split=$out/steps-tc-ref-split$split.json")
+  done
+  # The FP4 experts pre-folded at prefill sizes (version 12; the default from 64 rows per expert):
+  # never (version 8's kernel, folding per chunk), and pre-folded at 1 block per SM (default 2).
+  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 prefold-1blk:DEEPINFER_FP4_PREFOLD_BLOCKS=1; do
+    echo "== every reference rounding, ${variant#*:}"
+    env "${variant#*:}" timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
+      --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 64 --contexts 8192 \
+      --json "$out/steps-tc-ref-${variant%%:*}.json" 2>>"$out/bench.log" || status=1
+    variants+=("ref-${variant%%:*}=$out/steps-tc-ref-${variant%%:*}.json")
   done
   echo "== side by side (tools/compare_bench.py)"
   python3 tools/compare_bench.py simt="$out/steps.json" tensor-cores="$out/steps-tc.json" tc+fp8-act="$out/steps-tc-fp8.json" \
-    tc+fp8-mma.sync="$out/steps-tc-fp8-mma.json" tc+ref-roundings="$out/steps-tc-ref.json" "${splits[@]}" \
+    tc+fp8-mma.sync="$out/steps-tc-fp8-mma.json" tc+ref-roundings="$out/steps-tc-ref.json" "${variants[@]}" \
     | tee "$out/steps-compare.txt" || status=1
   echo "== HF transformers on the same config (random BF16 weights)"
   timeout 200 python3 tools/bench_hf_steps.py bench/configs/v4-flash-3layer | tee "$out/steps-hf.json" || status=1

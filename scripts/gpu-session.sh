@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # On the GPU machine, build/gpu-dist carried: a version's whole check in one device call. Runs
 #   1. scripts/gpu-run.sh: the gpu label, then its reruns under the switches (DEEPINFER_GEMV=register,
-#      DEEPINFER_WGMMA=0);
+#      DEEPINFER_WGMMA=0, DEEPINFER_FP4_PREFOLD=1, DEEPINFER_FP4_PREFOLD_BLOCKS=1);
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations, its
 #      mma.sync column and all of the reference's roundings, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations (dense, FP4 experts, grouped split-BF16) and the split-BF16 attention
+#      with FP8 activations (dense, FP4 experts pre-folded, grouped split-BF16) and the split-BF16 attention
 #      with all of the reference's roundings, unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
 #      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
 #      since 2026-12-01 to keep it within one call.)
@@ -49,7 +49,7 @@ if [[ $checks -eq 1 ]]; then
 fi
 if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
-  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel|SplitBf16GroupedKernel' 12 -- \
+  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'WgmmaLinearKernel|ExpertsWgmmaKernel|ExpertsPreFoldedKernel|PreFoldKernel|SplitBf16GroupedKernel' 16 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   # Sparse attention on split-BF16 tensor cores (its three layers' launches).
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-attn 'AttentionSplitBf16Kernel' 3 -- \

@@ -145,7 +145,8 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
 size_t ExpertsLinearCodesBytes(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input) {
 #if DEEPINFER_HAS_CUDA
   if (ctx.on_cuda() && !w.experts.empty()) {
-    return cuda::ExpertsLinearCodesBytes(rows_bound, ToDevice(w.experts[0]), MathOf(ctx, input));
+    return cuda::ExpertsLinearCodesBytes(rows_bound, static_cast<int64_t>(w.experts.size()), ToDevice(w.experts[0]),
+                                         MathOf(ctx, input));
   }
 #else
   (void)rows_bound, (void)w, (void)input;

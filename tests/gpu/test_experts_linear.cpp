@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -121,9 +122,10 @@ std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
 // counts and checks: (1) y equals cuda::Linear run on each expert's rows bit for bit, including
 // the memory neither may write (y prefilled with a sentinel: rows at or past offsets[E], columns
 // past N); (2) the experts in `cpu_experts` (all when empty) against cpu::Linear within the order
-// bound.
+// bound. pre_fold_group > 0: codes scratch with room to pre-fold that many FP4 experts at a time
+// (ExpertsLinearPreFoldCodesBytes; the groups' kernels then run, with Linear's bits still).
 void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx, int64_t ldy,
-                  uint64_t seed, std::vector<int64_t> cpu_experts = {}) {
+                  uint64_t seed, std::vector<int64_t> cpu_experts = {}, int64_t pre_fold_group = 0) {
   const int64_t num_experts = pool.experts(), n = pool.n(), k = pool.k();
   ASSERT_EQ(static_cast<int64_t>(counts.size()), num_experts);
   const std::vector<int32_t> off = Offsets(counts);
@@ -145,7 +147,10 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
   // With the codes scratch where the path can use one (the FP8-input path on warpgroup MMAs, every
   // tile); Linear below then gets its scratch too, so both run the warpgroup MMAs (whose sums round
   // differently from the mma.sync kernels').
-  const size_t codes_bytes = cuda::ExpertsLinearCodesBytes(rows_bound, pool.Device(0), TestLinearMath());
+  const size_t codes_bytes =
+      pre_fold_group > 0
+          ? cuda::ExpertsLinearPreFoldCodesBytes(rows_bound, pre_fold_group, pool.Device(0), TestLinearMath())
+          : cuda::ExpertsLinearCodesBytes(rows_bound, num_experts, pool.Device(0), TestLinearMath());
   DeviceArray<uint8_t> codes(codes_bytes);
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
                       scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes);
@@ -343,7 +348,8 @@ TEST(CudaExpertsLinearFp8, WarpgroupMmaTiles) {
     ExpertPool pool(spec, static_cast<int64_t>(counts.size()), 200, 1024, ++seed);
     // Codes scratch exactly where the warpgroup MMAs run (else, e.g. DEEPINFER_WGMMA=0, the tiles
     // below run mma.sync and are checked the same way).
-    const size_t codes_bytes = cuda::ExpertsLinearCodesBytes(600, pool.Device(0), cuda::LinearMath::kFp8Act);
+    const size_t codes_bytes =
+        cuda::ExpertsLinearCodesBytes(600, pool.experts(), pool.Device(0), cuda::LinearMath::kFp8Act);
     ASSERT_EQ(codes_bytes > 0, cuda::Fp8ActOnWarpgroupMma()) << spec.name;
     CheckExperts(pool, counts, Offsets(counts).back(), 1024, 200, ++seed);
     CheckExperts(pool, counts, Offsets(counts).back() + 7, 1024 + 5, 203, ++seed);
@@ -380,6 +386,58 @@ TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
     ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 28, 3, {110, 128});
     CheckExperts(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed);
   }
+}
+
+// FP4 experts pre-folded once per call (ExpertsLinearPreFoldCodesBytes): the bits of Linear's FP4
+// kernel, which folds per chunk in shared memory, on every tile kind; in groups of 1, 3 and all 8
+// experts (the group kernels skip the other experts' tiles); with group scales over 18 binades
+// (later passes from the nibbles), N = 200 (a partial 128-row block), weight rows that are not
+// 16-byte aligned (every fifth expert: byte loads), x rows that allow no float4 loads; 1, 2 and 8
+// chunks.
+TEST(CudaExpertsLinearFp8, PreFoldedFp4EqualsLinear) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
+  const int64_t experts = static_cast<int64_t>(counts.size()), rows = Offsets(counts).back();
+  uint64_t seed = 5300;
+  for (const int64_t k : {int64_t{128}, int64_t{256}, int64_t{1024}}) {
+    for (const bool wide_scales : {false, true}) {
+      const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
+                                                           : std::pair<uint8_t, uint8_t>{0, 0};
+      ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+      for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
+        SCOPED_TRACE(testing::Message() << "group of " << group << (wide_scales ? ", 18 binades" : ""));
+        if (std::getenv("DEEPINFER_FP4_PREFOLD") == nullptr) {  // 61 rows per expert: not asked for
+          ASSERT_GT(cuda::ExpertsLinearPreFoldCodesBytes(rows, group, pool.Device(0), cuda::LinearMath::kFp8Act),
+                    cuda::ExpertsLinearCodesBytes(rows, experts, pool.Device(0), cuda::LinearMath::kFp8Act));
+        }
+        CheckExperts(pool, counts, rows + 3, k, 200, ++seed, {}, group);
+        if (group == 3) CheckExperts(pool, counts, rows, k + 5, 203, ++seed, {0, 2, 7}, group);
+      }
+    }
+  }
+}
+
+// At prefill sizes (3072 tokens × top-6 of 256 experts, 72 rows per expert on average; at sanitizer
+// sizes 2731, the fewest with 64 on average) ExpertsLinearCodesBytes asks for the pre-fold room
+// itself (3 groups of at most 124 experts of [4096 -> 2048], 8.25 MiB each with their fold
+// words): the bits of Linear per expert.
+TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  const int64_t tokens = SanitizerSizes() ? 2731 : 3072;
+  const std::vector<int32_t> counts = RandomRouting(tokens, 6, 256, 5400);
+  ExpertPool pool(kFp4, 256, 2048, 4096, 5401);
+  const size_t plain = cuda::ExpertsLinearCodesBytes(1, 256, pool.Device(0), cuda::LinearMath::kFp8Act);
+  const size_t asked = cuda::ExpertsLinearCodesBytes(tokens * 6, 256, pool.Device(0), cuda::LinearMath::kFp8Act);
+  if (std::getenv("DEEPINFER_FP4_PREFOLD") == nullptr) {
+    EXPECT_EQ(asked, cuda::ExpertsLinearPreFoldCodesBytes(tokens * 6, 256, pool.Device(0), cuda::LinearMath::kFp8Act));
+    EXPECT_GT(asked, plain + 100 * (size_t{8} << 20)) << "room for 124 experts of 8 MiB of codes";
+  }
+  const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
+  CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5402, {busiest, 255});
 }
 
 // The MoE's w3 and w2 reuse the tile lists w1 left in the scratch (plan_in_scratch): the same

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -1167,6 +1168,114 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
 #endif
 }
 
+// ---- FP4 experts pre-folded (linear_wgmma.cuh's PreFolded) -------------------------------------
+
+// One expert's part of the pre-fold scratch: its codes [N, K] e4m3, words [chunks][n_pad] and
+// later-pass flags [n_pad / 128][chunks], each 256-byte aligned; a group's experts follow each
+// other.
+struct PreFoldLayout {
+  int64_t n_pad = 0, chunks = 0;
+  int64_t codes_bytes = 0, words_bytes = 0, more_bytes = 0;
+  __host__ __device__ int64_t ExpertBytes() const { return codes_bytes + words_bytes + more_bytes; }
+};
+
+PreFoldLayout MakePreFoldLayout(int64_t n, int64_t k) {
+  PreFoldLayout l;
+  l.n_pad = CeilDiv(n, wgmma::kBlockRows) * wgmma::kBlockRows;
+  l.chunks = k / wgmma::kChunk;
+  l.codes_bytes = CeilDiv(n * k, 256) * 256;
+  l.words_bytes = CeilDiv(l.chunks * l.n_pad * 4, 256) * 256;
+  l.more_bytes = CeilDiv(l.n_pad / wgmma::kBlockRows * l.chunks, 256) * 256;
+  return l;
+}
+
+// Block (128-row block rb, chunk c) = blockIdx.x = rb·chunks + c, expert e0 + blockIdx.y of the
+// group: the rows' FirstFoldPassWord, the block's later-pass flag and the pass-0 folded codes of
+// rows < N (what ConvertFp4FoldedFirst puts in shared memory, byte for byte). Experts without rows
+// (offsets cut to rows_bound as ExpertTilesKernel cuts them) are skipped: no tile reads them.
+__global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsParams ep, const int32_t* offsets,
+                                                                 int32_t rows_bound, int32_t e0,
+                                                                 const PreFoldLayout lay, uint8_t* out) {
+  __shared__ uint32_t tables[18];
+  __shared__ uint32_t words[wgmma::kBlockRows];
+  const int32_t e = e0 + static_cast<int32_t>(blockIdx.y);
+  const int32_t row0 = min(max(offsets[e], 0), rows_bound);
+  if (min(max(offsets[e + 1], row0), rows_bound) == row0) return;  // uniform: before any barrier
+  const Params p = TileParams<Kind::kFp4>(ep, ExpertTile{e, 0, 0, 0});
+  const int64_t rb = blockIdx.x / lay.chunks;
+  const int c = static_cast<int>(blockIdx.x % lay.chunks);
+  const int64_t n0 = rb * wgmma::kBlockRows;
+  uint8_t* codes = out + static_cast<int64_t>(blockIdx.y) * lay.ExpertBytes();
+  uint32_t* word_out = reinterpret_cast<uint32_t*>(codes + lay.codes_bytes);
+  uint8_t* more_out = codes + lay.codes_bytes + lay.words_bytes;
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < 18) tables[tid] = wgmma::kFoldedTables[tid / 2][tid % 2];
+  bool more = false;
+  if (tid < wgmma::kBlockRows) {
+    const uint32_t w = wgmma::FoldRowInfo(p, n0 + tid, c);
+    words[tid] = w;
+    word_out[c * lay.n_pad + n0 + tid] = w;
+    more = cpu::FoldWordMore(w);
+  }
+  const bool any_more = __syncthreads_or(more);
+  if (tid == 0) more_out[rb * lay.chunks + c] = any_more ? 1 : 0;
+  constexpr int kUnits = wgmma::kChunk / 16;  // 16 codes from 8 bytes of nibbles each
+  for (int id = tid; id < wgmma::kBlockRows * kUnits; id += wgmma::kThreads) {
+    const int row = id / kUnits, unit = id % kUnits;
+    if (n0 + row >= p.n) break;  // rows only grow with id
+    const uint32_t shift = cpu::FoldWordShift(words[row], unit / 2);
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (shift != cpu::kFoldGroupLeft) {
+      const uint8_t* src = p.w + (n0 + row) * p.w_row_bytes + c * (wgmma::kChunk / 2) + unit * 8;
+      uint2 nibbles;
+      if (p.w_vec16) {
+        nibbles = __ldg(reinterpret_cast<const uint2*>(src));
+      } else {
+        uint32_t word[2] = {0u, 0u};
+#pragma unroll
+        for (int b = 0; b < 8; ++b) word[b / 4] |= static_cast<uint32_t>(__ldg(src + b)) << (8 * (b % 4));
+        nibbles = make_uint2(word[0], word[1]);
+      }
+      v = wgmma::FoldedUnitCodes(nibbles, tables[2 * shift], tables[2 * shift + 1]);
+    }
+    *reinterpret_cast<uint4*>(codes + (n0 + row) * ep.base.k + c * wgmma::kChunk + unit * 16) = v;
+  }
+}
+
+// ExpertsWgmmaKernel<kFp4>'s items of experts [e0, e_end) on their pre-folded codes (`pre`, the
+// group's scratch): the same bits. kBlocksPerSm 2 as Linear's FP8 kernel (ptxas, CUDA 13.0: 128
+// registers, 572 bytes of spill stores, 260 of them off the later passes' path) or 1 (no
+// spills); DEEPINFER_FP4_PREFOLD_BLOCKS picks (PreFoldBlocksPerSm).
+template <int kBlocksPerSm>
+__global__ void __launch_bounds__(wgmma::kThreads, kBlocksPerSm)
+    ExpertsPreFoldedKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a, int32_t e0,
+                           int32_t e_end, const PreFoldLayout lay, const uint8_t* pre) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  CheckPlan(ep);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int32_t block) {
+    if (t.expert < e0 || t.expert >= e_end) return;  // uniform over the block
+    const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
+    Params codes = ep.base;  // x, y, m as TileParams sets them; the weight: the codes
+    codes.x = ep.base.x + static_cast<int64_t>(t.row0) * ep.base.ldx;
+    codes.y = ep.base.y + static_cast<int64_t>(t.row0) * ep.base.ldy;
+    codes.m = t.rows;
+    codes.w = base;
+    codes.w_row_bytes = ep.base.k;
+    codes.w_vec = codes.w_vec16 = true;  // 256-byte aligned, K % 128 == 0
+    const wgmma::PreFolded pf{reinterpret_cast<const uint32_t*>(base + lay.codes_bytes),
+                              base + lay.codes_bytes + lay.words_bytes, lay.n_pad};
+    const int64_t n0 = static_cast<int64_t>(block) * wgmma::kBlockRows;
+    wgmma::WgmmaBlock<Kind::kFp4, true>(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
+                                        [&] { return TileParams<Kind::kFp4>(ep, t); });
+  });
+#endif
+}
+
 // ---- host side ---------------------------------------------------------------------------------
 
 enum class Path : uint8_t { kSimt, kSplitBf16, kFp8 };
@@ -1521,6 +1630,8 @@ struct ExpertsLaunch {
   cudaStream_t stream = nullptr;
   void* codes = nullptr;  // ExpertsLinear's codes scratch (null: none)
   size_t codes_bytes = 0;
+  const int32_t* offsets = nullptr;  // the experts' row ranges (device)
+  int64_t num_experts = 0;
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -1589,8 +1700,71 @@ void LaunchExpertsMma(const ExpertsLaunch& l, int kind) {
 
 int64_t RowsBound(const ExpertsLaunch& l) { return l.params.base.m; }
 
+// Where the pre-folded experts start in the codes scratch: after x's codes and scales.
+int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
+  return CeilDiv(static_cast<int64_t>(wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k)),
+                 256) * 256;
+}
+
+// FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
+// codes: per group PreFoldKernel, then ExpertsPreFoldedKernel over the items of the group's
+// experts (every block walks all items and skips the others'). Returns false (nothing launched)
+// where the scratch holds no expert.
+// ExpertsPreFoldedKernel's blocks per SM: DEEPINFER_FP4_PREFOLD_BLOCKS = 1 or 2 (read once; the
+// default 2), the two measured side by side (docs/performance.md, version 12).
+int PreFoldBlocksPerSm() {
+  static const int blocks = [] {
+    const char* v = std::getenv("DEEPINFER_FP4_PREFOLD_BLOCKS");
+    if (v == nullptr || *v == '\0') return 2;
+    const std::string s(v);
+    if (s == "1" || s == "2") return std::stoi(s);
+    const std::string message = "DEEPINFER_FP4_PREFOLD_BLOCKS must be 1 or 2, got '" + s + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
+  }();
+  return blocks;
+}
+
+template <int kBlocksPerSm>
+void LaunchPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
+                     const PreFoldLayout& lay, uint8_t* pre, int64_t group) {
+  const Params& b = l.params.base;
+  constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
+  AllowDynamicSmem<ExpertsPreFoldedKernel<kBlocksPerSm>>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel<kBlocksPerSm>>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  for (int64_t e0 = 0; e0 < l.num_experts; e0 += group) {
+    const int64_t count = std::min(group, l.num_experts - e0);
+    const dim3 fold_grid(static_cast<unsigned>(lay.n_pad / wgmma::kBlockRows * lay.chunks),
+                         static_cast<unsigned>(count));
+    PreFoldKernel<<<fold_grid, wgmma::kThreads, 0, l.stream>>>(ep, l.offsets, static_cast<int32_t>(b.m),
+                                                               static_cast<int32_t>(e0), lay, pre);
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear pre-fold");
+    ExpertsPreFoldedKernel<kBlocksPerSm><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(
+        ep, l.lists, a, static_cast<int32_t>(e0), static_cast<int32_t>(e0 + count), lay, pre);
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
+  }
+}
+
+bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
+  const Params& b = l.params.base;
+  const PreFoldLayout lay = MakePreFoldLayout(b.n, b.k);
+  const int64_t offset = PreFoldOffset(b.m, b.k);
+  const int64_t room = static_cast<int64_t>(l.codes_bytes) - offset;
+  if (room < lay.ExpertBytes()) return false;
+  const int64_t group = std::min(l.num_experts, room / lay.ExpertBytes());
+  if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff || group > 65535) Fail("pre-fold grid too large");
+  uint8_t* pre = static_cast<uint8_t*>(l.codes) + offset;
+  if (PreFoldBlocksPerSm() == 1) {
+    LaunchPreFolded<1>(l, ep, a, lay, pre, group);
+  } else {
+    LaunchPreFolded<2>(l, ep, a, lay, pre, group);
+  }
+  return true;
+}
+
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
-// scratch, then one block per (tile, 128 outputs), walked like LaunchList's items.
+// scratch, then one block per (tile, 128 outputs), walked like LaunchList's items (FP4 experts
+// pre-folded where the scratch has room: LaunchExpertsPreFolded).
 template <Kind K>
 void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   if (l.capacity.total == 0) return;
@@ -1602,6 +1776,9 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   ep.tiles = nullptr;
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
+  if constexpr (K == Kind::kFp4) {
+    if (LaunchExpertsPreFolded(l, ep, a)) return;
+  }
   // Persistent blocks: at most as many as fit on the device at once.
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
@@ -1649,6 +1826,12 @@ void LaunchExperts(const ExpertsLaunch& l) {
              "cuda::ExpertsLinear tiled");
 }
 
+// FP4 experts are pre-folded (ExpertsLinearCodesBytes asks for the room) from this many rows per
+// expert on average, in groups of at most kPreFoldBudgetBytes of scratch (at least one expert).
+// DEEPINFER_FP4_PREFOLD=0 / 1 (read once) asks for never / always instead.
+constexpr int64_t kPreFoldMinRowsPerExpert = 64;
+constexpr int64_t kPreFoldBudgetBytes = int64_t{1} << 30;
+
 // Whether a weight's products with `math` take the warpgroup-MMA FP8-input path, whatever the rows
 // (the scratch-size functions' condition; the launches check the scratch they are given too).
 bool WeightTakesWgmma(const DeviceWeight& w, LinearMath math) {
@@ -1671,10 +1854,37 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
   return kCountsBytes + static_cast<size_t>(cap.total) * sizeof(ExpertTile);
 }
 
-size_t ExpertsLinearCodesBytes(int64_t rows_bound, const DeviceWeight& layout, LinearMath math) {
+int Fp4PreFoldMode() {
+  static const int mode = [] {
+    const char* v = std::getenv("DEEPINFER_FP4_PREFOLD");
+    if (v == nullptr || *v == '\0') return -1;
+    const std::string s(v);
+    if (s == "0" || s == "1") return std::stoi(s);
+    const std::string message = "DEEPINFER_FP4_PREFOLD must be 0 (never) or 1 (always), got '" + s + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinearCodesBytes", message.c_str());
+  }();
+  return mode;
+}
+
+size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math) {
   // Only where LaunchExperts can take the wgmma path (every tile of the FP8-input path).
   if (rows_bound <= 0 || !WeightTakesWgmma(layout, math)) return 0;
-  return wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), layout.in_features);
+  const int64_t k = layout.in_features;
+  const size_t codes = wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k);
+  const int mode = Fp4PreFoldMode();
+  const bool pre_fold = KindOf(layout) == Kind::kFp4 && num_experts > 0 &&
+                        (mode == 1 || (mode == -1 && rows_bound >= kPreFoldMinRowsPerExpert * num_experts));
+  return pre_fold ? ExpertsLinearPreFoldCodesBytes(rows_bound, num_experts, layout, math) : codes;
+}
+
+size_t ExpertsLinearPreFoldCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout,
+                                      LinearMath math) {
+  if (rows_bound <= 0 || num_experts <= 0 || KindOf(layout) != Kind::kFp4 || !WeightTakesWgmma(layout, math)) {
+    return 0;
+  }
+  const PreFoldLayout lay = MakePreFoldLayout(layout.out_features, layout.in_features);
+  const int64_t group = std::clamp<int64_t>(kPreFoldBudgetBytes / lay.ExpertBytes(), 1, num_experts);
+  return static_cast<size_t>(PreFoldOffset(rows_bound, layout.in_features) + group * lay.ExpertBytes());
 }
 
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
@@ -1717,6 +1927,8 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   l.stream = stream;
   l.codes = codes;
   l.codes_bytes = codes_bytes;
+  l.offsets = offsets;
+  l.num_experts = num_experts;
   ExpertsParams& ep = l.params;
   ep.base.m = rows_bound;  // the launches' row bound (each tile sets its own m)
   ep.base.x = x;

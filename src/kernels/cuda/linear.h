@@ -147,7 +147,18 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false,
                    void* codes = nullptr, size_t codes_bytes = 0);
-// Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any).
-size_t ExpertsLinearCodesBytes(int64_t rows_bound, const DeviceWeight& layout, LinearMath math);
+// Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any): x's
+// codes and scales, and for FP4 experts with at least 64 rows per expert on average (prefill)
+// room to pre-fold them (ExpertsLinearPreFoldCodesBytes; DEEPINFER_FP4_PREFOLD=0 or 1, read once,
+// asks for never or always).
+size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math);
+// Codes bytes with which ExpertsLinear pre-folds FP4 experts (0 where it cannot): x's codes, then
+// per group of experts (up to 1 GiB, at least one expert) their pass-0 folded e4m3 codes [N, K]
+// and fold words, written once per call by one kernel and read by the warpgroup-MMA tiles as FP8
+// weights. The same bits as without (the same codes reach the same MMAs); ExpertsLinear
+// pre-folds whenever its codes scratch holds x's codes and at least one expert, in groups of as
+// many as it holds.
+size_t ExpertsLinearPreFoldCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout,
+                                      LinearMath math);
 
 }  // namespace deepinfer::cuda

@@ -294,18 +294,21 @@ __device__ __forceinline__ float FoldedRowScale(const Params& p, int64_t row, in
   return f.any ? DecodeE8m0(static_cast<uint8_t>(f.top)) : 1.f;
 }
 
+// 16 folded e4m3 codes from 16 nibbles (8 bytes, low nibble first) through the byte_perm table
+// words lo / hi of their shift.
+__device__ __forceinline__ uint4 FoldedUnitCodes(uint2 v, uint32_t lo, uint32_t hi) {
+  using mma::fp8::E2m1x4ToE4m3x4Table;
+  return make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
+                    E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
+}
+
 // 16-byte unit `unit` of row `row` of the converted tile: the stage's 16 nibbles there (raw: 64
 // bytes per row) through the byte_perm table words lo / hi of their shift, or zeros where the
 // pass does not take their group.
 __device__ __forceinline__ void StoreFoldedUnit(const uint8_t* raw, uint8_t* tile, int row, int unit, bool taken,
                                                 uint32_t lo, uint32_t hi) {
   uint4 codes = make_uint4(0u, 0u, 0u, 0u);
-  if (taken) {
-    const uint2 v = *reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8);
-    using mma::fp8::E2m1x4ToE4m3x4Table;
-    codes = make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
-                       E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
-  }
+  if (taken) codes = FoldedUnitCodes(*reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8), lo, hi);
   *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
 }
 
@@ -450,6 +453,50 @@ __device__ __forceinline__ void FoldedLaterPasses(const Params& p, const uint8_t
   }
 }
 
+// ---- FP4 experts converted ahead of the GEMM (ExpertsLinear at prefill sizes) ------------------
+//
+// Where an ExpertsLinear call has many rows per expert, linear.cu's PreFoldKernel writes each FP4
+// expert's pass-0 folded codes once into scratch (e4m3 [N, K], plain rows: an FP8 weight to the
+// stage copies), the FirstFoldPassWord of each (row, chunk) and, per (128-row block, chunk),
+// whether a row there has groups left for later passes. WgmmaBlock<kFp4, true> loads the codes as
+// FP8 weights and scales each row by its word's 2^top; a chunk with later passes loads its nibbles
+// and runs FoldedLaterPasses as the FP4 kernel does. The same codes, MMAs and adds as
+// WgmmaBlock<kFp4>: the same bits, without a conversion per chunk and token tile.
+struct PreFolded {
+  const uint32_t* words;  // [chunks][n_pad]: FirstFoldPassWord (kFoldNoRowWord past n)
+  const uint8_t* more;    // [n_pad / kBlockRows][chunks]: 1 where a row of the block has a later pass
+  int64_t n_pad;          // rows rounded up to kBlockRows
+};
+
+// Shared memory of WgmmaBlock<kFp4, true>: the FP8 stages, then the byte_perm tables and one
+// chunk's nibbles of the block's rows (for later passes; 64 bytes per row).
+struct PreFoldedSmem {
+  static constexpr int kTables = SmemLayout<Kind::kFp8>::kConverted;
+  static constexpr int kRaw = kTables + 128;
+  static constexpr int kBytes = kRaw + kBlockRows * kChunk / 2 + 1024;  // + base alignment
+};
+
+// Chunk c's nibbles of weight rows n0.. into raw (64 bytes per row; zeros past p.n). Plain loads:
+// the rare path of a block whose rows span more than 8 binades of group scale.
+__device__ __forceinline__ void LoadRawNibbles(const Params& p, uint8_t* raw, int64_t n0, int c) {
+  constexpr int kUnits = kChunk / 2 / 16;  // 16-byte units per row
+  for (int id = static_cast<int>(threadIdx.x); id < kBlockRows * kUnits; id += kThreads) {
+    const int row = id / kUnits, unit = id % kUnits;
+    const bool valid = n0 + row < p.n;
+    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * (kChunk / 2) + unit * 16;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (valid && p.w_vec16) {
+      v = __ldg(reinterpret_cast<const uint4*>(src));
+    } else if (valid) {
+      uint32_t word[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+      for (int b = 0; b < 16; ++b) word[b / 4] |= static_cast<uint32_t>(__ldg(src + b)) << (8 * (b % 4));
+      v = make_uint4(word[0], word[1], word[2], word[3]);
+    }
+    *reinterpret_cast<uint4*>(raw + row * (kChunk / 2) + unit * 16) = v;
+  }
+}
+
 // Stores a block's results: result(j) is D fragment element j, element 4i + e being weight row ra
 // (ra + 8 for e >= 2) and token t_y + 8i + 2q (+1 for odd e); rows at or past p.n and tokens at or
 // past p.m are not written.
@@ -478,20 +525,33 @@ __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, in
 //   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
 // so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
 // and shared memory free after a barrier.
-template <Kind K>
+// kPreFolded (FP4 only): p's weight is the expert's pre-folded codes (an FP8 weight of row stride
+// K, PreFolded above), pf the rest, nibbles() the expert's FP4 weight as Params (built only for a
+// chunk with later passes, so that it holds no registers in the loop); the same order and bits as
+// the FP4 kernel on nibbles().
+struct NoNibbles {
+  __device__ Params operator()() const { return Params{}; }
+};
+template <Kind K, bool kPreFolded = false, class Nibbles = NoNibbles>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
-                                           int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
+                                           int64_t t_y, int c_begin, int c_end, uint8_t* smem,
+                                           const PreFolded& pf = PreFolded{}, const Nibbles& nibbles = Nibbles{}) {
   static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 or FP4 weights");
-  using L = SmemLayout<K>;
+  static_assert(!kPreFolded || K == Kind::kFp4, "pre-folded codes are FP4 weights'");
+  constexpr Kind kStaged = kPreFolded ? Kind::kFp8 : K;  // what the stages hold
+  using L = SmemLayout<kStaged>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;  // the D fragment's row group and column pair
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g;  // this thread's weight rows: ra, ra + 8
-  const StageCopies<K> copies(p, a, n0, t_codes);
+  const StageCopies<kStaged> copies(p, a, n0, t_codes);
   uint32_t* row_infos = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // FP4: [2][kBlockRows]
-  if constexpr (K == Kind::kFp4) {
+  if constexpr (kPreFolded) {
+    // Read by later passes only, after at least one barrier.
+    if (tid < 18) reinterpret_cast<uint32_t*>(smem + PreFoldedSmem::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
+  } else if constexpr (K == Kind::kFp4) {
     // Read after the chunk loop's first barrier; the caller's previous block ended with one.
     if (tid < 18) reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
     if (tid < kBlockRows && c_begin < c_end) row_infos[tid] = FoldRowInfo(p, n0 + tid, c_begin);
@@ -504,7 +564,9 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
 
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
-    if (c_begin + s < c_end) LoadStage<K>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
+    if (c_begin + s < c_end) {
+      LoadStage<kStaged>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
+    }
     CpAsyncCommit();
   }
   for (int c = c_begin; c < c_end; ++c) {
@@ -514,14 +576,31 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     {
       const int next = c + L::kStages - 1;
       if (next < c_end) {
-        LoadStage<K>(p, a, copies, smem + ((next - c_begin) % L::kStages) * L::kStage, n0, t_codes, tokens, next);
+        LoadStage<kStaged>(p, a, copies, smem + ((next - c_begin) % L::kStages) * L::kStage, n0, t_codes, tokens,
+                           next);
       }
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
     }
     uint8_t* stage = smem + ((c - c_begin) % L::kStages) * L::kStage;
     const float* xs = reinterpret_cast<const float*>(stage + L::kXs);
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
-    if constexpr (K == Kind::kFp8) {
+    if constexpr (kPreFolded) {
+      const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
+      ChunkChainIssue(acc, w_addr, x_addr);
+      // Uniform over the block; read while the MMAs run.
+      const bool again = __ldg(pf.more + (n0 / kBlockRows) * (p.k / kChunk) + c) != 0;
+      const uint32_t* words = pf.words + c * pf.n_pad;
+      const float sa = FoldedRowScaleOf(__ldg(words + ra)), sb = FoldedRowScaleOf(__ldg(words + ra + 8));
+      ChunkChainWait(acc);
+      AddScaledRows(part, acc, sa, sb, xs, q);
+      if (again) {
+        const Params fp4 = nibbles();
+        uint8_t* raw = smem + PreFoldedSmem::kRaw;
+        LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it
+        FoldedLaterPasses(fp4, raw, stage, reinterpret_cast<const uint32_t*>(smem + PreFoldedSmem::kTables), n0, c,
+                          w_addr, x_addr, xs, q, ra, true, acc, part);
+      }
+    } else if constexpr (K == Kind::kFp8) {
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
       ChunkChain(acc, w_addr, x_addr);
       // One scale per chunk for all 128 rows (n0 is a multiple of the 128-row scale block).
