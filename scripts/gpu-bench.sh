@@ -15,8 +15,7 @@
 # all of the reference's roundings (--kv-fp8 --indexer-fp4 too: sparse attention on tensor cores),
 # that at batch 1, 64, 256 and the prefills with 1 and 8 attention blocks per query
 # (DEEPINFER_ATTENTION_SPLIT; the default is 2), and at batch 64 and the prefills with the FP4
-# experts never pre-folded (DEEPINFER_FP4_PREFOLD=0) and pre-folded at 1 block per SM
-# (DEEPINFER_FP4_PREFOLD_BLOCKS=1). The
+# experts never pre-folded (DEEPINFER_FP4_PREFOLD=0). The
 # columns of versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.
@@ -60,9 +59,9 @@ if [[ ${1:-} == --steps ]]; then
       --json "$out/steps-tc-ref-split$split.json" 2>>"$out/bench.log" || status=1
     variants+=("ref-split$split=$out/steps-tc-ref-split$split.json")
   done
-  # The FP4 experts pre-folded at prefill sizes (version 12; the default from 64 rows per expert):
-  # never (version 8's kernel, folding per chunk), and pre-folded at 1 block per SM (default 2).
-  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 prefold-1blk:DEEPINFER_FP4_PREFOLD_BLOCKS=1; do
+  # The FP4 experts pre-folded at prefill sizes (version 12; the default from 64 rows per expert)
+  # against never (version 8's kernel, folding per chunk and token tile).
+  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0; do
     echo "== every reference rounding, ${variant#*:}"
     env "${variant#*:}" timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
       --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 64 --contexts 8192 \

@@ -62,18 +62,12 @@ rc=$?
 echo "DEEPINFER_WGMMA=0: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-mma-sync.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
 # The FP4 experts pre-folded (version 12) at every row count (DEEPINFER_FP4_PREFOLD=1: the FP4
-# experts' suites and the models on FP8 tensor cores, batch invariance included), and its kernel at
-# 1 block per SM (DEEPINFER_FP4_PREFOLD_BLOCKS=1).
+# experts' suites and the models on FP8 tensor cores, batch invariance included).
 prefold_filter='CudaExpertsLinearFp8.*:OpsExpertsLinear.*:GpuModel.*Fp8TensorCores*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
 DEEPINFER_FP4_PREFOLD=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$prefold_filter"; else echo "$filter"; fi)" \
   >"$out/gpu-tests-prefold.log" 2>&1
 rc=$?
 echo "DEEPINFER_FP4_PREFOLD=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-prefold.log" | head -3 | tr '\n' ' ')"
-[[ $rc -eq 0 ]] || status=1
-DEEPINFER_FP4_PREFOLD_BLOCKS=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo 'CudaExpertsLinearFp8.PreFolded*'; else echo "$filter"; fi)" \
-  >"$out/gpu-tests-prefold-1blk.log" 2>&1
-rc=$?
-echo "DEEPINFER_FP4_PREFOLD_BLOCKS=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-prefold-1blk.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
 if [[ $sanitize -eq 1 ]]; then
   export DEEPINFER_SANITIZER_SIZES=1  # the whole-model tests at sanitizer sizes (tests/gpu/gpu_test_util.h)

@@ -393,27 +393,34 @@ TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
 // experts (the group kernels skip the other experts' tiles); with group scales over 18 binades
 // (later passes from the nibbles), N = 200 (a partial 128-row block), weight rows that are not
 // 16-byte aligned (every fifth expert: byte loads), x rows that allow no float4 loads; 1, 2 and 8
-// chunks.
+// chunks. The 491 rows are 61 per expert, under the 64 from which ExpertsLinear pre-folds; a row
+// bound of 520 (65 per expert) asks for it.
 TEST(CudaExpertsLinearFp8, PreFoldedFp4EqualsLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
   const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
-  const int64_t experts = static_cast<int64_t>(counts.size()), rows = Offsets(counts).back();
+  const int64_t experts = static_cast<int64_t>(counts.size()), rows = Offsets(counts).back(), bound = 520;
+  ASSERT_EQ(rows, 491);
   uint64_t seed = 5300;
   for (const int64_t k : {int64_t{128}, int64_t{256}, int64_t{1024}}) {
     for (const bool wide_scales : {false, true}) {
       const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
                                                            : std::pair<uint8_t, uint8_t>{0, 0};
       ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+      if (std::getenv("DEEPINFER_FP4_PREFOLD") == nullptr) {
+        const auto codes = [&](int64_t b) {
+          return cuda::ExpertsLinearCodesBytes(b, experts, pool.Device(0), cuda::LinearMath::kFp8Act);
+        };
+        EXPECT_LT(codes(rows), cuda::ExpertsLinearPreFoldCodesBytes(rows, experts, pool.Device(0),
+                                                                    cuda::LinearMath::kFp8Act));
+        EXPECT_EQ(codes(bound), cuda::ExpertsLinearPreFoldCodesBytes(bound, experts, pool.Device(0),
+                                                                     cuda::LinearMath::kFp8Act));
+      }
       for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
         SCOPED_TRACE(testing::Message() << "group of " << group << (wide_scales ? ", 18 binades" : ""));
-        if (std::getenv("DEEPINFER_FP4_PREFOLD") == nullptr) {  // 61 rows per expert: not asked for
-          ASSERT_GT(cuda::ExpertsLinearPreFoldCodesBytes(rows, group, pool.Device(0), cuda::LinearMath::kFp8Act),
-                    cuda::ExpertsLinearCodesBytes(rows, experts, pool.Device(0), cuda::LinearMath::kFp8Act));
-        }
-        CheckExperts(pool, counts, rows + 3, k, 200, ++seed, {}, group);
-        if (group == 3) CheckExperts(pool, counts, rows, k + 5, 203, ++seed, {0, 2, 7}, group);
+        CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
+        if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
       }
     }
   }

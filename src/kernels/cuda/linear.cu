@@ -1243,11 +1243,10 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
 }
 
 // ExpertsWgmmaKernel<kFp4>'s items of experts [e0, e_end) on their pre-folded codes (`pre`, the
-// group's scratch): the same bits. kBlocksPerSm 2 as Linear's FP8 kernel (ptxas, CUDA 13.0: 128
-// registers, 572 bytes of spill stores, 260 of them off the later passes' path) or 1 (no
-// spills); DEEPINFER_FP4_PREFOLD_BLOCKS picks (PreFoldBlocksPerSm).
-template <int kBlocksPerSm>
-__global__ void __launch_bounds__(wgmma::kThreads, kBlocksPerSm)
+// group's scratch): the same bits. One block per SM (ptxas, CUDA 13.0: 218 registers, no spills;
+// at 2 blocks per SM, 128 registers, it spilled 572 bytes and ran the 8k prefill's experts in
+// 61.6 ms against 46.0: docs/performance.md, version 12).
+__global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsPreFoldedKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a, int32_t e0,
                            int32_t e_end, const PreFoldLayout lay, const uint8_t* pre) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1700,6 +1699,32 @@ void LaunchExpertsMma(const ExpertsLaunch& l, int kind) {
 
 int64_t RowsBound(const ExpertsLaunch& l) { return l.params.base.m; }
 
+// FP4 experts are pre-folded from this many rows per expert on average (rows_bound over the
+// experts), in groups of at most kPreFoldBudgetBytes of scratch (at least one expert), where the
+// codes scratch has the room (ExpertsLinearCodesBytes asks for it).
+// DEEPINFER_FP4_PREFOLD=0 / 1 (read once) asks for never / always instead.
+constexpr int64_t kPreFoldMinRowsPerExpert = 64;
+constexpr int64_t kPreFoldBudgetBytes = int64_t{1} << 30;
+
+int Fp4PreFoldMode() {
+  static const int mode = [] {
+    const char* v = std::getenv("DEEPINFER_FP4_PREFOLD");
+    if (v == nullptr || *v == '\0') return -1;
+    const std::string s(v);
+    if (s == "0" || s == "1") return std::stoi(s);
+    const std::string message = "DEEPINFER_FP4_PREFOLD must be 0 (never) or 1 (always), got '" + s + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
+  }();
+  return mode;
+}
+
+// The rule, shared by the scratch size and the launch (a scratch with room left over, e.g. one
+// sized for the MoE's w1 reused by its w2, does not pre-fold by itself).
+bool PreFoldWanted(int64_t rows_bound, int64_t num_experts) {
+  const int mode = Fp4PreFoldMode();
+  return num_experts > 0 && (mode == 1 || (mode == -1 && rows_bound >= kPreFoldMinRowsPerExpert * num_experts));
+}
+
 // Where the pre-folded experts start in the codes scratch: after x's codes and scales.
 int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
   return CeilDiv(static_cast<int64_t>(wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k)),
@@ -1710,27 +1735,19 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
 // codes: per group PreFoldKernel, then ExpertsPreFoldedKernel over the items of the group's
 // experts (every block walks all items and skips the others'). Returns false (nothing launched)
 // where the scratch holds no expert.
-// ExpertsPreFoldedKernel's blocks per SM: DEEPINFER_FP4_PREFOLD_BLOCKS = 1 or 2 (read once; the
-// default 2), the two measured side by side (docs/performance.md, version 12).
-int PreFoldBlocksPerSm() {
-  static const int blocks = [] {
-    const char* v = std::getenv("DEEPINFER_FP4_PREFOLD_BLOCKS");
-    if (v == nullptr || *v == '\0') return 2;
-    const std::string s(v);
-    if (s == "1" || s == "2") return std::stoi(s);
-    const std::string message = "DEEPINFER_FP4_PREFOLD_BLOCKS must be 1 or 2, got '" + s + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
-  }();
-  return blocks;
-}
-
-template <int kBlocksPerSm>
-void LaunchPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
-                     const PreFoldLayout& lay, uint8_t* pre, int64_t group) {
+bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
+  if (!PreFoldWanted(b.m, l.num_experts)) return false;
+  const PreFoldLayout lay = MakePreFoldLayout(b.n, b.k);
+  const int64_t offset = PreFoldOffset(b.m, b.k);
+  const int64_t room = static_cast<int64_t>(l.codes_bytes) - offset;
+  if (room < lay.ExpertBytes()) return false;
+  const int64_t group = std::min(l.num_experts, room / lay.ExpertBytes());
+  if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff || group > 65535) Fail("pre-fold grid too large");
+  uint8_t* pre = static_cast<uint8_t*>(l.codes) + offset;
   constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
-  AllowDynamicSmem<ExpertsPreFoldedKernel<kBlocksPerSm>>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel<kBlocksPerSm>>(wgmma::kThreads, kSmem);
+  AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   for (int64_t e0 = 0; e0 < l.num_experts; e0 += group) {
     const int64_t count = std::min(group, l.num_experts - e0);
@@ -1739,25 +1756,9 @@ void LaunchPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmm
     PreFoldKernel<<<fold_grid, wgmma::kThreads, 0, l.stream>>>(ep, l.offsets, static_cast<int32_t>(b.m),
                                                                static_cast<int32_t>(e0), lay, pre);
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear pre-fold");
-    ExpertsPreFoldedKernel<kBlocksPerSm><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(
+    ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(
         ep, l.lists, a, static_cast<int32_t>(e0), static_cast<int32_t>(e0 + count), lay, pre);
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
-  }
-}
-
-bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
-  const Params& b = l.params.base;
-  const PreFoldLayout lay = MakePreFoldLayout(b.n, b.k);
-  const int64_t offset = PreFoldOffset(b.m, b.k);
-  const int64_t room = static_cast<int64_t>(l.codes_bytes) - offset;
-  if (room < lay.ExpertBytes()) return false;
-  const int64_t group = std::min(l.num_experts, room / lay.ExpertBytes());
-  if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff || group > 65535) Fail("pre-fold grid too large");
-  uint8_t* pre = static_cast<uint8_t*>(l.codes) + offset;
-  if (PreFoldBlocksPerSm() == 1) {
-    LaunchPreFolded<1>(l, ep, a, lay, pre, group);
-  } else {
-    LaunchPreFolded<2>(l, ep, a, lay, pre, group);
   }
   return true;
 }
@@ -1826,12 +1827,6 @@ void LaunchExperts(const ExpertsLaunch& l) {
              "cuda::ExpertsLinear tiled");
 }
 
-// FP4 experts are pre-folded (ExpertsLinearCodesBytes asks for the room) from this many rows per
-// expert on average, in groups of at most kPreFoldBudgetBytes of scratch (at least one expert).
-// DEEPINFER_FP4_PREFOLD=0 / 1 (read once) asks for never / always instead.
-constexpr int64_t kPreFoldMinRowsPerExpert = 64;
-constexpr int64_t kPreFoldBudgetBytes = int64_t{1} << 30;
-
 // Whether a weight's products with `math` take the warpgroup-MMA FP8-input path, whatever the rows
 // (the scratch-size functions' condition; the launches check the scratch they are given too).
 bool WeightTakesWgmma(const DeviceWeight& w, LinearMath math) {
@@ -1854,26 +1849,12 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
   return kCountsBytes + static_cast<size_t>(cap.total) * sizeof(ExpertTile);
 }
 
-int Fp4PreFoldMode() {
-  static const int mode = [] {
-    const char* v = std::getenv("DEEPINFER_FP4_PREFOLD");
-    if (v == nullptr || *v == '\0') return -1;
-    const std::string s(v);
-    if (s == "0" || s == "1") return std::stoi(s);
-    const std::string message = "DEEPINFER_FP4_PREFOLD must be 0 (never) or 1 (always), got '" + s + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinearCodesBytes", message.c_str());
-  }();
-  return mode;
-}
-
 size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math) {
   // Only where LaunchExperts can take the wgmma path (every tile of the FP8-input path).
   if (rows_bound <= 0 || !WeightTakesWgmma(layout, math)) return 0;
   const int64_t k = layout.in_features;
   const size_t codes = wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k);
-  const int mode = Fp4PreFoldMode();
-  const bool pre_fold = KindOf(layout) == Kind::kFp4 && num_experts > 0 &&
-                        (mode == 1 || (mode == -1 && rows_bound >= kPreFoldMinRowsPerExpert * num_experts));
+  const bool pre_fold = KindOf(layout) == Kind::kFp4 && PreFoldWanted(rows_bound, num_experts);
   return pre_fold ? ExpertsLinearPreFoldCodesBytes(rows_bound, num_experts, layout, math) : codes;
 }
 

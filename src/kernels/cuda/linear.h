@@ -156,8 +156,8 @@ size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const De
 // per group of experts (up to 1 GiB, at least one expert) their pass-0 folded e4m3 codes [N, K]
 // and fold words, written once per call by one kernel and read by the warpgroup-MMA tiles as FP8
 // weights. The same bits as without (the same codes reach the same MMAs); ExpertsLinear
-// pre-folds whenever its codes scratch holds x's codes and at least one expert, in groups of as
-// many as it holds.
+// pre-folds where ExpertsLinearCodesBytes's rule asks for it and its codes scratch holds x's codes
+// and at least one expert, in groups of as many as it holds.
 size_t ExpertsLinearPreFoldCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout,
                                       LinearMath math);
 
