@@ -1734,7 +1734,7 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
 // FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
 // codes: per group PreFoldKernel, then ExpertsPreFoldedKernel over the items of the group's
 // experts (every block walks all items and skips the others'). Returns false (nothing launched)
-// where the scratch holds no expert.
+// where PreFoldWanted says no or the scratch holds no expert after x's codes.
 bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (!PreFoldWanted(b.m, l.num_experts)) return false;
