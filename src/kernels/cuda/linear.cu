@@ -1243,9 +1243,10 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
 }
 
 // ExpertsWgmmaKernel<kFp4>'s items of experts [e0, e_end) on their pre-folded codes (`pre`, the
-// group's scratch): the same bits. One block per SM (ptxas, CUDA 13.0: 218 registers, no spills;
-// at 2 blocks per SM, 128 registers, it spilled 572 bytes and ran the 8k prefill's experts in
-// 61.6 ms against 46.0: docs/performance.md, version 12).
+// group's scratch): the same bits. One block per SM (ptxas, CUDA 13.0: 255 registers with
+// WgmmaBlockPreFolded's two accumulators, 20 bytes of spills outside the chunk loop; version 12's
+// single-accumulator block at 2 blocks per SM, 128 registers, spilled 572 bytes and ran the 8k
+// prefill's experts in 61.6 ms against 46.0 at one: docs/performance.md, versions 12 and 12b).
 __global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsPreFoldedKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a, int32_t e0,
                            int32_t e_end, const PreFoldLayout lay, const uint8_t* pre) {
@@ -1269,8 +1270,8 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
     const wgmma::PreFolded pf{reinterpret_cast<const uint32_t*>(base + lay.codes_bytes),
                               base + lay.codes_bytes + lay.words_bytes, lay.n_pad};
     const int64_t n0 = static_cast<int64_t>(block) * wgmma::kBlockRows;
-    wgmma::WgmmaBlock<Kind::kFp4, true>(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
-                                        [&] { return TileParams<Kind::kFp4>(ep, t); });
+    wgmma::WgmmaBlockPreFolded(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
+                               [&] { return TileParams<Kind::kFp4>(ep, t); });
   });
 #endif
 }

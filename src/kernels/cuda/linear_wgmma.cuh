@@ -458,7 +458,7 @@ __device__ __forceinline__ void FoldedLaterPasses(const Params& p, const uint8_t
 // Where an ExpertsLinear call has many rows per expert, linear.cu's PreFoldKernel writes each FP4
 // expert's pass-0 folded codes once into scratch (e4m3 [N, K], plain rows: an FP8 weight to the
 // stage copies), the FirstFoldPassWord of each (row, chunk) and, per (128-row block, chunk),
-// whether a row there has groups left for later passes. WgmmaBlock<kFp4, true> loads the codes as
+// whether a row there has groups left for later passes. WgmmaBlockPreFolded loads the codes as
 // FP8 weights and scales each row by its word's 2^top; a chunk with later passes loads its nibbles
 // and runs FoldedLaterPasses as the FP4 kernel does. The same codes, MMAs and adds as
 // WgmmaBlock<kFp4>: the same bits, without a conversion per chunk and token tile.
@@ -468,7 +468,7 @@ struct PreFolded {
   int64_t n_pad;          // rows rounded up to kBlockRows
 };
 
-// Shared memory of WgmmaBlock<kFp4, true>: the FP8 stages, then the byte_perm tables and one
+// Shared memory of WgmmaBlockPreFolded: the FP8 stages, then the byte_perm tables and one
 // chunk's nibbles of the block's rows (for later passes; 64 bytes per row).
 struct PreFoldedSmem {
   static constexpr int kTables = SmemLayout<Kind::kFp8>::kConverted;
@@ -513,6 +513,19 @@ __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, in
   }
 }
 
+// After chunk c's adds into part: at the end of a 512-column slice (or of the range), total = part
+// for the range's first slice, else total += part; part restarts from +0.
+__device__ __forceinline__ void EndChunk(float (&total)[32], float (&part)[32], int c, int c_begin, int c_end) {
+  if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end) {
+    const bool first_slice = c < c_begin + mma::kSliceChunks;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
+      part[i] = 0.f;
+    }
+  }
+}
+
 // One block's 128 weight rows n0.. × 64 tokens over chunks [c_begin, c_end) (c_begin a multiple of
 // mma::kSliceChunks): x rows t_codes.. of the codes, y rows t_y.. of p.y (rows at or past p.m
 // and columns at or past p.n are not written). The order of every output:
@@ -525,33 +538,20 @@ __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, in
 //   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
 // so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
 // and shared memory free after a barrier.
-// kPreFolded (FP4 only): p's weight is the expert's pre-folded codes (an FP8 weight of row stride
-// K, PreFolded above), pf the rest, nibbles() the expert's FP4 weight as Params (built only for a
-// chunk with later passes, so that it holds no registers in the loop); the same order and bits as
-// the FP4 kernel on nibbles().
-struct NoNibbles {
-  __device__ Params operator()() const { return Params{}; }
-};
-template <Kind K, bool kPreFolded = false, class Nibbles = NoNibbles>
+template <Kind K>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
-                                           int64_t t_y, int c_begin, int c_end, uint8_t* smem,
-                                           const PreFolded& pf = PreFolded{}, const Nibbles& nibbles = Nibbles{}) {
+                                           int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
   static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 or FP4 weights");
-  static_assert(!kPreFolded || K == Kind::kFp4, "pre-folded codes are FP4 weights'");
-  constexpr Kind kStaged = kPreFolded ? Kind::kFp8 : K;  // what the stages hold
-  using L = SmemLayout<kStaged>;
+  using L = SmemLayout<K>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;  // the D fragment's row group and column pair
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g;  // this thread's weight rows: ra, ra + 8
-  const StageCopies<kStaged> copies(p, a, n0, t_codes);
+  const StageCopies<K> copies(p, a, n0, t_codes);
   uint32_t* row_infos = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // FP4: [2][kBlockRows]
-  if constexpr (kPreFolded) {
-    // Read by later passes only, after at least one barrier.
-    if (tid < 18) reinterpret_cast<uint32_t*>(smem + PreFoldedSmem::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
-  } else if constexpr (K == Kind::kFp4) {
+  if constexpr (K == Kind::kFp4) {
     // Read after the chunk loop's first barrier; the caller's previous block ended with one.
     if (tid < 18) reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
     if (tid < kBlockRows && c_begin < c_end) row_infos[tid] = FoldRowInfo(p, n0 + tid, c_begin);
@@ -564,9 +564,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
 
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
-    if (c_begin + s < c_end) {
-      LoadStage<kStaged>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
-    }
+    if (c_begin + s < c_end) LoadStage<K>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
     CpAsyncCommit();
   }
   for (int c = c_begin; c < c_end; ++c) {
@@ -576,31 +574,14 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     {
       const int next = c + L::kStages - 1;
       if (next < c_end) {
-        LoadStage<kStaged>(p, a, copies, smem + ((next - c_begin) % L::kStages) * L::kStage, n0, t_codes, tokens,
-                           next);
+        LoadStage<K>(p, a, copies, smem + ((next - c_begin) % L::kStages) * L::kStage, n0, t_codes, tokens, next);
       }
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
     }
     uint8_t* stage = smem + ((c - c_begin) % L::kStages) * L::kStage;
     const float* xs = reinterpret_cast<const float*>(stage + L::kXs);
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
-    if constexpr (kPreFolded) {
-      const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
-      ChunkChainIssue(acc, w_addr, x_addr);
-      // Uniform over the block; read while the MMAs run.
-      const bool again = __ldg(pf.more + (n0 / kBlockRows) * (p.k / kChunk) + c) != 0;
-      const uint32_t* words = pf.words + c * pf.n_pad;
-      const float sa = FoldedRowScaleOf(__ldg(words + ra)), sb = FoldedRowScaleOf(__ldg(words + ra + 8));
-      ChunkChainWait(acc);
-      AddScaledRows(part, acc, sa, sb, xs, q);
-      if (again) {
-        const Params fp4 = nibbles();
-        uint8_t* raw = smem + PreFoldedSmem::kRaw;
-        LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it
-        FoldedLaterPasses(fp4, raw, stage, reinterpret_cast<const uint32_t*>(smem + PreFoldedSmem::kTables), n0, c,
-                          w_addr, x_addr, xs, q, ra, true, acc, part);
-      }
-    } else if constexpr (K == Kind::kFp8) {
+    if constexpr (K == Kind::kFp8) {
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
       ChunkChain(acc, w_addr, x_addr);
       // One scale per chunk for all 128 rows (n0 is a multiple of the 128-row scale block).
@@ -627,14 +608,113 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       AddScaledRows(part, acc, sa, sb, xs, q);
       FoldedLaterPasses(p, stage, tile, tables, n0, c, w_addr, x_addr, xs, q, ra, again, acc, part);
     }
-    if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end) {
-      const bool first_slice = c < c_begin + mma::kSliceChunks;
+    EndChunk(total, part, c, c_begin, c_end);
+  }
+  CpAsyncWaitAll();
+  StoreBlockResult(p, ra, t_y, q, [&](int j) { return total[j]; });
+  __syncthreads();  // shared memory free for the caller's next block
+}
+
+// WgmmaBlock<kFp4>'s products and order for an FP4 expert pre-folded by linear.cu's PreFoldKernel:
+// p's weight is the expert's codes (an FP8 weight of row stride K), pf the fold words and
+// later-pass flags, nibbles() the expert's FP4 weight as Params (built only for a chunk with later
+// passes, so that it holds no registers in the loop). Pipelined over two accumulators: chunk c's
+// MMAs are issued before chunk c - 1 is scaled into part (wgmma.wait_group 1), so the tensor cores
+// work while the block scales; a chunk's later passes, and the last chunk, wait for everything.
+// Stages: chunk c + 2 is loaded into the stage chunk c - 2 used (its MMAs completed before this
+// iteration's barrier), two chunks ahead instead of WgmmaBlock's three. Each output takes the same
+// adds in the same order as WgmmaBlock<kFp4> on the nibbles: the same bits.
+template <class Nibbles>
+__device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
+                                                    int64_t t_y, int c_begin, int c_end, uint8_t* smem,
+                                                    const PreFolded& pf, const Nibbles& nibbles) {
+  using L = SmemLayout<Kind::kFp8>;
+  constexpr int kAhead = L::kStages - 2;  // chunks in flight ahead of the one being issued
+  static_assert(kAhead == 2, "CpAsyncWait<kAhead - 1> below");
+  const int tid = threadIdx.x;
+  const int group = tid / 128;
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));
+  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g;
+  const StageCopies<Kind::kFp8> copies(p, a, n0, t_codes);
+  const uint32_t* tables = reinterpret_cast<const uint32_t*>(smem + PreFoldedSmem::kTables);
+  // Read by later passes only, after at least one barrier (the caller's previous block ended with one).
+  if (tid < 18) reinterpret_cast<uint32_t*>(smem + PreFoldedSmem::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
+  const int64_t chunks = p.k / kChunk;
+  const uint8_t* more = pf.more + (n0 / kBlockRows) * chunks;
+
+  float acc0[32], acc1[32], part[32], total[32];
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
-        part[i] = 0.f;
-      }
+  for (int i = 0; i < 32; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (c_begin + s < c_end) {
+      LoadStage<Kind::kFp8>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
     }
+    CpAsyncCommit();
+  }
+  auto stage_of = [&](int c) { return smem + ((c - c_begin) % L::kStages) * L::kStage; };
+  auto w_addr_of = [&](int c) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + group * kRowsPerGroup * kChunk));
+  };
+  auto x_addr_of = [&](int c) { return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + L::kX)); };
+  // Chunk c's MMAs complete in `done`: its scaling, later passes and slice end.
+  auto finish = [&](int c, float (&done)[32], float sa, float sb, bool again) {
+    const float* xs = reinterpret_cast<const float*>(stage_of(c) + L::kXs);
+    AddScaledRows(part, done, sa, sb, xs, q);
+    if (again) {  // uniform over the block
+      const Params fp4 = nibbles();
+      uint8_t* raw = smem + PreFoldedSmem::kRaw;
+      LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it
+      FoldedLaterPasses(fp4, raw, stage_of(c), tables, n0, c, w_addr_of(c), x_addr_of(c), xs, q, ra, true, done,
+                        part);
+    }
+    EndChunk(total, part, c, c_begin, c_end);
+  };
+  // Chunk c: wait for its copies, queue chunk c + kAhead's, issue its MMAs into cur; returns its
+  // row scales and later-pass flag (the barrier's OR: uniform, as ptxas must see it).
+  struct Issued {
+    float sa, sb;
+    bool again;
+  };
+  auto issue = [&](int c, float (&cur)[32]) {
+    const bool flag = __ldg(more + c) != 0;
+    CpAsyncWait<kAhead - 1>();  // chunk c's group has landed (this thread's copies)
+    FenceProxyAsyncShared();
+    // Everyone's copies of chunk c; chunk c - 2's MMAs and scaling done everywhere.
+    const bool again = __syncthreads_or(flag);
+    if (c + kAhead < c_end) {
+      LoadStage<Kind::kFp8>(p, a, copies, stage_of(c + kAhead), n0, t_codes, tokens, c + kAhead);
+    }
+    CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
+    ChunkChainIssue(cur, w_addr_of(c), x_addr_of(c));
+    const uint32_t* words = pf.words + c * pf.n_pad;
+    return Issued{FoldedRowScaleOf(__ldg(words + ra)), FoldedRowScaleOf(__ldg(words + ra + 8)), again};
+  };
+  // Chunk c into cur while chunk c - 1 (in prev, issued as `before`) completes and is finished.
+  auto step = [&](int c, float (&cur)[32], float (&prev)[32], const Issued& before) {
+    const Issued now = issue(c, cur);
+    WgmmaWait<1>();  // chunk c - 1's group; c's stays in flight
+    PinAll(prev);
+    finish(c - 1, prev, before.sa, before.sb, before.again);
+    return now;
+  };
+  // Peeled so that no wgmma wait sits in a branch: chunk c_begin, then pairs, then the last.
+  Issued last = issue(c_begin, acc0);
+  int c = c_begin + 1;
+  for (; c + 1 < c_end; c += 2) {
+    last = step(c, acc1, acc0, last);
+    last = step(c + 1, acc0, acc1, last);
+  }
+  if (c < c_end) {  // an even chunk count: the last chunk goes into acc1
+    last = step(c, acc1, acc0, last);
+    ChunkChainWait(acc1);
+    finish(c, acc1, last.sa, last.sb, last.again);
+  } else {
+    ChunkChainWait(acc0);
+    finish(c - 1, acc0, last.sa, last.sb, last.again);
   }
   CpAsyncWaitAll();
   StoreBlockResult(p, ra, t_y, q, [&](int j) { return total[j]; });
