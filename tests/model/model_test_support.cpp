@@ -178,7 +178,8 @@ void ExpectMatchesGolden(const std::string& name, const LoadOptions& options, in
   for (int st : differing_steps) std::printf("  differing step %d (margin %.4f)\n", st, g.step_margins[st]);
 }
 
-int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps, int64_t static_context) {
+int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps, int64_t static_context,
+                                  bool from_filled_state) {
   const int64_t vocab = model.config().vocab_size, block = 128;
   // The longest sequence ends at 130 + decode_steps + 2 positions; every sequence's block table
   // holds 3 blocks, which the static bound must cover too.
@@ -197,6 +198,14 @@ int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps, int64_t 
   std::mt19937 rng(4242);
   auto token = [&] { return static_cast<int32_t>(2 + rng() % static_cast<uint32_t>(vocab - 2)); };
   std::vector<int64_t> pos(kSeqs, 0);
+  // From a filled state: the sequences start at these positions on states holding the same
+  // hash-uniform values (ModelState::FillForBenchmark), and the first step is a short chunk each.
+  const int64_t filled_start[kSeqs] = {0, 2, 3, 126, 129};
+  if (from_filled_state) {
+    with->FillForBenchmark(777);
+    without->FillForBenchmark(777);
+    for (int i = 0; i < kSeqs; ++i) pos[i] = filled_start[i];
+  }
 
   struct Part {
     int seq;
@@ -242,6 +251,12 @@ int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps, int64_t 
     fixed.num_tokens = static_cast<int64_t>(fixed_ids.size());
     std::vector<float> static_logits(static_cast<size_t>(n * vocab));
     model.Forward(fixed, *with, TensorView(static_logits.data(), DType::kF32, {n, vocab}));
+    // Equal NaNs would compare equal bit for bit and prove nothing.
+    const auto finite = std::find_if_not(dynamic_logits.begin(), dynamic_logits.end(),
+                                         [](float v) { return std::isfinite(v); });
+    if (finite != dynamic_logits.end()) {
+      ADD_FAILURE() << "step " << steps << ": logit " << (finite - dynamic_logits.begin()) << " is not finite";
+    }
     for (int64_t i = 0; i < n * vocab; ++i) {
       if (std::memcmp(&static_logits[i], &dynamic_logits[i], sizeof(float)) != 0) {
         ADD_FAILURE() << "step " << steps << ": logit " << i % vocab << " of row " << i / vocab << " is "
@@ -255,6 +270,10 @@ int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps, int64_t 
 
   std::vector<Part> prefill;
   for (int i = 0; i < kSeqs; ++i) prefill.push_back({i, lengths[i]});
+  // From the filled state: 0, 2 -> 3, 3 -> 7 (completes the ratio-4 block at 3), 126, 129 -> 132
+  // (completes the one at 131); the decode step then completes ratio-4 blocks at 3 and 7 and the
+  // ratio-128 block at 127.
+  if (from_filled_state) prefill = {{0, 1}, {1, 1}, {2, 4}, {3, 1}, {4, 3}};
   step(prefill, false);
   std::vector<Part> decode;
   for (int i = 0; i < kSeqs; ++i) decode.push_back({i, 1});

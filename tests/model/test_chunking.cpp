@@ -119,6 +119,13 @@ TEST(StaticShapes, EqualDynamicShapesOnTheDemoModel) {
   EXPECT_EQ(CheckStaticShapesMatchDynamic(*demo.model), 12);
 }
 
+// The same from a filled state (the sequences start mid-context on states of equal hash-uniform
+// values: the sanitizer's variant on the GPU, tests/gpu/test_model_gpu.cpp).
+TEST(StaticShapes, EqualDynamicShapesFromAFilledState) {
+  LoadedModel demo = LoadModel(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-v4-demo", LoadOptions{});
+  EXPECT_EQ(CheckStaticShapesMatchDynamic(*demo.model, 9, 512, /*from_filled_state=*/true), 12);
+}
+
 // The same with every reference rounding on: the experts' w2 inputs are rounded only up to the
 // routed row count, which static shapes read from the device.
 TEST(StaticShapes, EqualDynamicShapesWithTheReferenceQuantization) {
