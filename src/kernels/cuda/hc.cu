@@ -27,6 +27,8 @@ constexpr int kPostThreads = 256;
 // At or above this many tokens a mix block serves 4 tokens (fn is read once for 4); below, one
 // token per block for more blocks. The per-token arithmetic is identical either way.
 constexpr int64_t kMultiTokenMin = 256;
+// There, HcPre at S = 4 defers the Sinkhorn to HcSinkhornKernel (same bits): in the mix kernel one
+// warp per token ran it with 4 of 32 lanes while the whole cluster of 8 SMs waited.
 
 // The CPU's sigmoid, unfused: 1 / (1 + exp(−v)).
 __device__ inline float Sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
@@ -79,7 +81,7 @@ __device__ void SinkhornWarp(float* c, int s, int64_t iters, float eps) {
 //   2. after a cluster barrier every block sums the kMixCluster partials in rank order from the
 //      blocks' shared memory (the same sums in every block), then one warp per token:
 //      mix ·= 1/sqrt(ss/W + norm_eps), the stream weights (and, for HcPre, post and the Sinkhorn
-//      of comb, written by rank 0);
+//      of comb, written by rank 0; with kDeferSinkhorn only the Sinkhorn's input);
 //   3. out[t, i] = Σ_j weight_j · X[t, j, i], stream by stream like the CPU, block q writing the
 //      q-th slice of the D channels.
 // The order of every sum is fixed by W alone, so a token's outputs do not depend on m or kTok.
@@ -87,7 +89,9 @@ __device__ void SinkhornWarp(float* c, int s, int64_t iters, float eps) {
 // through kMixCluster SMs per token instead of one (one block per token took ~130 us per call at
 // batch 1 on the H200, 2026-11-30 profile).
 // kHead: rows = s, weights = head weights, no post/comb. Otherwise rows = (2+s)·s.
-template <int kTok, bool kHead>
+// kDeferSinkhorn (HcPre): comb gets the Sinkhorn's input (the affine mix) and HcSinkhornKernel
+// runs the Sinkhorn after this kernel, one thread per token, so that no cluster waits for it.
+template <int kTok, bool kHead, bool kDeferSinkhorn = false>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
                 int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
@@ -202,12 +206,20 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
         weights[t][lane] = Sigmoid(Affine(mt[lane], p.scale[0], p.base[lane])) + p.hc_eps;
         if (rank == 0) post[tok * s + lane] = __fmul_rn(2.f, Sigmoid(Affine(mt[s + lane], p.scale[1], p.base[s + lane])));
       }
-      float* c = cmat[t];
-      for (int e = lane; e < s * s; e += kWarpSize) c[e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
-      __syncwarp();
-      SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
-      if (rank == 0) {
-        for (int e = lane; e < s * s; e += kWarpSize) comb[tok * s * s + e] = c[e];
+      if constexpr (kDeferSinkhorn) {
+        if (rank == 0) {
+          for (int e = lane; e < s * s; e += kWarpSize) {
+            comb[tok * s * s + e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
+          }
+        }
+      } else {
+        float* c = cmat[t];
+        for (int e = lane; e < s * s; e += kWarpSize) c[e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
+        __syncwarp();
+        SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
+        if (rank == 0) {
+          for (int e = lane; e < s * s; e += kWarpSize) comb[tok * s * s + e] = c[e];
+        }
       }
     }
   }
@@ -224,6 +236,64 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
       for (int j = 0; j < s; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t][j], xr[static_cast<int64_t>(j) * d + i]));
       o[i] = acc;
     }
+  }
+}
+
+// SinkhornWarp on each token's S×S matrix in comb (in place), one thread per token, the matrix in
+// registers: every element sees the same operations in the same order (expf, IEEE divisions, the
+// row and column sums left to right), so the same bits as SinkhornWarp.
+template <int S>
+__global__ void __launch_bounds__(128) HcSinkhornKernel(float* __restrict__ comb, int64_t m, int64_t iters,
+                                                        float eps) {
+  const int64_t tok = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (tok >= m) return;
+  float* mat = comb + tok * S * S;
+  float c[S][S];
+#pragma unroll
+  for (int j = 0; j < S; ++j) {
+#pragma unroll
+    for (int k = 0; k < S; ++k) c[j][k] = mat[j * S + k];
+  }
+#pragma unroll
+  for (int j = 0; j < S; ++j) {
+    float mx = c[j][0];
+#pragma unroll
+    for (int k = 1; k < S; ++k) mx = fmaxf(mx, c[j][k]);
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      c[j][k] = expf(c[j][k] - mx);
+      sum += c[j][k];
+    }
+#pragma unroll
+    for (int k = 0; k < S; ++k) c[j][k] = c[j][k] / sum + eps;
+  }
+  auto normalize_columns = [&] {
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < S; ++j) sum += c[j][k];
+#pragma unroll
+      for (int j = 0; j < S; ++j) c[j][k] /= (sum + eps);
+    }
+  };
+  normalize_columns();
+  for (int64_t it = 1; it < iters; ++it) {
+#pragma unroll
+    for (int j = 0; j < S; ++j) {
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < S; ++k) sum += c[j][k];
+#pragma unroll
+      for (int k = 0; k < S; ++k) c[j][k] /= (sum + eps);
+    }
+    normalize_columns();
+  }
+#pragma unroll
+  for (int j = 0; j < S; ++j) {
+#pragma unroll
+    for (int k = 0; k < S; ++k) mat[j * S + k] = c[j][k];
   }
 }
 
@@ -265,7 +335,13 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
   if (p.fn == nullptr || p.base == nullptr || p.scale == nullptr) {
     ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
   }
-  if (m >= kMultiTokenMin) {
+  if (m >= kMultiTokenMin && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
+    HcMixKernel<4, false, true><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
+        x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
+    DI_CUDA_LAUNCH_CHECK(what);
+    HcSinkhornKernel<4><<<static_cast<unsigned>(CeilDiv(m, 128)), 128, 0, stream>>>(comb, m, p.sinkhorn_iters,
+                                                                                   p.hc_eps);
+  } else if (m >= kMultiTokenMin) {
     HcMixKernel<4, kHead><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
   } else {
