@@ -119,6 +119,23 @@ __device__ float RoundToMiniFloat(float a, int mantissa_bits, int min_exp) {
   return rintf(a / quantum) * quantum;
 }
 
+// A quantization block's ue8m0 scale from its amax, e4m3 (kFp8) or e2m1.
+template <bool kFp8>
+__device__ float RoundTripScale(float amax) {
+  return kFp8 ? cpu::Ue8m0BlockScale(amax, cpu::kE4m3AmaxFloor, cpu::kE4m3InvMax)
+              : cpu::Ue8m0BlockScale(amax, cpu::kE2m1AmaxFloor, cpu::kE2m1InvMax);
+}
+
+// One value through the code grid at `scale` and back.
+template <bool kFp8>
+__device__ float RoundTripValue(float v, float scale) {
+  const float max_code = kFp8 ? cpu::kE4m3Max : cpu::kE2m1Max;
+  const float q = fminf(fmaxf(v / scale, -max_code), max_code);
+  float r = kFp8 ? RoundToMiniFloat(fabsf(q), 3, -6) : RoundToMiniFloat(fabsf(q), 1, 0);
+  r = fminf(r, max_code);
+  return copysignf(r, q) * scale;
+}
+
 // Rounds channels [b0, b1) of one row through e4m3 (kFp8) or e2m1 with one ue8m0 scale; called
 // by every thread of the block.
 template <bool kFp8>
@@ -126,16 +143,42 @@ __device__ void RoundTripBlock(float* xr, int64_t b0, int64_t b1, float* scratch
   float amax = 0.f;
   for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) amax = fmaxf(amax, fabsf(xr[i]));
   amax = BlockMax(amax, scratch);
-  const float max_code = kFp8 ? cpu::kE4m3Max : cpu::kE2m1Max;
-  const float scale = kFp8 ? cpu::Ue8m0BlockScale(amax, cpu::kE4m3AmaxFloor, cpu::kE4m3InvMax)
-                           : cpu::Ue8m0BlockScale(amax, cpu::kE2m1AmaxFloor, cpu::kE2m1InvMax);
-  for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
-    const float q = fminf(fmaxf(xr[i] / scale, -max_code), max_code);
-    float r = kFp8 ? RoundToMiniFloat(fabsf(q), 3, -6) : RoundToMiniFloat(fabsf(q), 1, 0);
-    r = fminf(r, max_code);
-    xr[i] = copysignf(r, q) * scale;
+  const float scale = RoundTripScale<kFp8>(amax);
+  for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) xr[i] = RoundTripValue<kFp8>(xr[i], scale);
+}
+
+// Quantization blocks of at most kWarpBlockMax channels: one warp per (row, block), lane l holding
+// channels b0 + 4l .. b0 + 4l + 3, 8 warps per thread block; no block barrier. The same amax (a
+// max: any order) and the same per-value operations as RoundTripBlock, so the same bits.
+constexpr int64_t kWarpBlockMax = 4 * kWarpSize;
+template <bool kFp8>
+__global__ void __launch_bounds__(256) RoundTripWarpKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
+                                                           int64_t end, int64_t block, int64_t blocks_per_row,
+                                                           const int32_t* row_count) {
+  int64_t rows = m;
+  if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (item >= rows * blocks_per_row) return;  // uniform per warp
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t b0 = begin + (item % blocks_per_row) * block;
+  const int64_t b1 = min(end, b0 + block);
+  float* xr = x + (item / blocks_per_row) * ldx;
+  float v[4];
+  float amax = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int64_t i = b0 + 4 * lane + k;
+    v[k] = i < b1 ? xr[i] : 0.f;
+    amax = fmaxf(amax, fabsf(v[k]));
+  }
+  const float scale = RoundTripScale<kFp8>(WarpMax(amax));
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int64_t i = b0 + 4 * lane + k;
+    if (i < b1) xr[i] = RoundTripValue<kFp8>(v[k], scale);
   }
 }
+
 
 // blockIdx.x: the quantization block; rows stride by gridDim.y over r < min(m, *row_count) (all m
 // rows when row_count is null). blockDim = 32·k covering `block` values.
@@ -148,6 +191,24 @@ __global__ void RoundTripKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
   const int64_t b0 = begin + static_cast<int64_t>(blockIdx.x) * block;
   const int64_t b1 = min(end, b0 + block);
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) RoundTripBlock<kFp8>(x + r * ldx, b0, b1, scratch);
+}
+
+// Channels [begin, end) of rows r < min(m, *row_count) (m when row_count is null) in blocks of
+// `block`: the warp kernel where a block fits a warp, else one thread block per (block, row).
+template <bool kFp8>
+void LaunchRoundTrip(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
+                     const int32_t* row_count, cudaStream_t stream) {
+  const int64_t blocks_per_row = CeilDiv(end - begin, block);
+  if (block <= kWarpBlockMax) {
+    const int64_t grid = CeilDiv(m * blocks_per_row, 256 / kWarpSize);
+    if (grid > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "round_trip", "too many blocks for one launch");
+    RoundTripWarpKernel<kFp8><<<static_cast<unsigned>(grid), 256, 0, stream>>>(x, ldx, m, begin, end, block,
+                                                                              blocks_per_row, row_count);
+    return;
+  }
+  const dim3 grid(static_cast<unsigned>(blocks_per_row), static_cast<unsigned>(std::min<int64_t>(m, 65535)));
+  const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(block, 32) * 32));
+  RoundTripKernel<kFp8><<<grid, threads, 0, stream>>>(x, ldx, m, begin, end, block, row_count);
 }
 
 // One block per row (grid-strided past 65535 rows), threads over the channels.
@@ -273,9 +334,7 @@ void Fp8RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t e
   if (m == 0 || end <= begin) return;
   CheckRows(m, "fp8_round_trip");
   if (block <= 0) ThrowCudaError(__FILE__, __LINE__, "fp8_round_trip", "block must be positive");
-  const dim3 grid(static_cast<unsigned>(CeilDiv(end - begin, block)), static_cast<unsigned>(std::min<int64_t>(m, 65535)));
-  const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(block, 32) * 32));
-  RoundTripKernel<true><<<grid, threads, 0, stream>>>(x, ldx, m, begin, end, block, row_count);
+  LaunchRoundTrip<true>(x, ldx, m, begin, end, block, row_count, stream);
   DI_CUDA_LAUNCH_CHECK("fp8_round_trip");
 }
 
@@ -291,9 +350,7 @@ void Fp4RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t n, int64_t block
   if (m == 0 || n == 0) return;
   CheckRows(m, "fp4_round_trip");
   if (block <= 0) ThrowCudaError(__FILE__, __LINE__, "fp4_round_trip", "block must be positive");
-  const dim3 grid(static_cast<unsigned>(CeilDiv(n, block)), static_cast<unsigned>(std::min<int64_t>(m, 65535)));
-  const int threads = static_cast<int>(std::min<int64_t>(256, CeilDiv(block, 32) * 32));
-  RoundTripKernel<false><<<grid, threads, 0, stream>>>(x, ldx, m, 0, n, block, nullptr);
+  LaunchRoundTrip<false>(x, ldx, m, 0, n, block, nullptr, stream);
   DI_CUDA_LAUNCH_CHECK("fp4_round_trip");
 }
 
