@@ -104,12 +104,22 @@ TEST(CudaMoeAlign, DecodeBatchFlash) {
 
 TEST(CudaMoeAlign, PrefillChunkFlash) {
   DI_REQUIRE_GPU();
-  CheckAlign(2048, 6, 256, 2, false);  // 12,288 slots: many chunks of the placement pass
+  CheckAlign(2048, 6, 256, 2, false);  // 12,288 slots: the many-slots path
 }
 
 TEST(CudaMoeAlign, HashRowsWithRepeatedExperts) {
   DI_REQUIRE_GPU();
   CheckAlign(300, 6, 5, 3, true);  // repeats dropped after the first; 5 experts, crowded
+}
+
+// From 4096 slots MoeAlign counts and places over the whole device (one warp per expert): the
+// same outputs, with repeats, crowded experts and an 8k prefill's 49,152 slots.
+TEST(CudaMoeAlign, ManySlotsPath) {
+  DI_REQUIRE_GPU();
+  CheckAlign(819, 5, 5, 11, true);   // 4,095 slots: still the single block (four chunks)
+  CheckAlign(683, 6, 5, 8, true);    // 4,098 slots: just past the threshold
+  CheckAlign(1000, 6, 256, 9, true);
+  CheckAlign(8192, 6, 256, 10, false);
 }
 
 TEST(CudaMoeAlign, SingleToken) {
