@@ -392,9 +392,10 @@ TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
 // kernel, which folds per chunk in shared memory, on every tile kind; in groups of 1, 3 and all 8
 // experts (the group kernels skip the other experts' tiles); with group scales over 18 binades
 // (later passes from the nibbles), N = 200 (a partial 128-row block), weight rows that are not
-// 16-byte aligned (every fifth expert: byte loads), x rows that allow no float4 loads; 1, 2 and 8
-// chunks. The 491 rows are 61 per expert, under the 64 from which ExpertsLinear pre-folds; a row
-// bound of 520 (65 per expert) asks for it.
+// 16-byte aligned (every fifth expert: byte loads), x rows that allow no float4 loads; 1, 2, 3, 7
+// and 8 chunks (odd counts end on the other of the pipelined block's two accumulators). The 491
+// rows are 61 per expert, under the 64 from which ExpertsLinear pre-folds; a row bound of 520 (65
+// per expert) asks for it.
 TEST(CudaExpertsLinearFp8, PreFoldedFp4EqualsLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -403,7 +404,7 @@ TEST(CudaExpertsLinearFp8, PreFoldedFp4EqualsLinear) {
   const int64_t experts = static_cast<int64_t>(counts.size()), rows = Offsets(counts).back(), bound = 520;
   ASSERT_EQ(rows, 491);
   uint64_t seed = 5300;
-  for (const int64_t k : {int64_t{128}, int64_t{256}, int64_t{1024}}) {
+  for (const int64_t k : {int64_t{128}, int64_t{256}, int64_t{384}, int64_t{896}, int64_t{1024}}) {
     for (const bool wide_scales : {false, true}) {
       const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
                                                            : std::pair<uint8_t, uint8_t>{0, 0};

@@ -43,7 +43,9 @@ HostRouting Reference(const std::vector<int32_t>& ids, int64_t m, int64_t k, int
   return r;
 }
 
-void CheckAlign(int64_t m, int64_t k, int64_t e, uint64_t seed, bool with_repeats, int64_t d = 96) {
+// invalid_every > 0: every invalid_every-th id is outside [0, E) (−1 or E, alternately): dropped.
+void CheckAlign(int64_t m, int64_t k, int64_t e, uint64_t seed, bool with_repeats, int64_t d = 96,
+                int64_t invalid_every = 0) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> ids(m * k);
   for (int64_t t = 0; t < m; ++t) {
@@ -52,6 +54,9 @@ void CheckAlign(int64_t m, int64_t k, int64_t e, uint64_t seed, bool with_repeat
     for (int64_t x = 0; x < e; ++x) pool[x] = static_cast<int32_t>(x);
     std::shuffle(pool.begin(), pool.end(), rng);
     for (int64_t j = 0; j < k; ++j) ids[t * k + j] = with_repeats ? static_cast<int32_t>(rng() % 5) : pool[j];
+  }
+  for (int64_t i = invalid_every - 1; invalid_every > 0 && i < m * k; i += invalid_every) {
+    ids[i] = (i / invalid_every) % 2 ? static_cast<int32_t>(e) : -1;
   }
   const HostRouting want = Reference(ids, m, k, e);
   DeviceArray<int32_t> dids(ids), doff(e + 1), dsorted(m * k), drows(m * k);
@@ -120,6 +125,8 @@ TEST(CudaMoeAlign, ManySlotsPath) {
   CheckAlign(683, 6, 5, 8, true);    // 4,098 slots: just past the threshold
   CheckAlign(1000, 6, 256, 9, true);
   CheckAlign(8192, 6, 256, 10, false);
+  CheckAlign(1000, 6, 256, 12, false, 96, 7);  // ids of -1 and E dropped on this path too
+  CheckAlign(300, 6, 64, 13, false, 96, 7);    // and on the single block's
 }
 
 TEST(CudaMoeAlign, SingleToken) {

@@ -200,7 +200,7 @@ int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps, int64_t 
   std::vector<int64_t> pos(kSeqs, 0);
   // From a filled state: the sequences start at these positions on states holding the same
   // hash-uniform values (ModelState::FillForBenchmark), and the first step is a short chunk each.
-  const int64_t filled_start[kSeqs] = {0, 2, 3, 126, 129};
+  const int64_t filled_start[kSeqs] = {0, 2, 3, 126, 125};
   if (from_filled_state) {
     with->FillForBenchmark(777);
     without->FillForBenchmark(777);
@@ -270,10 +270,10 @@ int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps, int64_t 
 
   std::vector<Part> prefill;
   for (int i = 0; i < kSeqs; ++i) prefill.push_back({i, lengths[i]});
-  // From the filled state: 0, 2 -> 3, 3 -> 7 (completes the ratio-4 block at 3), 126, 129 -> 132
-  // (completes the one at 131); the decode step then completes ratio-4 blocks at 3 and 7 and the
-  // ratio-128 block at 127.
-  if (from_filled_state) prefill = {{0, 1}, {1, 1}, {2, 4}, {3, 1}, {4, 3}};
+  // From the filled state: 0, 2 -> 3, 3 -> 7 (completes the ratio-4 block at 3), 126, 125 -> 132
+  // (completes the ratio-128 block at 127 inside a chunk, and ratio-4 blocks at 127 and 131); the
+  // decode step then completes ratio-4 blocks at 3, 7 and 127 and the ratio-128 block at 127.
+  if (from_filled_state) prefill = {{0, 1}, {1, 1}, {2, 4}, {3, 1}, {4, 7}};
   step(prefill, false);
   std::vector<Part> decode;
   for (int i = 0; i < kSeqs; ++i) decode.push_back({i, 1});

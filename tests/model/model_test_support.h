@@ -72,10 +72,10 @@ void ExpectMatchesGolden(const std::string& name, const LoadOptions& options, in
 // longest sequence (132 + decode_steps positions) and the 3-block tables (384 positions). Adds a
 // gtest failure per mismatch and returns the number of steps compared (decode_steps + 3).
 // from_filled_state: no prefill of 265 tokens; both states start with the same hash-uniform
-// values (ModelState::FillForBenchmark) and the sequences at positions 0, 2, 3, 126 and 129, and
-// the first step is a chunk of 1, 1, 4, 1 and 3 tokens, so that the same ratio-4 and ratio-128
-// blocks complete in the steps after it (the sanitizer's size: racecheck did not finish the
-// prefill variant on tensor cores within a 575 s call).
+// values (ModelState::FillForBenchmark) and the sequences at positions 0, 2, 3, 126 and 125, and
+// the first step is a chunk of 1, 1, 4, 1 and 7 tokens, so that ratio-4 and ratio-128 blocks
+// complete inside that chunk and in the decode steps after it (the sanitizer's size: racecheck did
+// not finish the prefill variant on tensor cores within a 575 s call).
 int CheckStaticShapesMatchDynamic(const Model& model, int decode_steps = 9, int64_t static_context = 512,
                                   bool from_filled_state = false);
 
