@@ -112,8 +112,8 @@ TEST_P(GpuGolden, ChunkedPrefillEqualsOneShotBitForBit) {
 // the 265-token prefill and from a filled state. At sanitizer sizes only from the filled state
 // (no prefill), 1 decode step and 384 positions (the sequences' 3-block tables): racecheck did not
 // finish the prefill variant on tensor cores in 575 s, three at once, even at 1 decode step
-// (2026-12-01, docs/cuda-backend.md); from the filled state the same ratio-4 and ratio-128 blocks
-// complete in the steps after the first.
+// (2026-12-01, docs/cuda-backend.md); from the filled state ratio-4 and ratio-128 blocks still
+// complete inside the first step's chunks and in the steps after it.
 void ExpectStaticShapesMatchDynamic(const Model& model) {
   if (test::SanitizerSizes()) {
     EXPECT_EQ(CheckStaticShapesMatchDynamic(model, 1, 384, /*from_filled_state=*/true), 4);
