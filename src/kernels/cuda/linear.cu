@@ -1125,11 +1125,12 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
   }
 }
 
-// Walks the five tile lists as one (the tiled list, 17-64 rows, first, then GEMV kinds 3..0) and
-// calls block(tile, 128-row block index) for this block's items.
+// Checks the plan, walks the five tile lists as one (the tiled list, 17-64 rows, first, then GEMV
+// kinds 3..0) and calls block(tile, n0) for this block's items, n0 the item's first weight row.
 template <class Block>
 __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
                                                         const Block& block) {
+  CheckPlan(ep);
   int32_t tiles = 0;
 #pragma unroll
   for (int kind = 0; kind < kTileKinds; ++kind) tiles += lists.counts[kind];
@@ -1145,7 +1146,7 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
       if (tile == nullptr && index < count) tile = lists.tiles[kind] + index;
       if (tile == nullptr) index -= count;
     }
-    block(*tile, c.block);
+    block(*tile, static_cast<int64_t>(c.block) * wgmma::kBlockRows);
   }
 }
 
@@ -1157,12 +1158,10 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
-  CheckPlan(ep);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int32_t block) {
-    const int64_t n0 = static_cast<int64_t>(block) * wgmma::kBlockRows;
+  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int64_t n0) {
     wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
   });
 #endif
@@ -1226,17 +1225,9 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
     const uint32_t shift = cpu::FoldWordShift(words[row], unit / 2);
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (shift != cpu::kFoldGroupLeft) {
-      const uint8_t* src = p.w + (n0 + row) * p.w_row_bytes + c * (wgmma::kChunk / 2) + unit * 8;
-      uint2 nibbles;
-      if (p.w_vec16) {
-        nibbles = __ldg(reinterpret_cast<const uint2*>(src));
-      } else {
-        uint32_t word[2] = {0u, 0u};
-#pragma unroll
-        for (int b = 0; b < 8; ++b) word[b / 4] |= static_cast<uint32_t>(__ldg(src + b)) << (8 * (b % 4));
-        nibbles = make_uint2(word[0], word[1]);
-      }
-      v = wgmma::FoldedUnitCodes(nibbles, tables[2 * shift], tables[2 * shift + 1]);
+      uint32_t word[2];
+      wgmma::LoadWords(p.w + (n0 + row) * p.w_row_bytes + c * (wgmma::kChunk / 2) + unit * 8, p.w_vec16, word);
+      v = wgmma::FoldedUnitCodes(make_uint2(word[0], word[1]), tables[2 * shift], tables[2 * shift + 1]);
     }
     *reinterpret_cast<uint4*>(codes + (n0 + row) * ep.base.k + c * wgmma::kChunk + unit * 16) = v;
   }
@@ -1253,23 +1244,18 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
-  CheckPlan(ep);
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int32_t block) {
+  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int64_t n0) {
     if (t.expert < e0 || t.expert >= e_end) return;  // uniform over the block
     const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
-    Params codes = ep.base;  // x, y, m as TileParams sets them; the weight: the codes
-    codes.x = ep.base.x + static_cast<int64_t>(t.row0) * ep.base.ldx;
-    codes.y = ep.base.y + static_cast<int64_t>(t.row0) * ep.base.ldy;
-    codes.m = t.rows;
+    Params codes = TileParams<Kind::kFp4>(ep, t);  // the tile's x, y and m; the weight: the codes
     codes.w = base;
     codes.w_row_bytes = ep.base.k;
     codes.w_vec = codes.w_vec16 = true;  // 256-byte aligned, K % 128 == 0
     const wgmma::PreFolded pf{reinterpret_cast<const uint32_t*>(base + lay.codes_bytes),
                               base + lay.codes_bytes + lay.words_bytes, lay.n_pad};
-    const int64_t n0 = static_cast<int64_t>(block) * wgmma::kBlockRows;
     wgmma::WgmmaBlockPreFolded(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
                                [&] { return TileParams<Kind::kFp4>(ep, t); });
   });

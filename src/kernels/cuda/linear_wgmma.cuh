@@ -172,6 +172,27 @@ struct SmemLayout {
   static constexpr int kBytes = kRowInfo + kRowInfoBytes + 1024;  // + base alignment
 };
 
+// 4·kWords bytes from global memory as little-endian words: one vector load where `aligned`
+// (src 4·kWords-byte aligned), else byte loads.
+template <int kWords>
+__device__ __forceinline__ void LoadWords(const uint8_t* src, bool aligned, uint32_t (&word)[kWords]) {
+  static_assert(kWords == 2 || kWords == 4, "8 or 16 bytes");
+  if (aligned) {
+    if constexpr (kWords == 4) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(src));
+      word[0] = v.x, word[1] = v.y, word[2] = v.z, word[3] = v.w;
+    } else {
+      const uint2 v = __ldg(reinterpret_cast<const uint2*>(src));
+      word[0] = v.x, word[1] = v.y;
+    }
+    return;
+  }
+#pragma unroll
+  for (int w = 0; w < kWords; ++w) word[w] = 0u;
+#pragma unroll
+  for (int b = 0; b < 4 * kWords; ++b) word[b / 4] |= static_cast<uint32_t>(__ldg(src + b)) << (8 * (b % 4));
+}
+
 // 16 bytes from global memory into shared memory, zeros when !valid: cp.async where the source is
 // 16-byte aligned, else byte loads (or the zeros) and a plain store, covered like cp.async by the
 // fence before wgmma.
@@ -181,9 +202,8 @@ __device__ __forceinline__ void Copy16(uint8_t* dst, const uint8_t* src, bool va
   } else if (aligned) {
     CpAsync16(dst, src);
   } else {
-    uint32_t word[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-    for (int b = 0; b < 16; ++b) word[b / 4] |= static_cast<uint32_t>(__ldg(src + b)) << (8 * (b % 4));
+    uint32_t word[4];
+    LoadWords(src, false, word);
     *reinterpret_cast<uint4*>(dst) = make_uint4(word[0], word[1], word[2], word[3]);
   }
 }
@@ -484,16 +504,9 @@ __device__ __forceinline__ void LoadRawNibbles(const Params& p, uint8_t* raw, in
     const int row = id / kUnits, unit = id % kUnits;
     const bool valid = n0 + row < p.n;
     const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * (kChunk / 2) + unit * 16;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (valid && p.w_vec16) {
-      v = __ldg(reinterpret_cast<const uint4*>(src));
-    } else if (valid) {
-      uint32_t word[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-      for (int b = 0; b < 16; ++b) word[b / 4] |= static_cast<uint32_t>(__ldg(src + b)) << (8 * (b % 4));
-      v = make_uint4(word[0], word[1], word[2], word[3]);
-    }
-    *reinterpret_cast<uint4*>(raw + row * (kChunk / 2) + unit * 16) = v;
+    uint32_t word[4] = {0u, 0u, 0u, 0u};
+    if (valid) LoadWords(src, p.w_vec16, word);
+    *reinterpret_cast<uint4*>(raw + row * (kChunk / 2) + unit * 16) = make_uint4(word[0], word[1], word[2], word[3]);
   }
 }
 
