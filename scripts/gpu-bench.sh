@@ -15,7 +15,8 @@
 # all of the reference's roundings (--kv-fp8 --indexer-fp4 too: sparse attention on tensor cores),
 # that at batch 1, 64, 256 and the prefills with 1 and 8 attention blocks per query
 # (DEEPINFER_ATTENTION_SPLIT; the default is 2), and at batch 64 and the prefills with the FP4
-# experts never pre-folded (DEEPINFER_FP4_PREFOLD=0). The
+# experts never pre-folded (DEEPINFER_FP4_PREFOLD=0) and with the dense FP8 linears never on the
+# TMA kernel (DEEPINFER_TMA=0: version 14's comparison). The
 # columns of versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.
@@ -60,8 +61,9 @@ if [[ ${1:-} == --steps ]]; then
     variants+=("ref-split$split=$out/steps-tc-ref-split$split.json")
   done
   # The FP4 experts pre-folded at prefill sizes (version 12; the default from 64 rows per expert)
-  # against never (version 8's kernel, folding per chunk and token tile).
-  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0; do
+  # against never (version 8's kernel, folding per chunk and token tile); Linear's unsplit FP8
+  # products on the TMA kernel (version 14; the default) against the 64-token cp.async kernel.
+  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 tma0:DEEPINFER_TMA=0; do
     echo "== every reference rounding, ${variant#*:}"
     env "${variant#*:}" timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
       --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 64 --contexts 8192 \

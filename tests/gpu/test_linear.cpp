@@ -590,7 +590,10 @@ TestWeight IntegerWeight(const Spec& spec, int64_t out, int64_t in, uint64_t see
 // is sliced), padded token tiles (M = 33, 65, 130), partial 128-row weight tiles, one chunk
 // (K = 128), a partial last slice (K = 384) and x rows that allow no float4 loads (ldx = K + 5);
 // (2) on random data, against the CPU within the order bound and for batch invariance: a row alone
-// gives the batch's bits.
+// gives the batch's bits. Unsplit FP8 products take the TMA kernel (linear_tma.cuh, 128-token
+// tiles: K <= 512 at every M, and the 130 rows of N = 8192) where single rows of K > 512 take the
+// sliced 64-token kernel, so a row alone checks the two kernels against each other; [4096 ->
+// 8192] runs 32 chunks through the TMA kernel's 6-stage ring (each stage's barriers wrap 5 times).
 TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -630,7 +633,8 @@ TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
     }
   }
   for (const Case& c : {Case{kFp8E8m0, 200, 384}, Case{kFp8E8m0, 1024, 4096}, Case{kFp8F32, 256, 1152},
-                        Case{kFp4, 4096, 1024}, Case{kFp8E8m0, 8192, 1024}, Case{kFp4, 8192, 2048}}) {
+                        Case{kFp4, 4096, 1024}, Case{kFp8E8m0, 8192, 1024}, Case{kFp4, 8192, 2048},
+                        Case{kFp8E8m0, 8192, 4096}}) {
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
     for (const int64_t m : {int64_t{1}, int64_t{33}, int64_t{130}}) CheckLinear(w, m, c.in, c.out, ++seed);
     constexpr int64_t kRows = 130;

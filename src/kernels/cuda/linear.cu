@@ -323,6 +323,7 @@ constexpr int DuplicateLaneMask() {
 #include "kernels/cuda/linear_mma.cuh"
 #include "kernels/cuda/linear_wgmma.cuh"
 #include "kernels/cuda/linear_wgmma_split.cuh"
+#include "kernels/cuda/linear_tma.cuh"
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
 // A warp owns RPW consecutive outputs of one group (an output block of a block is kGemvWarps·RPW
@@ -1472,13 +1473,74 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   return l;
 }
 
+// The driver's cuTensorMapEncodeTiled, through the runtime (the CUDA driver library is not linked):
+// null where the driver lacks it.
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiledFn EncodeTiled() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return EncodeTiledFn{nullptr};
+    }
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// A 2-D tensor map of `rows` rows of `cols` elements (row stride `row_bytes`) read in boxes of
+// box_rows × box_cols, zeros outside the tensor.
+CUtensorMap TensorMap2d(const void* base, CUtensorMapDataType dtype, uint64_t cols, uint64_t rows, uint64_t row_bytes,
+                        uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+  const EncodeTiledFn encode = EncodeTiled();
+  if (encode == nullptr) Fail("the driver has no cuTensorMapEncodeTiled");
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cols, rows};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(&map, dtype, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    ThrowCudaError(__FILE__, __LINE__, "cuda::Linear",
+                   ("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ")").c_str());
+  }
+  return map;
+}
+
+// tma::TmaLinearKernel for p (FP8 weights, tma::Usable) over the codes and scales in a.
+void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream_t stream) {
+  const int64_t tok_blocks = CeilDiv(a.m_pad, tma::kTokens);
+  if (tok_blocks > 65535) Fail("too many rows for one launch");
+  const uint64_t k = static_cast<uint64_t>(p.k), m_pad = static_cast<uint64_t>(a.m_pad);
+  const CUtensorMap w_map = TensorMap2d(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, static_cast<uint64_t>(p.n),
+                                        static_cast<uint64_t>(p.w_row_bytes), tma::kChunk, tma::kBlockRows,
+                                        CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap x_map = TensorMap2d(a.codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, m_pad, k, tma::kChunk, tma::kTokens,
+                                        CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap xs_map = TensorMap2d(a.xscales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, m_pad, k / tma::kChunk, m_pad * 4,
+                                         tma::kTokens, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
+  AllowDynamicSmem<tma::TmaLinearKernel>(device, tma::kSmemBytes);
+  const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, tma::kBlockRows)), static_cast<unsigned>(tok_blocks));
+  tma::TmaLinearKernel<<<grid, tma::kThreads, tma::kSmemBytes, stream>>>(w_map, x_map, xs_map, p);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA");
+}
+
 // Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM (and the
-// slices' sum where the layout splits K).
+// slices' sum where the layout splits K). Unsplit FP8 products take the TMA kernel where it is
+// usable (linear_tma.cuh; the same bits).
 template <Kind K>
 void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t stream) {
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
   const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
+  if (layout.slices == 1 && tma::Usable(p, K)) return LaunchTma(p, a, layout.device, stream);
   float* partials =
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;

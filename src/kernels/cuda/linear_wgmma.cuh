@@ -397,13 +397,15 @@ __device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_
 }
 
 // part += acc · (row scale · x_scale), one fused multiply-add per element of the D fragment (rows
-// ra = 16·warp + g and rb = ra + 8 of the warpgroup's tile, tokens 8i + 2q and + 1): sa for ra
-// (elements 4i, 4i + 1), sb for rb. FP8 passes its block scale as both; a folded FP4 pass its
-// rows' 2^top. The scale product is exact (x_scale is a power of two).
-__device__ __forceinline__ void AddScaledRows(float (&part)[32], const float (&acc)[32], float sa, float sb,
+// ra = 16·warp + g and rb = ra + 8 of the warpgroup's tile, tokens 8i + 2q and + 1; a fragment of
+// kElems = tokens / 2 elements): sa for ra (elements 4i, 4i + 1), sb for rb. FP8 passes its block
+// scale as both; a folded FP4 pass its rows' 2^top. The scale product is exact (x_scale is a
+// power of two).
+template <int kElems>
+__device__ __forceinline__ void AddScaledRows(float (&part)[kElems], const float (&acc)[kElems], float sa, float sb,
                                               const float* xs, int q) {
 #pragma unroll
-  for (int i = 0; i < kTokens / 8; ++i) {
+  for (int i = 0; i < kElems / 4; ++i) {
     const float x0 = xs[8 * i + 2 * q], x1 = xs[8 * i + 2 * q + 1];
     part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], __fmul_rn(sa, x0), part[4 * i + 0]);
     part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x1), part[4 * i + 1]);
@@ -412,17 +414,19 @@ __device__ __forceinline__ void AddScaledRows(float (&part)[32], const float (&a
   }
 }
 
-__device__ __forceinline__ void ZeroForWgmma(float (&acc)[32]) {
+template <int kElems>
+__device__ __forceinline__ void ZeroForWgmma(float (&acc)[kElems]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i) {
+  for (int i = 0; i < kElems; ++i) {
     acc[i] = 0.f;
     PinRegister(acc[i]);  // the zeros are written before the fence, not moved past it
   }
 }
 
-__device__ __forceinline__ void PinAll(float (&acc)[32]) {
+template <int kElems>
+__device__ __forceinline__ void PinAll(float (&acc)[kElems]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i) PinRegister(acc[i]);
+  for (int i = 0; i < kElems; ++i) PinRegister(acc[i]);
 }
 
 template <int N>
@@ -510,14 +514,14 @@ __device__ __forceinline__ void LoadRawNibbles(const Params& p, uint8_t* raw, in
   }
 }
 
-// Stores a block's results: result(j) is D fragment element j, element 4i + e being weight row ra
-// (ra + 8 for e >= 2) and token t_y + 8i + 2q (+1 for odd e); rows at or past p.n and tokens at or
-// past p.m are not written.
-template <class Result>
+// Stores a block's results: result(j) is D fragment element j (of a tile of kTileTokens tokens),
+// element 4i + e being weight row ra (ra + 8 for e >= 2) and token t_y + 8i + 2q (+1 for odd e);
+// rows at or past p.n and tokens at or past p.m are not written.
+template <int kTileTokens = kTokens, class Result>
 __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, int64_t t_y, int q, const Result& result) {
   const int64_t rb = ra + 8;
 #pragma unroll
-  for (int i = 0; i < kTokens / 8; ++i) {
+  for (int i = 0; i < kTileTokens / 8; ++i) {
     const int64_t tok = t_y + 8 * i + 2 * q;
     if (ra < p.n && tok < p.m) p.y[tok * p.ldy + ra] = result(4 * i + 0);
     if (ra < p.n && tok + 1 < p.m) p.y[(tok + 1) * p.ldy + ra] = result(4 * i + 1);
@@ -528,11 +532,13 @@ __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, in
 
 // After chunk c's adds into part: at the end of a 512-column slice (or of the range), total = part
 // for the range's first slice, else total += part; part restarts from +0.
-__device__ __forceinline__ void EndChunk(float (&total)[32], float (&part)[32], int c, int c_begin, int c_end) {
+template <int kElems>
+__device__ __forceinline__ void EndChunk(float (&total)[kElems], float (&part)[kElems], int c, int c_begin,
+                                         int c_end) {
   if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end) {
     const bool first_slice = c < c_begin + mma::kSliceChunks;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kElems; ++i) {
       total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
       part[i] = 0.f;
     }

@@ -1,0 +1,227 @@
+// Linear with FP8 weights and FP8 inputs at prefill sizes: the tiles come in by the Tensor Memory
+// Accelerator (TMA), included by linear.cu after linear_wgmma.cuh, whose act_quant scratch,
+// descriptors and per-element order it uses.
+//
+// TmaLinearKernel: 128 weight rows × 128 tokens per block (wgmma m64n128k32, one 64-row half per
+// consumer warpgroup, the x tile shared by both), a 6-stage ring of 128-column chunks in shared
+// memory: each stage holds the weight tile and the x codes (both 128 rows of 128 bytes, written by
+// TMA in the 128-byte swizzle the descriptors read) and the chunk's 128 x scales. Every stage has
+// a "full" mbarrier (the TMA's bytes arrived) and an "empty" one (all 256 consumer threads are
+// done with it). Thread 0 issues the copies: the first 6 chunks before the loop, then in chunk
+// c's iteration, after its own warpgroup has issued chunk c's MMAs, chunk c + 5 into the stage
+// chunk c - 1 used. No thread copies bytes and there is no block barrier in the loop.
+//
+// Order of every output: the one of WgmmaBlock<kFp8> (linear_wgmma.cuh): per chunk an accumulator
+// from +0 takes the chunk's four k32 steps in order, then part = fma(acc, w_scale·x_scale, part);
+// part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... So a row's bits do
+// not depend on the kernel that computed them, provided wgmma sums an output of an n128 MMA as it
+// sums the same output of an n64 one (each output is its own dot product of the same 32 pairs);
+// the batch-invariance tests, which take the 64-token kernel for few rows and this one for many,
+// decide it.
+//
+// Used by Linear for FP8 weights whose rows are 16-byte aligned with a 16-byte multiple stride,
+// where the layout does not split K (enough blocks of whole rows to fill the device), on an sm_90a
+// build on compute capability 9.0, unless DEEPINFER_TMA=0.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and the encoder's types; the encoder itself comes from the runtime
+
+namespace tma {
+
+constexpr int kChunk = wgmma::kChunk;          // 128 columns of e4m3 per row
+constexpr int kBlockRows = wgmma::kBlockRows;  // 128 weight rows: one FP8 scale block
+constexpr int kTokens = 128;                   // tokens per block (wgmma's N)
+constexpr int kElems = kTokens / 2;            // D fragment elements per thread
+constexpr int kStages = 6;
+constexpr int kThreads = 256;  // two consumer warpgroups; thread 0 also issues the copies
+constexpr int kW = 0;                                 // weight tile, 16 KiB
+constexpr int kX = kBlockRows * kChunk;               // x codes, 16 KiB
+constexpr int kXs = kX + kTokens * kChunk;            // x scales, 512 bytes
+constexpr int kStageBytes = 33 * 1024;                // stages 1024-byte aligned (the swizzle's period)
+constexpr int kTxBytes = kXs + kTokens * 4;           // bytes the TMA writes per stage
+constexpr int kBarriers = kStages * kStageBytes;      // full[kStages], then empty[kStages]
+constexpr int kSmemBytes = kBarriers + 2 * kStages * 8 + 1024;  // + base alignment
+static_assert(kXs + kTokens * 4 <= kStageBytes, "a stage holds its three tiles");
+static_assert(kSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+
+// ---- mbarriers and TMA (PTX) ----------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void BarrierInit(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(count) : "memory");
+}
+
+// Makes the initialized barriers visible to the async proxy (the TMA's complete_tx).
+__device__ __forceinline__ void FenceBarrierInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// This thread's arrival, announcing `bytes` of TMA writes that complete the phase with it.
+__device__ __forceinline__ void BarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddress(bar)) : "memory");
+}
+
+// Returns once the phase of parity `parity` has completed (the barrier's current phase parity
+// differs from it).
+__device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(SmemAddress(bar)),
+      "r"(parity)
+      : "memory");
+}
+
+// The box at (inner, outer) of the tensor `map` into shared memory at dst, completing `bar`'s
+// transaction bytes. Elements outside the tensor are written as zeros.
+__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, uint64_t* bar, int inner, int outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          SmemAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(SmemAddress(bar)), "r"(inner), "r"(outer)
+      : "memory");
+}
+
+__device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// d (+)= A·B for one k32 step, m64n128k32, e4m3 × e4m3 → f32, as wgmma::MmaM64N64K32 for 128 tokens.
+__device__ __forceinline__ void MmaM64N128K32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
+}
+
+// ---- the kernel ---------------------------------------------------------------------------------
+
+// grid (ceil(n / 128), ceil(m_pad / 128)); kThreads threads, kSmemBytes of dynamic shared memory.
+// w_map: the weight, UINT8 [n rows][k bytes], boxes of 128 × 128 bytes, 128-byte swizzle;
+// x_map: the codes, UINT8 [m_pad][k], the same boxes; xs_map: the x scales, FLOAT32
+// [k / 128][m_pad], boxes of 1 × 128 (linear.cu's MakeTmaMaps). p: y, n, m, k and the weight's
+// scales (as WgmmaBlock reads them).
+__global__ void __launch_bounds__(kThreads, 1)
+    TmaLinearKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                    const __grid_constant__ CUtensorMap xs_map, const Params p) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarriers);
+  uint64_t* empty = full + kStages;
+  const int tid = threadIdx.x;
+  const int group = tid / 128;  // consumer warpgroup: weight rows 64·group ..
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows ra, ra + 8
+  const int chunks = static_cast<int>(p.k / kChunk);
+
+  if (tid == 0) {
+    PrefetchTensorMap(&w_map);
+    PrefetchTensorMap(&x_map);
+    PrefetchTensorMap(&xs_map);
+    for (int s = 0; s < kStages; ++s) {
+      BarrierInit(&full[s], 1);
+      BarrierInit(&empty[s], kThreads);
+    }
+    FenceBarrierInit();
+  }
+  __syncthreads();
+  // Chunk c into its stage (thread 0; the stage is free).
+  auto load = [&](int c) {
+    const int s = c % kStages;
+    uint8_t* stage = smem + s * kStageBytes;
+    BarrierArriveExpectTx(&full[s], kTxBytes);
+    TmaLoad2d(stage + kW, &w_map, &full[s], c * kChunk, static_cast<int>(n0));
+    TmaLoad2d(stage + kX, &x_map, &full[s], c * kChunk, static_cast<int>(t0));
+    TmaLoad2d(stage + kXs, &xs_map, &full[s], static_cast<int>(t0), c);
+  };
+  if (tid == 0) {
+    for (int c = 0; c < min(chunks, kStages); ++c) load(c);
+  }
+
+  // acc: one chunk's k32 chain; part: the current 512-column slice; total: over slices.
+  float acc[kElems], part[kElems], total[kElems];
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
+  const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
+  for (int c = 0; c < chunks; ++c) {
+    const int s = c % kStages;
+    uint8_t* stage = smem + s * kStageBytes;
+    BarrierWait(&full[s], static_cast<uint32_t>(c / kStages) & 1u);
+    const uint32_t w_addr = SmemAddress(stage + kW + group * wgmma::kRowsPerGroup * kChunk);
+    const uint32_t x_addr = SmemAddress(stage + kX);
+    wgmma::ZeroForWgmma(acc);
+    wgmma::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kChunk / 32; ++kk) {
+      MmaM64N128K32(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk), wgmma::SwizzledDescriptor(x_addr + 32 * kk));
+    }
+    wgmma::WgmmaCommit();
+    // While the MMAs run: chunk c - 1 + kStages into the stage chunk c - 1 used, once all 256
+    // threads have released it.
+    if (tid == 0 && c >= 1 && c - 1 + kStages < chunks) {
+      const int prev = c - 1;
+      BarrierWait(&empty[prev % kStages], static_cast<uint32_t>(prev / kStages) & 1u);
+      load(prev + kStages);
+    }
+    __syncwarp();
+    const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c)
+                                 : DecodeE8m0(__ldg(p.scale + scale_row + c));
+    wgmma::WgmmaWaitAll();
+    wgmma::PinAll(acc);
+    wgmma::AddScaledRows(part, acc, sw, sw, reinterpret_cast<const float*>(stage + kXs), q);
+    BarrierArrive(&empty[s]);  // this thread's last read of the stage (the MMAs' reads are complete)
+    wgmma::EndChunk(total, part, c, 0, chunks);
+  }
+  wgmma::StoreBlockResult<kTokens>(p, ra, t0, q, [&](int j) { return total[j]; });
+#endif
+}
+
+// DEEPINFER_TMA=0 in the environment keeps Linear on WgmmaLinearKernel at every M (the same bits):
+// the benchmarks' side-by-side (scripts/gpu-bench.sh). Read once.
+inline bool TurnedOff() {
+  static const bool off = wgmma::EnvIs("DEEPINFER_TMA", "0");
+  return off;
+}
+
+// Linear's products this kernel takes: FP8 weights (either scale dtype) with 16-byte aligned rows
+// of a 16-byte multiple stride (TMA's rule), K % 128 == 0, 32-bit coordinates, on a device with
+// the wgmma path, not turned off. The caller also asks for a layout that does not split K.
+inline bool Usable(const Params& p, Kind kind) {
+  return kind == Kind::kFp8 && p.w_vec16 && p.w_row_bytes % 16 == 0 && p.k > 0 && p.k % kChunk == 0 &&
+         p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && wgmma::PaddedRows(p.m) < (int64_t{1} << 31) &&
+         !TurnedOff() && wgmma::DeviceHasWgmma();
+}
+
+}  // namespace tma
