@@ -13,11 +13,10 @@
 # --tensor-cores --fp8-activations, and that once more at batch 64 and the prefills with
 # DEEPINFER_WGMMA=0 (the mma.sync kernels that the warpgroup-MMA ones replace on sm_90a), and with
 # all of the reference's roundings (--kv-fp8 --indexer-fp4 too: sparse attention on tensor cores),
-# that at batch 1, 64, 256 and the prefills with 1 and 8 attention blocks per query
-# (DEEPINFER_ATTENTION_SPLIT; the default is 2), and at batch 64 and the prefills with the FP4
-# experts never pre-folded (DEEPINFER_FP4_PREFOLD=0) and with the dense FP8 linears never on the
-# TMA kernel (DEEPINFER_TMA=0: version 14's comparison). The
-# columns of versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
+# that at batch 64 and the prefills with the FP4 experts never pre-folded (DEEPINFER_FP4_PREFOLD=0),
+# with the dense FP8 linears never on the TMA kernel (DEEPINFER_TMA=0: version 14's comparison)
+# and with the pre-folded experts TMA-fed (DEEPINFER_TMA_EXPERTS=1, version 14b). The columns of
+# versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.
 # the JSON reports, plot and log end up in $OUT/steps-reports.tar.xz.
@@ -51,19 +50,14 @@ if [[ ${1:-} == --steps ]]; then
   echo "== every rounding of the reference (--fp8-activations --kv-fp8 --indexer-fp4): sparse attention on tensor cores too"
   timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
     --kv-fp8 --indexer-fp4 --no-ceilings --json "$out/steps-tc-ref.json" "$@" 2>>"$out/bench.log" || status=1
-  # The split-BF16 attention's blocks per query (the default is 2): each its own order of sums.
+  # (The split-BF16 attention's blocks per query, DEEPINFER_ATTENTION_SPLIT=1/8 against the default 2,
+  # were swept in the runs of 2026-12-01/02: docs/performance.md, version 11's follow-ups.)
   variants=()
-  for split in 1 8; do
-    echo "== every reference rounding, DEEPINFER_ATTENTION_SPLIT=$split"
-    DEEPINFER_ATTENTION_SPLIT=$split timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
-      --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 1,64,256 --contexts 8192 \
-      --json "$out/steps-tc-ref-split$split.json" 2>>"$out/bench.log" || status=1
-    variants+=("ref-split$split=$out/steps-tc-ref-split$split.json")
-  done
   # The FP4 experts pre-folded at prefill sizes (version 12; the default from 64 rows per expert)
   # against never (version 8's kernel, folding per chunk and token tile); Linear's unsplit FP8
   # products on the TMA kernel (version 14; the default) against the 64-token cp.async kernel.
-  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 tma0:DEEPINFER_TMA=0; do
+  # DEEPINFER_TMA_EXPERTS=1: the pre-folded experts TMA-fed too (version 14b, off by default).
+  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 tma0:DEEPINFER_TMA=0 tmaexperts:DEEPINFER_TMA_EXPERTS=1; do
     echo "== every reference rounding, ${variant#*:}"
     env "${variant#*:}" timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
       --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 64 --contexts 8192 \

@@ -69,6 +69,14 @@ DEEPINFER_FP4_PREFOLD=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filte
 rc=$?
 echo "DEEPINFER_FP4_PREFOLD=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-prefold.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
+# The same with the pre-folded experts on the TMA-fed kernel (DEEPINFER_TMA_EXPERTS=1, version 14b,
+# off by default until measured).
+DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=1 $dist/deepinfer_gpu_tests \
+  --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$prefold_filter"; else echo "$filter"; fi)" \
+  >"$out/gpu-tests-tma-experts.log" 2>&1
+rc=$?
+echo "DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-tma-experts.log" | head -3 | tr '\n' ' ')"
+[[ $rc -eq 0 ]] || status=1
 # Linear's FP8 tests and the models on FP8 tensor cores again with DEEPINFER_TMA=0: the 64-token
 # cp.async kernel at every M, the same contracts (src/kernels/cuda/linear_tma.cuh).
 tma_filter='CudaLinearFp8.*:GpuModel.*Fp8TensorCores*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'

@@ -590,10 +590,10 @@ TestWeight IntegerWeight(const Spec& spec, int64_t out, int64_t in, uint64_t see
 // is sliced), padded token tiles (M = 33, 65, 130), partial 128-row weight tiles, one chunk
 // (K = 128), a partial last slice (K = 384) and x rows that allow no float4 loads (ldx = K + 5);
 // (2) on random data, against the CPU within the order bound and for batch invariance: a row alone
-// gives the batch's bits. Unsplit FP8 products take the TMA kernel (linear_tma.cuh, 128-token
-// tiles: K <= 512 at every M, and the 130 rows of N = 8192) where single rows of K > 512 take the
-// sliced 64-token kernel, so a row alone checks the two kernels against each other; [4096 ->
-// 8192] runs 32 chunks through the TMA kernel's 6-stage ring (each stage's barriers wrap 5 times).
+// gives the batch's bits. Unsplit FP8 products of more than 64 rows take the TMA kernel
+// (linear_tma.cuh, 128-token tiles: here the 130 rows of K <= 512 or of N = 8192), fewer rows the
+// 64-token kernel, so a row alone checks the two kernels against each other; [4096 -> 8192] runs
+// 32 chunks through the TMA kernel's 6-stage ring (each stage's barriers wrap 5 times).
 TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);

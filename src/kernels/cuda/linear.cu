@@ -1263,6 +1263,149 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
 #endif
 }
 
+// ---- FP4 experts pre-folded, fed by TMA (linear_tma.cuh's Ring) ---------------------------------
+
+// This block's items of ForEachExpertsWgmmaItem, in the same order, those of experts [e0, e_end)
+// only, one at a time: two walks of one block (its consumers' and thread 0's loads) agree.
+struct GroupItemWalk {
+  ItemCursor cursor;
+  int32_t tiles;  // over the five lists
+  int32_t e0, e_end;
+
+  __device__ __forceinline__ GroupItemWalk(const ExpertsParams& ep, const TileLists& lists, int32_t first,
+                                           int32_t end)
+      : cursor(ep.blocks_per_tile), tiles(0), e0(first), e_end(end) {
+#pragma unroll
+    for (int kind = 0; kind < kTileKinds; ++kind) tiles += lists.counts[kind];
+  }
+  // The next item (tile and first weight row); false when none is left.
+  __device__ __forceinline__ bool Next(const TileLists& lists, ExpertTile& tile, int64_t& n0) {
+    for (; cursor.tile < tiles; cursor.Next()) {
+      int32_t index = cursor.tile;  // as ForEachExpertsWgmmaItem: the tiled list, then kinds 3, 2, 1, 0
+      const ExpertTile* t = nullptr;
+#pragma unroll
+      for (int j = 0; j < kTileKinds; ++j) {
+        const int kind = kTiledKind - j;
+        const int32_t count = lists.counts[kind];
+        if (t == nullptr && index < count) t = lists.tiles[kind] + index;
+        if (t == nullptr) index -= count;
+      }
+      if (t->expert >= e0 && t->expert < e_end) {
+        tile = *t;
+        n0 = static_cast<int64_t>(cursor.block) * wgmma::kBlockRows;
+        cursor.Next();
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
+// ExpertsPreFoldedKernel's items, products and order with the stages written by TMA: the same
+// bits. Load j of the ring is the j-th (item, chunk) of the block's walk. w_map: the group's
+// pre-folded codes, UINT8 [experts of the group][n][k], boxes of 1 × 128 × 128 bytes, 128-byte
+// swizzle; x_map, xs_map: XTensorMaps at 64 tokens. Thread 0 walks the items a second time to
+// issue the loads kStages ahead of the consumers, across item boundaries.
+using ExpertsRing = tma::Ring<wgmma::kTokens>;
+constexpr int kExpertsTmaTables = ExpertsRing::kEnd;                     // 18 byte_perm words
+constexpr int kExpertsTmaRaw = kExpertsTmaTables + 128;                  // one chunk's nibbles, 64 bytes per row
+constexpr int kExpertsTmaSmemBytes = kExpertsTmaRaw + wgmma::kBlockRows * wgmma::kChunk / 2 + 1024;
+static_assert(kExpertsTmaSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+
+__global__ void __launch_bounds__(tma::kThreads, 1)
+    ExpertsPreFoldedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                              const __grid_constant__ CUtensorMap xs_map, const ExpertsParams ep,
+                              const TileLists lists, int32_t e0, int32_t e_end, const PreFoldLayout lay,
+                              const uint8_t* pre) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
+#else
+  using R = ExpertsRing;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const R ring(smem);
+  uint32_t* tables = reinterpret_cast<uint32_t*>(smem + kExpertsTmaTables);
+  uint8_t* raw = smem + kExpertsTmaRaw;
+  CheckPlan(ep);
+  const int tid = threadIdx.x;
+  const int group = tid / 128;
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  if (tid == 0) {
+    tma::PrefetchTensorMap(&w_map);
+    tma::PrefetchTensorMap(&x_map);
+    tma::PrefetchTensorMap(&xs_map);
+    ring.Init();
+  }
+  if (tid < 18) tables[tid] = wgmma::kFoldedTables[tid / 2][tid % 2];  // read by later passes only
+  __syncthreads();
+
+  // Thread 0's walk: the next load is chunk pc of item (pt, pn0), none when p_done.
+  GroupItemWalk producer(ep, lists, e0, e_end);
+  ExpertTile pt{};
+  int64_t pn0 = 0;
+  int pc = 0;
+  bool p_done = true;
+  int64_t issued = 0;  // loads issued (thread 0)
+  auto issue = [&] {   // thread 0: the next load into its stage, which is free
+    ring.Load(issued, &w_map, pc * wgmma::kChunk, static_cast<int>(pn0), pt.expert - e0, &x_map, &xs_map, pt.row0);
+    ++issued;
+    if (++pc == chunks) {
+      pc = 0;
+      p_done = !producer.Next(lists, pt, pn0);
+    }
+  };
+  if (tid == 0) {
+    p_done = chunks == 0 || !producer.Next(lists, pt, pn0);
+    while (!p_done && issued < R::kStages) issue();
+  }
+
+  GroupItemWalk items(ep, lists, e0, e_end);
+  ExpertTile t{};
+  int64_t n0 = 0;
+  int64_t j = 0;  // loads consumed
+  while (items.Next(lists, t, n0)) {
+    const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(base + lay.codes_bytes);
+    const uint8_t* more = base + lay.codes_bytes + lay.words_bytes + (n0 / wgmma::kBlockRows) * chunks;
+    const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;
+    float acc[R::kElems], part[R::kElems], total[R::kElems];
+#pragma unroll
+    for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
+    for (int c = 0; c < chunks; ++c, ++j) {
+      ring.WaitLoaded(j);
+      uint8_t* stage = ring.Stage(j);
+      const uint32_t w_addr = tma::SmemAddress(stage + group * wgmma::kRowsPerGroup * wgmma::kChunk);
+      const uint32_t x_addr = tma::SmemAddress(stage + R::kX);
+      tma::ChunkMmasIssue(acc, w_addr, x_addr);
+      // While the MMAs run: the next load into the stage load j - 1 used, once it is released.
+      if (tid == 0 && j >= 1 && !p_done && issued == j - 1 + R::kStages) {
+        ring.WaitReleased(j - 1);
+        issue();
+      }
+      __syncwarp();
+      const float sa = wgmma::FoldedRowScaleOf(__ldg(words + c * lay.n_pad + ra));
+      const float sb = wgmma::FoldedRowScaleOf(__ldg(words + c * lay.n_pad + ra + 8));
+      const bool again = __ldg(more + c) != 0;  // uniform over the block
+      wgmma::WgmmaWaitAll();
+      wgmma::PinAll(acc);
+      const float* xs = reinterpret_cast<const float*>(stage + R::kXs);
+      wgmma::AddScaledRows(part, acc, sa, sb, xs, q);
+      if (again) {
+        const Params fp4 = TileParams<Kind::kFp4>(ep, t);
+        wgmma::LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it
+        wgmma::FoldedLaterPasses(fp4, raw, stage, tables, n0, c, w_addr, x_addr, xs, q, ra, true, acc, part);
+      }
+      ring.Release(j);  // this thread's last read of the stage
+      wgmma::EndChunk(total, part, c, 0, chunks);
+    }
+    const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
+    wgmma::StoreBlockResult(tp, ra, 0, q, [&](int i) { return total[i]; });
+  }
+#endif
+}
+
 // ---- host side ---------------------------------------------------------------------------------
 
 enum class Path : uint8_t { kSimt, kSplitBf16, kFp8 };
@@ -1493,20 +1636,24 @@ EncodeTiledFn EncodeTiled() {
   return fn;
 }
 
-// A 2-D tensor map of `rows` rows of `cols` elements (row stride `row_bytes`) read in boxes of
-// box_rows × box_cols, zeros outside the tensor.
-CUtensorMap TensorMap2d(const void* base, CUtensorMapDataType dtype, uint64_t cols, uint64_t rows, uint64_t row_bytes,
-                        uint32_t box_cols, uint32_t box_rows, CUtensorMapSwizzle swizzle) {
+// A tensor map of `rank` (2 or 3) dimensions, dims[0] innermost (elements), strides[i] the bytes
+// between steps of dimension i + 1, read in boxes of box[] elements; zeros outside the tensor.
+CUtensorMap TensorMap(const void* base, CUtensorMapDataType dtype, int rank, const uint64_t* dims,
+                      const uint64_t* strides, const uint32_t* box, CUtensorMapSwizzle swizzle) {
   const EncodeTiledFn encode = EncodeTiled();
   if (encode == nullptr) Fail("the driver has no cuTensorMapEncodeTiled");
   CUtensorMap map;
-  const cuuint64_t dims[2] = {cols, rows};
-  const cuuint64_t strides[1] = {row_bytes};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(&map, dtype, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  cuuint64_t d[3], st[2];
+  cuuint32_t b[3], element_strides[3];
+  for (int i = 0; i < rank; ++i) {
+    d[i] = dims[i];
+    b[i] = box[i];
+    element_strides[i] = 1;
+    if (i + 1 < rank) st[i] = strides[i];
+  }
+  const CUresult r = encode(&map, dtype, static_cast<cuuint32_t>(rank), const_cast<void*>(base), d, st, b,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     ThrowCudaError(__FILE__, __LINE__, "cuda::Linear",
                    ("cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ")").c_str());
@@ -1514,21 +1661,33 @@ CUtensorMap TensorMap2d(const void* base, CUtensorMapDataType dtype, uint64_t co
   return map;
 }
 
+// The maps of the x side of the TMA kernels: codes [m_pad][k] e4m3 in swizzled boxes of `tokens`
+// rows × 128 bytes, scales [k / 128][m_pad] f32 in boxes of 1 × `tokens`.
+std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_t k, uint32_t tokens) {
+  const uint64_t m_pad = static_cast<uint64_t>(a.m_pad), kk = static_cast<uint64_t>(k);
+  const uint64_t code_dims[2] = {kk, m_pad}, code_strides[1] = {kk};
+  const uint32_t code_box[2] = {tma::kChunk, tokens};
+  const uint64_t scale_dims[2] = {m_pad, kk / tma::kChunk}, scale_strides[1] = {m_pad * 4};
+  const uint32_t scale_box[2] = {tokens, 1};
+  return {TensorMap(a.codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, code_dims, code_strides, code_box,
+                    CU_TENSOR_MAP_SWIZZLE_128B),
+          TensorMap(a.xscales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, scale_dims, scale_strides, scale_box,
+                    CU_TENSOR_MAP_SWIZZLE_NONE)};
+}
+
 // tma::TmaLinearKernel for p (FP8 weights, tma::Usable) over the codes and scales in a.
 void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream_t stream) {
-  const int64_t tok_blocks = CeilDiv(a.m_pad, tma::kTokens);
+  const int64_t tok_blocks = CeilDiv(a.m_pad, tma::kLinearTokens);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
-  const uint64_t k = static_cast<uint64_t>(p.k), m_pad = static_cast<uint64_t>(a.m_pad);
-  const CUtensorMap w_map = TensorMap2d(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, static_cast<uint64_t>(p.n),
-                                        static_cast<uint64_t>(p.w_row_bytes), tma::kChunk, tma::kBlockRows,
-                                        CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap x_map = TensorMap2d(a.codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, k, m_pad, k, tma::kChunk, tma::kTokens,
-                                        CU_TENSOR_MAP_SWIZZLE_128B);
-  const CUtensorMap xs_map = TensorMap2d(a.xscales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, m_pad, k / tma::kChunk, m_pad * 4,
-                                         tma::kTokens, 1, CU_TENSOR_MAP_SWIZZLE_NONE);
-  AllowDynamicSmem<tma::TmaLinearKernel>(device, tma::kSmemBytes);
+  const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.n)};
+  const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
+  const uint32_t w_box[2] = {tma::kChunk, tma::kBlockRows};
+  const CUtensorMap w_map =
+      TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  const auto [x_map, xs_map] = XTensorMaps(a, p.k, tma::kLinearTokens);
+  AllowDynamicSmem<tma::TmaLinearKernel>(device, tma::kLinearSmemBytes);
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, tma::kBlockRows)), static_cast<unsigned>(tok_blocks));
-  tma::TmaLinearKernel<<<grid, tma::kThreads, tma::kSmemBytes, stream>>>(w_map, x_map, xs_map, p);
+  tma::TmaLinearKernel<<<grid, tma::kThreads, tma::kLinearSmemBytes, stream>>>(w_map, x_map, xs_map, p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA");
 }
 
@@ -1780,6 +1939,41 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
                  256) * 256;
 }
 
+// DEEPINFER_TMA_EXPERTS=1 (read once) runs the pre-folded experts on ExpertsPreFoldedTmaKernel
+// (version 14b, the same bits; off by default until measured).
+bool ExpertsTmaOn() {
+  static const bool on = wgmma::EnvIs("DEEPINFER_TMA_EXPERTS", "1");
+  return on;
+}
+
+// Per group of `group` experts: PreFoldKernel, then ExpertsPreFoldedTmaKernel over the group's
+// items (the codes at `pre`, the x codes and scales in a).
+void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
+                               const PreFoldLayout& lay, int64_t group, uint8_t* pre) {
+  const Params& b = l.params.base;
+  if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("pre-folded experts too large for TMA coordinates");
+  const auto [x_map, xs_map] = XTensorMaps(a, b.k, wgmma::kTokens);
+  AllowDynamicSmem<ExpertsPreFoldedTmaKernel>(l.device, kExpertsTmaSmemBytes);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, static_cast<int64_t>(l.sms));
+  for (int64_t e0 = 0; e0 < l.num_experts; e0 += group) {
+    const int64_t count = std::min(group, l.num_experts - e0);
+    const dim3 fold_grid(static_cast<unsigned>(lay.n_pad / wgmma::kBlockRows * lay.chunks),
+                         static_cast<unsigned>(count));
+    PreFoldKernel<<<fold_grid, wgmma::kThreads, 0, l.stream>>>(ep, l.offsets, static_cast<int32_t>(b.m),
+                                                               static_cast<int32_t>(e0), lay, pre);
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear pre-fold");
+    // The group's codes: [count][n][k] bytes, experts lay.ExpertBytes() apart.
+    const uint64_t w_dims[3] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(b.n), static_cast<uint64_t>(count)};
+    const uint64_t w_strides[2] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(lay.ExpertBytes())};
+    const uint32_t w_box[3] = {tma::kChunk, tma::kBlockRows, 1};
+    const CUtensorMap w_map =
+        TensorMap(pre, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
+    ExpertsPreFoldedTmaKernel<<<static_cast<unsigned>(grid), tma::kThreads, kExpertsTmaSmemBytes, l.stream>>>(
+        w_map, x_map, xs_map, ep, l.lists, static_cast<int32_t>(e0), static_cast<int32_t>(e0 + count), lay, pre);
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded");
+  }
+}
+
 // FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
 // codes: per group PreFoldKernel, then ExpertsPreFoldedKernel over the items of the group's
 // experts (every block walks all items and skips the others'). Returns false (nothing launched)
@@ -1794,6 +1988,10 @@ bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, con
   const int64_t group = std::min(l.num_experts, room / lay.ExpertBytes());
   if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff || group > 65535) Fail("pre-fold grid too large");
   uint8_t* pre = static_cast<uint8_t*>(l.codes) + offset;
+  if (ExpertsTmaOn()) {
+    LaunchExpertsPreFoldedTma(l, ep, a, lay, group, pre);
+    return true;
+  }
   constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
   AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
   const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);

@@ -19,9 +19,10 @@
 // the batch-invariance tests, which take the 64-token kernel for few rows and this one for many,
 // decide it.
 //
-// Used by Linear for FP8 weights whose rows are 16-byte aligned with a 16-byte multiple stride,
-// where the layout does not split K (enough blocks of whole rows to fill the device), on an sm_90a
-// build on compute capability 9.0, unless DEEPINFER_TMA=0.
+// Used by Linear for FP8 weights whose rows are 16-byte aligned with a 16-byte multiple stride, for
+// more than 64 rows (decode's fewer rows would pay for 128 columns of MMAs) where the layout does
+// not split K (enough blocks of whole rows to fill the device), on an sm_90a build on compute
+// capability 9.0, unless DEEPINFER_TMA=0.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and the encoder's types; the encoder itself comes from the runtime
@@ -30,19 +31,7 @@ namespace tma {
 
 constexpr int kChunk = wgmma::kChunk;          // 128 columns of e4m3 per row
 constexpr int kBlockRows = wgmma::kBlockRows;  // 128 weight rows: one FP8 scale block
-constexpr int kTokens = 128;                   // tokens per block (wgmma's N)
-constexpr int kElems = kTokens / 2;            // D fragment elements per thread
-constexpr int kStages = 6;
 constexpr int kThreads = 256;  // two consumer warpgroups; thread 0 also issues the copies
-constexpr int kW = 0;                                 // weight tile, 16 KiB
-constexpr int kX = kBlockRows * kChunk;               // x codes, 16 KiB
-constexpr int kXs = kX + kTokens * kChunk;            // x scales, 512 bytes
-constexpr int kStageBytes = 33 * 1024;                // stages 1024-byte aligned (the swizzle's period)
-constexpr int kTxBytes = kXs + kTokens * 4;           // bytes the TMA writes per stage
-constexpr int kBarriers = kStages * kStageBytes;      // full[kStages], then empty[kStages]
-constexpr int kSmemBytes = kBarriers + 2 * kStages * 8 + 1024;  // + base alignment
-static_assert(kXs + kTokens * 4 <= kStageBytes, "a stage holds its three tiles");
-static_assert(kSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
 
 // ---- mbarriers and TMA (PTX) ----------------------------------------------------------------------
 
@@ -93,12 +82,22 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, uin
       : "memory");
 }
 
+// TmaLoad2d for a 3-D tensor map: the box at (inner, middle, outer).
+__device__ __forceinline__ void TmaLoad3d(void* dst, const CUtensorMap* map, uint64_t* bar, int inner, int middle,
+                                          int outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];\n" ::"r"(SmemAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(SmemAddress(bar)), "r"(inner), "r"(middle), "r"(outer)
+      : "memory");
+}
+
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 // d (+)= A·B for one k32 step, m64n128k32, e4m3 × e4m3 → f32, as wgmma::MmaM64N64K32 for 128 tokens.
-__device__ __forceinline__ void MmaM64N128K32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void MmaM64N128K32(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -120,29 +119,112 @@ __device__ __forceinline__ void MmaM64N128K32(float (&d)[kElems], uint64_t desc_
       : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
 }
 
+// d (+)= A·B for one k32 step on a tile of kElems · 2 tokens (64: m64n64k32, 128: m64n128k32).
+template <int kElems>
+__device__ __forceinline__ void MmaK32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(kElems == 32 || kElems == 64, "64- or 128-token tiles");
+  if constexpr (kElems == 32) {
+    wgmma::MmaM64N64K32(d, desc_a, desc_b, 1);
+  } else {
+    MmaM64N128K32(d, desc_a, desc_b);
+  }
+}
+
+// Issues acc = one chunk's four k32 steps chained from +0 (wgmma::ChunkChainIssue's order) and
+// commits them as one group.
+template <int kElems>
+__device__ __forceinline__ void ChunkMmasIssue(float (&acc)[kElems], uint32_t w_addr, uint32_t x_addr) {
+  wgmma::ZeroForWgmma(acc);
+  wgmma::WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < kChunk / 32; ++kk) {
+    MmaK32(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk), wgmma::SwizzledDescriptor(x_addr + 32 * kk));
+  }
+  wgmma::WgmmaCommit();
+}
+
+// The ring of a block's loads: load j (j = 0, 1, ... over the block's life: one per chunk of each
+// of its tiles) lands in stage j % kStages: the weight tile (128 rows × 128 bytes, swizzled) at 0,
+// the x codes (kTok rows, swizzled) at kX, the x scales (kTok floats) at kXs. full[s] completes
+// when a load's bytes have arrived; empty[s] when all kThreads consumers have released it.
+template <int kTok>
+struct Ring {
+  static constexpr int kElems = kTok / 2;  // D fragment elements per thread
+  static constexpr int kX = kBlockRows * kChunk;
+  static constexpr int kXs = kX + kTok * kChunk;
+  static constexpr int kTxBytes = kXs + kTok * 4;  // bytes the TMA writes per load
+  static constexpr int kStageBytes = (kTxBytes + 1023) / 1024 * 1024;  // the swizzle's 1024-byte period
+  static constexpr int kStages = kTok == 128 ? 6 : 8;
+  static constexpr int kBarriers = kStages * kStageBytes;  // full[kStages], then empty[kStages]
+  static constexpr int kEnd = kBarriers + 2 * kStages * 8;  // the kernel's own shared memory from here
+  static_assert(kTok == 64 || kTok == 128, "64- or 128-token tiles");
+
+  uint8_t* base;
+  uint64_t* full;
+  uint64_t* empty;
+
+  __device__ __forceinline__ explicit Ring(uint8_t* smem)
+      : base(smem),
+        full(reinterpret_cast<uint64_t*>(smem + kBarriers)),
+        empty(reinterpret_cast<uint64_t*>(smem + kBarriers) + kStages) {}
+  // Thread 0, before the block's first barrier.
+  __device__ __forceinline__ void Init() const {
+    for (int s = 0; s < kStages; ++s) {
+      BarrierInit(&full[s], 1);
+      BarrierInit(&empty[s], kThreads);
+    }
+    FenceBarrierInit();
+  }
+  __device__ __forceinline__ uint8_t* Stage(int64_t j) const { return base + (j % kStages) * kStageBytes; }
+  __device__ __forceinline__ uint32_t Parity(int64_t j) const { return static_cast<uint32_t>(j / kStages) & 1u; }
+  __device__ __forceinline__ void WaitLoaded(int64_t j) const { BarrierWait(&full[j % kStages], Parity(j)); }
+  // Returns once every consumer has released load j (its stage may take load j + kStages).
+  __device__ __forceinline__ void WaitReleased(int64_t j) const { BarrierWait(&empty[j % kStages], Parity(j)); }
+  __device__ __forceinline__ void Release(int64_t j) const { BarrierArrive(&empty[j % kStages]); }
+  // Thread 0: load j's three boxes (its stage free): the weight box at (column, w_row[, w_slab])
+  // of w_map, the codes at (column, x_row), the scales at (x_row, chunk).
+  __device__ __forceinline__ void Load(int64_t j, const CUtensorMap* w_map, int column, int w_row, int w_slab,
+                                       const CUtensorMap* x_map, const CUtensorMap* xs_map, int x_row) const {
+    uint64_t* bar = &full[j % kStages];
+    uint8_t* stage = Stage(j);
+    BarrierArriveExpectTx(bar, kTxBytes);
+    if (w_slab < 0) {
+      TmaLoad2d(stage, w_map, bar, column, w_row);
+    } else {
+      TmaLoad3d(stage, w_map, bar, column, w_row, w_slab);
+    }
+    TmaLoad2d(stage + kX, x_map, bar, column, x_row);
+    TmaLoad2d(stage + kXs, xs_map, bar, x_row, column / kChunk);
+  }
+};
+
 // ---- the kernel ---------------------------------------------------------------------------------
 
-// grid (ceil(n / 128), ceil(m_pad / 128)); kThreads threads, kSmemBytes of dynamic shared memory.
-// w_map: the weight, UINT8 [n rows][k bytes], boxes of 128 × 128 bytes, 128-byte swizzle;
-// x_map: the codes, UINT8 [m_pad][k], the same boxes; xs_map: the x scales, FLOAT32
-// [k / 128][m_pad], boxes of 1 × 128 (linear.cu's MakeTmaMaps). p: y, n, m, k and the weight's
-// scales (as WgmmaBlock reads them).
+// grid (ceil(n / 128), ceil(m_pad / 128)); kThreads threads, kLinearSmemBytes of dynamic shared
+// memory. w_map: the weight, UINT8 [n rows][k bytes], boxes of 128 × 128 bytes, 128-byte swizzle;
+// x_map: the codes, UINT8 [m_pad][k], boxes of 128 × 128; xs_map: the x scales, FLOAT32
+// [k / 128][m_pad], boxes of 1 × 128 (linear.cu's LaunchTma). p: y, n, m, k and the weight's
+// scales (as WgmmaBlock reads them). Load j of the ring is chunk j.
+constexpr int kLinearTokens = 128;
+using LinearRing = Ring<kLinearTokens>;
+constexpr int kLinearSmemBytes = LinearRing::kEnd + 1024;  // + base alignment
+static_assert(kLinearSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+
 __global__ void __launch_bounds__(kThreads, 1)
     TmaLinearKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const __grid_constant__ CUtensorMap xs_map, const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
+  using R = LinearRing;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kBarriers);
-  uint64_t* empty = full + kStages;
+  const R ring(wgmma::AlignedSmem(smem_raw));
   const int tid = threadIdx.x;
   const int group = tid / 128;  // consumer warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kLinearTokens;
   const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows ra, ra + 8
   const int chunks = static_cast<int>(p.k / kChunk);
 
@@ -150,61 +232,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     PrefetchTensorMap(&w_map);
     PrefetchTensorMap(&x_map);
     PrefetchTensorMap(&xs_map);
-    for (int s = 0; s < kStages; ++s) {
-      BarrierInit(&full[s], 1);
-      BarrierInit(&empty[s], kThreads);
-    }
-    FenceBarrierInit();
+    ring.Init();
   }
   __syncthreads();
-  // Chunk c into its stage (thread 0; the stage is free).
-  auto load = [&](int c) {
-    const int s = c % kStages;
-    uint8_t* stage = smem + s * kStageBytes;
-    BarrierArriveExpectTx(&full[s], kTxBytes);
-    TmaLoad2d(stage + kW, &w_map, &full[s], c * kChunk, static_cast<int>(n0));
-    TmaLoad2d(stage + kX, &x_map, &full[s], c * kChunk, static_cast<int>(t0));
-    TmaLoad2d(stage + kXs, &xs_map, &full[s], static_cast<int>(t0), c);
+  auto load = [&](int c) {  // thread 0: chunk c, its stage free
+    ring.Load(c, &w_map, c * kChunk, static_cast<int>(n0), -1, &x_map, &xs_map, static_cast<int>(t0));
   };
   if (tid == 0) {
-    for (int c = 0; c < min(chunks, kStages); ++c) load(c);
+    for (int c = 0; c < min(chunks, R::kStages); ++c) load(c);
   }
 
   // acc: one chunk's k32 chain; part: the current 512-column slice; total: over slices.
-  float acc[kElems], part[kElems], total[kElems];
+  float acc[R::kElems], part[R::kElems], total[R::kElems];
 #pragma unroll
-  for (int i = 0; i < kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
+  for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
   const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
   for (int c = 0; c < chunks; ++c) {
-    const int s = c % kStages;
-    uint8_t* stage = smem + s * kStageBytes;
-    BarrierWait(&full[s], static_cast<uint32_t>(c / kStages) & 1u);
-    const uint32_t w_addr = SmemAddress(stage + kW + group * wgmma::kRowsPerGroup * kChunk);
-    const uint32_t x_addr = SmemAddress(stage + kX);
-    wgmma::ZeroForWgmma(acc);
-    wgmma::WgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < kChunk / 32; ++kk) {
-      MmaM64N128K32(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk), wgmma::SwizzledDescriptor(x_addr + 32 * kk));
-    }
-    wgmma::WgmmaCommit();
+    ring.WaitLoaded(c);
+    uint8_t* stage = ring.Stage(c);
+    ChunkMmasIssue(acc, SmemAddress(stage + group * wgmma::kRowsPerGroup * kChunk), SmemAddress(stage + R::kX));
     // While the MMAs run: chunk c - 1 + kStages into the stage chunk c - 1 used, once all 256
     // threads have released it.
-    if (tid == 0 && c >= 1 && c - 1 + kStages < chunks) {
-      const int prev = c - 1;
-      BarrierWait(&empty[prev % kStages], static_cast<uint32_t>(prev / kStages) & 1u);
-      load(prev + kStages);
+    if (tid == 0 && c >= 1 && c - 1 + R::kStages < chunks) {
+      ring.WaitReleased(c - 1);
+      load(c - 1 + R::kStages);
     }
     __syncwarp();
     const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c)
                                  : DecodeE8m0(__ldg(p.scale + scale_row + c));
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
-    wgmma::AddScaledRows(part, acc, sw, sw, reinterpret_cast<const float*>(stage + kXs), q);
-    BarrierArrive(&empty[s]);  // this thread's last read of the stage (the MMAs' reads are complete)
+    wgmma::AddScaledRows(part, acc, sw, sw, reinterpret_cast<const float*>(stage + R::kXs), q);
+    ring.Release(c);  // this thread's last read of the stage (the MMAs' reads are complete)
     wgmma::EndChunk(total, part, c, 0, chunks);
   }
-  wgmma::StoreBlockResult<kTokens>(p, ra, t0, q, [&](int j) { return total[j]; });
+  wgmma::StoreBlockResult<kLinearTokens>(p, ra, t0, q, [&](int j) { return total[j]; });
 #endif
 }
 
@@ -216,10 +278,12 @@ inline bool TurnedOff() {
 }
 
 // Linear's products this kernel takes: FP8 weights (either scale dtype) with 16-byte aligned rows
-// of a 16-byte multiple stride (TMA's rule), K % 128 == 0, 32-bit coordinates, on a device with
-// the wgmma path, not turned off. The caller also asks for a layout that does not split K.
+// of a 16-byte multiple stride (TMA's rule), more than 64 rows, K % 128 == 0, 32-bit coordinates,
+// on a device with the wgmma path, not turned off. The caller also asks for a layout that does not
+// split K.
 inline bool Usable(const Params& p, Kind kind) {
-  return kind == Kind::kFp8 && p.w_vec16 && p.w_row_bytes % 16 == 0 && p.k > 0 && p.k % kChunk == 0 &&
+  return kind == Kind::kFp8 && p.m > wgmma::kTokens && p.w_vec16 && p.w_row_bytes % 16 == 0 && p.k > 0 &&
+         p.k % kChunk == 0 &&
          p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && wgmma::PaddedRows(p.m) < (int64_t{1} << 31) &&
          !TurnedOff() && wgmma::DeviceHasWgmma();
 }
