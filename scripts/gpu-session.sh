@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, build/gpu-dist carried: a version's whole check in one device call. Runs
 #   1. scripts/gpu-run.sh: the gpu label, then its reruns under the switches (DEEPINFER_GEMV=register,
-#      DEEPINFER_WGMMA=0, DEEPINFER_FP4_PREFOLD=1, with DEEPINFER_TMA_EXPERTS=1, DEEPINFER_TMA=0);
+#      DEEPINFER_WGMMA=0, DEEPINFER_FP4_PREFOLD=1, with DEEPINFER_TMA_EXPERTS=1, DEEPINFER_TMA=0 with
+#      DEEPINFER_TMA_GROUPED=0);
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations, its
 #      mma.sync column and all of the reference's roundings, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
@@ -49,7 +50,7 @@ if [[ $checks -eq 1 ]]; then
 fi
 if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
-  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'TmaLinearKernel|WgmmaLinearKernel|ExpertsWgmmaKernel|ExpertsPreFoldedKernel|ExpertsPreFoldedTmaKernel|PreFoldKernel|SplitBf16GroupedKernel' 16 -- \
+  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'TmaLinearKernel|WgmmaLinearKernel|ExpertsWgmmaKernel|ExpertsPreFoldedKernel|ExpertsPreFoldedTmaKernel|PreFoldKernel|SplitBf16GroupedKernel|SplitBf16GroupedTmaKernel' 16 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   # Sparse attention on split-BF16 tensor cores (its three layers' launches).
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-attn 'AttentionSplitBf16Kernel' 3 -- \

@@ -95,6 +95,15 @@ class ScopedLinearMath {
  private:
   cuda::LinearMath previous_;
 };
+// cuda::SetTmaKernelsForTesting(mode) for the scope: the TMA-fed kernels on (1) or off (0), then
+// back to the environment's choice.
+class ScopedTmaKernels {
+ public:
+  explicit ScopedTmaKernels(int mode) { cuda::SetTmaKernelsForTesting(mode); }
+  ~ScopedTmaKernels() { cuda::SetTmaKernelsForTesting(-1); }
+  ScopedTmaKernels(const ScopedTmaKernels&) = delete;
+  ScopedTmaKernels& operator=(const ScopedTmaKernels&) = delete;
+};
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

@@ -471,6 +471,36 @@ TEST(CudaLinearMma, GroupedBatchInvariant) {
   EXPECT_TRUE(AllEqual(run(0, kM), all, "again"));
 }
 
+// GroupedLinear's split-BF16 products on the TMA-fed kernel (linear_wgmma_split.cuh) give the
+// cp.async kernel's bits: the Flash output projection (8 groups of [4096 -> 1024]) at 1, 64 and
+// 70 rows (a partial second token tile), and 3 groups of [192 -> 128] (3 chunks: fewer than the
+// ring's 4 stages).
+TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  struct Case {
+    int64_t groups, r, k;
+  };
+  uint64_t seed = 2900;
+  for (const Case& c : {Case{8, 1024, 4096}, Case{3, 128, 192}}) {
+    TestWeight w = RandomWeight(kFp8E8m0, c.groups * c.r, c.k, ++seed);
+    ASSERT_TRUE(cuda::GroupedSplitOnWarpgroupMma(w.Device(), c.groups));
+    for (const int64_t m : {int64_t{1}, int64_t{64}, int64_t{70}}) {
+      const std::string what = "G=" + std::to_string(c.groups) + " [" + std::to_string(c.k) + " -> " +
+                               std::to_string(c.r) + "] M=" + std::to_string(m);
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.groups * c.k), ++seed));
+      auto run = [&](int mode) {
+        ScopedTmaKernels scoped(mode);
+        DeviceArray<float> dy(static_cast<size_t>(m * c.groups * c.r));
+        cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath());
+        return dy.ToHost();
+      };
+      EXPECT_TRUE(AllEqual(run(1), run(0), what));
+    }
+  }
+}
+
 TEST(CudaLinearMma, BatchInvariantAndDeterministic) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -590,10 +620,10 @@ TestWeight IntegerWeight(const Spec& spec, int64_t out, int64_t in, uint64_t see
 // is sliced), padded token tiles (M = 33, 65, 130), partial 128-row weight tiles, one chunk
 // (K = 128), a partial last slice (K = 384) and x rows that allow no float4 loads (ldx = K + 5);
 // (2) on random data, against the CPU within the order bound and for batch invariance: a row alone
-// gives the batch's bits. Unsplit FP8 products of more than 64 rows take the TMA kernel
-// (linear_tma.cuh, 128-token tiles: here the 130 rows of K <= 512 or of N = 8192), fewer rows the
-// 64-token kernel, so a row alone checks the two kernels against each other; [4096 -> 8192] runs
-// 32 chunks through the TMA kernel's 6-stage ring (each stage's barriers wrap 5 times).
+// gives the batch's bits. With the TMA kernel on (linear_tma.cuh: unsplit FP8 products of more
+// than 64 rows, counted in 128-token tiles) the 65 and 130 rows of K <= 512 take it, and the 130
+// rows of N = 8192 are split (64 × 2 tiles < 132 SMs); with DEEPINFER_TMA=0 (gpu-run.sh's rerun)
+// those take the 64-token kernel unsplit. CudaLinearFp8.TmaKernelEqualsTheOther compares the two.
 TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -633,8 +663,7 @@ TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
     }
   }
   for (const Case& c : {Case{kFp8E8m0, 200, 384}, Case{kFp8E8m0, 1024, 4096}, Case{kFp8F32, 256, 1152},
-                        Case{kFp4, 4096, 1024}, Case{kFp8E8m0, 8192, 1024}, Case{kFp4, 8192, 2048},
-                        Case{kFp8E8m0, 8192, 4096}}) {
+                        Case{kFp4, 4096, 1024}, Case{kFp8E8m0, 8192, 1024}, Case{kFp4, 8192, 2048}}) {
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
     for (const int64_t m : {int64_t{1}, int64_t{33}, int64_t{130}}) CheckLinear(w, m, c.in, c.out, ++seed);
     constexpr int64_t kRows = 130;
@@ -647,6 +676,42 @@ TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
                            std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " + std::to_string(c.out) +
                                "]: row " + std::to_string(r) + " alone"));
     }
+  }
+}
+
+// Linear's unsplit FP8 products of more than 64 rows on the TMA-fed kernel (linear_tma.cuh,
+// 128-token tiles) give the 64-token kernel's bits: one chunk (K = 128) and a partial slice (K =
+// 384, whose every M is unsplit), partial weight blocks (N = 200, 1100) and token tiles (M = 65,
+// 130, 1900), both scale dtypes, and [4096 -> 8192] at 330 rows: 32 chunks through the 6-stage
+// ring (each stage's barriers wrap 5 times), 3 token tiles.
+TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  struct Case {
+    Spec spec;
+    int64_t out, in, m;
+  };
+  uint64_t seed = 4600;
+  for (const Case& c : {Case{kFp8E8m0, 200, 128, 65}, Case{kFp8F32, 200, 384, 130}, Case{kFp8E8m0, 1100, 1024, 1900},
+                        Case{kFp8E8m0, 8192, 4096, 330}}) {
+    const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " + std::to_string(c.out) +
+                             "] M=" + std::to_string(c.m);
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    std::vector<float> x = RandomFloats(static_cast<size_t>(c.m * c.in), ++seed);
+    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
+    DeviceArray<float> dx(x);
+    std::vector<float> tma, other;
+    {
+      ScopedTmaKernels on(1);
+      tma = RunRows(w, dx, 0, c.m);
+    }
+    {
+      ScopedTmaKernels off(0);
+      other = RunRows(w, dx, 0, c.m);
+    }
+    EXPECT_TRUE(AllEqual(tma, other, what));
+    EXPECT_TRUE(AllEqual(RunRows(w, dx, c.m - 1, 1), Rows(tma, c.out, c.m - 1, 1), what + ": the last row alone"));
   }
 }
 

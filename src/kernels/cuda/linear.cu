@@ -322,8 +322,8 @@ constexpr int DuplicateLaneMask() {
 
 #include "kernels/cuda/linear_mma.cuh"
 #include "kernels/cuda/linear_wgmma.cuh"
-#include "kernels/cuda/linear_wgmma_split.cuh"
 #include "kernels/cuda/linear_tma.cuh"
+#include "kernels/cuda/linear_wgmma_split.cuh"
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
 // A warp owns RPW consecutive outputs of one group (an output block of a block is kGemvWarps·RPW
@@ -1608,7 +1608,12 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   l.codes_bytes = CeilDiv(wgmma::ScratchBytes(m, k), 256) * 256;
   l.bytes = l.codes_bytes;
   const int64_t slices = CeilDiv(k, mma::kSlice);
-  const int64_t blocks = CeilDiv(n, wgmma::kBlockRows) * (wgmma::PaddedRows(m) / wgmma::kTokens);
+  // Unsplit, more than 64 rows take the TMA kernel's 128-token tiles at one block per SM where it
+  // is on (linear_tma.cuh), else 64-token tiles; the count of either decides the split (and so
+  // the scratch), whatever the weight (a weight the TMA kernel does not take runs the 64-token
+  // tiles unsplit: the same bits as split).
+  const int64_t tile_tokens = m > wgmma::kTokens && !tma::TurnedOff() ? tma::kLinearTokens : wgmma::kTokens;
+  const int64_t blocks = CeilDiv(n, wgmma::kBlockRows) * CeilDiv(wgmma::PaddedRows(m), tile_tokens);
   if (slices > 1 && blocks < l.sms) {
     l.slices = static_cast<int>(slices);
     l.bytes += static_cast<size_t>(CeilDiv(slices * m * n * 4, 256) * 256);
@@ -1699,7 +1704,9 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
   const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
-  if (layout.slices == 1 && tma::Usable(p, K)) return LaunchTma(p, a, layout.device, stream);
+  if (layout.slices == 1 && tma::Usable(p, K) && EncodeTiled() != nullptr) {
+    return LaunchTma(p, a, layout.device, stream);
+  }
   float* partials =
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
@@ -1716,15 +1723,33 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   }
 }
 
-// GroupedLinear's split-BF16 products on warpgroup MMAs (linear_wgmma_split.cuh).
+// GroupedLinear's split-BF16 products on warpgroup MMAs (linear_wgmma_split.cuh): the TMA-fed
+// kernel where it is usable, else the cp.async one (the same bits).
 void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
   const int64_t tok_blocks = CeilDiv(p.m, wgmma::kTokens);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
   const auto [device, sms] = CurrentDeviceSms();
   (void)sms;
-  AllowDynamicSmem<wgmma_split::SplitBf16GroupedKernel>(device, wgmma_split::kSmemBytes);
   const dim3 grid(static_cast<unsigned>(p.n / wgmma::kBlockRows), static_cast<unsigned>(tok_blocks),
                   static_cast<unsigned>(groups));
+  if (wgmma_split::TmaUsable(p, groups) && EncodeTiled() != nullptr) {
+    const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups * p.n)};
+    const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
+    const uint32_t w_box[2] = {wgmma_split::kChunkCols, wgmma::kBlockRows};
+    const CUtensorMap w_map =
+        TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_NONE);
+    const uint64_t x_dims[3] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups), static_cast<uint64_t>(p.m)};
+    const uint64_t x_strides[2] = {static_cast<uint64_t>(p.x_group_stride) * 4, static_cast<uint64_t>(p.ldx) * 4};
+    const uint32_t x_box[3] = {wgmma_split::kChunkCols, 1, wgmma::kTokens};
+    const CUtensorMap x_map =
+        TensorMap(p.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_NONE);
+    AllowDynamicSmem<wgmma_split::SplitBf16GroupedTmaKernel>(device, wgmma_split::kTmaSmemBytes);
+    wgmma_split::SplitBf16GroupedTmaKernel<<<grid, wgmma::kThreads, wgmma_split::kTmaSmemBytes, stream>>>(
+        w_map, x_map, p);
+    DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA");
+    return;
+  }
+  AllowDynamicSmem<wgmma_split::SplitBf16GroupedKernel>(device, wgmma_split::kSmemBytes);
   wgmma_split::SplitBf16GroupedKernel<<<grid, wgmma::kThreads, wgmma_split::kSmemBytes, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16");
 }
@@ -1942,8 +1967,8 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
 // DEEPINFER_TMA_EXPERTS=1 (read once) runs the pre-folded experts on ExpertsPreFoldedTmaKernel
 // (version 14b, the same bits; off by default until measured).
 bool ExpertsTmaOn() {
-  static const bool on = wgmma::EnvIs("DEEPINFER_TMA_EXPERTS", "1");
-  return on;
+  static const bool on = tma::EnvSwitch("DEEPINFER_TMA_EXPERTS", false);
+  return tma::Chosen(on) && EncodeTiled() != nullptr;
 }
 
 // Per group of `group` experts: PreFoldKernel, then ExpertsPreFoldedTmaKernel over the group's
@@ -2178,6 +2203,13 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
 }
 
 bool Fp8ActOnWarpgroupMma() { return wgmma::DeviceHasWgmma(); }
+
+void SetTmaKernelsForTesting(int mode) {
+  if (mode < -1 || mode > 1) Fail("SetTmaKernelsForTesting takes -1, 0 or 1");
+  tma::TestOverride().store(mode);
+}
+
+bool TmaKernelsAvailable() { return wgmma::DeviceHasWgmma() && EncodeTiled() != nullptr; }
 
 bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
   Params p{};

@@ -270,11 +270,35 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// The tests' choice of the TMA-fed kernels, over the environment's: -1 none, 0 off, 1 on
+// (cuda::SetTmaKernelsForTesting).
+inline std::atomic<int>& TestOverride() {
+  static std::atomic<int> mode{-1};
+  return mode;
+}
+
+// A switch of the environment: `unset` where it is unset or empty, else 0 or 1; any other value
+// throws.
+inline bool EnvSwitch(const char* name, bool unset) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return unset;
+  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0) return *v == '1';
+  const std::string message = std::string(name) + " must be 0 or 1, got '" + v + "'";
+  ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", message.c_str());
+}
+
+// Whether the tests or the environment switch (DEEPINFER_TMA, _GROUPED, _EXPERTS; read once per
+// name by the caller's static) a TMA-fed kernel on.
+inline bool Chosen(bool from_environment) {
+  const int mode = TestOverride().load();
+  return mode >= 0 ? mode == 1 : from_environment;
+}
+
 // DEEPINFER_TMA=0 in the environment keeps Linear on WgmmaLinearKernel at every M (the same bits):
-// the benchmarks' side-by-side (scripts/gpu-bench.sh). Read once.
+// the benchmarks' side-by-side (scripts/gpu-bench.sh).
 inline bool TurnedOff() {
-  static const bool off = wgmma::EnvIs("DEEPINFER_TMA", "0");
-  return off;
+  static const bool on = EnvSwitch("DEEPINFER_TMA", true);
+  return !Chosen(on);
 }
 
 // Linear's products this kernel takes: FP8 weights (either scale dtype) with 16-byte aligned rows

@@ -85,9 +85,17 @@ __device__ __forceinline__ void LoadSplitStage(const Params& p, int64_t g, int64
   }
 }
 
-// The stage's raw chunk into the BF16 tiles: weights times `scale` (the chunk's block scale, a
-// power of two: exact), x's three parts.
-__device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float scale, uint8_t* smem) {
+// The BF16 tiles of one chunk, from `tiles`: the weights (128 rows), then x's hi, mid and lo parts
+// (64 rows each), every tile swizzled.
+constexpr int kTileW = 0;
+constexpr int kTileX = kBlockRows * kRowBytes;           // 16 KiB
+constexpr int kTilesBytes = kTileX + 3 * kTokens * kRowBytes;  // 40 KiB
+static_assert(kXTiles - kWTile == kTileX && kXTileBytes == kTokens * kRowBytes, "the tiles' layout");
+
+// The stage's raw chunk (the FP8 codes, 64 bytes per weight row, then x's f32 rows of 256 bytes)
+// into the BF16 tiles at `tiles`: weights times `scale` (the chunk's block scale, a power of two:
+// exact), x's three parts.
+__device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float scale, uint8_t* tiles) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < kWRawBytes / 16 / kThreads; ++i) {  // 16 codes of row id / 4 → BF16 units 2u, 2u + 1
@@ -100,7 +108,7 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
       const float2 v = E4m3PairValues(words[j / 2] >> (16 * (j % 2)));
       pairs[j] = mma::PackBf16(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale));
     }
-    uint8_t* tile = smem + kWTile;
+    uint8_t* tile = tiles + kTileW;
     *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * unit)) = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
     *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * unit + 1)) =
         make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
@@ -118,7 +126,7 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
     const uint32_t* parts[3] = {hi, mid, lo};
 #pragma unroll
     for (int part = 0; part < 3; ++part) {
-      uint8_t* tile = smem + kXTiles + part * kXTileBytes;
+      uint8_t* tile = tiles + kTileX + part * kXTileBytes;
       const uint32_t* v = parts[part];
       *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter)) = make_uint4(v[0], v[1], v[2], v[3]);
       *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1)) =
@@ -158,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
       LoadSplitStage(p, g, n0, t0, c + 1, smem + ((c + 1) % kStages) * kStageBytes);
     }
     CpAsyncCommit();
-    ConvertSplitStage(stage, DecodeE8m0(__ldg(scales + c / 2)), smem);
+    ConvertSplitStage(stage, DecodeE8m0(__ldg(scales + c / 2)), smem + kWTile);
     wgmma::FenceProxyAsyncShared();
     __syncthreads();  // the tiles are complete
     wgmma::WgmmaFence();
@@ -180,6 +188,117 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;
   wgmma::StoreBlockResult(pg, ra, t0, lane % 4, [&](int j) { return acc[j]; });
 #endif
+}
+
+// ---- the same products with the raw chunks written by TMA (version 15) -------------------------
+//
+// SplitBf16GroupedKernel keeps one chunk in flight ahead (two cp.async stages, 2 blocks per SM), so
+// each chunk waits for its bytes. SplitBf16GroupedTmaKernel: the same blocks, conversions, MMAs and
+// order (the same bits), one block per SM with
+//   - a ring of kTmaStages raw stages written by TMA (the FP8 codes as a 64 × 128 box of the
+//     weight's rows; x's f32 chunk as a 64 × 1 × 64 box of [m][groups][K], zeros past m), refilled
+//     by thread 0 kTmaStages chunks ahead;
+//   - two sets of BF16 tiles: chunk c + 1 is converted while chunk c's MMAs run; one block barrier
+//     per chunk.
+constexpr int kTmaStages = 4;
+constexpr int kTmaStageBytes = kStageBytes;                       // 24 KiB: codes, then x's floats
+constexpr int kTmaTiles = kTmaStages * kTmaStageBytes;            // two sets of kTilesBytes
+constexpr int kTmaBarriers = kTmaTiles + 2 * kTilesBytes;         // full[kTmaStages]
+constexpr int kTmaSmemBytes = kTmaBarriers + kTmaStages * 8 + 1024;  // + base alignment
+static_assert(kTmaTiles % 1024 == 0 && kTilesBytes % 1024 == 0, "1024-byte aligned tiles");
+static_assert(kTmaSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+
+// Grid (n / 128, ceil(m / 64), groups); kThreads threads; kTmaSmemBytes of dynamic shared memory.
+// w_map: the weight, UINT8 [groups · n rows][K bytes], boxes of 128 rows × 64 bytes, no swizzle;
+// x_map: x, FLOAT32 [m][groups][K], boxes of 64 tokens × 1 × 64 (linear.cu's LaunchSplitGrouped).
+__global__ void __launch_bounds__(kThreads, 1)
+    SplitBf16GroupedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                              const Params p) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kTmaBarriers);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int64_t g = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int group = tid / 128;
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int chunks = static_cast<int>(p.k / kChunkCols);
+  const uint8_t* scales = p.scale + ((g * p.n + n0) / kFp8Block) * p.scale_row_stride;
+  if (tid == 0) {
+    tma::PrefetchTensorMap(&w_map);
+    tma::PrefetchTensorMap(&x_map);
+    for (int s = 0; s < kTmaStages; ++s) tma::BarrierInit(&full[s], 1);
+    tma::FenceBarrierInit();
+  }
+  __syncthreads();
+  auto stage_of = [&](int c) { return smem + (c % kTmaStages) * kTmaStageBytes; };
+  auto tiles_of = [&](int c) { return smem + kTmaTiles + (c % 2) * kTilesBytes; };
+  auto load = [&](int c) {  // thread 0: chunk c into its stage, which is free
+    uint64_t* bar = &full[c % kTmaStages];
+    tma::BarrierArriveExpectTx(bar, kTmaStageBytes);
+    tma::TmaLoad2d(stage_of(c), &w_map, bar, c * kChunkCols, static_cast<int>(g * p.n + n0));
+    tma::TmaLoad3d(stage_of(c) + kWRawBytes, &x_map, bar, c * kChunkCols, static_cast<int>(g), static_cast<int>(t0));
+  };
+  auto convert = [&](int c) {  // every thread: chunk c's stage into its tiles
+    tma::BarrierWait(&full[c % kTmaStages], static_cast<uint32_t>(c / kTmaStages) & 1u);
+    ConvertSplitStage(stage_of(c), DecodeE8m0(__ldg(scales + c / 2)), tiles_of(c));
+    wgmma::FenceProxyAsyncShared();
+  };
+  if (tid == 0) {
+    for (int c = 0; c < min(chunks, kTmaStages); ++c) load(c);
+  }
+
+  float acc[32];
+  wgmma::ZeroForWgmma(acc);
+  if (chunks > 0) convert(0);
+  __syncthreads();  // chunk 0's tiles are complete
+  for (int c = 0; c < chunks; ++c) {
+    const uint8_t* tiles = tiles_of(c);
+    const uint32_t w_addr =
+        static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileW + group * kRowsPerGroup * kRowBytes));
+    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileX));
+    wgmma::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int part = 0; part < 3; ++part) {
+        MmaBf16M64N64K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
+                         wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk));
+      }
+    }
+    wgmma::WgmmaCommit();
+    // While they run: chunk c + kTmaStages into the stage chunk c was converted from (every thread
+    // read it before the last barrier), and chunk c + 1 into the other tiles (chunk c - 1's MMAs,
+    // their last readers, completed before that barrier).
+    if (tid == 0 && c + kTmaStages < chunks) load(c + kTmaStages);
+    __syncwarp();
+    if (c + 1 < chunks) convert(c + 1);
+    wgmma::WgmmaWaitAll();
+    wgmma::PinAll(acc);
+    __syncthreads();  // chunk c + 1's tiles complete; chunk c's MMAs done in both warpgroups
+  }
+  Params pg = p;
+  pg.y = p.y + g * p.y_group_stride;
+  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;
+  wgmma::StoreBlockResult(pg, ra, t0, lane % 4, [&](int j) { return acc[j]; });
+#endif
+}
+
+// DEEPINFER_TMA_GROUPED=0 (read once) keeps SplitBf16GroupedKernel (the same bits): the benchmarks'
+// side-by-side.
+inline bool TmaTurnedOff() {
+  static const bool on = tma::EnvSwitch("DEEPINFER_TMA_GROUPED", true);
+  return !tma::Chosen(on);
+}
+
+// Whether the TMA kernel takes a product Usable allows: x rows and group starts 16-byte aligned
+// (TMA's strides), 32-bit coordinates, not turned off.
+inline bool TmaUsable(const Params& p, int64_t groups) {
+  return !TmaTurnedOff() && p.w_row_bytes % 16 == 0 && (p.ldx * 4) % 16 == 0 && (p.x_group_stride * 4) % 16 == 0 &&
+         groups * p.n < (int64_t{1} << 31) && p.m < (int64_t{1} << 31) && p.k < (int64_t{1} << 31);
 }
 
 // Whether GroupedLinear with `groups` groups of p.n rows takes this path: an sm_90a device (not
