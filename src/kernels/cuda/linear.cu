@@ -1126,8 +1126,24 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
   }
 }
 
-// Checks the plan, walks the five tile lists as one (the tiled list, 17-64 rows, first, then GEMV
-// kinds 3..0) and calls block(tile, n0) for this block's items, n0 the item's first weight row.
+// Tile `index` of the walk over the five tile lists as one: the tiled list (17-64 rows) first, then
+// GEMV kinds 3, 2, 1, 0; index below the lists' total. The counts are read per call (cached)
+// rather than held: the FP4 kernel has no registers to spare. Static indices only, so no stack
+// frame.
+__device__ __forceinline__ const ExpertTile* WalkTile(const TileLists& lists, int32_t index) {
+  const ExpertTile* tile = nullptr;
+#pragma unroll
+  for (int j = 0; j < kTileKinds; ++j) {
+    const int kind = kTiledKind - j;
+    const int32_t count = lists.counts[kind];
+    if (tile == nullptr && index < count) tile = lists.tiles[kind] + index;
+    if (tile == nullptr) index -= count;
+  }
+  return tile;
+}
+
+// Checks the plan, walks the five tile lists as one (WalkTile) and calls block(tile, n0) for this
+// block's items, n0 the item's first weight row.
 template <class Block>
 __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
                                                         const Block& block) {
@@ -1136,18 +1152,7 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
 #pragma unroll
   for (int kind = 0; kind < kTileKinds; ++kind) tiles += lists.counts[kind];
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    // The counts are read again per tile (cached) rather than held: the FP4 kernel has no
-    // registers to spare. Static indices only, so no stack frame.
-    const ExpertTile* tile = nullptr;
-    int32_t index = c.tile;  // within the walk: kTiledKind's list, then kinds 3, 2, 1, 0
-#pragma unroll
-    for (int j = 0; j < kTileKinds; ++j) {
-      const int kind = kTiledKind - j;
-      const int32_t count = lists.counts[kind];
-      if (tile == nullptr && index < count) tile = lists.tiles[kind] + index;
-      if (tile == nullptr) index -= count;
-    }
-    block(*tile, static_cast<int64_t>(c.block) * wgmma::kBlockRows);
+    block(*WalkTile(lists, c.tile), static_cast<int64_t>(c.block) * wgmma::kBlockRows);
   }
 }
 
@@ -1281,15 +1286,7 @@ struct GroupItemWalk {
   // The next item (tile and first weight row); false when none is left.
   __device__ __forceinline__ bool Next(const TileLists& lists, ExpertTile& tile, int64_t& n0) {
     for (; cursor.tile < tiles; cursor.Next()) {
-      int32_t index = cursor.tile;  // as ForEachExpertsWgmmaItem: the tiled list, then kinds 3, 2, 1, 0
-      const ExpertTile* t = nullptr;
-#pragma unroll
-      for (int j = 0; j < kTileKinds; ++j) {
-        const int kind = kTiledKind - j;
-        const int32_t count = lists.counts[kind];
-        if (t == nullptr && index < count) t = lists.tiles[kind] + index;
-        if (t == nullptr) index -= count;
-      }
+      const ExpertTile* t = WalkTile(lists, cursor.tile);
       if (t->expert >= e0 && t->expert < e_end) {
         tile = *t;
         n0 = static_cast<int64_t>(cursor.block) * wgmma::kBlockRows;
@@ -1971,38 +1968,11 @@ bool ExpertsTmaOn() {
   return tma::Chosen(on) && EncodeTiled() != nullptr;
 }
 
-// Per group of `group` experts: PreFoldKernel, then ExpertsPreFoldedTmaKernel over the group's
-// items (the codes at `pre`, the x codes and scales in a).
-void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
-                               const PreFoldLayout& lay, int64_t group, uint8_t* pre) {
-  const Params& b = l.params.base;
-  if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("pre-folded experts too large for TMA coordinates");
-  const auto [x_map, xs_map] = XTensorMaps(a, b.k, wgmma::kTokens);
-  AllowDynamicSmem<ExpertsPreFoldedTmaKernel>(l.device, kExpertsTmaSmemBytes);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, static_cast<int64_t>(l.sms));
-  for (int64_t e0 = 0; e0 < l.num_experts; e0 += group) {
-    const int64_t count = std::min(group, l.num_experts - e0);
-    const dim3 fold_grid(static_cast<unsigned>(lay.n_pad / wgmma::kBlockRows * lay.chunks),
-                         static_cast<unsigned>(count));
-    PreFoldKernel<<<fold_grid, wgmma::kThreads, 0, l.stream>>>(ep, l.offsets, static_cast<int32_t>(b.m),
-                                                               static_cast<int32_t>(e0), lay, pre);
-    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear pre-fold");
-    // The group's codes: [count][n][k] bytes, experts lay.ExpertBytes() apart.
-    const uint64_t w_dims[3] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(b.n), static_cast<uint64_t>(count)};
-    const uint64_t w_strides[2] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(lay.ExpertBytes())};
-    const uint32_t w_box[3] = {tma::kChunk, tma::kBlockRows, 1};
-    const CUtensorMap w_map =
-        TensorMap(pre, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
-    ExpertsPreFoldedTmaKernel<<<static_cast<unsigned>(grid), tma::kThreads, kExpertsTmaSmemBytes, l.stream>>>(
-        w_map, x_map, xs_map, ep, l.lists, static_cast<int32_t>(e0), static_cast<int32_t>(e0 + count), lay, pre);
-    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded");
-  }
-}
-
 // FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
-// codes: per group PreFoldKernel, then ExpertsPreFoldedKernel over the items of the group's
-// experts (every block walks all items and skips the others'). Returns false (nothing launched)
-// where PreFoldWanted says no or the scratch holds no expert after x's codes.
+// codes: per group PreFoldKernel, then the GEMM over the items of the group's experts (every block
+// walks all items and skips the others'): ExpertsPreFoldedTmaKernel where ExpertsTmaOn, else
+// ExpertsPreFoldedKernel. Returns false (nothing launched) where PreFoldWanted says no or the
+// scratch holds no expert after x's codes.
 bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (!PreFoldWanted(b.m, l.num_experts)) return false;
@@ -2012,25 +1982,45 @@ bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, con
   if (room < lay.ExpertBytes()) return false;
   const int64_t group = std::min(l.num_experts, room / lay.ExpertBytes());
   if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff || group > 65535) Fail("pre-fold grid too large");
+  if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("pre-folded experts too large for 32-bit coordinates");
   uint8_t* pre = static_cast<uint8_t*>(l.codes) + offset;
-  if (ExpertsTmaOn()) {
-    LaunchExpertsPreFoldedTma(l, ep, a, lay, group, pre);
-    return true;
-  }
+  const bool tma = ExpertsTmaOn();
   constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
-  AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  int64_t grid = 0;
+  CUtensorMap x_map{}, xs_map{};
+  if (tma) {
+    std::tie(x_map, xs_map) = XTensorMaps(a, b.k, wgmma::kTokens);
+    AllowDynamicSmem<ExpertsPreFoldedTmaKernel>(l.device, kExpertsTmaSmemBytes);
+    grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  } else {
+    AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
+    const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
+    grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  }
   for (int64_t e0 = 0; e0 < l.num_experts; e0 += group) {
     const int64_t count = std::min(group, l.num_experts - e0);
+    const int32_t first = static_cast<int32_t>(e0), end = static_cast<int32_t>(e0 + count);
     const dim3 fold_grid(static_cast<unsigned>(lay.n_pad / wgmma::kBlockRows * lay.chunks),
                          static_cast<unsigned>(count));
-    PreFoldKernel<<<fold_grid, wgmma::kThreads, 0, l.stream>>>(ep, l.offsets, static_cast<int32_t>(b.m),
-                                                               static_cast<int32_t>(e0), lay, pre);
+    PreFoldKernel<<<fold_grid, wgmma::kThreads, 0, l.stream>>>(ep, l.offsets, static_cast<int32_t>(b.m), first, lay,
+                                                               pre);
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear pre-fold");
-    ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(
-        ep, l.lists, a, static_cast<int32_t>(e0), static_cast<int32_t>(e0 + count), lay, pre);
-    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
+    if (tma) {
+      // The group's codes: [count][n][k] bytes, experts lay.ExpertBytes() apart.
+      const uint64_t w_dims[3] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(b.n),
+                                  static_cast<uint64_t>(count)};
+      const uint64_t w_strides[2] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(lay.ExpertBytes())};
+      const uint32_t w_box[3] = {tma::kChunk, tma::kBlockRows, 1};
+      const CUtensorMap w_map =
+          TensorMap(pre, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
+      ExpertsPreFoldedTmaKernel<<<static_cast<unsigned>(grid), tma::kThreads, kExpertsTmaSmemBytes, l.stream>>>(
+          w_map, x_map, xs_map, ep, l.lists, first, end, lay, pre);
+      DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded");
+    } else {
+      ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, first,
+                                                                                                end, lay, pre);
+      DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
+    }
   }
   return true;
 }

@@ -58,18 +58,40 @@ __device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddress(bar)) : "memory");
 }
 
-// Returns once the phase of parity `parity` has completed (the barrier's current phase parity
-// differs from it).
-__device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
+// Whether the phase of parity `parity` has completed (the barrier's current phase parity differs
+// from it); may wait a while for it inside the instruction.
+__device__ __forceinline__ bool BarrierTryWait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
   asm volatile(
       "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(SmemAddress(bar)),
-      "r"(parity)
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(SmemAddress(bar)), "r"(parity)
       : "memory");
+  return done != 0;
+}
+
+// A wait that ends the kernel (__trap: the launch fails) instead of hanging: a barrier that 20 s
+// of GPU time (%globaltimer) have not completed means a broken protocol, not a slow one (a chunk
+// takes microseconds, and milliseconds under compute-sanitizer).
+constexpr uint64_t kBarrierTimeoutNs = 20'000'000'000ull;
+
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
+  if (BarrierTryWait(bar, parity)) return;
+  const uint64_t start = GlobalTimerNs();
+  while (!BarrierTryWait(bar, parity)) {
+    if (GlobalTimerNs() - start > kBarrierTimeoutNs) __trap();
+  }
 }
 
 // The box at (inner, outer) of the tensor `map` into shared memory at dst, completing `bar`'s

@@ -61,6 +61,21 @@ __device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint64_t desc_a
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
+// Issues one chunk's MMAs into acc (one group): per k16 step kk = 0..3 the MMAs of x's hi, mid and
+// lo parts against the weight tile at w_addr (the parts' tiles from x_addr, kXTileBytes apart).
+__device__ __forceinline__ void IssueSplitChunk(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
+  wgmma::WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int part = 0; part < 3; ++part) {
+      MmaBf16M64N64K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
+                       wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk));
+    }
+  }
+  wgmma::WgmmaCommit();
+}
+
 // Queues chunk c of group g's weight rows n0.. (all 128 exist: n % 128 == 0) and of x's token rows
 // t0.. into `stage` (cp.async; the caller commits). Token rows at or past p.m get zeros.
 __device__ __forceinline__ void LoadSplitStage(const Params& p, int64_t g, int64_t n0, int64_t t0, int c,
@@ -135,6 +150,29 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
   }
 }
 
+// A block's place in the grid (n / 128, ceil(m / 64), groups): weight rows n0.. of group g,
+// tokens t0..; this thread's warpgroup, its D fragment rows ra and ra + 8 and column pair q; the
+// chunks of K and the weight rows' 128 × 128 scale blocks (row block (g·n + n0) / 128, column
+// block c / 2 for chunk c).
+struct BlockPlace {
+  int64_t n0, t0, g, ra;
+  int group, q, chunks;
+  const uint8_t* scales;
+
+  __device__ __forceinline__ explicit BlockPlace(const Params& p)
+      : n0(static_cast<int64_t>(blockIdx.x) * kBlockRows),
+        t0(static_cast<int64_t>(blockIdx.y) * kTokens),
+        g(blockIdx.z),
+        ra(0),
+        group(static_cast<int>(threadIdx.x) / 128),
+        q(static_cast<int>(threadIdx.x) % 4),
+        chunks(static_cast<int>(p.k / kChunkCols)),
+        scales(p.scale + ((g * p.n + n0) / kFp8Block) * p.scale_row_stride) {
+    const int warp = (static_cast<int>(threadIdx.x) % 128) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;
+  }
+};
+
 // Grid (n / 128, ceil(m / 64), groups); kThreads threads; kSmemBytes of dynamic shared memory.
 __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -142,14 +180,10 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
 #else
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-  const int64_t g = blockIdx.z;
-  const int tid = threadIdx.x;
-  const int group = tid / 128;
-  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
-  const int chunks = static_cast<int>(p.k / kChunkCols);
-  // The weight rows' 128 × 128 scale blocks: row block (g·n + n0) / 128, column block c / 2.
-  const uint8_t* scales = p.scale + ((g * p.n + n0) / kFp8Block) * p.scale_row_stride;
+  const BlockPlace at(p);
+  const int64_t n0 = at.n0, t0 = at.t0, g = at.g;
+  const int tid = threadIdx.x, group = at.group, chunks = at.chunks;
+  const uint8_t* scales = at.scales;
   const uint32_t w_addr =
       static_cast<uint32_t>(__cvta_generic_to_shared(smem + kWTile + group * kRowsPerGroup * kRowBytes));
   const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kXTiles));
@@ -169,24 +203,14 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
     ConvertSplitStage(stage, DecodeE8m0(__ldg(scales + c / 2)), smem + kWTile);
     wgmma::FenceProxyAsyncShared();
     __syncthreads();  // the tiles are complete
-    wgmma::WgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int part = 0; part < 3; ++part) {
-        MmaBf16M64N64K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
-                         wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk));
-      }
-    }
-    wgmma::WgmmaCommit();
+    IssueSplitChunk(acc, w_addr, x_addr);
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
   }
   CpAsyncWaitAll();
   Params pg = p;
   pg.y = p.y + g * p.y_group_stride;
-  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;
-  wgmma::StoreBlockResult(pg, ra, t0, lane % 4, [&](int j) { return acc[j]; });
+  wgmma::StoreBlockResult(pg, at.ra, t0, at.q, [&](int j) { return acc[j]; });
 #endif
 }
 
@@ -220,13 +244,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + kTmaBarriers);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-  const int64_t g = blockIdx.z;
-  const int tid = threadIdx.x;
-  const int group = tid / 128;
-  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
-  const int chunks = static_cast<int>(p.k / kChunkCols);
-  const uint8_t* scales = p.scale + ((g * p.n + n0) / kFp8Block) * p.scale_row_stride;
+  const BlockPlace at(p);
+  const int64_t n0 = at.n0, t0 = at.t0, g = at.g;
+  const int tid = threadIdx.x, group = at.group, chunks = at.chunks;
+  const uint8_t* scales = at.scales;
   if (tid == 0) {
     tma::PrefetchTensorMap(&w_map);
     tma::PrefetchTensorMap(&x_map);
@@ -260,16 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t w_addr =
         static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileW + group * kRowsPerGroup * kRowBytes));
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileX));
-    wgmma::WgmmaFence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int part = 0; part < 3; ++part) {
-        MmaBf16M64N64K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
-                         wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk));
-      }
-    }
-    wgmma::WgmmaCommit();
+    IssueSplitChunk(acc, w_addr, x_addr);
     // While they run: chunk c + kTmaStages into the stage chunk c was converted from (every thread
     // read it before the last barrier), and chunk c + 1 into the other tiles (chunk c - 1's MMAs,
     // their last readers, completed before that barrier).
@@ -282,8 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   Params pg = p;
   pg.y = p.y + g * p.y_group_stride;
-  const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;
-  wgmma::StoreBlockResult(pg, ra, t0, lane % 4, [&](int j) { return acc[j]; });
+  wgmma::StoreBlockResult(pg, at.ra, t0, at.q, [&](int j) { return acc[j]; });
 #endif
 }
 
