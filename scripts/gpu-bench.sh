@@ -16,7 +16,7 @@
 # that at batch 64 and the prefills with the FP4 experts never pre-folded (DEEPINFER_FP4_PREFOLD=0),
 # with the dense FP8 linears never on the TMA kernel (DEEPINFER_TMA=0: version 14's comparison)
 # with grouped_linear on its cp.async kernel (DEEPINFER_TMA_GROUPED=0: version 15's comparison)
-# and with the pre-folded experts TMA-fed (DEEPINFER_TMA_EXPERTS=1, version 14b). The columns of
+# and with the pre-folded experts TMA-fed (DEEPINFER_TMA_EXPERTS=64 and 128, version 14b). The columns of
 # versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.
@@ -57,10 +57,11 @@ if [[ ${1:-} == --steps ]]; then
   # The FP4 experts pre-folded at prefill sizes (version 12; the default from 64 rows per expert)
   # against never (version 8's kernel, folding per chunk and token tile); Linear's unsplit FP8
   # products on the TMA kernel (version 14; the default) against the 64-token cp.async kernel.
-  # DEEPINFER_TMA_EXPERTS=1: the pre-folded experts TMA-fed too (version 14b, off by default).
-  # DEEPINFER_TMA_GROUPED=0: grouped_linear on its cp.async kernel (version 15's comparison).
+  # DEEPINFER_TMA_EXPERTS=64 / 128: the pre-folded experts TMA-fed too, at 64- or 128-token tiles
+  # (version 14b, off by default). DEEPINFER_TMA_GROUPED=0: grouped_linear on its cp.async kernel
+  # (version 15's comparison).
   for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 tma0:DEEPINFER_TMA=0 tmagrouped0:DEEPINFER_TMA_GROUPED=0 \
-    tmaexperts:DEEPINFER_TMA_EXPERTS=1; do
+    tmaexperts64:DEEPINFER_TMA_EXPERTS=64 tmaexperts128:DEEPINFER_TMA_EXPERTS=128; do
     echo "== every reference rounding, ${variant#*:}"
     env "${variant#*:}" timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
       --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --no-ceilings --batches 64 --contexts 8192 \

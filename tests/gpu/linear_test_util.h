@@ -95,11 +95,11 @@ class ScopedLinearMath {
  private:
   cuda::LinearMath previous_;
 };
-// cuda::SetTmaKernelsForTesting(mode) for the scope: the TMA-fed kernels on (1) or off (0), then
-// back to the environment's choice.
+// cuda::SetTmaKernelsForTesting(mode, expert_tokens) for the scope: the TMA-fed kernels on (1) or
+// off (0), then back to the environment's choice.
 class ScopedTmaKernels {
  public:
-  explicit ScopedTmaKernels(int mode) { cuda::SetTmaKernelsForTesting(mode); }
+  explicit ScopedTmaKernels(int mode, int expert_tokens = 64) { cuda::SetTmaKernelsForTesting(mode, expert_tokens); }
   ~ScopedTmaKernels() { cuda::SetTmaKernelsForTesting(-1); }
   ScopedTmaKernels(const ScopedTmaKernels&) = delete;
   ScopedTmaKernels& operator=(const ScopedTmaKernels&) = delete;

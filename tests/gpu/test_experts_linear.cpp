@@ -427,27 +427,31 @@ TEST(CudaExpertsLinearFp8, PreFoldedFp4EqualsLinear) {
   }
 }
 
-// The pre-folded experts on the TMA-fed kernel (DEEPINFER_TMA_EXPERTS's kernel, forced on): the
-// same items, codes and adds, so Linear's bits per expert; the cases of PreFoldedFp4EqualsLinear
-// at 1, 3 and 8 chunks (fewer, as many as and more loads than the ring's 8 stages over a block's
-// items), later passes included.
+// The pre-folded experts on the TMA-fed kernel (DEEPINFER_TMA_EXPERTS's kernel, forced on) on
+// tiles of 64 tokens and of 128 (the plan then cut in 128-row tiles): the same codes and adds, so
+// Linear's bits per expert; the cases of PreFoldedFp4EqualsLinear at 1, 3 and 8 chunks (fewer, as
+// many as and more loads than the rings' 6 or 8 stages over a block's items), later passes
+// included; 130 and 200 rows make full and partial 128-row tiles.
 TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
-  ScopedTmaKernels tma(1);
   const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
   const int64_t experts = static_cast<int64_t>(counts.size()), bound = 520;
   uint64_t seed = 5350;
-  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
-    for (const bool wide_scales : {false, true}) {
-      const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
-                                                           : std::pair<uint8_t, uint8_t>{0, 0};
-      ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
-      for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
-        SCOPED_TRACE(testing::Message() << "TMA, group of " << group << (wide_scales ? ", 18 binades" : ""));
-        CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
-        if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
+  for (const int tokens : {64, 128}) {
+    ScopedTmaKernels tma(1, tokens);
+    for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+      for (const bool wide_scales : {false, true}) {
+        const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
+                                                             : std::pair<uint8_t, uint8_t>{0, 0};
+        ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+        for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
+          SCOPED_TRACE(testing::Message() << "TMA at " << tokens << " tokens, group of " << group
+                                          << (wide_scales ? ", 18 binades" : ""));
+          CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
+          if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
+        }
       }
     }
   }
@@ -475,10 +479,12 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
   }
   const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
   CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5402, {busiest, experts - 1});
-  if (cuda::TmaKernelsAvailable()) {  // and on the TMA-fed kernel (32 chunks per item)
-    ScopedTmaKernels tma(1);
-    SCOPED_TRACE("TMA");
-    CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5403, {busiest});
+  if (cuda::TmaKernelsAvailable()) {  // and on the TMA-fed kernel (32 chunks per item), both tile sizes
+    for (const int tile_tokens : {64, 128}) {
+      ScopedTmaKernels tma(1, tile_tokens);
+      SCOPED_TRACE(testing::Message() << "TMA at " << tile_tokens << " tokens");
+      CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5403 + tile_tokens, {busiest});
+    }
   }
 }
 

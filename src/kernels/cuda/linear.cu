@@ -1298,17 +1298,23 @@ struct GroupItemWalk {
   }
 };
 
-// ExpertsPreFoldedKernel's items, products and order with the stages written by TMA: the same
-// bits. Load j of the ring is the j-th (item, chunk) of the block's walk. w_map: the group's
-// pre-folded codes, UINT8 [experts of the group][n][k], boxes of 1 × 128 × 128 bytes, 128-byte
-// swizzle; x_map, xs_map: XTensorMaps at 64 tokens. Thread 0 walks the items a second time to
-// issue the loads kStages ahead of the consumers, across item boundaries.
-using ExpertsRing = tma::Ring<wgmma::kTokens>;
-constexpr int kExpertsTmaTables = ExpertsRing::kEnd;                     // 18 byte_perm words
-constexpr int kExpertsTmaRaw = kExpertsTmaTables + 128;                  // one chunk's nibbles, 64 bytes per row
-constexpr int kExpertsTmaSmemBytes = kExpertsTmaRaw + wgmma::kBlockRows * wgmma::kChunk / 2 + 1024;
-static_assert(kExpertsTmaSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+// Shared memory of ExpertsPreFoldedTmaKernel<kTok>: the ring, then the byte_perm tables (18 words)
+// and one chunk's nibbles of the block's rows (64 bytes per row) for later passes.
+template <int kTok>
+struct ExpertsTmaSmem {
+  static constexpr int kTables = tma::Ring<kTok>::kEnd;
+  static constexpr int kRaw = kTables + 128;
+  static constexpr int kBytes = kRaw + wgmma::kBlockRows * wgmma::kChunk / 2 + 1024;  // + base alignment
+  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
+};
 
+// ExpertsPreFoldedKernel's products and order on tiles of up to kTok tokens (64: its items; 128:
+// the items of a plan cut in 128-row tiles), the stages written by TMA: the same bits. Load j of
+// the ring is the j-th (item, chunk) of the block's walk. w_map: the group's pre-folded codes,
+// UINT8 [experts of the group][n][k], boxes of 1 × 128 × 128 bytes, 128-byte swizzle; x_map,
+// xs_map: XTensorMaps at kTok tokens. Thread 0 walks the items a second time to issue the loads
+// kStages ahead of the consumers, across item boundaries.
+template <int kTok>
 __global__ void __launch_bounds__(tma::kThreads, 1)
     ExpertsPreFoldedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                               const __grid_constant__ CUtensorMap xs_map, const ExpertsParams ep,
@@ -1317,12 +1323,13 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
-  using R = ExpertsRing;
+  using R = tma::Ring<kTok>;
+  using Smem = ExpertsTmaSmem<kTok>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const R ring(smem);
-  uint32_t* tables = reinterpret_cast<uint32_t*>(smem + kExpertsTmaTables);
-  uint8_t* raw = smem + kExpertsTmaRaw;
+  uint32_t* tables = reinterpret_cast<uint32_t*>(smem + Smem::kTables);
+  uint8_t* raw = smem + Smem::kRaw;
   CheckPlan(ep);
   const int tid = threadIdx.x;
   const int group = tid / 128;
@@ -1375,7 +1382,7 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
       uint8_t* stage = ring.Stage(j);
       const uint32_t w_addr = tma::SmemAddress(stage + group * wgmma::kRowsPerGroup * wgmma::kChunk);
       const uint32_t x_addr = tma::SmemAddress(stage + R::kX);
-      tma::ChunkMmasIssue(acc, w_addr, x_addr);
+      wgmma::ChunkChainIssue(acc, w_addr, x_addr);
       // While the MMAs run: the next load into the stage load j - 1 used, once it is released.
       if (tid == 0 && j >= 1 && !p_done && issued == j - 1 + R::kStages) {
         ring.WaitReleased(j - 1);
@@ -1398,7 +1405,7 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
       wgmma::EndChunk(total, part, c, 0, chunks);
     }
     const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
-    wgmma::StoreBlockResult(tp, ra, 0, q, [&](int i) { return total[i]; });
+    wgmma::StoreBlockResult<kTok>(tp, ra, 0, q, [&](int i) { return total[i]; });
   }
 #endif
 }
@@ -1861,6 +1868,7 @@ struct ExpertsLaunch {
   size_t codes_bytes = 0;
   const int32_t* offsets = nullptr;  // the experts' row ranges (device)
   int64_t num_experts = 0;
+  int tma_tokens = 0;  // the pre-folded experts on the TMA-fed kernel at 64 or 128 tokens (0: not)
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -1961,42 +1969,85 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
                  256) * 256;
 }
 
-// DEEPINFER_TMA_EXPERTS=1 (read once) runs the pre-folded experts on ExpertsPreFoldedTmaKernel
-// (version 14b, the same bits; off by default until measured).
-bool ExpertsTmaOn() {
-  static const bool on = tma::EnvSwitch("DEEPINFER_TMA_EXPERTS", false);
-  return tma::Chosen(on) && EncodeTiled() != nullptr;
+// DEEPINFER_TMA_EXPERTS = 64 or 128 (read once) runs the pre-folded experts on
+// ExpertsPreFoldedTmaKernel with tiles of that many tokens (version 14b, the same bits; 128 cuts
+// the plan in 128-row tiles); 0 or unset: ExpertsPreFoldedKernel (off by default until measured).
+// The tests' choice (tma::TestOverride, tma::TestExpertTokens) comes first.
+int ExpertsTmaTokens() {
+  static const int from_environment = [] {
+    const char* v = std::getenv("DEEPINFER_TMA_EXPERTS");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
+    if (std::strcmp(v, "64") == 0) return 64;
+    if (std::strcmp(v, "128") == 0) return 128;
+    const std::string message = std::string("DEEPINFER_TMA_EXPERTS must be 0, 64 or 128, got '") + v + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
+  }();
+  const int mode = tma::TestOverride().load();
+  const int tokens = mode < 0 ? from_environment : mode == 1 ? tma::TestExpertTokens().load() : 0;
+  return tokens > 0 && EncodeTiled() != nullptr ? tokens : 0;
+}
+
+// Where the group loop of LaunchExpertsPreFolded starts and how many experts a group holds: 0
+// experts where the codes scratch has no room for one after x's codes.
+int64_t PreFoldGroup(const PreFoldLayout& lay, int64_t rows_bound, int64_t k, int64_t num_experts, size_t codes_bytes) {
+  const int64_t room = static_cast<int64_t>(codes_bytes) - PreFoldOffset(rows_bound, k);
+  return room < lay.ExpertBytes() ? 0 : std::min(num_experts, room / lay.ExpertBytes());
+}
+
+// The TMA-fed pre-folded GEMM's tile tokens for an ExpertsLinear call (0: it does not run), fixed
+// before the plan is cut, since at 128 the plan's tiles are 128 rows: FP4 experts on the FP8-input
+// path on warpgroup MMAs with codes scratch (wgmma::ExpertsUsable), pre-folded (PreFoldWanted, and
+// room for a group), and ExpertsTmaTokens.
+int ExpertsTmaTokensFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound, int64_t num_experts, int64_t n,
+                        int64_t k, const void* codes, size_t codes_bytes) {
+  if (kind != Kind::kFp4 || path != Path::kFp8 || !PreFoldWanted(rows_bound, num_experts) ||
+      !wgmma::ExpertsUsable(kind, scale_f32, k, codes, codes_bytes, rows_bound) ||
+      PreFoldGroup(MakePreFoldLayout(n, k), rows_bound, k, num_experts, codes_bytes) == 0) {
+    return 0;
+  }
+  return ExpertsTmaTokens();
+}
+
+// ExpertsPreFoldedTmaKernel<kTok> over the items of experts [first, end) (PreFoldKernel has
+// written their codes at `pre`).
+template <int kTok>
+void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
+                               const PreFoldLayout& lay, int32_t first, int32_t end, const uint8_t* pre) {
+  const Params& b = l.params.base;
+  const auto [x_map, xs_map] = XTensorMaps(a, b.k, kTok);
+  // The group's codes: [experts][n][k] bytes, lay.ExpertBytes() apart.
+  const uint64_t w_dims[3] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(b.n),
+                              static_cast<uint64_t>(end - first)};
+  const uint64_t w_strides[2] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(lay.ExpertBytes())};
+  const uint32_t w_box[3] = {tma::kChunk, tma::kBlockRows, 1};
+  const CUtensorMap w_map =
+      TensorMap(pre, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  constexpr int kSmem = ExpertsTmaSmem<kTok>::kBytes;
+  AllowDynamicSmem<ExpertsPreFoldedTmaKernel<kTok>>(l.device, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  ExpertsPreFoldedTmaKernel<kTok><<<static_cast<unsigned>(grid), tma::kThreads, kSmem, l.stream>>>(
+      w_map, x_map, xs_map, ep, l.lists, first, end, lay, pre);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded");
 }
 
 // FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
 // codes: per group PreFoldKernel, then the GEMM over the items of the group's experts (every block
-// walks all items and skips the others'): ExpertsPreFoldedTmaKernel where ExpertsTmaOn, else
-// ExpertsPreFoldedKernel. Returns false (nothing launched) where PreFoldWanted says no or the
-// scratch holds no expert after x's codes.
+// walks all items and skips the others'): ExpertsPreFoldedTmaKernel where l.tma_tokens says so,
+// else ExpertsPreFoldedKernel. Returns false (nothing launched) where PreFoldWanted says no or the
+// scratch holds no expert after x's codes (never with l.tma_tokens set: ExpertsTmaTokensFor).
 bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (!PreFoldWanted(b.m, l.num_experts)) return false;
   const PreFoldLayout lay = MakePreFoldLayout(b.n, b.k);
-  const int64_t offset = PreFoldOffset(b.m, b.k);
-  const int64_t room = static_cast<int64_t>(l.codes_bytes) - offset;
-  if (room < lay.ExpertBytes()) return false;
-  const int64_t group = std::min(l.num_experts, room / lay.ExpertBytes());
+  const int64_t group = PreFoldGroup(lay, b.m, b.k, l.num_experts, l.codes_bytes);
+  if (group == 0) return false;
   if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff || group > 65535) Fail("pre-fold grid too large");
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("pre-folded experts too large for 32-bit coordinates");
-  uint8_t* pre = static_cast<uint8_t*>(l.codes) + offset;
-  const bool tma = ExpertsTmaOn();
+  uint8_t* pre = static_cast<uint8_t*>(l.codes) + PreFoldOffset(b.m, b.k);
   constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
-  int64_t grid = 0;
-  CUtensorMap x_map{}, xs_map{};
-  if (tma) {
-    std::tie(x_map, xs_map) = XTensorMaps(a, b.k, wgmma::kTokens);
-    AllowDynamicSmem<ExpertsPreFoldedTmaKernel>(l.device, kExpertsTmaSmemBytes);
-    grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  } else {
-    AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
-    const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
-    grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  }
+  AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   for (int64_t e0 = 0; e0 < l.num_experts; e0 += group) {
     const int64_t count = std::min(group, l.num_experts - e0);
     const int32_t first = static_cast<int32_t>(e0), end = static_cast<int32_t>(e0 + count);
@@ -2005,17 +2056,10 @@ bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, con
     PreFoldKernel<<<fold_grid, wgmma::kThreads, 0, l.stream>>>(ep, l.offsets, static_cast<int32_t>(b.m), first, lay,
                                                                pre);
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear pre-fold");
-    if (tma) {
-      // The group's codes: [count][n][k] bytes, experts lay.ExpertBytes() apart.
-      const uint64_t w_dims[3] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(b.n),
-                                  static_cast<uint64_t>(count)};
-      const uint64_t w_strides[2] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(lay.ExpertBytes())};
-      const uint32_t w_box[3] = {tma::kChunk, tma::kBlockRows, 1};
-      const CUtensorMap w_map =
-          TensorMap(pre, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
-      ExpertsPreFoldedTmaKernel<<<static_cast<unsigned>(grid), tma::kThreads, kExpertsTmaSmemBytes, l.stream>>>(
-          w_map, x_map, xs_map, ep, l.lists, first, end, lay, pre);
-      DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded");
+    if (l.tma_tokens == 128) {
+      LaunchExpertsPreFoldedTma<128>(l, ep, a, lay, first, end, pre);
+    } else if (l.tma_tokens == 64) {
+      LaunchExpertsPreFoldedTma<64>(l, ep, a, lay, first, end, pre);
     } else {
       ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, first,
                                                                                                 end, lay, pre);
@@ -2157,7 +2201,11 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     tiles += l.capacity.tiles[i];
   }
   l.path = PathFor(math, kind, layout.scale_dtype == DType::kF32, k);
-  const int32_t tile_rows = l.path == Path::kFp8 ? mma::fp8::kTiledTok : kTileM;
+  l.tma_tokens = ExpertsTmaTokensFor(kind, l.path, layout.scale_dtype == DType::kF32, rows_bound, num_experts, n, k,
+                                     codes, codes_bytes);
+  // The FP8-input path's tiles are 64 rows (its kernels' token tiles), 128 for the TMA-fed
+  // pre-folded kernel at 128 tokens, which is then certain to run (ExpertsTmaTokensFor).
+  const int32_t tile_rows = l.path != Path::kFp8 ? kTileM : l.tma_tokens == 128 ? 128 : mma::fp8::kTiledTok;
   l.params.plan_tile_rows = l.lists.counts + kTileKinds;
   l.params.tile_rows = tile_rows;
   if (!plan_in_scratch) {
@@ -2194,8 +2242,10 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
 
 bool Fp8ActOnWarpgroupMma() { return wgmma::DeviceHasWgmma(); }
 
-void SetTmaKernelsForTesting(int mode) {
+void SetTmaKernelsForTesting(int mode, int expert_tokens) {
   if (mode < -1 || mode > 1) Fail("SetTmaKernelsForTesting takes -1, 0 or 1");
+  if (expert_tokens != 64 && expert_tokens != 128) Fail("SetTmaKernelsForTesting: expert tiles of 64 or 128 tokens");
+  tma::TestExpertTokens().store(expert_tokens);
   tma::TestOverride().store(mode);
 }
 

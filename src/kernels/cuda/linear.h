@@ -94,11 +94,11 @@ size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math);
 // sm_90a build on compute capability 9.0, and DEEPINFER_WGMMA is not 0.
 bool Fp8ActOnWarpgroupMma();
 // Tests only: the TMA-fed kernels (Linear's unsplit FP8 products, GroupedLinear's split-BF16
-// products, the pre-folded FP4 experts) on (1) or off (0) for the whole process, in place of the
-// environment's DEEPINFER_TMA, DEEPINFER_TMA_GROUPED and DEEPINFER_TMA_EXPERTS; -1 returns to
-// those. Each TMA-fed kernel gives the bits of the kernel it replaces, which is what the tests
-// check by running both.
-void SetTmaKernelsForTesting(int mode);
+// products, the pre-folded FP4 experts, those on tiles of expert_tokens = 64 or 128 tokens) on (1)
+// or off (0) for the whole process, in place of the environment's DEEPINFER_TMA,
+// DEEPINFER_TMA_GROUPED and DEEPINFER_TMA_EXPERTS; -1 returns to those. Each TMA-fed kernel gives
+// the bits of the kernel it replaces, which is what the tests check by running both.
+void SetTmaKernelsForTesting(int mode, int expert_tokens = 64);
 // Whether this build and driver can run the TMA-fed kernels on the current device (sm_90a code,
 // compute capability 9.0, the driver's tensor-map encoder).
 bool TmaKernelsAvailable();

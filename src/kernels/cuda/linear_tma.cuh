@@ -118,53 +118,6 @@ __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
-// d (+)= A·B for one k32 step, m64n128k32, e4m3 × e4m3 → f32, as wgmma::MmaM64N64K32 for 128 tokens.
-__device__ __forceinline__ void MmaM64N128K32(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
-      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
-}
-
-// d (+)= A·B for one k32 step on a tile of kElems · 2 tokens (64: m64n64k32, 128: m64n128k32).
-template <int kElems>
-__device__ __forceinline__ void MmaK32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(kElems == 32 || kElems == 64, "64- or 128-token tiles");
-  if constexpr (kElems == 32) {
-    wgmma::MmaM64N64K32(d, desc_a, desc_b, 1);
-  } else {
-    MmaM64N128K32(d, desc_a, desc_b);
-  }
-}
-
-// Issues acc = one chunk's four k32 steps chained from +0 (wgmma::ChunkChainIssue's order) and
-// commits them as one group.
-template <int kElems>
-__device__ __forceinline__ void ChunkMmasIssue(float (&acc)[kElems], uint32_t w_addr, uint32_t x_addr) {
-  wgmma::ZeroForWgmma(acc);
-  wgmma::WgmmaFence();
-#pragma unroll
-  for (int kk = 0; kk < kChunk / 32; ++kk) {
-    MmaK32(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk), wgmma::SwizzledDescriptor(x_addr + 32 * kk));
-  }
-  wgmma::WgmmaCommit();
-}
-
 // The ring of a block's loads: load j (j = 0, 1, ... over the block's life: one per chunk of each
 // of its tiles) lands in stage j % kStages: the weight tile (128 rows × 128 bytes, swizzled) at 0,
 // the x codes (kTok rows, swizzled) at kX, the x scales (kTok floats) at kXs. full[s] completes
@@ -272,7 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int c = 0; c < chunks; ++c) {
     ring.WaitLoaded(c);
     uint8_t* stage = ring.Stage(c);
-    ChunkMmasIssue(acc, SmemAddress(stage + group * wgmma::kRowsPerGroup * kChunk), SmemAddress(stage + R::kX));
+    wgmma::ChunkChainIssue(acc, SmemAddress(stage + group * wgmma::kRowsPerGroup * kChunk),
+                           SmemAddress(stage + R::kX));
     // While the MMAs run: chunk c - 1 + kStages into the stage chunk c - 1 used, once all 256
     // threads have released it.
     if (tid == 0 && c >= 1 && c - 1 + R::kStages < chunks) {
@@ -297,6 +251,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 inline std::atomic<int>& TestOverride() {
   static std::atomic<int> mode{-1};
   return mode;
+}
+// With TestOverride 1: the pre-folded experts' tile tokens (64 or 128).
+inline std::atomic<int>& TestExpertTokens() {
+  static std::atomic<int> tokens{64};
+  return tokens;
 }
 
 // A switch of the environment: `unset` where it is unset or empty, else 0 or 1; any other value

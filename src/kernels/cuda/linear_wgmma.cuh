@@ -137,6 +137,41 @@ __device__ __forceinline__ void MmaM64N64K32(float (&d)[32], uint64_t desc_a, ui
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+// d (+)= A·B for one k32 step, m64n128k32, e4m3 × e4m3 → f32, as MmaM64N64K32 for 128 tokens.
+__device__ __forceinline__ void MmaM64N128K32(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
+}
+
+// d (+)= A·B for one k32 step on a tile of 2·kElems tokens (32: m64n64k32, 64: m64n128k32), the
+// accumulator's previous value added.
+template <int kElems>
+__device__ __forceinline__ void MmaK32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
+  static_assert(kElems == 32 || kElems == 64, "64- or 128-token tiles");
+  if constexpr (kElems == 32) {
+    MmaM64N64K32(d, desc_a, desc_b, 1);
+  } else {
+    MmaM64N128K32(d, desc_a, desc_b);
+  }
+}
+
 struct GemmArgs {
   const uint8_t* codes;   // [m_pad, k] e4m3
   const float* xscales;   // [k / 128, m_pad]
@@ -437,23 +472,27 @@ __device__ __forceinline__ void WgmmaWait() {
 // Issues acc = the chunk's four k32 steps chained from +0 with accumulation (as mma.sync adds its
 // C = +0, not wgmma's scale-d = 0): A at w_addr, B at x_addr (swizzled tiles). acc is not to be
 // touched until ChunkChainWait.
-__device__ __forceinline__ void ChunkChainIssue(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
+// On a tile of 64 tokens (acc of 32) or 128 (acc of 64).
+template <int kElems>
+__device__ __forceinline__ void ChunkChainIssue(float (&acc)[kElems], uint32_t w_addr, uint32_t x_addr) {
   ZeroForWgmma(acc);
   WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < kChunk / 32; ++kk) {
-    MmaM64N64K32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk), 1);
+    MmaK32(acc, SwizzledDescriptor(w_addr + 32 * kk), SwizzledDescriptor(x_addr + 32 * kk));
   }
   WgmmaCommit();
 }
 
-__device__ __forceinline__ void ChunkChainWait(float (&acc)[32]) {
+template <int kElems>
+__device__ __forceinline__ void ChunkChainWait(float (&acc)[kElems]) {
   WgmmaWaitAll();
   PinAll(acc);
 }
 
 // ChunkChainIssue, complete on return.
-__device__ __forceinline__ void ChunkChain(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
+template <int kElems>
+__device__ __forceinline__ void ChunkChain(float (&acc)[kElems], uint32_t w_addr, uint32_t x_addr) {
   ChunkChainIssue(acc, w_addr, x_addr);
   ChunkChainWait(acc);
 }
@@ -463,10 +502,11 @@ __device__ __forceinline__ void ChunkChain(float (&acc)[32], uint32_t w_addr, ui
 // chunk c): each rewrites `tile` after a barrier, chains its MMAs and scales them into part (rows
 // ra and ra + 8). All threads call it. Inline, on the caller's registers: a call here would make
 // ptxas serialize every wgmma of the kernel (C7510).
+template <int kElems>
 __device__ __forceinline__ void FoldedLaterPasses(const Params& p, const uint8_t* stage, uint8_t* tile,
                                                   const uint32_t* tables, int64_t n0, int c, uint32_t w_addr,
                                                   uint32_t x_addr, const float* xs, int q, int64_t ra, bool again,
-                                                  float (&acc)[32], float (&part)[32]) {
+                                                  float (&acc)[kElems], float (&part)[kElems]) {
   for (int pass = 1; again; ++pass) {
     __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
     const bool later = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
