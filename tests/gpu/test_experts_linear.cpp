@@ -449,7 +449,9 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
         for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
           SCOPED_TRACE(testing::Message() << "TMA at " << tokens << " tokens, group of " << group
                                           << (wide_scales ? ", 18 binades" : ""));
+          const uint64_t launches = cuda::TmaLaunchesForTesting();
           CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
+          EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
           if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
         }
       }
@@ -483,7 +485,9 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
     for (const int tile_tokens : {64, 128}) {
       ScopedTmaKernels tma(1, tile_tokens);
       SCOPED_TRACE(testing::Message() << "TMA at " << tile_tokens << " tokens");
+      const uint64_t launches = cuda::TmaLaunchesForTesting();
       CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5403 + tile_tokens, {busiest});
+      EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
     }
   }
 }

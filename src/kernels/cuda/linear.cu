@@ -1625,6 +1625,9 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   return l;
 }
 
+// TMA-fed kernels launched by this process (TmaLaunchesForTesting).
+std::atomic<uint64_t> g_tma_launches{0};
+
 // The driver's cuTensorMapEncodeTiled, through the runtime (the CUDA driver library is not linked):
 // null where the driver lacks it.
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -1698,6 +1701,7 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
   const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, tma::kBlockRows)), static_cast<unsigned>(tok_blocks));
   tma::TmaLinearKernel<<<grid, tma::kThreads, tma::kLinearSmemBytes, stream>>>(w_map, x_map, xs_map, p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA");
+  g_tma_launches.fetch_add(1);
 }
 
 // Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM (and the
@@ -1751,6 +1755,7 @@ void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
     wgmma_split::SplitBf16GroupedTmaKernel<<<grid, wgmma::kThreads, wgmma_split::kTmaSmemBytes, stream>>>(
         w_map, x_map, p);
     DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA");
+    g_tma_launches.fetch_add(1);
     return;
   }
   AllowDynamicSmem<wgmma_split::SplitBf16GroupedKernel>(device, wgmma_split::kSmemBytes);
@@ -2028,6 +2033,7 @@ void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, 
   ExpertsPreFoldedTmaKernel<kTok><<<static_cast<unsigned>(grid), tma::kThreads, kSmem, l.stream>>>(
       w_map, x_map, xs_map, ep, l.lists, first, end, lay, pre);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded");
+  g_tma_launches.fetch_add(1);
 }
 
 // FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
@@ -2230,6 +2236,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   ep.base.k = k;
   ep.base.num_slabs = CeilDiv(k, kSlab);
   ep.base.x_vec = Aligned(x, ldx * 4, 16);  // then every row start is aligned too
+  ep.base.scale_f32 = layout.scale_dtype == DType::kF32;  // the launch's choices (each tile sets its own)
   ep.weights = weights;
   switch (kind) {
     case Kind::kF32: return LaunchExperts<Kind::kF32>(l);
@@ -2251,6 +2258,8 @@ void SetTmaKernelsForTesting(int mode, int expert_tokens) {
 
 bool TmaKernelsAvailable() { return wgmma::DeviceHasWgmma() && EncodeTiled() != nullptr; }
 
+uint64_t TmaLaunchesForTesting() { return g_tma_launches.load(); }
+
 bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
   Params p{};
   const Kind kind = SetWeight(w, p);
@@ -2268,6 +2277,10 @@ size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
 
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
+  // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
+  // first product, not at the first one that would take them.
+  static const bool switches_read = (tma::TurnedOff(), wgmma_split::TmaTurnedOff(), ExpertsTmaTokens(), true);
+  (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);
   if (m < 0) Fail("negative row count");

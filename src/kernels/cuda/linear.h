@@ -102,6 +102,9 @@ void SetTmaKernelsForTesting(int mode, int expert_tokens = 64);
 // Whether this build and driver can run the TMA-fed kernels on the current device (sm_90a code,
 // compute capability 9.0, the driver's tensor-map encoder).
 bool TmaKernelsAvailable();
+// Tests only: how many TMA-fed kernels this process has launched (so a test can tell that the
+// kernel it compares did run).
+uint64_t TmaLaunchesForTesting();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.

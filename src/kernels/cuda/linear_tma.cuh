@@ -152,7 +152,11 @@ struct Ring {
   }
   __device__ __forceinline__ uint8_t* Stage(int64_t j) const { return base + (j % kStages) * kStageBytes; }
   __device__ __forceinline__ uint32_t Parity(int64_t j) const { return static_cast<uint32_t>(j / kStages) & 1u; }
-  __device__ __forceinline__ void WaitLoaded(int64_t j) const { BarrierWait(&full[j % kStages], Parity(j)); }
+  // Every thread; the warp leaves converged (wgmma's .aligned instructions follow).
+  __device__ __forceinline__ void WaitLoaded(int64_t j) const {
+    BarrierWait(&full[j % kStages], Parity(j));
+    __syncwarp();
+  }
   // Returns once every consumer has released load j (its stage may take load j + kStages).
   __device__ __forceinline__ void WaitReleased(int64_t j) const { BarrierWait(&empty[j % kStages], Parity(j)); }
   __device__ __forceinline__ void Release(int64_t j) const { BarrierArrive(&empty[j % kStages]); }

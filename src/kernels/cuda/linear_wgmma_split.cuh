@@ -168,7 +168,8 @@ struct BlockPlace {
         q(static_cast<int>(threadIdx.x) % 4),
         chunks(static_cast<int>(p.k / kChunkCols)),
         scales(p.scale + ((g * p.n + n0) / kFp8Block) * p.scale_row_stride) {
-    const int warp = (static_cast<int>(threadIdx.x) % 128) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    const int tid = static_cast<int>(threadIdx.x);
+    const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
     ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;
   }
 };
