@@ -6,8 +6,9 @@
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations, its
 #      mma.sync column and all of the reference's roundings, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations (dense, FP4 experts pre-folded, grouped split-BF16) and the split-BF16 attention
-#      with all of the reference's roundings, unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
+#      with FP8 activations (dense, FP4 experts pre-folded, grouped split-BF16), every kernel of a
+#      batch-1 decode step and the split-BF16 attention with all of the reference's roundings,
+#      unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
 #      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
 #      since 2026-12-01 to keep it within one call.)
 # Prints their summaries, and leaves in $OUT one archive per step as it ends (session-run.tar.xz,
@@ -52,6 +53,10 @@ if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
   OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'TmaLinearKernel|WgmmaLinearKernel|ExpertsWgmmaKernel|ExpertsPreFoldedKernel|ExpertsPreFoldedTmaKernel|PreFoldKernel|SplitBf16GroupedKernel|SplitBf16GroupedTmaKernel' 16 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
+  # Every kernel of a batch-1 decode step at 8k with every reference rounding (~110 launches a
+  # step: which of them hold the step's 2.5 ms against its 0.41 ms floor).
+  OUT=$work timeout 200 bash scripts/gpu-profile.sh d1ref '.' 130 -- --batches 1 --contexts 8192 --no-prefill \
+    --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 2>&1 | cut -c1-32,88-
   # Sparse attention on split-BF16 tensor cores (its three layers' launches).
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-attn 'AttentionSplitBf16Kernel' 3 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 2>&1 | cut -c1-32,88-

@@ -156,9 +156,12 @@ TEST(CudaHc, Head) {
   for (const int64_t m : {1, 5, 64, 300}) CheckHcHead(m, 4, 4096, seed += 10);
 }
 
-void CheckHcPost(int64_t m, int64_t s, int64_t d, uint64_t seed) {
-  SCOPED_TRACE("M " + std::to_string(m) + " S " + std::to_string(s) + " D " + std::to_string(d));
-  const int64_t ldo = d + 5;
+// o's rows padded by o_pad floats: 5 keeps them unaligned (the one-channel kernel), 0 or 4 with
+// d % 4 == 0 and s == 4 aligned (four channels per thread).
+void CheckHcPost(int64_t m, int64_t s, int64_t d, uint64_t seed, int64_t o_pad = 5) {
+  SCOPED_TRACE("M " + std::to_string(m) + " S " + std::to_string(s) + " D " + std::to_string(d) + " ldo D+" +
+               std::to_string(o_pad));
+  const int64_t ldo = d + o_pad;
   std::vector<float> o = RandomFloats(static_cast<size_t>(m * ldo), seed, -2.f, 2.f);
   std::vector<float> x = RandomFloats(static_cast<size_t>(m * s * d), seed + 1, -2.f, 2.f);
   std::vector<float> post = RandomFloats(static_cast<size_t>(m * s), seed + 2, 0.f, 2.f);
@@ -179,6 +182,9 @@ TEST(CudaHc, Post) {
   CheckHcPost(3, 3, 300, seed += 10);
   CheckHcPost(2, 16, 33, seed += 10);
   for (const int64_t m : {1, 5, 64}) CheckHcPost(m, 4, 4096, seed += 10);
+  for (const int64_t m : {1, 64, 300}) CheckHcPost(m, 4, 4096, seed += 10, 0);
+  CheckHcPost(7, 4, 1028, seed += 10, 4);  // 1028 = 4 · 257: a partial last block of channels
+  CheckHcPost(2, 16, 64, seed += 10, 0);   // aligned, but 16 streams: one channel per thread
 }
 
 }  // namespace
