@@ -17,8 +17,9 @@ constexpr int kRowThreads = 256;
 // Elements a norm thread loads before using them (all in flight together).
 constexpr int kNormBatch = 4;
 
-// One block per row. Thread j sums x[i]² over i = j, j + blockDim, ... in that order (fmaf from
-// +0), then BlockSum; y[i] = w[i] · (x[i] · inv). Loads go kNormBatch at a time ahead of use.
+// Rows of more than kWarpRowMax values, one block per row. Thread j sums x[i]² over i = j,
+// j + blockDim, ... in that order (fmaf from +0), then BlockSum; y[i] = w[i] · (x[i] · inv). Loads
+// go kNormBatch at a time ahead of use.
 __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype,
                               float eps, float* y, int64_t ldy) {
   __shared__ float scratch[32];
@@ -50,6 +51,42 @@ __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void
       const int64_t i = i0 + u * stride;
       if (i < n) yr[i] = w[u] * (v[u] * inv);
     }
+  }
+}
+
+// Rows of at most kWarpRowMax values take one warp each (8 rows per block): lane j sums x[i]² over
+// i = j, j + 32, ... in that order (fmaf from +0), then WarpSum; y[i] = w[i] · (x[i] · inv). The
+// choice depends on n only, so a row's bits do not depend on m. (One block of 256 threads per row
+// of 512 values, the per-head q norm of a prefill, left most threads idle behind two barriers.)
+constexpr int64_t kWarpRowMax = 512;
+constexpr int kWarpRowsPerBlock = kRowThreads / kWarpSize;
+
+__global__ void __launch_bounds__(kRowThreads)
+    RmsNormWarpKernel(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
+                      float eps, float* y, int64_t ldy) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= m) return;  // uniform per warp
+  const float* xr = x + row * ldx;
+  float* yr = y + row * ldy;
+  constexpr int kPerLane = kWarpRowMax / kWarpSize;
+  float v[kPerLane];
+  float ss = 0.f;
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
+    v[u] = i < n ? xr[i] : 0.f;
+  }
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    if (lane + static_cast<int64_t>(u) * kWarpSize < n) ss = fmaf(v[u], v[u], ss);
+  }
+  ss = WarpSum(ss);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int u = 0; u < kPerLane; ++u) {
+    const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
+    if (i < n) yr[i] = (weight != nullptr ? LoadAsFloat(weight, weight_dtype, i) : 1.f) * (v[u] * inv);
   }
 }
 
@@ -299,7 +336,12 @@ void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weig
              float eps, float* y, int64_t ldy, cudaStream_t stream) {
   if (m == 0) return;
   CheckRows(m, "rms_norm");
-  RmsNormKernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy);
+  if (n <= kWarpRowMax) {
+    RmsNormWarpKernel<<<static_cast<unsigned>(CeilDiv(m, kWarpRowsPerBlock)), kRowThreads, 0, stream>>>(
+        x, ldx, m, n, weight, weight_dtype, eps, y, ldy);
+  } else {
+    RmsNormKernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy);
+  }
   DI_CUDA_LAUNCH_CHECK("rms_norm");
 }
 
