@@ -272,8 +272,8 @@ inline bool EnvSwitch(const char* name, bool unset) {
   ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", message.c_str());
 }
 
-// Whether the tests or the environment switch (DEEPINFER_TMA, _GROUPED, _EXPERTS; read once per
-// name by the caller's static) a TMA-fed kernel on.
+// Whether the tests or, where they do not choose, the environment's switch (DEEPINFER_TMA or
+// DEEPINFER_TMA_GROUPED, read once by the caller's static) turn a TMA-fed kernel on.
 inline bool Chosen(bool from_environment) {
   const int mode = TestOverride().load();
   return mode >= 0 ? mode == 1 : from_environment;
@@ -292,9 +292,8 @@ inline bool TurnedOff() {
 // split K.
 inline bool Usable(const Params& p, Kind kind) {
   return kind == Kind::kFp8 && p.m > wgmma::kTokens && p.w_vec16 && p.w_row_bytes % 16 == 0 && p.k > 0 &&
-         p.k % kChunk == 0 &&
-         p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && wgmma::PaddedRows(p.m) < (int64_t{1} << 31) &&
-         !TurnedOff() && wgmma::DeviceHasWgmma();
+         p.k % kChunk == 0 && p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) &&
+         wgmma::PaddedRows(p.m) < (int64_t{1} << 31) && !TurnedOff() && wgmma::DeviceHasWgmma();
 }
 
 }  // namespace tma
