@@ -21,15 +21,21 @@
 # beside this on the second GPU of the 2xH200 kind (2026-12-01), their 22 host-bound processes
 # slowed these steps past a 440 s call and themselves past 360 s (docs/cuda-backend.md).
 #
-#   bash scripts/gpu-session.sh [--no-profile | --only-profile]
+# --only-run and --only-bench run step 1 or step 2 alone (with 4-5 bench columns of switches the
+# two no longer fit one 600 s call with certainty: 477 s at cc5395b with three).
+#
+#   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=1
-checks=1
+run=1
+bench=1
 while [[ $# -gt 0 ]]; do
   case $1 in
     --no-profile) profile=0; shift ;;
-    --only-profile) checks=0; shift ;;
+    --only-profile) run=0; bench=0; shift ;;
+    --only-run) bench=0; profile=0; shift ;;
+    --only-bench) run=0; profile=0; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -38,11 +44,13 @@ mkdir -p "$final"
 status=0
 # keep STEP DIR: archives a step's outputs (DIR, its own folder) into $OUT as soon as it ends.
 keep() { tar -C "$2" -cJf "$final/session-$1.tar.xz" . && rm -rf "$2"; }
-if [[ $checks -eq 1 ]]; then
+if [[ $run -eq 1 ]]; then
   work=$(mktemp -d)
   OUT=$work timeout 300 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tail -24
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   keep run "$work"
+fi
+if [[ $bench -eq 1 ]]; then
   work=$(mktemp -d)
   OUT=$work timeout 400 bash scripts/gpu-bench.sh --steps 2>&1 | sed -n '/side by side/,/== HF transformers/p'
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
