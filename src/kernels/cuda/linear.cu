@@ -1126,10 +1126,10 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const Exper
   }
 }
 
-// Tile `index` of the walk over the five tile lists as one: the tiled list (17-64 rows) first, then
-// GEMV kinds 3, 2, 1, 0; index below the lists' total. The counts are read per call (cached)
-// rather than held: the FP4 kernel has no registers to spare. Static indices only, so no stack
-// frame.
+// Tile `index` of the walk over the five tile lists as one: the tiled list (from 17 rows to the
+// plan's tile height) first, then GEMV kinds 3, 2, 1, 0; index below the lists' total. The counts
+// are read per call (cached) rather than held: the FP4 kernel has no registers to spare. Static
+// indices only, so no stack frame.
 __device__ __forceinline__ const ExpertTile* WalkTile(const TileLists& lists, int32_t index) {
   const ExpertTile* tile = nullptr;
 #pragma unroll
@@ -2091,6 +2091,8 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
   if constexpr (K == Kind::kFp4) {
     if (LaunchExpertsPreFolded(l, ep, a)) return;
+    // A plan cut for the TMA-fed kernel (128-row tiles) must not reach the 64-token kernels.
+    if (l.tma_tokens != 0) Fail("the pre-folded experts' TMA path was planned but cannot run");
   }
   // Persistent blocks: at most as many as fit on the device at once.
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
