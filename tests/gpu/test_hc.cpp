@@ -102,24 +102,28 @@ TEST(CudaHc, PreSmall) {
 TEST(CudaHc, PreFlash) {
   DI_REQUIRE_GPU();
   uint64_t seed = 200;
-  // 300 tokens takes the 4-tokens-per-block path.
-  for (const int64_t m : {1, 5, 64, 300}) CheckHcPre(m, 4, 4096, seed += 10);
+  // 300 tokens takes the 4-tokens-per-block path, 1,100 the 8-token one (the last block 4 tokens).
+  for (const int64_t m : {1, 5, 64, 300, 1100}) CheckHcPre(m, 4, 4096, seed += 10);
 }
 
-// A token's outputs do not depend on the batch (nor on the 1- vs 4-token block path): bit-exact.
+// A token's outputs do not depend on the batch (nor on the 1-, 4- or 8-token block path):
+// bit-exact. 300 tokens take 4 per block, 1,100 take 8.
 TEST(CudaHc, PreBatchInvariant) {
   DI_REQUIRE_GPU();
-  const HcInputs in = MakeInputs(300, 4, 4096, false, 300);
-  const HcPreOut all = GpuHcPre(in, 0, 300, 4096);
-  for (const int64_t t0 : {0, 7, 299}) {
-    const int64_t m = t0 == 7 ? 5 : 1;
-    const HcPreOut part = GpuHcPre(in, t0, m, 4096);
-    auto slice = [&](const std::vector<float>& v, int64_t per) {
-      return std::vector<float>(v.begin() + t0 * per, v.begin() + (t0 + m) * per);
-    };
-    EXPECT_TRUE(AllEqual(part.a, slice(all.a, 4096), "a"));
-    EXPECT_TRUE(AllEqual(part.post, slice(all.post, 4), "post"));
-    EXPECT_TRUE(AllEqual(part.comb, slice(all.comb, 16), "comb"));
+  for (const int64_t tokens : {int64_t{300}, int64_t{1100}}) {
+    SCOPED_TRACE(testing::Message() << tokens << " tokens");
+    const HcInputs in = MakeInputs(tokens, 4, 4096, false, 300);
+    const HcPreOut all = GpuHcPre(in, 0, tokens, 4096);
+    for (const int64_t t0 : {int64_t{0}, int64_t{7}, tokens - 1}) {
+      const int64_t m = t0 == 7 ? 5 : 1;
+      const HcPreOut part = GpuHcPre(in, t0, m, 4096);
+      auto slice = [&](const std::vector<float>& v, int64_t per) {
+        return std::vector<float>(v.begin() + t0 * per, v.begin() + (t0 + m) * per);
+      };
+      EXPECT_TRUE(AllEqual(part.a, slice(all.a, 4096), "a"));
+      EXPECT_TRUE(AllEqual(part.post, slice(all.post, 4), "post"));
+      EXPECT_TRUE(AllEqual(part.comb, slice(all.comb, 16), "comb"));
+    }
   }
 }
 
