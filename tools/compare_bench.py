@@ -3,8 +3,10 @@
 
 For each decode point (context, batch) and each prefill length, prints every report's step time,
 its ratio to the memory floor, and its speed-up over the first report; then the 43-layer
-scaling. The first report is the baseline (e.g. the f32 SIMT kernels), the others the variants
-(e.g. --tensor-cores, --tensor-cores --fp8-activations).
+scaling; then, where the reports hold the per-op profile, the ops' times (ms) side by side at the
+longest prefill and at decode batch 1 and 64 at 8k context (else the longest). The first report is the
+baseline (e.g. the f32 SIMT kernels), the others the variants (e.g. --tensor-cores,
+--tensor-cores --fp8-activations).
 
     python3 tools/compare_bench.py NAME=steps.json NAME=steps-tc.json ...
 """
@@ -66,6 +68,28 @@ def main():
 
     for length in sorted(set().union(*[p.keys() for p in prefill])):
         print(f"{length:>8} " + cells([p.get(length) for p in prefill], run, 36))
+
+    lengths = sorted(set().union(*[p.keys() for p in prefill]))
+    if lengths:
+        print_ops(f"prefill {lengths[-1]}", names, [p.get(lengths[-1]) for p in prefill])
+    contexts = sorted({k[0] for k in keys})
+    if contexts:
+        context = 8192 if 8192 in contexts else contexts[-1]  # issue 8's context where the run has it
+        for batch in (1, 64):
+            print_ops(f"decode batch {batch} at {context}", names, [d.get((context, batch)) for d in decode])
+
+
+def print_ops(title, names, points, top=16):
+    """The per-op profile (ms) of one point in every report that has it, the ops most expensive in
+    any report first."""
+    ops = [(p or {}).get("profile_seconds", {}).get("by_op", {}) for p in points]
+    if not any(ops):
+        return
+    order = sorted(set().union(*[o.keys() for o in ops]), key=lambda op: -max(o.get(op, 0.0) for o in ops))
+    print(f"\nper op, {title}: ms (the bench's profile mode: eager, one event pair per op)")
+    print(f"{'op':>22} " + " ".join(f"{n:>16}" for n in names))
+    for op in order[:top]:
+        print(f"{op:>22} " + " ".join(f"{1e3 * o[op]:16.3f}" if op in o else f"{'-':>16}" for o in ops))
 
 if __name__ == "__main__":
     main()
