@@ -46,7 +46,10 @@ status=0
 keep() { tar -C "$2" -cJf "$final/session-$1.tar.xz" . && rm -rf "$2"; }
 if [[ $run -eq 1 ]]; then
   work=$(mktemp -d)
-  OUT=$work timeout 300 bash scripts/gpu-run.sh 2>&1 | grep -vE "^\[v4-tiny" | tail -24
+  # 300 s beside the bench (one call), 500 s alone: at cc5395b the label's tests took 144 s and
+  # steps 1 and 2 together 477 s with three reruns; two reruns were added since.
+  OUT=$work timeout $([[ $bench -eq 1 ]] && echo 300 || echo 500) bash scripts/gpu-run.sh 2>&1 |
+    grep -vE "^\[v4-tiny" | tail -26
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   keep run "$work"
 fi
