@@ -272,27 +272,21 @@ __global__ void __launch_bounds__(128) HcSinkhornKernel(float* __restrict__ comb
 #pragma unroll
     for (int k = 0; k < S; ++k) c[j][k] = c[j][k] / sum + eps;
   }
-  auto normalize_columns = [&] {
+  // Each row (by_rows) or column: its sum left to right, then every element over (sum + eps).
+  auto normalize = [&](bool by_rows) {
 #pragma unroll
-    for (int k = 0; k < S; ++k) {
+    for (int a = 0; a < S; ++a) {
       float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < S; ++j) sum += c[j][k];
+      for (int b = 0; b < S; ++b) sum += by_rows ? c[a][b] : c[b][a];
 #pragma unroll
-      for (int j = 0; j < S; ++j) c[j][k] /= (sum + eps);
+      for (int b = 0; b < S; ++b) (by_rows ? c[a][b] : c[b][a]) /= (sum + eps);
     }
   };
-  normalize_columns();
+  normalize(false);
   for (int64_t it = 1; it < iters; ++it) {
-#pragma unroll
-    for (int j = 0; j < S; ++j) {
-      float sum = 0.f;
-#pragma unroll
-      for (int k = 0; k < S; ++k) sum += c[j][k];
-#pragma unroll
-      for (int k = 0; k < S; ++k) c[j][k] /= (sum + eps);
-    }
-    normalize_columns();
+    normalize(true);
+    normalize(false);
   }
 #pragma unroll
   for (int j = 0; j < S; ++j) {

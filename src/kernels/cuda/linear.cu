@@ -2051,9 +2051,12 @@ bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, con
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("pre-folded experts too large for 32-bit coordinates");
   uint8_t* pre = static_cast<uint8_t*>(l.codes) + PreFoldOffset(b.m, b.k);
   constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
-  AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  int64_t grid = 0;  // ExpertsPreFoldedKernel's (the TMA-fed kernel sizes its own)
+  if (l.tma_tokens == 0) {
+    AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
+    const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
+    grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  }
   for (int64_t e0 = 0; e0 < l.num_experts; e0 += group) {
     const int64_t count = std::min(group, l.num_experts - e0);
     const int32_t first = static_cast<int32_t>(e0), end = static_cast<int32_t>(e0 + count);
