@@ -1394,7 +1394,7 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
       const bool again = __ldg(more + c) != 0;  // uniform over the block
       wgmma::WgmmaWaitAll();
       wgmma::PinAll(acc);
-      const float* xs = reinterpret_cast<const float*>(stage + R::kXs);
+      const float* xs = R::XScales(stage, t.row0);
       wgmma::AddScaledRows(part, acc, sa, sb, xs, q);
       if (again) {
         const Params fp4 = TileParams<Kind::kFp4>(ep, t);
@@ -1674,13 +1674,14 @@ CUtensorMap TensorMap(const void* base, CUtensorMapDataType dtype, int rank, con
 }
 
 // The maps of the x side of the TMA kernels: codes [m_pad][k] e4m3 in swizzled boxes of `tokens`
-// rows × 128 bytes, scales [k / 128][m_pad] f32 in boxes of 1 × `tokens`.
+// rows × 128 bytes, scales [k / 128][m_pad] f32 in boxes of 1 × (`tokens` + tma::kXsAlign) (the
+// kernels load them from an aligned row: tma::Ring::Load).
 std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_t k, uint32_t tokens) {
   const uint64_t m_pad = static_cast<uint64_t>(a.m_pad), kk = static_cast<uint64_t>(k);
   const uint64_t code_dims[2] = {kk, m_pad}, code_strides[1] = {kk};
   const uint32_t code_box[2] = {tma::kChunk, tokens};
   const uint64_t scale_dims[2] = {m_pad, kk / tma::kChunk}, scale_strides[1] = {m_pad * 4};
-  const uint32_t scale_box[2] = {tokens, 1};
+  const uint32_t scale_box[2] = {tokens + tma::kXsAlign, 1};
   return {TensorMap(a.codes, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, code_dims, code_strides, code_box,
                     CU_TENSOR_MAP_SWIZZLE_128B),
           TensorMap(a.xscales, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, scale_dims, scale_strides, scale_box,

@@ -32,6 +32,9 @@ namespace tma {
 constexpr int kChunk = wgmma::kChunk;          // 128 columns of e4m3 per row
 constexpr int kBlockRows = wgmma::kBlockRows;  // 128 weight rows: one FP8 scale block
 constexpr int kThreads = 256;  // two consumer warpgroups; thread 0 also issues the copies
+// The x scales' boxes start at a row that is a multiple of kXsAlign (16 bytes of f32: the TMA's
+// alignment of a box's first byte) and hold kXsAlign more rows than the tile (Ring::XScales).
+constexpr int kXsAlign = 4;
 
 // ---- mbarriers and TMA (PTX) ----------------------------------------------------------------------
 
@@ -120,14 +123,18 @@ __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
 
 // The ring of a block's loads: load j (j = 0, 1, ... over the block's life: one per chunk of each
 // of its tiles) lands in stage j % kStages: the weight tile (128 rows × 128 bytes, swizzled) at 0,
-// the x codes (kTok rows, swizzled) at kX, the x scales (kTok floats) at kXs. full[s] completes
-// when a load's bytes have arrived; empty[s] when all kThreads consumers have released it.
+// the x codes (kTok rows, swizzled) at kX, the x scales at kXs: kXsBox floats from row
+// x_row - x_row % kXsAlign (XScales finds x_row's), since a box's first byte in global memory must
+// be 16-byte aligned (the TMA faults with an illegal instruction otherwise; the experts' tiles start
+// at any row). full[s] completes when a load's bytes have arrived; empty[s] when all kThreads
+// consumers have released it.
 template <int kTok>
 struct Ring {
   static constexpr int kElems = kTok / 2;  // D fragment elements per thread
   static constexpr int kX = kBlockRows * kChunk;
   static constexpr int kXs = kX + kTok * kChunk;
-  static constexpr int kTxBytes = kXs + kTok * 4;  // bytes the TMA writes per load
+  static constexpr int kXsBox = kTok + kXsAlign;  // the scales box (XTensorMaps)
+  static constexpr int kTxBytes = kXs + kXsBox * 4;  // bytes the TMA writes per load (a box's every byte)
   static constexpr int kStageBytes = (kTxBytes + 1023) / 1024 * 1024;  // the swizzle's 1024-byte period
   static constexpr int kStages = kTok == 128 ? 6 : 8;
   static constexpr int kBarriers = kStages * kStageBytes;  // full[kStages], then empty[kStages]
@@ -152,6 +159,10 @@ struct Ring {
   }
   __device__ __forceinline__ uint8_t* Stage(int64_t j) const { return base + (j % kStages) * kStageBytes; }
   __device__ __forceinline__ uint32_t Parity(int64_t j) const { return static_cast<uint32_t>(j / kStages) & 1u; }
+  // The scales of rows x_row .. x_row + kTok - 1 in `stage`, as Load(.., x_row) wrote them.
+  __device__ __forceinline__ static const float* XScales(const uint8_t* stage, int x_row) {
+    return reinterpret_cast<const float*>(stage + kXs) + x_row % kXsAlign;
+  }
   // Every thread; the warp leaves converged (wgmma's .aligned instructions follow).
   __device__ __forceinline__ void WaitLoaded(int64_t j) const {
     BarrierWait(&full[j % kStages], Parity(j));
@@ -173,7 +184,7 @@ struct Ring {
       TmaLoad3d(stage, w_map, bar, column, w_row, w_slab);
     }
     TmaLoad2d(stage + kX, x_map, bar, column, x_row);
-    TmaLoad2d(stage + kXs, xs_map, bar, x_row, column / kChunk);
+    TmaLoad2d(stage + kXs, xs_map, bar, x_row - x_row % kXsAlign, column / kChunk);
   }
 };
 
@@ -182,8 +193,8 @@ struct Ring {
 // grid (ceil(n / 128), ceil(m_pad / 128)); kThreads threads, kLinearSmemBytes of dynamic shared
 // memory. w_map: the weight, UINT8 [n rows][k bytes], boxes of 128 × 128 bytes, 128-byte swizzle;
 // x_map: the codes, UINT8 [m_pad][k], boxes of 128 × 128; xs_map: the x scales, FLOAT32
-// [k / 128][m_pad], boxes of 1 × 128 (linear.cu's LaunchTma). p: y, n, m, k and the weight's
-// scales (as WgmmaBlock reads them). Load j of the ring is chunk j.
+// [k / 128][m_pad], boxes of 1 × (128 + kXsAlign) (linear.cu's LaunchTma). p: y, n, m, k and the
+// weight's scales (as WgmmaBlock reads them). Load j of the ring is chunk j.
 constexpr int kLinearTokens = 128;
 using LinearRing = Ring<kLinearTokens>;
 constexpr int kLinearSmemBytes = LinearRing::kEnd + 1024;  // + base alignment
@@ -242,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  : DecodeE8m0(__ldg(p.scale + scale_row + c));
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
-    wgmma::AddScaledRows(part, acc, sw, sw, reinterpret_cast<const float*>(stage + R::kXs), q);
+    wgmma::AddScaledRows(part, acc, sw, sw, R::XScales(stage, static_cast<int>(t0)), q);
     ring.Release(c);  // this thread's last read of the stage (the MMAs' reads are complete)
     wgmma::EndChunk(total, part, c, 0, chunks);
   }
