@@ -15,7 +15,7 @@
 # all of the reference's roundings (--kv-fp8 --indexer-fp4 too: sparse attention on tensor cores),
 # that at batch 64 and the prefills with the FP4 experts never pre-folded (DEEPINFER_FP4_PREFOLD=0),
 # with the dense FP8 linears never on the TMA kernel (DEEPINFER_TMA=0: version 14's comparison)
-# with grouped_linear on its cp.async kernel (DEEPINFER_TMA_GROUPED=0: version 15's comparison)
+# with grouped_linear on its TMA-fed kernel (DEEPINFER_TMA_GROUPED=1: version 15, off by default)
 # and with the pre-folded experts TMA-fed (DEEPINFER_TMA_EXPERTS=64 and 128, version 14b). The columns of
 # versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
@@ -58,9 +58,9 @@ if [[ ${1:-} == --steps ]]; then
   # against never (version 8's kernel, folding per chunk and token tile); Linear's unsplit FP8
   # products on the TMA kernel (version 14; the default) against the 64-token cp.async kernel.
   # DEEPINFER_TMA_EXPERTS=64 / 128: the pre-folded experts TMA-fed too, at 64- or 128-token tiles
-  # (version 14b, off by default). DEEPINFER_TMA_GROUPED=0: grouped_linear on its cp.async kernel
-  # (version 15's comparison).
-  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 tma0:DEEPINFER_TMA=0 tmagrouped0:DEEPINFER_TMA_GROUPED=0 \
+  # (version 14b, off by default). DEEPINFER_TMA_GROUPED=1: grouped_linear on its TMA-fed kernel
+  # (version 15, off by default).
+  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 tma0:DEEPINFER_TMA=0 tmagrouped1:DEEPINFER_TMA_GROUPED=1 \
     tmaexperts64:DEEPINFER_TMA_EXPERTS=64 tmaexperts128:DEEPINFER_TMA_EXPERTS=128; do
     echo "== every reference rounding, ${variant#*:}"
     env "${variant#*:}" timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \

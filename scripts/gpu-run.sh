@@ -79,13 +79,14 @@ rc=$?
 echo "DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=128: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-tma-experts.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
 # Linear's FP8 and GroupedLinear's split-BF16 tests and the models on tensor cores again with
-# DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=0: the cp.async kernels the TMA-fed ones replace, the same
-# contracts (src/kernels/cuda/linear_tma.cuh, linear_wgmma_split.cuh).
+# DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=1: Linear on the cp.async kernel the TMA-fed one replaces,
+# GroupedLinear on its TMA-fed kernel (off by default), the same contracts
+# (src/kernels/cuda/linear_tma.cuh, linear_wgmma_split.cuh).
 tma_filter='CudaLinearFp8.*:CudaLinearMma.*:CudaLinear.Grouped*:GpuModel.*TensorCores*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
-DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=0 $dist/deepinfer_gpu_tests \
+DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=1 $dist/deepinfer_gpu_tests \
   --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$tma_filter"; else echo "$filter"; fi)" >"$out/gpu-tests-tma0.log" 2>&1
 rc=$?
-echo "DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=0: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-tma0.log" | head -3 | tr '\n' ' ')"
+echo "DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-tma0.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
 if [[ $sanitize -eq 1 ]]; then
   export DEEPINFER_SANITIZER_SIZES=1  # the whole-model tests at sanitizer sizes (tests/gpu/gpu_test_util.h)

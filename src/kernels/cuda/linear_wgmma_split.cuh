@@ -299,10 +299,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// DEEPINFER_TMA_GROUPED=0 (read once) keeps SplitBf16GroupedKernel (the same bits): the benchmarks'
-// side-by-side.
+// DEEPINFER_TMA_GROUPED=1 (read once) runs SplitBf16GroupedTmaKernel (the same bits); off by
+// default: at the 8k prefill of 3 Flash layers it took 15.75 ms against SplitBf16GroupedKernel's
+// 15.14 (2026-12-02, docs/performance.md version 15).
 inline bool TmaTurnedOff() {
-  static const bool on = tma::EnvSwitch("DEEPINFER_TMA_GROUPED", true);
+  static const bool on = tma::EnvSwitch("DEEPINFER_TMA_GROUPED", false);
   return !tma::Chosen(on);
 }
 
