@@ -316,7 +316,7 @@ nlohmann::json ToJson(const StepPoint& p, const Rates& rates, const LayerMix* mi
   json ops = json::object();
   for (const auto& [key, t] : p.profile) {
     const std::string& op = key.second;
-    if (op == "linear" || op == "grouped_linear" || op == "experts_linear") {
+    if (op == "linear" || op == "dense_linear" || op == "grouped_linear" || op == "experts_linear") {
       linear += t.seconds;
     } else if (op == "sparse_attention" || op == "indexer" || op == "attention_rows" ||
                op == "append_selected_rows" || op == "compressor") {

@@ -90,7 +90,9 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
             LinearInput input, const TensorView& scratch) {
   (void)input;  // the CPU computes the same f32 math for every input
   CheckDevice(ctx, "linear", {&x, &w.data, &y, &scratch});
-  DI_ON_CUDA(ctx, "linear",
+  // The profile names quantized (FP8 / FP4) and dense (BF16 / F32) weights apart: their kernels and
+  // ceilings differ (bench/step_bench.cpp counts both as linear layers).
+  DI_ON_CUDA(ctx, w.format == WeightFormat::kDense ? "dense_linear" : "linear",
              DI_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.size(1) == w.in_features && y.size(1) == w.out_features &&
                           x.size(0) == y.size(0),
                       "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), y.ShapeString(), w.out_features,

@@ -102,12 +102,12 @@ TEST(CudaHc, PreSmall) {
 TEST(CudaHc, PreFlash) {
   DI_REQUIRE_GPU();
   uint64_t seed = 200;
-  // 300 tokens takes the 4-tokens-per-block path, 1,100 the 8-token one (the last block 4 tokens).
+  // 300 and 1,100 tokens take the 4-tokens-per-block path (1,100: more clusters than SMs).
   for (const int64_t m : {1, 5, 64, 300, 1100}) CheckHcPre(m, 4, 4096, seed += 10);
 }
 
-// A token's outputs do not depend on the batch (nor on the 1-, 4- or 8-token block path):
-// bit-exact. 300 tokens take 4 per block, 1,100 take 8.
+// A token's outputs do not depend on the batch (nor on the 1- or 4-token block path): bit-exact.
+// 300 and 1,100 tokens take 4 per block, their slices of 1 and 5 tokens 1 per block.
 TEST(CudaHc, PreBatchInvariant) {
   DI_REQUIRE_GPU();
   for (const int64_t tokens : {int64_t{300}, int64_t{1100}}) {

@@ -58,7 +58,7 @@ TEST(StepBench, DecodeAndPrefillOnTheDemoModel) {
       for (const auto& [key, t] : p.profile) found |= key.first.rfind("layer " + std::to_string(l) + " ", 0) == 0;
       EXPECT_TRUE(found) << "layer " << l << " missing from the profile";
     }
-    EXPECT_GT(p.profile.count({"head", "linear"}), 0u);
+    EXPECT_GT(p.profile.count({"head", "linear"}) + p.profile.count({"head", "dense_linear"}), 0u);
     // Scaled to its own layer mix, a step is the step measured.
     const bench::Extrapolation e = bench::Extrapolate(p, mix, rates);
     ASSERT_TRUE(e.ok) << e.why_not;

@@ -27,12 +27,10 @@ constexpr int kPostThreads = 256;
 // At or above this many tokens a mix block serves 4 tokens (fn is read once for 4); below, one
 // token per block for more blocks. The per-token arithmetic is identical either way.
 constexpr int64_t kMultiTokenMin = 256;
-// From this many tokens HcPre at S = 4 takes 8 tokens per block: fn's 1.5 MiB are read once per 8
-// tokens instead of 4 and each cluster's fixed costs (launch, two cluster barriers, the epilogue)
-// serve twice the tokens. A token's sums are the same (fixed by W), so are its bits.
-constexpr int64_t kEightTokenMin = 1024;
 // There, HcPre at S = 4 defers the Sinkhorn to HcSinkhornKernel (same bits): in the mix kernel one
-// warp per token ran it with 4 of 32 lanes while the whole cluster of 8 SMs waited.
+// warp per token ran it with 4 of 32 lanes while the whole cluster of 8 SMs waited. (8 tokens per
+// block, version 16, was slower at the 8k prefill: 1.73 ms a launch at 156 registers and 12%
+// occupancy against 1.31 ms; docs/performance.md.)
 
 // The CPU's sigmoid, unfused: 1 / (1 + exp(−v)).
 __device__ inline float Sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
@@ -369,13 +367,7 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
   if (p.fn == nullptr || p.base == nullptr || p.scale == nullptr) {
     ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
   }
-  if (m >= kEightTokenMin && !kHead && s == 4) {  // Flash's hc_mult at prefill sizes
-    HcMixKernel<8, false, true><<<static_cast<unsigned>(CeilDiv(m, 8) * kMixCluster), kMixThreads, 0, stream>>>(
-        x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
-    DI_CUDA_LAUNCH_CHECK(what);
-    HcSinkhornKernel<4><<<static_cast<unsigned>(CeilDiv(m, 128)), 128, 0, stream>>>(comb, m, p.sinkhorn_iters,
-                                                                                   p.hc_eps);
-  } else if (m >= kMultiTokenMin && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
+  if (m >= kMultiTokenMin && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
     HcMixKernel<4, false, true><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
     DI_CUDA_LAUNCH_CHECK(what);
