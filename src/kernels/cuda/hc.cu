@@ -30,7 +30,7 @@ constexpr int64_t kMultiTokenMin = 256;
 // There, HcPre at S = 4 defers the Sinkhorn to HcSinkhornKernel (same bits): in the mix kernel one
 // warp per token ran it with 4 of 32 lanes while the whole cluster of 8 SMs waited. (8 tokens per
 // block, version 16, was slower at the 8k prefill: 1.73 ms a launch at 156 registers and 12%
-// occupancy against 1.31 ms; docs/performance.md.)
+// occupancy against 1.28 ms at 124 and 24% (ncu); docs/performance.md.)
 
 // The CPU's sigmoid, unfused: 1 / (1 + exp(−v)).
 __device__ inline float Sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
