@@ -33,6 +33,7 @@ struct StepsArgs {
   bool fp8_activations = false;
   bool kv_fp8 = false;
   bool indexer_fp4 = false;
+  bool bf16_attention_output = false;
   bool decode = true;
   bool prefill = true;
   std::vector<std::string> layer_mix{"0:2", "4:21", "128:20"};
@@ -109,6 +110,7 @@ void RunSteps(StepsArgs& a) {
   lo.numerics.fp8_activations = a.fp8_activations;
   lo.numerics.kv_fp8 = a.kv_fp8;
   lo.numerics.indexer_fp4 = a.indexer_fp4;
+  lo.numerics.bf16_attention_output = a.bf16_attention_output;
   a.options.cuda_graphs = !a.no_graphs;
   a.options.profile = !a.no_profile;
   const bench::LayerMix mix = ParseMix(a.layer_mix);
@@ -134,7 +136,8 @@ void RunSteps(StepsArgs& a) {
                      {"tensor_core_linears", a.tensor_cores},
                      {"fp8_activations", a.fp8_activations},
                      {"kv_fp8", a.kv_fp8},
-                     {"indexer_fp4", a.indexer_fp4}};
+                     {"indexer_fp4", a.indexer_fp4},
+                     {"bf16_attention_output", a.bf16_attention_output}};
   report["layer_mix"] = nlohmann::json::object();
   for (const auto& [ratio, count] : mix) report["layer_mix"][std::to_string(ratio)] = count;
   if (a.decode) {
@@ -185,6 +188,9 @@ void AddStepBench(CLI::App* bench) {
                 "KV rows as the reference stores them (FP8 nope, BF16 rope); with --tensor-cores, sparse attention "
                 "on split-BF16 tensor cores (the benchmark's state is random f32: the kernel rounds it to BF16)");
   cmd->add_flag("--indexer-fp4", a->indexer_fp4, "the indexer's queries and keys through FP4 (the reference's)");
+  cmd->add_flag("--attn-out-bf16", a->bf16_attention_output,
+                "the attention output rounded to BF16, as the reference's BF16 wo_a einsum takes it (with "
+                "--tensor-cores, wo_a on one BF16 part instead of three)");
   cmd->add_flag("!--no-decode", a->decode, "skip the decode points");
   cmd->add_flag("!--no-prefill", a->prefill, "skip the prefill points");
   cmd->add_option("--json", a->json, "write the report as JSON (tools/plot_bench.py draws it)");

@@ -24,6 +24,9 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
               "KV rows as the reference stores them: nope channels through FP8, rope channels through BF16 (with "
               "--tensor-cores, sparse attention on tensor cores)");
   g->add_flag("--indexer-fp4", f.options.load.numerics.indexer_fp4, "round indexer q/k through FP4 (reference QAT)");
+  g->add_flag("--attn-out-bf16", f.options.load.numerics.bf16_attention_output,
+              "round the attention output to BF16 ahead of wo_a, as the reference's BF16 einsum takes it (with "
+              "--tensor-cores, wo_a on one BF16 part instead of three)");
   g->add_flag("--fp8-activations", f.options.load.numerics.fp8_activations,
               "round the inputs of the FP8/FP4 linears through FP8 per 128 (reference act_quant)");
   g->add_flag("--tensor-cores", f.options.load.numerics.tensor_core_linears,

@@ -16,13 +16,12 @@ source scripts/gpu-env.sh
 use_test_data
 tests=$($dist/deepinfer_gpu_tests --gtest_list_tests --gtest_filter="$filter" |
         awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
-failed=()
 for t in $tests; do
   log="$out/each-${t//[^A-Za-z0-9_.]/_}.log"
   if $dist/deepinfer_gpu_tests --gtest_filter="$t" >"$log" 2>&1; then
     echo "ok     $t"
   else
-    echo "FAILED $t"; failed+=("$t")
+    echo "FAILED $t"
     grep -E "Failure|exception|error" "$log" | head -3 | sed 's/^/       /'
   fi
 done | tee "$out/each-summary.txt"

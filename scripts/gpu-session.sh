@@ -67,13 +67,13 @@ if [[ $profile -eq 1 ]]; then
   # Every kernel of a batch-1 decode step at 8k with every reference rounding (~110 launches a
   # step: which of them hold the step's 2.5 ms against its 0.41 ms floor).
   OUT=$work timeout 200 bash scripts/gpu-profile.sh d1ref '.' 130 -- --batches 1 --contexts 8192 --no-prefill \
-    --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 2>&1 | cut -c1-32,88-
+    --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
   # The row kernels of an 8k prefill's first layer (hc mixes and posts, norms, round trips).
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-rows 'HcMix|HcSinkhorn|HcPost|RmsNorm|RoundTrip' 12 -- \
-    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 2>&1 | cut -c1-32,88-
+    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
   # Sparse attention on split-BF16 tensor cores (its three layers' launches).
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-attn 'AttentionSplitBf16Kernel' 3 -- \
-    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 2>&1 | cut -c1-32,88-
+    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
   keep profile "$work"
 fi
 exit $status

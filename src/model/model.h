@@ -24,6 +24,10 @@ struct Numerics {
   // of the inputs of the linears the reference runs as FP8/FP4 GEMMs: wq_a, wkv, wq_b, the
   // indexer's wq_b, wo_b, and w1/w3/w2 of the routed and shared experts.
   bool fp8_activations = false;
+  // BF16 rounding of the attention output after the inverse rotation: the input of wo_a, which the
+  // reference runs as a BF16 einsum on its BF16 attention output. With tensor_core_linears on CUDA,
+  // wo_a then multiplies one BF16 part of it instead of three (docs/numerics.md).
+  bool bf16_attention_output = false;
   // CUDA: BF16 / FP8 / FP4 linears on tensor cores, activations split into three BF16 parts
   // (exact products; only the rounding of the f32 sums changes); with kv_fp8 sparse attention
   // too (its rows are exact in BF16). No effect on the CPU.

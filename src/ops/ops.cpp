@@ -104,13 +104,14 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
 }
 
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
-                   const TensorView& y) {
+                   const TensorView& y, LinearInput input) {
+  DI_CHECK(input != LinearInput::kFp8Blocks, "grouped linear: no FP8-block input (its products are split-BF16)");
   CheckDevice(ctx, "grouped_linear", {&x, &w.data, &y});
   DI_ON_CUDA(ctx, "grouped_linear",
              DI_CHECK(x.is_contiguous() && y.is_contiguous() && x.ndim() == 3 && x.size(1) == num_groups,
                       "grouped linear: x {} y {}", x.ShapeString(), y.ShapeString());
              cuda::GroupedLinear(x.data<float>(), x.size(0), num_groups, ToDevice(w), y.data<float>(), ctx.stream,
-                                 MathOf(ctx)));
+                                 MathOf(ctx), input == LinearInput::kBf16));
   cpu::GroupedLinear(x, w, num_groups, y);
 }
 

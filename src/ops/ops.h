@@ -28,11 +28,13 @@ using cpu::RouterScore;
 // ids: I32 [M]; table [V, D] BF16/F16/F32; y [M, D] f32.
 void Embedding(const OpContext& ctx, const TensorView& ids, const TensorView& table, const TensorView& y);
 void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y);
-// What a linear's input went through: kAsIs, or kFp8Blocks (the reference's act_quant: e4m3 per
-// row and 128 columns, power-of-two scales; Fp8RoundTripRows). With ctx.tensor_core_linears, a
-// kFp8Blocks input of an FP8 / FP4 weight runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act);
-// the CPU and the SIMT kernels compute the same f32 math either way.
-enum class LinearInput : uint8_t { kAsIs, kFp8Blocks };
+// What a linear's input went through: kAsIs, kFp8Blocks (the reference's act_quant: e4m3 per
+// row and 128 columns, power-of-two scales; Fp8RoundTripRows) or kBf16 (every value rounded to
+// BF16: Bf16RoundRows). With ctx.tensor_core_linears, a kFp8Blocks input of an FP8 / FP4 weight
+// runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act), and a kBf16 input of GroupedLinear's
+// split-BF16 kernels one BF16 part instead of three (the same bits); the CPU and the SIMT kernels
+// compute the same f32 math either way.
+enum class LinearInput : uint8_t { kAsIs, kFp8Blocks, kBf16 };
 
 // scratch: device bytes (LinearScratchBytes; may be empty, and is unused on the CPU) where the GPU
 // quantizes a kFp8Blocks input once for its warpgroup-MMA GEMM; without it the mma.sync kernels
@@ -43,7 +45,7 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
 // Scratch bytes Linear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).
 size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input);
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
-                   const TensorView& y);
+                   const TensorView& y, LinearInput input = LinearInput::kAsIs);
 
 struct RopeTable {
   std::vector<float> inv_freq;  // [rope_dim / 2]

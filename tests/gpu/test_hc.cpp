@@ -102,7 +102,7 @@ TEST(CudaHc, PreSmall) {
 TEST(CudaHc, PreFlash) {
   DI_REQUIRE_GPU();
   uint64_t seed = 200;
-  // 300 and 1,100 tokens take the 4-tokens-per-block path (1,100: more clusters than SMs).
+  // 300 and 1,100 tokens take the 4-tokens-per-block path.
   for (const int64_t m : {1, 5, 64, 300, 1100}) CheckHcPre(m, 4, 4096, seed += 10);
 }
 

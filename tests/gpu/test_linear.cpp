@@ -15,6 +15,7 @@
 
 #include "gpu/gpu_test_util.h"
 #include "gpu/linear_test_util.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
 #include "tensor/linear_weight.h"
 
@@ -503,6 +504,37 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
       const std::vector<float> tma = run(1);
       const std::vector<float> other = run(0);
       EXPECT_TRUE(AllEqual(tma, other, what));
+    }
+  }
+}
+
+// x exact in BF16 (the attention output under Numerics::bf16_attention_output): the grouped
+// kernels multiply its hi part alone and give the bits of all three parts, on both the cp.async and
+// the TMA-fed kernel. On an x that is not exact in BF16 the flag must change the result (mid and lo
+// dropped): that shows the one-part kernel ran.
+TEST(CudaLinearMma, GroupedBf16InputEqualsThreeParts) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  uint64_t seed = 3300;
+  TestWeight w = RandomWeight(kFp8E8m0, 8 * 1024, 4096, ++seed);
+  ASSERT_TRUE(cuda::GroupedSplitOnWarpgroupMma(w.Device(), 8));
+  for (const int tma : {0, 1}) {
+    if (tma == 1 && !cuda::TmaKernelsAvailable()) continue;
+    ScopedTmaKernels scoped(tma);
+    for (const int64_t m : {int64_t{1}, int64_t{64}, int64_t{300}}) {
+      const std::string what = "TMA " + std::to_string(tma) + " M=" + std::to_string(m);
+      std::vector<float> x = RandomFloats(static_cast<size_t>(m * 8 * 4096), ++seed);
+      const DeviceArray<float> raw(x);
+      cpu::Bf16Round(x.data(), static_cast<int64_t>(x.size()));
+      const DeviceArray<float> rounded(x);
+      auto run = [&](const DeviceArray<float>& dx, bool bf16) {
+        DeviceArray<float> dy(static_cast<size_t>(m * 8 * 1024));
+        dy.Fill(0xff);  // NaN: an output a kernel skips does not pass
+        cuda::GroupedLinear(dx.get(), m, 8, w.Device(), dy.get(), nullptr, TestLinearMath(), bf16);
+        return dy.ToHost();
+      };
+      EXPECT_TRUE(AllEqual(run(rounded, true), run(rounded, false), what));
+      EXPECT_FALSE(AllEqual(run(raw, true), run(raw, false))) << what << ": the flag did not reach the kernel";
     }
   }
 }

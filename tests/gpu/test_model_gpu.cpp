@@ -151,16 +151,17 @@ TEST(GpuModel, StaticShapesEqualDynamicShapes) {
   ExpectStaticShapesMatchDynamic(*gpu.model);
 }
 
-// With every reference rounding on (FP8 activations, FP8 KV, FP4 indexer) the GPU forward stays
-// batch invariant: chunked prefill equals one-shot bit for bit, and static shapes (the experts'
-// w2 inputs rounded up to the device row count) equal dynamic ones. GPU against CPU is not
-// compared bit for bit here: an fp32 summation-order difference ahead of a rounding can move a
-// value to the neighbouring e4m3 code.
+// With every reference rounding on (FP8 activations, FP8 KV, FP4 indexer, BF16 attention output)
+// the GPU forward stays batch invariant: chunked prefill equals one-shot bit for bit, and static
+// shapes (the experts' w2 inputs rounded up to the device row count) equal dynamic ones. GPU
+// against CPU is not compared bit for bit here: an fp32 summation-order difference ahead of a
+// rounding can move a value to the neighbouring e4m3 code.
 LoadOptions OnGpuQuantized() {
   LoadOptions o = OnGpu();
   o.numerics.fp8_activations = true;
   o.numerics.kv_fp8 = true;
   o.numerics.indexer_fp4 = true;
+  o.numerics.bf16_attention_output = true;
   return o;
 }
 
@@ -240,9 +241,10 @@ std::vector<int32_t> FlashPrompt(int64_t vocab) {
   return prompt;
 }
 
-// The reference's roundings: FP8 activations, FP8 KV rows (BF16 rope), FP4 indexer.
+// The reference's roundings: FP8 activations, FP8 KV rows (BF16 rope), FP4 indexer, the attention
+// output in BF16.
 void SetReferenceRoundings(Numerics& n, bool on) {
-  n.fp8_activations = n.kv_fp8 = n.indexer_fp4 = on;
+  n.fp8_activations = n.kv_fp8 = n.indexer_fp4 = n.bf16_attention_output = on;
 }
 
 const CpuFlashTrack& CpuFlashLogits(bool reference_roundings) {

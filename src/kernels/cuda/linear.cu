@@ -83,6 +83,7 @@ struct Params {
   bool w_vec;                // weight rows allow whole-chunk vector loads
   bool w_vec16;              // weight rows are 16-byte aligned (the tensor-core path's loads)
   bool x_vec;                // x rows allow float4 loads
+  bool x_bf16;               // every x value is exact in BF16 (GroupedLinear's x_exact_in_bf16)
   // LinearGemvKernel only (set by LaunchGemv): x staged in shared memory (rows of x_smem_ld
   // floats, zeros past K) and the weights through the per-warp cp.async rings.
   bool gemv_staged;
@@ -1732,9 +1733,9 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   }
 }
 
-// GroupedLinear's split-BF16 products on warpgroup MMAs (linear_wgmma_split.cuh): the TMA-fed
-// kernel where it is usable, else the cp.async one (the same bits).
-void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
+// LaunchSplitGrouped's kernels with x's first kParts BF16 parts.
+template <int kParts>
+void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t stream) {
   const int64_t tok_blocks = CeilDiv(p.m, wgmma::kTokens);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
   const auto [device, sms] = CurrentDeviceSms();
@@ -1752,16 +1753,24 @@ void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
     const uint32_t x_box[3] = {wgmma_split::kChunkCols, 1, wgmma::kTokens};
     const CUtensorMap x_map =
         TensorMap(p.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_NONE);
-    AllowDynamicSmem<wgmma_split::SplitBf16GroupedTmaKernel>(device, wgmma_split::kTmaSmemBytes);
-    wgmma_split::SplitBf16GroupedTmaKernel<<<grid, wgmma::kThreads, wgmma_split::kTmaSmemBytes, stream>>>(
+    AllowDynamicSmem<wgmma_split::SplitBf16GroupedTmaKernel<kParts>>(device, wgmma_split::kTmaSmemBytes);
+    wgmma_split::SplitBf16GroupedTmaKernel<kParts><<<grid, wgmma::kThreads, wgmma_split::kTmaSmemBytes, stream>>>(
         w_map, x_map, p);
     DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA");
     g_tma_launches.fetch_add(1);
     return;
   }
-  AllowDynamicSmem<wgmma_split::SplitBf16GroupedKernel>(device, wgmma_split::kSmemBytes);
-  wgmma_split::SplitBf16GroupedKernel<<<grid, wgmma::kThreads, wgmma_split::kSmemBytes, stream>>>(p);
+  AllowDynamicSmem<wgmma_split::SplitBf16GroupedKernel<kParts>>(device, wgmma_split::kSmemBytes);
+  wgmma_split::SplitBf16GroupedKernel<kParts><<<grid, wgmma::kThreads, wgmma_split::kSmemBytes, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16");
+}
+
+// GroupedLinear's split-BF16 products on warpgroup MMAs (linear_wgmma_split.cuh): the TMA-fed
+// kernel where it is usable, else the cp.async one (the same bits); x's hi part alone where x is
+// exact in BF16 (p.x_bf16: the same bits again).
+void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
+  if (p.x_bf16) return LaunchSplitGroupedParts<1>(p, groups, stream);
+  LaunchSplitGroupedParts<3>(p, groups, stream);
 }
 
 template <Kind K>
@@ -2308,7 +2317,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
 }
 
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
-                   cudaStream_t stream, LinearMath math) {
+                   cudaStream_t stream, LinearMath math, bool x_exact_in_bf16) {
   Params p{};
   const Kind kind = SetWeight(w, p);
   if (m < 0) Fail("negative row count");
@@ -2325,6 +2334,7 @@ void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWe
   p.m = m;
   p.n = r;
   p.x_vec = Aligned(x, k * 4, 16);  // k % 4 == 0 makes every row and group start aligned too
+  p.x_bf16 = x_exact_in_bf16;
   Launch(p, kind, num_groups, stream, math);
 }
 

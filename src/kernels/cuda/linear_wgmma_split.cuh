@@ -12,7 +12,9 @@
 // all of K: per 64-column chunk in order, per k16 step kk = 0..3, the MMAs of hi, mid and lo
 // (wgmma m64n64k16, bf16 × bf16 → f32). Fixed by K alone: batch invariant. It is not Linear's
 // order, so under the switch a grouped product and the same product through Linear differ in
-// their last bits.
+// their last bits. Where the caller guarantees x exact in BF16 (Params::x_bf16: the attention
+// output rounded as the reference's BF16 einsum takes it), mid and lo are zero and the kernels
+// run hi alone (kParts = 1): the MMAs they drop add exact zeros, so the bits are the same.
 //
 // Work: one block per (128 weight rows of a group, 64 tokens, group), two consumer warpgroups of
 // 64 rows as in linear_wgmma.cuh, two cp.async stages of raw bytes (the FP8 chunk, 128 × 64
@@ -61,14 +63,17 @@ __device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint64_t desc_a
       : "l"(desc_a), "l"(desc_b), "r"(1));
 }
 
-// Issues one chunk's MMAs into acc (one group): per k16 step kk = 0..3 the MMAs of x's hi, mid and
-// lo parts against the weight tile at w_addr (the parts' tiles from x_addr, kXTileBytes apart).
+// Issues one chunk's MMAs into acc (one group): per k16 step kk = 0..3 the MMAs of x's first
+// kParts parts (hi, mid, lo) against the weight tile at w_addr (the parts' tiles from x_addr,
+// kXTileBytes apart).
+template <int kParts>
 __device__ __forceinline__ void IssueSplitChunk(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
+  static_assert(kParts == 1 || kParts == 3, "hi alone (x exact in BF16) or all three parts");
   wgmma::WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-    for (int part = 0; part < 3; ++part) {
+    for (int part = 0; part < kParts; ++part) {
       MmaBf16M64N64K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
                        wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk));
     }
@@ -109,7 +114,8 @@ static_assert(kXTiles - kWTile == kTileX && kXTileBytes == kTokens * kRowBytes, 
 
 // The stage's raw chunk (the FP8 codes, 64 bytes per weight row, then x's f32 rows of 256 bytes)
 // into the BF16 tiles at `tiles`: weights times `scale` (the chunk's block scale, a power of two:
-// exact), x's three parts.
+// exact), x's first kParts parts (IssueSplitChunk reads no others).
+template <int kParts>
 __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float scale, uint8_t* tiles) {
   const int tid = threadIdx.x;
 #pragma unroll
@@ -140,7 +146,7 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
     }
     const uint32_t* parts[3] = {hi, mid, lo};
 #pragma unroll
-    for (int part = 0; part < 3; ++part) {
+    for (int part = 0; part < kParts; ++part) {
       uint8_t* tile = tiles + kTileX + part * kXTileBytes;
       const uint32_t* v = parts[part];
       *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter)) = make_uint4(v[0], v[1], v[2], v[3]);
@@ -175,6 +181,8 @@ struct BlockPlace {
 };
 
 // Grid (n / 128, ceil(m / 64), groups); kThreads threads; kSmemBytes of dynamic shared memory.
+// kParts: 3, or 1 where x is exact in BF16 (p.x_bf16; the same bits).
+template <int kParts>
 __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -201,10 +209,10 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
       LoadSplitStage(p, g, n0, t0, c + 1, smem + ((c + 1) % kStages) * kStageBytes);
     }
     CpAsyncCommit();
-    ConvertSplitStage(stage, DecodeE8m0(__ldg(scales + c / 2)), smem + kWTile);
+    ConvertSplitStage<kParts>(stage, DecodeE8m0(__ldg(scales + c / 2)), smem + kWTile);
     wgmma::FenceProxyAsyncShared();
     __syncthreads();  // the tiles are complete
-    IssueSplitChunk(acc, w_addr, x_addr);
+    IssueSplitChunk<kParts>(acc, w_addr, x_addr);
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
   }
@@ -236,6 +244,8 @@ static_assert(kTmaSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
 // Grid (n / 128, ceil(m / 64), groups); kThreads threads; kTmaSmemBytes of dynamic shared memory.
 // w_map: the weight, UINT8 [groups · n rows][K bytes], boxes of 128 rows × 64 bytes, no swizzle;
 // x_map: x, FLOAT32 [m][groups][K], boxes of 64 tokens × 1 × 64 (linear.cu's LaunchSplitGrouped).
+// kParts as in SplitBf16GroupedKernel.
+template <int kParts>
 __global__ void __launch_bounds__(kThreads, 1)
     SplitBf16GroupedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                               const Params p) {
@@ -266,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto convert = [&](int c) {  // every thread: chunk c's stage into its tiles
     tma::BarrierWait(&full[c % kTmaStages], static_cast<uint32_t>(c / kTmaStages) & 1u);
-    ConvertSplitStage(stage_of(c), DecodeE8m0(__ldg(scales + c / 2)), tiles_of(c));
+    ConvertSplitStage<kParts>(stage_of(c), DecodeE8m0(__ldg(scales + c / 2)), tiles_of(c));
     wgmma::FenceProxyAsyncShared();
   };
   if (tid == 0) {
@@ -282,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t w_addr =
         static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileW + group * kRowsPerGroup * kRowBytes));
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileX));
-    IssueSplitChunk(acc, w_addr, x_addr);
+    IssueSplitChunk<kParts>(acc, w_addr, x_addr);
     // While they run: chunk c + kTmaStages into the stage chunk c was converted from (every thread
     // read it before the last barrier), and chunk c + 1 into the other tiles (chunk c - 1's MMAs,
     // their last readers, completed before that barrier).

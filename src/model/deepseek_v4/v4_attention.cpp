@@ -89,11 +89,14 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   WriteRing(ctx, w);
 
   // Undo the rotation on the value's rope channels, then the grouped low-rank output: wo_a exact
-  // (the reference runs it as a BF16 einsum), wo_b's input rounded like every FP8 linear's.
+  // (the reference runs it as a BF16 einsum: with bf16_attention_output on its BF16 input, as the
+  // reference holds it), wo_b's input rounded like every FP8 linear's.
   ops::Rope(ctx.op, o, pos, table, true);
+  if (numerics_.bf16_attention_output) ops::Bf16RoundRows(ctx.op, o.Reshape({tokens, heads * hd}), 0, heads * hd);
   const int64_t groups = c.o_groups;
   const TensorView z = ws.Alloc(DType::kF32, {tokens, groups, c.o_lora_rank});
-  ops::GroupedLinear(ctx.op, o.Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups, z);
+  ops::GroupedLinear(ctx.op, o.Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups, z,
+                     numerics_.bf16_attention_output ? ops::LinearInput::kBf16 : ops::LinearInput::kAsIs);
   const TensorView z2 = z.Reshape({tokens, groups * c.o_lora_rank});
   QuantizeLinearInput(ctx, z2);
   QuantizedLinear(ctx, z2, aw.wo_b, out);
