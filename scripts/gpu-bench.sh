@@ -16,8 +16,9 @@
 # tensor cores, wo_a on one BF16 part),
 # that at batch 64 and the prefills with the FP4 experts never pre-folded (DEEPINFER_FP4_PREFOLD=0),
 # with the dense FP8 linears never on the TMA kernel (DEEPINFER_TMA=0: version 14's comparison)
-# with grouped_linear on its TMA-fed kernel (DEEPINFER_TMA_GROUPED=1: version 15, off by default)
-# and with the pre-folded experts TMA-fed (DEEPINFER_TMA_EXPERTS=64 and 128, version 14b). The columns of
+# and without --attn-out-bf16 (wo_a on three BF16 parts: version 17's comparison). The columns of
+# the TMA-fed grouped and experts kernels (versions 14b and 15, measured slower and off by
+# default: DEEPINFER_TMA_GROUPED=1, DEEPINFER_TMA_EXPERTS=64|128) and of
 # versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.
@@ -55,19 +56,18 @@ if [[ ${1:-} == --steps ]]; then
   # (The split-BF16 attention's blocks per query, DEEPINFER_ATTENTION_SPLIT=1/8 against the default 2,
   # were swept in the runs of 2026-12-01/02: docs/performance.md, version 11's follow-ups.)
   variants=()
-  # The FP4 experts pre-folded at prefill sizes (version 12; the default from 64 rows per expert)
-  # against never (version 8's kernel, folding per chunk and token tile); Linear's unsplit FP8
-  # products on the TMA kernel (version 14; the default) against the 64-token cp.async kernel.
-  # DEEPINFER_TMA_EXPERTS=64 / 128: the pre-folded experts TMA-fed too, at 64- or 128-token tiles
-  # (version 14b, off by default). DEEPINFER_TMA_GROUPED=1: grouped_linear on its TMA-fed kernel
-  # (version 15, off by default).
-  for variant in prefold0:DEEPINFER_FP4_PREFOLD=0 tma0:DEEPINFER_TMA=0 tmagrouped1:DEEPINFER_TMA_GROUPED=1 \
-    tmaexperts64:DEEPINFER_TMA_EXPERTS=64 tmaexperts128:DEEPINFER_TMA_EXPERTS=128; do
-    echo "== every reference rounding, ${variant#*:}"
-    env "${variant#*:}" timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
-      --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --no-ceilings --batches 64 --contexts 8192 \
-      --json "$out/steps-tc-ref-${variant%%:*}.json" 2>>"$out/bench.log" || status=1
-    variants+=("ref-${variant%%:*}=$out/steps-tc-ref-${variant%%:*}.json")
+  # name;environment;flags: the FP4 experts pre-folded at prefill sizes (version 12; the default
+  # from 64 rows per expert) against never (version 8's kernel, folding per chunk and token tile);
+  # Linear's unsplit FP8 products on the TMA kernel (version 14; the default) against the 64-token
+  # cp.async kernel; wo_a's input rounded to BF16 (version 17) against f32 (three BF16 parts).
+  for variant in "prefold0;DEEPINFER_FP4_PREFOLD=0;--attn-out-bf16" "tma0;DEEPINFER_TMA=0;--attn-out-bf16" \
+    "attnf32;;"; do
+    IFS=';' read -r name environment flags <<<"$variant"
+    echo "== every reference rounding, ${environment:-$name} $flags"
+    env $environment timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \
+      --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 $flags --no-ceilings --batches 64 --contexts 8192 \
+      --json "$out/steps-tc-ref-$name.json" 2>>"$out/bench.log" || status=1
+    variants+=("ref-$name=$out/steps-tc-ref-$name.json")
   done
   echo "== side by side (tools/compare_bench.py)"
   python3 tools/compare_bench.py simt="$out/steps.json" tensor-cores="$out/steps-tc.json" tc+fp8-act="$out/steps-tc-fp8.json" \
