@@ -1,6 +1,7 @@
 #include "ops/ops.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "ops/dispatch.h"
@@ -107,11 +108,19 @@ void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight
                    const TensorView& y, LinearInput input) {
   DI_CHECK(input != LinearInput::kFp8Blocks, "grouped linear: no FP8-block input (its products are split-BF16)");
   CheckDevice(ctx, "grouped_linear", {&x, &w.data, &y});
+  DI_CHECK(x.is_contiguous() && y.is_contiguous() && x.ndim() == 3 && x.size(1) == num_groups,
+           "grouped linear: x {} y {}", x.ShapeString(), y.ShapeString());
+  bool round_in_kernel = false;
+#if DEEPINFER_HAS_CUDA
+  round_in_kernel = input == LinearInput::kBf16 && ctx.on_cuda() && reinterpret_cast<uintptr_t>(x.raw()) % 16 == 0 &&
+                    cuda::GroupedRoundsXToBf16(ToDevice(w), num_groups, MathOf(ctx));
+#endif
+  if (input == LinearInput::kBf16 && !round_in_kernel) {
+    Bf16RoundRows(ctx, x.Reshape({x.size(0), x.size(1) * x.size(2)}), 0, x.size(1) * x.size(2));
+  }
   DI_ON_CUDA(ctx, "grouped_linear",
-             DI_CHECK(x.is_contiguous() && y.is_contiguous() && x.ndim() == 3 && x.size(1) == num_groups,
-                      "grouped linear: x {} y {}", x.ShapeString(), y.ShapeString());
              cuda::GroupedLinear(x.data<float>(), x.size(0), num_groups, ToDevice(w), y.data<float>(), ctx.stream,
-                                 MathOf(ctx), input == LinearInput::kBf16));
+                                 MathOf(ctx), round_in_kernel));
   cpu::GroupedLinear(x, w, num_groups, y);
 }
 

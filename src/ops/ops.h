@@ -28,12 +28,11 @@ using cpu::RouterScore;
 // ids: I32 [M]; table [V, D] BF16/F16/F32; y [M, D] f32.
 void Embedding(const OpContext& ctx, const TensorView& ids, const TensorView& table, const TensorView& y);
 void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y);
-// What a linear's input went through: kAsIs, kFp8Blocks (the reference's act_quant: e4m3 per
-// row and 128 columns, power-of-two scales; Fp8RoundTripRows) or kBf16 (every value rounded to
-// BF16: Bf16RoundRows). With ctx.tensor_core_linears, a kFp8Blocks input of an FP8 / FP4 weight
-// runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act), and a kBf16 input of GroupedLinear's
-// split-BF16 kernels one BF16 part instead of three (the same bits); the CPU and the SIMT kernels
-// compute the same f32 math either way.
+// What a linear's input went through: kAsIs, or kFp8Blocks (the reference's act_quant: e4m3 per
+// row and 128 columns, power-of-two scales; Fp8RoundTripRows). With ctx.tensor_core_linears, a
+// kFp8Blocks input of an FP8 / FP4 weight runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act);
+// the CPU and the SIMT kernels compute the same f32 math either way. kBf16 (GroupedLinear only):
+// the op rounds x to BF16 (nearest even, as Bf16RoundRows) before multiplying; see there.
 enum class LinearInput : uint8_t { kAsIs, kFp8Blocks, kBf16 };
 
 // scratch: device bytes (LinearScratchBytes; may be empty, and is unused on the CPU) where the GPU
@@ -44,6 +43,10 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
             LinearInput input = LinearInput::kAsIs, const TensorView& scratch = TensorView());
 // Scratch bytes Linear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).
 size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input);
+// y[r, g, :] = W_g · x[r, g, :]. With input kBf16, y = W · bf16(x): the CUDA warpgroup-MMA kernels
+// round x as they read it, on one BF16 part instead of three (cuda::GroupedRoundsXToBf16); elsewhere
+// x is rounded in place first. So x is consumed: afterwards it holds either its values or their
+// rounding.
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
                    const TensorView& y, LinearInput input = LinearInput::kAsIs);
 

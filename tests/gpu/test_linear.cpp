@@ -508,16 +508,18 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   }
 }
 
-// x exact in BF16 (the attention output under Numerics::bf16_attention_output): the grouped
-// kernels multiply its hi part alone and give the bits of all three parts, on both the cp.async and
-// the TMA-fed kernel. On an x that is not exact in BF16 the flag must change the result (mid and lo
-// dropped): that shows the one-part kernel ran.
-TEST(CudaLinearMma, GroupedBf16InputEqualsThreeParts) {
+// round_x_to_bf16 (the attention output under Numerics::bf16_attention_output): the grouped
+// kernels round x to BF16 as they read it and multiply that one part, on both the cp.async and the
+// TMA-fed kernel. Their outputs must be the three-part kernels' on x rounded by the CPU's
+// Bf16Round (round to nearest even) bit for bit, and differ from the three-part kernels' on the
+// raw x (which shows that the flag reached the kernel).
+TEST(CudaLinearMma, GroupedRoundedToBf16EqualsThreePartsOnRoundedX) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
   uint64_t seed = 3300;
   TestWeight w = RandomWeight(kFp8E8m0, 8 * 1024, 4096, ++seed);
-  ASSERT_TRUE(cuda::GroupedSplitOnWarpgroupMma(w.Device(), 8));
+  ASSERT_TRUE(cuda::GroupedRoundsXToBf16(w.Device(), 8, cuda::LinearMath::kSplitBf16));
+  EXPECT_FALSE(cuda::GroupedRoundsXToBf16(w.Device(), 8, cuda::LinearMath::kSimtF32));
   for (const int tma : {0, 1}) {
     if (tma == 1 && !cuda::TmaKernelsAvailable()) continue;
     ScopedTmaKernels scoped(tma);
@@ -527,16 +529,29 @@ TEST(CudaLinearMma, GroupedBf16InputEqualsThreeParts) {
       const DeviceArray<float> raw(x);
       cpu::Bf16Round(x.data(), static_cast<int64_t>(x.size()));
       const DeviceArray<float> rounded(x);
-      auto run = [&](const DeviceArray<float>& dx, bool bf16) {
+      auto run = [&](const DeviceArray<float>& dx, bool round) {
         DeviceArray<float> dy(static_cast<size_t>(m * 8 * 1024));
         dy.Fill(0xff);  // NaN: an output a kernel skips does not pass
-        cuda::GroupedLinear(dx.get(), m, 8, w.Device(), dy.get(), nullptr, TestLinearMath(), bf16);
+        cuda::GroupedLinear(dx.get(), m, 8, w.Device(), dy.get(), nullptr, TestLinearMath(), round);
         return dy.ToHost();
       };
-      EXPECT_TRUE(AllEqual(run(rounded, true), run(rounded, false), what));
-      EXPECT_FALSE(AllEqual(run(raw, true), run(raw, false))) << what << ": the flag did not reach the kernel";
+      const std::vector<float> one_part = run(raw, true);
+      EXPECT_TRUE(AllEqual(one_part, run(rounded, false), what));
+      EXPECT_TRUE(AllEqual(run(rounded, true), one_part, what + ", x already rounded"));
+      EXPECT_FALSE(AllEqual(one_part, run(raw, false))) << what << ": the flag did not reach the kernel";
     }
   }
+}
+
+// Where the warpgroup-MMA kernels do not run, asking them to round x is an error, not a silent
+// product of the unrounded x.
+TEST(CudaLinearMma, GroupedRoundingElsewhereIsAnError) {
+  DI_REQUIRE_GPU();
+  TestWeight w = RandomWeight(kFp8E8m0, 3 * 128, 192, 3400);
+  DeviceArray<float> dx(RandomFloats(static_cast<size_t>(2 * 3 * 192), 3401));
+  DeviceArray<float> dy(static_cast<size_t>(2 * 3 * 128));
+  EXPECT_THROW(cuda::GroupedLinear(dx.get(), 2, 3, w.Device(), dy.get(), nullptr, cuda::LinearMath::kSimtF32, true),
+               std::exception);
 }
 
 TEST(CudaLinearMma, BatchInvariantAndDeterministic) {

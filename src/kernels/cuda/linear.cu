@@ -83,7 +83,7 @@ struct Params {
   bool w_vec;                // weight rows allow whole-chunk vector loads
   bool w_vec16;              // weight rows are 16-byte aligned (the tensor-core path's loads)
   bool x_vec;                // x rows allow float4 loads
-  bool x_bf16;               // every x value is exact in BF16 (GroupedLinear's x_exact_in_bf16)
+  bool x_bf16;               // the kernels round x to BF16 (GroupedLinear's round_x_to_bf16)
   // LinearGemvKernel only (set by LaunchGemv): x staged in shared memory (rows of x_smem_ld
   // floats, zeros past K) and the weights through the per-warp cp.async rings.
   bool gemv_staged;
@@ -1766,8 +1766,8 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
 }
 
 // GroupedLinear's split-BF16 products on warpgroup MMAs (linear_wgmma_split.cuh): the TMA-fed
-// kernel where it is usable, else the cp.async one (the same bits); x's hi part alone where x is
-// exact in BF16 (p.x_bf16: the same bits again).
+// kernel where it is usable, else the cp.async one (the same bits); x rounded to BF16 as the one
+// part where p.x_bf16 says so.
 void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
   if (p.x_bf16) return LaunchSplitGroupedParts<1>(p, groups, stream);
   LaunchSplitGroupedParts<3>(p, groups, stream);
@@ -2275,6 +2275,13 @@ bool TmaKernelsAvailable() { return wgmma::DeviceHasWgmma() && EncodeTiled() != 
 
 uint64_t TmaLaunchesForTesting() { return g_tma_launches.load(); }
 
+bool GroupedRoundsXToBf16(const DeviceWeight& w, int64_t num_groups, LinearMath math) {
+  Params p{};
+  const Kind kind = SetWeight(w, p);
+  return kind == Kind::kFp8 && PathFor(math, kind, p.scale_f32, w.in_features) == Path::kSplitBf16 &&
+         GroupedSplitOnWarpgroupMma(w, num_groups);
+}
+
 bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
   Params p{};
   const Kind kind = SetWeight(w, p);
@@ -2317,7 +2324,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
 }
 
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
-                   cudaStream_t stream, LinearMath math, bool x_exact_in_bf16) {
+                   cudaStream_t stream, LinearMath math, bool round_x_to_bf16) {
   Params p{};
   const Kind kind = SetWeight(w, p);
   if (m < 0) Fail("negative row count");
@@ -2334,7 +2341,12 @@ void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWe
   p.m = m;
   p.n = r;
   p.x_vec = Aligned(x, k * 4, 16);  // k % 4 == 0 makes every row and group start aligned too
-  p.x_bf16 = x_exact_in_bf16;
+  p.x_bf16 = round_x_to_bf16;
+  // LaunchKind's condition for LaunchSplitGrouped: no other kernel rounds x.
+  if (round_x_to_bf16 && !(kind == Kind::kFp8 && PathFor(math, kind, p.scale_f32, k) == Path::kSplitBf16 &&
+                           wgmma_split::Usable(p, kind, num_groups))) {
+    Fail("grouped linear: x rounded to BF16 is taken by the warpgroup-MMA split-BF16 kernels only");
+  }
   Launch(p, kind, num_groups, stream, math);
 }
 

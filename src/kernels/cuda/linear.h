@@ -114,11 +114,14 @@ void CheckWeight(const DeviceWeight& w);
 // R = out_features / G, K = in_features); y[r, g, :] = W[g·R:(g+1)·R, :] · x[r, g, :].
 // x: [m, G, K] and y: [m, G, R], both contiguous f32. Same summation order as Linear, except
 // where GroupedSplitOnWarpgroupMma: then kSplitBf16 runs one accumulator over K on warpgroup MMAs
-// (linear_wgmma_split.cuh), at every M. x_exact_in_bf16: the caller guarantees every x value is
-// exact in BF16 (e.g. rounded by Bf16RoundRows); those kernels then multiply x's hi part alone
-// (a third of the MMAs) with the same bits. Other paths ignore it.
+// (linear_wgmma_split.cuh), at every M. round_x_to_bf16: y = W · bf16(x), x rounded to nearest
+// even as those kernels read it, on one BF16 part instead of three (the bits of the three-part
+// kernels on Bf16RoundRows(x)); only where they run (GroupedRoundsXToBf16), an error elsewhere.
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
-                   cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool x_exact_in_bf16 = false);
+                   cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool round_x_to_bf16 = false);
+// Whether GroupedLinear takes round_x_to_bf16 for `w` in `num_groups` groups under `math` (x at a
+// 16-byte aligned address): the warpgroup-MMA split-BF16 kernels run.
+bool GroupedRoundsXToBf16(const DeviceWeight& w, int64_t num_groups, LinearMath math);
 // Whether GroupedLinear's kSplitBf16 products of `w` in `num_groups` groups (16-byte aligned x)
 // run on warpgroup MMAs: an sm_90a device (DEEPINFER_WGMMA not 0), FP8 weights with e8m0 scales
 // in 16-byte aligned rows, R % 128 == 0, K % 64 == 0, more than one group.

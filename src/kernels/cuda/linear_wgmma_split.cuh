@@ -12,9 +12,11 @@
 // all of K: per 64-column chunk in order, per k16 step kk = 0..3, the MMAs of hi, mid and lo
 // (wgmma m64n64k16, bf16 × bf16 → f32). Fixed by K alone: batch invariant. It is not Linear's
 // order, so under the switch a grouped product and the same product through Linear differ in
-// their last bits. Where the caller guarantees x exact in BF16 (Params::x_bf16: the attention
-// output rounded as the reference's BF16 einsum takes it), mid and lo are zero and the kernels
-// run hi alone (kParts = 1): the MMAs they drop add exact zeros, so the bits are the same.
+// their last bits. With Params::x_bf16 (the attention output rounded to BF16 as the reference's
+// BF16 einsum takes it) the kernels multiply x rounded to BF16, round to nearest even, as their
+// only part (kParts = 1): the product of an x already exact in BF16 is then the three-part
+// kernel's bit for bit (its mid and lo are zero and their MMAs add exact zeros), and that of any
+// x is the three-part kernel's on Bf16RoundRows(x).
 //
 // Work: one block per (128 weight rows of a group, 64 tokens, group), two consumer warpgroups of
 // 64 rows as in linear_wgmma.cuh, two cp.async stages of raw bytes (the FP8 chunk, 128 × 64
@@ -114,7 +116,8 @@ static_assert(kXTiles - kWTile == kTileX && kXTileBytes == kTokens * kRowBytes, 
 
 // The stage's raw chunk (the FP8 codes, 64 bytes per weight row, then x's f32 rows of 256 bytes)
 // into the BF16 tiles at `tiles`: weights times `scale` (the chunk's block scale, a power of two:
-// exact), x's first kParts parts (IssueSplitChunk reads no others).
+// exact), x's three parts, or (kParts = 1) x rounded to nearest even alone (IssueSplitChunk reads
+// no other tile).
 template <int kParts>
 __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float scale, uint8_t* tiles) {
   const int tid = threadIdx.x;
@@ -141,8 +144,13 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const float4 v = src[j];
-      SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
-      SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
+      if constexpr (kParts == 1) {
+        hi[2 * j] = mma::PackBf16(v.x, v.y);
+        hi[2 * j + 1] = mma::PackBf16(v.z, v.w);
+      } else {
+        SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
+        SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
+      }
     }
     const uint32_t* parts[3] = {hi, mid, lo};
 #pragma unroll

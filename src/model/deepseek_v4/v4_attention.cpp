@@ -89,10 +89,10 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   WriteRing(ctx, w);
 
   // Undo the rotation on the value's rope channels, then the grouped low-rank output: wo_a exact
-  // (the reference runs it as a BF16 einsum: with bf16_attention_output on its BF16 input, as the
-  // reference holds it), wo_b's input rounded like every FP8 linear's.
+  // (the reference runs it as a BF16 einsum: with bf16_attention_output on o rounded to BF16, as
+  // the reference holds it; the op rounds it, consuming o), wo_b's input rounded like every FP8
+  // linear's.
   ops::Rope(ctx.op, o, pos, table, true);
-  if (numerics_.bf16_attention_output) ops::Bf16RoundRows(ctx.op, o.Reshape({tokens, heads * hd}), 0, heads * hd);
   const int64_t groups = c.o_groups;
   const TensorView z = ws.Alloc(DType::kF32, {tokens, groups, c.o_lora_rank});
   ops::GroupedLinear(ctx.op, o.Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups, z,
