@@ -1733,7 +1733,7 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   }
 }
 
-// LaunchSplitGrouped's kernels with x's first kParts BF16 parts.
+// LaunchSplitGrouped's kernels on kParts = 3 BF16 parts of x (hi, mid, lo) or 1 (x rounded).
 template <int kParts>
 void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t stream) {
   const int64_t tok_blocks = CeilDiv(p.m, wgmma::kTokens);

@@ -70,7 +70,7 @@ __device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint64_t desc_a
 // kXTileBytes apart).
 template <int kParts>
 __device__ __forceinline__ void IssueSplitChunk(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
-  static_assert(kParts == 1 || kParts == 3, "hi alone (x exact in BF16) or all three parts");
+  static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
   wgmma::WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -189,7 +189,7 @@ struct BlockPlace {
 };
 
 // Grid (n / 128, ceil(m / 64), groups); kThreads threads; kSmemBytes of dynamic shared memory.
-// kParts: 3, or 1 where x is exact in BF16 (p.x_bf16; the same bits).
+// kParts: 3 (hi, mid, lo), or 1 where p.x_bf16 (x rounded to BF16 as it is converted).
 template <int kParts>
 __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
