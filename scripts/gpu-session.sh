@@ -7,10 +7,11 @@
 #      mma.sync column and all of the reference's roundings, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
 #      with FP8 activations (dense, FP4 experts pre-folded, grouped split-BF16), every kernel of a
-#      batch-1 decode step and the split-BF16 attention with all of the reference's roundings,
-#      unless --no-profile. (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts
-#      8192 --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session
-#      since 2026-12-01 to keep it within one call.)
+#      batch-1 decode step, the prefill's row kernels and dense-weight linears with all of the
+#      reference's roundings, and the TMA-fed experts at 128-token tiles, unless --no-profile.
+#      (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts 8192
+#      --no-prefill`, and tools/sass_histogram.py over cuobjdump's SASS; out of the session since
+#      2026-12-01 to keep it within one call.)
 # Prints their summaries, and leaves in $OUT one archive per step as it ends (session-run.tar.xz,
 # session-bench.tar.xz, session-profile.tar.xz: every log, JSON report and CSV; the device tool
 # returns at most 8 files, and what a killed call left under $OUT) and steps-compare.txt. Steps 1
@@ -71,9 +72,14 @@ if [[ $profile -eq 1 ]]; then
   # The row kernels of an 8k prefill's first layer (hc mixes and posts, norms, round trips).
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-rows 'HcMix|HcSinkhorn|HcPost|RmsNorm|RoundTrip' 12 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
-  # Sparse attention on split-BF16 tensor cores (its three layers' launches).
-  OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-attn 'AttentionSplitBf16Kernel' 3 -- \
+  # The dense-weight linears (`dense_linear`: the gate, the compressors' and the indexer's BF16
+  # linears) on mma.sync split-BF16 (StagedLinearKernel), layers 0-1.
+  OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-dense 'StagedLinearKernel' 8 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
+  # The TMA-fed pre-folded experts at 128-token tiles (14b, off by default: slower, 51.6 against
+  # 46.6 ms; where its time goes: stalls, occupancy at 255 registers and spills).
+  DEEPINFER_TMA_EXPERTS=128 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-experts128 \
+    'ExpertsPreFoldedTmaKernel' 3 -- --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   keep profile "$work"
 fi
 exit $status
