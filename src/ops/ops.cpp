@@ -104,6 +104,15 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
   cpu::Linear(x, w, y);
 }
 
+bool QuantizesFp8InputInKernel(const OpContext& ctx, const LinearWeight& w) {
+#if DEEPINFER_HAS_CUDA
+  if (ctx.on_cuda() && ctx.tensor_core_linears) return cuda::QuantizesFp8Input(ToDevice(w));
+#endif
+  (void)ctx;
+  (void)w;
+  return false;
+}
+
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
                    const TensorView& y, LinearInput input) {
   DI_CHECK(input != LinearInput::kFp8Blocks, "grouped linear: no FP8-block input (its products are split-BF16)");

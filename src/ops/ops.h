@@ -30,10 +30,16 @@ void Embedding(const OpContext& ctx, const TensorView& ids, const TensorView& ta
 void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y);
 // What a linear's input went through: kAsIs, or kFp8Blocks (the reference's act_quant: e4m3 per
 // row and 128 columns, power-of-two scales; Fp8RoundTripRows). With ctx.tensor_core_linears, a
-// kFp8Blocks input of an FP8 / FP4 weight runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act);
-// the CPU and the SIMT kernels compute the same f32 math either way. kBf16 (GroupedLinear only):
-// the op rounds x to BF16 (nearest even, as Bf16RoundRows) before multiplying; see there.
+// kFp8Blocks input of an FP8 / FP4 weight runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act),
+// whose kernels round x through act_quant themselves (QuantizesFp8InputInKernel: the caller may
+// then skip the rounding); the CPU and the SIMT kernels compute the same f32 math either way.
+// kBf16 (GroupedLinear only): the op rounds x to BF16 (nearest even, as Bf16RoundRows) before
+// multiplying; see there.
 enum class LinearInput : uint8_t { kAsIs, kFp8Blocks, kBf16 };
+// Whether Linear and ExpertsLinear round a kFp8Blocks input of `w` through act_quant in their
+// kernels, with the bits of an input rounded first (Fp8RoundTripRows): on CUDA with
+// ctx.tensor_core_linears, FP8 / FP4 weights (cuda::QuantizesFp8Input). False on the CPU.
+bool QuantizesFp8InputInKernel(const OpContext& ctx, const LinearWeight& w);
 
 // scratch: device bytes (LinearScratchBytes; may be empty, and is unused on the CPU) where the GPU
 // quantizes a kFp8Blocks input once for its warpgroup-MMA GEMM; without it the mma.sync kernels

@@ -459,6 +459,52 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   }
 }
 
+// The experts' kernels quantize x themselves (the model then skips its act_quant pass:
+// V4Model::ActQuantInKernels): an unrounded x gives the bits of the same x rounded by the CPU's
+// act_quant, on every kFp8Act path: the mma.sync kernels (no codes scratch), the warpgroup MMAs
+// with x quantized once (a row bound of 40 per expert), and for FP4 the pre-folded experts (65 per
+// expert, where ExpertsLinearCodesBytes asks for the pre-fold room); K of whole and partial
+// 128-column blocks.
+TEST(CudaExpertsLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 2};
+  const int64_t experts = static_cast<int64_t>(counts.size()), n = 96;
+  const std::vector<int32_t> off = Offsets(counts);
+  ASSERT_EQ(off.back(), 293);
+  DeviceArray<int32_t> doff(off);
+  uint64_t seed = 5400;
+  for (const Spec& spec : {kFp8E8m0, kFp4}) {
+    for (const int64_t k : {int64_t{1024}, int64_t{1088}}) {
+      ExpertPool pool(spec, experts, n, k, ++seed);
+      constexpr int64_t kMaxBound = 520;
+      std::vector<float> x = RandomFloats(static_cast<size_t>(kMaxBound * k), ++seed);
+      for (size_t i = 0; i < x.size(); i += 7) x[i] *= 300.f;  // spread the block scales
+      std::vector<float> rounded = x;
+      RoundForFp8Act(rounded, kMaxBound, k, k);
+      const DeviceArray<float> dx(x), dr(rounded);
+      for (const int64_t bound : {int64_t{0}, int64_t{320}, kMaxBound}) {  // 0: 320 rows, no codes
+        if (bound > 0 && !cuda::Fp8ActOnWarpgroupMma()) continue;
+        const int64_t rows_bound = bound == 0 ? 320 : bound;
+        const size_t codes_bytes =
+            bound == 0 ? 0 : cuda::ExpertsLinearCodesBytes(rows_bound, experts, pool.Device(0), TestLinearMath());
+        auto run = [&](const DeviceArray<float>& in) {
+          DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(rows_bound, experts));
+          DeviceArray<uint8_t> codes(codes_bytes);
+          DeviceArray<float> dy(static_cast<size_t>(rows_bound * n));
+          dy.Fill(0xff);
+          cuda::ExpertsLinear(in.get(), k, rows_bound, doff.get(), experts, pool.table(), pool.Device(0), dy.get(),
+                              n, scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes);
+          return dy.ToHost();
+        };
+        const std::string what = std::string(spec.name) + " K=" + std::to_string(k) + " rows bound " +
+                                 std::to_string(rows_bound) + (bound == 0 ? ", no codes" : "");
+        EXPECT_TRUE(AllEqual(Bits(run(dx)), Bits(run(dr)), what));
+      }
+    }
+  }
+}
+
 // At prefill sizes (3,072 tokens × top-6 of 256 experts, 72 rows per expert on average)
 // ExpertsLinearCodesBytes asks for the pre-fold room itself (3 groups of at most 124 experts of
 // [4096 -> 2048], 8.25 MiB each with their fold words): the bits of Linear per expert. At

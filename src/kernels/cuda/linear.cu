@@ -2275,6 +2275,12 @@ bool TmaKernelsAvailable() { return wgmma::DeviceHasWgmma() && EncodeTiled() != 
 
 uint64_t TmaLaunchesForTesting() { return g_tma_launches.load(); }
 
+bool QuantizesFp8Input(const DeviceWeight& w) {
+  Params p{};
+  const Kind kind = SetWeight(w, p);
+  return PathFor(LinearMath::kFp8Act, kind, p.scale_f32, w.in_features) == Path::kFp8;
+}
+
 bool GroupedRoundsXToBf16(const DeviceWeight& w, int64_t num_groups, LinearMath math) {
   Params p{};
   const Kind kind = SetWeight(w, p);

@@ -90,6 +90,11 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
             size_t scratch_bytes = 0);
 // Scratch bytes Linear can use for m rows of x (0 where no path uses scratch).
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math);
+// Whether Linear and ExpertsLinear under kFp8Act run `w` on e4m3 MMAs (FP8 / FP4 weights, K within
+// the tensor-core paths' limit): every such kernel quantizes x per 128 columns as it reads it,
+// with the values (and bits) it gives an x already rounded through act_quant, so the caller may
+// pass x unrounded.
+bool QuantizesFp8Input(const DeviceWeight& w);
 // Whether kFp8Act products given scratch (codes) run on warpgroup MMAs on the current device: an
 // sm_90a build on compute capability 9.0, and DEEPINFER_WGMMA is not 0.
 bool Fp8ActOnWarpgroupMma();

@@ -23,7 +23,22 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, De
                                         yarn ? rs.factor : 1.0, rs.beta_fast, rs.beta_slow);
   if (!device_.is_cpu()) UploadWeights();
   BuildExpertTables();
+  act_quant_in_kernels_ = ActQuantInKernels();
   workspace_ = std::make_unique<Workspace>(device_);
+}
+
+bool V4Model::ActQuantInKernels() const {
+  if (!numerics_.fp8_activations) return false;
+  const ops::OpContext op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears};
+  auto rounds = [&](const LinearWeight& w) { return w.empty() || ops::QuantizesFp8InputInKernel(op, w); };
+  for (const BlockWeights& b : weights_.layers) {
+    const AttentionWeights& a = b.attn;
+    bool all = rounds(a.wq_a) && rounds(a.wkv) && rounds(a.wq_b) && rounds(a.wo_b) && rounds(b.ffn.shared.w1) &&
+               rounds(b.ffn.shared.w3) && rounds(b.ffn.shared.w2) && (!a.indexer || rounds(a.indexer->wq_b));
+    for (const ExpertWeights& e : b.ffn.experts) all = all && rounds(e.w1) && rounds(e.w3) && rounds(e.w2);
+    if (!all) return false;
+  }
+  return true;
 }
 
 V4Model::~V4Model() = default;
@@ -257,11 +272,13 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
 
 void V4Model::QuantizeLinearInput(const StepContext& ctx, const TensorView& x, const TensorView& row_count) const {
   constexpr int64_t kActQuantBlock = 128;  // the reference's act_quant block along K
-  if (numerics_.fp8_activations) ops::Fp8RoundTripRows(ctx.op, x, 0, x.size(1), kActQuantBlock, row_count);
+  if (numerics_.fp8_activations && !act_quant_in_kernels_) {
+    ops::Fp8RoundTripRows(ctx.op, x, 0, x.size(1), kActQuantBlock, row_count);
+  }
 }
 
 TensorView V4Model::QuantizedCopy(const StepContext& ctx, const TensorView& x) const {
-  if (!numerics_.fp8_activations) return x;
+  if (!numerics_.fp8_activations || act_quant_in_kernels_) return x;
   DI_CHECK(x.ndim() == 2 && x.is_contiguous(), "quantized copy of a {} view", x.ShapeString());
   const TensorView copy = ctx.ws->Alloc(DType::kF32, {x.size(0), x.size(1)});
   ops::CopyBytesAsync(ctx.op, copy.raw(), x.raw(), x.nbytes());

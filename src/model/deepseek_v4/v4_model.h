@@ -74,12 +74,18 @@ class V4Model : public Model {
   // Writes the last `window` fresh rows of every chunk into its slot's ring.
   void WriteRing(const StepContext& ctx, const BlockWeights& w) const;
   // The reference's act_quant ahead of its FP8/FP4 GEMMs, when numerics_.fp8_activations is on
-  // (a no-op otherwise): every row of x [M, K] rounded in place through e4m3 in blocks of 128
-  // with ue8m0 scales; with row_count (one I32 on the device) only rows r < row_count.
+  // (a no-op otherwise, and where act_quant_in_kernels_: the GEMMs round x themselves): every row
+  // of x [M, K] rounded in place through e4m3 in blocks of 128 with ue8m0 scales; with row_count
+  // (one I32 on the device) only rows r < row_count.
   void QuantizeLinearInput(const StepContext& ctx, const TensorView& x, const TensorView& row_count = {}) const;
-  // For an input that unquantized consumers read too: x itself when the switch is off, else a
-  // rounded copy of x (contiguous) in the step's workspace.
+  // For an input that unquantized consumers read too: x itself when the switch is off or
+  // act_quant_in_kernels_, else a rounded copy of x (contiguous) in the step's workspace.
   TensorView QuantizedCopy(const StepContext& ctx, const TensorView& x) const;
+  // Whether every linear the reference quantizes the input of (wq_a, wkv, wq_b, the indexer's
+  // wq_b, wo_b, the routed and shared experts) rounds it in its kernels (ops::
+  // QuantizesFp8InputInKernel), so the two functions above need not: fp8_activations on a CUDA
+  // device with tensor_core_linears and FP8 / FP4 weights. The same values reach the MMAs.
+  bool ActQuantInKernels() const;
   // How the inputs rounded by the two functions above reach their linears (ops::LinearInput):
   // kFp8Blocks when fp8_activations is on (then, with tensor_core_linears, FP8 MMAs on the codes).
   ops::LinearInput QuantizedInput() const {
@@ -99,6 +105,7 @@ class V4Model : public Model {
   ModelWeights weights_;
   Numerics numerics_;
   DeviceId device_;
+  bool act_quant_in_kernels_ = false;  // ActQuantInKernels(), fixed at construction
   std::vector<Buffer> device_weights_;        // the weights' copies on a CUDA device
   Buffer device_rope_;                        // both rope tables' inverse frequencies there
   struct ExpertTables {
