@@ -75,6 +75,15 @@ void RoundForFp8Act(std::vector<float>& x, int64_t rows, int64_t k, int64_t ld) 
   for (int64_t r = 0; r < rows; ++r) cpu::Fp8RoundTrip(x.data() + r * ld, k, 128);
 }
 
+void HalvingScaleBlocks(std::vector<float>& x, int64_t rows, int64_t ld) {
+  constexpr float kAmax = 228.f / 512.f;  // 228·2^-9
+  for (int64_t r = 0; r < rows; ++r) {
+    float* block = x.data() + r * ld;
+    for (int i = 0; i < 128; ++i) block[i] = std::fmax(-0.4f, std::fmin(0.4f, block[i]));  // codes <= 208
+    block[(r * 37) % 128] = (r % 2 == 0) ? kAmax : -kAmax;
+  }
+}
+
 double OrderBoundC(int64_t k) {
   const double cpu = static_cast<double>(k / 8 + 12);
   const double slices = static_cast<double>((k + 511) / 512);

@@ -85,6 +85,11 @@ cuda::LinearMath TestLinearMath();
 // reference's act_quant (cpu::Fp8RoundTrip, blocks of 128), as the model does before those
 // linears; otherwise leaves x alone.
 void RoundForFp8Act(std::vector<float>& x, int64_t rows, int64_t k, int64_t ld);
+// Makes the first 128-column block of every row of x (row stride ld, at least 128 columns) one
+// whose act_quant halves its scale when applied twice: amax 228·2^-9 gives scale 2^-9 and a
+// largest code of 224 (228 rounded), so the rounded block's amax is exactly 448·2^-10 and the
+// second pass takes scale 2^-10 with every code doubled. The other values are shrunk below it.
+void HalvingScaleBlocks(std::vector<float>& x, int64_t rows, int64_t ld);
 class ScopedLinearMath {
  public:
   explicit ScopedLinearMath(cuda::LinearMath math);

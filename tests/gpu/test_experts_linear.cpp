@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
-#include <random>
 #include <optional>
+#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -461,10 +461,11 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
 
 // The experts' kernels quantize x themselves (the model then skips its act_quant pass:
 // V4Model::ActQuantInKernels): an unrounded x gives the bits of the same x rounded by the CPU's
-// act_quant, on every kFp8Act path: the mma.sync kernels (no codes scratch), the warpgroup MMAs
-// with x quantized once (a row bound of 40 per expert), and for FP4 the pre-folded experts (65 per
-// expert, where ExpertsLinearCodesBytes asks for the pre-fold room); K of whole and partial
-// 128-column blocks.
+// act_quant, on every kFp8Act path: the mma.sync kernels (no codes scratch; K of whole and partial
+// 128-column blocks), the warpgroup MMAs with x quantized once (a row bound of 40 per expert), and
+// for FP4 the pre-folded experts (65 per expert, where ExpertsLinearCodesBytes asks for the
+// pre-fold room), also TMA-fed at 64- and 128-token tiles; with blocks whose second act_quant
+// halves the scale (HalvingScaleBlocks).
 TEST(CudaExpertsLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -480,26 +481,35 @@ TEST(CudaExpertsLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
       constexpr int64_t kMaxBound = 520;
       std::vector<float> x = RandomFloats(static_cast<size_t>(kMaxBound * k), ++seed);
       for (size_t i = 0; i < x.size(); i += 7) x[i] *= 300.f;  // spread the block scales
+      HalvingScaleBlocks(x, kMaxBound, k);
       std::vector<float> rounded = x;
       RoundForFp8Act(rounded, kMaxBound, k, k);
       const DeviceArray<float> dx(x), dr(rounded);
       for (const int64_t bound : {int64_t{0}, int64_t{320}, kMaxBound}) {  // 0: 320 rows, no codes
-        if (bound > 0 && !cuda::Fp8ActOnWarpgroupMma()) continue;
+        // The warpgroup MMAs take K % 128 == 0 (elsewhere the codes scratch is empty).
+        if (bound > 0 && (k % 128 != 0 || !cuda::Fp8ActOnWarpgroupMma())) continue;
         const int64_t rows_bound = bound == 0 ? 320 : bound;
         const size_t codes_bytes =
             bound == 0 ? 0 : cuda::ExpertsLinearCodesBytes(rows_bound, experts, pool.Device(0), TestLinearMath());
-        auto run = [&](const DeviceArray<float>& in) {
-          DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(rows_bound, experts));
-          DeviceArray<uint8_t> codes(codes_bytes);
-          DeviceArray<float> dy(static_cast<size_t>(rows_bound * n));
-          dy.Fill(0xff);
-          cuda::ExpertsLinear(in.get(), k, rows_bound, doff.get(), experts, pool.table(), pool.Device(0), dy.get(),
-                              n, scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes);
-          return dy.ToHost();
-        };
-        const std::string what = std::string(spec.name) + " K=" + std::to_string(k) + " rows bound " +
-                                 std::to_string(rows_bound) + (bound == 0 ? ", no codes" : "");
-        EXPECT_TRUE(AllEqual(Bits(run(dx)), Bits(run(dr)), what));
+        if (bound > 0) ASSERT_GT(codes_bytes, 0u);
+        const bool tma = bound == kMaxBound && spec.format == WeightFormat::kFp4 && cuda::TmaKernelsAvailable();
+        for (const int tokens : tma ? std::vector<int>{0, 64, 128} : std::vector<int>{0}) {
+          std::optional<ScopedTmaKernels> scoped;
+          if (tokens > 0) scoped.emplace(1, tokens);
+          auto run = [&](const DeviceArray<float>& in) {
+            DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(rows_bound, experts));
+            DeviceArray<uint8_t> codes(codes_bytes);
+            DeviceArray<float> dy(static_cast<size_t>(rows_bound * n));
+            dy.Fill(0xff);
+            cuda::ExpertsLinear(in.get(), k, rows_bound, doff.get(), experts, pool.table(), pool.Device(0), dy.get(),
+                                n, scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes);
+            return dy.ToHost();
+          };
+          const std::string what = std::string(spec.name) + " K=" + std::to_string(k) + " rows bound " +
+                                   std::to_string(rows_bound) + (bound == 0 ? ", no codes" : "") +
+                                   (tokens > 0 ? ", TMA-fed at " + std::to_string(tokens) : "");
+          EXPECT_TRUE(AllEqual(Bits(run(dx)), Bits(run(dr)), what));
+        }
       }
     }
   }

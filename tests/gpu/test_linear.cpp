@@ -525,6 +525,7 @@ TEST(CudaLinearMma, GroupedRoundedToBf16EqualsThreePartsOnRoundedX) {
     ScopedTmaKernels scoped(tma);
     for (const int64_t m : {int64_t{1}, int64_t{64}, int64_t{300}}) {
       const std::string what = "TMA " + std::to_string(tma) + " M=" + std::to_string(m);
+      const uint64_t launches = cuda::TmaLaunchesForTesting();
       std::vector<float> x = RandomFloats(static_cast<size_t>(m * 8 * 4096), ++seed);
       const DeviceArray<float> raw(x);
       cpu::Bf16Round(x.data(), static_cast<int64_t>(x.size()));
@@ -539,19 +540,31 @@ TEST(CudaLinearMma, GroupedRoundedToBf16EqualsThreePartsOnRoundedX) {
       EXPECT_TRUE(AllEqual(one_part, run(rounded, false), what));
       EXPECT_TRUE(AllEqual(run(rounded, true), one_part, what + ", x already rounded"));
       EXPECT_FALSE(AllEqual(one_part, run(raw, false))) << what << ": the flag did not reach the kernel";
+      EXPECT_EQ(cuda::TmaLaunchesForTesting() > launches, tma == 1) << what << ": which kernel ran";
     }
   }
 }
 
 // Where the warpgroup-MMA kernels do not run, asking them to round x is an error, not a silent
-// product of the unrounded x.
+// product of the unrounded x: f32 math, an x that is not 16-byte aligned, one group.
 TEST(CudaLinearMma, GroupedRoundingElsewhereIsAnError) {
   DI_REQUIRE_GPU();
   TestWeight w = RandomWeight(kFp8E8m0, 3 * 128, 192, 3400);
-  DeviceArray<float> dx(RandomFloats(static_cast<size_t>(2 * 3 * 192), 3401));
+  DeviceArray<float> dx(RandomFloats(static_cast<size_t>(2 * 3 * 192 + 1), 3401));
   DeviceArray<float> dy(static_cast<size_t>(2 * 3 * 128));
-  EXPECT_THROW(cuda::GroupedLinear(dx.get(), 2, 3, w.Device(), dy.get(), nullptr, cuda::LinearMath::kSimtF32, true),
-               std::exception);
+  auto fails = [&](const float* x, int64_t groups, cuda::LinearMath math) {
+    try {
+      cuda::GroupedLinear(x, 2, groups, w.Device(), dy.get(), nullptr, math, true);
+    } catch (const std::exception& e) {
+      return std::string(e.what()).find("rounded to BF16") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(fails(dx.get(), 3, cuda::LinearMath::kSimtF32));
+  if (cuda::GroupedRoundsXToBf16(w.Device(), 3, cuda::LinearMath::kSplitBf16)) {
+    EXPECT_TRUE(fails(dx.get() + 1, 3, cuda::LinearMath::kSplitBf16)) << "x not 16-byte aligned";
+    EXPECT_TRUE(fails(dx.get(), 1, cuda::LinearMath::kSplitBf16)) << "one group";
+  }
 }
 
 TEST(CudaLinearMma, BatchInvariantAndDeterministic) {
@@ -609,7 +622,10 @@ TEST(CudaLinearFp8, FlashShapes) {
 }
 
 // The kernel quantizes x itself: an unrounded x gives the bits of the same x rounded by the CPU's
-// act_quant (the model rounds first; the kernel must agree with that rounding exactly).
+// act_quant. The model relies on it (V4Model::ActQuantInKernels skips its own rounding on tensor
+// cores), so every path: 1, 21 and 300 rows, with scratch (warpgroup MMAs where K % 128 == 0) and
+// without (mma.sync), and blocks whose second act_quant halves the scale (HalvingScaleBlocks:
+// twice the codes at half the scale, the same values).
 TEST(CudaLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -617,14 +633,20 @@ TEST(CudaLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
   for (const Spec& spec : {kFp8E8m0, kFp4}) {
     for (const int64_t in : {int64_t{1088}, int64_t{4096}}) {
       TestWeight w = RandomWeight(spec, 96, in, ++seed);
-      constexpr int64_t kM = 21;
-      std::vector<float> x = RandomFloats(static_cast<size_t>(kM * in), ++seed);
+      constexpr int64_t kRows = 300;
+      std::vector<float> x = RandomFloats(static_cast<size_t>(kRows * in), ++seed);
       for (size_t i = 0; i < x.size(); i += 7) x[i] *= 300.f;  // spread the block scales
+      HalvingScaleBlocks(x, kRows, in);
       std::vector<float> rounded = x;
-      RoundForFp8Act(rounded, kM, in, in);
+      RoundForFp8Act(rounded, kRows, in, in);
       DeviceArray<float> dx(x), dr(rounded);
-      EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, kM), RunRows(w, dr, 0, kM), std::string(spec.name) + " K=" +
-                                                                             std::to_string(in)));
+      for (const int64_t m : {int64_t{1}, int64_t{21}, kRows}) {
+        for (const bool without_scratch : {false, true}) {
+          EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m, without_scratch), RunRows(w, dr, 0, m, without_scratch),
+                               std::string(spec.name) + " K=" + std::to_string(in) + " M=" + std::to_string(m) +
+                                   (without_scratch ? " without scratch" : "")));
+        }
+      }
     }
   }
 }

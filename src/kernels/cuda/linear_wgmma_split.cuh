@@ -14,9 +14,9 @@
 // order, so under the switch a grouped product and the same product through Linear differ in
 // their last bits. With Params::x_bf16 (the attention output rounded to BF16 as the reference's
 // BF16 einsum takes it) the kernels multiply x rounded to BF16, round to nearest even, as their
-// only part (kParts = 1): the product of an x already exact in BF16 is then the three-part
-// kernel's bit for bit (its mid and lo are zero and their MMAs add exact zeros), and that of any
-// x is the three-part kernel's on Bf16RoundRows(x).
+// only part (kParts = 1): the product of a finite x already exact in BF16 is then the three-part
+// kernel's bit for bit (its mid and lo are +0 and their MMAs add exact zeros), and that of any
+// finite x (below BF16's overflow) is the three-part kernel's on Bf16RoundRows(x).
 //
 // Work: one block per (128 weight rows of a group, 64 tokens, group), two consumer warpgroups of
 // 64 rows as in linear_wgmma.cuh, two cp.async stages of raw bytes (the FP8 chunk, 128 × 64

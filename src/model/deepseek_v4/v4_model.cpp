@@ -31,12 +31,19 @@ bool V4Model::ActQuantInKernels() const {
   if (!numerics_.fp8_activations) return false;
   const ops::OpContext op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears};
   auto rounds = [&](const LinearWeight& w) { return w.empty() || ops::QuantizesFp8InputInKernel(op, w); };
-  for (const BlockWeights& b : weights_.layers) {
+  auto block_rounds = [&](const BlockWeights& b) {
     const AttentionWeights& a = b.attn;
     bool all = rounds(a.wq_a) && rounds(a.wkv) && rounds(a.wq_b) && rounds(a.wo_b) && rounds(b.ffn.shared.w1) &&
                rounds(b.ffn.shared.w3) && rounds(b.ffn.shared.w2) && (!a.indexer || rounds(a.indexer->wq_b));
     for (const ExpertWeights& e : b.ffn.experts) all = all && rounds(e.w1) && rounds(e.w3) && rounds(e.w2);
-    if (!all) return false;
+    return all;
+  };
+  // The MTP blocks too (not run by Forward today; their blocks would go through the same paths).
+  for (const BlockWeights& b : weights_.layers) {
+    if (!block_rounds(b)) return false;
+  }
+  for (const MtpWeights& m : weights_.mtp) {
+    if (!block_rounds(m.block)) return false;
   }
   return true;
 }
