@@ -66,10 +66,10 @@ def main():
         return (f"{1e3 * q['step_seconds']:9.1f} ms {q['tokens_per_s']:7.0f} tok/s "
                 f"{q.get('linear_flops_per_s', 0) / 1e12:6.1f} TF" + (f" ({100 * frac:4.1f}%)" if frac else ""))
 
-    for length in sorted(set().union(*[p.keys() for p in prefill])):
+    lengths = sorted(set().union(*[p.keys() for p in prefill]))
+    for length in lengths:
         print(f"{length:>8} " + cells([p.get(length) for p in prefill], run, 36))
 
-    lengths = sorted(set().union(*[p.keys() for p in prefill]))
     if lengths:
         print_ops(f"prefill {lengths[-1]}", names, [p.get(lengths[-1]) for p in prefill])
     contexts = sorted({k[0] for k in keys})

@@ -84,6 +84,16 @@ void HalvingScaleBlocks(std::vector<float>& x, int64_t rows, int64_t ld) {
   }
 }
 
+Fp8ActInputs MakeFp8ActInputs(int64_t rows, int64_t k, uint64_t seed) {
+  Fp8ActInputs in;
+  in.raw = RandomFloats(static_cast<size_t>(rows * k), seed);
+  for (size_t i = 0; i < in.raw.size(); i += 7) in.raw[i] *= 300.f;
+  HalvingScaleBlocks(in.raw, rows, k);
+  in.rounded = in.raw;
+  RoundForFp8Act(in.rounded, rows, k, k);
+  return in;
+}
+
 double OrderBoundC(int64_t k) {
   const double cpu = static_cast<double>(k / 8 + 12);
   const double slices = static_cast<double>((k + 511) / 512);

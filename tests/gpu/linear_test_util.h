@@ -90,6 +90,13 @@ void RoundForFp8Act(std::vector<float>& x, int64_t rows, int64_t k, int64_t ld);
 // largest code of 224 (228 rounded), so the rounded block's amax is exactly 448·2^-10 and the
 // second pass takes scale 2^-10 with every code doubled. The other values are shrunk below it.
 void HalvingScaleBlocks(std::vector<float>& x, int64_t rows, int64_t ld);
+// Inputs of an act_quant-in-the-kernel check: `raw`, rows × k random values (row stride k), every
+// seventh times 300 (the block scales spread) and HalvingScaleBlocks; `rounded`, the same through
+// RoundForFp8Act.
+struct Fp8ActInputs {
+  std::vector<float> raw, rounded;
+};
+Fp8ActInputs MakeFp8ActInputs(int64_t rows, int64_t k, uint64_t seed);
 class ScopedLinearMath {
  public:
   explicit ScopedLinearMath(cuda::LinearMath math);

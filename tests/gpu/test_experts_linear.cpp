@@ -479,12 +479,8 @@ TEST(CudaExpertsLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
     for (const int64_t k : {int64_t{1024}, int64_t{1088}}) {
       ExpertPool pool(spec, experts, n, k, ++seed);
       constexpr int64_t kMaxBound = 520;
-      std::vector<float> x = RandomFloats(static_cast<size_t>(kMaxBound * k), ++seed);
-      for (size_t i = 0; i < x.size(); i += 7) x[i] *= 300.f;  // spread the block scales
-      HalvingScaleBlocks(x, kMaxBound, k);
-      std::vector<float> rounded = x;
-      RoundForFp8Act(rounded, kMaxBound, k, k);
-      const DeviceArray<float> dx(x), dr(rounded);
+      const Fp8ActInputs inputs = MakeFp8ActInputs(kMaxBound, k, ++seed);
+      const DeviceArray<float> dx(inputs.raw), dr(inputs.rounded);
       for (const int64_t bound : {int64_t{0}, int64_t{320}, kMaxBound}) {  // 0: 320 rows, no codes
         // The warpgroup MMAs take K % 128 == 0 (elsewhere the codes scratch is empty).
         if (bound > 0 && (k % 128 != 0 || !cuda::Fp8ActOnWarpgroupMma())) continue;

@@ -634,12 +634,8 @@ TEST(CudaLinearFp8, QuantizesInTheKernelLikeTheRoundTrip) {
     for (const int64_t in : {int64_t{1088}, int64_t{4096}}) {
       TestWeight w = RandomWeight(spec, 96, in, ++seed);
       constexpr int64_t kRows = 300;
-      std::vector<float> x = RandomFloats(static_cast<size_t>(kRows * in), ++seed);
-      for (size_t i = 0; i < x.size(); i += 7) x[i] *= 300.f;  // spread the block scales
-      HalvingScaleBlocks(x, kRows, in);
-      std::vector<float> rounded = x;
-      RoundForFp8Act(rounded, kRows, in, in);
-      DeviceArray<float> dx(x), dr(rounded);
+      const Fp8ActInputs inputs = MakeFp8ActInputs(kRows, in, ++seed);
+      DeviceArray<float> dx(inputs.raw), dr(inputs.rounded);
       for (const int64_t m : {int64_t{1}, int64_t{21}, kRows}) {
         for (const bool without_scratch : {false, true}) {
           EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m, without_scratch), RunRows(w, dr, 0, m, without_scratch),

@@ -1428,6 +1428,13 @@ Path PathFor(LinearMath math, Kind kind, bool scale_f32, int64_t k) {
   return Path::kSimt;
 }
 
+// Whether GroupedLinear's products of p take LaunchSplitGrouped (the warpgroup-MMA split-BF16
+// kernels): the split-BF16 path and wgmma_split::Usable (FP8 weights only). LaunchKind's choice,
+// and what round_x_to_bf16 requires.
+bool SplitGroupedRuns(const Params& p, Kind kind, int64_t groups, LinearMath math) {
+  return PathFor(math, kind, p.scale_f32, p.k) == Path::kSplitBf16 && wgmma_split::Usable(p, kind, groups);
+}
+
 int64_t MmaRowBlocks(int64_t n, int64_t k) {
   return CeilDiv(CeilDiv(n, mma::kRows), mma::MakeLayout(k).tiles_per_block);
 }
@@ -1780,7 +1787,7 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
     const Path path = PathFor(math, K, p.scale_f32, p.k);
     if constexpr (K == Kind::kFp8) {
       // Grouped split-BF16 products on warpgroup MMAs, at every M (sm_90a).
-      if (path == Path::kSplitBf16 && wgmma_split::Usable(p, K, groups)) return LaunchSplitGrouped(p, groups, stream);
+      if (SplitGroupedRuns(p, K, groups, math)) return LaunchSplitGrouped(p, groups, stream);
     }
     if constexpr (K == Kind::kFp8 || K == Kind::kFp4) {
       // FP8 inputs with scratch on an sm_90a device: x quantized once, then warpgroup MMAs, at
@@ -2284,8 +2291,8 @@ bool QuantizesFp8Input(const DeviceWeight& w) {
 bool GroupedRoundsXToBf16(const DeviceWeight& w, int64_t num_groups, LinearMath math) {
   Params p{};
   const Kind kind = SetWeight(w, p);
-  return kind == Kind::kFp8 && PathFor(math, kind, p.scale_f32, w.in_features) == Path::kSplitBf16 &&
-         GroupedSplitOnWarpgroupMma(w, num_groups);
+  // SplitGroupedRuns for an x at a 16-byte aligned address (GroupedSplitOnWarpgroupMma's Usable).
+  return PathFor(math, kind, p.scale_f32, p.k) == Path::kSplitBf16 && GroupedSplitOnWarpgroupMma(w, num_groups);
 }
 
 bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
@@ -2348,9 +2355,7 @@ void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWe
   p.n = r;
   p.x_vec = Aligned(x, k * 4, 16);  // k % 4 == 0 makes every row and group start aligned too
   p.x_bf16 = round_x_to_bf16;
-  // LaunchKind's condition for LaunchSplitGrouped: no other kernel rounds x.
-  if (round_x_to_bf16 && !(kind == Kind::kFp8 && PathFor(math, kind, p.scale_f32, k) == Path::kSplitBf16 &&
-                           wgmma_split::Usable(p, kind, num_groups))) {
+  if (round_x_to_bf16 && !SplitGroupedRuns(p, kind, num_groups, math)) {  // no other kernel rounds x
     Fail("grouped linear: x rounded to BF16 is taken by the warpgroup-MMA split-BF16 kernels only");
   }
   Launch(p, kind, num_groups, stream, math);
