@@ -833,6 +833,27 @@ TEST(CudaLinearFp8, Fp4GroupScalesAcrossManyBinades) {
       EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), want,
                            "12 binades, K=" + std::to_string(in) + " M=" + std::to_string(m)));
     }
+    // The same weight with scale rows one byte longer: the exponents reach the stages by byte loads
+    // instead of cp.async words (linear_wgmma.cuh's LoadStage), with the same bits.
+    const int64_t stride = w.scale_cols + 1;
+    std::vector<uint8_t> padded(static_cast<size_t>(kOut * stride), 0);
+    for (int64_t o = 0; o < kOut; ++o) {
+      std::copy_n(w.scale.begin() + o * w.scale_cols, w.scale_cols, padded.begin() + o * stride);
+    }
+    DeviceArray<uint8_t> d_padded(padded);
+    cuda::DeviceWeight unaligned = w.Device();
+    unaligned.scale = d_padded.get();
+    unaligned.scale_row_stride = stride;
+    for (const int64_t m : {int64_t{1}, kRows}) {
+      DeviceArray<float> dy(static_cast<size_t>(m * kOut));
+      dy.Fill(0xff);
+      const size_t scratch_bytes = cuda::LinearScratchBytes(m, unaligned, TestLinearMath());
+      DeviceArray<uint8_t> scratch(scratch_bytes);
+      cuda::Linear(dx.get(), in, m, unaligned, dy.get(), kOut, nullptr, TestLinearMath(), scratch.get(), scratch_bytes);
+      EXPECT_TRUE(AllEqual(dy.ToHost(), RunRows(w, dx, 0, m),
+                           "scale rows of " + std::to_string(stride) + " bytes, K=" + std::to_string(in) +
+                               " M=" + std::to_string(m)));
+    }
   }
   for (const int64_t in : {int64_t{1024}, int64_t{2048}}) {
     constexpr int64_t kOut = 4096, kRows = 130;

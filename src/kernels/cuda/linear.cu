@@ -1746,10 +1746,10 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
   const int64_t tok_blocks = CeilDiv(p.m, wgmma::kTokens);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
   const auto [device, sms] = CurrentDeviceSms();
-  (void)sms;
   const dim3 grid(static_cast<unsigned>(p.n / wgmma::kBlockRows), static_cast<unsigned>(tok_blocks),
                   static_cast<unsigned>(groups));
-  if (wgmma_split::TmaUsable(p, groups) && EncodeTiled() != nullptr) {
+  const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
+  if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
     const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups * p.n)};
     const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
     const uint32_t w_box[2] = {wgmma_split::kChunkCols, wgmma::kBlockRows};
@@ -2314,7 +2314,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
             cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
   // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
   // first product, not at the first one that would take them.
-  static const bool switches_read = (tma::TurnedOff(), wgmma_split::TmaTurnedOff(), ExpertsTmaTokens(), true);
+  static const bool switches_read = (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

@@ -184,8 +184,10 @@ struct GemmArgs {
 // faster than scaling each k32 step (version 6's kernel, removed with the other two).
 
 // Shared memory of one block. Per stage: the chunk's weight bytes as stored (FP8: the swizzled
-// e4m3 tile wgmma reads; FP4: the packed nibbles, 64 bytes per row), the x codes (swizzled) and
-// the 64 x scales. FP4 adds one swizzled e4m3 tile that the nibbles are turned into per chunk.
+// e4m3 tile wgmma reads; FP4: the packed nibbles, 64 bytes per row), the x codes (swizzled), the
+// 64 x scales and, FP4 only, the next chunk's four e8m0 group exponents of each of the 128 rows
+// (one word per row: WgmmaBlock folds them a chunk ahead without a global load in the loop).
+// FP4 adds one swizzled e4m3 tile that the nibbles are turned into per chunk.
 template <Kind K>
 struct SmemLayout {
   static constexpr bool kFold = K == Kind::kFp4;
@@ -193,7 +195,9 @@ struct SmemLayout {
   static constexpr int kWBytes = K == Kind::kFp4 ? kBlockRows * kChunk / 2 : kBlockRows * kChunk;
   static constexpr int kX = kWBytes;  // 8 or 16 KiB: 1024-byte aligned
   static constexpr int kXs = kX + kXStageBytes;
+  static constexpr int kExps = kXs + kTokens * 4;  // FP4: [kBlockRows] words of chunk c + 1
   static constexpr int kStage = kXs + 1024;
+  static_assert(kExps + kBlockRows * 4 <= kStage, "the exponent words fit the stage's last KiB");
   static constexpr int kConverted = kStages * kStage;
   static constexpr int kTiles = kFold ? 1 : 0;  // converted tiles
   // FP4 only: the byte_perm tables of the shifts 0-8 (kFoldedTables), read with a lane-varying
@@ -267,6 +271,8 @@ struct StageCopies {
   int w_dst, x_dst;        // stage offsets of the first units
   int x_row;               // this thread's first token row within the tile
   bool whole_w;            // all 128 weight rows exist and are 16-byte aligned: unconditional cp.async
+  const uint8_t* exps;     // FP4, tid < kBlockRows with row n0 + tid < n: the row's exponents, chunk 0
+  bool exps_words;         // exps 4-byte aligned for every chunk: cp.async of one word
 
   __device__ __forceinline__ StageCopies(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes) {
     const int tid = threadIdx.x;
@@ -281,6 +287,12 @@ struct StageCopies {
     x = a.codes + (t_codes + x_row) * p.k + x_unit * 16;
     x_pass_stride = kXRowsPerPass * p.k;
     x_dst = SmemLayout<K>::kX + SwizzledOffset(x_row, x_unit);
+    exps = nullptr;
+    exps_words = false;
+    if (K == Kind::kFp4 && tid < kBlockRows && n0 + tid < p.n) {
+      exps = p.scale + (n0 + tid) * p.scale_row_stride;
+      exps_words = ((reinterpret_cast<uintptr_t>(exps) | static_cast<uintptr_t>(p.scale_row_stride)) & 3u) == 0;
+    }
   }
 };
 
@@ -316,6 +328,23 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
     }
   }
   if (tid < tokens) CpAsyncOrZero<4>(stage + SmemLayout<K>::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
+  if constexpr (K == Kind::kFp4) {
+    // Row tid's exponents of chunk c + 1 (where it exists): read by this thread alone
+    // (WgmmaBlock's NextFoldRowInfo) after its wait for this group.
+    const int64_t next = static_cast<int64_t>(c) + 1;
+    if (cp.exps != nullptr && next < p.k / kChunk) {
+      uint8_t* dst = stage + SmemLayout<K>::kExps + 4 * tid;
+      const uint8_t* src = cp.exps + 4 * next;
+      if (cp.exps_words) {
+        CpAsyncOrZero<4>(dst, src, true);
+      } else {
+        uint32_t word = 0u;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(src + b)) << (8 * b);
+        *reinterpret_cast<uint32_t*>(dst) = word;
+      }
+    }
+  }
 }
 
 // ---- FP4: the group scales folded into the codes ----------------------------------------------
@@ -404,6 +433,17 @@ __device__ __forceinline__ uint32_t FoldRowInfo(const Params& p, int64_t row, in
   if (row >= p.n) return cpu::kFoldNoRowWord;
   int e[4];
   GroupExponents(p, row, c, e);
+  return cpu::FirstFoldPassWord(e);
+}
+
+// FoldRowInfo of row n0 + tid (tid < kBlockRows) for chunk c + 1, from the exponent word LoadStage
+// queued with chunk c's stage (this thread's own copy, landed once its wait for chunk c returned).
+__device__ __forceinline__ uint32_t NextFoldRowInfo(const Params& p, const uint8_t* stage_exps, int64_t n0, int tid) {
+  if (n0 + tid >= p.n) return cpu::kFoldNoRowWord;
+  const uint32_t word = reinterpret_cast<const uint32_t*>(stage_exps)[tid];
+  int e[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) e[j] = static_cast<int>((word >> (8 * j)) & 0xffu);
   return cpu::FirstFoldPassWord(e);
 }
 
@@ -557,6 +597,13 @@ __device__ __forceinline__ void LoadRawNibbles(const Params& p, uint8_t* raw, in
 // Stores a block's results: result(j) is D fragment element j (of a tile of kTileTokens tokens),
 // element 4i + e being weight row ra (ra + 8 for e >= 2) and token t_y + 8i + 2q (+1 for odd e);
 // rows at or past p.n and tokens at or past p.m are not written.
+// The FP8 weight's scale of chunk c for rows n0.. (one per chunk for all 128 rows: n0 is a multiple
+// of the 128-row scale block).
+__device__ __forceinline__ float Fp8BlockScale(const Params& p, int64_t n0, int c) {
+  const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
+  return p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
+}
+
 template <int kTileTokens = kTokens, class Result>
 __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, int64_t t_y, int q, const Result& result) {
   const int64_t rb = ra + 8;
@@ -616,6 +663,11 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     if (tid < kBlockRows && c_begin < c_end) row_infos[tid] = FoldRowInfo(p, n0 + tid, c_begin);
   }
 
+  // FP8: chunk c's weight block scale, loaded an iteration ahead.
+  float block_scale = 0.f;
+  if constexpr (K == Kind::kFp8) {
+    if (c_begin < c_end) block_scale = Fp8BlockScale(p, n0, c_begin);
+  }
   // acc: one chunk's k32 chain; part: the current 512-column slice; total: over slices.
   float acc[32], part[32], total[32];
 #pragma unroll
@@ -642,10 +694,9 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
     if constexpr (K == Kind::kFp8) {
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
+      const float sw = block_scale;
+      if (c + 1 < c_end) block_scale = Fp8BlockScale(p, n0, c + 1);  // in flight during the MMAs
       ChunkChain(acc, w_addr, x_addr);
-      // One scale per chunk for all 128 rows (n0 is a multiple of the 128-row scale block).
-      const int64_t si = (n0 / kFp8Block) * p.scale_row_stride + c;
-      const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
       AddScaledRows(part, acc, sw, sw, xs, q);
     } else {  // FP4, e8m0 scales folded into the codes
       uint8_t* tile = smem + L::kConverted;
@@ -659,7 +710,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       // The next chunk's row infos while the MMAs run, into the slot chunk c - 1 used: every
       // thread's last read of it came before this iteration's first barrier.
       if (tid < kBlockRows && c + 1 < c_end) {
-        row_infos[((c + 1 - c_begin) % 2) * kBlockRows + tid] = FoldRowInfo(p, n0 + tid, c + 1);
+        row_infos[((c + 1 - c_begin) % 2) * kBlockRows + tid] = NextFoldRowInfo(p, stage + L::kExps, n0, tid);
       }
       const int local_a = static_cast<int>(ra - n0);
       const float sa = FoldedRowScaleOf(info[local_a]), sb = FoldedRowScaleOf(info[local_a + 8]);

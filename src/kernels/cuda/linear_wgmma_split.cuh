@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const BlockPlace at(p);
   const int64_t n0 = at.n0, t0 = at.t0, g = at.g;
-  const int tid = threadIdx.x, group = at.group, chunks = at.chunks;
+  const int group = at.group, chunks = at.chunks;
   const uint8_t* scales = at.scales;
   const uint32_t w_addr =
       static_cast<uint32_t>(__cvta_generic_to_shared(smem + kWTile + group * kRowsPerGroup * kRowBytes));
@@ -211,13 +211,14 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
   CpAsyncCommit();
   for (int c = 0; c < chunks; ++c) {
     uint8_t* stage = smem + (c % kStages) * kStageBytes;
+    const uint8_t scale = __ldg(scales + c / 2);  // in flight during the wait
     CpAsyncWaitAll();  // chunk c (this thread's copies)
     __syncthreads();   // everyone's copies of chunk c; every MMA of chunk c - 1 done (the tiles are free)
     if (c + 1 < chunks) {  // into the stage chunk c - 1 was converted from, before the barrier
       LoadSplitStage(p, g, n0, t0, c + 1, smem + ((c + 1) % kStages) * kStageBytes);
     }
     CpAsyncCommit();
-    ConvertSplitStage<kParts>(stage, DecodeE8m0(__ldg(scales + c / 2)), smem + kWTile);
+    ConvertSplitStage<kParts>(stage, DecodeE8m0(scale), smem + kWTile);
     wgmma::FenceProxyAsyncShared();
     __syncthreads();  // the tiles are complete
     IssueSplitChunk<kParts>(acc, w_addr, x_addr);
@@ -283,8 +284,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma::TmaLoad3d(stage_of(c) + kWRawBytes, &x_map, bar, c * kChunkCols, static_cast<int>(g), static_cast<int>(t0));
   };
   auto convert = [&](int c) {  // every thread: chunk c's stage into its tiles
+    const uint8_t scale = __ldg(scales + c / 2);  // in flight during the wait
     tma::BarrierWait(&full[c % kTmaStages], static_cast<uint32_t>(c / kTmaStages) & 1u);
-    ConvertSplitStage<kParts>(stage_of(c), DecodeE8m0(__ldg(scales + c / 2)), tiles_of(c));
+    ConvertSplitStage<kParts>(stage_of(c), DecodeE8m0(scale), tiles_of(c));
     wgmma::FenceProxyAsyncShared();
   };
   if (tid == 0) {
@@ -317,18 +319,31 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// DEEPINFER_TMA_GROUPED=1 (read once) runs SplitBf16GroupedTmaKernel (the same bits); off by
-// default: at the 8k prefill of 3 Flash layers it took 15.75 ms against SplitBf16GroupedKernel's
-// 15.14 (2026-12-02, docs/performance.md version 15).
-inline bool TmaTurnedOff() {
-  static const bool on = tma::EnvSwitch("DEEPINFER_TMA_GROUPED", false);
-  return !tma::Chosen(on);
+// Which grouped kernel runs (the same bits either way): DEEPINFER_TMA_GROUPED=1 (read once)
+// SplitBf16GroupedTmaKernel always, 0 never; unset, the TMA kernel where the grid is at most one
+// block per SM (decode sizes: its four-chunk ring keeps bytes in flight that the cp.async kernel's
+// one chunk ahead cannot), the cp.async kernel elsewhere (2 blocks per SM: at the 8k prefill of 3
+// Flash layers it took 15.14 ms against the TMA kernel's 15.75; docs/performance.md version 15).
+// Tests override it (SetTmaKernelsForTesting).
+enum class TmaMode { kAuto, kOff, kOn };
+inline TmaMode GroupedTmaMode() {
+  static const int env = [] {
+    const char* v = std::getenv("DEEPINFER_TMA_GROUPED");
+    if (v == nullptr || *v == '\0') return -1;
+    return tma::EnvSwitch("DEEPINFER_TMA_GROUPED", false) ? 1 : 0;
+  }();
+  const int test = tma::TestOverride().load();
+  const int mode = test >= 0 ? test : env;
+  return mode < 0 ? TmaMode::kAuto : mode == 1 ? TmaMode::kOn : TmaMode::kOff;
 }
 
-// Whether the TMA kernel takes a product Usable allows: x rows and group starts 16-byte aligned
-// (TMA's strides), 32-bit coordinates, not turned off.
-inline bool TmaUsable(const Params& p, int64_t groups) {
-  return !TmaTurnedOff() && p.w_row_bytes % 16 == 0 && (p.ldx * 4) % 16 == 0 && (p.x_group_stride * 4) % 16 == 0 &&
+// Whether the TMA kernel takes a product Usable allows, on a grid of `blocks` blocks on a device of
+// `sms` SMs: x rows and group starts 16-byte aligned (TMA's strides), 32-bit coordinates, and
+// GroupedTmaMode's choice.
+inline bool TmaUsable(const Params& p, int64_t groups, int64_t blocks, int sms) {
+  const TmaMode mode = GroupedTmaMode();
+  if (mode == TmaMode::kOff || (mode == TmaMode::kAuto && blocks > sms)) return false;
+  return p.w_row_bytes % 16 == 0 && (p.ldx * 4) % 16 == 0 && (p.x_group_stride * 4) % 16 == 0 &&
          groups * p.n < (int64_t{1} << 31) && p.m < (int64_t{1} << 31) && p.k < (int64_t{1} << 31);
 }
 
