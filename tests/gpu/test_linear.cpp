@@ -794,6 +794,13 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
 // in the 2^0 groups only, odd rows in the 2^-12 groups only, so every partial sum is exact on
 // either path and equals the CPU's; (2) random values and scales over 18 binades (up to three
 // passes): within the order bound of the CPU, and a row alone gives the batch's bits.
+// The FP4 kernels' eight-nibble conversion (prmt's sign-replicating selectors) gives the codes of
+// the four-nibble one for every nibble pattern and folded table.
+TEST(CudaLinearFp8, Fp4EightNibbleConversionEqualsFourNibble) {
+  DI_REQUIRE_GPU();
+  EXPECT_EQ(cuda::Fp4CodeMismatchesForTesting(), 0u);
+}
+
 TEST(CudaLinearFp8, Fp4GroupScalesAcrossManyBinades) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);

@@ -2282,6 +2282,43 @@ bool TmaKernelsAvailable() { return wgmma::DeviceHasWgmma() && EncodeTiled() != 
 
 uint64_t TmaLaunchesForTesting() { return g_tma_launches.load(); }
 
+namespace {
+// Thread i: word i·65537 + salt's two halves (every 16-bit pattern in each half over the grid)
+// through E2m1x8ToE4m3x8Table against E2m1x4ToE4m3x4Table per half, for each folded table
+// (shifts 0-8); counts the words that differ.
+__global__ void Fp4CodesCheckKernel(uint32_t salt, unsigned long long* mismatches) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  const uint32_t word = i * 65537u + salt;
+  for (int d = 0; d <= cpu::kFp4FoldMaxShift; ++d) {
+    const uint32_t lo = wgmma::kFoldedTables[d][0], hi = wgmma::kFoldedTables[d][1];
+    uint32_t out0 = 0u, out1 = 0u;
+    mma::fp8::E2m1x8ToE4m3x8Table(word, lo, hi, out0, out1);
+    if (out0 != mma::fp8::E2m1x4ToE4m3x4Table(word & 0xffffu, lo, hi) ||
+        out1 != mma::fp8::E2m1x4ToE4m3x4Table(word >> 16, lo, hi)) {
+      atomicAdd(mismatches, 1ull);
+    }
+  }
+}
+}  // namespace
+
+uint64_t Fp4CodeMismatchesForTesting() {
+  unsigned long long* count = nullptr;
+  DI_CUDA_CHECK(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
+  unsigned long long host = 0;
+  const cudaError_t status = [&] {
+    cudaError_t e = cudaMemset(count, 0, sizeof(*count));
+    for (const uint32_t salt : {0u, 0x9e3779b9u, 0x7f4a7c15u}) {
+      if (e == cudaSuccess) Fp4CodesCheckKernel<<<256, 256>>>(salt, count);
+      if (e == cudaSuccess) e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
+    return e;
+  }();
+  cudaFree(count);
+  DI_CUDA_CHECK(status, "Fp4CodeMismatchesForTesting");
+  return host;
+}
+
 bool QuantizesFp8Input(const DeviceWeight& w) {
   Params p{};
   const Kind kind = SetWeight(w, p);

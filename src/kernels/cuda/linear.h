@@ -110,6 +110,10 @@ bool TmaKernelsAvailable();
 // Tests only: how many TMA-fed kernels this process has launched (so a test can tell that the
 // kernel it compares did run).
 uint64_t TmaLaunchesForTesting();
+// Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
+// into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
+// 16-bit pattern, for each folded table (0 expected). Synchronizes the device.
+uint64_t Fp4CodeMismatchesForTesting();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.

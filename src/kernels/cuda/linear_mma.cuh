@@ -452,6 +452,27 @@ __device__ __forceinline__ uint32_t E2m1x4ToE4m3x4Table(uint32_t nibbles, uint32
   return __byte_perm(lo, hi, nibbles & 0x7777u) | signs;
 }
 
+// prmt.b32 in its generic form, where a selector nibble's bit 3 replicates the selected byte's bit 7
+// over the output byte (the __byte_perm intrinsic is documented with that bit ignored).
+__device__ __forceinline__ uint32_t PrmtGeneric(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(selector));
+  return d;
+}
+
+// Eight e2m1 nibbles (a word, column order) -> eight e4m3 bytes, columns 0-3 in out0 and 4-7 in
+// out1: E2m1x4ToE4m3x4Table of each half, in 10 instructions instead of ~22. Bit 7 of byte i of
+// nibbles << 4 is the sign of nibble 2i, bit 7 of byte i of nibbles that of nibble 2i + 1, so one
+// sign-replicating prmt per half lines the signs up on their bytes' bit 7.
+__device__ __forceinline__ void E2m1x8ToE4m3x8Table(uint32_t nibbles, uint32_t lo, uint32_t hi, uint32_t& out0,
+                                                    uint32_t& out1) {
+  const uint32_t shifted = nibbles << 4;
+  const uint32_t signs0 = PrmtGeneric(shifted, nibbles, 0xd9c8u);  // bytes: y0, x0, y1, x1 (replicated)
+  const uint32_t signs1 = PrmtGeneric(shifted, nibbles, 0xfbeau);  // bytes: y2, x2, y3, x3
+  out0 = __byte_perm(lo, hi, nibbles & 0x7777u) | (signs0 & 0x80808080u);
+  out1 = __byte_perm(lo, hi, (nibbles >> 16) & 0x7777u) | (signs1 & 0x80808080u);
+}
+
 // Exact: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are the e4m3 codes 0x00, 0x30, 0x38, 0x3c, 0x40,
 // 0x44, 0x48, 0x4c.
 __device__ __forceinline__ uint32_t E2m1x4ToE4m3x4(uint32_t nibbles) {

@@ -381,9 +381,10 @@ __device__ __forceinline__ float FoldedRowScale(const Params& p, int64_t row, in
 // 16 folded e4m3 codes from 16 nibbles (8 bytes, low nibble first) through the byte_perm table
 // words lo / hi of their shift.
 __device__ __forceinline__ uint4 FoldedUnitCodes(uint2 v, uint32_t lo, uint32_t hi) {
-  using mma::fp8::E2m1x4ToE4m3x4Table;
-  return make_uint4(E2m1x4ToE4m3x4Table(v.x & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.x >> 16, lo, hi),
-                    E2m1x4ToE4m3x4Table(v.y & 0xffffu, lo, hi), E2m1x4ToE4m3x4Table(v.y >> 16, lo, hi));
+  uint4 codes;
+  mma::fp8::E2m1x8ToE4m3x8Table(v.x, lo, hi, codes.x, codes.y);
+  mma::fp8::E2m1x8ToE4m3x8Table(v.y, lo, hi, codes.z, codes.w);
+  return codes;
 }
 
 // 16-byte unit `unit` of row `row` of the converted tile: the stage's 16 nibbles there (raw: 64
@@ -475,12 +476,14 @@ __device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_
 // ra = 16·warp + g and rb = ra + 8 of the warpgroup's tile, tokens 8i + 2q and + 1; a fragment of
 // kElems = tokens / 2 elements): sa for ra (elements 4i, 4i + 1), sb for rb. FP8 passes its block
 // scale as both; a folded FP4 pass its rows' 2^top. The scale product is exact (x_scale is a
-// power of two).
+// power of two). Only the tile's first `tokens` token columns (a block-uniform count; rounded up to
+// 8) are taken: the others of part are left as they were and must never be stored.
 template <int kElems>
 __device__ __forceinline__ void AddScaledRows(float (&part)[kElems], const float (&acc)[kElems], float sa, float sb,
-                                              const float* xs, int q) {
+                                              const float* xs, int q, int tokens = 2 * kElems) {
 #pragma unroll
   for (int i = 0; i < kElems / 4; ++i) {
+    if (8 * i >= tokens) continue;  // uniform: a decode tile of 1-8 tokens takes one of 8 (or 16)
     const float x0 = xs[8 * i + 2 * q], x1 = xs[8 * i + 2 * q + 1];
     part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], __fmul_rn(sa, x0), part[4 * i + 0]);
     part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x1), part[4 * i + 1]);
@@ -618,14 +621,16 @@ __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, in
 }
 
 // After chunk c's adds into part: at the end of a 512-column slice (or of the range), total = part
-// for the range's first slice, else total += part; part restarts from +0.
+// for the range's first slice, else total += part; part restarts from +0. Token columns from
+// `tokens` on (rounded up to 8, as AddScaledRows) are skipped.
 template <int kElems>
 __device__ __forceinline__ void EndChunk(float (&total)[kElems], float (&part)[kElems], int c, int c_begin,
-                                         int c_end) {
+                                         int c_end, int tokens = 2 * kElems) {
   if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == c_end) {
     const bool first_slice = c < c_begin + mma::kSliceChunks;
 #pragma unroll
     for (int i = 0; i < kElems; ++i) {
+      if (8 * (i / 4) >= tokens) continue;
       total[i] = first_slice ? part[i] : __fadd_rn(total[i], part[i]);
       part[i] = 0.f;
     }
@@ -697,7 +702,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const float sw = block_scale;
       if (c + 1 < c_end) block_scale = Fp8BlockScale(p, n0, c + 1);  // in flight during the MMAs
       ChunkChain(acc, w_addr, x_addr);
-      AddScaledRows(part, acc, sw, sw, xs, q);
+      AddScaledRows(part, acc, sw, sw, xs, q, tokens);
     } else {  // FP4, e8m0 scales folded into the codes
       uint8_t* tile = smem + L::kConverted;
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
@@ -715,10 +720,10 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
       const int local_a = static_cast<int>(ra - n0);
       const float sa = FoldedRowScaleOf(info[local_a]), sb = FoldedRowScaleOf(info[local_a + 8]);
       ChunkChainWait(acc);
-      AddScaledRows(part, acc, sa, sb, xs, q);
+      AddScaledRows(part, acc, sa, sb, xs, q, tokens);
       FoldedLaterPasses(p, stage, tile, tables, n0, c, w_addr, x_addr, xs, q, ra, again, acc, part);
     }
-    EndChunk(total, part, c, c_begin, c_end);
+    EndChunk(total, part, c, c_begin, c_end, tokens);
   }
   CpAsyncWaitAll();
   StoreBlockResult(p, ra, t_y, q, [&](int j) { return total[j]; });
