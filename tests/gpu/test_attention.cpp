@@ -223,21 +223,6 @@ TEST(CudaAttentionSplitBf16, DeterministicAndBatchInvariant) {
   ExpectDeterministicAndBatchInvariant(c, GpuAttentionSplitBf16);
 }
 
-// Heads per block follow the grid's size (64 where the queries fill the device, down to 16 for a
-// decode batch: attention_mma.cu's LaunchGroups), never a head's sums: 40 queries of 64 heads take
-// blocks of 64 heads (80 blocks of 2 per query reach half of any device up to 160 SMs), one query
-// alone blocks of 16 (8 blocks), and the query's bits are the same in both.
-TEST(CudaAttentionSplitBf16, HeadsPerBlockKeepTheBits) {
-  DI_REQUIRE_GPU();
-  std::vector<int32_t> counts(40);
-  for (size_t i = 0; i < counts.size(); ++i) counts[i] = static_cast<int32_t>((i * 97 + 5) % 641);
-  counts[2] = 640;
-  AttentionCase c{40, 64, 512, 2048, 640, counts, 0, 0, 0, 2.f, false, 95};
-  c.kv_rows = true;
-  ExpectDeterministicAndBatchInvariant(c, GpuAttentionSplitBf16);
-  ExpectSplitBf16MatchesCpu(c);
-}
-
 // Each cluster size (DEEPINFER_ATTENTION_SPLIT) is its own order of sums, each within the bound of
 // the CPU and batch invariant: 1 block (every tile in one run), 2, 4 (runs of 3, 3, 3 and 1
 // tiles for 640 rows), and 8 explicitly.

@@ -452,20 +452,11 @@ void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t strea
   DI_CUDA_LAUNCH_CHECK("AttentionWithSinkSplitBf16");
 }
 
-// Heads per block: up to 64 (four groups of 16), fewer where the grid would leave most of the
-// device idle (decode batches: one query is kSplit blocks per 64 heads). A head's products, sums
-// and order do not depend on the heads it shares a block with, so every choice gives the same bits
-// (batch invariance holds).
 template <int kD, int kSplit>
 void LaunchGroups(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
-  int device = 0, sms = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  const auto blocks = [&](int groups) { return num_queries * kSplit * CeilDiv(a.num_heads, groups * kGroupHeads); };
-  const int64_t enough = sms / 2;
-  if (a.num_heads <= kGroupHeads || blocks(2) < enough) {
+  if (a.num_heads <= kGroupHeads) {
     LaunchSplit<1, kD, kSplit>(a, num_queries, stream);
-  } else if (a.num_heads <= 2 * kGroupHeads || blocks(4) < enough) {
+  } else if (a.num_heads <= 2 * kGroupHeads) {
     LaunchSplit<2, kD, kSplit>(a, num_queries, stream);
   } else {
     LaunchSplit<4, kD, kSplit>(a, num_queries, stream);
