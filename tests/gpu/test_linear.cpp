@@ -518,8 +518,13 @@ TEST(CudaLinearMma, GroupedRoundedToBf16EqualsThreePartsOnRoundedX) {
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
   uint64_t seed = 3300;
   TestWeight w = RandomWeight(kFp8E8m0, 8 * 1024, 4096, ++seed);
-  ASSERT_TRUE(cuda::GroupedRoundsXToBf16(w.Device(), 8, cuda::LinearMath::kSplitBf16));
   EXPECT_FALSE(cuda::GroupedRoundsXToBf16(w.Device(), 8, cuda::LinearMath::kSimtF32));
+  // Under DEEPINFER_WGMMA=0 (gpu-run.sh's rerun) or without sm_90a code the kernels do not run and
+  // rounding is an error (the next test).
+  if (!cuda::GroupedRoundsXToBf16(w.Device(), 8, cuda::LinearMath::kSplitBf16)) {
+    ASSERT_FALSE(cuda::Fp8ActOnWarpgroupMma()) << "a warpgroup-MMA device that does not round grouped x";
+    GTEST_SKIP() << "no grouped warpgroup-MMA kernels on this device or under DEEPINFER_WGMMA=0";
+  }
   for (const int tma : {0, 1}) {
     if (tma == 1 && !cuda::TmaKernelsAvailable()) continue;
     ScopedTmaKernels scoped(tma);
