@@ -17,8 +17,8 @@
 # that at batch 64 and the prefills with the FP4 experts never pre-folded (DEEPINFER_FP4_PREFOLD=0),
 # with the dense FP8 linears never on the TMA kernel (DEEPINFER_TMA=0: version 14's comparison)
 # and without --attn-out-bf16 (wo_a on three BF16 parts: version 17's comparison). The columns of
-# the TMA-fed grouped and experts kernels (versions 14b and 15, measured slower and off by
-# default: DEEPINFER_TMA_GROUPED=1, DEEPINFER_TMA_EXPERTS=64|128) and of
+# the TMA-fed grouped kernel at every size and of the TMA-fed experts (versions 15 and 14b,
+# measured slower at prefill: DEEPINFER_TMA_GROUPED=1, DEEPINFER_TMA_EXPERTS=64|128) and of
 # versions 7-9's switches (DEEPINFER_FP4_FOLD, DEEPINFER_WGMMA_GROUPED) left with the
 # switches (docs/performance.md); f32 SIMT with DEEPINFER_GEMV=register (version 2's Linear GEMV,
 # within 1% of the default in every run since version 3c) runs when asked.

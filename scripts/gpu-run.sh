@@ -80,7 +80,8 @@ echo "DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=128: exit $rc; $(grep -E '^\
 [[ $rc -eq 0 ]] || status=1
 # Linear's FP8 and GroupedLinear's split-BF16 tests and the models on tensor cores again with
 # DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=1: Linear on the cp.async kernel the TMA-fed one replaces,
-# GroupedLinear on its TMA-fed kernel (off by default), the same contracts
+# GroupedLinear on its TMA-fed kernel at every size (by default only where its grid is one wave),
+# the same contracts
 # (src/kernels/cuda/linear_tma.cuh, linear_wgmma_split.cuh).
 tma_filter='CudaLinearFp8.*:CudaLinearMma.*:CudaLinear.Grouped*:GpuModel.*TensorCores*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
 DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=1 $dist/deepinfer_gpu_tests \
