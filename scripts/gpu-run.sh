@@ -69,6 +69,16 @@ DEEPINFER_FP4_PREFOLD=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filte
 rc=$?
 echo "DEEPINFER_FP4_PREFOLD=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-prefold.log" | head -3 | tr '\n' ' ')"
 [[ $rc -eq 0 ]] || status=1
+# The split-BF16 linears and the models on tensor cores with the dense products' K slices over
+# clusters at decode batches (DEEPINFER_STAGED_SLICES=1, version 20, off by default until
+# measured; CudaLinearMma.StagedSlicesEqualOneBlock runs both in one process).
+slices_filter='CudaLinearMma.*:CudaLinear.Grouped*:GpuModel.*TensorCores*:Modes/GpuFlashShapedTwoLayers.MatchCpu/*tensor_cores:GpuEngine.TensorCore*'
+DEEPINFER_STAGED_SLICES=1 $dist/deepinfer_gpu_tests \
+  --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$slices_filter"; else echo "$filter"; fi)" \
+  >"$out/gpu-tests-slices.log" 2>&1
+rc=$?
+echo "DEEPINFER_STAGED_SLICES=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-slices.log" | head -3 | tr '\n' ' ')"
+[[ $rc -eq 0 ]] || status=1
 # The same with the pre-folded experts on the TMA-fed kernel at 128-token tiles (the plan cut in
 # 128-row tiles; DEEPINFER_TMA_EXPERTS=128, version 14b, off by default until measured; the tests
 # themselves run 64 and 128 against the other kernels).

@@ -116,6 +116,14 @@ class ScopedTmaKernels {
   ScopedTmaKernels(const ScopedTmaKernels&) = delete;
   ScopedTmaKernels& operator=(const ScopedTmaKernels&) = delete;
 };
+// cuda::SetStagedSlicesForTesting(mode) for the scope.
+class ScopedStagedSlices {
+ public:
+  explicit ScopedStagedSlices(int mode) { cuda::SetStagedSlicesForTesting(mode); }
+  ~ScopedStagedSlices() { cuda::SetStagedSlicesForTesting(-1); }
+  ScopedStagedSlices(const ScopedStagedSlices&) = delete;
+  ScopedStagedSlices& operator=(const ScopedStagedSlices&) = delete;
+};
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

@@ -508,6 +508,48 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   }
 }
 
+// Split-BF16 products of 33-256 rows whose one-block staged grid would leave SMs idle take K's
+// slices over a cluster (linear_mma.cuh's StagedSlicesBlock) with the one-block kernel's bits:
+// weights of 2 (the last one short), 3, 4, 8 and 16 slices (clusters of 2, 4 and 8, 16 slices as
+// two per rank), dense and quantized, one group and grouped. The first 32 rows alone (the
+// register-fed kernel) give the same bits too.
+TEST(CudaLinearMma, StagedSlicesEqualOneBlock) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  struct Case {
+    Spec spec;
+    int64_t out, in, groups;
+  };
+  const Case cases[] = {{kBf16, 256, 4096, 1}, {kBf16, 64, 8192, 1}, {kBf16, 130, 1000, 1},
+                        {kFp8E8m0, 384, 2048, 1}, {kFp4, 128, 1536, 1}, {kBf16, 128, 1024, 3}};
+  uint64_t seed = 5100;
+  for (const Case& c : cases) {
+    TestWeight w = RandomWeight(c.spec, c.groups * c.out, c.in, ++seed);
+    for (const int64_t m : {int64_t{33}, int64_t{64}, int64_t{256}}) {
+      const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.out) + ", " + std::to_string(c.in) +
+                               "] x" + std::to_string(c.groups) + " M=" + std::to_string(m);
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.groups * c.in), ++seed));
+      auto run = [&](int mode, int64_t rows) {
+        ScopedStagedSlices scoped(mode);
+        DeviceArray<float> dy(static_cast<size_t>(rows * c.groups * c.out));
+        dy.Fill(0xff);  // NaN: an output a kernel skips does not pass
+        if (c.groups == 1) {
+          cuda::Linear(dx.get(), c.in, rows, w.Device(), dy.get(), c.out, nullptr, TestLinearMath());
+        } else {
+          cuda::GroupedLinear(dx.get(), rows, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath());
+        }
+        return dy.ToHost();
+      };
+      const uint64_t launches = cuda::StagedSlicesLaunchesForTesting();
+      const std::vector<float> sliced = run(1, m);
+      EXPECT_GT(cuda::StagedSlicesLaunchesForTesting(), launches) << what << ": the clustered kernel did not run";
+      EXPECT_TRUE(AllEqual(sliced, run(0, m), what));
+      const std::vector<float> first = run(1, 32);
+      EXPECT_TRUE(AllEqual(first, Rows(sliced, c.groups * c.out, 0, 32), what + ", 32 rows alone"));
+    }
+  }
+}
+
 // round_x_to_bf16 (the attention output under Numerics::bf16_attention_output): the grouped
 // kernels round x to BF16 as they read it and multiply that one part, on both the cp.async and the
 // TMA-fed kernel. Their outputs must be the three-part kernels' on x rounded by the CPU's

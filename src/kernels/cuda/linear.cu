@@ -1,5 +1,6 @@
 #include "kernels/cuda/linear.h"
 
+#include <cooperative_groups.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -1780,6 +1781,47 @@ void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
   LaunchSplitGroupedParts<3>(p, groups, stream);
 }
 
+// The split-BF16 staged products with K's slices spread over clusters (mma::StagedSlicesBlock, the
+// same bits as StagedLinearKernel): taken where StagedLinearKernel's grid would fill fewer than
+// all SMs (decode batches of 33-256 rows), K has 2-16 slices, the device launches clusters, and
+// DEEPINFER_STAGED_SLICES=1 or a test turned it on. Off by default until it has run on the GPU
+// (written 2026-12-02 after the session's device time: docs/performance.md, version 20).
+// Launches of it (tests).
+std::atomic<uint64_t> g_staged_slices_launches{0};
+std::atomic<int>& StagedSlicesTestOverride() {  // -1: the environment; 0 off; 1 where it applies
+  static std::atomic<int> mode{-1};
+  return mode;
+}
+bool StagedSlicesOn() {
+  static const bool env = tma::EnvSwitch("DEEPINFER_STAGED_SLICES", false);
+  const int mode = StagedSlicesTestOverride().load();
+  return mode >= 0 ? mode == 1 : env;
+}
+
+template <Kind K>
+bool LaunchStagedSlices(const Params& p, int64_t groups, int64_t row_blocks, int64_t tok_blocks,
+                        cudaStream_t stream) {
+  const int64_t slices = CeilDiv(p.k, mma::kSlice);
+  if (slices < 2 || !StagedSlicesOn()) return false;
+  const int cluster = slices <= 2 ? 2 : slices <= 4 ? 4 : 8;
+  if (CeilDiv(slices, cluster) > mma::kMaxSlicesPerRank) return false;
+  const auto [device, sms] = CurrentDeviceSms();
+  if (row_blocks * tok_blocks * groups >= sms) return false;
+  int cluster_launch = 0;
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device), "cudaDeviceGetAttribute");
+  if (cluster_launch == 0) return false;
+  const dim3 grid(static_cast<unsigned>(row_blocks * cluster), static_cast<unsigned>(tok_blocks),
+                  static_cast<unsigned>(groups));
+  switch (cluster) {
+    case 2: mma::StagedSlicesKernel<K, 2><<<grid, mma::kThreads, 0, stream>>>(p); break;
+    case 4: mma::StagedSlicesKernel<K, 4><<<grid, mma::kThreads, 0, stream>>>(p); break;
+    default: mma::StagedSlicesKernel<K, 8><<<grid, mma::kThreads, 0, stream>>>(p); break;
+  }
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear mma staged, slices over a cluster");
+  g_staged_slices_launches.fetch_add(1);
+  return true;
+}
+
 template <Kind K>
 void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath math) {
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
@@ -1815,7 +1857,9 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
       // Past 32 rows: shared-memory tiles of 64 x 32 (the same bits per output).
       const int64_t tok_blocks = CeilDiv(p.m, mma::kStagedTok);
       if (tok_blocks > 65535) Fail("too many rows for one launch");
-      const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, mma::kStagedRows)), static_cast<unsigned>(tok_blocks),
+      const int64_t row_blocks = CeilDiv(p.n, mma::kStagedRows);
+      if (LaunchStagedSlices<K>(p, groups, row_blocks, tok_blocks, stream)) return;
+      const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks),
                       static_cast<unsigned>(groups));
       mma::StagedLinearKernel<K><<<grid, mma::kThreads, 0, stream>>>(p);
       DI_CUDA_LAUNCH_CHECK("cuda::Linear mma staged");
@@ -2282,6 +2326,13 @@ bool TmaKernelsAvailable() { return wgmma::DeviceHasWgmma() && EncodeTiled() != 
 
 uint64_t TmaLaunchesForTesting() { return g_tma_launches.load(); }
 
+void SetStagedSlicesForTesting(int mode) {
+  if (mode < -1 || mode > 1) Fail("SetStagedSlicesForTesting takes -1, 0 or 1");
+  StagedSlicesTestOverride().store(mode);
+}
+
+uint64_t StagedSlicesLaunchesForTesting() { return g_staged_slices_launches.load(); }
+
 namespace {
 // Thread i: word i·65537 + salt's two halves (every 16-bit pattern in each half over the grid)
 // through E2m1x8ToE4m3x8Table against E2m1x4ToE4m3x4Table per half, for each folded table
@@ -2351,7 +2402,8 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
             cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
   // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
   // first product, not at the first one that would take them.
-  static const bool switches_read = (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), true);
+  static const bool switches_read =
+      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

@@ -110,6 +110,12 @@ bool TmaKernelsAvailable();
 // Tests only: how many TMA-fed kernels this process has launched (so a test can tell that the
 // kernel it compares did run).
 uint64_t TmaLaunchesForTesting();
+// Tests only: the split-BF16 staged products with K's slices over a cluster (decode batches of
+// 33-256 rows; the bits of the one-block kernel) where they apply (1), never (0), or as
+// DEEPINFER_STAGED_SLICES says (-1, the default: off unless 1); and how many such launches this
+// process has made.
+void SetStagedSlicesForTesting(int mode);
+uint64_t StagedSlicesLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

@@ -334,30 +334,33 @@ __device__ __forceinline__ void Sts64(__nv_bfloat16* p, uint32_t lo, uint32_t hi
   *reinterpret_cast<uint2*>(p) = make_uint2(lo, hi);
 }
 
-template <Kind K>
-__device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, int64_t tok_block, int64_t g) {
+// StagedBlock's chunks [c_begin, c_end) (c_begin a multiple of kSliceChunks; c_end a multiple of it
+// or the chunk count): per 512-column slice s an accumulator from +0 over its chunks, handed to
+// on_slice(s, acc) (which may keep it; acc restarts from +0 after). Every thread of the block calls
+// it (it synchronizes); shared memory is free again when it returns.
+template <Kind K, class OnSlice>
+__device__ __forceinline__ void StagedChunks(const Params& p, int64_t row_block, int64_t tok_block, int64_t g,
+                                             int64_t c_begin, int64_t c_end, StagedSmem& sm, OnSlice&& on_slice) {
   static_assert(kThreads == 4 * kStagedRows && kThreads >= 4 * kStagedTok, "four threads per staged row");
-  __shared__ StagedSmem sm;
   const int tid = threadIdx.x;
   const int lane = tid % kWarpSize, warp = tid / kWarpSize;
   const int quad = lane % 4, group = lane / 4;
   const int wr = warp % kStagedWarpsW, wt = warp / kStagedWarpsW;
   const int64_t row0 = row_block * kStagedRows;  // within the group
   const int64_t tok0 = tok_block * kStagedTok;
-  const int64_t num_chunks = CeilDiv(p.k, kChunk);
   const float* x = p.x + g * p.x_group_stride;
   const int srow = tid / 4, squarter = tid % 4;  // the staged row (weight; x when < kStagedTok)
   const bool w_valid = row0 + srow < p.n;
   const int64_t w_row = g * p.n + row0 + srow;
 
-  float total[kStagedTm][4], acc[kStagedTm][4];
+  float acc[kStagedTm][4];
 #pragma unroll
   for (int tt = 0; tt < kStagedTm; ++tt) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) total[tt][i] = acc[tt][i] = 0.f;
+    for (int i = 0; i < 4; ++i) acc[tt][i] = 0.f;
   }
 
-  for (int64_t c = 0; c < num_chunks; ++c) {
+  for (int64_t c = c_begin; c < c_end; ++c) {
     {
       Raw<K> raw;
       LoadRaw<K>(p, w_row, w_valid, c, squarter, raw);
@@ -394,23 +397,109 @@ __device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, 
         MmaBf16(acc[tt], a.x, b.x, a.y, b.y, l.x, l.y);
       }
     }
-    if ((c + 1) % kSliceChunks == 0 || c + 1 == num_chunks) {
-      FoldSlice<kStagedTm>(total, acc, c < kSliceChunks);
+    if ((c + 1) % kSliceChunks == 0 || c + 1 == c_end) {
+      on_slice(static_cast<int>(c / kSliceChunks), acc);
+#pragma unroll
+      for (int tt = 0; tt < kStagedTm; ++tt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[tt][i] = 0.f;
+      }
     }
     __syncthreads();  // the next chunk overwrites the staged rows
   }
+}
 
-  const int64_t ra = row0 + kRows * wr + group;
+// This thread's C fragments of a staged block into y: weight rows ra and ra + 8 of its warp's row
+// tile, the tokens of its warp's token tiles.
+__device__ __forceinline__ void WriteStagedFragments(const Params& p, int64_t row_block, int64_t tok_block, int64_t g,
+                                                     const float (&total)[kStagedTm][4]) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int wr = warp % kStagedWarpsW, wt = warp / kStagedWarpsW;
+  const int64_t ra = row_block * kStagedRows + kRows * wr + lane / 4;
+  const int64_t tok = tok_block * kStagedTok + kStagedTokPerWarp * wt + 2 * (lane % 4);
 #pragma unroll
-  for (int tt = 0; tt < kStagedTm; ++tt) {
-    WriteFragment(p, g, ra, tok0 + kStagedTokPerWarp * wt + kTok * tt + 2 * quad, total[tt]);
+  for (int tt = 0; tt < kStagedTm; ++tt) WriteFragment(p, g, ra, tok + kTok * tt, total[tt]);
+}
+
+template <Kind K>
+__device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, int64_t tok_block, int64_t g) {
+  __shared__ StagedSmem sm;
+  float total[kStagedTm][4] = {};
+  StagedChunks<K>(p, row_block, tok_block, g, 0, CeilDiv(p.k, kChunk), sm,
+                  [&](int slice, float (&acc)[kStagedTm][4]) { FoldSlice<kStagedTm>(total, acc, slice == 0); });
+  WriteStagedFragments(p, row_block, tok_block, g, total);
+}
+
+// StagedBlock's products with K's slices spread over a cluster of kCluster blocks, for
+// decode-sized M where StagedBlock's grid would leave most SMs idle. Rank r computes slices
+// [r·q, (r+1)·q) of the row and token block (q = ceil(slices / kCluster) <= kMaxSlicesPerRank) and
+// keeps each slice's sum apart; after a cluster barrier rank 0 adds P_0, P_1, ... in slice order
+// from the ranks' shared memory, as FoldSlice does in one block: StagedBlock's bits.
+constexpr int kMaxSlicesPerRank = 2;  // kMaxSlices over the largest cluster (8)
+static_assert(sizeof(float) * kMaxSlicesPerRank * kThreads * kStagedTm * 4 <= sizeof(StagedSmem),
+              "the slice sums fit the staged rows' shared memory");
+
+template <Kind K, int kCluster>
+__device__ __forceinline__ void StagedSlicesBlock(const Params& p, int64_t row_block, int64_t tok_block, int64_t g) {
+  __shared__ StagedSmem sm;
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int slices = static_cast<int>(CeilDiv(p.k, kSlice));
+  const int per_rank = (slices + kCluster - 1) / kCluster;
+  const int64_t num_chunks = CeilDiv(p.k, kChunk);
+  const int64_t c_begin = min(num_chunks, static_cast<int64_t>(rank) * per_rank * kSliceChunks);
+  const int64_t c_end = min(num_chunks, static_cast<int64_t>(rank + 1) * per_rank * kSliceChunks);
+  float held[kMaxSlicesPerRank][kStagedTm][4] = {};
+  StagedChunks<K>(p, row_block, tok_block, g, c_begin, c_end, sm, [&](int slice, float (&acc)[kStagedTm][4]) {
+    const int j = slice - rank * per_rank;
+#pragma unroll
+    for (int h = 0; h < kMaxSlicesPerRank; ++h) {
+      if (h == j) {
+#pragma unroll
+        for (int tt = 0; tt < kStagedTm; ++tt) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) held[h][tt][i] = acc[tt][i];
+        }
+      }
+    }
+  });
+  // The slice sums at [h][element][thread] in the staged rows' memory (free: StagedChunks ended
+  // with a barrier).
+  constexpr int kElems = kStagedTm * 4;
+  float* sums = reinterpret_cast<float*>(&sm);
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int h = 0; h < kMaxSlicesPerRank; ++h) {
+#pragma unroll
+    for (int e = 0; e < kElems; ++e) sums[(h * kElems + e) * kThreads + tid] = held[h][e / 4][e % 4];
   }
+  cluster.sync();
+  if (rank == 0) {
+    float total[kStagedTm][4] = {};
+    for (int s = 0; s < slices; ++s) {
+      const float* peer = cluster.map_shared_rank(sums, s / per_rank) + (s % per_rank) * kElems * kThreads;
+#pragma unroll
+      for (int e = 0; e < kElems; ++e) {
+        const float v = peer[e * kThreads + tid];
+        total[e / 4][e % 4] = s == 0 ? v : __fadd_rn(total[e / 4][e % 4], v);
+      }
+    }
+    WriteStagedFragments(p, row_block, tok_block, g, total);
+  }
+  cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
 }
 
 // Grid (ceil(n / kStagedRows), ceil(m / kStagedTok), groups).
 template <Kind K>
 __global__ void __launch_bounds__(kThreads) StagedLinearKernel(const Params p) {
   mma::StagedBlock<K>(p, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+// Grid (ceil(n / kStagedRows) · kCluster, ceil(m / kStagedTok), groups) in clusters of kCluster
+// blocks along x: row block blockIdx.x / kCluster.
+template <Kind K, int kCluster>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads) StagedSlicesKernel(const Params p) {
+  mma::StagedSlicesBlock<K, kCluster>(p, blockIdx.x / kCluster, blockIdx.y, blockIdx.z);
 }
 
 // ---- FP8 inputs (LinearMath::kFp8Act): e4m3 × e4m3 MMAs ---------------------------------------
