@@ -114,6 +114,8 @@ class QuantSim:
     act_fp8: bool = False   # FP8 e4m3 per-128 activations into the FP8 linears and experts
     kv_fp8: bool = False    # KV rows as stored: FP8 nope channels (blocks of 64), BF16 rope; raw + compressed
     idx_fp4: bool = False   # FP4 round trip (blocks of 32) of the indexer q and key rows
+    attn_bf16: bool = False  # the attention output rounded to BF16 ahead of wo_a (--attn-out-bf16;
+                             # not in all(): the demo model was trained and evaluated without it)
 
     def all(self, on=True):
         self.act_fp8 = self.kv_fp8 = self.idx_fp4 = on
@@ -407,6 +409,8 @@ class Attention(nn.Module):
 
     def out(self, o, cos_h, sin_h):
         o = apply_rope(o, cos_h, sin_h, inverse=True)
+        if self.quant.attn_bf16:
+            o = bf16_round(o)
         G, R = self.cfg.o_groups, self.cfg.o_lora_rank
         o = o.flatten(-2).unflatten(-1, (G, -1))
         z = torch.einsum("...gd,grd->...gr", o, self.wo_a.weight.view(G, R, -1).to(o.dtype))

@@ -597,9 +597,6 @@ __device__ __forceinline__ void LoadRawNibbles(const Params& p, uint8_t* raw, in
   }
 }
 
-// Stores a block's results: result(j) is D fragment element j (of a tile of kTileTokens tokens),
-// element 4i + e being weight row ra (ra + 8 for e >= 2) and token t_y + 8i + 2q (+1 for odd e);
-// rows at or past p.n and tokens at or past p.m are not written.
 // The FP8 weight's scale of chunk c for rows n0.. (one per chunk for all 128 rows: n0 is a multiple
 // of the 128-row scale block).
 __device__ __forceinline__ float Fp8BlockScale(const Params& p, int64_t n0, int c) {
@@ -607,6 +604,9 @@ __device__ __forceinline__ float Fp8BlockScale(const Params& p, int64_t n0, int 
   return p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + si) : DecodeE8m0(__ldg(p.scale + si));
 }
 
+// Stores a block's results: result(j) is D fragment element j (of a tile of kTileTokens tokens),
+// element 4i + e being weight row ra (ra + 8 for e >= 2) and token t_y + 8i + 2q (+1 for odd e);
+// rows at or past p.n and tokens at or past p.m are not written.
 template <int kTileTokens = kTokens, class Result>
 __device__ __forceinline__ void StoreBlockResult(const Params& p, int64_t ra, int64_t t_y, int q, const Result& result) {
   const int64_t rb = ra + 8;
