@@ -25,7 +25,13 @@
 # --only-run and --only-bench run step 1 or step 2 alone (with 4-5 bench columns of switches the
 # two no longer fit one 600 s call with certainty: 477 s at cc5395b with three).
 #
-#   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench]
+# --quick: one call of ~200 s (2026-12-02: 119 s plus the machine's start), for a change's first
+# check when device time is short: the tensor-core suites, the model, golden and engine tests and
+# the 2-layer Flash-shaped check on e4m3 tensor cores (gpu-run.sh --no-reruns), then `bench steps`
+# with every reference rounding at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
+# bench.txt; extra arguments, e.g. DEEPINFER_* in the environment, apply to both).
+#
+#   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench | --quick]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=1
@@ -37,12 +43,25 @@ while [[ $# -gt 0 ]]; do
     --only-profile) run=0; bench=0; shift ;;
     --only-run) bench=0; profile=0; shift ;;
     --only-bench) run=0; profile=0; shift ;;
+    --quick) quick=1; shift ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
 final=${OUT:-gpu-out}
 mkdir -p "$final"
 status=0
+if [[ ${quick:-0} -eq 1 ]]; then
+  quick_filter='CudaLinearFp8.*:CudaLinearMma.*:CudaLinear.Grouped*:CudaExpertsLinear*:CudaAttentionSplitBf16.*'
+  quick_filter+=':GpuModel.*:ReferenceGoldens/GpuGolden.*:GpuEngine.*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
+  OUT=$final timeout 170 bash scripts/gpu-run.sh --no-reruns --filter "$quick_filter" 2>&1 | tail -16
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+  source scripts/gpu-env.sh
+  timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
+    --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
+    --json "$final/steps.json" >"$final/bench.txt" 2>&1 || status=1
+  grep -vE "^\[v4" "$final/bench.txt" | tail -14
+  exit $status
+fi
 # keep STEP DIR: archives a step's outputs (DIR, its own folder) into $OUT as soon as it ends.
 keep() { tar -C "$2" -cJf "$final/session-$1.tar.xz" . && rm -rf "$2"; }
 if [[ $run -eq 1 ]]; then
