@@ -508,11 +508,11 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   }
 }
 
-// Split-BF16 products of 33-256 rows whose one-block staged grid would leave SMs idle take K's
-// slices over a cluster (linear_mma.cuh's StagedSlicesBlock) with the one-block kernel's bits:
-// weights of 2 (the last one short), 3, 4, 8 and 16 slices (clusters of 2, 4 and 8, 16 slices as
-// two per rank), dense and quantized, one group and grouped. The first 32 rows alone (the
-// register-fed kernel) give the same bits too.
+// Split-BF16 products of 1-256 rows whose one-block staged grid would leave SMs idle take K's
+// slices over a cluster (linear_mma.cuh's StagedSlicesBlock) with the one-block kernels' bits
+// (the staged one past 32 rows, the register-fed one up to 32): weights of 2 (the last one
+// short), 3, 4, 8 and 16 slices (clusters of 2, 4 and 8, 16 slices as two per rank), dense and
+// quantized, one group and grouped. The first 32 rows alone give the same bits too.
 TEST(CudaLinearMma, StagedSlicesEqualOneBlock) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -525,7 +525,7 @@ TEST(CudaLinearMma, StagedSlicesEqualOneBlock) {
   uint64_t seed = 5100;
   for (const Case& c : cases) {
     TestWeight w = RandomWeight(c.spec, c.groups * c.out, c.in, ++seed);
-    for (const int64_t m : {int64_t{33}, int64_t{64}, int64_t{256}}) {
+    for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{33}, int64_t{64}, int64_t{256}}) {
       const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.out) + ", " + std::to_string(c.in) +
                                "] x" + std::to_string(c.groups) + " M=" + std::to_string(m);
       DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.groups * c.in), ++seed));
@@ -544,8 +544,9 @@ TEST(CudaLinearMma, StagedSlicesEqualOneBlock) {
       const std::vector<float> sliced = run(1, m);
       EXPECT_GT(cuda::StagedSlicesLaunchesForTesting(), launches) << what << ": the clustered kernel did not run";
       EXPECT_TRUE(AllEqual(sliced, run(0, m), what));
-      const std::vector<float> first = run(1, 32);
-      EXPECT_TRUE(AllEqual(first, Rows(sliced, c.groups * c.out, 0, 32), what + ", 32 rows alone"));
+      const int64_t alone = std::min<int64_t>(m, 32);
+      EXPECT_TRUE(AllEqual(run(0, alone), Rows(sliced, c.groups * c.out, 0, alone),
+                           what + ", the first rows alone on the one-block kernels"));
     }
   }
 }

@@ -1782,8 +1782,9 @@ void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
 }
 
 // The split-BF16 staged products with K's slices spread over clusters (mma::StagedSlicesBlock, the
-// same bits as StagedLinearKernel): taken where StagedLinearKernel's grid would fill fewer than
-// all SMs (decode batches of 33-256 rows), K has 2-16 slices, the device launches clusters, and
+// same bits as StagedLinearKernel and the register-fed LinearKernel): taken where the staged
+// kernel's one-block grid would fill fewer than all SMs (decode batches of 1-256 rows), K has 2-16
+// slices, the device launches clusters, and
 // DEEPINFER_STAGED_SLICES=1 or a test turned it on. Off by default until it has run on the GPU
 // (written 2026-12-02 after the session's device time: docs/performance.md, version 20).
 // Launches of it (tests).
@@ -1866,6 +1867,11 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
       return;
     }
     if (path != Path::kSimt) {
+      // Up to 32 rows the staged kernel's K slices over a cluster where they are on and fill more
+      // of the device than the register-fed kernel (the same bits).
+      if (path == Path::kSplitBf16 && LaunchStagedSlices<K>(p, groups, CeilDiv(p.n, mma::kStagedRows), 1, stream)) {
+        return;
+      }
       if (p.m <= mma::kTok) return LaunchMma<K, 1>(p, groups, stream, path);
       if (p.m <= 2 * mma::kTok) return LaunchMma<K, 2>(p, groups, stream, path);
       return LaunchMma<K, mma::kMaxTm>(p, groups, stream, path);

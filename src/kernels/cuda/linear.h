@@ -111,7 +111,7 @@ bool TmaKernelsAvailable();
 // kernel it compares did run).
 uint64_t TmaLaunchesForTesting();
 // Tests only: the split-BF16 staged products with K's slices over a cluster (decode batches of
-// 33-256 rows; the bits of the one-block kernel) where they apply (1), never (0), or as
+// 1-256 rows; the bits of the one-block kernels) where they apply (1), never (0), or as
 // DEEPINFER_STAGED_SLICES says (-1, the default: off unless 1); and how many such launches this
 // process has made.
 void SetStagedSlicesForTesting(int mode);
