@@ -34,6 +34,7 @@ struct StepsArgs {
   bool kv_fp8 = false;
   bool indexer_fp4 = false;
   bool bf16_attention_output = false;
+  bool fold_fp4_experts = false;
   bool decode = true;
   bool prefill = true;
   std::vector<std::string> layer_mix{"0:2", "4:21", "128:20"};
@@ -111,6 +112,7 @@ void RunSteps(StepsArgs& a) {
   lo.numerics.kv_fp8 = a.kv_fp8;
   lo.numerics.indexer_fp4 = a.indexer_fp4;
   lo.numerics.bf16_attention_output = a.bf16_attention_output;
+  lo.numerics.fold_fp4_experts = a.fold_fp4_experts;
   a.options.cuda_graphs = !a.no_graphs;
   a.options.profile = !a.no_profile;
   const bench::LayerMix mix = ParseMix(a.layer_mix);
@@ -137,7 +139,8 @@ void RunSteps(StepsArgs& a) {
                      {"fp8_activations", a.fp8_activations},
                      {"kv_fp8", a.kv_fp8},
                      {"indexer_fp4", a.indexer_fp4},
-                     {"bf16_attention_output", a.bf16_attention_output}};
+                     {"bf16_attention_output", a.bf16_attention_output},
+                     {"fold_fp4_experts", a.fold_fp4_experts}};
   report["layer_mix"] = nlohmann::json::object();
   for (const auto& [ratio, count] : mix) report["layer_mix"][std::to_string(ratio)] = count;
   if (a.decode) {
@@ -191,6 +194,9 @@ void AddStepBench(CLI::App* bench) {
   cmd->add_flag("--attn-out-bf16", a->bf16_attention_output,
                 "the attention output rounded to BF16, as the reference's BF16 wo_a einsum takes it (with "
                 "--tensor-cores, wo_a on one BF16 part instead of three)");
+  cmd->add_flag("--fold-fp4-experts", a->fold_fp4_experts,
+                "with --tensor-cores --fp8-activations on sm_90a: the routed FP4 experts kept folded into e4m3 "
+                "codes for the run (about twice their bytes; the same outputs; the floors still count FP4 bytes)");
   cmd->add_flag("!--no-decode", a->decode, "skip the decode points");
   cmd->add_flag("!--no-prefill", a->prefill, "skip the prefill points");
   cmd->add_option("--json", a->json, "write the report as JSON (tools/plot_bench.py draws it)");

@@ -33,6 +33,10 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
               "CUDA: BF16/FP8/FP4 linears on tensor cores (exact f32 products from 3 BF16 parts of each "
               "activation; with --fp8-activations, e4m3 MMAs for the linears the reference quantizes, warpgroup "
               "MMAs on sm_90a)");
+  g->add_flag("--fold-fp4-experts", f.options.load.numerics.fold_fp4_experts,
+              "CUDA with --tensor-cores --fp8-activations on sm_90a: keep the routed FP4 experts folded into e4m3 "
+              "codes for the whole run (about twice their bytes of device memory; the same outputs), so that no "
+              "step converts their nibbles");
   g->add_option("--device", f.device, "where the model runs: cpu | cuda | cuda:N")
       ->capture_default_str()
       ->check([](const std::string& v) {

@@ -61,9 +61,10 @@ if [[ ${1:-} == --steps ]]; then
   # Linear's unsplit FP8 products on the TMA kernel (version 14; the default) against the 64-token
   # cp.async kernel; wo_a's input rounded to BF16 (version 17) against f32 (three BF16 parts); the
   # dense split-BF16 linears' K slices over clusters at decode batches (version 20, off by default
-  # until measured) against one block per tile.
+  # until measured) against one block per tile; the FP4 experts kept folded for the run
+  # (--fold-fp4-experts, version 21, off by default: twice their bytes) against converted per call.
   for variant in "prefold0;DEEPINFER_FP4_PREFOLD=0;--attn-out-bf16" "tma0;DEEPINFER_TMA=0;--attn-out-bf16" \
-    "attnf32;;" "slices1;DEEPINFER_STAGED_SLICES=1;--attn-out-bf16"; do
+    "attnf32;;" "slices1;DEEPINFER_STAGED_SLICES=1;--attn-out-bf16" "fold;;--attn-out-bf16 --fold-fp4-experts"; do
     IFS=';' read -r name environment flags <<<"$variant"
     echo "== every reference rounding, ${environment:-$name} $flags"
     env $environment timeout 120 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy \

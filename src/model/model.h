@@ -32,6 +32,10 @@ struct Numerics {
   // (exact products; only the rounding of the f32 sums changes); with kv_fp8 sparse attention
   // too (its rows are exact in BF16). No effect on the CPU.
   bool tensor_core_linears = false;
+  // Not a numerics change (the same bits): CUDA with fp8_activations and tensor_core_linears on a
+  // warpgroup-MMA device keeps the routed FP4 experts folded into e4m3 codes for the whole run
+  // (about twice their bytes of device memory), so that no step converts their nibbles.
+  bool fold_fp4_experts = false;
 };
 
 // Per-sequence model state (windows, compressor state, paged rows), owned by the runner.

@@ -133,7 +133,8 @@ void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight
   cpu::GroupedLinear(x, w, num_groups, y);
 }
 
-ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> experts) {
+ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> experts, LinearInput input,
+                                bool keep_folded) {
   ExpertsWeight w;
   w.experts = std::move(experts);
   for (size_t e = 0; e < w.experts.size(); ++e) {
@@ -156,6 +157,14 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
     const size_t bytes = table.size() * sizeof(cuda::DeviceWeight);
     w.device_table = Buffer(bytes, ctx.device);
     CopyBytes(ctx, w.device_table.data(), table.data(), bytes);  // pageable source: staged before return
+    const int64_t num_experts = static_cast<int64_t>(table.size());
+    const size_t folded_bytes =
+        keep_folded ? cuda::FoldedExpertsBytes(table[0], num_experts, MathOf(ctx, input)) : size_t{0};
+    if (folded_bytes > 0) {
+      w.folded = Buffer(folded_bytes, ctx.device);
+      cuda::FoldExperts(static_cast<const cuda::DeviceWeight*>(w.device_table.data()), table[0], num_experts,
+                        w.folded.data(), folded_bytes, ctx.stream);
+    }
 #else
     NoKernel(ctx, "experts_weight");
 #endif
@@ -167,7 +176,7 @@ size_t ExpertsLinearCodesBytes(const OpContext& ctx, int64_t rows_bound, const E
 #if DEEPINFER_HAS_CUDA
   if (ctx.on_cuda() && !w.experts.empty()) {
     return cuda::ExpertsLinearCodesBytes(rows_bound, static_cast<int64_t>(w.experts.size()), ToDevice(w.experts[0]),
-                                         MathOf(ctx, input));
+                                         MathOf(ctx, input), w.folded.data() != nullptr);
   }
 #else
   (void)rows_bound, (void)w, (void)input;
@@ -202,7 +211,8 @@ void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& 
                                  static_cast<const cuda::DeviceWeight*>(w.device_table.data()), ToDevice(first),
                                  y.data<float>(), y.stride(0), scratch.raw(), ctx.stream, MathOf(ctx, input),
                                  plan_in_scratch, codes.empty() ? nullptr : codes.raw(),
-                                 codes.empty() ? 0 : codes.nbytes()));
+                                 codes.empty() ? 0 : codes.nbytes(),
+                                 MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.folded.data() : nullptr));
   const int32_t* off = offsets.data<int32_t>();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t r0 = std::clamp<int64_t>(off[e], 0, rows), r1 = std::clamp<int64_t>(off[e + 1], r0, rows);

@@ -183,10 +183,16 @@ struct ExpertsWeight {
   std::vector<LinearWeight> experts;  // what the CPU path reads
   Buffer device_table;                // CUDA: the experts as the kernel's device descriptions
                                       // (cuda::DeviceWeight [E]); empty on the CPU
+  Buffer folded;                      // CUDA, FP4 experts kept folded (cuda::FoldExperts); else empty
 };
 // Checks that the experts share one format, dtype and shape (and, for CUDA, that the kernels accept
-// them) and builds the device table on ctx's device (queued on its stream).
-ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> experts);
+// them) and builds the device table on ctx's device (queued on its stream). keep_folded: FP4
+// experts whose products with `input` run on the warpgroup-MMA FP8-input path also keep their
+// folded e4m3 codes for the run (about twice their bytes; cuda::FoldedExpertsBytes), which
+// ExpertsLinear then reads instead of converting nibbles: the same bits. Elsewhere it changes
+// nothing.
+ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> experts,
+                                LinearInput input = LinearInput::kAsIs, bool keep_folded = false);
 // Expert-grouped projection: y[r] = W_e · x[r] for every row r in [offsets[e], offsets[e+1]) of
 // every expert e, bit-identical to Linear on each expert's rows. x: [R, K] f32 (row stride
 // honoured), y: [R, N] f32 (row stride honoured), R the host bound on the rows (offsets[E] <= R);

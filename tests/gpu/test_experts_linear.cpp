@@ -124,8 +124,10 @@ std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
 // past N); (2) the experts in `cpu_experts` (all when empty) against cpu::Linear within the order
 // bound. pre_fold_group > 0: codes scratch with room to pre-fold that many FP4 experts at a time
 // (ExpertsLinearPreFoldCodesBytes; the groups' kernels then run, with Linear's bits still).
+// folded: the FP4 experts kept folded (cuda::FoldExperts) and read as such.
 void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx, int64_t ldy,
-                  uint64_t seed, std::vector<int64_t> cpu_experts = {}, int64_t pre_fold_group = 0) {
+                  uint64_t seed, std::vector<int64_t> cpu_experts = {}, int64_t pre_fold_group = 0,
+                  bool folded = false) {
   const int64_t num_experts = pool.experts(), n = pool.n(), k = pool.k();
   ASSERT_EQ(static_cast<int64_t>(counts.size()), num_experts);
   const std::vector<int32_t> off = Offsets(counts);
@@ -150,10 +152,15 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
   const size_t codes_bytes =
       pre_fold_group > 0
           ? cuda::ExpertsLinearPreFoldCodesBytes(rows_bound, pre_fold_group, pool.Device(0), TestLinearMath())
-          : cuda::ExpertsLinearCodesBytes(rows_bound, num_experts, pool.Device(0), TestLinearMath());
+          : cuda::ExpertsLinearCodesBytes(rows_bound, num_experts, pool.Device(0), TestLinearMath(), folded);
   DeviceArray<uint8_t> codes(codes_bytes);
+  const size_t folded_bytes = folded ? cuda::FoldedExpertsBytes(pool.Device(0), num_experts, TestLinearMath()) : 0;
+  ASSERT_EQ(folded, folded_bytes > 0) << "FoldedExpertsBytes";
+  DeviceArray<uint8_t> folded_codes(folded_bytes);
+  if (folded) cuda::FoldExperts(pool.table(), pool.Device(0), num_experts, folded_codes.get(), folded_bytes, nullptr);
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
-                      scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes);
+                      scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes,
+                      folded ? folded_codes.get() : nullptr);
   for (int64_t e = 0; e < num_experts; ++e) {
     const size_t linear_bytes =
         codes_bytes == 0 ? 0 : cuda::LinearScratchBytes(counts[e], pool.Device(e), TestLinearMath());
@@ -425,6 +432,35 @@ TEST(CudaExpertsLinearFp8, PreFoldedFp4EqualsLinear) {
       }
     }
   }
+}
+
+// FP4 experts kept folded for the run (cuda::FoldExperts, --fold-fp4-experts): every tile, at
+// decode and prefill row counts, reads the folded codes instead of converting nibbles, with
+// Linear's bits per expert; group scales across 18 binades bring the later passes in. The folded
+// buffer exists only for FP4 experts on the FP8-input warpgroup-MMA path.
+TEST(CudaExpertsLinearFp8, FoldedExpertsEqualLinear) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  const std::vector<std::vector<int32_t>> routings = {{1, 0, 2, 1, 0, 1, 1, 0}, {70, 1, 130, 0, 9, 64, 17, 200}};
+  uint64_t seed = 5700;
+  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+    for (const bool wide_scales : {false, true}) {
+      const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
+                                                           : std::pair<uint8_t, uint8_t>{0, 0};
+      ExpertPool pool(kFp4, 8, 200, k, ++seed, 0, 28, 3, e8m0);
+      for (const std::vector<int32_t>& counts : routings) {
+        SCOPED_TRACE(testing::Message() << "folded, " << Offsets(counts).back() << " rows"
+                                        << (wide_scales ? ", 18 binades" : ""));
+        CheckExperts(pool, counts, Offsets(counts).back() + 13, k, 203, ++seed, {}, 0, true);
+      }
+    }
+  }
+  ExpertPool fp8(kFp8E8m0, 4, 256, 256, ++seed);
+  EXPECT_EQ(cuda::FoldedExpertsBytes(fp8.Device(0), 4, cuda::LinearMath::kFp8Act), 0u) << "FP8 experts";
+  ExpertPool fp4(kFp4, 4, 256, 256, ++seed);
+  EXPECT_EQ(cuda::FoldedExpertsBytes(fp4.Device(0), 4, cuda::LinearMath::kSplitBf16), 0u) << "split-BF16 math";
+  EXPECT_GT(cuda::FoldedExpertsBytes(fp4.Device(0), 4, cuda::LinearMath::kFp8Act), 4u * 256 * 256) << "FP8 act";
 }
 
 // The pre-folded experts on the TMA-fed kernel (DEEPINFER_TMA_EXPERTS's kernel, forced on) on

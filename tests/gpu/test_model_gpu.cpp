@@ -14,6 +14,7 @@
 
 #include "engine/workload.h"
 #include "gpu/gpu_test_util.h"
+#include "kernels/cuda/linear.h"
 #include "model/model_test_support.h"
 #include "model/workspace.h"
 
@@ -199,6 +200,28 @@ TEST(GpuModel, StaticShapesEqualDynamicShapesWithFp8TensorCores) {
   DI_REQUIRE_GPU();
   LoadedModel gpu = LoadModel(DemoModelDir(), OnGpuQuantizedTensorCores());
   ExpectStaticShapesMatchDynamic(*gpu.model);
+}
+
+// --fold-fp4-experts (the routed FP4 experts kept folded into e4m3 codes for the run) changes no
+// bit: the FP4 golden's prompt gives the same logits, one-shot and token by token, with and
+// without it, and chunked prefill still equals one-shot.
+TEST(GpuModel, FoldedFp4ExpertsGiveTheSameLogits) {
+  DI_REQUIRE_GPU();
+  const Golden g = LoadGolden("v4-tiny-fp8fp4");
+  std::vector<int32_t> prompt = g.prompt_ids;
+  if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
+  LoadOptions folded = OnGpuQuantizedTensorCores();
+  folded.numerics.fold_fp4_experts = true;
+  LoadedModel plain_model = LoadModel(g.dir, OnGpuQuantizedTensorCores());
+  LoadedModel folded_model = LoadModel(g.dir, folded);
+  SequenceDriver plain(*plain_model.model), kept(*folded_model.model);
+  const uint64_t launches = cuda::FoldedExpertsLaunchesForTesting();
+  const std::vector<float> kept_logits = kept.Prefill(prompt);
+  ASSERT_GT(cuda::FoldedExpertsLaunchesForTesting(), launches) << "no expert product read folded codes";
+  EXPECT_TRUE(test::AllEqual(kept_logits, plain.Prefill(prompt), "one-shot prefill"));
+  SequenceDriver plain_steps(*plain_model.model), kept_steps(*folded_model.model);
+  EXPECT_TRUE(test::AllEqual(kept_steps.Prefill(prompt, 1), plain_steps.Prefill(prompt, 1), "token by token"));
+  ExpectChunkedPrefillEqualsOneShot("v4-tiny-fp8fp4", folded, {1, 7, 128});
 }
 
 // Issue 8, acceptance 4: at DeepSeek-V4-Flash's shapes (bench/configs/v4-flash-2layer: hidden

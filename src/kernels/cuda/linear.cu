@@ -1941,6 +1941,7 @@ struct ExpertsLaunch {
   const int32_t* offsets = nullptr;  // the experts' row ranges (device)
   int64_t num_experts = 0;
   int tma_tokens = 0;  // the pre-folded experts on the TMA-fed kernel at 64 or 128 tokens (0: not)
+  const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -2145,9 +2146,33 @@ bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, con
   return true;
 }
 
+// ExpertsLinear launches on experts kept folded (tests).
+std::atomic<uint64_t> g_folded_launches{0};
+
+// Every item of every expert on the codes FoldExperts wrote for the run (l.folded): the
+// pre-folded kernels without their per-call PreFoldKernel, at any row count.
+void LaunchExpertsFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
+  const Params& b = l.params.base;
+  if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("folded experts too large for 32-bit coordinates");
+  const PreFoldLayout lay = MakePreFoldLayout(b.n, b.k);
+  const int32_t end = static_cast<int32_t>(l.num_experts);
+  g_folded_launches.fetch_add(l.tma_tokens != 0 ? 1 : 0);
+  if (l.tma_tokens == 128) return LaunchExpertsPreFoldedTma<128>(l, ep, a, lay, 0, end, l.folded);
+  if (l.tma_tokens == 64) return LaunchExpertsPreFoldedTma<64>(l, ep, a, lay, 0, end, l.folded);
+  constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
+  AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, 0, end,
+                                                                                          lay, l.folded);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma, experts kept folded");
+  g_folded_launches.fetch_add(1);
+}
+
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
 // scratch, then one block per (tile, 128 outputs), walked like LaunchList's items (FP4 experts
-// pre-folded where the scratch has room: LaunchExpertsPreFolded).
+// kept folded where the caller holds them: LaunchExpertsFolded; else pre-folded where the scratch
+// has room: LaunchExpertsPreFolded).
 template <Kind K>
 void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   if (l.capacity.total == 0) return;
@@ -2160,6 +2185,7 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
   if constexpr (K == Kind::kFp4) {
+    if (l.folded != nullptr) return LaunchExpertsFolded(l, ep, a);
     if (LaunchExpertsPreFolded(l, ep, a)) return;
     // A plan cut for the TMA-fed kernel (128-row tiles) must not reach the 64-token kernels.
     if (l.tma_tokens != 0) Fail("the pre-folded experts' TMA path was planned but cannot run");
@@ -2233,12 +2259,13 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts) {
   return kCountsBytes + static_cast<size_t>(cap.total) * sizeof(ExpertTile);
 }
 
-size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math) {
+size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math,
+                               bool folded) {
   // Only where LaunchExperts can take the wgmma path (every tile of the FP8-input path).
   if (rows_bound <= 0 || !WeightTakesWgmma(layout, math)) return 0;
   const int64_t k = layout.in_features;
   const size_t codes = wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k);
-  const bool pre_fold = KindOf(layout) == Kind::kFp4 && PreFoldWanted(rows_bound, num_experts);
+  const bool pre_fold = KindOf(layout) == Kind::kFp4 && !folded && PreFoldWanted(rows_bound, num_experts);
   return pre_fold ? ExpertsLinearPreFoldCodesBytes(rows_bound, num_experts, layout, math) : codes;
 }
 
@@ -2254,7 +2281,8 @@ size_t ExpertsLinearPreFoldCodesBytes(int64_t rows_bound, int64_t num_experts, c
 
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
-                   cudaStream_t stream, LinearMath math, bool plan_in_scratch, void* codes, size_t codes_bytes) {
+                   cudaStream_t stream, LinearMath math, bool plan_in_scratch, void* codes, size_t codes_bytes,
+                   const void* folded) {
   const Kind kind = KindOf(layout);
   const int64_t n = layout.out_features, k = layout.in_features;
   if (n < 0 || k < 0) Fail("negative weight shape");
@@ -2279,6 +2307,11 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     tiles += l.capacity.tiles[i];
   }
   l.path = PathFor(math, kind, layout.scale_dtype == DType::kF32, k);
+  if (folded != nullptr) {
+    if (FoldedExpertsBytes(layout, num_experts, math) == 0) Fail("folded experts given where no kernel reads them");
+    if (reinterpret_cast<uintptr_t>(folded) % 256 != 0) Fail("folded experts not 256-byte aligned");
+    l.folded = static_cast<const uint8_t*>(folded);
+  }
   l.tma_tokens = ExpertsTmaTokensFor(kind, l.path, layout.scale_dtype == DType::kF32, rows_bound, num_experts, n, k,
                                      codes, codes_bytes);
   // The FP8-input path's tiles are 64 rows (its kernels' token tiles), 128 for the TMA-fed
@@ -2319,6 +2352,43 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   }
 }
 
+size_t FoldedExpertsBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {
+  if (num_experts <= 0 || KindOf(layout) != Kind::kFp4 || !WeightTakesWgmma(layout, math)) return 0;
+  return static_cast<size_t>(num_experts * MakePreFoldLayout(layout.out_features, layout.in_features).ExpertBytes());
+}
+
+void FoldExperts(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
+                 size_t bytes, cudaStream_t stream) {
+  const size_t needed = FoldedExpertsBytes(layout, num_experts, LinearMath::kFp8Act);
+  if (needed == 0) Fail("FoldExperts: FP4 experts with e8m0 scales on a warpgroup-MMA device only");
+  if (out == nullptr || weights == nullptr || bytes < needed) Fail("FoldExperts: null pointer or too few bytes");
+  if (reinterpret_cast<uintptr_t>(out) % 256 != 0) Fail("FoldExperts: output not 256-byte aligned");
+  if (num_experts > 65535) Fail("FoldExperts: more than 65535 experts");
+  const PreFoldLayout lay = MakePreFoldLayout(layout.out_features, layout.in_features);
+  if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff) Fail("FoldExperts: grid too large");
+  ExpertsParams ep{};
+  ep.base.n = layout.out_features;
+  ep.base.k = layout.in_features;
+  ep.weights = weights;
+  // PreFoldKernel folds the experts that have rows: offsets 0, 1, ..., E give every expert one.
+  std::vector<int32_t> offsets(static_cast<size_t>(num_experts) + 1);
+  for (size_t e = 0; e < offsets.size(); ++e) offsets[e] = static_cast<int32_t>(e);
+  int32_t* device_offsets = nullptr;
+  DI_CUDA_CHECK(cudaMalloc(&device_offsets, offsets.size() * sizeof(int32_t)), "FoldExperts: cudaMalloc");
+  cudaError_t status = cudaMemcpyAsync(device_offsets, offsets.data(), offsets.size() * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream);
+  if (status == cudaSuccess) {
+    const dim3 grid(static_cast<unsigned>(lay.n_pad / wgmma::kBlockRows * lay.chunks),
+                    static_cast<unsigned>(num_experts));
+    PreFoldKernel<<<grid, wgmma::kThreads, 0, stream>>>(ep, device_offsets, static_cast<int32_t>(num_experts), 0, lay,
+                                                        static_cast<uint8_t*>(out));
+    status = cudaGetLastError();
+  }
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);
+  cudaFree(device_offsets);
+  DI_CUDA_CHECK(status, "FoldExperts");
+}
+
 bool Fp8ActOnWarpgroupMma() { return wgmma::DeviceHasWgmma(); }
 
 void SetTmaKernelsForTesting(int mode, int expert_tokens) {
@@ -2338,6 +2408,8 @@ void SetStagedSlicesForTesting(int mode) {
 }
 
 uint64_t StagedSlicesLaunchesForTesting() { return g_staged_slices_launches.load(); }
+
+uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
 
 namespace {
 // Thread i: word i·65537 + salt's two halves (every 16-bit pattern in each half over the grid)

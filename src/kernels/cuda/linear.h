@@ -175,15 +175,31 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // sm_90a device, where x's rows are quantized once and every tile runs on warpgroup MMAs (FP8
 // weights, FP4 weights with e8m0 scales, in_features % 128 == 0): the bits of Linear with scratch
 // on the expert's rows. Without codes the mma.sync kernels run: the bits of Linear without scratch.
+// folded (DEVICE, FoldedExpertsBytes bytes, written by FoldExperts; may be null): FP4 experts kept
+// folded for the run; where the codes path runs, every tile reads the experts' folded codes there
+// instead of converting nibbles (or pre-folding them into codes per call): the same bits.
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false,
-                   void* codes = nullptr, size_t codes_bytes = 0);
+                   void* codes = nullptr, size_t codes_bytes = 0, const void* folded = nullptr);
 // Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any): x's
 // codes and scales, and for FP4 experts with at least 64 rows per expert on average (prefill)
 // room to pre-fold them (ExpertsLinearPreFoldCodesBytes; DEEPINFER_FP4_PREFOLD=0 or 1, read once,
-// asks for never or always).
-size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math);
+// asks for never or always), unless the experts are kept folded (`folded`: x's codes alone).
+size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math,
+                               bool folded = false);
+// FP4 experts kept folded for the whole run (the option of docs/performance.md, version 21): each
+// expert's pass-0 folded e4m3 codes [N, K], fold words and later-pass flags, as the per-call
+// pre-fold writes them: about twice the experts' FP4 bytes. Bytes for `num_experts` experts of
+// `layout` under `math`: 0 where ExpertsLinear would not read them (not FP4 with e8m0 scales on
+// the warpgroup-MMA FP8-input path of this device).
+size_t FoldedExpertsBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math);
+// Writes them for the experts of `weights` (the device table, as ExpertsLinear's) into `out`
+// (DEVICE, 256-byte aligned, FoldedExpertsBytes bytes). Synchronizes `stream` (load time).
+void FoldExperts(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
+                 size_t bytes, cudaStream_t stream);
+// Tests only: how many ExpertsLinear launches this process has run on experts kept folded.
+uint64_t FoldedExpertsLaunchesForTesting();
 // Codes bytes with which ExpertsLinear pre-folds FP4 experts (0 where it cannot): x's codes, then
 // per group of experts (up to 1 GiB, at least one expert) their pass-0 folded e4m3 codes [N, K]
 // and fold words, written once per call by one kernel and read by the warpgroup-MMA tiles as FP8

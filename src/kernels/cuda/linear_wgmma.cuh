@@ -778,7 +778,7 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
   // Chunk c's MMAs complete in `done`: its scaling, later passes and slice end.
   auto finish = [&](int c, float (&done)[32], float sa, float sb, bool again) {
     const float* xs = reinterpret_cast<const float*>(stage_of(c) + L::kXs);
-    AddScaledRows(part, done, sa, sb, xs, q);
+    AddScaledRows(part, done, sa, sb, xs, q, tokens);
     if (again) {  // uniform over the block
       const Params fp4 = nibbles();
       uint8_t* raw = smem + PreFoldedSmem::kRaw;
@@ -786,7 +786,7 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
       FoldedLaterPasses(fp4, raw, stage_of(c), tables, n0, c, w_addr_of(c), x_addr_of(c), xs, q, ra, true, done,
                         part);
     }
-    EndChunk(total, part, c, c_begin, c_end);
+    EndChunk(total, part, c, c_begin, c_end, tokens);
   };
   // Chunk c: wait for its copies, queue chunk c + kAhead's, issue its MMAs into cur; returns its
   // row scales and later-pass flag (the barrier's OR: uniform, as ptxas must see it).

@@ -70,7 +70,7 @@ void V4Model::UploadWeights() {
 }
 
 void V4Model::BuildExpertTables() {
-  const ops::OpContext op{device_, nullptr};
+  const ops::OpContext op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears};
   auto build = [&](const BlockWeights& b) {
     const size_t i = static_cast<size_t>(b.layer);
     if (expert_tables_.size() <= i) expert_tables_.resize(i + 1);
@@ -80,8 +80,10 @@ void V4Model::BuildExpertTables() {
       w3.push_back(e.w3);
       w2.push_back(e.w2);
     }
-    expert_tables_[i] = ExpertTables{ops::MakeExpertsWeight(op, std::move(w1)), ops::MakeExpertsWeight(op, std::move(w3)),
-                                     ops::MakeExpertsWeight(op, std::move(w2))};
+    const bool fold = numerics_.fold_fp4_experts;
+    expert_tables_[i] = ExpertTables{ops::MakeExpertsWeight(op, std::move(w1), QuantizedInput(), fold),
+                                     ops::MakeExpertsWeight(op, std::move(w3), QuantizedInput(), fold),
+                                     ops::MakeExpertsWeight(op, std::move(w2), QuantizedInput(), fold)};
   };
   for (const BlockWeights& b : weights_.layers) build(b);
   for (const MtpWeights& m : weights_.mtp) build(m.block);
