@@ -29,14 +29,16 @@
 # check when device time is short: the tensor-core suites, the model, golden and engine tests and
 # the 2-layer Flash-shaped check on e4m3 tensor cores (gpu-run.sh --no-reruns), then `bench steps`
 # with every reference rounding at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
-# bench.txt; extra arguments, e.g. DEEPINFER_* in the environment, apply to both).
+# bench.txt). DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
+# `bench steps` (e.g. -- --fold-fp4-experts).
 #
-#   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench | --quick]
+#   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench | --quick [-- ARGS]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=1
 run=1
 bench=1
+bench_args=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --no-profile) profile=0; shift ;;
@@ -44,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --only-run) bench=0; profile=0; shift ;;
     --only-bench) run=0; profile=0; shift ;;
     --quick) quick=1; shift ;;
+    --) shift; bench_args=("$@"); break ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -58,7 +61,7 @@ if [[ ${quick:-0} -eq 1 ]]; then
   source scripts/gpu-env.sh
   timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
-    --json "$final/steps.json" >"$final/bench.txt" 2>&1 || status=1
+    --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1
   grep -vE "^\[v4" "$final/bench.txt" | tail -14
   exit $status
 fi
