@@ -207,5 +207,22 @@ TEST(DummyWeights, LoadAtTheConfigsShapesAndRun) {
   EXPECT_NE(dc.Prefill(prompt), la);
 }
 
+TEST(LoadOptionsErrors, FoldFp4ExpertsNeedsTheTensorCoreFp8Path) {
+  // --fold-fp4-experts has no effect off the CUDA FP8-input tensor-core path, so asking for it
+  // there is an error, not a silent no-op.
+  const Golden g = LoadGolden("v4-tiny-fp8fp4");
+  LoadOptions opts;
+  opts.numerics.fold_fp4_experts = true;
+  opts.numerics.fp8_activations = true;
+  opts.numerics.tensor_core_linears = true;
+  try {
+    LoadModel(g.dir, opts);  // on the CPU
+    ADD_FAILURE() << "loaded with --fold-fp4-experts on the CPU";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("--fold-fp4-experts"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA device"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

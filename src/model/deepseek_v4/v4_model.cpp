@@ -14,6 +14,10 @@ namespace deepinfer::v4 {
 
 V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, DeviceId device)
     : config_(std::move(config)), weights_(std::move(weights)), numerics_(numerics), device_(device) {
+  DI_CHECK(!numerics_.fold_fp4_experts ||
+               (!device_.is_cpu() && numerics_.tensor_core_linears && numerics_.fp8_activations),
+           "--fold-fp4-experts keeps FP4 experts folded for the FP8-input tensor-core kernels: it needs a CUDA "
+           "device, --tensor-cores and --fp8-activations");
   const auto& c = config_;
   rope_plain_ = ops::MakeRopeTable(c.qk_rope_head_dim, c.rope_theta, 0, 1.0, 0, 0);
   const auto& rs = c.rope_scaling;
