@@ -30,15 +30,21 @@
 # the 2-layer Flash-shaped check on e4m3 tensor cores (gpu-run.sh --no-reruns), then `bench steps`
 # with every reference rounding at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
 # bench.txt). DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
-# `bench steps` (e.g. -- --fold-fp4-experts).
+# `bench steps` (e.g. -- --fold-fp4-experts). Each `--variant 'NAME;ENV;FLAGS'` (ENV e.g.
+# DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
+# bench of the same points without the ceilings ($OUT/steps-NAME.json), and tools/compare_bench.py
+# prints them beside the first ($OUT/compare.txt). Two variants keep $OUT within the 8 files the
+# device tool returns.
 #
-#   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench | --quick [-- ARGS]]
+#   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench |
+#                                --quick [--variant 'NAME;ENV;FLAGS' ...] [-- ARGS]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=1
 run=1
 bench=1
 bench_args=()
+variants=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --no-profile) profile=0; shift ;;
@@ -46,6 +52,7 @@ while [[ $# -gt 0 ]]; do
     --only-run) bench=0; profile=0; shift ;;
     --only-bench) run=0; profile=0; shift ;;
     --quick) quick=1; shift ;;
+    --variant) variants+=("$2"); shift 2 ;;
     --) shift; bench_args=("$@"); break ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -63,6 +70,18 @@ if [[ ${quick:-0} -eq 1 ]]; then
     --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
     --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1
   grep -vE "^\[v4" "$final/bench.txt" | tail -14
+  if [[ ${#variants[@]} -gt 0 ]]; then
+    columns=("base=$final/steps.json")
+    for variant in "${variants[@]}"; do
+      IFS=';' read -r name environment flags <<<"$variant"
+      env $environment timeout 120 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy \
+        --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --no-ceilings --batches 1 64 256 \
+        --contexts 8192 --prompts 8192 --json "$final/steps-$name.json" $flags "${bench_args[@]}" \
+        >>"$final/bench.txt" 2>&1 || status=1
+      columns+=("$name=$final/steps-$name.json")
+    done
+    python3 tools/compare_bench.py "${columns[@]}" | tee "$final/compare.txt" || status=1
+  fi
   exit $status
 fi
 # keep STEP DIR: archives a step's outputs (DIR, its own folder) into $OUT as soon as it ends.
