@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "apps/engine_flags.h"
 #include "base/error.h"
 #include "bench/ceilings.h"
 #include "bench/step_bench.h"
@@ -29,12 +30,7 @@ struct StepsArgs {
   bool no_graphs = false;
   bool no_profile = false;
   bool no_ceilings = false;
-  bool tensor_cores = false;
-  bool fp8_activations = false;
-  bool kv_fp8 = false;
-  bool indexer_fp4 = false;
-  bool bf16_attention_output = false;
-  bool fold_fp4_experts = false;
+  Numerics numerics;
   bool decode = true;
   bool prefill = true;
   std::vector<std::string> layer_mix{"0:2", "4:21", "128:20"};
@@ -107,12 +103,7 @@ void RunSteps(StepsArgs& a) {
   LoadOptions lo;
   lo.load_format = a.load_format;
   lo.device = DeviceId{DeviceType::kCuda, a.device_index};
-  lo.numerics.tensor_core_linears = a.tensor_cores;
-  lo.numerics.fp8_activations = a.fp8_activations;
-  lo.numerics.kv_fp8 = a.kv_fp8;
-  lo.numerics.indexer_fp4 = a.indexer_fp4;
-  lo.numerics.bf16_attention_output = a.bf16_attention_output;
-  lo.numerics.fold_fp4_experts = a.fold_fp4_experts;
+  lo.numerics = a.numerics;
   a.options.cuda_graphs = !a.no_graphs;
   a.options.profile = !a.no_profile;
   const bench::LayerMix mix = ParseMix(a.layer_mix);
@@ -135,12 +126,12 @@ void RunSteps(StepsArgs& a) {
   report["model"] = {{"dir", a.model_dir},
                      {"layers", model.config().num_hidden_layers},
                      {"load_format", a.load_format},
-                     {"tensor_core_linears", a.tensor_cores},
-                     {"fp8_activations", a.fp8_activations},
-                     {"kv_fp8", a.kv_fp8},
-                     {"indexer_fp4", a.indexer_fp4},
-                     {"bf16_attention_output", a.bf16_attention_output},
-                     {"fold_fp4_experts", a.fold_fp4_experts}};
+                     {"tensor_core_linears", a.numerics.tensor_core_linears},
+                     {"fp8_activations", a.numerics.fp8_activations},
+                     {"kv_fp8", a.numerics.kv_fp8},
+                     {"indexer_fp4", a.numerics.indexer_fp4},
+                     {"bf16_attention_output", a.numerics.bf16_attention_output},
+                     {"fold_fp4_experts", a.numerics.fold_fp4_experts}};
   report["layer_mix"] = nlohmann::json::object();
   for (const auto& [ratio, count] : mix) report["layer_mix"][std::to_string(ratio)] = count;
   if (a.decode) {
@@ -182,21 +173,7 @@ void AddStepBench(CLI::App* bench) {
   cmd->add_flag("--no-graphs", a->no_graphs, "decode eager only");
   cmd->add_flag("--no-profile", a->no_profile, "no per-op profile (and no x43 scaling)");
   cmd->add_flag("--no-ceilings", a->no_ceilings, "skip the ceilings (no floors or fractions)");
-  cmd->add_flag("--tensor-cores", a->tensor_cores,
-                "BF16/FP8/FP4 linears on tensor cores (exact f32 products from 3 BF16 parts of each activation)");
-  cmd->add_flag("--fp8-activations", a->fp8_activations,
-                "the reference's act_quant ahead of its FP8/FP4 linears (with --tensor-cores: e4m3 MMAs, warpgroup "
-                "MMAs on sm_90a)");
-  cmd->add_flag("--kv-fp8", a->kv_fp8,
-                "KV rows as the reference stores them (FP8 nope, BF16 rope); with --tensor-cores, sparse attention "
-                "on split-BF16 tensor cores (the benchmark's state is random f32: the kernel rounds it to BF16)");
-  cmd->add_flag("--indexer-fp4", a->indexer_fp4, "the indexer's queries and keys through FP4 (the reference's)");
-  cmd->add_flag("--attn-out-bf16", a->bf16_attention_output,
-                "the attention output rounded to BF16, as the reference's BF16 wo_a einsum takes it (with "
-                "--tensor-cores, wo_a on one BF16 part instead of three)");
-  cmd->add_flag("--fold-fp4-experts", a->fold_fp4_experts,
-                "with --tensor-cores --fp8-activations on sm_90a: the routed FP4 experts kept folded into e4m3 "
-                "codes for the run (about twice their bytes; the same outputs; the floors still count FP4 bytes)");
+  AddNumericsFlags(cmd, a->numerics);
   cmd->add_flag("!--no-decode", a->decode, "skip the decode points");
   cmd->add_flag("!--no-prefill", a->prefill, "skip the prefill points");
   cmd->add_option("--json", a->json, "write the report as JSON (tools/plot_bench.py draws it)");

@@ -20,23 +20,7 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
   g->add_flag("--sync", f.sync, "synchronous step loop (no CPU/compute overlap)");
   g->add_option("--load-format", f.options.load.load_format, "auto | safetensors | dummy")->capture_default_str();
   g->add_option("--dummy-seed", f.options.load.dummy_seed, "seed of the dummy weights")->capture_default_str();
-  g->add_flag("--kv-fp8", f.options.load.numerics.kv_fp8,
-              "KV rows as the reference stores them: nope channels through FP8, rope channels through BF16 (with "
-              "--tensor-cores, sparse attention on tensor cores)");
-  g->add_flag("--indexer-fp4", f.options.load.numerics.indexer_fp4, "round indexer q/k through FP4 (reference QAT)");
-  g->add_flag("--attn-out-bf16", f.options.load.numerics.bf16_attention_output,
-              "round the attention output to BF16 ahead of wo_a, as the reference's BF16 einsum takes it (with "
-              "--tensor-cores, wo_a on one BF16 part instead of three)");
-  g->add_flag("--fp8-activations", f.options.load.numerics.fp8_activations,
-              "round the inputs of the FP8/FP4 linears through FP8 per 128 (reference act_quant)");
-  g->add_flag("--tensor-cores", f.options.load.numerics.tensor_core_linears,
-              "CUDA: BF16/FP8/FP4 linears on tensor cores (exact f32 products from 3 BF16 parts of each "
-              "activation; with --fp8-activations, e4m3 MMAs for the linears the reference quantizes, warpgroup "
-              "MMAs on sm_90a)");
-  g->add_flag("--fold-fp4-experts", f.options.load.numerics.fold_fp4_experts,
-              "CUDA with --tensor-cores --fp8-activations on sm_90a: keep the routed FP4 experts folded into e4m3 "
-              "codes for the whole run (about twice their bytes of device memory; the same outputs), so that no "
-              "step converts their nibbles");
+  AddNumericsFlags(g, f.options.load.numerics);
   g->add_option("--device", f.device, "where the model runs: cpu | cuda | cuda:N")
       ->capture_default_str()
       ->check([](const std::string& v) {
@@ -44,6 +28,26 @@ void AddEngineFlags(CLI::App* cmd, EngineFlags& f) {
       });
   g->add_flag("--cuda-graphs", f.options.cuda_graphs, "CUDA: run decode steps as CUDA graphs (one per batch bucket)");
   g->add_option("--served-model-name", f.options.served_model_name, "model name reported by the API");
+}
+
+void AddNumericsFlags(CLI::App* app, Numerics& n) {
+  app->add_flag("--kv-fp8", n.kv_fp8,
+                "KV rows as the reference stores them: nope channels through FP8, rope channels through BF16 (with "
+                "--tensor-cores, sparse attention on split-BF16 tensor cores)");
+  app->add_flag("--indexer-fp4", n.indexer_fp4, "the indexer's queries and keys through FP4 (the reference's QAT)");
+  app->add_flag("--attn-out-bf16", n.bf16_attention_output,
+                "round the attention output to BF16 ahead of wo_a, as the reference's BF16 einsum takes it (with "
+                "--tensor-cores, wo_a on one BF16 part instead of three)");
+  app->add_flag("--fp8-activations", n.fp8_activations,
+                "round the inputs of the FP8/FP4 linears through FP8 per 128 (the reference's act_quant)");
+  app->add_flag("--tensor-cores", n.tensor_core_linears,
+                "CUDA: BF16/FP8/FP4 linears on tensor cores (exact f32 products from 3 BF16 parts of each "
+                "activation; with --fp8-activations, e4m3 MMAs for the linears the reference quantizes, warpgroup "
+                "MMAs on sm_90a)");
+  app->add_flag("--fold-fp4-experts", n.fold_fp4_experts,
+                "CUDA with --tensor-cores --fp8-activations on sm_90a: keep the routed FP4 experts folded into e4m3 "
+                "codes for the whole run (about twice their bytes of device memory; the same outputs), so that no "
+                "step converts their nibbles");
 }
 
 EngineOptions ResolveEngineOptions(const EngineFlags& f) {

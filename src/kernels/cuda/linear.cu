@@ -2156,7 +2156,7 @@ void LaunchExpertsFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const 
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("folded experts too large for 32-bit coordinates");
   const PreFoldLayout lay = MakePreFoldLayout(b.n, b.k);
   const int32_t end = static_cast<int32_t>(l.num_experts);
-  g_folded_launches.fetch_add(l.tma_tokens != 0 ? 1 : 0);
+  g_folded_launches.fetch_add(1);
   if (l.tma_tokens == 128) return LaunchExpertsPreFoldedTma<128>(l, ep, a, lay, 0, end, l.folded);
   if (l.tma_tokens == 64) return LaunchExpertsPreFoldedTma<64>(l, ep, a, lay, 0, end, l.folded);
   constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
@@ -2166,7 +2166,6 @@ void LaunchExpertsFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const 
   ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, 0, end,
                                                                                           lay, l.folded);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma, experts kept folded");
-  g_folded_launches.fetch_add(1);
 }
 
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
