@@ -32,9 +32,9 @@
 # bench.txt). DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
 # `bench steps` (e.g. -- --fold-fp4-experts). Each `--variant 'NAME;ENV;FLAGS'` (ENV e.g.
 # DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
-# bench of the same points without the ceilings ($OUT/steps-NAME.json), and tools/compare_bench.py
-# prints them beside the first ($OUT/compare.txt). Two variants keep $OUT within the 8 files the
-# device tool returns.
+# bench of the same points without the ceilings (steps-NAME.json in $OUT/variants.tar.xz, one
+# file whatever their number), and tools/compare_bench.py prints them beside the first
+# ($OUT/compare.txt). Each variant adds ~25 s.
 #
 #   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench |
 #                                --quick [--variant 'NAME;ENV;FLAGS' ...] [-- ARGS]]
@@ -72,15 +72,17 @@ if [[ ${quick:-0} -eq 1 ]]; then
   grep -vE "^\[v4" "$final/bench.txt" | tail -14
   if [[ ${#variants[@]} -gt 0 ]]; then
     columns=("base=$final/steps.json")
+    work=$(mktemp -d)
     for variant in "${variants[@]}"; do
       IFS=';' read -r name environment flags <<<"$variant"
       env $environment timeout 120 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy \
         --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --no-ceilings --batches 1 64 256 \
-        --contexts 8192 --prompts 8192 --json "$final/steps-$name.json" $flags "${bench_args[@]}" \
+        --contexts 8192 --prompts 8192 --json "$work/steps-$name.json" $flags "${bench_args[@]}" \
         >>"$final/bench.txt" 2>&1 || status=1
-      columns+=("$name=$final/steps-$name.json")
+      columns+=("$name=$work/steps-$name.json")
     done
     python3 tools/compare_bench.py "${columns[@]}" | tee "$final/compare.txt" || status=1
+    tar -C "$work" -cJf "$final/variants.tar.xz" . && rm -rf "$work"
   fi
   exit $status
 fi

@@ -124,6 +124,14 @@ class ScopedStagedSlices {
   ScopedStagedSlices(const ScopedStagedSlices&) = delete;
   ScopedStagedSlices& operator=(const ScopedStagedSlices&) = delete;
 };
+// cuda::SetDenseSplitForTesting(mode) for the scope.
+class ScopedDenseSplit {
+ public:
+  explicit ScopedDenseSplit(int mode) { cuda::SetDenseSplitForTesting(mode); }
+  ~ScopedDenseSplit() { cuda::SetDenseSplitForTesting(-1); }
+  ScopedDenseSplit(const ScopedDenseSplit&) = delete;
+  ScopedDenseSplit& operator=(const ScopedDenseSplit&) = delete;
+};
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

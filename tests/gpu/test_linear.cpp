@@ -516,6 +516,7 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
 TEST(CudaLinearMma, StagedSlicesEqualOneBlock) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit mma_sync_for_bf16(0);  // BF16 weights on the mma.sync kernels under test
   struct Case {
     Spec spec;
     int64_t out, in, groups;
@@ -549,6 +550,56 @@ TEST(CudaLinearMma, StagedSlicesEqualOneBlock) {
                            what + ", the first rows alone on the one-block kernels"));
     }
   }
+}
+
+// BF16 weights under split-BF16 on an sm_90a device take the warpgroup-MMA kernels at every M
+// (linear_wgmma_split.cuh's DenseSplitKernel, and its clustered form where the grid leaves SMs
+// idle): within the order bound of the CPU on odd shapes (rows past n in the last block, 1, 2, 3
+// (an idle rank), 8 and 16 slices, K of one slice), and a row's bits the same at every M and in
+// both grids (the clustered kernel at 1-8 rows, the one-block kernel on a grid past the SM count).
+TEST(CudaLinearMma, DenseSplitOnWarpgroupMma) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  struct Case {
+    int64_t out, in;
+  };
+  const Case cases[] = {{256, 4096}, {64, 4096}, {130, 1024}, {300, 1536}, {200, 512}, {96, 8192}};
+  uint64_t seed = 5300;
+  for (const Case& c : cases) {
+    TestWeight w = RandomWeight(kBf16, c.out, c.in, ++seed);
+    for (const int64_t m : {int64_t{1}, int64_t{5}, int64_t{64}, int64_t{65}, int64_t{200}}) {
+      const uint64_t launches = cuda::DenseSplitLaunchesForTesting();
+      CheckLinear(w, m, c.in, c.out, ++seed);
+      EXPECT_GT(cuda::DenseSplitLaunchesForTesting(), launches)
+          << "[" << c.in << " -> " << c.out << "] M=" << m << ": the warpgroup-MMA kernel did not run";
+    }
+  }
+  // 18 row blocks: 64·ceil((sms + 1) / 18) rows fill more blocks than SMs (the one-block grid);
+  // 1 and 8 rows take the cluster of 8.
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  const int64_t out = 18 * 128, in = 4096, m = 64 * ((sms + 1 + 17) / 18);
+  TestWeight w = RandomWeight(kBf16, out, in, ++seed);
+  DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
+  const std::vector<float> all = RunRows(w, dx, 0, m);
+  EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), all, "repeat"));
+  for (const auto& [r0, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {m - 1, 1}, {3, 8}, {70, 64}}) {
+    EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, out, r0, n),
+                         "rows " + std::to_string(r0) + ".." + std::to_string(r0 + n - 1) + " of " + std::to_string(m)));
+  }
+  // The mma.sync kernels (the switch off) sum in another order: some outputs differ.
+  std::vector<float> mma_sync;
+  {
+    ScopedDenseSplit off(0);
+    mma_sync = RunRows(w, dx, 0, 8);
+  }
+  const std::vector<float> first = Rows(all, out, 0, 8);
+  size_t differ = 0;
+  for (size_t i = 0; i < first.size(); ++i) differ += first[i] != mma_sync[i];
+  EXPECT_GT(differ, 0u) << "the switch did not reach the kernels";
 }
 
 // round_x_to_bf16 (the attention output under Numerics::bf16_attention_output): the grouped

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -1160,7 +1161,8 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
 
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
 // once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
-template <Kind K>
+// S cp.async stages (the number changes no bit).
+template <Kind K, int S>
 __global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1170,7 +1172,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int64_t n0) {
-    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
+    wgmma::WgmmaBlock<K, S>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
   });
 #endif
 }
@@ -1246,6 +1248,8 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
 // WgmmaBlockPreFolded's two accumulators, 20 bytes of spills outside the chunk loop; version 12's
 // single-accumulator block at 2 blocks per SM, 128 registers, spilled 572 bytes and ran the 8k
 // prefill's experts in 61.6 ms against 46.0 at one: docs/performance.md, versions 12 and 12b).
+// S cp.async stages (the number changes no bit).
+template <int S>
 __global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsPreFoldedKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a, int32_t e0,
                            int32_t e_end, const PreFoldLayout lay, const uint8_t* pre) {
@@ -1264,7 +1268,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
     codes.w_vec = codes.w_vec16 = true;  // 256-byte aligned, K % 128 == 0
     const wgmma::PreFolded pf{reinterpret_cast<const uint32_t*>(base + lay.codes_bytes),
                               base + lay.codes_bytes + lay.words_bytes, lay.n_pad};
-    wgmma::WgmmaBlockPreFolded(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
+    wgmma::WgmmaBlockPreFolded<S>(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
                                [&] { return TileParams<Kind::kFp4>(ep, t); });
   });
 #endif
@@ -1783,34 +1787,50 @@ void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
 
 // The split-BF16 staged products with K's slices spread over clusters (mma::StagedSlicesBlock, the
 // same bits as StagedLinearKernel and the register-fed LinearKernel): taken where the staged
-// kernel's one-block grid would fill fewer than all SMs (decode batches of 1-256 rows), K has 2-16
-// slices, the device launches clusters, and
-// DEEPINFER_STAGED_SLICES=1 or a test turned it on. Off by default until it has run on the GPU
-// (written 2026-12-02 after the session's device time: docs/performance.md, version 20).
-// Launches of it (tests).
-std::atomic<uint64_t> g_staged_slices_launches{0};
+// kernel's one-block grid would fill fewer than all SMs, K has 2-16 slices, the device launches
+// clusters, and the switch allows it. DEEPINFER_STAGED_SLICES unset: past 32 rows only, in place
+// of StagedLinearKernel (measured 2026-12-02, docs/performance.md version 20: `dense_linear` at
+// batch 64 2.82 -> 1.99 ms, but 0.534 -> 0.580 at batch 1, where the register-fed kernel stays);
+// =1: also up to 32 rows; =0: never. Tests override it (SetStagedSlicesForTesting).
+std::atomic<uint64_t> g_staged_slices_launches{0};  // launches of it (tests)
 std::atomic<int>& StagedSlicesTestOverride() {  // -1: the environment; 0 off; 1 where it applies
   static std::atomic<int> mode{-1};
   return mode;
 }
-bool StagedSlicesOn() {
-  static const bool env = tma::EnvSwitch("DEEPINFER_STAGED_SLICES", false);
-  const int mode = StagedSlicesTestOverride().load();
-  return mode >= 0 ? mode == 1 : env;
+// Whether the clustered kernel may take a product of `rows` rows.
+bool StagedSlicesOn(int64_t rows) {
+  static const int env = [] {
+    const char* v = std::getenv("DEEPINFER_STAGED_SLICES");
+    if (v == nullptr || *v == '\0') return -1;
+    return tma::EnvSwitch("DEEPINFER_STAGED_SLICES", false) ? 1 : 0;
+  }();
+  const int test = StagedSlicesTestOverride().load();
+  const int mode = test >= 0 ? test : env;
+  return mode < 0 ? rows > mma::kMaxTm * mma::kTok : mode == 1;
+}
+
+// Whether the device launches thread-block clusters (asked once per device).
+bool DeviceLaunchesClusters(int device) {
+  static std::mutex mu;
+  static std::map<int, bool> known;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  int cluster_launch = 0;
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device), "cudaDeviceGetAttribute");
+  return known[device] = cluster_launch != 0;
 }
 
 template <Kind K>
 bool LaunchStagedSlices(const Params& p, int64_t groups, int64_t row_blocks, int64_t tok_blocks,
                         cudaStream_t stream) {
   const int64_t slices = CeilDiv(p.k, mma::kSlice);
-  if (slices < 2 || !StagedSlicesOn()) return false;
+  if (slices < 2 || !StagedSlicesOn(p.m)) return false;
   const int cluster = slices <= 2 ? 2 : slices <= 4 ? 4 : 8;
   if (CeilDiv(slices, cluster) > mma::kMaxSlicesPerRank) return false;
   const auto [device, sms] = CurrentDeviceSms();
   if (row_blocks * tok_blocks * groups >= sms) return false;
-  int cluster_launch = 0;
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device), "cudaDeviceGetAttribute");
-  if (cluster_launch == 0) return false;
+  if (!DeviceLaunchesClusters(device)) return false;
   const dim3 grid(static_cast<unsigned>(row_blocks * cluster), static_cast<unsigned>(tok_blocks),
                   static_cast<unsigned>(groups));
   switch (cluster) {
@@ -1823,11 +1843,65 @@ bool LaunchStagedSlices(const Params& p, int64_t groups, int64_t row_blocks, int
   return true;
 }
 
+// ---- Linear's split-BF16 products of BF16 weights on warpgroup MMAs (linear_wgmma_split.cuh) ----
+
+// DEEPINFER_DENSE_WGMMA=0 (read once) keeps BF16 weights on the mma.sync kernels (for comparison);
+// unset or 1: DenseSplitKernel wherever wgmma_split::DenseUsable holds. Tests override it
+// (SetDenseSplitForTesting).
+std::atomic<uint64_t> g_dense_split_launches{0};  // launches of either dense kernel (tests)
+std::atomic<int>& DenseSplitTestOverride() {  // -1: the environment; 0 off; 1 on
+  static std::atomic<int> mode{-1};
+  return mode;
+}
+bool DenseSplitOn() {
+  static const bool env = tma::EnvSwitch("DEEPINFER_DENSE_WGMMA", true);
+  const int mode = DenseSplitTestOverride().load();
+  return mode >= 0 ? mode == 1 : env;
+}
+
+template <int kCluster>
+void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
+  using wgmma_split::DenseSplitSlicesKernel;
+  AllowDynamicSmem<DenseSplitSlicesKernel<kCluster>>(device, wgmma_split::kDenseSmemBytes);
+  const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
+  DenseSplitSlicesKernel<kCluster><<<grid, wgmma::kThreads, wgmma_split::kDenseSmemBytes, stream>>>(p);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
+}
+
+// One block per 128 weight rows × 64 tokens, over all of K; where that grid leaves SMs idle and K
+// has 2-8 slices, K's slices over a cluster instead (the same bits).
+void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
+  const int64_t row_blocks = CeilDiv(p.n, wgmma::kBlockRows), tok_blocks = CeilDiv(p.m, wgmma::kTokens);
+  if (tok_blocks > 65535 || row_blocks * wgmma_split::kMaxDenseCluster > 0x7fffffff) {
+    Fail("too many rows for one split-BF16 launch");
+  }
+  const auto [device, sms] = CurrentDeviceSms();
+  const int64_t slices = CeilDiv(p.k, int64_t{512});
+  g_dense_split_launches.fetch_add(1);
+  if (row_blocks * tok_blocks < sms && slices >= 2 && slices <= wgmma_split::kMaxDenseCluster &&
+      DeviceLaunchesClusters(device)) {
+    if (slices <= 2) return LaunchDenseSplitSlices<2>(p, row_blocks, tok_blocks, device, stream);
+    if (slices <= 4) return LaunchDenseSplitSlices<4>(p, row_blocks, tok_blocks, device, stream);
+    return LaunchDenseSplitSlices<8>(p, row_blocks, tok_blocks, device, stream);
+  }
+  AllowDynamicSmem<wgmma_split::DenseSplitKernel>(device, wgmma_split::kDenseSmemBytes);
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks));
+  wgmma_split::DenseSplitKernel<<<grid, wgmma::kThreads, wgmma_split::kDenseSmemBytes, stream>>>(p);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
+}
+
 template <Kind K>
 void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath math) {
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     const Path path = PathFor(math, K, p.scale_f32, p.k);
+    if constexpr (K == Kind::kBF16) {
+      // BF16 weights' split-BF16 products on warpgroup MMAs, at every M (sm_90a).
+      if (path == Path::kSplitBf16 && groups == 1 && !p.x_bf16 && DenseSplitOn() &&
+          wgmma_split::DenseUsable(p, groups)) {
+        return LaunchDenseSplit(p, stream);
+      }
+    }
     if constexpr (K == Kind::kFp8) {
       // Grouped split-BF16 products on warpgroup MMAs, at every M (sm_90a).
       if (SplitGroupedRuns(p, K, groups, math)) return LaunchSplitGrouped(p, groups, stream);
@@ -2042,6 +2116,49 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
                  256) * 256;
 }
 
+// Whether the experts' warpgroup-MMA kernels run with wgmma::kExpertsStagesFp8 / Fp4 cp.async
+// stages (the default) or wgmma::kStages (DEEPINFER_EXPERTS_STAGES=4, read once): the same bits.
+bool ExpertsDeepStages() {
+  static const bool deep = [] {
+    const char* v = std::getenv("DEEPINFER_EXPERTS_STAGES");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "deep") == 0) return true;
+    if (std::strcmp(v, "4") == 0) return false;
+    const std::string message = std::string("DEEPINFER_EXPERTS_STAGES must be 4 or deep, got '") + v + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
+  }();
+  return deep;
+}
+
+// ExpertsWgmmaKernel<K, S> over every item: persistent blocks, at most as many as fit at once.
+template <Kind K, int S>
+void LaunchExpertsWgmmaKernel(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
+  constexpr int kSmem = wgmma::SmemLayout<K, S>::kBytes;
+  AllowDynamicSmem<ExpertsWgmmaKernel<K, S>>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K, S>>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsWgmmaKernel<K, S><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
+}
+
+// ExpertsPreFoldedKernel<S> over the items of experts [first, end), their codes at `pre`.
+template <int S>
+void LaunchPreFoldedGemmStages(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
+                               const PreFoldLayout& lay, int32_t first, int32_t end, const uint8_t* pre) {
+  constexpr int kSmem = wgmma::PreFoldedSmem<S>::kBytes;
+  AllowDynamicSmem<ExpertsPreFoldedKernel<S>>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel<S>>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsPreFoldedKernel<S><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, first,
+                                                                                             end, lay, pre);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
+}
+
+void LaunchPreFoldedGemm(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
+                         const PreFoldLayout& lay, int32_t first, int32_t end, const uint8_t* pre) {
+  if (ExpertsDeepStages()) return LaunchPreFoldedGemmStages<wgmma::kExpertsStagesFp8>(l, ep, a, lay, first, end, pre);
+  LaunchPreFoldedGemmStages<wgmma::kStages>(l, ep, a, lay, first, end, pre);
+}
+
 // DEEPINFER_TMA_EXPERTS = 64 or 128 (read once) runs the pre-folded experts on
 // ExpertsPreFoldedTmaKernel with tiles of that many tokens (version 14b, the same bits; 128 cuts
 // the plan in 128-row tiles); 0 or unset: ExpertsPreFoldedKernel (off by default until measured).
@@ -2069,13 +2186,17 @@ int64_t PreFoldGroup(const PreFoldLayout& lay, int64_t rows_bound, int64_t k, in
 
 // The TMA-fed pre-folded GEMM's tile tokens for an ExpertsLinear call (0: it does not run), fixed
 // before the plan is cut, since at 128 the plan's tiles are 128 rows: FP4 experts on the FP8-input
-// path on warpgroup MMAs with codes scratch (wgmma::ExpertsUsable), pre-folded (PreFoldWanted, and
-// room for a group), and ExpertsTmaTokens.
+// path on warpgroup MMAs with codes scratch (wgmma::ExpertsUsable), kept folded for the run
+// (`folded`, at any row count) or pre-folded (PreFoldWanted, and room for a group), and
+// ExpertsTmaTokens.
 int ExpertsTmaTokensFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound, int64_t num_experts, int64_t n,
-                        int64_t k, const void* codes, size_t codes_bytes) {
-  if (kind != Kind::kFp4 || path != Path::kFp8 || !PreFoldWanted(rows_bound, num_experts) ||
-      !wgmma::ExpertsUsable(kind, scale_f32, k, codes, codes_bytes, rows_bound) ||
-      PreFoldGroup(MakePreFoldLayout(n, k), rows_bound, k, num_experts, codes_bytes) == 0) {
+                        int64_t k, const void* codes, size_t codes_bytes, bool folded) {
+  if (kind != Kind::kFp4 || path != Path::kFp8 ||
+      !wgmma::ExpertsUsable(kind, scale_f32, k, codes, codes_bytes, rows_bound)) {
+    return 0;
+  }
+  if (!folded && (!PreFoldWanted(rows_bound, num_experts) ||
+                  PreFoldGroup(MakePreFoldLayout(n, k), rows_bound, k, num_experts, codes_bytes) == 0)) {
     return 0;
   }
   return ExpertsTmaTokens();
@@ -2118,13 +2239,6 @@ bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, con
   if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff || group > 65535) Fail("pre-fold grid too large");
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("pre-folded experts too large for 32-bit coordinates");
   uint8_t* pre = static_cast<uint8_t*>(l.codes) + PreFoldOffset(b.m, b.k);
-  constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
-  int64_t grid = 0;  // ExpertsPreFoldedKernel's (the TMA-fed kernel sizes its own)
-  if (l.tma_tokens == 0) {
-    AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
-    const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
-    grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  }
   for (int64_t e0 = 0; e0 < l.num_experts; e0 += group) {
     const int64_t count = std::min(group, l.num_experts - e0);
     const int32_t first = static_cast<int32_t>(e0), end = static_cast<int32_t>(e0 + count);
@@ -2138,9 +2252,7 @@ bool LaunchExpertsPreFolded(const ExpertsLaunch& l, const ExpertsParams& ep, con
     } else if (l.tma_tokens == 64) {
       LaunchExpertsPreFoldedTma<64>(l, ep, a, lay, first, end, pre);
     } else {
-      ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, first,
-                                                                                                end, lay, pre);
-      DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
+      LaunchPreFoldedGemm(l, ep, a, lay, first, end, pre);
     }
   }
   return true;
@@ -2159,13 +2271,7 @@ void LaunchExpertsFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const 
   g_folded_launches.fetch_add(1);
   if (l.tma_tokens == 128) return LaunchExpertsPreFoldedTma<128>(l, ep, a, lay, 0, end, l.folded);
   if (l.tma_tokens == 64) return LaunchExpertsPreFoldedTma<64>(l, ep, a, lay, 0, end, l.folded);
-  constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
-  AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, 0, end,
-                                                                                          lay, l.folded);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma, experts kept folded");
+  LaunchPreFoldedGemm(l, ep, a, lay, 0, end, l.folded);
 }
 
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
@@ -2189,13 +2295,11 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
     // A plan cut for the TMA-fed kernel (128-row tiles) must not reach the 64-token kernels.
     if (l.tma_tokens != 0) Fail("the pre-folded experts' TMA path was planned but cannot run");
   }
-  // Persistent blocks: at most as many as fit on the device at once.
-  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
+  if (ExpertsDeepStages()) {
+    LaunchExpertsWgmmaKernel<K, K == Kind::kFp4 ? wgmma::kExpertsStagesFp4 : wgmma::kExpertsStagesFp8>(l, ep, a);
+  } else {
+    LaunchExpertsWgmmaKernel<K, wgmma::kStages>(l, ep, a);
+  }
 }
 
 template <Kind K>
@@ -2312,7 +2416,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     l.folded = static_cast<const uint8_t*>(folded);
   }
   l.tma_tokens = ExpertsTmaTokensFor(kind, l.path, layout.scale_dtype == DType::kF32, rows_bound, num_experts, n, k,
-                                     codes, codes_bytes);
+                                     codes, codes_bytes, l.folded != nullptr);
   // The FP8-input path's tiles are 64 rows (its kernels' token tiles), 128 for the TMA-fed
   // pre-folded kernel at 128 tokens, which is then certain to run (ExpertsTmaTokensFor).
   const int32_t tile_rows = l.path != Path::kFp8 ? kTileM : l.tma_tokens == 128 ? 128 : mma::fp8::kTiledTok;
@@ -2408,6 +2512,13 @@ void SetStagedSlicesForTesting(int mode) {
 
 uint64_t StagedSlicesLaunchesForTesting() { return g_staged_slices_launches.load(); }
 
+void SetDenseSplitForTesting(int mode) {
+  if (mode < -1 || mode > 1) Fail("SetDenseSplitForTesting takes -1, 0 or 1");
+  DenseSplitTestOverride().store(mode);
+}
+
+uint64_t DenseSplitLaunchesForTesting() { return g_dense_split_launches.load(); }
+
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
 
 namespace {
@@ -2480,7 +2591,8 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
   // first product, not at the first one that would take them.
   static const bool switches_read =
-      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(), true);
+      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(0), DenseSplitOn(),
+       ExpertsDeepStages(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

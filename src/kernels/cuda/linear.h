@@ -112,10 +112,15 @@ bool TmaKernelsAvailable();
 uint64_t TmaLaunchesForTesting();
 // Tests only: the split-BF16 staged products with K's slices over a cluster (decode batches of
 // 1-256 rows; the bits of the one-block kernels) where they apply (1), never (0), or as
-// DEEPINFER_STAGED_SLICES says (-1, the default: off unless 1); and how many such launches this
-// process has made.
+// DEEPINFER_STAGED_SLICES says (-1, the default: past 32 rows only, unless it is 0 or 1); and
+// how many such launches this process has made.
 void SetStagedSlicesForTesting(int mode);
 uint64_t StagedSlicesLaunchesForTesting();
+// Tests only: BF16 weights' split-BF16 products on warpgroup MMAs (at every M, sm_90a) on (1),
+// off (0: the mma.sync kernels), or as DEEPINFER_DENSE_WGMMA says (-1, the default: on unless 0);
+// and how many such launches this process has made.
+void SetDenseSplitForTesting(int mode);
+uint64_t DenseSplitLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

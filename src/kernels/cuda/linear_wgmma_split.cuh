@@ -114,6 +114,37 @@ constexpr int kTileX = kBlockRows * kRowBytes;           // 16 KiB
 constexpr int kTilesBytes = kTileX + 3 * kTokens * kRowBytes;  // 40 KiB
 static_assert(kXTiles - kWTile == kTileX && kXTileBytes == kTokens * kRowBytes, "the tiles' layout");
 
+// x's raw chunk (64 token rows of 64 floats, 256 bytes apart) into its BF16 part tiles at `x_tiles`
+// (hi, mid, lo, kXTileBytes apart, swizzled), or (kParts = 1) x rounded to nearest even alone.
+// Thread tid converts 16 floats of token row tid / 4 (columns 16·(tid % 4) ..) into units 2q and
+// 2q + 1 of each part; where `valid` is false it writes zeros (a token row past the product's rows).
+template <int kParts>
+__device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_tiles, bool valid) {
+  const int tid = threadIdx.x;
+  const int row = tid / 4, quarter = tid % 4;
+  const float4* src = reinterpret_cast<const float4*>(x_raw + row * kXRawRowBytes + quarter * 64);
+  uint32_t hi[8], mid[8], lo[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const float4 v = valid ? src[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (kParts == 1) {
+      hi[2 * j] = mma::PackBf16(v.x, v.y);
+      hi[2 * j + 1] = mma::PackBf16(v.z, v.w);
+    } else {
+      SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
+      SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
+    }
+  }
+  const uint32_t* parts[3] = {hi, mid, lo};
+#pragma unroll
+  for (int part = 0; part < kParts; ++part) {
+    uint8_t* tile = x_tiles + part * kXTileBytes;
+    const uint32_t* v = parts[part];
+    *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter)) = make_uint4(v[0], v[1], v[2], v[3]);
+    *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1)) = make_uint4(v[4], v[5], v[6], v[7]);
+  }
+}
+
 // The stage's raw chunk (the FP8 codes, 64 bytes per weight row, then x's f32 rows of 256 bytes)
 // into the BF16 tiles at `tiles`: weights times `scale` (the chunk's block scale, a power of two:
 // exact), x's three parts, or (kParts = 1) x rounded to nearest even alone (IssueSplitChunk reads
@@ -137,31 +168,7 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
     *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * unit + 1)) =
         make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
   }
-  {  // 16 floats of token row tid / 4 (columns 16·(tid % 4) ..) → units 2q, 2q + 1 of each part
-    const int row = tid / 4, quarter = tid % 4;
-    const float4* src = reinterpret_cast<const float4*>(stage + kWRawBytes + row * kXRawRowBytes + quarter * 64);
-    uint32_t hi[8], mid[8], lo[8];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float4 v = src[j];
-      if constexpr (kParts == 1) {
-        hi[2 * j] = mma::PackBf16(v.x, v.y);
-        hi[2 * j + 1] = mma::PackBf16(v.z, v.w);
-      } else {
-        SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
-        SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
-      }
-    }
-    const uint32_t* parts[3] = {hi, mid, lo};
-#pragma unroll
-    for (int part = 0; part < kParts; ++part) {
-      uint8_t* tile = tiles + kTileX + part * kXTileBytes;
-      const uint32_t* v = parts[part];
-      *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter)) = make_uint4(v[0], v[1], v[2], v[3]);
-      *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1)) =
-          make_uint4(v[4], v[5], v[6], v[7]);
-    }
-  }
+  ConvertXParts<kParts>(stage + kWRawBytes, tiles + kTileX, true);
 }
 
 // A block's place in the grid (n / 128, ceil(m / 64), groups): weight rows n0.. of group g,
@@ -353,6 +360,199 @@ inline bool TmaUsable(const Params& p, int64_t groups, int64_t blocks, int sms) 
 inline bool Usable(const Params& p, Kind kind, int64_t groups) {
   return kind == Kind::kFp8 && groups > 1 && !p.scale_f32 && p.w_vec16 && p.x_vec && p.n > 0 &&
          p.n % kBlockRows == 0 && p.k > 0 && p.k % kChunkCols == 0 && wgmma::DeviceHasWgmma();
+}
+
+
+// ---- Linear's split-BF16 products of BF16 weights (the head, compressors, indexer) -------------
+//
+// Linear with BF16 weights under LinearMath::kSplitBf16 (the output head, the compressors' and the
+// indexer's weights: docs/performance.md, version 22), on sm_90a at every M (DenseUsable depends on
+// the weight alone), so a row's bits never depend on its batch. The BF16 weight tile is already
+// what wgmma reads: the cp.async copies write it swizzled into the stage, and only x is converted
+// (ConvertXParts: hi, mid, lo). Order of every output: per 512-column slice s, an accumulator from
+// +0 takes the slice's 64-column chunks in order, per chunk the k16 steps kk = 0..3, per step the
+// MMAs of hi, mid and lo (IssueSplitChunk<3>); then total = P_0, total += P_1, ... in slice order.
+// It is neither the mma.sync kernels' order nor the grouped kernel's, so the last bits differ from
+// theirs (within the linear tests' summation-order tolerance).
+//
+// Work: blocks of 128 weight rows × 64 tokens, two consumer warpgroups of 64 rows (wgmma
+// m64n64k16), a ring of kDenseStages cp.async stages (the weight tile, 16 KiB, and x's raw floats,
+// 16 KiB) and two sets of x's part tiles (chunk c + 1 is converted while chunk c's MMAs run), one
+// block per SM. Where that grid leaves SMs idle (decode batches of the narrow weights) the slices
+// are spread over a cluster (DenseSplitSlicesKernel): rank r computes slice r's P_r, and rank 0
+// adds P_0, P_1, ... in order from the ranks' shared memory: the same adds, the same bits.
+constexpr int kDenseStages = 4;
+constexpr int kDenseWBytes = kBlockRows * kRowBytes;                  // 16 KiB: 64 BF16 columns per row
+constexpr int kDenseStageBytes = kDenseWBytes + kXRawBytes;           // 32 KiB
+constexpr int kDenseXTiles = kDenseStages * kDenseStageBytes;         // two sets of hi, mid, lo
+constexpr int kDenseXSetBytes = 3 * kXTileBytes;                      // 24 KiB
+constexpr int kDenseSmemBytes = kDenseXTiles + 2 * kDenseXSetBytes + 1024;  // + base alignment
+constexpr int kSliceChunks = 512 / kChunkCols;                        // 8 chunks per 512-column slice
+constexpr int kMaxDenseCluster = 8;                                   // slices a cluster spreads (K <= 4096)
+static_assert(kDenseSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+static_assert(kDenseXSetBytes % 1024 == 0 && kDenseStageBytes % 1024 == 0, "1024-byte aligned tiles");
+static_assert(kThreads * 32 * 4 <= kDenseXTiles, "a rank's slice sum fits its stages");
+
+// Queues chunk c (64 columns) of weight rows n0.. (zeros past p.n) and x's first `tokens` token
+// rows t0.. into `stage` (cp.async; the caller commits). Token rows from `tokens` on are not
+// copied: ConvertXParts writes zeros for them.
+__device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int64_t t0, int tokens, int c,
+                                               uint8_t* stage) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kDenseWBytes / 16 / kThreads; ++i) {  // 4: row id / 8, 16-byte unit id % 8
+    const int id = tid + i * kThreads, row = id / 8, unit = id % 8;
+    const bool valid = n0 + row < p.n;
+    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + static_cast<int64_t>(c) * kRowBytes + unit * 16;
+    wgmma::Copy16(stage + wgmma::SwizzledOffset(row, unit), src, valid, true);
+  }
+  const float* x = p.x + static_cast<int64_t>(c) * kChunkCols;
+#pragma unroll
+  for (int i = 0; i < kXRawBytes / 16 / kThreads; ++i) {  // 4: row id / 16, unit id % 16
+    const int id = tid + i * kThreads, row = id / 16, unit = id % 16;
+    if (row < tokens) {
+      CpAsync16(stage + kDenseWBytes + row * kXRawRowBytes + unit * 16,
+                reinterpret_cast<const uint8_t*>(x + (t0 + row) * p.ldx) + unit * 16);
+    }
+  }
+}
+
+// Chunks [c_begin, c_end) of the block's 128 weight rows n0.. and 64 tokens t0.. (c_begin a
+// multiple of kSliceChunks): at the end of each 512-column slice (or of the range) calls
+// on_slice(slice, acc) with that slice's sum. All threads call it; it returns with no copies in
+// flight and shared memory free after a barrier.
+template <class OnSlice>
+__device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, int64_t t0, int c_begin, int c_end,
+                                                 uint8_t* smem, OnSlice&& on_slice) {
+  constexpr int S = kDenseStages;
+  const int tid = threadIdx.x;
+  const int group = tid / 128;
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t0));
+  auto stage_of = [&](int c) { return smem + ((c - c_begin) % S) * kDenseStageBytes; };
+  auto xset_of = [&](int c) { return smem + kDenseXTiles + ((c - c_begin) % 2) * kDenseXSetBytes; };
+  const bool x_row_valid = tid / 4 < tokens;  // ConvertXParts' token row
+
+  float acc[32];
+  wgmma::ZeroForWgmma(acc);
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (c_begin + s < c_end) LoadDenseStage(p, n0, t0, tokens, c_begin + s, stage_of(c_begin + s));
+    CpAsyncCommit();
+  }
+  if (c_begin < c_end) {
+    CpAsyncWait<S - 2>();  // chunk c_begin's group (this thread's copies)
+    wgmma::FenceProxyAsyncShared();
+    __syncthreads();
+    ConvertXParts<3>(stage_of(c_begin) + kDenseWBytes, xset_of(c_begin), x_row_valid);
+    wgmma::FenceProxyAsyncShared();
+    __syncthreads();  // chunk c_begin's tiles are complete
+  }
+  for (int c = c_begin; c < c_end; ++c) {
+    const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + group * kRowsPerGroup * kRowBytes));
+    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(xset_of(c)));
+    IssueSplitChunk<3>(acc, w_addr, x_addr);
+    // While they run: chunk c + S - 1 into the stage of chunk c - 1 (its MMAs completed before the
+    // last barrier; its x was converted an iteration earlier), then chunk c + 1's x into the other
+    // set (chunk c - 1's MMAs, its last readers, are done).
+    if (c + S - 1 < c_end) LoadDenseStage(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
+    CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
+    if (c + 1 < c_end) {
+      CpAsyncWait<S - 2>();  // chunk c + 1's group (this thread's copies)
+      wgmma::FenceProxyAsyncShared();
+      __syncthreads();  // everyone's copies of chunk c + 1
+      ConvertXParts<3>(stage_of(c + 1) + kDenseWBytes, xset_of(c + 1), x_row_valid);
+      wgmma::FenceProxyAsyncShared();
+    }
+    wgmma::WgmmaWaitAll();
+    wgmma::PinAll(acc);
+    if ((c + 1) % kSliceChunks == 0 || c + 1 == c_end) {
+      on_slice(c / kSliceChunks, acc);
+      wgmma::ZeroForWgmma(acc);
+    }
+    __syncthreads();  // chunk c + 1's tiles complete; chunk c's MMAs done in both warpgroups
+  }
+  CpAsyncWaitAll();
+  __syncthreads();
+}
+
+// This thread's D fragment rows: ra (and ra + 8) of block n0, column pair q.
+__device__ __forceinline__ int64_t DenseFragmentRow(int64_t n0) {
+  const int tid = static_cast<int>(threadIdx.x);
+  return n0 + (tid / 128) * kRowsPerGroup + 16 * ((tid % 128) / kWarpSize) + (tid % kWarpSize) / 4;
+}
+
+// Grid (ceil(n / 128), ceil(m / 64)); kThreads threads; kDenseSmemBytes of dynamic shared memory.
+__global__ void __launch_bounds__(kThreads, 1) DenseSplitKernel(const Params p) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  float total[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) total[i] = 0.f;
+  DenseSplitChunks(p, n0, t0, 0, static_cast<int>(p.k / kChunkCols), smem, [&](int slice, const float (&acc)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) total[i] = slice == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
+  });
+  wgmma::StoreBlockResult(p, DenseFragmentRow(n0), t0, static_cast<int>(threadIdx.x) % 4,
+                          [&](int j) { return total[j]; });
+#endif
+}
+
+// DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
+// at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
+// ceil(m / 64)); row block blockIdx.x / kCluster.
+template <int kCluster>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1) DenseSplitSlicesKernel(const Params p) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x / kCluster) * kBlockRows;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int chunks = static_cast<int>(p.k / kChunkCols);
+  const int slices = (chunks + kSliceChunks - 1) / kSliceChunks;
+  const int c_begin = min(chunks, rank * kSliceChunks), c_end = min(chunks, (rank + 1) * kSliceChunks);
+  float held[32];
+#pragma unroll
+  for (int i = 0; i < 32; ++i) held[i] = 0.f;
+  DenseSplitChunks(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) held[i] = acc[i];
+  });
+  // The slice sum at [element][thread] of this rank's (free) shared memory.
+  float* sums = reinterpret_cast<float*>(smem);
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < 32; ++i) sums[i * kThreads + tid] = held[i];
+  cluster.sync();
+  if (rank == 0) {
+    float total[32];
+    for (int s = 0; s < slices; ++s) {
+      const float* peer = cluster.map_shared_rank(sums, s);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) {
+        const float v = peer[i * kThreads + tid];
+        total[i] = s == 0 ? v : __fadd_rn(total[i], v);
+      }
+    }
+    wgmma::StoreBlockResult(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
+  }
+  cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
+#endif
+}
+
+// Whether Linear's product of p takes DenseSplitKernel (or its clustered form): BF16 weights in
+// 16-byte aligned rows under LinearMath::kSplitBf16 (the caller checks both), one group, K % 64
+// == 0, 16-byte aligned x rows, an sm_90a device with warpgroup MMAs. Independent of M.
+inline bool DenseUsable(const Params& p, int64_t groups) {
+  return groups == 1 && p.w_vec16 && p.x_vec && p.n > 0 && p.k > 0 && p.k % kChunkCols == 0 &&
+         (p.ldx * 4) % 16 == 0 && wgmma::DeviceHasWgmma();
 }
 
 }  // namespace wgmma_split
