@@ -161,6 +161,9 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
                       scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes,
                       folded ? folded_codes.get() : nullptr);
+  // BF16 experts keep the mma.sync kernels' order; Linear's BF16 products on warpgroup MMAs
+  // (DenseSplitKernel) sum in another, so the reference takes the mma.sync kernels too.
+  ScopedDenseSplit mma_sync_for_bf16(0);
   for (int64_t e = 0; e < num_experts; ++e) {
     const size_t linear_bytes =
         codes_bytes == 0 ? 0 : cuda::LinearScratchBytes(counts[e], pool.Device(e), TestLinearMath());

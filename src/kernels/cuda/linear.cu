@@ -1161,8 +1161,7 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
 
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
 // once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
-// S cp.async stages (the number changes no bit).
-template <Kind K, int S>
+template <Kind K>
 __global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1172,7 +1171,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int64_t n0) {
-    wgmma::WgmmaBlock<K, S>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
+    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
   });
 #endif
 }
@@ -1248,8 +1247,6 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
 // WgmmaBlockPreFolded's two accumulators, 20 bytes of spills outside the chunk loop; version 12's
 // single-accumulator block at 2 blocks per SM, 128 registers, spilled 572 bytes and ran the 8k
 // prefill's experts in 61.6 ms against 46.0 at one: docs/performance.md, versions 12 and 12b).
-// S cp.async stages (the number changes no bit).
-template <int S>
 __global__ void __launch_bounds__(wgmma::kThreads, 1)
     ExpertsPreFoldedKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a, int32_t e0,
                            int32_t e_end, const PreFoldLayout lay, const uint8_t* pre) {
@@ -1268,7 +1265,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
     codes.w_vec = codes.w_vec16 = true;  // 256-byte aligned, K % 128 == 0
     const wgmma::PreFolded pf{reinterpret_cast<const uint32_t*>(base + lay.codes_bytes),
                               base + lay.codes_bytes + lay.words_bytes, lay.n_pad};
-    wgmma::WgmmaBlockPreFolded<S>(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
+    wgmma::WgmmaBlockPreFolded(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
                                [&] { return TileParams<Kind::kFp4>(ep, t); });
   });
 #endif
@@ -1859,19 +1856,20 @@ bool DenseSplitOn() {
   return mode >= 0 ? mode == 1 : env;
 }
 
-template <int kCluster>
+template <int kTok, int kCluster>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
   using wgmma_split::DenseSplitSlicesKernel;
-  AllowDynamicSmem<DenseSplitSlicesKernel<kCluster>>(device, wgmma_split::kDenseSmemBytes);
+  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster>>(device, wgmma_split::kDenseSmemBytes);
   const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
-  DenseSplitSlicesKernel<kCluster><<<grid, wgmma::kThreads, wgmma_split::kDenseSmemBytes, stream>>>(p);
+  DenseSplitSlicesKernel<kTok, kCluster><<<grid, wgmma::kThreads, wgmma_split::kDenseSmemBytes, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
 }
 
-// One block per 128 weight rows × 64 tokens, over all of K; where that grid leaves SMs idle and K
-// has 2-8 slices, K's slices over a cluster instead (the same bits).
-void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
-  const int64_t row_blocks = CeilDiv(p.n, wgmma::kBlockRows), tok_blocks = CeilDiv(p.m, wgmma::kTokens);
+// One block per 128 weight rows × kTok tokens, over all of K; where that grid leaves SMs idle and
+// K has 2-8 slices, K's slices over a cluster instead (the same bits).
+template <int kTok>
+void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
+  const int64_t row_blocks = CeilDiv(p.n, wgmma::kBlockRows), tok_blocks = CeilDiv(p.m, int64_t{kTok});
   if (tok_blocks > 65535 || row_blocks * wgmma_split::kMaxDenseCluster > 0x7fffffff) {
     Fail("too many rows for one split-BF16 launch");
   }
@@ -1880,14 +1878,20 @@ void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
   g_dense_split_launches.fetch_add(1);
   if (row_blocks * tok_blocks < sms && slices >= 2 && slices <= wgmma_split::kMaxDenseCluster &&
       DeviceLaunchesClusters(device)) {
-    if (slices <= 2) return LaunchDenseSplitSlices<2>(p, row_blocks, tok_blocks, device, stream);
-    if (slices <= 4) return LaunchDenseSplitSlices<4>(p, row_blocks, tok_blocks, device, stream);
-    return LaunchDenseSplitSlices<8>(p, row_blocks, tok_blocks, device, stream);
+    if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2>(p, row_blocks, tok_blocks, device, stream);
+    if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4>(p, row_blocks, tok_blocks, device, stream);
+    return LaunchDenseSplitSlices<kTok, 8>(p, row_blocks, tok_blocks, device, stream);
   }
-  AllowDynamicSmem<wgmma_split::DenseSplitKernel>(device, wgmma_split::kDenseSmemBytes);
+  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok>>(device, wgmma_split::kDenseSmemBytes);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks));
-  wgmma_split::DenseSplitKernel<<<grid, wgmma::kThreads, wgmma_split::kDenseSmemBytes, stream>>>(p);
+  wgmma_split::DenseSplitKernel<kTok><<<grid, wgmma::kThreads, wgmma_split::kDenseSmemBytes, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
+}
+
+// Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits.
+void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
+  if (p.m <= 8) return LaunchDenseSplitTiles<8>(p, stream);
+  LaunchDenseSplitTiles<64>(p, stream);
 }
 
 template <Kind K>
@@ -2116,64 +2120,38 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
                  256) * 256;
 }
 
-// Whether the experts' warpgroup-MMA kernels run with wgmma::kExpertsStagesFp8 / Fp4 cp.async
-// stages (the default) or wgmma::kStages (DEEPINFER_EXPERTS_STAGES=4, read once): the same bits.
-bool ExpertsDeepStages() {
-  static const bool deep = [] {
-    const char* v = std::getenv("DEEPINFER_EXPERTS_STAGES");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "deep") == 0) return true;
-    if (std::strcmp(v, "4") == 0) return false;
-    const std::string message = std::string("DEEPINFER_EXPERTS_STAGES must be 4 or deep, got '") + v + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
-  }();
-  return deep;
-}
-
-// ExpertsWgmmaKernel<K, S> over every item: persistent blocks, at most as many as fit at once.
-template <Kind K, int S>
-void LaunchExpertsWgmmaKernel(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
-  constexpr int kSmem = wgmma::SmemLayout<K, S>::kBytes;
-  AllowDynamicSmem<ExpertsWgmmaKernel<K, S>>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K, S>>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsWgmmaKernel<K, S><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
-}
-
-// ExpertsPreFoldedKernel<S> over the items of experts [first, end), their codes at `pre`.
-template <int S>
-void LaunchPreFoldedGemmStages(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
-                               const PreFoldLayout& lay, int32_t first, int32_t end, const uint8_t* pre) {
-  constexpr int kSmem = wgmma::PreFoldedSmem<S>::kBytes;
-  AllowDynamicSmem<ExpertsPreFoldedKernel<S>>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel<S>>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsPreFoldedKernel<S><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, first,
-                                                                                             end, lay, pre);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
-}
-
+// ExpertsPreFoldedKernel over the items of experts [first, end), their codes at `pre`.
 void LaunchPreFoldedGemm(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
                          const PreFoldLayout& lay, int32_t first, int32_t end, const uint8_t* pre) {
-  if (ExpertsDeepStages()) return LaunchPreFoldedGemmStages<wgmma::kExpertsStagesFp8>(l, ep, a, lay, first, end, pre);
-  LaunchPreFoldedGemmStages<wgmma::kStages>(l, ep, a, lay, first, end, pre);
+  constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
+  AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, first, end,
+                                                                                          lay, pre);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
 }
 
 // DEEPINFER_TMA_EXPERTS = 64 or 128 (read once) runs the pre-folded experts on
 // ExpertsPreFoldedTmaKernel with tiles of that many tokens (version 14b, the same bits; 128 cuts
-// the plan in 128-row tiles); 0 or unset: ExpertsPreFoldedKernel (off by default until measured).
-// The tests' choice (tma::TestOverride, tma::TestExpertTokens) comes first.
-int ExpertsTmaTokens() {
+// the plan in 128-row tiles); 0: ExpertsPreFoldedKernel; unset: 64 for experts kept folded for
+// the run (measured 2026-12-02, docs/performance.md version 21: `experts_linear` at batch 64
+// 9.29 -> 8.69 ms, at the 8k prefill 42.2 -> 38.1), else ExpertsPreFoldedKernel (the per-call
+// pre-fold's GEMM: 46.6 against 49.9 ms with TMA, version 14b). The tests' choice
+// (tma::TestOverride, tma::TestExpertTokens) comes first.
+int ExpertsTmaTokens(bool folded) {
   static const int from_environment = [] {
     const char* v = std::getenv("DEEPINFER_TMA_EXPERTS");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
+    if (v == nullptr || *v == '\0') return -1;
+    if (std::strcmp(v, "0") == 0) return 0;
     if (std::strcmp(v, "64") == 0) return 64;
     if (std::strcmp(v, "128") == 0) return 128;
     const std::string message = std::string("DEEPINFER_TMA_EXPERTS must be 0, 64 or 128, got '") + v + "'";
     ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
   }();
   const int mode = tma::TestOverride().load();
-  const int tokens = mode < 0 ? from_environment : mode == 1 ? tma::TestExpertTokens().load() : 0;
+  const int environment = from_environment >= 0 ? from_environment : folded ? 64 : 0;
+  const int tokens = mode < 0 ? environment : mode == 1 ? tma::TestExpertTokens().load() : 0;
   return tokens > 0 && EncodeTiled() != nullptr ? tokens : 0;
 }
 
@@ -2199,7 +2177,7 @@ int ExpertsTmaTokensFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound
                   PreFoldGroup(MakePreFoldLayout(n, k), rows_bound, k, num_experts, codes_bytes) == 0)) {
     return 0;
   }
-  return ExpertsTmaTokens();
+  return ExpertsTmaTokens(folded);
 }
 
 // ExpertsPreFoldedTmaKernel<kTok> over the items of experts [first, end) (PreFoldKernel has
@@ -2295,11 +2273,13 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
     // A plan cut for the TMA-fed kernel (128-row tiles) must not reach the 64-token kernels.
     if (l.tma_tokens != 0) Fail("the pre-folded experts' TMA path was planned but cannot run");
   }
-  if (ExpertsDeepStages()) {
-    LaunchExpertsWgmmaKernel<K, K == Kind::kFp4 ? wgmma::kExpertsStagesFp4 : wgmma::kExpertsStagesFp8>(l, ep, a);
-  } else {
-    LaunchExpertsWgmmaKernel<K, wgmma::kStages>(l, ep, a);
-  }
+  // Persistent blocks: at most as many as fit on the device at once.
+  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
+  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
+  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
+  const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
 }
 
 template <Kind K>
@@ -2591,8 +2571,8 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
   // first product, not at the first one that would take them.
   static const bool switches_read =
-      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(0), DenseSplitOn(),
-       ExpertsDeepStages(), true);
+      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), StagedSlicesOn(0), DenseSplitOn(),
+       true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

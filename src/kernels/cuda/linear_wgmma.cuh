@@ -50,12 +50,7 @@ constexpr int kRowsPerGroup = 64;                    // weight rows per warpgrou
 constexpr int kGroups = 2;                           // consumer warpgroups per block
 constexpr int kBlockRows = kRowsPerGroup * kGroups;  // 128: one FP8 scale block of rows
 constexpr int kTokens = 64;                          // tokens per block (wgmma's N)
-constexpr int kStages = 4;  // cp.async stages of Linear's blocks (2 blocks per SM for FP8)
-// Stages of the experts' kernels (one block per SM, so the shared memory allows more chunks in
-// flight: at decode an expert's block streams its weights with nothing else on the SM).
-// DEEPINFER_EXPERTS_STAGES=4 selects the 4-stage kernels (linear.cu).
-constexpr int kExpertsStagesFp8 = 8;  // 25 KiB stages: 200 KiB (+ PreFoldedSmem's 9 KiB)
-constexpr int kExpertsStagesFp4 = 9;  // 17 KiB stages: 153 KiB (+ the converted tile and tables)
+constexpr int kStages = 4;  // cp.async stages
 constexpr int kThreads = 128 * kGroups;
 constexpr int kWStageBytes = kBlockRows * kChunk;  // 16 KiB
 constexpr int kXStageBytes = kTokens * kChunk;     // 8 KiB
@@ -193,10 +188,10 @@ struct GemmArgs {
 // 64 x scales and, FP4 only, the next chunk's four e8m0 group exponents of each of the 128 rows
 // (one word per row: WgmmaBlock folds them a chunk ahead without a global load in the loop).
 // FP4 adds one swizzled e4m3 tile that the nibbles are turned into per chunk.
-template <Kind K, int S = kStages>
+template <Kind K>
 struct SmemLayout {
   static constexpr bool kFold = K == Kind::kFp4;
-  static constexpr int kStages = S;
+  static constexpr int kStages = wgmma::kStages;
   static constexpr int kWBytes = K == Kind::kFp4 ? kBlockRows * kChunk / 2 : kBlockRows * kChunk;
   static constexpr int kX = kWBytes;  // 8 or 16 KiB: 1024-byte aligned
   static constexpr int kXs = kX + kXStageBytes;
@@ -214,7 +209,6 @@ struct SmemLayout {
   static constexpr int kRowInfoSlots = kFold ? 2 : 0;
   static constexpr int kRowInfoBytes = kRowInfoSlots * kBlockRows * 4;
   static constexpr int kBytes = kRowInfo + kRowInfoBytes + 1024;  // + base alignment
-  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
 // 4·kWords bytes from global memory as little-endian words: one vector load where `aligned`
@@ -583,12 +577,10 @@ struct PreFolded {
 
 // Shared memory of WgmmaBlockPreFolded: the FP8 stages, then the byte_perm tables and one
 // chunk's nibbles of the block's rows (for later passes; 64 bytes per row).
-template <int S = kStages>
 struct PreFoldedSmem {
-  static constexpr int kTables = SmemLayout<Kind::kFp8, S>::kConverted;
+  static constexpr int kTables = SmemLayout<Kind::kFp8>::kConverted;
   static constexpr int kRaw = kTables + 128;
   static constexpr int kBytes = kRaw + kBlockRows * kChunk / 2 + 1024;  // + base alignment
-  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
 // Chunk c's nibbles of weight rows n0.. into raw (64 bytes per row; zeros past p.n). Plain loads:
@@ -657,11 +649,11 @@ __device__ __forceinline__ void EndChunk(float (&total)[kElems], float (&part)[k
 //   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
 // so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
 // and shared memory free after a barrier.
-template <Kind K, int S = kStages>
+template <Kind K>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                            int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
   static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 or FP4 weights");
-  using L = SmemLayout<K, S>;
+  using L = SmemLayout<K>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
@@ -744,16 +736,16 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
 // passes, so that it holds no registers in the loop). Pipelined over two accumulators: chunk c's
 // MMAs are issued before chunk c - 1 is scaled into part (wgmma.wait_group 1), so the tensor cores
 // work while the block scales; a chunk's later passes, and the last chunk, wait for everything.
-// S stages: chunk c + S - 2 is loaded into the stage chunk c - 2 used (its MMAs completed before
-// this iteration's barrier), S - 2 chunks ahead instead of WgmmaBlock's S - 1. Each output takes the same
+// Stages: chunk c + 2 is loaded into the stage chunk c - 2 used (its MMAs completed before this
+// iteration's barrier), two chunks ahead instead of WgmmaBlock's three. Each output takes the same
 // adds in the same order as WgmmaBlock<kFp4> on the nibbles: the same bits.
-template <int S, class Nibbles>
+template <class Nibbles>
 __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                     int64_t t_y, int c_begin, int c_end, uint8_t* smem,
                                                     const PreFolded& pf, const Nibbles& nibbles) {
-  using L = SmemLayout<Kind::kFp8, S>;
-  using Smem = PreFoldedSmem<S>;
+  using L = SmemLayout<Kind::kFp8>;
   constexpr int kAhead = L::kStages - 2;  // chunks in flight ahead of the one being issued
+  static_assert(kAhead == 2, "CpAsyncWait<kAhead - 1> below");
   const int tid = threadIdx.x;
   const int group = tid / 128;
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
@@ -761,9 +753,9 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g;
   const StageCopies<Kind::kFp8> copies(p, a, n0, t_codes);
-  const uint32_t* tables = reinterpret_cast<const uint32_t*>(smem + Smem::kTables);
+  const uint32_t* tables = reinterpret_cast<const uint32_t*>(smem + PreFoldedSmem::kTables);
   // Read by later passes only, after at least one barrier (the caller's previous block ended with one).
-  if (tid < 18) reinterpret_cast<uint32_t*>(smem + Smem::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
+  if (tid < 18) reinterpret_cast<uint32_t*>(smem + PreFoldedSmem::kTables)[tid] = kFoldedTables[tid / 2][tid % 2];
   const int64_t chunks = p.k / kChunk;
   const uint8_t* more = pf.more + (n0 / kBlockRows) * chunks;
 
@@ -789,7 +781,7 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
     AddScaledRows(part, done, sa, sb, xs, q, tokens);
     if (again) {  // uniform over the block
       const Params fp4 = nibbles();
-      uint8_t* raw = smem + Smem::kRaw;
+      uint8_t* raw = smem + PreFoldedSmem::kRaw;
       LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it
       FoldedLaterPasses(fp4, raw, stage_of(c), tables, n0, c, w_addr_of(c), x_addr_of(c), xs, q, ra, true, done,
                         part);

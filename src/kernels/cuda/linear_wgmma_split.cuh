@@ -375,8 +375,9 @@ inline bool Usable(const Params& p, Kind kind, int64_t groups) {
 // It is neither the mma.sync kernels' order nor the grouped kernel's, so the last bits differ from
 // theirs (within the linear tests' summation-order tolerance).
 //
-// Work: blocks of 128 weight rows × 64 tokens, two consumer warpgroups of 64 rows (wgmma
-// m64n64k16), a ring of kDenseStages cp.async stages (the weight tile, 16 KiB, and x's raw floats,
+// Work: blocks of 128 weight rows × kTok tokens (64, or 8 for products of at most 8 rows: the
+// same sums, an eighth of the MMA work at decode), two consumer warpgroups of 64 rows (wgmma
+// m64n64k16 or m64n8k16: each output column is the same dot product at either width), a ring of kDenseStages cp.async stages (the weight tile, 16 KiB, and x's raw floats,
 // 16 KiB) and two sets of x's part tiles (chunk c + 1 is converted while chunk c's MMAs run), one
 // block per SM. Where that grid leaves SMs idle (decode batches of the narrow weights) the slices
 // are spread over a cluster (DenseSplitSlicesKernel): rank r computes slice r's P_r, and rank 0
@@ -392,6 +393,38 @@ constexpr int kMaxDenseCluster = 8;                                   // slices 
 static_assert(kDenseSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
 static_assert(kDenseXSetBytes % 1024 == 0 && kDenseStageBytes % 1024 == 0, "1024-byte aligned tiles");
 static_assert(kThreads * 32 * 4 <= kDenseXTiles, "a rank's slice sum fits its stages");
+
+// d += A·B for one k16 step, m64n8k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 8 token columns).
+__device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(desc_a), "l"(desc_b), "r"(1));
+}
+
+// IssueSplitChunk<3> on a tile of kTok = 64 or 8 tokens (acc of kTok / 2).
+template <int kTok>
+__device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t w_addr, uint32_t x_addr) {
+  static_assert(kTok == 8 || kTok == 64, "8- or 64-token tiles");
+  if constexpr (kTok == 64) {
+    IssueSplitChunk<3>(acc, w_addr, x_addr);
+  } else {
+    wgmma::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int part = 0; part < 3; ++part) {
+        MmaBf16M64N8K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
+                        wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk));
+      }
+    }
+    wgmma::WgmmaCommit();
+  }
+}
 
 // Queues chunk c (64 columns) of weight rows n0.. (zeros past p.n) and x's first `tokens` token
 // rows t0.. into `stage` (cp.async; the caller commits). Token rows from `tokens` on are not
@@ -417,22 +450,26 @@ __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int6
   }
 }
 
-// Chunks [c_begin, c_end) of the block's 128 weight rows n0.. and 64 tokens t0.. (c_begin a
+// Chunks [c_begin, c_end) of the block's 128 weight rows n0.. and kTok tokens t0.. (c_begin a
 // multiple of kSliceChunks): at the end of each 512-column slice (or of the range) calls
 // on_slice(slice, acc) with that slice's sum. All threads call it; it returns with no copies in
 // flight and shared memory free after a barrier.
-template <class OnSlice>
+template <int kTok, class OnSlice>
 __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, int64_t t0, int c_begin, int c_end,
                                                  uint8_t* smem, OnSlice&& on_slice) {
   constexpr int S = kDenseStages;
   const int tid = threadIdx.x;
   const int group = tid / 128;
-  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t0));
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t0));
   auto stage_of = [&](int c) { return smem + ((c - c_begin) % S) * kDenseStageBytes; };
   auto xset_of = [&](int c) { return smem + kDenseXTiles + ((c - c_begin) % 2) * kDenseXSetBytes; };
   const bool x_row_valid = tid / 4 < tokens;  // ConvertXParts' token row
+  const bool x_row_used = tid / 4 < kTok;     // rows past the tile are never read
+  auto convert = [&](int c) {
+    if (x_row_used) ConvertXParts<3>(stage_of(c) + kDenseWBytes, xset_of(c), x_row_valid);
+  };
 
-  float acc[32];
+  float acc[kTok / 2];
   wgmma::ZeroForWgmma(acc);
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
@@ -443,14 +480,14 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
     CpAsyncWait<S - 2>();  // chunk c_begin's group (this thread's copies)
     wgmma::FenceProxyAsyncShared();
     __syncthreads();
-    ConvertXParts<3>(stage_of(c_begin) + kDenseWBytes, xset_of(c_begin), x_row_valid);
+    convert(c_begin);
     wgmma::FenceProxyAsyncShared();
     __syncthreads();  // chunk c_begin's tiles are complete
   }
   for (int c = c_begin; c < c_end; ++c) {
     const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + group * kRowsPerGroup * kRowBytes));
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(xset_of(c)));
-    IssueSplitChunk<3>(acc, w_addr, x_addr);
+    IssueDenseChunk<kTok>(acc, w_addr, x_addr);
     // While they run: chunk c + S - 1 into the stage of chunk c - 1 (its MMAs completed before the
     // last barrier; its x was converted an iteration earlier), then chunk c + 1's x into the other
     // set (chunk c - 1's MMAs, its last readers, are done).
@@ -460,7 +497,7 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
       CpAsyncWait<S - 2>();  // chunk c + 1's group (this thread's copies)
       wgmma::FenceProxyAsyncShared();
       __syncthreads();  // everyone's copies of chunk c + 1
-      ConvertXParts<3>(stage_of(c + 1) + kDenseWBytes, xset_of(c + 1), x_row_valid);
+      convert(c + 1);
       wgmma::FenceProxyAsyncShared();
     }
     wgmma::WgmmaWaitAll();
@@ -481,30 +518,33 @@ __device__ __forceinline__ int64_t DenseFragmentRow(int64_t n0) {
   return n0 + (tid / 128) * kRowsPerGroup + 16 * ((tid % 128) / kWarpSize) + (tid % kWarpSize) / 4;
 }
 
-// Grid (ceil(n / 128), ceil(m / 64)); kThreads threads; kDenseSmemBytes of dynamic shared memory.
+// Grid (ceil(n / 128), ceil(m / kTok)); kThreads threads; kDenseSmemBytes of dynamic shared memory.
+template <int kTok>
 __global__ void __launch_bounds__(kThreads, 1) DenseSplitKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
-  float total[32];
+  constexpr int kElems = kTok / 2;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTok;
+  float total[kElems];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) total[i] = 0.f;
-  DenseSplitChunks(p, n0, t0, 0, static_cast<int>(p.k / kChunkCols), smem, [&](int slice, const float (&acc)[32]) {
+  for (int i = 0; i < kElems; ++i) total[i] = 0.f;
+  const int chunks = static_cast<int>(p.k / kChunkCols);
+  DenseSplitChunks<kTok>(p, n0, t0, 0, chunks, smem, [&](int slice, const float (&acc)[kElems]) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) total[i] = slice == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
+    for (int i = 0; i < kElems; ++i) total[i] = slice == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
   });
-  wgmma::StoreBlockResult(p, DenseFragmentRow(n0), t0, static_cast<int>(threadIdx.x) % 4,
+  wgmma::StoreBlockResult<kTok>(p, DenseFragmentRow(n0), t0, static_cast<int>(threadIdx.x) % 4,
                           [&](int j) { return total[j]; });
 #endif
 }
 
 // DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
 // at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
-// ceil(m / 64)); row block blockIdx.x / kCluster.
-template <int kCluster>
+// ceil(m / kTok)); row block blockIdx.x / kCluster.
+template <int kTok, int kCluster>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1) DenseSplitSlicesKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
@@ -514,34 +554,35 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1) 
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const int64_t n0 = static_cast<int64_t>(blockIdx.x / kCluster) * kBlockRows;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTok;
+  constexpr int kElems = kTok / 2;
   const int chunks = static_cast<int>(p.k / kChunkCols);
   const int slices = (chunks + kSliceChunks - 1) / kSliceChunks;
   const int c_begin = min(chunks, rank * kSliceChunks), c_end = min(chunks, (rank + 1) * kSliceChunks);
-  float held[32];
+  float held[kElems];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) held[i] = 0.f;
-  DenseSplitChunks(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[32]) {
+  for (int i = 0; i < kElems; ++i) held[i] = 0.f;
+  DenseSplitChunks<kTok>(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[kElems]) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) held[i] = acc[i];
+    for (int i = 0; i < kElems; ++i) held[i] = acc[i];
   });
   // The slice sum at [element][thread] of this rank's (free) shared memory.
   float* sums = reinterpret_cast<float*>(smem);
   const int tid = static_cast<int>(threadIdx.x);
 #pragma unroll
-  for (int i = 0; i < 32; ++i) sums[i * kThreads + tid] = held[i];
+  for (int i = 0; i < kElems; ++i) sums[i * kThreads + tid] = held[i];
   cluster.sync();
   if (rank == 0) {
-    float total[32];
+    float total[kElems];
     for (int s = 0; s < slices; ++s) {
       const float* peer = cluster.map_shared_rank(sums, s);
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
+      for (int i = 0; i < kElems; ++i) {
         const float v = peer[i * kThreads + tid];
         total[i] = s == 0 ? v : __fadd_rn(total[i], v);
       }
     }
-    wgmma::StoreBlockResult(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
+    wgmma::StoreBlockResult<kTok>(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
   }
   cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
 #endif
