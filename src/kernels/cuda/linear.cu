@@ -1859,9 +1859,10 @@ bool DenseSplitOn() {
 template <int kTok, int kCluster>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
   using wgmma_split::DenseSplitSlicesKernel;
-  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster>>(device, wgmma_split::kDenseSmemBytes);
+  constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
+  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
-  DenseSplitSlicesKernel<kTok, kCluster><<<grid, wgmma::kThreads, wgmma_split::kDenseSmemBytes, stream>>>(p);
+  DenseSplitSlicesKernel<kTok, kCluster><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
 }
 
@@ -1876,15 +1877,17 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   const auto [device, sms] = CurrentDeviceSms();
   const int64_t slices = CeilDiv(p.k, int64_t{512});
   g_dense_split_launches.fetch_add(1);
-  if (row_blocks * tok_blocks < sms && slices >= 2 && slices <= wgmma_split::kMaxDenseCluster &&
+  const int64_t slots = sms * wgmma_split::DenseSmem<kTok>::kBlocksPerSm;  // blocks resident at once
+  if (row_blocks * tok_blocks < slots && slices >= 2 && slices <= wgmma_split::kMaxDenseCluster &&
       DeviceLaunchesClusters(device)) {
     if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2>(p, row_blocks, tok_blocks, device, stream);
     if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4>(p, row_blocks, tok_blocks, device, stream);
     return LaunchDenseSplitSlices<kTok, 8>(p, row_blocks, tok_blocks, device, stream);
   }
-  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok>>(device, wgmma_split::kDenseSmemBytes);
+  constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
+  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks));
-  wgmma_split::DenseSplitKernel<kTok><<<grid, wgmma::kThreads, wgmma_split::kDenseSmemBytes, stream>>>(p);
+  wgmma_split::DenseSplitKernel<kTok><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
 }
 

@@ -115,10 +115,10 @@ constexpr int kTilesBytes = kTileX + 3 * kTokens * kRowBytes;  // 40 KiB
 static_assert(kXTiles - kWTile == kTileX && kXTileBytes == kTokens * kRowBytes, "the tiles' layout");
 
 // x's raw chunk (64 token rows of 64 floats, 256 bytes apart) into its BF16 part tiles at `x_tiles`
-// (hi, mid, lo, kXTileBytes apart, swizzled), or (kParts = 1) x rounded to nearest even alone.
+// (hi, mid, lo, kPartBytes apart, swizzled), or (kParts = 1) x rounded to nearest even alone.
 // Thread tid converts 16 floats of token row tid / 4 (columns 16·(tid % 4) ..) into units 2q and
 // 2q + 1 of each part; where `valid` is false it writes zeros (a token row past the product's rows).
-template <int kParts>
+template <int kParts, int kPartBytes = kXTileBytes>
 __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_tiles, bool valid) {
   const int tid = threadIdx.x;
   const int row = tid / 4, quarter = tid % 4;
@@ -138,7 +138,7 @@ __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_t
   const uint32_t* parts[3] = {hi, mid, lo};
 #pragma unroll
   for (int part = 0; part < kParts; ++part) {
-    uint8_t* tile = x_tiles + part * kXTileBytes;
+    uint8_t* tile = x_tiles + part * kPartBytes;
     const uint32_t* v = parts[part];
     *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter)) = make_uint4(v[0], v[1], v[2], v[3]);
     *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1)) = make_uint4(v[4], v[5], v[6], v[7]);
@@ -377,22 +377,32 @@ inline bool Usable(const Params& p, Kind kind, int64_t groups) {
 //
 // Work: blocks of 128 weight rows × kTok tokens (64, or 8 for products of at most 8 rows: the
 // same sums, an eighth of the MMA work at decode), two consumer warpgroups of 64 rows (wgmma
-// m64n64k16 or m64n8k16: each output column is the same dot product at either width), a ring of kDenseStages cp.async stages (the weight tile, 16 KiB, and x's raw floats,
-// 16 KiB) and two sets of x's part tiles (chunk c + 1 is converted while chunk c's MMAs run), one
-// block per SM. Where that grid leaves SMs idle (decode batches of the narrow weights) the slices
+// m64n64k16 or m64n8k16: each output column is the same dot product at either width), a ring
+// of kDenseStages cp.async stages (the weight tile, 16 KiB, and x's raw floats) and two sets of
+// x's part tiles (chunk c + 1 is converted while chunk c's MMAs run), one block per SM at 64
+// tokens, two at 8 (DenseSmem). Where that grid leaves SMs idle (decode batches of the narrow weights) the slices
 // are spread over a cluster (DenseSplitSlicesKernel): rank r computes slice r's P_r, and rank 0
 // adds P_0, P_1, ... in order from the ranks' shared memory: the same adds, the same bits.
 constexpr int kDenseStages = 4;
-constexpr int kDenseWBytes = kBlockRows * kRowBytes;                  // 16 KiB: 64 BF16 columns per row
-constexpr int kDenseStageBytes = kDenseWBytes + kXRawBytes;           // 32 KiB
-constexpr int kDenseXTiles = kDenseStages * kDenseStageBytes;         // two sets of hi, mid, lo
-constexpr int kDenseXSetBytes = 3 * kXTileBytes;                      // 24 KiB
-constexpr int kDenseSmemBytes = kDenseXTiles + 2 * kDenseXSetBytes + 1024;  // + base alignment
-constexpr int kSliceChunks = 512 / kChunkCols;                        // 8 chunks per 512-column slice
-constexpr int kMaxDenseCluster = 8;                                   // slices a cluster spreads (K <= 4096)
-static_assert(kDenseSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
-static_assert(kDenseXSetBytes % 1024 == 0 && kDenseStageBytes % 1024 == 0, "1024-byte aligned tiles");
-static_assert(kThreads * 32 * 4 <= kDenseXTiles, "a rank's slice sum fits its stages");
+constexpr int kDenseWBytes = kBlockRows * kRowBytes;  // 16 KiB: 64 BF16 columns per row
+constexpr int kSliceChunks = 512 / kChunkCols;        // 8 chunks per 512-column slice
+constexpr int kMaxDenseCluster = 8;                   // slices a cluster spreads (K <= 4096)
+
+// Shared memory of the dense kernels on kTok-token tiles: kDenseStages stages (the weight tile,
+// then x's raw floats, kTok rows of 256 bytes), then two sets of x's part tiles (hi, mid, lo of kTok
+// rows of 128 bytes). 64 tokens: 177 KiB, one block per SM; 8 tokens: 79 KiB, two.
+template <int kTok>
+struct DenseSmem {
+  static constexpr int kStageBytes = kDenseWBytes + kTok * kXRawRowBytes;
+  static constexpr int kPartBytes = kTok * kRowBytes;
+  static constexpr int kXSetBytes = 3 * kPartBytes;
+  static constexpr int kXTiles = kDenseStages * kStageBytes;
+  static constexpr int kBytes = kXTiles + 2 * kXSetBytes + 1024;  // + base alignment
+  static constexpr int kBlocksPerSm = kTok == 8 ? 2 : 1;
+  static_assert(kBlocksPerSm * kBytes <= 227 * 1024, "Hopper's shared memory per SM");
+  static_assert(kStageBytes % 1024 == 0 && kPartBytes % 1024 == 0, "1024-byte aligned tiles");
+  static_assert(kThreads * (kTok / 2) * 4 <= kXTiles, "a rank's slice sum fits its stages");
+};
 
 // d += A·B for one k16 step, m64n8k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 8 token columns).
 __device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
@@ -419,7 +429,7 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
 #pragma unroll
       for (int part = 0; part < 3; ++part) {
         MmaBf16M64N8K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
-                        wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk));
+                        wgmma::SwizzledDescriptor(x_addr + part * DenseSmem<8>::kPartBytes + 32 * kk));
       }
     }
     wgmma::WgmmaCommit();
@@ -429,6 +439,7 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
 // Queues chunk c (64 columns) of weight rows n0.. (zeros past p.n) and x's first `tokens` token
 // rows t0.. into `stage` (cp.async; the caller commits). Token rows from `tokens` on are not
 // copied: ConvertXParts writes zeros for them.
+template <int kTok>
 __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int64_t t0, int tokens, int c,
                                                uint8_t* stage) {
   const int tid = threadIdx.x;
@@ -440,10 +451,11 @@ __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int6
     wgmma::Copy16(stage + wgmma::SwizzledOffset(row, unit), src, valid, true);
   }
   const float* x = p.x + static_cast<int64_t>(c) * kChunkCols;
+  constexpr int kXUnits = kTok * kXRawRowBytes / 16;
 #pragma unroll
-  for (int i = 0; i < kXRawBytes / 16 / kThreads; ++i) {  // 4: row id / 16, unit id % 16
+  for (int i = 0; i < (kXUnits + kThreads - 1) / kThreads; ++i) {  // row id / 16, unit id % 16
     const int id = tid + i * kThreads, row = id / 16, unit = id % 16;
-    if (row < tokens) {
+    if (row < tokens) {  // tokens <= kTok
       CpAsync16(stage + kDenseWBytes + row * kXRawRowBytes + unit * 16,
                 reinterpret_cast<const uint8_t*>(x + (t0 + row) * p.ldx) + unit * 16);
     }
@@ -458,22 +470,23 @@ template <int kTok, class OnSlice>
 __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, int64_t t0, int c_begin, int c_end,
                                                  uint8_t* smem, OnSlice&& on_slice) {
   constexpr int S = kDenseStages;
+  using L = DenseSmem<kTok>;
   const int tid = threadIdx.x;
   const int group = tid / 128;
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t0));
-  auto stage_of = [&](int c) { return smem + ((c - c_begin) % S) * kDenseStageBytes; };
-  auto xset_of = [&](int c) { return smem + kDenseXTiles + ((c - c_begin) % 2) * kDenseXSetBytes; };
+  auto stage_of = [&](int c) { return smem + ((c - c_begin) % S) * L::kStageBytes; };
+  auto xset_of = [&](int c) { return smem + L::kXTiles + ((c - c_begin) % 2) * L::kXSetBytes; };
   const bool x_row_valid = tid / 4 < tokens;  // ConvertXParts' token row
   const bool x_row_used = tid / 4 < kTok;     // rows past the tile are never read
   auto convert = [&](int c) {
-    if (x_row_used) ConvertXParts<3>(stage_of(c) + kDenseWBytes, xset_of(c), x_row_valid);
+    if (x_row_used) ConvertXParts<3, L::kPartBytes>(stage_of(c) + kDenseWBytes, xset_of(c), x_row_valid);
   };
 
   float acc[kTok / 2];
   wgmma::ZeroForWgmma(acc);
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (c_begin + s < c_end) LoadDenseStage(p, n0, t0, tokens, c_begin + s, stage_of(c_begin + s));
+    if (c_begin + s < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c_begin + s, stage_of(c_begin + s));
     CpAsyncCommit();
   }
   if (c_begin < c_end) {
@@ -491,7 +504,7 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
     // While they run: chunk c + S - 1 into the stage of chunk c - 1 (its MMAs completed before the
     // last barrier; its x was converted an iteration earlier), then chunk c + 1's x into the other
     // set (chunk c - 1's MMAs, its last readers, are done).
-    if (c + S - 1 < c_end) LoadDenseStage(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
+    if (c + S - 1 < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
     CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
     if (c + 1 < c_end) {
       CpAsyncWait<S - 2>();  // chunk c + 1's group (this thread's copies)
@@ -518,9 +531,10 @@ __device__ __forceinline__ int64_t DenseFragmentRow(int64_t n0) {
   return n0 + (tid / 128) * kRowsPerGroup + 16 * ((tid % 128) / kWarpSize) + (tid % kWarpSize) / 4;
 }
 
-// Grid (ceil(n / 128), ceil(m / kTok)); kThreads threads; kDenseSmemBytes of dynamic shared memory.
+// Grid (ceil(n / 128), ceil(m / kTok)); kThreads threads; DenseSmem<kTok>::kBytes of dynamic shared
+// memory.
 template <int kTok>
-__global__ void __launch_bounds__(kThreads, 1) DenseSplitKernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) DenseSplitKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -545,7 +559,8 @@ __global__ void __launch_bounds__(kThreads, 1) DenseSplitKernel(const Params p) 
 // at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
 // ceil(m / kTok)); row block blockIdx.x / kCluster.
 template <int kTok, int kCluster>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, 1) DenseSplitSlicesKernel(const Params p) {
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm)
+    DenseSplitSlicesKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
