@@ -1145,24 +1145,41 @@ __device__ __forceinline__ const ExpertTile* WalkTile(const TileLists& lists, in
   return tile;
 }
 
-// Checks the plan, walks the five tile lists as one (WalkTile) and calls block(tile, n0) for this
-// block's items, n0 the item's first weight row.
-template <class Block>
+// Which tiles of the plan a warpgroup-MMA experts kernel takes: kAllTiles every one; kSmallTiles
+// those of at most 8 rows (the GEMV kinds 0-2), on 8-token tiles; kLargeTiles the others (9-64
+// rows), on 64-token tiles. A small and a large launch together take every tile once.
+enum class TileRange { kAllTiles, kSmallTiles, kLargeTiles };
+constexpr int kSmallTileKinds = 3;  // kinds 0-2: 1-2, 3-4 and 5-8 rows
+static_assert(kSmallTileKinds == kTiledKind - 1, "kinds 0-2 hold the tiles of at most 8 rows");
+
+// Checks the plan, walks the five tile lists as one (WalkTile: the large kinds first), or the part
+// of them `range` names, and calls block(tile, n0) for this block's items, n0 the item's first
+// weight row.
+template <TileRange kRange = TileRange::kAllTiles, class Block>
 __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
                                                         const Block& block) {
   CheckPlan(ep);
-  int32_t tiles = 0;
+  int32_t large = 0, small = 0;
 #pragma unroll
-  for (int kind = 0; kind < kTileKinds; ++kind) tiles += lists.counts[kind];
+  for (int kind = 0; kind < kTileKinds; ++kind) (kind < kSmallTileKinds ? small : large) += lists.counts[kind];
+  const int32_t first = kRange == TileRange::kSmallTiles ? large : 0;
+  const int32_t tiles = kRange == TileRange::kAllTiles ? large + small : kRange == TileRange::kSmallTiles ? small : large;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    block(*WalkTile(lists, c.tile), static_cast<int64_t>(c.block) * wgmma::kBlockRows);
+    block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * wgmma::kBlockRows);
   }
+}
+
+template <int kTok>
+constexpr TileRange RangeOfTileTokens() {
+  return kTok == 8 ? TileRange::kSmallTiles : TileRange::kLargeTiles;
 }
 
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
 // once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
-template <Kind K>
-__global__ void __launch_bounds__(wgmma::kThreads, 1)
+// kTok = 8: the tiles of 1-8 rows (m64n8k32), 64: the others (m64n64k32): the same sums.
+// kMinBlocks: blocks per SM the registers are held to (SmallTileBlocksPerSm).
+template <Kind K, int kTok, int kMinBlocks>
+__global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
     ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -1170,8 +1187,8 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int64_t n0) {
-    wgmma::WgmmaBlock<K>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
+  ForEachExpertsWgmmaItem<RangeOfTileTokens<kTok>()>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
+    wgmma::WgmmaBlock<K, kTok>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
   });
 #endif
 }
@@ -1247,7 +1264,8 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
 // WgmmaBlockPreFolded's two accumulators, 20 bytes of spills outside the chunk loop; version 12's
 // single-accumulator block at 2 blocks per SM, 128 registers, spilled 572 bytes and ran the 8k
 // prefill's experts in 61.6 ms against 46.0 at one: docs/performance.md, versions 12 and 12b).
-__global__ void __launch_bounds__(wgmma::kThreads, 1)
+template <int kTok, int kMinBlocks>
+__global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
     ExpertsPreFoldedKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a, int32_t e0,
                            int32_t e_end, const PreFoldLayout lay, const uint8_t* pre) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1256,7 +1274,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem(ep, lists, [&](const ExpertTile& t, int64_t n0) {
+  ForEachExpertsWgmmaItem<RangeOfTileTokens<kTok>()>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
     if (t.expert < e0 || t.expert >= e_end) return;  // uniform over the block
     const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
     Params codes = TileParams<Kind::kFp4>(ep, t);  // the tile's x, y and m; the weight: the codes
@@ -1265,7 +1283,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, 1)
     codes.w_vec = codes.w_vec16 = true;  // 256-byte aligned, K % 128 == 0
     const wgmma::PreFolded pf{reinterpret_cast<const uint32_t*>(base + lay.codes_bytes),
                               base + lay.codes_bytes + lay.words_bytes, lay.n_pad};
-    wgmma::WgmmaBlockPreFolded(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
+    wgmma::WgmmaBlockPreFolded<kTok>(codes, a, n0, t.row0, 0, 0, chunks, smem, pf,
                                [&] { return TileParams<Kind::kFp4>(ep, t); });
   });
 #endif
@@ -2123,16 +2141,55 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
                  256) * 256;
 }
 
-// ExpertsPreFoldedKernel over the items of experts [first, end), their codes at `pre`.
+// The plan's room for tiles of the range kTok takes (8: kinds 0-2; 64: kinds 3-4).
+template <int kTok>
+int64_t TilesInRange(const ExpertsLaunch& l) {
+  int64_t tiles = 0;
+  for (int kind = 0; kind < kTileKinds; ++kind) {
+    if ((kind < kSmallTileKinds) == (kTok == 8)) tiles += l.capacity.tiles[kind];
+  }
+  return tiles;
+}
+
+// kKernel (persistent blocks) over the items of the tiles kTok takes: at most as many blocks as
+// fit on the device at once, none where the plan has no room for such tiles.
+template <auto kKernel, int kTok, class... Args>
+void LaunchTileRange(const ExpertsLaunch& l, const ExpertsParams& ep, int smem, const char* what, Args... args) {
+  const int64_t tiles = TilesInRange<kTok>(l);
+  if (tiles == 0) return;
+  AllowDynamicSmem<kKernel>(l.device, smem);
+  const int blocks_per_sm = BlocksPerSm<kKernel>(wgmma::kThreads, smem);
+  const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  kKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, smem, l.stream>>>(ep, l.lists, args...);
+  DI_CUDA_LAUNCH_CHECK(what);
+}
+
+// The 8-token experts kernels' registers are held to 2 blocks per SM (128 registers, a few spills)
+// or 1 (DEEPINFER_SMALL_TILE_BLOCKS=1 or 2, read once; unset: 2).
+int SmallTileBlocksPerSm() {
+  static const int blocks = [] {
+    const char* v = std::getenv("DEEPINFER_SMALL_TILE_BLOCKS");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "2") == 0) return 2;
+    if (std::strcmp(v, "1") == 0) return 1;
+    const std::string message = std::string("DEEPINFER_SMALL_TILE_BLOCKS must be 1 or 2, got '") + v + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
+  }();
+  return blocks;
+}
+
+// ExpertsPreFoldedKernel over the items of experts [first, end), their codes at `pre`: the tiles
+// of at most 8 rows on 8-token tiles, the others on 64.
 void LaunchPreFoldedGemm(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
                          const PreFoldLayout& lay, int32_t first, int32_t end, const uint8_t* pre) {
   constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
-  AllowDynamicSmem<ExpertsPreFoldedKernel>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsPreFoldedKernel>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsPreFoldedKernel<<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a, first, end,
-                                                                                          lay, pre);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma pre-folded");
+  constexpr const char* kSmall = "cuda::ExpertsLinear wgmma pre-folded, 8-token tiles";
+  LaunchTileRange<ExpertsPreFoldedKernel<64, 1>, 64>(l, ep, kSmem, "cuda::ExpertsLinear wgmma pre-folded", a, first,
+                                                     end, lay, pre);
+  if (SmallTileBlocksPerSm() == 2) {
+    LaunchTileRange<ExpertsPreFoldedKernel<8, 2>, 8>(l, ep, kSmem, kSmall, a, first, end, lay, pre);
+  } else {
+    LaunchTileRange<ExpertsPreFoldedKernel<8, 1>, 8>(l, ep, kSmem, kSmall, a, first, end, lay, pre);
+  }
 }
 
 // DEEPINFER_TMA_EXPERTS = 64 or 128 (read once) runs the pre-folded experts on
@@ -2276,13 +2333,15 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
     // A plan cut for the TMA-fed kernel (128-row tiles) must not reach the 64-token kernels.
     if (l.tma_tokens != 0) Fail("the pre-folded experts' TMA path was planned but cannot run");
   }
-  // Persistent blocks: at most as many as fit on the device at once.
+  // The tiles of 9-64 rows, then those of 1-8 on 8-token tiles (the same sums).
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  AllowDynamicSmem<ExpertsWgmmaKernel<K>>(l.device, kSmem);
-  const int blocks_per_sm = BlocksPerSm<ExpertsWgmmaKernel<K>>(wgmma::kThreads, kSmem);
-  const int64_t grid = std::min(l.capacity.total * blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsWgmmaKernel<K><<<static_cast<unsigned>(grid), wgmma::kThreads, kSmem, l.stream>>>(ep, l.lists, a);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear wgmma");
+  constexpr const char* kSmall = "cuda::ExpertsLinear wgmma, 8-token tiles";
+  LaunchTileRange<ExpertsWgmmaKernel<K, 64, 1>, 64>(l, ep, kSmem, "cuda::ExpertsLinear wgmma", a);
+  if (SmallTileBlocksPerSm() == 2) {
+    LaunchTileRange<ExpertsWgmmaKernel<K, 8, 2>, 8>(l, ep, kSmem, kSmall, a);
+  } else {
+    LaunchTileRange<ExpertsWgmmaKernel<K, 8, 1>, 8>(l, ep, kSmem, kSmall, a);
+  }
 }
 
 template <Kind K>
@@ -2575,7 +2634,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // first product, not at the first one that would take them.
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), StagedSlicesOn(0), DenseSplitOn(),
-       true);
+       SmallTileBlocksPerSm(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

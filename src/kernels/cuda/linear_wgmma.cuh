@@ -137,6 +137,19 @@ __device__ __forceinline__ void MmaM64N64K32(float (&d)[32], uint64_t desc_a, ui
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
+// d (+)= A·B for one k32 step, m64n8k32, e4m3 × e4m3 → f32, as MmaM64N64K32 for 8 tokens (each
+// output column the same dot product at either width: the experts' tiles of 1-8 rows).
+__device__ __forceinline__ void MmaM64N8K32(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
+}
+
 // d (+)= A·B for one k32 step, m64n128k32, e4m3 × e4m3 → f32, as MmaM64N64K32 for 128 tokens.
 __device__ __forceinline__ void MmaM64N128K32(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
@@ -160,12 +173,14 @@ __device__ __forceinline__ void MmaM64N128K32(float (&d)[64], uint64_t desc_a, u
       : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
 }
 
-// d (+)= A·B for one k32 step on a tile of 2·kElems tokens (32: m64n64k32, 64: m64n128k32), the
-// accumulator's previous value added.
+// d (+)= A·B for one k32 step on a tile of 2·kElems tokens (4: m64n8k32, 32: m64n64k32, 64:
+// m64n128k32), the accumulator's previous value added.
 template <int kElems>
 __device__ __forceinline__ void MmaK32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(kElems == 32 || kElems == 64, "64- or 128-token tiles");
-  if constexpr (kElems == 32) {
+  static_assert(kElems == 4 || kElems == 32 || kElems == 64, "8-, 64- or 128-token tiles");
+  if constexpr (kElems == 4) {
+    MmaM64N8K32(d, desc_a, desc_b);
+  } else if constexpr (kElems == 32) {
     MmaM64N64K32(d, desc_a, desc_b, 1);
   } else {
     MmaM64N128K32(d, desc_a, desc_b);
@@ -649,16 +664,18 @@ __device__ __forceinline__ void EndChunk(float (&total)[kElems], float (&part)[k
 //   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
 // so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
 // and shared memory free after a barrier.
-template <Kind K>
+template <Kind K, int kTok = kTokens>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                            int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
   static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 or FP4 weights");
+  static_assert(kTok == 8 || kTok == kTokens, "8- or 64-token tiles");
+  constexpr int kElems = kTok / 2;
   using L = SmemLayout<K>;
   const int tid = threadIdx.x;
   const int group = tid / 128;  // warpgroup: weight rows 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;  // the D fragment's row group and column pair
-  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));  // valid token rows of the tile
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t_y));  // valid token rows of the tile
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g;  // this thread's weight rows: ra, ra + 8
   const StageCopies<K> copies(p, a, n0, t_codes);
   uint32_t* row_infos = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // FP4: [2][kBlockRows]
@@ -674,9 +691,9 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     if (c_begin < c_end) block_scale = Fp8BlockScale(p, n0, c_begin);
   }
   // acc: one chunk's k32 chain; part: the current 512-column slice; total: over slices.
-  float acc[32], part[32], total[32];
+  float acc[kElems], part[kElems], total[kElems];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc[i] = part[i] = total[i] = 0.f;
+  for (int i = 0; i < kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
 
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
@@ -726,7 +743,7 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     EndChunk(total, part, c, c_begin, c_end, tokens);
   }
   CpAsyncWaitAll();
-  StoreBlockResult(p, ra, t_y, q, [&](int j) { return total[j]; });
+  StoreBlockResult<kTok>(p, ra, t_y, q, [&](int j) { return total[j]; });
   __syncthreads();  // shared memory free for the caller's next block
 }
 
@@ -739,18 +756,20 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
 // Stages: chunk c + 2 is loaded into the stage chunk c - 2 used (its MMAs completed before this
 // iteration's barrier), two chunks ahead instead of WgmmaBlock's three. Each output takes the same
 // adds in the same order as WgmmaBlock<kFp4> on the nibbles: the same bits.
-template <class Nibbles>
+template <int kTok, class Nibbles>
 __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                     int64_t t_y, int c_begin, int c_end, uint8_t* smem,
                                                     const PreFolded& pf, const Nibbles& nibbles) {
   using L = SmemLayout<Kind::kFp8>;
   constexpr int kAhead = L::kStages - 2;  // chunks in flight ahead of the one being issued
   static_assert(kAhead == 2, "CpAsyncWait<kAhead - 1> below");
+  static_assert(kTok == 8 || kTok == kTokens, "8- or 64-token tiles");
+  constexpr int kElems = kTok / 2;
   const int tid = threadIdx.x;
   const int group = tid / 128;
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;
-  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTokens), p.m - t_y));
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t_y));
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g;
   const StageCopies<Kind::kFp8> copies(p, a, n0, t_codes);
   const uint32_t* tables = reinterpret_cast<const uint32_t*>(smem + PreFoldedSmem::kTables);
@@ -759,9 +778,9 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
   const int64_t chunks = p.k / kChunk;
   const uint8_t* more = pf.more + (n0 / kBlockRows) * chunks;
 
-  float acc0[32], acc1[32], part[32], total[32];
+  float acc0[kElems], acc1[kElems], part[kElems], total[kElems];
 #pragma unroll
-  for (int i = 0; i < 32; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
+  for (int i = 0; i < kElems; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
 
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
@@ -776,7 +795,7 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
   };
   auto x_addr_of = [&](int c) { return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + L::kX)); };
   // Chunk c's MMAs complete in `done`: its scaling, later passes and slice end.
-  auto finish = [&](int c, float (&done)[32], float sa, float sb, bool again) {
+  auto finish = [&](int c, float (&done)[kElems], float sa, float sb, bool again) {
     const float* xs = reinterpret_cast<const float*>(stage_of(c) + L::kXs);
     AddScaledRows(part, done, sa, sb, xs, q, tokens);
     if (again) {  // uniform over the block
@@ -794,7 +813,7 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
     float sa, sb;
     bool again;
   };
-  auto issue = [&](int c, float (&cur)[32]) {
+  auto issue = [&](int c, float (&cur)[kElems]) {
     const bool flag = __ldg(more + c) != 0;
     CpAsyncWait<kAhead - 1>();  // chunk c's group has landed (this thread's copies)
     FenceProxyAsyncShared();
@@ -809,7 +828,7 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
     return Issued{FoldedRowScaleOf(__ldg(words + ra)), FoldedRowScaleOf(__ldg(words + ra + 8)), again};
   };
   // Chunk c into cur while chunk c - 1 (in prev, issued as `before`) completes and is finished.
-  auto step = [&](int c, float (&cur)[32], float (&prev)[32], const Issued& before) {
+  auto step = [&](int c, float (&cur)[kElems], float (&prev)[kElems], const Issued& before) {
     const Issued now = issue(c, cur);
     WgmmaWait<1>();  // chunk c - 1's group; c's stays in flight
     PinAll(prev);
@@ -832,7 +851,7 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
     finish(c - 1, acc0, last.sa, last.sb, last.again);
   }
   CpAsyncWaitAll();
-  StoreBlockResult(p, ra, t_y, q, [&](int j) { return total[j]; });
+  StoreBlockResult<kTok>(p, ra, t_y, q, [&](int j) { return total[j]; });
   __syncthreads();  // shared memory free for the caller's next block
 }
 
