@@ -1146,11 +1146,12 @@ __device__ __forceinline__ const ExpertTile* WalkTile(const TileLists& lists, in
 }
 
 // Which tiles of the plan a warpgroup-MMA experts kernel takes: kAllTiles every one; kSmallTiles
-// those of at most 8 rows (the GEMV kinds 0-2), on 8-token tiles; kLargeTiles the others (9-64
-// rows), on 64-token tiles. A small and a large launch together take every tile once.
-enum class TileRange { kAllTiles, kSmallTiles, kLargeTiles };
-constexpr int kSmallTileKinds = 3;  // kinds 0-2: 1-2, 3-4 and 5-8 rows
-static_assert(kSmallTileKinds == kTiledKind - 1, "kinds 0-2 hold the tiles of at most 8 rows");
+// those of at most 8 rows (the GEMV kinds 0-2), on 8-token tiles; kMediumTiles those of 9-16
+// (kind 3), on 16-token tiles; kLargeTiles the tiled kind's (17-64 rows), on 64-token tiles. The
+// three launches together take every tile once.
+enum class TileRange { kAllTiles, kSmallTiles, kMediumTiles, kLargeTiles };
+constexpr int kSmallTileKinds = 3;  // kinds 0-2: 1-2, 3-4 and 5-8 rows; kind 3: 9-16
+static_assert(kSmallTileKinds + 1 == kTiledKind, "kinds 0-2 hold the tiles of at most 8 rows, 3 of 9-16");
 
 // Checks the plan, walks the five tile lists as one (WalkTile: the large kinds first), or the part
 // of them `range` names, and calls block(tile, n0) for this block's items, n0 the item's first
@@ -1159,11 +1160,16 @@ template <TileRange kRange = TileRange::kAllTiles, class Block>
 __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
                                                         const Block& block) {
   CheckPlan(ep);
-  int32_t large = 0, small = 0;
+  // WalkTile's order: the tiled kind, kind 3, then kinds 2, 1, 0.
+  int32_t small = 0;
 #pragma unroll
-  for (int kind = 0; kind < kTileKinds; ++kind) (kind < kSmallTileKinds ? small : large) += lists.counts[kind];
-  const int32_t first = kRange == TileRange::kSmallTiles ? large : 0;
-  const int32_t tiles = kRange == TileRange::kAllTiles ? large + small : kRange == TileRange::kSmallTiles ? small : large;
+  for (int kind = 0; kind < kSmallTileKinds; ++kind) small += lists.counts[kind];
+  const int32_t large = lists.counts[kTiledKind], medium = lists.counts[kTiledKind - 1];
+  const int32_t first = kRange == TileRange::kSmallTiles ? large + medium : kRange == TileRange::kMediumTiles ? large : 0;
+  const int32_t tiles = kRange == TileRange::kAllTiles      ? large + medium + small
+                        : kRange == TileRange::kSmallTiles  ? small
+                        : kRange == TileRange::kMediumTiles ? medium
+                                                            : large;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
     block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * wgmma::kBlockRows);
   }
@@ -1171,12 +1177,14 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
 
 template <int kTok>
 constexpr TileRange RangeOfTileTokens() {
-  return kTok == 8 ? TileRange::kSmallTiles : TileRange::kLargeTiles;
+  static_assert(kTok == 8 || kTok == 16 || kTok == 64, "8-, 16- or 64-token tiles");
+  return kTok == 8 ? TileRange::kSmallTiles : kTok == 16 ? TileRange::kMediumTiles : TileRange::kLargeTiles;
 }
 
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
 // once for all rows (linear_wgmma.cuh); the same bits as Linear's wgmma path on the expert's rows.
-// kTok = 8: the tiles of 1-8 rows (m64n8k32), 64: the others (m64n64k32): the same sums.
+// kTok = 8: the tiles of 1-8 rows (m64n8k32), 16: those of 9-16 (m64n16k32), 64: the others
+// (m64n64k32): the same sums.
 // kMinBlocks: blocks per SM the registers are held to (SmallTileBlocksPerSm).
 template <Kind K, int kTok, int kMinBlocks>
 __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
@@ -2141,12 +2149,13 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
                  256) * 256;
 }
 
-// The plan's room for tiles of the range kTok takes (8: kinds 0-2; 64: kinds 3-4).
+// The plan's room for tiles of the range kTok takes (8: kinds 0-2; 16: kind 3; 64: the tiled kind).
 template <int kTok>
 int64_t TilesInRange(const ExpertsLaunch& l) {
   int64_t tiles = 0;
   for (int kind = 0; kind < kTileKinds; ++kind) {
-    if ((kind < kSmallTileKinds) == (kTok == 8)) tiles += l.capacity.tiles[kind];
+    const int tok = kind < kSmallTileKinds ? 8 : kind == kTiledKind ? 64 : 16;
+    if (tok == kTok) tiles += l.capacity.tiles[kind];
   }
   return tiles;
 }
@@ -2164,8 +2173,9 @@ void LaunchTileRange(const ExpertsLaunch& l, const ExpertsParams& ep, int smem, 
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
-// The 8-token experts kernels' registers are held to 2 blocks per SM (128 registers, a few spills)
-// or 1 (DEEPINFER_SMALL_TILE_BLOCKS=1 or 2, read once; unset: 2).
+// The 8- and 16-token experts kernels' registers are held to 2 blocks per SM (128 registers, a
+// few spills) or 1 (DEEPINFER_SMALL_TILE_BLOCKS=1 or 2, read once; unset: 2; measured 2026-12-02,
+// docs/performance.md version 23: `experts_linear` at batch 64 7.01 ms at 2, 8.92 at 1).
 int SmallTileBlocksPerSm() {
   static const int blocks = [] {
     const char* v = std::getenv("DEEPINFER_SMALL_TILE_BLOCKS");
@@ -2177,41 +2187,46 @@ int SmallTileBlocksPerSm() {
   return blocks;
 }
 
+// ExpertsPreFoldedKernel<kTok> (8 or 16 tokens) at SmallTileBlocksPerSm.
+template <int kTok>
+void LaunchPreFoldedSmall(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
+                          const PreFoldLayout& lay, int32_t first, int32_t end, const uint8_t* pre) {
+  constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
+  constexpr const char* kWhat = "cuda::ExpertsLinear wgmma pre-folded, 8- or 16-token tiles";
+  if (SmallTileBlocksPerSm() == 2) {
+    return LaunchTileRange<ExpertsPreFoldedKernel<kTok, 2>, kTok>(l, ep, kSmem, kWhat, a, first, end, lay, pre);
+  }
+  LaunchTileRange<ExpertsPreFoldedKernel<kTok, 1>, kTok>(l, ep, kSmem, kWhat, a, first, end, lay, pre);
+}
+
 // ExpertsPreFoldedKernel over the items of experts [first, end), their codes at `pre`: the tiles
-// of at most 8 rows on 8-token tiles, the others on 64.
+// of 17-64 rows on 64-token tiles, 9-16 on 16, 1-8 on 8.
 void LaunchPreFoldedGemm(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
                          const PreFoldLayout& lay, int32_t first, int32_t end, const uint8_t* pre) {
   constexpr int kSmem = wgmma::PreFoldedSmem::kBytes;
-  constexpr const char* kSmall = "cuda::ExpertsLinear wgmma pre-folded, 8-token tiles";
   LaunchTileRange<ExpertsPreFoldedKernel<64, 1>, 64>(l, ep, kSmem, "cuda::ExpertsLinear wgmma pre-folded", a, first,
                                                      end, lay, pre);
-  if (SmallTileBlocksPerSm() == 2) {
-    LaunchTileRange<ExpertsPreFoldedKernel<8, 2>, 8>(l, ep, kSmem, kSmall, a, first, end, lay, pre);
-  } else {
-    LaunchTileRange<ExpertsPreFoldedKernel<8, 1>, 8>(l, ep, kSmem, kSmall, a, first, end, lay, pre);
-  }
+  LaunchPreFoldedSmall<16>(l, ep, a, lay, first, end, pre);
+  LaunchPreFoldedSmall<8>(l, ep, a, lay, first, end, pre);
 }
 
 // DEEPINFER_TMA_EXPERTS = 64 or 128 (read once) runs the pre-folded experts on
 // ExpertsPreFoldedTmaKernel with tiles of that many tokens (version 14b, the same bits; 128 cuts
-// the plan in 128-row tiles); 0: ExpertsPreFoldedKernel; unset: 64 for experts kept folded for
-// the run (measured 2026-12-02, docs/performance.md version 21: `experts_linear` at batch 64
-// 9.29 -> 8.69 ms, at the 8k prefill 42.2 -> 38.1), else ExpertsPreFoldedKernel (the per-call
-// pre-fold's GEMM: 46.6 against 49.9 ms with TMA, version 14b). The tests' choice
+// the plan in 128-row tiles); 0 or unset: ExpertsPreFoldedKernel, whose 8- and 16-token launches
+// the TMA kernel lacks (docs/performance.md version 23: experts kept folded at batch 64, 8.67 ms
+// on the TMA kernel against 5.55 on these; at the 8k prefill 37.9 against 39.3). The tests' choice
 // (tma::TestOverride, tma::TestExpertTokens) comes first.
-int ExpertsTmaTokens(bool folded) {
+int ExpertsTmaTokens() {
   static const int from_environment = [] {
     const char* v = std::getenv("DEEPINFER_TMA_EXPERTS");
-    if (v == nullptr || *v == '\0') return -1;
-    if (std::strcmp(v, "0") == 0) return 0;
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
     if (std::strcmp(v, "64") == 0) return 64;
     if (std::strcmp(v, "128") == 0) return 128;
     const std::string message = std::string("DEEPINFER_TMA_EXPERTS must be 0, 64 or 128, got '") + v + "'";
     ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
   }();
   const int mode = tma::TestOverride().load();
-  const int environment = from_environment >= 0 ? from_environment : folded ? 64 : 0;
-  const int tokens = mode < 0 ? environment : mode == 1 ? tma::TestExpertTokens().load() : 0;
+  const int tokens = mode < 0 ? from_environment : mode == 1 ? tma::TestExpertTokens().load() : 0;
   return tokens > 0 && EncodeTiled() != nullptr ? tokens : 0;
 }
 
@@ -2237,7 +2252,7 @@ int ExpertsTmaTokensFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound
                   PreFoldGroup(MakePreFoldLayout(n, k), rows_bound, k, num_experts, codes_bytes) == 0)) {
     return 0;
   }
-  return ExpertsTmaTokens(folded);
+  return ExpertsTmaTokens();
 }
 
 // ExpertsPreFoldedTmaKernel<kTok> over the items of experts [first, end) (PreFoldKernel has
@@ -2312,6 +2327,15 @@ void LaunchExpertsFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const 
   LaunchPreFoldedGemm(l, ep, a, lay, 0, end, l.folded);
 }
 
+// ExpertsWgmmaKernel<K, kTok> (8 or 16 tokens) at SmallTileBlocksPerSm.
+template <Kind K, int kTok>
+void LaunchExpertsWgmmaSmall(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
+  constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
+  constexpr const char* kWhat = "cuda::ExpertsLinear wgmma, 8- or 16-token tiles";
+  if (SmallTileBlocksPerSm() == 2) return LaunchTileRange<ExpertsWgmmaKernel<K, kTok, 2>, kTok>(l, ep, kSmem, kWhat, a);
+  LaunchTileRange<ExpertsWgmmaKernel<K, kTok, 1>, kTok>(l, ep, kSmem, kWhat, a);
+}
+
 // Every tile of the FP8-input path on warpgroup MMAs: act_quant of every row into the codes
 // scratch, then one block per (tile, 128 outputs), walked like LaunchList's items (FP4 experts
 // kept folded where the caller holds them: LaunchExpertsFolded; else pre-folded where the scratch
@@ -2333,15 +2357,11 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
     // A plan cut for the TMA-fed kernel (128-row tiles) must not reach the 64-token kernels.
     if (l.tma_tokens != 0) Fail("the pre-folded experts' TMA path was planned but cannot run");
   }
-  // The tiles of 9-64 rows, then those of 1-8 on 8-token tiles (the same sums).
+  // The tiles of 17-64 rows, then those of 9-16 and 1-8 on 16- and 8-token tiles (the same sums).
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  constexpr const char* kSmall = "cuda::ExpertsLinear wgmma, 8-token tiles";
   LaunchTileRange<ExpertsWgmmaKernel<K, 64, 1>, 64>(l, ep, kSmem, "cuda::ExpertsLinear wgmma", a);
-  if (SmallTileBlocksPerSm() == 2) {
-    LaunchTileRange<ExpertsWgmmaKernel<K, 8, 2>, 8>(l, ep, kSmem, kSmall, a);
-  } else {
-    LaunchTileRange<ExpertsWgmmaKernel<K, 8, 1>, 8>(l, ep, kSmem, kSmall, a);
-  }
+  LaunchExpertsWgmmaSmall<K, 16>(l, ep, a);
+  LaunchExpertsWgmmaSmall<K, 8>(l, ep, a);
 }
 
 template <Kind K>
@@ -2633,7 +2653,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
   // first product, not at the first one that would take them.
   static const bool switches_read =
-      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), StagedSlicesOn(0), DenseSplitOn(),
+      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(0), DenseSplitOn(),
        SmallTileBlocksPerSm(), true);
   (void)switches_read;
   Params p{};

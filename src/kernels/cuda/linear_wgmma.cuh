@@ -150,6 +150,18 @@ __device__ __forceinline__ void MmaM64N8K32(float (&d)[4], uint64_t desc_a, uint
       : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
 }
 
+// d (+)= A·B for one k32 step, m64n16k32, e4m3 × e4m3 → f32, as MmaM64N64K32 for 16 tokens.
+__device__ __forceinline__ void MmaM64N16K32(float (&d)[8], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
+}
+
 // d (+)= A·B for one k32 step, m64n128k32, e4m3 × e4m3 → f32, as MmaM64N64K32 for 128 tokens.
 __device__ __forceinline__ void MmaM64N128K32(float (&d)[64], uint64_t desc_a, uint64_t desc_b) {
   asm volatile(
@@ -173,13 +185,15 @@ __device__ __forceinline__ void MmaM64N128K32(float (&d)[64], uint64_t desc_a, u
       : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
 }
 
-// d (+)= A·B for one k32 step on a tile of 2·kElems tokens (4: m64n8k32, 32: m64n64k32, 64:
-// m64n128k32), the accumulator's previous value added.
+// d (+)= A·B for one k32 step on a tile of 2·kElems tokens (4: m64n8k32, 8: m64n16k32, 32:
+// m64n64k32, 64: m64n128k32), the accumulator's previous value added.
 template <int kElems>
 __device__ __forceinline__ void MmaK32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(kElems == 4 || kElems == 32 || kElems == 64, "8-, 64- or 128-token tiles");
+  static_assert(kElems == 4 || kElems == 8 || kElems == 32 || kElems == 64, "8-, 16-, 64- or 128-token tiles");
   if constexpr (kElems == 4) {
     MmaM64N8K32(d, desc_a, desc_b);
+  } else if constexpr (kElems == 8) {
+    MmaM64N16K32(d, desc_a, desc_b);
   } else if constexpr (kElems == 32) {
     MmaM64N64K32(d, desc_a, desc_b, 1);
   } else {
@@ -668,7 +682,7 @@ template <Kind K, int kTok = kTokens>
 __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                            int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
   static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 or FP4 weights");
-  static_assert(kTok == 8 || kTok == kTokens, "8- or 64-token tiles");
+  static_assert(kTok == 8 || kTok == 16 || kTok == kTokens, "8-, 16- or 64-token tiles");
   constexpr int kElems = kTok / 2;
   using L = SmemLayout<K>;
   const int tid = threadIdx.x;
@@ -763,7 +777,7 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
   using L = SmemLayout<Kind::kFp8>;
   constexpr int kAhead = L::kStages - 2;  // chunks in flight ahead of the one being issued
   static_assert(kAhead == 2, "CpAsyncWait<kAhead - 1> below");
-  static_assert(kTok == 8 || kTok == kTokens, "8- or 64-token tiles");
+  static_assert(kTok == 8 || kTok == 16 || kTok == kTokens, "8-, 16- or 64-token tiles");
   constexpr int kElems = kTok / 2;
   const int tid = threadIdx.x;
   const int group = tid / 128;
