@@ -115,9 +115,9 @@ if [[ $profile -eq 1 ]]; then
   # The row kernels of an 8k prefill's first layer (hc mixes and posts, norms, round trips).
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-rows 'HcMix|HcSinkhorn|HcPost|RmsNorm|RoundTrip' 12 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
-  # The dense-weight linears (`dense_linear`: the gate, the compressors' and the indexer's BF16
-  # linears) on mma.sync split-BF16 (StagedLinearKernel), layers 0-1.
-  OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-dense 'StagedLinearKernel' 8 -- \
+  # The dense-weight linears (`dense_linear`: the compressors' and the indexer's BF16 linears)
+  # on warpgroup-MMA split-BF16 (DenseSplitKernel, version 22), layers 0-1.
+  OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-dense 'DenseSplit' 8 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
   # The TMA-fed pre-folded experts at 128-token tiles (14b, off by default: slower, 51.6 against
   # 46.6 ms; where its time goes: stalls, occupancy at 255 registers and spills).

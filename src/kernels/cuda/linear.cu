@@ -1145,18 +1145,18 @@ __device__ __forceinline__ const ExpertTile* WalkTile(const TileLists& lists, in
   return tile;
 }
 
-// Which tiles of the plan a warpgroup-MMA experts kernel takes: kAllTiles every one; kSmallTiles
-// those of at most 8 rows (the GEMV kinds 0-2), on 8-token tiles; kMediumTiles those of 9-16
-// (kind 3), on 16-token tiles; kLargeTiles the tiled kind's (17-64 rows), on 64-token tiles. The
-// three launches together take every tile once.
-enum class TileRange { kAllTiles, kSmallTiles, kMediumTiles, kLargeTiles };
+// Which tiles of the plan a warpgroup-MMA experts kernel takes: kSmallTiles those of at most 8
+// rows (the GEMV kinds 0-2), on 8-token tiles; kMediumTiles those of 9-16 (kind 3), on 16-token
+// tiles; kLargeTiles the tiled kind's (17-64 rows), on 64-token tiles. The three launches
+// together take every tile once.
+enum class TileRange { kSmallTiles, kMediumTiles, kLargeTiles };
 constexpr int kSmallTileKinds = 3;  // kinds 0-2: 1-2, 3-4 and 5-8 rows; kind 3: 9-16
 static_assert(kSmallTileKinds + 1 == kTiledKind, "kinds 0-2 hold the tiles of at most 8 rows, 3 of 9-16");
 
-// Checks the plan, walks the five tile lists as one (WalkTile: the large kinds first), or the part
-// of them `range` names, and calls block(tile, n0) for this block's items, n0 the item's first
-// weight row.
-template <TileRange kRange = TileRange::kAllTiles, class Block>
+// Checks the plan, walks the part of the five tile lists that kRange names (WalkTile's order: the
+// large kinds first) and calls block(tile, n0) for this block's items, n0 the item's first weight
+// row.
+template <TileRange kRange, class Block>
 __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
                                                         const Block& block) {
   CheckPlan(ep);
@@ -1166,8 +1166,7 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
   for (int kind = 0; kind < kSmallTileKinds; ++kind) small += lists.counts[kind];
   const int32_t large = lists.counts[kTiledKind], medium = lists.counts[kTiledKind - 1];
   const int32_t first = kRange == TileRange::kSmallTiles ? large + medium : kRange == TileRange::kMediumTiles ? large : 0;
-  const int32_t tiles = kRange == TileRange::kAllTiles      ? large + medium + small
-                        : kRange == TileRange::kSmallTiles  ? small
+  const int32_t tiles = kRange == TileRange::kSmallTiles    ? small
                         : kRange == TileRange::kMediumTiles ? medium
                                                             : large;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
@@ -1299,7 +1298,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 
 // ---- FP4 experts pre-folded, fed by TMA (linear_tma.cuh's Ring) ---------------------------------
 
-// This block's items of ForEachExpertsWgmmaItem, in the same order, those of experts [e0, e_end)
+// This block's items over every tile of the plan in WalkTile's order, those of experts [e0, e_end)
 // only, one at a time: two walks of one block (its consumers' and thread 0's loads) agree.
 struct GroupItemWalk {
   ItemCursor cursor;

@@ -16,7 +16,9 @@
 //      turned into e4m3 codes with the group scales folded in, per chunk, so that a chunk is one
 //      k32 chain as FP8's is.
 //      WgmmaLinearKernel runs it for Linear, linear.cu's ExpertsWgmmaKernel for every tile of
-//      ExpertsLinear (FP8 and FP4 weights).
+//      ExpertsLinear (FP8 and FP4 weights); the experts' tiles of 1-8 and 9-16 rows run it on 8-
+//      and 16-token tiles (m64n8k32, m64n16k32: each output column the same dot product as at
+//      64, so the same bits; only the accumulators shrink).
 //   3. Linear at decode-sized M only: SumSlicesKernel (below).
 //
 // Order of every output (WgmmaBlock): FP8 weights: per chunk an accumulator from +0 takes the
@@ -544,7 +546,7 @@ __device__ __forceinline__ void WgmmaWait() {
 // Issues acc = the chunk's four k32 steps chained from +0 with accumulation (as mma.sync adds its
 // C = +0, not wgmma's scale-d = 0): A at w_addr, B at x_addr (swizzled tiles). acc is not to be
 // touched until ChunkChainWait.
-// On a tile of 64 tokens (acc of 32) or 128 (acc of 64).
+// On a tile of 8, 16, 64 or 128 tokens (acc of 4, 8, 32 or 64).
 template <int kElems>
 __device__ __forceinline__ void ChunkChainIssue(float (&acc)[kElems], uint32_t w_addr, uint32_t x_addr) {
   ZeroForWgmma(acc);

@@ -1,5 +1,6 @@
 // GroupedLinear's split-BF16 products (LinearMath::kSplitBf16) on Hopper's warpgroup MMAs, for FP8
-// weights with e8m0 block scales (the output projection's wo_a). Included by linear.cu after
+// weights with e8m0 block scales (the output projection's wo_a); and, at the end of this file,
+// Linear's split-BF16 products of BF16 weights (DenseSplitKernel). Included by linear.cu after
 // bf16_split.cuh (SplitPair), linear_mma.cuh (PackBf16) and linear_wgmma.cuh (descriptors,
 // fences, copies, StoreBlockResult). Taken wherever Usable holds (docs/performance.md, version 9: 2.4× the
 // mma.sync kernels on an 8k prefill); the rule depends on the weight and the group count, never on
