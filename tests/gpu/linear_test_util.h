@@ -132,6 +132,14 @@ class ScopedDenseSplit {
   ScopedDenseSplit(const ScopedDenseSplit&) = delete;
   ScopedDenseSplit& operator=(const ScopedDenseSplit&) = delete;
 };
+// cuda::SetLinearSmallTilesForTesting(mode) for the scope.
+class ScopedLinearSmallTiles {
+ public:
+  explicit ScopedLinearSmallTiles(int mode) { cuda::SetLinearSmallTilesForTesting(mode); }
+  ~ScopedLinearSmallTiles() { cuda::SetLinearSmallTilesForTesting(-1); }
+  ScopedLinearSmallTiles(const ScopedLinearSmallTiles&) = delete;
+  ScopedLinearSmallTiles& operator=(const ScopedLinearSmallTiles&) = delete;
+};
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

@@ -849,6 +849,41 @@ TEST(CudaLinearFp8, WarpgroupMmaPathExactAndBatchInvariant) {
   }
 }
 
+// Linear's FP8-input warpgroup-MMA products of 1-8 rows on 8-token tiles (m64n8k32) give the
+// 64-token kernel's bits: FP8 weights of both scale dtypes and FP4 weights, sliced grids (fewer
+// row blocks than SMs: [4096 -> 4096], [2048 -> 1024]) and an unsliced one (one slice, K = 256),
+// a partial row block (N = 200) and a partial slice (K = 384).
+TEST(CudaLinearFp8, SmallTileKernelEqualsTheOther) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  struct Case {
+    Spec spec;
+    int64_t out, in;
+  };
+  uint64_t seed = 4700;
+  for (const Case& c : {Case{kFp8E8m0, 4096, 4096}, Case{kFp8F32, 200, 384}, Case{kFp8E8m0, 17000, 256},
+                        Case{kFp4, 1024, 2048}}) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    std::vector<float> x = RandomFloats(static_cast<size_t>(8 * c.in), ++seed);
+    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
+    DeviceArray<float> dx(x);
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}}) {
+      const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
+                               std::to_string(c.out) + "] M=" + std::to_string(m);
+      std::vector<float> small;
+      {
+        ScopedLinearSmallTiles on(1);
+        const uint64_t launches = cuda::LinearSmallTilesLaunchesForTesting();
+        small = RunRows(w, dx, 0, m);
+        EXPECT_GT(cuda::LinearSmallTilesLaunchesForTesting(), launches) << what << ": the 8-token kernel did not run";
+      }
+      ScopedLinearSmallTiles off(0);
+      EXPECT_TRUE(AllEqual(small, RunRows(w, dx, 0, m), what));
+    }
+  }
+}
+
 // Linear's unsplit FP8 products of more than 64 rows on the TMA-fed kernel (linear_tma.cuh,
 // 128-token tiles) give the 64-token kernel's bits: one chunk (K = 128) and a partial slice (K =
 // 384, whose every M is unsplit), partial weight blocks (N = 200, 1100) and token tiles (M = 65,

@@ -1663,6 +1663,21 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
 // TMA-fed kernels launched by this process (TmaLaunchesForTesting).
 std::atomic<uint64_t> g_tma_launches{0};
 
+// DEEPINFER_LINEAR_SMALL_TILES=1 (read once) runs Linear's FP8-input warpgroup-MMA products of at
+// most 8 rows on 8-token tiles (m64n8k32: the same bits, a sixteenth of the MMA work at batch 1);
+// off by default until it has run on the GPU (written 2026-12-02 after the session's device time:
+// docs/performance.md, version 24). Tests override it (SetLinearSmallTilesForTesting).
+std::atomic<uint64_t> g_linear_small_tile_launches{0};  // launches of it (tests)
+std::atomic<int>& LinearSmallTilesTestOverride() {  // -1: the environment; 0 off; 1 on
+  static std::atomic<int> mode{-1};
+  return mode;
+}
+bool LinearSmallTilesOn() {
+  static const bool env = tma::EnvSwitch("DEEPINFER_LINEAR_SMALL_TILES", false);
+  const int mode = LinearSmallTilesTestOverride().load();
+  return mode >= 0 ? mode == 1 : env;
+}
+
 // The driver's cuTensorMapEncodeTiled, through the runtime (the CUDA driver library is not linked):
 // null where the driver lacks it.
 using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
@@ -1754,11 +1769,19 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   float* partials =
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
-  AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
-  const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), static_cast<unsigned>(m_pad / wgmma::kTokens),
-                  static_cast<unsigned>(layout.slices));
-  wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
+  const unsigned row_blocks = static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows));
+  if (p.m <= 8 && LinearSmallTilesOn()) {
+    AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, 8>>(layout.device, kSmem);
+    const dim3 grid(row_blocks, 1, static_cast<unsigned>(layout.slices));
+    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+    DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma, 8-token tiles");
+    g_linear_small_tile_launches.fetch_add(1);
+  } else {
+    AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
+    const dim3 grid(row_blocks, static_cast<unsigned>(m_pad / wgmma::kTokens), static_cast<unsigned>(layout.slices));
+    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+    DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
+  }
   if (layout.slices > 1) {
     const int64_t blocks = std::min<int64_t>(CeilDiv(p.m * p.n, 256), int64_t{layout.sms} * 8);
     wgmma::SumSlicesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, layout.slices, p.m, p.n, p.y,
@@ -2580,6 +2603,13 @@ void SetDenseSplitForTesting(int mode) {
 
 uint64_t DenseSplitLaunchesForTesting() { return g_dense_split_launches.load(); }
 
+void SetLinearSmallTilesForTesting(int mode) {
+  if (mode < -1 || mode > 1) Fail("SetLinearSmallTilesForTesting takes -1, 0 or 1");
+  LinearSmallTilesTestOverride().store(mode);
+}
+
+uint64_t LinearSmallTilesLaunchesForTesting() { return g_linear_small_tile_launches.load(); }
+
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
 
 namespace {
@@ -2653,7 +2683,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // first product, not at the first one that would take them.
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(0), DenseSplitOn(),
-       SmallTileBlocksPerSm(), true);
+       SmallTileBlocksPerSm(), LinearSmallTilesOn(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

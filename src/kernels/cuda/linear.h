@@ -121,6 +121,11 @@ uint64_t StagedSlicesLaunchesForTesting();
 // and how many such launches this process has made.
 void SetDenseSplitForTesting(int mode);
 uint64_t DenseSplitLaunchesForTesting();
+// Tests only: Linear's FP8-input warpgroup-MMA products of at most 8 rows on 8-token tiles (the
+// same bits) on (1), off (0), or as DEEPINFER_LINEAR_SMALL_TILES says (-1, the default: off unless
+// 1); and how many such launches this process has made.
+void SetLinearSmallTilesForTesting(int mode);
+uint64_t LinearSmallTilesLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

@@ -879,23 +879,25 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 // dynamic shared memory. slices == 1: each block takes all of K and stores y. Otherwise block z
 // takes 512-column slice z and stores its partial sum P_z at partials + z·m·n (row stride n), and
 // SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
-template <Kind K>
+// kTok = 8 (products of at most 8 rows: grid (ceil(n / 128), 1, slices)) runs m64n8k32 on the
+// same codes: each output column the same dot product, so the same bits.
+template <Kind K, int kTok = kTokens>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
   extern __shared__ uint8_t smem_raw[];
-  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTokens, n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTok, n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
   const int chunks = static_cast<int>(p.k / kChunk);
   if (gridDim.z == 1) {
-    WgmmaBlock<K>(p, a, n0, t0, t0, 0, chunks, AlignedSmem(smem_raw));
+    WgmmaBlock<K, kTok>(p, a, n0, t0, t0, 0, chunks, AlignedSmem(smem_raw));
   } else {
     Params slice = p;
     slice.y = partials + static_cast<int64_t>(blockIdx.z) * p.m * p.n;
     slice.ldy = p.n;
     const int c0 = static_cast<int>(blockIdx.z) * mma::kSliceChunks;
-    WgmmaBlock<K>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
+    WgmmaBlock<K, kTok>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
   }
 #endif
 }
