@@ -140,6 +140,14 @@ class ScopedLinearSmallTiles {
   ScopedLinearSmallTiles(const ScopedLinearSmallTiles&) = delete;
   ScopedLinearSmallTiles& operator=(const ScopedLinearSmallTiles&) = delete;
 };
+// cuda::SetGroupedHalfBlocksForTesting(mode) for the scope.
+class ScopedGroupedHalfBlocks {
+ public:
+  explicit ScopedGroupedHalfBlocks(int mode) { cuda::SetGroupedHalfBlocksForTesting(mode); }
+  ~ScopedGroupedHalfBlocks() { cuda::SetGroupedHalfBlocksForTesting(-1); }
+  ScopedGroupedHalfBlocks(const ScopedGroupedHalfBlocks&) = delete;
+  ScopedGroupedHalfBlocks& operator=(const ScopedGroupedHalfBlocks&) = delete;
+};
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

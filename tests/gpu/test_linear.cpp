@@ -476,7 +476,7 @@ TEST(CudaLinearMma, GroupedBatchInvariant) {
 // GroupedLinear's split-BF16 products on the TMA-fed kernel (linear_wgmma_split.cuh) give the
 // cp.async kernel's bits: the Flash output projection (8 groups of [4096 -> 1024]) at 1, 64 and
 // 70 rows (a partial second token tile), and 3 groups of [192 -> 128] (3 chunks: fewer than the
-// ring's 4 stages).
+// ring's 4 stages); and so does the TMA-fed kernel on blocks of 64 weight rows where it runs.
 TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -504,6 +504,17 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
       const std::vector<float> tma = run(1);
       const std::vector<float> other = run(0);
       EXPECT_TRUE(AllEqual(tma, other, what));
+      // The TMA-fed kernel on blocks of 64 weight rows (one warpgroup), where twice the grid fits
+      // one wave: the same bits.
+      int device = 0, sms = 0;
+      ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+      ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+      const int64_t blocks = c.r / 128 * ((m + 63) / 64) * c.groups;
+      ScopedGroupedHalfBlocks half(1);
+      const uint64_t half_launches = cuda::GroupedHalfBlocksLaunchesForTesting();
+      EXPECT_TRUE(AllEqual(run(1), other, what + ", 64-row blocks"));
+      EXPECT_EQ(cuda::GroupedHalfBlocksLaunchesForTesting() > half_launches, 2 * blocks <= sms)
+          << what << ": 64-row blocks where twice " << blocks << " blocks fit " << sms << " SMs";
     }
   }
 }

@@ -1790,6 +1790,44 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   }
 }
 
+// DEEPINFER_GROUPED_HALF_BLOCKS=1 (read once) runs GroupedLinear's TMA-fed split-BF16 kernel on
+// blocks of 64 weight rows (one warpgroup) where twice the 128-row grid still fits one wave
+// (decode: `wo_a` at batch 1 is 64 blocks of 128 rows on 132 SMs); the same bits. Off by default
+// until it has run on the GPU (written 2026-12-02 after the session's device time:
+// docs/performance.md, version 25). Tests override it (SetGroupedHalfBlocksForTesting).
+std::atomic<uint64_t> g_grouped_half_block_launches{0};  // launches of it (tests)
+std::atomic<int>& GroupedHalfBlocksTestOverride() {  // -1: the environment; 0 off; 1 on
+  static std::atomic<int> mode{-1};
+  return mode;
+}
+bool GroupedHalfBlocksOn() {
+  static const bool env = tma::EnvSwitch("DEEPINFER_GROUPED_HALF_BLOCKS", false);
+  const int mode = GroupedHalfBlocksTestOverride().load();
+  return mode >= 0 ? mode == 1 : env;
+}
+
+// SplitBf16GroupedTmaKernel<kParts, kRows> over the grid (n / kRows, tok_blocks, groups).
+template <int kParts, int kRows>
+void LaunchSplitGroupedTma(const Params& p, int64_t groups, unsigned tok_blocks, int device, cudaStream_t stream) {
+  const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups * p.n)};
+  const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
+  const uint32_t w_box[2] = {wgmma_split::kChunkCols, kRows};
+  const CUtensorMap w_map =
+      TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const uint64_t x_dims[3] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups), static_cast<uint64_t>(p.m)};
+  const uint64_t x_strides[2] = {static_cast<uint64_t>(p.x_group_stride) * 4, static_cast<uint64_t>(p.ldx) * 4};
+  const uint32_t x_box[3] = {wgmma_split::kChunkCols, 1, wgmma::kTokens};
+  const CUtensorMap x_map =
+      TensorMap(p.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  constexpr int kSmem = wgmma_split::GroupedTmaLayout<kRows>::kBytes;
+  AllowDynamicSmem<wgmma_split::SplitBf16GroupedTmaKernel<kParts, kRows>>(device, kSmem);
+  const dim3 grid(static_cast<unsigned>(p.n / kRows), tok_blocks, static_cast<unsigned>(groups));
+  wgmma_split::SplitBf16GroupedTmaKernel<kParts, kRows><<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, p);
+  DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA");
+  g_tma_launches.fetch_add(1);
+  if (kRows != wgmma::kBlockRows) g_grouped_half_block_launches.fetch_add(1);
+}
+
 // LaunchSplitGrouped's kernels on kParts = 3 BF16 parts of x (hi, mid, lo) or 1 (x rounded).
 template <int kParts>
 void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t stream) {
@@ -1800,22 +1838,10 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
                   static_cast<unsigned>(groups));
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
   if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
-    const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups * p.n)};
-    const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
-    const uint32_t w_box[2] = {wgmma_split::kChunkCols, wgmma::kBlockRows};
-    const CUtensorMap w_map =
-        TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_NONE);
-    const uint64_t x_dims[3] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups), static_cast<uint64_t>(p.m)};
-    const uint64_t x_strides[2] = {static_cast<uint64_t>(p.x_group_stride) * 4, static_cast<uint64_t>(p.ldx) * 4};
-    const uint32_t x_box[3] = {wgmma_split::kChunkCols, 1, wgmma::kTokens};
-    const CUtensorMap x_map =
-        TensorMap(p.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_NONE);
-    AllowDynamicSmem<wgmma_split::SplitBf16GroupedTmaKernel<kParts>>(device, wgmma_split::kTmaSmemBytes);
-    wgmma_split::SplitBf16GroupedTmaKernel<kParts><<<grid, wgmma::kThreads, wgmma_split::kTmaSmemBytes, stream>>>(
-        w_map, x_map, p);
-    DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA");
-    g_tma_launches.fetch_add(1);
-    return;
+    if (GroupedHalfBlocksOn() && 2 * blocks <= sms) {
+      return LaunchSplitGroupedTma<kParts, wgmma::kRowsPerGroup>(p, groups, grid.y, device, stream);
+    }
+    return LaunchSplitGroupedTma<kParts, wgmma::kBlockRows>(p, groups, grid.y, device, stream);
   }
   AllowDynamicSmem<wgmma_split::SplitBf16GroupedKernel<kParts>>(device, wgmma_split::kSmemBytes);
   wgmma_split::SplitBf16GroupedKernel<kParts><<<grid, wgmma::kThreads, wgmma_split::kSmemBytes, stream>>>(p);
@@ -2610,6 +2636,13 @@ void SetLinearSmallTilesForTesting(int mode) {
 
 uint64_t LinearSmallTilesLaunchesForTesting() { return g_linear_small_tile_launches.load(); }
 
+void SetGroupedHalfBlocksForTesting(int mode) {
+  if (mode < -1 || mode > 1) Fail("SetGroupedHalfBlocksForTesting takes -1, 0 or 1");
+  GroupedHalfBlocksTestOverride().store(mode);
+}
+
+uint64_t GroupedHalfBlocksLaunchesForTesting() { return g_grouped_half_block_launches.load(); }
+
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
 
 namespace {
@@ -2683,7 +2716,8 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // first product, not at the first one that would take them.
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(0), DenseSplitOn(),
-       SmallTileBlocksPerSm(), LinearSmallTilesOn(), true);
+       SmallTileBlocksPerSm(), LinearSmallTilesOn(),
+       GroupedHalfBlocksOn(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

@@ -126,6 +126,12 @@ uint64_t DenseSplitLaunchesForTesting();
 // 1); and how many such launches this process has made.
 void SetLinearSmallTilesForTesting(int mode);
 uint64_t LinearSmallTilesLaunchesForTesting();
+// Tests only: GroupedLinear's TMA-fed split-BF16 kernel on blocks of 64 weight rows where twice
+// the 128-row grid fits one wave (the same bits) on (1), off (0), or as
+// DEEPINFER_GROUPED_HALF_BLOCKS says (-1, the default: off unless 1); and how many such launches
+// this process has made.
+void SetGroupedHalfBlocksForTesting(int mode);
+uint64_t GroupedHalfBlocksLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

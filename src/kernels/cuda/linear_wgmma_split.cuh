@@ -118,31 +118,37 @@ static_assert(kXTiles - kWTile == kTileX && kXTileBytes == kTokens * kRowBytes, 
 // x's raw chunk (64 token rows of 64 floats, 256 bytes apart) into its BF16 part tiles at `x_tiles`
 // (hi, mid, lo, kPartBytes apart, swizzled), or (kParts = 1) x rounded to nearest even alone.
 // Thread tid converts 16 floats of token row tid / 4 (columns 16·(tid % 4) ..) into units 2q and
-// 2q + 1 of each part; where `valid` is false it writes zeros (a token row past the product's rows).
-template <int kParts, int kPartBytes = kXTileBytes>
+// 2q + 1 of each part, and with kConvThreads = 128 (one warpgroup) also of row 32 + tid / 4; where
+// `valid` is false it writes zeros (a token row past the product's rows).
+template <int kParts, int kPartBytes = kXTileBytes, int kConvThreads = kThreads>
 __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_tiles, bool valid) {
-  const int tid = threadIdx.x;
-  const int row = tid / 4, quarter = tid % 4;
-  const float4* src = reinterpret_cast<const float4*>(x_raw + row * kXRawRowBytes + quarter * 64);
-  uint32_t hi[8], mid[8], lo[8];
+  static_assert(kConvThreads == kThreads || kConvThreads == kThreads / 2, "one or two rows per thread");
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const float4 v = valid ? src[j] : make_float4(0.f, 0.f, 0.f, 0.f);
-    if constexpr (kParts == 1) {
-      hi[2 * j] = mma::PackBf16(v.x, v.y);
-      hi[2 * j + 1] = mma::PackBf16(v.z, v.w);
-    } else {
-      SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
-      SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
+  for (int row0 = 0; row0 < kConvThreads / 4 * (kThreads / kConvThreads); row0 += kConvThreads / 4) {
+    const int tid = threadIdx.x;
+    const int row = row0 + tid / 4, quarter = tid % 4;
+    const float4* src = reinterpret_cast<const float4*>(x_raw + row * kXRawRowBytes + quarter * 64);
+    uint32_t hi[8], mid[8], lo[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 v = valid ? src[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+      if constexpr (kParts == 1) {
+        hi[2 * j] = mma::PackBf16(v.x, v.y);
+        hi[2 * j + 1] = mma::PackBf16(v.z, v.w);
+      } else {
+        SplitPair(v.x, v.y, hi[2 * j], mid[2 * j], lo[2 * j]);
+        SplitPair(v.z, v.w, hi[2 * j + 1], mid[2 * j + 1], lo[2 * j + 1]);
+      }
     }
-  }
-  const uint32_t* parts[3] = {hi, mid, lo};
+    const uint32_t* parts[3] = {hi, mid, lo};
 #pragma unroll
-  for (int part = 0; part < kParts; ++part) {
-    uint8_t* tile = x_tiles + part * kPartBytes;
-    const uint32_t* v = parts[part];
-    *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter)) = make_uint4(v[0], v[1], v[2], v[3]);
-    *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1)) = make_uint4(v[4], v[5], v[6], v[7]);
+    for (int part = 0; part < kParts; ++part) {
+      uint8_t* tile = x_tiles + part * kPartBytes;
+      const uint32_t* v = parts[part];
+      *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter)) = make_uint4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1)) =
+          make_uint4(v[4], v[5], v[6], v[7]);
+    }
   }
 }
 
@@ -150,12 +156,16 @@ __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_t
 // into the BF16 tiles at `tiles`: weights times `scale` (the chunk's block scale, a power of two:
 // exact), x's three parts, or (kParts = 1) x rounded to nearest even alone (IssueSplitChunk reads
 // no other tile).
-template <int kParts>
+// kRows: the block's weight rows (128, two warpgroups; or 64, one: 2 · kRows threads); the raw
+// codes are kRows × 64 bytes and the x floats follow them, the x tiles the kRows-row BF16 tile.
+template <int kParts, int kRows = kBlockRows>
 __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float scale, uint8_t* tiles) {
+  static_assert(kRows == kBlockRows || kRows == kRowsPerGroup, "one or two warpgroups");
+  constexpr int kConvThreads = 2 * kRows;
   const int tid = threadIdx.x;
 #pragma unroll
-  for (int i = 0; i < kWRawBytes / 16 / kThreads; ++i) {  // 16 codes of row id / 4 → BF16 units 2u, 2u + 1
-    const int id = tid + i * kThreads, row = id / 4, unit = id % 4;
+  for (int i = 0; i < kRows * kChunkCols / 16 / kConvThreads; ++i) {  // 2: 16 codes of row id / 4 → BF16 units 2u, 2u + 1
+    const int id = tid + i * kConvThreads, row = id / 4, unit = id % 4;
     const uint4 codes = *reinterpret_cast<const uint4*>(stage + row * kChunkCols + unit * 16);
     const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
     uint32_t pairs[8];
@@ -169,7 +179,7 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
     *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * unit + 1)) =
         make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
   }
-  ConvertXParts<kParts>(stage + kWRawBytes, tiles + kTileX, true);
+  ConvertXParts<kParts, kXTileBytes, kConvThreads>(stage + kRows * kChunkCols, tiles + kRows * kRowBytes, true);
 }
 
 // A block's place in the grid (n / 128, ceil(m / 64), groups): weight rows n0.. of group g,
@@ -181,8 +191,9 @@ struct BlockPlace {
   int group, q, chunks;
   const uint8_t* scales;
 
-  __device__ __forceinline__ explicit BlockPlace(const Params& p)
-      : n0(static_cast<int64_t>(blockIdx.x) * kBlockRows),
+  // rows: the block's weight rows (kBlockRows, or kRowsPerGroup for one warpgroup).
+  __device__ __forceinline__ explicit BlockPlace(const Params& p, int rows = kBlockRows)
+      : n0(static_cast<int64_t>(blockIdx.x) * rows),
         t0(static_cast<int64_t>(blockIdx.y) * kTokens),
         g(blockIdx.z),
         ra(0),
@@ -251,19 +262,34 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
 //   - two sets of BF16 tiles: chunk c + 1 is converted while chunk c's MMAs run; one block barrier
 //     per chunk.
 constexpr int kTmaStages = 4;
-constexpr int kTmaStageBytes = kStageBytes;                       // 24 KiB: codes, then x's floats
-constexpr int kTmaTiles = kTmaStages * kTmaStageBytes;            // two sets of kTilesBytes
-constexpr int kTmaBarriers = kTmaTiles + 2 * kTilesBytes;         // full[kTmaStages]
-constexpr int kTmaSmemBytes = kTmaBarriers + kTmaStages * 8 + 1024;  // + base alignment
-static_assert(kTmaTiles % 1024 == 0 && kTilesBytes % 1024 == 0, "1024-byte aligned tiles");
-static_assert(kTmaSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
 
-// Grid (n / 128, ceil(m / 64), groups); kThreads threads; kTmaSmemBytes of dynamic shared memory.
-// w_map: the weight, UINT8 [groups · n rows][K bytes], boxes of 128 rows × 64 bytes, no swizzle;
-// x_map: x, FLOAT32 [m][groups][K], boxes of 64 tokens × 1 × 64 (linear.cu's LaunchSplitGrouped).
-// kParts as in SplitBf16GroupedKernel.
-template <int kParts>
-__global__ void __launch_bounds__(kThreads, 1)
+// Shared memory of SplitBf16GroupedTmaKernel with kRows weight rows per block (128: two
+// warpgroups; 64: one): kTmaStages raw stages (the codes, kRows × 64 bytes, then x's floats), two
+// sets of BF16 tiles (the weights, kRows rows, then x's three parts), the barriers.
+template <int kRows>
+struct GroupedTmaLayout {
+  static constexpr int kWRaw = kRows * kChunkCols;
+  static constexpr int kStageBytes = kWRaw + kXRawBytes;
+  static constexpr int kTileX = kRows * kRowBytes;
+  static constexpr int kTilesBytes = kTileX + 3 * kXTileBytes;
+  static constexpr int kTiles = kTmaStages * kStageBytes;
+  static constexpr int kBarriers = kTiles + 2 * kTilesBytes;  // full[kTmaStages]
+  static constexpr int kBytes = kBarriers + kTmaStages * 8 + 1024;  // + base alignment
+  static_assert(kStageBytes % 1024 == 0 && kTiles % 1024 == 0 && kTilesBytes % 1024 == 0, "1024-byte aligned tiles");
+  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
+};
+constexpr int kTmaStageBytes = GroupedTmaLayout<kBlockRows>::kStageBytes;  // 24 KiB: codes, then x's floats
+constexpr int kTmaSmemBytes = GroupedTmaLayout<kBlockRows>::kBytes;
+static_assert(kTmaStageBytes == kStageBytes && GroupedTmaLayout<kBlockRows>::kTilesBytes == kTilesBytes, "the layouts");
+
+// Grid (n / kRows, ceil(m / 64), groups); 2 · kRows threads; GroupedTmaLayout<kRows>::kBytes of
+// dynamic shared memory. kRows = 128: two warpgroups of 64 weight rows; 64: one (twice the blocks,
+// for decode grids that leave SMs idle: each output's MMAs and order are the same, so the same
+// bits). w_map: the weight, UINT8 [groups · n rows][K bytes], boxes of kRows rows × 64 bytes, no
+// swizzle; x_map: x, FLOAT32 [m][groups][K], boxes of 64 tokens × 1 × 64 (linear.cu's
+// LaunchSplitGrouped). kParts as in SplitBf16GroupedKernel.
+template <int kParts, int kRows = kBlockRows>
+__global__ void __launch_bounds__(2 * kRows, 1)
     SplitBf16GroupedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                               const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -271,8 +297,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 #else
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  uint64_t* full = reinterpret_cast<uint64_t*>(smem + kTmaBarriers);
-  const BlockPlace at(p);
+  using L = GroupedTmaLayout<kRows>;
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
+  const BlockPlace at(p, kRows);
   const int64_t n0 = at.n0, t0 = at.t0, g = at.g;
   const int tid = threadIdx.x, group = at.group, chunks = at.chunks;
   const uint8_t* scales = at.scales;
@@ -283,18 +310,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     tma::FenceBarrierInit();
   }
   __syncthreads();
-  auto stage_of = [&](int c) { return smem + (c % kTmaStages) * kTmaStageBytes; };
-  auto tiles_of = [&](int c) { return smem + kTmaTiles + (c % 2) * kTilesBytes; };
+  auto stage_of = [&](int c) { return smem + (c % kTmaStages) * L::kStageBytes; };
+  auto tiles_of = [&](int c) { return smem + L::kTiles + (c % 2) * L::kTilesBytes; };
   auto load = [&](int c) {  // thread 0: chunk c into its stage, which is free
     uint64_t* bar = &full[c % kTmaStages];
-    tma::BarrierArriveExpectTx(bar, kTmaStageBytes);
+    tma::BarrierArriveExpectTx(bar, L::kStageBytes);
     tma::TmaLoad2d(stage_of(c), &w_map, bar, c * kChunkCols, static_cast<int>(g * p.n + n0));
-    tma::TmaLoad3d(stage_of(c) + kWRawBytes, &x_map, bar, c * kChunkCols, static_cast<int>(g), static_cast<int>(t0));
+    tma::TmaLoad3d(stage_of(c) + L::kWRaw, &x_map, bar, c * kChunkCols, static_cast<int>(g), static_cast<int>(t0));
   };
   auto convert = [&](int c) {  // every thread: chunk c's stage into its tiles
     const uint8_t scale = __ldg(scales + c / 2);  // in flight during the wait
     tma::BarrierWait(&full[c % kTmaStages], static_cast<uint32_t>(c / kTmaStages) & 1u);
-    ConvertSplitStage<kParts>(stage_of(c), DecodeE8m0(scale), tiles_of(c));
+    ConvertSplitStage<kParts, kRows>(stage_of(c), DecodeE8m0(scale), tiles_of(c));
     wgmma::FenceProxyAsyncShared();
   };
   if (tid == 0) {
@@ -309,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint8_t* tiles = tiles_of(c);
     const uint32_t w_addr =
         static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileW + group * kRowsPerGroup * kRowBytes));
-    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileX));
+    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tiles + L::kTileX));
     IssueSplitChunk<kParts>(acc, w_addr, x_addr);
     // While they run: chunk c + kTmaStages into the stage chunk c was converted from (every thread
     // read it before the last barrier), and chunk c + 1 into the other tiles (chunk c - 1's MMAs,
