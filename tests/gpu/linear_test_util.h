@@ -148,6 +148,14 @@ class ScopedGroupedHalfBlocks {
   ScopedGroupedHalfBlocks(const ScopedGroupedHalfBlocks&) = delete;
   ScopedGroupedHalfBlocks& operator=(const ScopedGroupedHalfBlocks&) = delete;
 };
+// cuda::SetDenseOverlapForTesting(mode) for the scope.
+class ScopedDenseOverlap {
+ public:
+  explicit ScopedDenseOverlap(int mode) { cuda::SetDenseOverlapForTesting(mode); }
+  ~ScopedDenseOverlap() { cuda::SetDenseOverlapForTesting(-1); }
+  ScopedDenseOverlap(const ScopedDenseOverlap&) = delete;
+  ScopedDenseOverlap& operator=(const ScopedDenseOverlap&) = delete;
+};
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

@@ -601,6 +601,26 @@ TEST(CudaLinearMma, DenseSplitOnWarpgroupMma) {
     EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, out, r0, n),
                          "rows " + std::to_string(r0) + ".." + std::to_string(r0 + n - 1) + " of " + std::to_string(m)));
   }
+  // Version 26's overlapped loop (each slice begun by an MMA that ignores d): the same bits on
+  // these sums (none is an exact zero), in both grids and both tile sizes, and batch invariant.
+  auto overlapped = [&](const TestWeight& wo, const DeviceArray<float>& x, int64_t r0, int64_t n) {
+    ScopedDenseOverlap on(1);
+    return RunRows(wo, x, r0, n);
+  };
+  EXPECT_TRUE(AllEqual(overlapped(w, dx, 0, m), all, "overlapped, all rows"));
+  for (const auto& [r0, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {3, 8}, {70, 64}}) {
+    EXPECT_TRUE(AllEqual(overlapped(w, dx, r0, n), Rows(all, out, r0, n),
+                         "overlapped, rows " + std::to_string(r0) + ".." + std::to_string(r0 + n - 1)));
+  }
+  for (const Case& c : cases) {
+    TestWeight wc = RandomWeight(kBf16, c.out, c.in, ++seed);
+    DeviceArray<float> dxc(RandomFloats(static_cast<size_t>(200 * c.in), ++seed));
+    for (const int64_t mc : {int64_t{1}, int64_t{65}, int64_t{200}}) {
+      EXPECT_TRUE(AllEqual(overlapped(wc, dxc, 0, mc), RunRows(wc, dxc, 0, mc),
+                           "overlapped [" + std::to_string(c.in) + " -> " + std::to_string(c.out) +
+                               "] M=" + std::to_string(mc)));
+    }
+  }
   // The mma.sync kernels (the switch off) sum in another order: some outputs differ.
   std::vector<float> mma_sync;
   {

@@ -1930,19 +1930,35 @@ bool DenseSplitOn() {
   return mode >= 0 ? mode == 1 : env;
 }
 
-template <int kTok, int kCluster>
+// DEEPINFER_DENSE_OVERLAP=1 (read once) runs the dense kernels (both tile sizes, so every M sums
+// alike) with chunk c's MMAs issued while chunk c - 1's may still run, each slice begun by an MMA
+// that ignores d instead of zeroed registers (the same bits wherever a sum is not an exact zero;
+// an all-zero sum may come out -0 instead of +0); off by default until it has run on the GPU
+// (written 2026-12-02 after the session's device time: docs/performance.md, version 26). Tests
+// override it (SetDenseOverlapForTesting).
+std::atomic<int>& DenseOverlapTestOverride() {  // -1: the environment; 0 off; 1 on
+  static std::atomic<int> mode{-1};
+  return mode;
+}
+bool DenseOverlapOn() {
+  static const bool env = tma::EnvSwitch("DEEPINFER_DENSE_OVERLAP", false);
+  const int mode = DenseOverlapTestOverride().load();
+  return mode >= 0 ? mode == 1 : env;
+}
+
+template <int kTok, int kCluster, bool kOverlap>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
   using wgmma_split::DenseSplitSlicesKernel;
   constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
-  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster>>(device, kSmem);
+  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster, kOverlap>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
-  DenseSplitSlicesKernel<kTok, kCluster><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+  DenseSplitSlicesKernel<kTok, kCluster, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
 }
 
 // One block per 128 weight rows × kTok tokens, over all of K; where that grid leaves SMs idle and
 // K has 2-8 slices, K's slices over a cluster instead (the same bits).
-template <int kTok>
+template <int kTok, bool kOverlap>
 void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   const int64_t row_blocks = CeilDiv(p.n, wgmma::kBlockRows), tok_blocks = CeilDiv(p.m, int64_t{kTok});
   if (tok_blocks > 65535 || row_blocks * wgmma_split::kMaxDenseCluster > 0x7fffffff) {
@@ -1954,21 +1970,24 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   const int64_t slots = sms * wgmma_split::DenseSmem<kTok>::kBlocksPerSm;  // blocks resident at once
   if (row_blocks * tok_blocks < slots && slices >= 2 && slices <= wgmma_split::kMaxDenseCluster &&
       DeviceLaunchesClusters(device)) {
-    if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2>(p, row_blocks, tok_blocks, device, stream);
-    if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4>(p, row_blocks, tok_blocks, device, stream);
-    return LaunchDenseSplitSlices<kTok, 8>(p, row_blocks, tok_blocks, device, stream);
+    if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+    if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+    return LaunchDenseSplitSlices<kTok, 8, kOverlap>(p, row_blocks, tok_blocks, device, stream);
   }
   constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
-  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok>>(device, kSmem);
+  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks));
-  wgmma_split::DenseSplitKernel<kTok><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+  wgmma_split::DenseSplitKernel<kTok, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
 }
 
-// Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits.
+// Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits. With
+// DenseOverlapOn, both tile sizes take the overlapped loop, whose slices start with scale-d = 0.
 void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
-  if (p.m <= 8) return LaunchDenseSplitTiles<8>(p, stream);
-  LaunchDenseSplitTiles<64>(p, stream);
+  const bool overlap = DenseOverlapOn();  // one mode for every M: the same sums at every batch size
+  if (p.m <= 8) return overlap ? LaunchDenseSplitTiles<8, true>(p, stream) : LaunchDenseSplitTiles<8, false>(p, stream);
+  if (overlap) return LaunchDenseSplitTiles<64, true>(p, stream);
+  LaunchDenseSplitTiles<64, false>(p, stream);
 }
 
 template <Kind K>
@@ -2643,6 +2662,11 @@ void SetGroupedHalfBlocksForTesting(int mode) {
 
 uint64_t GroupedHalfBlocksLaunchesForTesting() { return g_grouped_half_block_launches.load(); }
 
+void SetDenseOverlapForTesting(int mode) {
+  if (mode < -1 || mode > 1) Fail("SetDenseOverlapForTesting takes -1, 0 or 1");
+  DenseOverlapTestOverride().store(mode);
+}
+
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
 
 namespace {
@@ -2717,7 +2741,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(0), DenseSplitOn(),
        SmallTileBlocksPerSm(), LinearSmallTilesOn(),
-       GroupedHalfBlocksOn(), true);
+       GroupedHalfBlocksOn(), DenseOverlapOn(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

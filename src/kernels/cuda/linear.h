@@ -132,6 +132,10 @@ uint64_t LinearSmallTilesLaunchesForTesting();
 // this process has made.
 void SetGroupedHalfBlocksForTesting(int mode);
 uint64_t GroupedHalfBlocksLaunchesForTesting();
+// Tests only: the 64-token dense split-BF16 kernels with each chunk's MMAs overlapping the next
+// chunk's conversion (the same bits) on (1), off (0), or as DEEPINFER_DENSE_OVERLAP says (-1, the
+// default: off unless 1).
+void SetDenseOverlapForTesting(int mode);
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

@@ -49,7 +49,8 @@ static_assert(kStageBytes % 1024 == 0 && kWTile % 1024 == 0 && kXTiles % 1024 ==
 
 // d += A·B for one k16 step, m64n64k16, bf16 × bf16 → f32, both operands K-major in shared memory
 // (no transposition). d starts at +0 and is always accumulated into, as mma.sync adds its C.
-__device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                 int accumulate = 1) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -63,7 +64,7 @@ __device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint64_t desc_a
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
 // Issues one chunk's MMAs into acc (one group): per k16 step kk = 0..3 the MMAs of x's first
@@ -433,7 +434,8 @@ struct DenseSmem {
 };
 
 // d += A·B for one k16 step, m64n8k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 8 token columns).
-__device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint64_t desc_a, uint64_t desc_b) {
+__device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint64_t desc_a, uint64_t desc_b,
+                                                int accumulate = 1) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -441,15 +443,27 @@ __device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint64_t desc_a, 
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(desc_a), "l"(desc_b), "r"(1));
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
-// IssueSplitChunk<3> on a tile of kTok = 64 or 8 tokens (acc of kTok / 2).
+// IssueSplitChunk<3> on a tile of kTok = 64 or 8 tokens (acc of kTok / 2); `fresh`: the chunk's
+// first MMA ignores d (wgmma's scale-d = 0) instead of adding to it, the others accumulate.
 template <int kTok>
-__device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t w_addr, uint32_t x_addr) {
+__device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t w_addr, uint32_t x_addr,
+                                                bool fresh = false) {
   static_assert(kTok == 8 || kTok == 64, "8- or 64-token tiles");
   if constexpr (kTok == 64) {
-    IssueSplitChunk<3>(acc, w_addr, x_addr);
+    if (!fresh) return IssueSplitChunk<3>(acc, w_addr, x_addr);
+    wgmma::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int part = 0; part < 3; ++part) {
+        MmaBf16M64N64K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
+                         wgmma::SwizzledDescriptor(x_addr + part * kXTileBytes + 32 * kk), kk + part > 0);  // fresh
+      }
+    }
+    wgmma::WgmmaCommit();
   } else {
     wgmma::WgmmaFence();
 #pragma unroll
@@ -457,7 +471,8 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
 #pragma unroll
       for (int part = 0; part < 3; ++part) {
         MmaBf16M64N8K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
-                        wgmma::SwizzledDescriptor(x_addr + part * DenseSmem<8>::kPartBytes + 32 * kk));
+                        wgmma::SwizzledDescriptor(x_addr + part * DenseSmem<8>::kPartBytes + 32 * kk),
+                        !fresh || kk + part > 0);
       }
     }
     wgmma::WgmmaCommit();
@@ -494,7 +509,15 @@ __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int6
 // multiple of kSliceChunks): at the end of each 512-column slice (or of the range) calls
 // on_slice(slice, acc) with that slice's sum. All threads call it; it returns with no copies in
 // flight and shared memory free after a barrier.
-template <int kTok, class OnSlice>
+// kOverlap (DEEPINFER_DENSE_OVERLAP=1; version 26, off by default until it has run): chunk c's
+// MMAs are issued while chunk c - 1's may still run (wgmma.wait_group 1 instead of 0; the same
+// MMAs into the same accumulator in the same order), so the tensor cores work through the next
+// chunk's conversion and barriers; the slice's end waits for all. Chunk c + S - 1 then goes into
+// chunk c - 1's stage only after a barrier past every warpgroup's wait for it. Each slice starts
+// with an MMA that ignores d (scale-d = 0) instead of zeroed registers: a register write in the
+// loop would make ptxas wait for every MMA at the back edge (C7517). A sum equals the zeroed
+// form's wherever it is not an exact zero (+0 + s = s); an all-zero sum may come out -0.
+template <int kTok, bool kOverlap, class OnSlice>
 __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, int64_t t0, int c_begin, int c_end,
                                                  uint8_t* smem, OnSlice&& on_slice) {
   constexpr int S = kDenseStages;
@@ -511,7 +534,7 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
   };
 
   float acc[kTok / 2];
-  wgmma::ZeroForWgmma(acc);
+  if constexpr (!kOverlap) wgmma::ZeroForWgmma(acc);  // kOverlap: each slice's first MMA ignores d
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
     if (c_begin + s < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c_begin + s, stage_of(c_begin + s));
@@ -525,29 +548,65 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
     wgmma::FenceProxyAsyncShared();
     __syncthreads();  // chunk c_begin's tiles are complete
   }
-  for (int c = c_begin; c < c_end; ++c) {
-    const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + group * kRowsPerGroup * kRowBytes));
-    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(xset_of(c)));
-    IssueDenseChunk<kTok>(acc, w_addr, x_addr);
-    // While they run: chunk c + S - 1 into the stage of chunk c - 1 (its MMAs completed before the
-    // last barrier; its x was converted an iteration earlier), then chunk c + 1's x into the other
-    // set (chunk c - 1's MMAs, its last readers, are done).
-    if (c + S - 1 < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
-    CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
-    if (c + 1 < c_end) {
-      CpAsyncWait<S - 2>();  // chunk c + 1's group (this thread's copies)
-      wgmma::FenceProxyAsyncShared();
-      __syncthreads();  // everyone's copies of chunk c + 1
-      convert(c + 1);
-      wgmma::FenceProxyAsyncShared();
+  if constexpr (kOverlap) {
+    auto w_addr_of = [&](int c) {
+      return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + group * kRowsPerGroup * kRowBytes));
+    };
+    auto x_addr_of = [&](int c) { return static_cast<uint32_t>(__cvta_generic_to_shared(xset_of(c))); };
+    // After chunk c's MMAs are issued: chunk c - 1's done, then its stage and x set refilled.
+    auto step = [&](int c) {
+      wgmma::WgmmaWait<1>();  // this warpgroup's MMAs of chunk c - 1 (chunk c's may still run)
+      if (c + 1 < c_end) {
+        CpAsyncWait<S - 3>();  // chunk c + 1's group (this thread's copies)
+        wgmma::FenceProxyAsyncShared();
+      }
+      __syncthreads();  // chunk c - 1's MMAs done in both warpgroups; everyone's copies of chunk c + 1
+      if (c + S - 1 < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
+      CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
+      if (c + 1 < c_end) {
+        convert(c + 1);  // into chunk c - 1's set
+        wgmma::FenceProxyAsyncShared();
+      }
+      __syncthreads();  // chunk c + 1's tiles complete
+    };
+    for (int s0 = c_begin; s0 < c_end; s0 += kSliceChunks) {
+      const int s1 = min(c_end, s0 + kSliceChunks);
+      IssueDenseChunk<kTok>(acc, w_addr_of(s0), x_addr_of(s0), true);  // the slice's first MMA ignores d
+      step(s0);
+      for (int c = s0 + 1; c < s1; ++c) {
+        IssueDenseChunk<kTok>(acc, w_addr_of(c), x_addr_of(c));
+        step(c);
+      }
+      wgmma::WgmmaWaitAll();
+      wgmma::PinAll(acc);
+      on_slice(s0 / kSliceChunks, acc);
     }
-    wgmma::WgmmaWaitAll();
-    wgmma::PinAll(acc);
-    if ((c + 1) % kSliceChunks == 0 || c + 1 == c_end) {
-      on_slice(c / kSliceChunks, acc);
-      wgmma::ZeroForWgmma(acc);
+  } else {
+    for (int c = c_begin; c < c_end; ++c) {
+      const uint32_t w_addr =
+          static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + group * kRowsPerGroup * kRowBytes));
+      const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(xset_of(c)));
+      IssueDenseChunk<kTok>(acc, w_addr, x_addr);
+      // While they run: chunk c + S - 1 into the stage of chunk c - 1 (its MMAs completed before the
+      // last barrier; its x was converted an iteration earlier), then chunk c + 1's x into the other
+      // set (chunk c - 1's MMAs, its last readers, are done).
+      if (c + S - 1 < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
+      CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
+      if (c + 1 < c_end) {
+        CpAsyncWait<S - 2>();  // chunk c + 1's group (this thread's copies)
+        wgmma::FenceProxyAsyncShared();
+        __syncthreads();  // everyone's copies of chunk c + 1
+        convert(c + 1);
+        wgmma::FenceProxyAsyncShared();
+      }
+      wgmma::WgmmaWaitAll();
+      wgmma::PinAll(acc);
+      if ((c + 1) % kSliceChunks == 0 || c + 1 == c_end) {
+        on_slice(c / kSliceChunks, acc);
+        wgmma::ZeroForWgmma(acc);
+      }
+      __syncthreads();  // chunk c + 1's tiles complete; chunk c's MMAs done in both warpgroups
     }
-    __syncthreads();  // chunk c + 1's tiles complete; chunk c's MMAs done in both warpgroups
   }
   CpAsyncWaitAll();
   __syncthreads();
@@ -561,7 +620,7 @@ __device__ __forceinline__ int64_t DenseFragmentRow(int64_t n0) {
 
 // Grid (ceil(n / 128), ceil(m / kTok)); kThreads threads; DenseSmem<kTok>::kBytes of dynamic shared
 // memory.
-template <int kTok>
+template <int kTok, bool kOverlap = false>
 __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) DenseSplitKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -574,7 +633,7 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 #pragma unroll
   for (int i = 0; i < kElems; ++i) total[i] = 0.f;
   const int chunks = static_cast<int>(p.k / kChunkCols);
-  DenseSplitChunks<kTok>(p, n0, t0, 0, chunks, smem, [&](int slice, const float (&acc)[kElems]) {
+  DenseSplitChunks<kTok, kOverlap>(p, n0, t0, 0, chunks, smem, [&](int slice, const float (&acc)[kElems]) {
 #pragma unroll
     for (int i = 0; i < kElems; ++i) total[i] = slice == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
   });
@@ -586,7 +645,7 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 // DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
 // at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
 // ceil(m / kTok)); row block blockIdx.x / kCluster.
-template <int kTok, int kCluster>
+template <int kTok, int kCluster, bool kOverlap = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm)
     DenseSplitSlicesKernel(const Params p) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -605,7 +664,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
   float held[kElems];
 #pragma unroll
   for (int i = 0; i < kElems; ++i) held[i] = 0.f;
-  DenseSplitChunks<kTok>(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[kElems]) {
+  DenseSplitChunks<kTok, kOverlap>(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[kElems]) {
 #pragma unroll
     for (int i = 0; i < kElems; ++i) held[i] = acc[i];
   });
