@@ -116,46 +116,21 @@ class ScopedTmaKernels {
   ScopedTmaKernels(const ScopedTmaKernels&) = delete;
   ScopedTmaKernels& operator=(const ScopedTmaKernels&) = delete;
 };
-// cuda::SetStagedSlicesForTesting(mode) for the scope.
-class ScopedStagedSlices {
+// kSet(mode) for the scope, then kSet(-1): one of linear.h's switch hooks (a kernel choice on (1)
+// or off (0) for the whole process, then back to the environment's).
+template <void (*kSet)(int)>
+class ScopedSwitch {
  public:
-  explicit ScopedStagedSlices(int mode) { cuda::SetStagedSlicesForTesting(mode); }
-  ~ScopedStagedSlices() { cuda::SetStagedSlicesForTesting(-1); }
-  ScopedStagedSlices(const ScopedStagedSlices&) = delete;
-  ScopedStagedSlices& operator=(const ScopedStagedSlices&) = delete;
+  explicit ScopedSwitch(int mode) { kSet(mode); }
+  ~ScopedSwitch() { kSet(-1); }
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
 };
-// cuda::SetDenseSplitForTesting(mode) for the scope.
-class ScopedDenseSplit {
- public:
-  explicit ScopedDenseSplit(int mode) { cuda::SetDenseSplitForTesting(mode); }
-  ~ScopedDenseSplit() { cuda::SetDenseSplitForTesting(-1); }
-  ScopedDenseSplit(const ScopedDenseSplit&) = delete;
-  ScopedDenseSplit& operator=(const ScopedDenseSplit&) = delete;
-};
-// cuda::SetLinearSmallTilesForTesting(mode) for the scope.
-class ScopedLinearSmallTiles {
- public:
-  explicit ScopedLinearSmallTiles(int mode) { cuda::SetLinearSmallTilesForTesting(mode); }
-  ~ScopedLinearSmallTiles() { cuda::SetLinearSmallTilesForTesting(-1); }
-  ScopedLinearSmallTiles(const ScopedLinearSmallTiles&) = delete;
-  ScopedLinearSmallTiles& operator=(const ScopedLinearSmallTiles&) = delete;
-};
-// cuda::SetGroupedHalfBlocksForTesting(mode) for the scope.
-class ScopedGroupedHalfBlocks {
- public:
-  explicit ScopedGroupedHalfBlocks(int mode) { cuda::SetGroupedHalfBlocksForTesting(mode); }
-  ~ScopedGroupedHalfBlocks() { cuda::SetGroupedHalfBlocksForTesting(-1); }
-  ScopedGroupedHalfBlocks(const ScopedGroupedHalfBlocks&) = delete;
-  ScopedGroupedHalfBlocks& operator=(const ScopedGroupedHalfBlocks&) = delete;
-};
-// cuda::SetDenseOverlapForTesting(mode) for the scope.
-class ScopedDenseOverlap {
- public:
-  explicit ScopedDenseOverlap(int mode) { cuda::SetDenseOverlapForTesting(mode); }
-  ~ScopedDenseOverlap() { cuda::SetDenseOverlapForTesting(-1); }
-  ScopedDenseOverlap(const ScopedDenseOverlap&) = delete;
-  ScopedDenseOverlap& operator=(const ScopedDenseOverlap&) = delete;
-};
+using ScopedStagedSlices = ScopedSwitch<cuda::SetStagedSlicesForTesting>;
+using ScopedDenseSplit = ScopedSwitch<cuda::SetDenseSplitForTesting>;
+using ScopedLinearSmallTiles = ScopedSwitch<cuda::SetLinearSmallTilesForTesting>;
+using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
+using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

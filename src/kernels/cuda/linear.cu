@@ -1145,39 +1145,34 @@ __device__ __forceinline__ const ExpertTile* WalkTile(const TileLists& lists, in
   return tile;
 }
 
-// Which tiles of the plan a warpgroup-MMA experts kernel takes: kSmallTiles those of at most 8
-// rows (the GEMV kinds 0-2), on 8-token tiles; kMediumTiles those of 9-16 (kind 3), on 16-token
-// tiles; kLargeTiles the tiled kind's (17-64 rows), on 64-token tiles. The three launches
-// together take every tile once.
-enum class TileRange { kSmallTiles, kMediumTiles, kLargeTiles };
-constexpr int kSmallTileKinds = 3;  // kinds 0-2: 1-2, 3-4 and 5-8 rows; kind 3: 9-16
-static_assert(kSmallTileKinds + 1 == kTiledKind, "kinds 0-2 hold the tiles of at most 8 rows, 3 of 9-16");
+// The token tile a warpgroup-MMA experts kernel runs the plan's tiles of `kind` on: 8 for the
+// GEMV kinds 0-2 (1-8 rows), 16 for kind 3 (9-16 rows), 64 for the tiled kind (17-64 rows). A
+// launch per tile size takes every tile once; the sizes fall along WalkTile's order of kinds.
+__host__ __device__ constexpr int TileTokensOfKind(int kind) {
+  return kind == kTiledKind ? 64 : kind == kTiledKind - 1 ? 16 : 8;
+}
+static_assert(TileTokensOfKind(2) == 8 && kTiledKind == 4, "kinds 0-2 hold the tiles of at most 8 rows, 3 of 9-16");
 
-// Checks the plan, walks the part of the five tile lists that kRange names (WalkTile's order: the
-// large kinds first) and calls block(tile, n0) for this block's items, n0 the item's first weight
-// row.
-template <TileRange kRange, class Block>
+// Checks the plan, walks the tiles that take kTok-token tiles (WalkTile's order: the larger kinds
+// first, so the kinds of larger token tiles come before the range) and calls block(tile, n0) for
+// this block's items, n0 the item's first weight row.
+template <int kTok, class Block>
 __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
                                                         const Block& block) {
+  static_assert(kTok == 8 || kTok == 16 || kTok == 64, "8-, 16- or 64-token tiles");
   CheckPlan(ep);
-  // WalkTile's order: the tiled kind, kind 3, then kinds 2, 1, 0.
-  int32_t small = 0;
+  int32_t first = 0, tiles = 0;
 #pragma unroll
-  for (int kind = 0; kind < kSmallTileKinds; ++kind) small += lists.counts[kind];
-  const int32_t large = lists.counts[kTiledKind], medium = lists.counts[kTiledKind - 1];
-  const int32_t first = kRange == TileRange::kSmallTiles ? large + medium : kRange == TileRange::kMediumTiles ? large : 0;
-  const int32_t tiles = kRange == TileRange::kSmallTiles    ? small
-                        : kRange == TileRange::kMediumTiles ? medium
-                                                            : large;
+  for (int kind = 0; kind < kTileKinds; ++kind) {
+    if (TileTokensOfKind(kind) == kTok) tiles += lists.counts[kind];
+  }
+#pragma unroll
+  for (int kind = kTileKinds - 1; kind >= 0; --kind) {  // the kinds WalkTile walks before the range
+    if (TileTokensOfKind(kind) > kTok) first += lists.counts[kind];
+  }
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
     block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * wgmma::kBlockRows);
   }
-}
-
-template <int kTok>
-constexpr TileRange RangeOfTileTokens() {
-  static_assert(kTok == 8 || kTok == 16 || kTok == 64, "8-, 16- or 64-token tiles");
-  return kTok == 8 ? TileRange::kSmallTiles : kTok == 16 ? TileRange::kMediumTiles : TileRange::kLargeTiles;
 }
 
 // FP8 inputs with codes scratch: every tile (1-64 rows) on warpgroup MMAs, x's codes quantized
@@ -1194,7 +1189,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem<RangeOfTileTokens<kTok>()>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
+  ForEachExpertsWgmmaItem<kTok>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
     wgmma::WgmmaBlock<K, kTok>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
   });
 #endif
@@ -1281,7 +1276,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem<RangeOfTileTokens<kTok>()>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
+  ForEachExpertsWgmmaItem<kTok>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
     if (t.expert < e0 || t.expert >= e_end) return;  // uniform over the block
     const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
     Params codes = TileParams<Kind::kFp4>(ep, t);  // the tile's x, y and m; the weight: the codes
@@ -1467,6 +1462,41 @@ int64_t MmaRowBlocks(int64_t n, int64_t k) {
 }
 
 [[noreturn]] void Fail(const char* what) { ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", what); }
+
+// A kernel choice: the environment's DEEPINFER_* switch (0 or 1, `unset` where it is unset or
+// empty; -1 lets the caller decide; any other value throws), read once at its first use, and a
+// test's override for the whole process (SetForTesting: -1 the environment again, 0 off, 1 on).
+class KernelSwitch {
+ public:
+  constexpr KernelSwitch(const char* name, int unset) : name_(name), unset_(unset) {}
+  // The tests' choice where they made one, else the environment's: -1, 0 or 1.
+  int Mode() const {
+    const int test = test_.load();
+    return test >= 0 ? test : FromEnvironment();
+  }
+  bool On() const { return Mode() == 1; }
+  // `who`: the test hook's name, for its error.
+  void SetForTesting(int mode, const char* who) {
+    if (mode < -1 || mode > 1) Fail((std::string(who) + " takes -1, 0 or 1").c_str());
+    test_.store(mode);
+  }
+
+ private:
+  static constexpr int kUnread = -2;
+  int FromEnvironment() const {
+    int v = env_.load();
+    if (v == kUnread) {  // concurrent first reads compute the same value
+      const char* text = std::getenv(name_);
+      v = text == nullptr || *text == '\0' ? unset_ : tma::EnvSwitch(name_, false) ? 1 : 0;
+      env_.store(v);
+    }
+    return v;
+  }
+  const char* name_;
+  int unset_;
+  mutable std::atomic<int> env_{kUnread};
+  std::atomic<int> test_{-1};
+};
 
 Kind KindOf(const DeviceWeight& w) {
   switch (w.format) {
@@ -1668,15 +1698,7 @@ std::atomic<uint64_t> g_tma_launches{0};
 // off by default until it has run on the GPU (written 2026-12-02 after the session's device time:
 // docs/performance.md, version 24). Tests override it (SetLinearSmallTilesForTesting).
 std::atomic<uint64_t> g_linear_small_tile_launches{0};  // launches of it (tests)
-std::atomic<int>& LinearSmallTilesTestOverride() {  // -1: the environment; 0 off; 1 on
-  static std::atomic<int> mode{-1};
-  return mode;
-}
-bool LinearSmallTilesOn() {
-  static const bool env = tma::EnvSwitch("DEEPINFER_LINEAR_SMALL_TILES", false);
-  const int mode = LinearSmallTilesTestOverride().load();
-  return mode >= 0 ? mode == 1 : env;
-}
+KernelSwitch g_linear_small_tiles{"DEEPINFER_LINEAR_SMALL_TILES", 0};
 
 // The driver's cuTensorMapEncodeTiled, through the runtime (the CUDA driver library is not linked):
 // null where the driver lacks it.
@@ -1770,7 +1792,7 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   const unsigned row_blocks = static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows));
-  if (p.m <= 8 && LinearSmallTilesOn()) {
+  if (p.m <= 8 && g_linear_small_tiles.On()) {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, 8>>(layout.device, kSmem);
     const dim3 grid(row_blocks, 1, static_cast<unsigned>(layout.slices));
     wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
@@ -1796,15 +1818,7 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
 // until it has run on the GPU (written 2026-12-02 after the session's device time:
 // docs/performance.md, version 25). Tests override it (SetGroupedHalfBlocksForTesting).
 std::atomic<uint64_t> g_grouped_half_block_launches{0};  // launches of it (tests)
-std::atomic<int>& GroupedHalfBlocksTestOverride() {  // -1: the environment; 0 off; 1 on
-  static std::atomic<int> mode{-1};
-  return mode;
-}
-bool GroupedHalfBlocksOn() {
-  static const bool env = tma::EnvSwitch("DEEPINFER_GROUPED_HALF_BLOCKS", false);
-  const int mode = GroupedHalfBlocksTestOverride().load();
-  return mode >= 0 ? mode == 1 : env;
-}
+KernelSwitch g_grouped_half_blocks{"DEEPINFER_GROUPED_HALF_BLOCKS", 0};
 
 // SplitBf16GroupedTmaKernel<kParts, kRows> over the grid (n / kRows, tok_blocks, groups).
 template <int kParts, int kRows>
@@ -1838,7 +1852,7 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
                   static_cast<unsigned>(groups));
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
   if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
-    if (GroupedHalfBlocksOn() && 2 * blocks <= sms) {
+    if (g_grouped_half_blocks.On() && 2 * blocks <= sms) {
       return LaunchSplitGroupedTma<kParts, wgmma::kRowsPerGroup>(p, groups, grid.y, device, stream);
     }
     return LaunchSplitGroupedTma<kParts, wgmma::kBlockRows>(p, groups, grid.y, device, stream);
@@ -1864,19 +1878,10 @@ void LaunchSplitGrouped(const Params& p, int64_t groups, cudaStream_t stream) {
 // batch 64 2.82 -> 1.99 ms, but 0.534 -> 0.580 at batch 1, where the register-fed kernel stays);
 // =1: also up to 32 rows; =0: never. Tests override it (SetStagedSlicesForTesting).
 std::atomic<uint64_t> g_staged_slices_launches{0};  // launches of it (tests)
-std::atomic<int>& StagedSlicesTestOverride() {  // -1: the environment; 0 off; 1 where it applies
-  static std::atomic<int> mode{-1};
-  return mode;
-}
+KernelSwitch g_staged_slices{"DEEPINFER_STAGED_SLICES", -1};  // 1: where it applies
 // Whether the clustered kernel may take a product of `rows` rows.
 bool StagedSlicesOn(int64_t rows) {
-  static const int env = [] {
-    const char* v = std::getenv("DEEPINFER_STAGED_SLICES");
-    if (v == nullptr || *v == '\0') return -1;
-    return tma::EnvSwitch("DEEPINFER_STAGED_SLICES", false) ? 1 : 0;
-  }();
-  const int test = StagedSlicesTestOverride().load();
-  const int mode = test >= 0 ? test : env;
+  const int mode = g_staged_slices.Mode();
   return mode < 0 ? rows > mma::kMaxTm * mma::kTok : mode == 1;
 }
 
@@ -1920,15 +1925,7 @@ bool LaunchStagedSlices(const Params& p, int64_t groups, int64_t row_blocks, int
 // unset or 1: DenseSplitKernel wherever wgmma_split::DenseUsable holds. Tests override it
 // (SetDenseSplitForTesting).
 std::atomic<uint64_t> g_dense_split_launches{0};  // launches of either dense kernel (tests)
-std::atomic<int>& DenseSplitTestOverride() {  // -1: the environment; 0 off; 1 on
-  static std::atomic<int> mode{-1};
-  return mode;
-}
-bool DenseSplitOn() {
-  static const bool env = tma::EnvSwitch("DEEPINFER_DENSE_WGMMA", true);
-  const int mode = DenseSplitTestOverride().load();
-  return mode >= 0 ? mode == 1 : env;
-}
+KernelSwitch g_dense_split{"DEEPINFER_DENSE_WGMMA", 1};
 
 // DEEPINFER_DENSE_OVERLAP=1 (read once) runs the dense kernels (both tile sizes, so every M sums
 // alike) with chunk c's MMAs issued while chunk c - 1's may still run, each slice begun by an MMA
@@ -1936,15 +1933,7 @@ bool DenseSplitOn() {
 // an all-zero sum may come out -0 instead of +0); off by default until it has run on the GPU
 // (written 2026-12-02 after the session's device time: docs/performance.md, version 26). Tests
 // override it (SetDenseOverlapForTesting).
-std::atomic<int>& DenseOverlapTestOverride() {  // -1: the environment; 0 off; 1 on
-  static std::atomic<int> mode{-1};
-  return mode;
-}
-bool DenseOverlapOn() {
-  static const bool env = tma::EnvSwitch("DEEPINFER_DENSE_OVERLAP", false);
-  const int mode = DenseOverlapTestOverride().load();
-  return mode >= 0 ? mode == 1 : env;
-}
+KernelSwitch g_dense_overlap{"DEEPINFER_DENSE_OVERLAP", 0};
 
 template <int kTok, int kCluster, bool kOverlap>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
@@ -1984,7 +1973,7 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
 // Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits. With
 // DenseOverlapOn, both tile sizes take the overlapped loop, whose slices start with scale-d = 0.
 void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
-  const bool overlap = DenseOverlapOn();  // one mode for every M: the same sums at every batch size
+  const bool overlap = g_dense_overlap.On();  // one mode for every M: the same sums at every batch size
   if (p.m <= 8) return overlap ? LaunchDenseSplitTiles<8, true>(p, stream) : LaunchDenseSplitTiles<8, false>(p, stream);
   if (overlap) return LaunchDenseSplitTiles<64, true>(p, stream);
   LaunchDenseSplitTiles<64, false>(p, stream);
@@ -1997,8 +1986,7 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
     const Path path = PathFor(math, K, p.scale_f32, p.k);
     if constexpr (K == Kind::kBF16) {
       // BF16 weights' split-BF16 products on warpgroup MMAs, at every M (sm_90a).
-      if (path == Path::kSplitBf16 && groups == 1 && !p.x_bf16 && DenseSplitOn() &&
-          wgmma_split::DenseUsable(p, groups)) {
+      if (path == Path::kSplitBf16 && g_dense_split.On() && wgmma_split::DenseUsable(p, groups)) {
         return LaunchDenseSplit(p, stream);
       }
     }
@@ -2216,13 +2204,12 @@ int64_t PreFoldOffset(int64_t rows_bound, int64_t k) {
                  256) * 256;
 }
 
-// The plan's room for tiles of the range kTok takes (8: kinds 0-2; 16: kind 3; 64: the tiled kind).
+// The plan's room for the tiles that take kTok-token tiles (TileTokensOfKind).
 template <int kTok>
 int64_t TilesInRange(const ExpertsLaunch& l) {
   int64_t tiles = 0;
   for (int kind = 0; kind < kTileKinds; ++kind) {
-    const int tok = kind < kSmallTileKinds ? 8 : kind == kTiledKind ? 64 : 16;
-    if (tok == kTok) tiles += l.capacity.tiles[kind];
+    if (TileTokensOfKind(kind) == kTok) tiles += l.capacity.tiles[kind];
   }
   return tiles;
 }
@@ -2634,38 +2621,27 @@ bool TmaKernelsAvailable() { return wgmma::DeviceHasWgmma() && EncodeTiled() != 
 
 uint64_t TmaLaunchesForTesting() { return g_tma_launches.load(); }
 
-void SetStagedSlicesForTesting(int mode) {
-  if (mode < -1 || mode > 1) Fail("SetStagedSlicesForTesting takes -1, 0 or 1");
-  StagedSlicesTestOverride().store(mode);
-}
+void SetStagedSlicesForTesting(int mode) { g_staged_slices.SetForTesting(mode, "SetStagedSlicesForTesting"); }
 
 uint64_t StagedSlicesLaunchesForTesting() { return g_staged_slices_launches.load(); }
 
-void SetDenseSplitForTesting(int mode) {
-  if (mode < -1 || mode > 1) Fail("SetDenseSplitForTesting takes -1, 0 or 1");
-  DenseSplitTestOverride().store(mode);
-}
+void SetDenseSplitForTesting(int mode) { g_dense_split.SetForTesting(mode, "SetDenseSplitForTesting"); }
 
 uint64_t DenseSplitLaunchesForTesting() { return g_dense_split_launches.load(); }
 
 void SetLinearSmallTilesForTesting(int mode) {
-  if (mode < -1 || mode > 1) Fail("SetLinearSmallTilesForTesting takes -1, 0 or 1");
-  LinearSmallTilesTestOverride().store(mode);
+  g_linear_small_tiles.SetForTesting(mode, "SetLinearSmallTilesForTesting");
 }
 
 uint64_t LinearSmallTilesLaunchesForTesting() { return g_linear_small_tile_launches.load(); }
 
 void SetGroupedHalfBlocksForTesting(int mode) {
-  if (mode < -1 || mode > 1) Fail("SetGroupedHalfBlocksForTesting takes -1, 0 or 1");
-  GroupedHalfBlocksTestOverride().store(mode);
+  g_grouped_half_blocks.SetForTesting(mode, "SetGroupedHalfBlocksForTesting");
 }
 
 uint64_t GroupedHalfBlocksLaunchesForTesting() { return g_grouped_half_block_launches.load(); }
 
-void SetDenseOverlapForTesting(int mode) {
-  if (mode < -1 || mode > 1) Fail("SetDenseOverlapForTesting takes -1, 0 or 1");
-  DenseOverlapTestOverride().store(mode);
-}
+void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "SetDenseOverlapForTesting"); }
 
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
 
@@ -2739,9 +2715,8 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
   // first product, not at the first one that would take them.
   static const bool switches_read =
-      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), StagedSlicesOn(0), DenseSplitOn(),
-       SmallTileBlocksPerSm(), LinearSmallTilesOn(),
-       GroupedHalfBlocksOn(), DenseOverlapOn(), true);
+      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), g_staged_slices.Mode(), g_dense_split.Mode(),
+       SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(), g_dense_overlap.Mode(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

@@ -691,10 +691,11 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
 }
 
 // Whether Linear's product of p takes DenseSplitKernel (or its clustered form): BF16 weights in
-// 16-byte aligned rows under LinearMath::kSplitBf16 (the caller checks both), one group, K % 64
-// == 0, 16-byte aligned x rows, an sm_90a device with warpgroup MMAs. Independent of M.
+// 16-byte aligned rows under LinearMath::kSplitBf16 (the caller checks both), one group, x as
+// is (not rounded to BF16), K % 64 == 0, 16-byte aligned x rows, an sm_90a device with warpgroup
+// MMAs. Independent of M.
 inline bool DenseUsable(const Params& p, int64_t groups) {
-  return groups == 1 && p.w_vec16 && p.x_vec && p.n > 0 && p.k > 0 && p.k % kChunkCols == 0 &&
+  return groups == 1 && !p.x_bf16 && p.w_vec16 && p.x_vec && p.n > 0 && p.k > 0 && p.k % kChunkCols == 0 &&
          (p.ldx * 4) % 16 == 0 && wgmma::DeviceHasWgmma();
 }
 
