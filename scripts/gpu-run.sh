@@ -74,21 +74,21 @@ if [[ $reruns -eq 1 ]]; then
   rc=$?
   echo "DEEPINFER_FP4_PREFOLD=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-prefold.log" | head -3 | tr '\n' ' ')"
   [[ $rc -eq 0 ]] || status=1
-  # The linears, the experts and the models on tensor cores with the switches of versions 20, 23
-  # and 24 flipped: the staged products' K slices over clusters also up to 32 rows
+  # The linears, the experts and the models on tensor cores with the switches of versions 20 and
+  # 23-26 flipped: the staged products' K slices over clusters also up to 32 rows
   # (DEEPINFER_STAGED_SLICES=1), the experts' 8/16-token kernels at one block per SM
-  # (DEEPINFER_SMALL_TILE_BLOCKS=1), Linear's FP8 products of 1-8 rows on 8-token tiles
-  # (DEEPINFER_LINEAR_SMALL_TILES=1), `wo_a` on 64-row blocks at decode
-  # (DEEPINFER_GROUPED_HALF_BLOCKS=1), the dense kernels' overlapped MMAs (DEEPINFER_DENSE_OVERLAP=1;
-  # the last three off by default until measured). Each gives the same bits;
-  # the tests that compare both sides run both in one process.
+  # (DEEPINFER_SMALL_TILE_BLOCKS=1), Linear's FP8 products of 1-8 rows back on 64-token tiles
+  # (DEEPINFER_LINEAR_SMALL_TILES=0), `wo_a` on 128-row blocks at decode
+  # (DEEPINFER_GROUPED_HALF_BLOCKS=0), the dense kernels' MMAs not overlapped
+  # (DEEPINFER_DENSE_OVERLAP=0; the last three on by default since 2026-12-02). Each gives the same
+  # bits; the tests that compare both sides run both in one process.
   slices_filter='CudaLinearMma.*:CudaLinearFp8.*:CudaLinear.Grouped*:CudaExpertsLinearFp8.*:GpuModel.*TensorCores*:Modes/GpuFlashShapedTwoLayers.MatchCpu/*tensor_cores:GpuEngine.TensorCore*'
-  DEEPINFER_STAGED_SLICES=1 DEEPINFER_SMALL_TILE_BLOCKS=1 DEEPINFER_LINEAR_SMALL_TILES=1 DEEPINFER_GROUPED_HALF_BLOCKS=1 \
-    DEEPINFER_DENSE_OVERLAP=1 $dist/deepinfer_gpu_tests \
+  DEEPINFER_STAGED_SLICES=1 DEEPINFER_SMALL_TILE_BLOCKS=1 DEEPINFER_LINEAR_SMALL_TILES=0 DEEPINFER_GROUPED_HALF_BLOCKS=0 \
+    DEEPINFER_DENSE_OVERLAP=0 $dist/deepinfer_gpu_tests \
     --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$slices_filter"; else echo "$filter"; fi)" \
     >"$out/gpu-tests-slices.log" 2>&1
   rc=$?
-  echo "DEEPINFER_STAGED_SLICES=1 DEEPINFER_SMALL_TILE_BLOCKS=1 DEEPINFER_LINEAR_SMALL_TILES=1 DEEPINFER_GROUPED_HALF_BLOCKS=1 DEEPINFER_DENSE_OVERLAP=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-slices.log" | head -3 | tr '\n' ' ')"
+  echo "DEEPINFER_STAGED_SLICES=1 DEEPINFER_SMALL_TILE_BLOCKS=1 DEEPINFER_LINEAR_SMALL_TILES=0 DEEPINFER_GROUPED_HALF_BLOCKS=0 DEEPINFER_DENSE_OVERLAP=0: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-slices.log" | head -3 | tr '\n' ' ')"
   [[ $rc -eq 0 ]] || status=1
   # The same with the pre-folded experts on the TMA-fed kernel at 128-token tiles (the plan cut in
   # 128-row tiles; DEEPINFER_TMA_EXPERTS=128, version 14b, off by default until measured; the tests

@@ -1693,12 +1693,12 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
 // TMA-fed kernels launched by this process (TmaLaunchesForTesting).
 std::atomic<uint64_t> g_tma_launches{0};
 
-// DEEPINFER_LINEAR_SMALL_TILES=1 (read once) runs Linear's FP8-input warpgroup-MMA products of at
-// most 8 rows on 8-token tiles (m64n8k32: the same bits, a sixteenth of the MMA work at batch 1);
-// off by default until it has run on the GPU (written 2026-12-02 after the session's device time:
-// docs/performance.md, version 24). Tests override it (SetLinearSmallTilesForTesting).
+// DEEPINFER_LINEAR_SMALL_TILES (read once; unset or 1: on, 0: off) runs Linear's FP8-input
+// warpgroup-MMA products of at most 8 rows on 8-token tiles (m64n8k32: the same bits, a sixteenth
+// of the MMA work at batch 1; measured 2026-12-02: batch-1 `linear` 0.380 -> 0.332 ms over 3 Flash
+// layers, docs/performance.md version 24). Tests override it (SetLinearSmallTilesForTesting).
 std::atomic<uint64_t> g_linear_small_tile_launches{0};  // launches of it (tests)
-KernelSwitch g_linear_small_tiles{"DEEPINFER_LINEAR_SMALL_TILES", 0};
+KernelSwitch g_linear_small_tiles{"DEEPINFER_LINEAR_SMALL_TILES", 1};
 
 // The driver's cuTensorMapEncodeTiled, through the runtime (the CUDA driver library is not linked):
 // null where the driver lacks it.
@@ -1812,13 +1812,13 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   }
 }
 
-// DEEPINFER_GROUPED_HALF_BLOCKS=1 (read once) runs GroupedLinear's TMA-fed split-BF16 kernel on
-// blocks of 64 weight rows (one warpgroup) where twice the 128-row grid still fits one wave
-// (decode: `wo_a` at batch 1 is 64 blocks of 128 rows on 132 SMs); the same bits. Off by default
-// until it has run on the GPU (written 2026-12-02 after the session's device time:
-// docs/performance.md, version 25). Tests override it (SetGroupedHalfBlocksForTesting).
+// DEEPINFER_GROUPED_HALF_BLOCKS (read once; unset or 1: on, 0: off) runs GroupedLinear's TMA-fed
+// split-BF16 kernel on blocks of 64 weight rows (one warpgroup) where twice the 128-row grid still
+// fits one wave (decode: `wo_a` at batch 1 is 64 blocks of 128 rows on 132 SMs); the same bits
+// (measured 2026-12-02: decode `grouped_linear` 0.206 -> 0.184 ms at batch 1, 0.205 -> 0.185 at
+// batch 64, docs/performance.md version 25). Tests override it (SetGroupedHalfBlocksForTesting).
 std::atomic<uint64_t> g_grouped_half_block_launches{0};  // launches of it (tests)
-KernelSwitch g_grouped_half_blocks{"DEEPINFER_GROUPED_HALF_BLOCKS", 0};
+KernelSwitch g_grouped_half_blocks{"DEEPINFER_GROUPED_HALF_BLOCKS", 1};
 
 // SplitBf16GroupedTmaKernel<kParts, kRows> over the grid (n / kRows, tok_blocks, groups).
 template <int kParts, int kRows>
@@ -1927,13 +1927,13 @@ bool LaunchStagedSlices(const Params& p, int64_t groups, int64_t row_blocks, int
 std::atomic<uint64_t> g_dense_split_launches{0};  // launches of either dense kernel (tests)
 KernelSwitch g_dense_split{"DEEPINFER_DENSE_WGMMA", 1};
 
-// DEEPINFER_DENSE_OVERLAP=1 (read once) runs the dense kernels (both tile sizes, so every M sums
-// alike) with chunk c's MMAs issued while chunk c - 1's may still run, each slice begun by an MMA
-// that ignores d instead of zeroed registers (the same bits wherever a sum is not an exact zero;
-// an all-zero sum may come out -0 instead of +0); off by default until it has run on the GPU
-// (written 2026-12-02 after the session's device time: docs/performance.md, version 26). Tests
-// override it (SetDenseOverlapForTesting).
-KernelSwitch g_dense_overlap{"DEEPINFER_DENSE_OVERLAP", 0};
+// DEEPINFER_DENSE_OVERLAP (read once; unset or 1: on, 0: off) runs the dense kernels (both tile
+// sizes, so every M sums alike) with chunk c's MMAs issued while chunk c - 1's may still run, each
+// slice begun by an MMA that ignores d instead of zeroed registers (the same bits wherever a sum is
+// not an exact zero; an all-zero sum may come out -0 instead of +0; measured 2026-12-02: decode
+// `dense_linear` 3.29 -> 3.13 ms at batch 256, 8k prefill 3.90 -> 3.60 ms, docs/performance.md
+// version 26). Tests override it (SetDenseOverlapForTesting).
+KernelSwitch g_dense_overlap{"DEEPINFER_DENSE_OVERLAP", 1};
 
 template <int kTok, int kCluster, bool kOverlap>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {

@@ -122,19 +122,19 @@ uint64_t StagedSlicesLaunchesForTesting();
 void SetDenseSplitForTesting(int mode);
 uint64_t DenseSplitLaunchesForTesting();
 // Tests only: Linear's FP8-input warpgroup-MMA products of at most 8 rows on 8-token tiles (the
-// same bits) on (1), off (0), or as DEEPINFER_LINEAR_SMALL_TILES says (-1, the default: off unless
-// 1); and how many such launches this process has made.
+// same bits) on (1), off (0), or as DEEPINFER_LINEAR_SMALL_TILES says (-1, the default: on unless
+// 0); and how many such launches this process has made.
 void SetLinearSmallTilesForTesting(int mode);
 uint64_t LinearSmallTilesLaunchesForTesting();
 // Tests only: GroupedLinear's TMA-fed split-BF16 kernel on blocks of 64 weight rows where twice
 // the 128-row grid fits one wave (the same bits) on (1), off (0), or as
-// DEEPINFER_GROUPED_HALF_BLOCKS says (-1, the default: off unless 1); and how many such launches
+// DEEPINFER_GROUPED_HALF_BLOCKS says (-1, the default: on unless 0); and how many such launches
 // this process has made.
 void SetGroupedHalfBlocksForTesting(int mode);
 uint64_t GroupedHalfBlocksLaunchesForTesting();
 // Tests only: the 64-token dense split-BF16 kernels with each chunk's MMAs overlapping the next
 // chunk's conversion (the same bits) on (1), off (0), or as DEEPINFER_DENSE_OVERLAP says (-1, the
-// default: off unless 1).
+// default: on unless 0).
 void SetDenseOverlapForTesting(int mode);
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
