@@ -398,6 +398,41 @@ TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
   }
 }
 
+// The FP4 experts' tiles of 1-8 rows on the register-fed kernel (linear_wgmma_rs.cuh): its fold
+// of the group exponents equals cpu::FirstFoldPassWord on all 2^32 words, and its products equal
+// Linear's bits per expert (and the CPU's order bound):
+// - every tile kind (the larger tiles on their own kernels), N = 200 (a partial 64-row item);
+// - expert weights and scales at offsets that allow 4-byte copies, and (the pool's default steps)
+//   at offsets that do not (byte loads);
+// - group scales over 18 binades (later passes) at 1, 2, 6, 7 and 8 chunks (fewer than the ring's
+//   stages and more; odd and even counts end on either accumulator);
+// - a decode routing of the Flash experts, w1/w3 [4096 -> 2048] and w2 [2048 -> 4096].
+TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  EXPECT_EQ(cuda::ExpertsRegisterFoldMismatchesForTesting(), 0u);
+  ScopedExpertsRegisterA register_fed(1);
+  const uint64_t launches = cuda::ExpertsRegisterALaunchesForTesting();
+  uint64_t seed = 5100;
+  for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
+    ExpertPool pool(kFp4, static_cast<int64_t>(kMixedCounts.size()), 200, 1024, ++seed, 0, data_step, scale_step);
+    CheckExperts(pool, kMixedCounts, Offsets(kMixedCounts).back() + 5, 1024, 200, ++seed);
+  }
+  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200, 3, 8};
+  for (const int64_t k : {int64_t{128}, int64_t{256}, int64_t{768}, int64_t{896}, int64_t{1024}}) {
+    ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, {110, 128});
+    CheckExperts(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed);
+  }
+  const int64_t tokens = SanitizerSizes() ? 16 : 64;
+  const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5200);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+    ExpertPool pool(kFp4, 256, n, k, 5201 + static_cast<uint64_t>(n), 0, 32, 4);
+    CheckExperts(pool, decode, tokens * 6, k, n, 5202 + static_cast<uint64_t>(n), {0, 37, 74});
+  }
+  EXPECT_GT(cuda::ExpertsRegisterALaunchesForTesting(), launches) << "the register-fed kernel never ran";
+}
+
 // FP4 experts pre-folded once per call (ExpertsLinearPreFoldCodesBytes): the bits of Linear's FP4
 // kernel, which folds per chunk in shared memory, on every tile kind; in groups of 1, 3 and all 8
 // experts (the group kernels skip the other experts' tiles); with group scales over 18 binades

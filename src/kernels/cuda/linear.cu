@@ -325,6 +325,7 @@ constexpr int DuplicateLaneMask() {
 
 #include "kernels/cuda/linear_mma.cuh"
 #include "kernels/cuda/linear_wgmma.cuh"
+#include "kernels/cuda/linear_wgmma_rs.cuh"
 #include "kernels/cuda/linear_tma.cuh"
 #include "kernels/cuda/linear_wgmma_split.cuh"
 
@@ -1155,8 +1156,8 @@ static_assert(TileTokensOfKind(2) == 8 && kTiledKind == 4, "kinds 0-2 hold the t
 
 // Checks the plan, walks the tiles that take kTok-token tiles (WalkTile's order: the larger kinds
 // first, so the kinds of larger token tiles come before the range) and calls block(tile, n0) for
-// this block's items, n0 the item's first weight row.
-template <int kTok, class Block>
+// this block's items, n0 the item's first weight row (items of kItemRows rows).
+template <int kTok, int kItemRows = wgmma::kBlockRows, class Block>
 __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
                                                         const Block& block) {
   static_assert(kTok == 8 || kTok == 16 || kTok == 64, "8-, 16- or 64-token tiles");
@@ -1171,7 +1172,7 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
     if (TileTokensOfKind(kind) > kTok) first += lists.counts[kind];
   }
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * wgmma::kBlockRows);
+    block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * kItemRows);
   }
 }
 
@@ -1191,6 +1192,23 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   ForEachExpertsWgmmaItem<kTok>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
     wgmma::WgmmaBlock<K, kTok>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
+  });
+#endif
+}
+
+// FP4 experts' tiles of 1-8 rows with the weight operand in registers (linear_wgmma_rs.cuh): items
+// of 64 weight rows (ep.blocks_per_tile = ceil(N / 64)), one warpgroup per block, the same bits as
+// ExpertsWgmmaKernel<kFp4, 8>.
+__global__ void __launch_bounds__(wgmma::rs::kThreads, 3)
+    ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  ForEachExpertsWgmmaItem<wgmma::rs::kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
+    wgmma::rs::Fp4RegistersBlock(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks);
   });
 #endif
 }
@@ -2381,6 +2399,27 @@ void LaunchExpertsFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const 
   LaunchPreFoldedGemm(l, ep, a, lay, 0, end, l.folded);
 }
 
+// DEEPINFER_EXPERTS_REGISTER_A=1 (read once) runs the FP4 experts' tiles of 1-8 rows on
+// ExpertsFp4RegistersKernel (the same bits); off by default until it has run on the GPU
+// (docs/performance.md, version 27). Tests override it (SetExpertsRegisterAForTesting).
+std::atomic<uint64_t> g_experts_register_a_launches{0};  // launches of it (tests)
+KernelSwitch g_experts_register_a{"DEEPINFER_EXPERTS_REGISTER_A", 0};
+
+// ExpertsFp4RegistersKernel over the tiles of 1-8 rows (ep as LaunchExpertsWgmma built it, for
+// 128-row items): persistent blocks, at most as many as fit on the device at once.
+void LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a) {
+  const int64_t tiles = TilesInRange<wgmma::rs::kTok>(l);
+  if (tiles == 0) return;
+  ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
+  const int smem = wgmma::rs::Smem{static_cast<int>(l.params.base.k / wgmma::kChunk)}.Bytes();
+  AllowDynamicSmem<ExpertsFp4RegistersKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks}.Bytes());
+  const int blocks_per_sm = BlocksPerSm<ExpertsFp4RegistersKernel>(wgmma::rs::kThreads, smem);
+  const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  ExpertsFp4RegistersKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles");
+  g_experts_register_a_launches.fetch_add(1);
+}
+
 // ExpertsWgmmaKernel<K, kTok> (8 or 16 tokens) at SmallTileBlocksPerSm.
 template <Kind K, int kTok>
 void LaunchExpertsWgmmaSmall(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
@@ -2415,6 +2454,9 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   LaunchTileRange<ExpertsWgmmaKernel<K, 64, 1>, 64>(l, ep, kSmem, "cuda::ExpertsLinear wgmma", a);
   LaunchExpertsWgmmaSmall<K, 16>(l, ep, a);
+  if constexpr (K == Kind::kFp4) {
+    if (g_experts_register_a.On() && wgmma::rs::Usable(b.k)) return LaunchExpertsFp4Registers(l, ep, a);
+  }
   LaunchExpertsWgmmaSmall<K, 8>(l, ep, a);
 }
 
@@ -2645,6 +2687,12 @@ void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "
 
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
 
+void SetExpertsRegisterAForTesting(int mode) {
+  g_experts_register_a.SetForTesting(mode, "SetExpertsRegisterAForTesting");
+}
+
+uint64_t ExpertsRegisterALaunchesForTesting() { return g_experts_register_a_launches.load(); }
+
 namespace {
 // Thread i: word i·65537 + salt's two halves (every 16-bit pattern in each half over the grid)
 // through E2m1x8ToE4m3x8Table against E2m1x4ToE4m3x4Table per half, for each folded table
@@ -2662,24 +2710,58 @@ __global__ void Fp4CodesCheckKernel(uint32_t salt, unsigned long long* mismatche
     }
   }
 }
+// Every word of four group exponents (grid-stride over 2^32) through wgmma::rs::FoldOfExponents
+// against cpu::FirstFoldPassWord's shifts, more flag and row scale; counts the words that differ.
+__global__ void RegisterFoldCheckKernel(unsigned long long* mismatches) {
+  unsigned long long bad = 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 32);
+       i += stride) {
+    const uint32_t word = static_cast<uint32_t>(i);
+    int e[4];
+    for (int j = 0; j < 4; ++j) e[j] = static_cast<int>((word >> (8 * j)) & 0xffu);
+    const uint32_t want = cpu::FirstFoldPassWord(e);
+    const wgmma::rs::RowFold got = wgmma::rs::FoldOfExponents(word, true);
+    bool same = got.more == cpu::FoldWordMore(want) &&
+                __float_as_uint(got.scale) == __float_as_uint(wgmma::FoldedRowScaleOf(want));
+    for (int j = 0; j < 4; ++j) same = same && ((got.shifts >> (8 * j)) & 0xffu) == cpu::FoldWordShift(want, j);
+    bad += same ? 0 : 1;
+  }
+  if (bad != 0) atomicAdd(mismatches, bad);
+}
 }  // namespace
 
-uint64_t Fp4CodeMismatchesForTesting() {
+// Runs launch(count) on the default stream with a zeroed device counter and returns what it
+// counted; `what` names the hook in its error (tests).
+template <class Launch>
+uint64_t CountOnDevice(const char* what, const Launch& launch) {
   unsigned long long* count = nullptr;
   DI_CUDA_CHECK(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
   unsigned long long host = 0;
-  const cudaError_t status = [&] {
-    cudaError_t e = cudaMemset(count, 0, sizeof(*count));
+  cudaError_t status = cudaMemset(count, 0, sizeof(*count));
+  if (status == cudaSuccess) status = launch(count);
+  if (status == cudaSuccess) status = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
+  cudaFree(count);
+  DI_CUDA_CHECK(status, what);
+  return host;
+}
+
+uint64_t Fp4CodeMismatchesForTesting() {
+  return CountOnDevice("Fp4CodeMismatchesForTesting", [](unsigned long long* count) {
+    cudaError_t e = cudaSuccess;
     for (const uint32_t salt : {0u, 0x9e3779b9u, 0x7f4a7c15u}) {
       if (e == cudaSuccess) Fp4CodesCheckKernel<<<256, 256>>>(salt, count);
       if (e == cudaSuccess) e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
     return e;
-  }();
-  cudaFree(count);
-  DI_CUDA_CHECK(status, "Fp4CodeMismatchesForTesting");
-  return host;
+  });
+}
+
+uint64_t ExpertsRegisterFoldMismatchesForTesting() {
+  return CountOnDevice("ExpertsRegisterFoldMismatchesForTesting", [](unsigned long long* count) {
+    RegisterFoldCheckKernel<<<1024, 256>>>(count);
+    return cudaGetLastError();
+  });
 }
 
 bool QuantizesFp8Input(const DeviceWeight& w) {

@@ -1,0 +1,363 @@
+// The FP4 experts' tiles of 1-8 rows with the weight operand in registers (wgmma's RS form),
+// included by linear.cu after linear_wgmma.cuh (Params, GemmArgs and the folded-code helpers).
+//
+// WgmmaBlock<kFp4, 8> converts each chunk's nibbles into a shared-memory tile of e4m3 codes behind
+// two block barriers, then reads it back through the MMA; at decode that chain, not the bytes,
+// bounds the experts (docs/performance.md, versions 9, 23 and 27). Here a block is one warpgroup of
+// 64 weight rows, and each warp feeds its own 16 rows:
+//   - the warp's cp.async ring (kStages chunks, kAhead in flight) holds its rows' nibbles, words
+//     placed so that one thread's A-fragment nibbles of a chunk are 32 contiguous bytes (Place);
+//   - each thread turns them into its A fragment (four k32 steps × four registers of e4m3 codes,
+//     the group scales folded in exactly as ConvertFp4FoldedFirst does) and issues the chunk's MMAs
+//     with A from registers and x's codes (B) from shared memory;
+//   - chunk c's MMAs run while chunk c + 1 is converted (two accumulators, two fragments).
+// x's codes and scales for the whole K, the group exponents of the block's rows and the folded
+// byte_perm tables are loaded once per item, behind the item's only two barriers.
+//
+// The order of every output is WgmmaBlock<kFp4>'s: per chunk and FoldPass one k32 chain from +0
+// over the folded codes, part = fma(acc, 2^top·x_scale, part), part restarting at each 512-column
+// slice, total = P_0, total += P_1, ...: the same bits (up to the sign of an all-zero part where a
+// row of the other 64 in WgmmaBlock's 128-row block needed later passes and this one did not).
+#pragma once
+
+namespace wgmma {
+namespace rs {
+
+constexpr int kRows = 64;                          // weight rows per block: one warpgroup
+constexpr int kThreads = 128;
+constexpr int kTok = 8;                            // token columns (wgmma m64n8k32)
+constexpr int kWarpRows = 16;                      // A-fragment rows of one warp
+constexpr int kAhead = 4;                          // chunks whose copies are in flight ahead
+constexpr int kStages = kAhead + 2;                // + the chunk converted + the one finishing
+constexpr int kRowBytes = kChunk / 2;              // 64 bytes of nibbles per row and chunk
+constexpr int kWarpStageBytes = kWarpRows * kRowBytes;  // 1 KiB
+constexpr int kStageBytes = kRows * kRowBytes;          // 4 KiB
+constexpr int kXChunkBytes = kTok * kChunk;             // 1 KiB: 8 token rows, 128-byte swizzle
+constexpr int kExpsStride = kRows + 1;                  // words between chunks of exponents
+constexpr int kMaxChunks = 64;                          // K <= 8192: the later-pass mask's bits
+constexpr int kTableEntries = 16;                       // shifts 0-8, then "group left" entries
+static_assert(kThreads == 4 * kWarpSize && kRows == 4 * kWarpRows, "one warpgroup, 16 rows per warp");
+
+// Shared memory for `chunks` chunks of K, offsets from the 1024-byte aligned base: the stages, x's
+// codes (chunk c's 8 × 128-byte swizzled tile at X + 1024·c, wgmma's B), x's scales [chunks][8],
+// the rows' group-exponent words [chunks][kExpsStride], the tables (uint4 per shift: the byte_perm
+// words of magnitudes 0-3 and 4-7 and the sign mask) and the later-pass mask (two words).
+struct Smem {
+  int chunks;
+  __host__ __device__ constexpr int X() const { return kStages * kStageBytes; }
+  __host__ __device__ constexpr int Xs() const { return X() + chunks * kXChunkBytes; }
+  __host__ __device__ constexpr int Exps() const { return Xs() + chunks * kTok * 4; }
+  __host__ __device__ constexpr int Tables() const { return (Exps() + chunks * kExpsStride * 4 + 15) / 16 * 16; }
+  __host__ __device__ constexpr int Mask() const { return Tables() + kTableEntries * 16; }
+  __host__ __device__ constexpr int Bytes() const { return Mask() + 8 + 1024; }  // + base alignment
+};
+
+// Byte offset, within a warp's 64-byte row of one chunk, of word j (0-15: bytes 4j..4j+3 of the
+// row's nibbles, word h = j % 4 of k32 step s = j / 4). Thread q of a row needs, per step, half
+// q % 2 of words q / 2 and 2 + q / 2 (the fragment's columns 4q..4q+3 and 16 + 4q..): the words
+// h = 0, 2 of every step come first (32 bytes, read by threads 0 and 1), then h = 1, 3.
+__device__ __forceinline__ int Place(int j) {
+  const int s = j / 4, h = j % 4;
+  return (h % 2) * 32 + (2 * s + h / 2) * 4;
+}
+
+// d (+)= A·B for one k32 step, m64n8k32, e4m3 × e4m3 → f32, A from registers (this thread's
+// fragment: rows g and g + 8 of its warp's 16, columns 4q.. and 16 + 4q..), B from shared memory;
+// the accumulator's previous value added (zeroed first, as MmaM64N8K32).
+__device__ __forceinline__ void MmaM64N8K32Rs(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                              uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %9, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1));
+}
+
+// Pass 0 of a row's chunk from its four group exponents (byte g of `exps`): per group its shift
+// top - e_g (0-8) or 15 where pass 0 leaves it (byte g of `shifts`), the row scale 2^top, and
+// whether groups are left for later passes. cpu::FirstFoldPassWord's values, in byte-wise SIMD
+// (every one of the 2^32 words checked: ExpertsRegisterFoldMismatchesForTesting). A row past the
+// weight: every group left, scale 1.
+struct RowFold {
+  uint32_t shifts;
+  float scale;
+  bool more;
+};
+__device__ __forceinline__ RowFold FoldOfExponents(uint32_t exps, bool valid) {
+  uint32_t top = __vmaxu4(exps, __byte_perm(exps, 0u, 0x1032u));
+  top = __vmaxu4(top, __byte_perm(top, 0u, 0x2301u));  // the largest exponent in every byte
+  const uint32_t below = __vsub4(top, exps);           // top - e_g per byte, no borrows
+  const uint32_t far = __vcmpgtu4(below, 0x08080808u);  // 0xff where more than 8 binades below
+  RowFold f;
+  f.shifts = valid ? (below | (far & 0x0f0f0f0fu)) & 0x0f0f0f0fu : 0x0f0f0f0fu;
+  f.scale = valid ? DecodeE8m0(static_cast<uint8_t>(top & 0xffu)) : 1.f;
+  f.more = valid && far != 0u;
+  return f;
+}
+
+// Eight nibbles (columns 0-7, low nibble first) → eight e4m3 codes through table entry t (x, y:
+// the byte_perm words of its shift; z: the sign mask, zero for a group the pass leaves, whose codes
+// are then +0): columns 0-3 in out0, 4-7 in out1. mma::fp8::E2m1x8ToE4m3x8Table with the mask.
+__device__ __forceinline__ void NibblesToCodes(uint32_t nibbles, const uint4& t, uint32_t& out0, uint32_t& out1) {
+  const uint32_t shifted = nibbles << 4;
+  const uint32_t signs0 = mma::fp8::PrmtGeneric(shifted, nibbles, 0xd9c8u);
+  const uint32_t signs1 = mma::fp8::PrmtGeneric(shifted, nibbles, 0xfbeau);
+  out0 = __byte_perm(t.x, t.y, nibbles & 0x7777u) | (signs0 & t.z);
+  out1 = __byte_perm(t.x, t.y, (nibbles >> 16) & 0x7777u) | (signs1 & t.z);
+}
+
+// One row's A-fragment registers of a chunk: `row` its 64 bytes in the stage (Place's order),
+// `shifts` its groups' table entries (byte s: step s). Writes frag[4s + lo] (columns 4q..4q+3 of
+// step s) and frag[4s + lo + 2] (columns 16 + 4q..): lo = 0 for the thread's row g, 1 for g + 8.
+__device__ __forceinline__ void RowFragment(const uint8_t* row, int q, uint32_t shifts, const uint4* tables,
+                                            uint32_t (&frag)[16], int lo) {
+  const uint4 v0 = *reinterpret_cast<const uint4*>(row + (q / 2) * 32);       // steps 0, 1
+  const uint4 v1 = *reinterpret_cast<const uint4*>(row + (q / 2) * 32 + 16);  // steps 2, 3
+  const uint32_t half = q % 2 != 0 ? 0x7632u : 0x5410u;  // the thread's half of each word
+  const uint32_t nibbles[4] = {mma::fp8::PrmtGeneric(v0.x, v0.y, half), mma::fp8::PrmtGeneric(v0.z, v0.w, half),
+                               mma::fp8::PrmtGeneric(v1.x, v1.y, half), mma::fp8::PrmtGeneric(v1.z, v1.w, half)};
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const uint4 t = tables[(shifts >> (8 * s)) & 0xffu];
+    NibblesToCodes(nibbles[s], t, frag[4 * s + lo], frag[4 * s + lo + 2]);
+  }
+}
+
+// The shifts of a later pass (1, 2, ...) of a row's chunk and its scale (1 where it takes nothing).
+__device__ __forceinline__ RowFold LaterFold(uint32_t exps, bool valid, int pass) {
+  RowFold f{0x0f0f0f0fu, 1.f, false};
+  if (!valid) return f;
+  int e[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) e[j] = static_cast<int>((exps >> (8 * j)) & 0xffu);
+  const cpu::FoldPass pf = cpu::FoldPassOf(e, pass);
+  uint32_t shifts = 0u;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    shifts |= (cpu::FoldPassTakes(pf, e[j]) ? static_cast<uint32_t>(pf.top - e[j]) : 0x0fu) << (8 * j);
+  }
+  f.shifts = shifts;
+  f.scale = pf.any ? DecodeE8m0(static_cast<uint8_t>(pf.top)) : 1.f;
+  f.more = pf.more;
+  return f;
+}
+
+// The four k32 MMAs of a chunk from +0 into acc (x's chunk tile at x_addr); acc and frag are not
+// to be touched until a wait covers the group.
+__device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&frag)[16], uint32_t x_addr) {
+  ZeroForWgmma(acc);
+  WgmmaFence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    MmaM64N8K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3],
+                  SwizzledDescriptor(x_addr + 32 * s));
+  }
+  WgmmaCommit();
+}
+
+// The copies of one warp's rows for chunk c into its part of a stage (`stage` + 1 KiB · warp):
+// lane l copies word l % 16 of rows 2i + l / 16 (i = 0..7), 4-byte cp.async where the weight's
+// rows are 4-byte aligned (`words`), else byte loads; rows past p.n get zeros.
+struct WarpCopies {
+  const uint8_t* src;  // this lane's word of its first row, chunk 0
+  int64_t pair_stride; // bytes of two rows
+  int dst;             // offset of this lane's first word in the warp's stage part
+  int rows;            // rows of this warp within p.n (0-16)
+  bool words;
+
+  __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int warp, int lane) {
+    const int64_t row0 = n0 + kWarpRows * warp;
+    rows = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kWarpRows), p.n - row0)));
+    words = ((reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes)) & 3u) == 0;
+    src = p.w + (row0 + lane / 16) * p.w_row_bytes + 4 * (lane % 16);
+    pair_stride = 2 * p.w_row_bytes;
+    dst = (lane / 16) * kRowBytes + Place(lane % 16);
+  }
+
+  __device__ __forceinline__ void Load(uint8_t* warp_stage, int c, int lane, const uint8_t* any_valid) const {
+    const uint8_t* from = src + static_cast<int64_t>(c) * kRowBytes;
+#pragma unroll
+    for (int i = 0; i < kWarpRows / 2; ++i) {
+      const bool valid = 2 * i + lane / 16 < rows;
+      uint8_t* to = warp_stage + dst + i * 2 * kRowBytes;
+      if (words) {
+        CpAsyncOrZero<4>(to, valid ? from + i * pair_stride : any_valid, valid);
+      } else {
+        uint32_t word = 0u;
+        if (valid) {
+#pragma unroll
+          for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(from + i * pair_stride + b)) << (8 * b);
+        }
+        *reinterpret_cast<uint32_t*>(to) = word;
+      }
+    }
+  }
+};
+
+// One item: weight rows n0..n0+63 of p (an FP4 expert, e8m0 scales) × the tile's token rows
+// t_codes.. of the codes (p.m of them, at most 8; y rows 0.. of p.y) over all `chunks` chunks of
+// K. All 128 threads call it; it leaves no copies in flight and shared memory free after a
+// barrier.
+__device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
+                                                  uint8_t* smem, int chunks) {
+  const Smem L{chunks};
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m));
+  const int la = kWarpRows * warp + g, lb = la + 8;  // this thread's rows within the block
+  const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
+  const WarpCopies copies(p, n0, warp, lane);
+  auto stage_of = [&](int c) { return smem + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
+  const uint32_t x_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + L.X()));
+  const float* xs = reinterpret_cast<const float*>(smem + L.Xs());
+  const uint32_t* exps = reinterpret_cast<const uint32_t*>(smem + L.Exps());
+  const uint4* tables = reinterpret_cast<const uint4*>(smem + L.Tables());
+  uint32_t* mask = reinterpret_cast<uint32_t*>(smem + L.Mask());
+
+  // ---- the item's copies: x's codes, scales and the exponents with chunk 0 (group 0), then the
+  // ring's first chunks; the tables and the mask's zeros by plain stores.
+  for (int u = tid; u < tokens * chunks * 8; u += kThreads) {
+    const int r = u / (chunks * 8), c = (u / 8) % chunks, unit = u % 8;
+    CpAsync16(smem + L.X() + c * kXChunkBytes + SwizzledOffset(r, unit),
+              a.codes + (t_codes + r) * p.k + c * kChunk + unit * 16);
+  }
+  for (int u = tid; u < tokens * chunks; u += kThreads) {
+    const int c = u / tokens, r = u % tokens;
+    CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + c * a.m_pad + t_codes + r, true);
+  }
+  const bool exps_words = ((reinterpret_cast<uintptr_t>(p.scale) | static_cast<uintptr_t>(p.scale_row_stride)) & 3u) == 0;
+  for (int u = tid; u < kRows * chunks; u += kThreads) {
+    const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
+    const bool valid = n0 + r < p.n;
+    const uint8_t* src = p.scale + (valid ? n0 + r : 0) * p.scale_row_stride + 4 * c;
+    uint8_t* dst = smem + L.Exps() + (c * kExpsStride + r) * 4;
+    if (exps_words) {
+      CpAsyncOrZero<4>(dst, valid ? src : p.scale, valid);
+    } else {
+      uint32_t word = 0u;
+      if (valid) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(src + b)) << (8 * b);
+      }
+      *reinterpret_cast<uint32_t*>(dst) = word;
+    }
+  }
+  if (tid < kTableEntries * 4) {
+    const int entry = tid / 4, field = tid % 4;
+    uint32_t v = 0u;
+    if (entry <= cpu::kFp4FoldMaxShift) v = field < 2 ? kFoldedTables[entry][field] : field == 2 ? 0x80808080u : 0u;
+    reinterpret_cast<uint32_t*>(smem + L.Tables())[tid] = v;
+  }
+  if (tid < 2) mask[tid] = 0u;
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
+    CpAsyncCommit();
+  }
+  CpAsyncWait<kAhead - 1>();  // group 0: x, its scales, the exponents and chunk 0
+  FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
+  __syncthreads();
+
+  // ---- which chunks some row of the block needs later passes for (uniform: the MMAs are the
+  // warpgroup's).
+  uint32_t later_lo = 0u, later_hi = 0u;
+  for (int u = tid; u < kRows * chunks; u += kThreads) {
+    const int r = u % kRows, c = u / kRows;
+    if (FoldOfExponents(exps[c * kExpsStride + r], n0 + r < p.n).more) {
+      if (c < 32) later_lo |= 1u << c; else later_hi |= 1u << (c - 32);
+    }
+  }
+  later_lo = __reduce_or_sync(0xffffffffu, later_lo);
+  later_hi = __reduce_or_sync(0xffffffffu, later_hi);
+  if (lane == 0 && (later_lo | later_hi) != 0u) {
+    atomicOr(mask, later_lo);
+    atomicOr(mask + 1, later_hi);
+  }
+  __syncthreads();
+  const uint64_t later = static_cast<uint64_t>(mask[0]) | static_cast<uint64_t>(mask[1]) << 32;
+
+  float acc0[4], acc1[4], part[4], total[4];
+  uint32_t frag0[16], frag1[16];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
+
+  struct Scales {
+    float sa, sb;
+  };
+  // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
+  // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
+  auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[4]) {
+    CpAsyncWait<kAhead - 1>();
+    __syncwarp();
+    if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
+    CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
+    const uint8_t* stage = stage_of(c);
+    const RowFold fa = FoldOfExponents(exps[c * kExpsStride + la], valid_a);
+    const RowFold fb = FoldOfExponents(exps[c * kExpsStride + lb], valid_b);
+    RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
+    RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
+    IssueChunk(acc, frag, x_base + c * kXChunkBytes);
+    return Scales{fa.scale, fb.scale};
+  };
+  // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
+  // passes (uniform over the block), the slice's end.
+  auto finish = [&](int c, float (&done)[4], uint32_t (&frag)[16], const Scales& s) {
+    AddScaledRows(part, done, s.sa, s.sb, xs + c * kTok, q, tokens);
+    if (((later >> c) & 1u) != 0u) {
+      const uint8_t* stage = stage_of(c);
+      const uint32_t ea = exps[c * kExpsStride + la], eb = exps[c * kExpsStride + lb];
+      for (int pass = 1;; ++pass) {
+        const RowFold fa = LaterFold(ea, valid_a, pass), fb = LaterFold(eb, valid_b, pass);
+        RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
+        RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
+        IssueChunk(done, frag, x_base + c * kXChunkBytes);
+        WgmmaWaitAll();
+        PinAll(done);
+        AddScaledRows(part, done, fa.scale, fb.scale, xs + c * kTok, q, tokens);
+        if (!__syncthreads_or(fa.more || fb.more)) break;
+      }
+    }
+    EndChunk(total, part, c, 0, chunks, tokens);
+  };
+
+  // Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs, then the last.
+  Scales last = issue(0, frag0, acc0);
+  int c = 1;
+  for (; c + 1 < chunks; c += 2) {
+    Scales now = issue(c, frag1, acc1);
+    WgmmaWait<1>();  // chunk c - 1
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last);
+    last = issue(c + 1, frag0, acc0);
+    WgmmaWait<1>();  // chunk c
+    PinAll(acc1);
+    finish(c, acc1, frag1, now);
+  }
+  if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
+    const Scales now = issue(c, frag1, acc1);
+    WgmmaWait<1>();
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last);
+    WgmmaWaitAll();
+    PinAll(acc1);
+    finish(c, acc1, frag1, now);
+  } else {
+    WgmmaWaitAll();
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last);
+  }
+  CpAsyncWaitAll();
+  StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
+  __syncthreads();  // shared memory free for the caller's next item
+}
+
+// Where this kernel takes an ExpertsLinear call's tiles of 1-8 rows: FP4 weights with e8m0 scales
+// (ExpertsUsable), K a multiple of 128 of at most kMaxChunks chunks.
+inline bool Usable(int64_t k) { return k > 0 && k % kChunk == 0 && k / kChunk <= kMaxChunks; }
+
+}  // namespace rs
+}  // namespace wgmma
