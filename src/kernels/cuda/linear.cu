@@ -1198,8 +1198,10 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 
 // FP4 experts' tiles of 1-8 rows with the weight operand in registers (linear_wgmma_rs.cuh): items
 // of 64 weight rows (ep.blocks_per_tile = ceil(N / 64)), one warpgroup per block, the same bits as
-// ExpertsWgmmaKernel<kFp4, 8>.
-__global__ void __launch_bounds__(wgmma::rs::kThreads, 3)
+// ExpertsWgmmaKernel<kFp4, 8>. kMinBlocks: blocks per SM the registers are held to (3: 168
+// registers, 8 bytes of spills; 4: 128, 212 bytes; ptxas, CUDA 13.0).
+template <int kMinBlocks>
+__global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -2405,17 +2407,32 @@ void LaunchExpertsFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const 
 std::atomic<uint64_t> g_experts_register_a_launches{0};  // launches of it (tests)
 KernelSwitch g_experts_register_a{"DEEPINFER_EXPERTS_REGISTER_A", 0};
 
-// ExpertsFp4RegistersKernel over the tiles of 1-8 rows (ep as LaunchExpertsWgmma built it, for
-// 128-row items): persistent blocks, at most as many as fit on the device at once.
+// ExpertsFp4RegistersKernel's register bound: 3 or 4 blocks per SM (DEEPINFER_EXPERTS_REGISTER_A_BLOCKS,
+// read once; unset: 3).
+int RegisterABlocksPerSm() {
+  static const int blocks = [] {
+    const char* v = std::getenv("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "3") == 0) return 3;
+    if (std::strcmp(v, "4") == 0) return 4;
+    const std::string message = std::string("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS must be 3 or 4, got '") + v + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
+  }();
+  return blocks;
+}
+
+// ExpertsFp4RegistersKernel<kMinBlocks> over the tiles of 1-8 rows (ep as LaunchExpertsWgmma built
+// it, for 128-row items): persistent blocks, at most as many as fit on the device at once.
+template <int kMinBlocks>
 void LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a) {
+  constexpr auto kKernel = ExpertsFp4RegistersKernel<kMinBlocks>;
   const int64_t tiles = TilesInRange<wgmma::rs::kTok>(l);
   if (tiles == 0) return;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
   const int smem = wgmma::rs::Smem{static_cast<int>(l.params.base.k / wgmma::kChunk)}.Bytes();
-  AllowDynamicSmem<ExpertsFp4RegistersKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks}.Bytes());
-  const int blocks_per_sm = BlocksPerSm<ExpertsFp4RegistersKernel>(wgmma::rs::kThreads, smem);
+  AllowDynamicSmem<kKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks}.Bytes());
+  const int blocks_per_sm = BlocksPerSm<kKernel>(wgmma::rs::kThreads, smem);
   const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  ExpertsFp4RegistersKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
+  kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles");
   g_experts_register_a_launches.fetch_add(1);
 }
@@ -2455,7 +2472,10 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   LaunchTileRange<ExpertsWgmmaKernel<K, 64, 1>, 64>(l, ep, kSmem, "cuda::ExpertsLinear wgmma", a);
   LaunchExpertsWgmmaSmall<K, 16>(l, ep, a);
   if constexpr (K == Kind::kFp4) {
-    if (g_experts_register_a.On() && wgmma::rs::Usable(b.k)) return LaunchExpertsFp4Registers(l, ep, a);
+    if (g_experts_register_a.On() && wgmma::rs::Usable(b.k)) {
+      if (RegisterABlocksPerSm() == 4) return LaunchExpertsFp4Registers<4>(l, ep, a);
+      return LaunchExpertsFp4Registers<3>(l, ep, a);
+    }
   }
   LaunchExpertsWgmmaSmall<K, 8>(l, ep, a);
 }

@@ -52,6 +52,30 @@ struct Smem {
   __host__ __device__ constexpr int Bytes() const { return Mask() + 8 + 1024; }  // + base alignment
 };
 
+// Shared-memory loads and stores at 32-bit shared addresses: the block's shared memory reaches
+// this code through a generic pointer, and the compiler then emits generic loads (LD.E) for it.
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t LdShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 LdSharedF32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint4 LdShared128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void StShared32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
 // Byte offset, within a warp's 64-byte row of one chunk, of word j (0-15: bytes 4j..4j+3 of the
 // row's nibbles, word h = j % 4 of k32 step s = j / 4). Thread q of a row needs, per step, half
 // q % 2 of words q / 2 and 2 + q / 2 (the fragment's columns 4q..4q+3 and 16 + 4q..): the words
@@ -109,21 +133,33 @@ __device__ __forceinline__ void NibblesToCodes(uint32_t nibbles, const uint4& t,
   out1 = __byte_perm(t.x, t.y, (nibbles >> 16) & 0x7777u) | (signs1 & t.z);
 }
 
-// One row's A-fragment registers of a chunk: `row` its 64 bytes in the stage (Place's order),
-// `shifts` its groups' table entries (byte s: step s). Writes frag[4s + lo] (columns 4q..4q+3 of
-// step s) and frag[4s + lo + 2] (columns 16 + 4q..): lo = 0 for the thread's row g, 1 for g + 8.
-__device__ __forceinline__ void RowFragment(const uint8_t* row, int q, uint32_t shifts, const uint4* tables,
+// One row's A-fragment registers of a chunk: `row` the shared address of its 64 bytes in the
+// stage (Place's order), `shifts` its groups' table entries (byte s: step s; `tables` the shared
+// address of entry 0). Writes frag[4s + lo] (columns 4q..4q+3 of step s) and frag[4s + lo + 2]
+// (columns 16 + 4q..): lo = 0 for the thread's row g, 1 for g + 8.
+__device__ __forceinline__ void RowFragment(uint32_t row, int q, uint32_t shifts, uint32_t tables,
                                             uint32_t (&frag)[16], int lo) {
-  const uint4 v0 = *reinterpret_cast<const uint4*>(row + (q / 2) * 32);       // steps 0, 1
-  const uint4 v1 = *reinterpret_cast<const uint4*>(row + (q / 2) * 32 + 16);  // steps 2, 3
+  const uint4 v0 = LdShared128(row + (q / 2) * 32);       // steps 0, 1
+  const uint4 v1 = LdShared128(row + (q / 2) * 32 + 16);  // steps 2, 3
   const uint32_t half = q % 2 != 0 ? 0x7632u : 0x5410u;  // the thread's half of each word
   const uint32_t nibbles[4] = {mma::fp8::PrmtGeneric(v0.x, v0.y, half), mma::fp8::PrmtGeneric(v0.z, v0.w, half),
                                mma::fp8::PrmtGeneric(v1.x, v1.y, half), mma::fp8::PrmtGeneric(v1.z, v1.w, half)};
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    const uint4 t = tables[(shifts >> (8 * s)) & 0xffu];
+    const uint4 t = LdShared128(tables + 16 * ((shifts >> (8 * s)) & 0xffu));
     NibblesToCodes(nibbles[s], t, frag[4 * s + lo], frag[4 * s + lo + 2]);
   }
+}
+
+// part += acc · (row scale · x_scale) for a tile of 8 tokens (AddScaledRows<4> with x's scales of
+// the chunk read from shared address xs: the thread's two, tokens 2q and 2q + 1).
+__device__ __forceinline__ void AddScaled8(float (&part)[4], const float (&acc)[4], float sa, float sb, uint32_t xs,
+                                           int q) {
+  const float2 x = LdSharedF32x2(xs + 8 * q);
+  part[0] = __fmaf_rn(acc[0], __fmul_rn(sa, x.x), part[0]);
+  part[1] = __fmaf_rn(acc[1], __fmul_rn(sa, x.y), part[1]);
+  part[2] = __fmaf_rn(acc[2], __fmul_rn(sb, x.x), part[2]);
+  part[3] = __fmaf_rn(acc[3], __fmul_rn(sb, x.y), part[3]);
 }
 
 // The shifts of a later pass (1, 2, ...) of a row's chunk and its scale (1 where it takes nothing).
@@ -158,9 +194,10 @@ __device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&fra
   WgmmaCommit();
 }
 
-// The copies of one warp's rows for chunk c into its part of a stage (`stage` + 1 KiB · warp):
-// lane l copies word l % 16 of rows 2i + l / 16 (i = 0..7), 4-byte cp.async where the weight's
-// rows are 4-byte aligned (`words`), else byte loads; rows past p.n get zeros.
+// The copies of one warp's rows for chunk c into its part of a stage (shared address `warp_stage`:
+// the stage + 1 KiB · warp): lane l copies word l % 16 of rows 2i + l / 16 (i = 0..7), 4-byte
+// cp.async where the weight's rows are 4-byte aligned (`words`), else byte loads; rows past p.n
+// get zeros.
 struct WarpCopies {
   const uint8_t* src;  // this lane's word of its first row, chunk 0
   int64_t pair_stride; // bytes of two rows
@@ -177,22 +214,26 @@ struct WarpCopies {
     dst = (lane / 16) * kRowBytes + Place(lane % 16);
   }
 
-  __device__ __forceinline__ void Load(uint8_t* warp_stage, int c, int lane, const uint8_t* any_valid) const {
+  __device__ __forceinline__ void Load(uint32_t warp_stage, int c, int lane, const uint8_t* any_valid) const {
     const uint8_t* from = src + static_cast<int64_t>(c) * kRowBytes;
+    const uint32_t to = warp_stage + dst;
+    if (words) {
 #pragma unroll
-    for (int i = 0; i < kWarpRows / 2; ++i) {
-      const bool valid = 2 * i + lane / 16 < rows;
-      uint8_t* to = warp_stage + dst + i * 2 * kRowBytes;
-      if (words) {
-        CpAsyncOrZero<4>(to, valid ? from + i * pair_stride : any_valid, valid);
-      } else {
-        uint32_t word = 0u;
-        if (valid) {
-#pragma unroll
-          for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(from + i * pair_stride + b)) << (8 * b);
-        }
-        *reinterpret_cast<uint32_t*>(to) = word;
+      for (int i = 0; i < kWarpRows / 2; ++i) {
+        const bool valid = 2 * i + lane / 16 < rows;
+        const unsigned bytes = valid ? 4u : 0u;  // 0: zeros, the source not read
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to + i * 2 * kRowBytes),
+                     "l"(__cvta_generic_to_global(valid ? from + i * pair_stride : any_valid)), "r"(bytes)
+                     : "memory");
       }
+      return;
+    }
+    for (int i = 0; i < kWarpRows / 2; ++i) {
+      uint32_t word = 0u;
+      if (2 * i + lane / 16 < rows) {
+        for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(from + i * pair_stride + b)) << (8 * b);
+      }
+      StShared32(to + i * 2 * kRowBytes, word);
     }
   }
 };
@@ -211,12 +252,11 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const int la = kWarpRows * warp + g, lb = la + 8;  // this thread's rows within the block
   const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
   const WarpCopies copies(p, n0, warp, lane);
-  auto stage_of = [&](int c) { return smem + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
-  const uint32_t x_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem + L.X()));
-  const float* xs = reinterpret_cast<const float*>(smem + L.Xs());
-  const uint32_t* exps = reinterpret_cast<const uint32_t*>(smem + L.Exps());
-  const uint4* tables = reinterpret_cast<const uint4*>(smem + L.Tables());
-  uint32_t* mask = reinterpret_cast<uint32_t*>(smem + L.Mask());
+  const uint32_t base = SharedAddress(smem);
+  auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
+  const uint32_t x_base = base + L.X(), xs = base + L.Xs(), exps = base + L.Exps(), tables = base + L.Tables();
+  const uint32_t mask = base + L.Mask();
+  auto exps_of = [&](int c, int r) { return LdShared32(exps + (c * kExpsStride + r) * 4); };
 
   // ---- the item's copies: x's codes, scales and the exponents with chunk 0 (group 0), then the
   // ring's first chunks; the tables and the mask's zeros by plain stores.
@@ -234,25 +274,24 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
     const bool valid = n0 + r < p.n;
     const uint8_t* src = p.scale + (valid ? n0 + r : 0) * p.scale_row_stride + 4 * c;
-    uint8_t* dst = smem + L.Exps() + (c * kExpsStride + r) * 4;
+    const int dst = L.Exps() + (c * kExpsStride + r) * 4;
     if (exps_words) {
-      CpAsyncOrZero<4>(dst, valid ? src : p.scale, valid);
+      CpAsyncOrZero<4>(smem + dst, valid ? src : p.scale, valid);
     } else {
       uint32_t word = 0u;
       if (valid) {
-#pragma unroll
         for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(src + b)) << (8 * b);
       }
-      *reinterpret_cast<uint32_t*>(dst) = word;
+      StShared32(base + dst, word);
     }
   }
   if (tid < kTableEntries * 4) {
     const int entry = tid / 4, field = tid % 4;
     uint32_t v = 0u;
     if (entry <= cpu::kFp4FoldMaxShift) v = field < 2 ? kFoldedTables[entry][field] : field == 2 ? 0x80808080u : 0u;
-    reinterpret_cast<uint32_t*>(smem + L.Tables())[tid] = v;
+    StShared32(tables + 4 * tid, v);
   }
-  if (tid < 2) mask[tid] = 0u;
+  if (tid < 2) StShared32(mask + 4 * tid, 0u);
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
@@ -267,18 +306,19 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   uint32_t later_lo = 0u, later_hi = 0u;
   for (int u = tid; u < kRows * chunks; u += kThreads) {
     const int r = u % kRows, c = u / kRows;
-    if (FoldOfExponents(exps[c * kExpsStride + r], n0 + r < p.n).more) {
+    if (FoldOfExponents(exps_of(c, r), n0 + r < p.n).more) {
       if (c < 32) later_lo |= 1u << c; else later_hi |= 1u << (c - 32);
     }
   }
   later_lo = __reduce_or_sync(0xffffffffu, later_lo);
   later_hi = __reduce_or_sync(0xffffffffu, later_hi);
   if (lane == 0 && (later_lo | later_hi) != 0u) {
-    atomicOr(mask, later_lo);
-    atomicOr(mask + 1, later_hi);
+    uint32_t* words = reinterpret_cast<uint32_t*>(smem + L.Mask());
+    atomicOr(words, later_lo);
+    atomicOr(words + 1, later_hi);
   }
   __syncthreads();
-  const uint64_t later = static_cast<uint64_t>(mask[0]) | static_cast<uint64_t>(mask[1]) << 32;
+  const uint64_t later = static_cast<uint64_t>(LdShared32(mask)) | static_cast<uint64_t>(LdShared32(mask + 4)) << 32;
 
   float acc0[4], acc1[4], part[4], total[4];
   uint32_t frag0[16], frag1[16];
@@ -295,9 +335,9 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     __syncwarp();
     if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
     CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
-    const uint8_t* stage = stage_of(c);
-    const RowFold fa = FoldOfExponents(exps[c * kExpsStride + la], valid_a);
-    const RowFold fb = FoldOfExponents(exps[c * kExpsStride + lb], valid_b);
+    const uint32_t stage = stage_of(c);
+    const RowFold fa = FoldOfExponents(exps_of(c, la), valid_a);
+    const RowFold fb = FoldOfExponents(exps_of(c, lb), valid_b);
     RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
     RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
     IssueChunk(acc, frag, x_base + c * kXChunkBytes);
@@ -306,10 +346,10 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
   // passes (uniform over the block), the slice's end.
   auto finish = [&](int c, float (&done)[4], uint32_t (&frag)[16], const Scales& s) {
-    AddScaledRows(part, done, s.sa, s.sb, xs + c * kTok, q, tokens);
+    AddScaled8(part, done, s.sa, s.sb, xs + c * kTok * 4, q);
     if (((later >> c) & 1u) != 0u) {
-      const uint8_t* stage = stage_of(c);
-      const uint32_t ea = exps[c * kExpsStride + la], eb = exps[c * kExpsStride + lb];
+      const uint32_t stage = stage_of(c);
+      const uint32_t ea = exps_of(c, la), eb = exps_of(c, lb);
       for (int pass = 1;; ++pass) {
         const RowFold fa = LaterFold(ea, valid_a, pass), fb = LaterFold(eb, valid_b, pass);
         RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
@@ -317,7 +357,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
         IssueChunk(done, frag, x_base + c * kXChunkBytes);
         WgmmaWaitAll();
         PinAll(done);
-        AddScaledRows(part, done, fa.scale, fb.scale, xs + c * kTok, q, tokens);
+        AddScaled8(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q);
         if (!__syncthreads_or(fa.more || fb.more)) break;
       }
     }
