@@ -34,10 +34,11 @@
 # DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
 # bench of the same points without the ceilings (steps-NAME.json in $OUT/variants.tar.xz, one
 # file whatever their number), and tools/compare_bench.py prints them beside the first
-# ($OUT/compare.txt). Each variant adds ~25 s.
+# ($OUT/compare.txt). Each variant adds ~25 s. `--tests FILTER` runs that gtest filter instead of
+# the quick suites (a kernel's own tests when device time is short).
 #
 #   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench |
-#                                --quick [--variant 'NAME;ENV;FLAGS' ...] [-- ARGS]]
+#                                --quick [--tests FILTER] [--variant 'NAME;ENV;FLAGS' ...] [-- ARGS]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=1
@@ -53,6 +54,7 @@ while [[ $# -gt 0 ]]; do
     --only-bench) run=0; profile=0; shift ;;
     --quick) quick=1; shift ;;
     --variant) variants+=("$2"); shift 2 ;;
+    --tests) tests_filter=$2; shift 2 ;;
     --) shift; bench_args=("$@"); break ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -63,6 +65,7 @@ status=0
 if [[ ${quick:-0} -eq 1 ]]; then
   quick_filter='CudaLinearFp8.*:CudaLinearMma.*:CudaLinear.Grouped*:CudaExpertsLinear*:CudaAttentionSplitBf16.*'
   quick_filter+=':GpuModel.*:ReferenceGoldens/GpuGolden.*:GpuEngine.*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
+  quick_filter=${tests_filter:-$quick_filter}
   OUT=$final timeout 170 bash scripts/gpu-run.sh --no-reruns --filter "$quick_filter" 2>&1 | tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   source scripts/gpu-env.sh

@@ -2730,58 +2730,24 @@ __global__ void Fp4CodesCheckKernel(uint32_t salt, unsigned long long* mismatche
     }
   }
 }
-// Every word of four group exponents (grid-stride over 2^32) through wgmma::rs::FoldOfExponents
-// against cpu::FirstFoldPassWord's shifts, more flag and row scale; counts the words that differ.
-__global__ void RegisterFoldCheckKernel(unsigned long long* mismatches) {
-  unsigned long long bad = 0;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 32);
-       i += stride) {
-    const uint32_t word = static_cast<uint32_t>(i);
-    int e[4];
-    for (int j = 0; j < 4; ++j) e[j] = static_cast<int>((word >> (8 * j)) & 0xffu);
-    const uint32_t want = cpu::FirstFoldPassWord(e);
-    const wgmma::rs::RowFold got = wgmma::rs::FoldOfExponents(word, true);
-    bool same = got.more == cpu::FoldWordMore(want) &&
-                __float_as_uint(got.scale) == __float_as_uint(wgmma::FoldedRowScaleOf(want));
-    for (int j = 0; j < 4; ++j) same = same && ((got.shifts >> (8 * j)) & 0xffu) == cpu::FoldWordShift(want, j);
-    bad += same ? 0 : 1;
-  }
-  if (bad != 0) atomicAdd(mismatches, bad);
-}
 }  // namespace
 
-// Runs launch(count) on the default stream with a zeroed device counter and returns what it
-// counted; `what` names the hook in its error (tests).
-template <class Launch>
-uint64_t CountOnDevice(const char* what, const Launch& launch) {
+uint64_t Fp4CodeMismatchesForTesting() {
   unsigned long long* count = nullptr;
   DI_CUDA_CHECK(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
   unsigned long long host = 0;
-  cudaError_t status = cudaMemset(count, 0, sizeof(*count));
-  if (status == cudaSuccess) status = launch(count);
-  if (status == cudaSuccess) status = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
-  cudaFree(count);
-  DI_CUDA_CHECK(status, what);
-  return host;
-}
-
-uint64_t Fp4CodeMismatchesForTesting() {
-  return CountOnDevice("Fp4CodeMismatchesForTesting", [](unsigned long long* count) {
-    cudaError_t e = cudaSuccess;
+  const cudaError_t status = [&] {
+    cudaError_t e = cudaMemset(count, 0, sizeof(*count));
     for (const uint32_t salt : {0u, 0x9e3779b9u, 0x7f4a7c15u}) {
       if (e == cudaSuccess) Fp4CodesCheckKernel<<<256, 256>>>(salt, count);
       if (e == cudaSuccess) e = cudaGetLastError();
     }
+    if (e == cudaSuccess) e = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
     return e;
-  });
-}
-
-uint64_t ExpertsRegisterFoldMismatchesForTesting() {
-  return CountOnDevice("ExpertsRegisterFoldMismatchesForTesting", [](unsigned long long* count) {
-    RegisterFoldCheckKernel<<<1024, 256>>>(count);
-    return cudaGetLastError();
-  });
+  }();
+  cudaFree(count);
+  DI_CUDA_CHECK(status, "Fp4CodeMismatchesForTesting");
+  return host;
 }
 
 bool QuantizesFp8Input(const DeviceWeight& w) {

@@ -140,10 +140,6 @@ void SetDenseOverlapForTesting(int mode);
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.
 uint64_t Fp4CodeMismatchesForTesting();
-// Tests only: how many of the 2^32 words of four e8m0 group exponents the register-fed FP4
-// experts kernel folds (wgmma::rs::FoldOfExponents: shifts, later-pass flag, row scale) otherwise
-// than cpu::FirstFoldPassWord (0 expected). Synchronizes the device.
-uint64_t ExpertsRegisterFoldMismatchesForTesting();
 // Tests only: the FP4 experts' tiles of 1-8 rows on the register-fed warpgroup-MMA kernel (the
 // same bits) on (1), off (0), or as DEEPINFER_EXPERTS_REGISTER_A says (-1, the default: off unless
 // 1); and how many such launches this process has made.

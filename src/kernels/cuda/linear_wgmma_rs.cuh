@@ -11,8 +11,9 @@
 //     the group scales folded in exactly as ConvertFp4FoldedFirst does) and issues the chunk's MMAs
 //     with A from registers and x's codes (B) from shared memory;
 //   - chunk c's MMAs run while chunk c + 1 is converted (two accumulators, two fragments).
-// x's codes and scales for the whole K, the group exponents of the block's rows and the folded
-// byte_perm tables are loaded once per item, behind the item's only two barriers.
+// x's codes and scales for the whole K, the pass-0 fold word of each of the block's (row, chunk)
+// (computed once per item, not per thread and chunk) and the folded byte_perm tables are set up
+// once per item, behind the item's only two barriers.
 //
 // The order of every output is WgmmaBlock<kFp4>'s: per chunk and FoldPass one k32 chain from +0
 // over the folded codes, part = fma(acc, 2^top·x_scale, part), part restarting at each 512-column
@@ -33,21 +34,21 @@ constexpr int kRowBytes = kChunk / 2;              // 64 bytes of nibbles per ro
 constexpr int kWarpStageBytes = kWarpRows * kRowBytes;  // 1 KiB
 constexpr int kStageBytes = kRows * kRowBytes;          // 4 KiB
 constexpr int kXChunkBytes = kTok * kChunk;             // 1 KiB: 8 token rows, 128-byte swizzle
-constexpr int kExpsStride = kRows + 1;                  // words between chunks of exponents
+constexpr int kFoldStride = kRows + 1;                  // words between chunks of fold words
 constexpr int kMaxChunks = 64;                          // K <= 8192: the later-pass mask's bits
 constexpr int kTableEntries = 16;                       // shifts 0-8, then "group left" entries
 static_assert(kThreads == 4 * kWarpSize && kRows == 4 * kWarpRows, "one warpgroup, 16 rows per warp");
 
 // Shared memory for `chunks` chunks of K, offsets from the 1024-byte aligned base: the stages, x's
 // codes (chunk c's 8 × 128-byte swizzled tile at X + 1024·c, wgmma's B), x's scales [chunks][8],
-// the rows' group-exponent words [chunks][kExpsStride], the tables (uint4 per shift: the byte_perm
+// the rows' pass-0 fold words [chunks][kFoldStride], the tables (uint4 per shift: the byte_perm
 // words of magnitudes 0-3 and 4-7 and the sign mask) and the later-pass mask (two words).
 struct Smem {
   int chunks;
   __host__ __device__ constexpr int X() const { return kStages * kStageBytes; }
   __host__ __device__ constexpr int Xs() const { return X() + chunks * kXChunkBytes; }
-  __host__ __device__ constexpr int Exps() const { return Xs() + chunks * kTok * 4; }
-  __host__ __device__ constexpr int Tables() const { return (Exps() + chunks * kExpsStride * 4 + 15) / 16 * 16; }
+  __host__ __device__ constexpr int Folds() const { return Xs() + chunks * kTok * 4; }
+  __host__ __device__ constexpr int Tables() const { return (Folds() + chunks * kFoldStride * 4 + 15) / 16 * 16; }
   __host__ __device__ constexpr int Mask() const { return Tables() + kTableEntries * 16; }
   __host__ __device__ constexpr int Bytes() const { return Mask() + 8 + 1024; }  // + base alignment
 };
@@ -100,27 +101,14 @@ __device__ __forceinline__ void MmaM64N8K32Rs(float (&d)[4], uint32_t a0, uint32
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1));
 }
 
-// Pass 0 of a row's chunk from its four group exponents (byte g of `exps`): per group its shift
-// top - e_g (0-8) or 15 where pass 0 leaves it (byte g of `shifts`), the row scale 2^top, and
-// whether groups are left for later passes. cpu::FirstFoldPassWord's values, in byte-wise SIMD
-// (every one of the 2^32 words checked: ExpertsRegisterFoldMismatchesForTesting). A row past the
-// weight: every group left, scale 1.
+// One pass over a row's chunk: per group its table entry (bits 4s..4s+3: the shift top - e_s,
+// 0-8, or 15 where the pass leaves the group; cpu::FirstFoldPassWord's low 16 bits for pass 0),
+// the row scale (2^top, 1 where the pass takes nothing) and whether groups are left for later.
 struct RowFold {
   uint32_t shifts;
   float scale;
   bool more;
 };
-__device__ __forceinline__ RowFold FoldOfExponents(uint32_t exps, bool valid) {
-  uint32_t top = __vmaxu4(exps, __byte_perm(exps, 0u, 0x1032u));
-  top = __vmaxu4(top, __byte_perm(top, 0u, 0x2301u));  // the largest exponent in every byte
-  const uint32_t below = __vsub4(top, exps);           // top - e_g per byte, no borrows
-  const uint32_t far = __vcmpgtu4(below, 0x08080808u);  // 0xff where more than 8 binades below
-  RowFold f;
-  f.shifts = valid ? (below | (far & 0x0f0f0f0fu)) & 0x0f0f0f0fu : 0x0f0f0f0fu;
-  f.scale = valid ? DecodeE8m0(static_cast<uint8_t>(top & 0xffu)) : 1.f;
-  f.more = valid && far != 0u;
-  return f;
-}
 
 // Eight nibbles (columns 0-7, low nibble first) → eight e4m3 codes through table entry t (x, y:
 // the byte_perm words of its shift; z: the sign mask, zero for a group the pass leaves, whose codes
@@ -134,7 +122,7 @@ __device__ __forceinline__ void NibblesToCodes(uint32_t nibbles, const uint4& t,
 }
 
 // One row's A-fragment registers of a chunk: `row` the shared address of its 64 bytes in the
-// stage (Place's order), `shifts` its groups' table entries (byte s: step s; `tables` the shared
+// stage (Place's order), `shifts` its groups' table entries (RowFold's; `tables` the shared
 // address of entry 0). Writes frag[4s + lo] (columns 4q..4q+3 of step s) and frag[4s + lo + 2]
 // (columns 16 + 4q..): lo = 0 for the thread's row g, 1 for g + 8.
 __device__ __forceinline__ void RowFragment(uint32_t row, int q, uint32_t shifts, uint32_t tables,
@@ -146,7 +134,7 @@ __device__ __forceinline__ void RowFragment(uint32_t row, int q, uint32_t shifts
                                mma::fp8::PrmtGeneric(v1.x, v1.y, half), mma::fp8::PrmtGeneric(v1.z, v1.w, half)};
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    const uint4 t = LdShared128(tables + 16 * ((shifts >> (8 * s)) & 0xffu));
+    const uint4 t = LdShared128(tables + 16 * ((shifts >> (4 * s)) & 0xfu));
     NibblesToCodes(nibbles[s], t, frag[4 * s + lo], frag[4 * s + lo + 2]);
   }
 }
@@ -162,23 +150,18 @@ __device__ __forceinline__ void AddScaled8(float (&part)[4], const float (&acc)[
   part[3] = __fmaf_rn(acc[3], __fmul_rn(sb, x.y), part[3]);
 }
 
-// The shifts of a later pass (1, 2, ...) of a row's chunk and its scale (1 where it takes nothing).
-__device__ __forceinline__ RowFold LaterFold(uint32_t exps, bool valid, int pass) {
-  RowFold f{0x0f0f0f0fu, 1.f, false};
-  if (!valid) return f;
+// Later pass `pass` (1, 2, ...) over row `row`'s chunk c (a row of p.n): its RowFold from the
+// row's group exponents, read from global memory (the rare path).
+__device__ __forceinline__ RowFold LaterFold(const Params& p, int64_t row, int c, int pass) {
   int e[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) e[j] = static_cast<int>((exps >> (8 * j)) & 0xffu);
+  GroupExponents(p, row, c, e);
   const cpu::FoldPass pf = cpu::FoldPassOf(e, pass);
   uint32_t shifts = 0u;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    shifts |= (cpu::FoldPassTakes(pf, e[j]) ? static_cast<uint32_t>(pf.top - e[j]) : 0x0fu) << (8 * j);
+    shifts |= (cpu::FoldPassTakes(pf, e[j]) ? static_cast<uint32_t>(pf.top - e[j]) : cpu::kFoldGroupLeft) << (4 * j);
   }
-  f.shifts = shifts;
-  f.scale = pf.any ? DecodeE8m0(static_cast<uint8_t>(pf.top)) : 1.f;
-  f.more = pf.more;
-  return f;
+  return RowFold{shifts, pf.any ? DecodeE8m0(static_cast<uint8_t>(pf.top)) : 1.f, pf.more};
 }
 
 // The four k32 MMAs of a chunk from +0 into acc (x's chunk tile at x_addr); acc and frag are not
@@ -199,8 +182,8 @@ __device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&fra
 // cp.async where the weight's rows are 4-byte aligned (`words`), else byte loads; rows past p.n
 // get zeros.
 struct WarpCopies {
-  const uint8_t* src;  // this lane's word of its first row, chunk 0
-  int64_t pair_stride; // bytes of two rows
+  const uint8_t* src;    // this lane's word of its first row, chunk 0
+  uint32_t pair_stride;  // bytes of two rows (an expert's weight is under 4 GiB)
   int dst;             // offset of this lane's first word in the warp's stage part
   int rows;            // rows of this warp within p.n (0-16)
   bool words;
@@ -210,13 +193,23 @@ struct WarpCopies {
     rows = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kWarpRows), p.n - row0)));
     words = ((reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes)) & 3u) == 0;
     src = p.w + (row0 + lane / 16) * p.w_row_bytes + 4 * (lane % 16);
-    pair_stride = 2 * p.w_row_bytes;
+    pair_stride = static_cast<uint32_t>(2 * p.w_row_bytes);
     dst = (lane / 16) * kRowBytes + Place(lane % 16);
   }
 
   __device__ __forceinline__ void Load(uint32_t warp_stage, int c, int lane, const uint8_t* any_valid) const {
     const uint8_t* from = src + static_cast<int64_t>(c) * kRowBytes;
     const uint32_t to = warp_stage + dst;
+    if (words && rows == kWarpRows) {  // the common case: no row past p.n, no predicates
+#pragma unroll
+      for (int i = 0; i < kWarpRows / 2; ++i) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to + i * 2 * kRowBytes),
+                     "l"(__cvta_generic_to_global(from))
+                     : "memory");
+        from += pair_stride;
+      }
+      return;
+    }
     if (words) {
 #pragma unroll
       for (int i = 0; i < kWarpRows / 2; ++i) {
@@ -254,12 +247,16 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const WarpCopies copies(p, n0, warp, lane);
   const uint32_t base = SharedAddress(smem);
   auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
-  const uint32_t x_base = base + L.X(), xs = base + L.Xs(), exps = base + L.Exps(), tables = base + L.Tables();
+  const uint32_t x_base = base + L.X(), xs = base + L.Xs(), folds = base + L.Folds(), tables = base + L.Tables();
   const uint32_t mask = base + L.Mask();
-  auto exps_of = [&](int c, int r) { return LdShared32(exps + (c * kExpsStride + r) * 4); };
+  // Pass 0 of row r's chunk c from its fold word.
+  auto fold_of = [&](int c, int r) {
+    const uint32_t word = LdShared32(folds + (c * kFoldStride + r) * 4);
+    return RowFold{word & 0xffffu, FoldedRowScaleOf(word), cpu::FoldWordMore(word)};
+  };
 
-  // ---- the item's copies: x's codes, scales and the exponents with chunk 0 (group 0), then the
-  // ring's first chunks; the tables and the mask's zeros by plain stores.
+  // ---- the item's copies: x's codes and scales with chunk 0 (group 0), then the ring's first
+  // chunks; the tables and the mask's zeros by plain stores.
   for (int u = tid; u < tokens * chunks * 8; u += kThreads) {
     const int r = u / (chunks * 8), c = (u / 8) % chunks, unit = u % 8;
     CpAsync16(smem + L.X() + c * kXChunkBytes + SwizzledOffset(r, unit),
@@ -268,22 +265,6 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   for (int u = tid; u < tokens * chunks; u += kThreads) {
     const int c = u / tokens, r = u % tokens;
     CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + c * a.m_pad + t_codes + r, true);
-  }
-  const bool exps_words = ((reinterpret_cast<uintptr_t>(p.scale) | static_cast<uintptr_t>(p.scale_row_stride)) & 3u) == 0;
-  for (int u = tid; u < kRows * chunks; u += kThreads) {
-    const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
-    const bool valid = n0 + r < p.n;
-    const uint8_t* src = p.scale + (valid ? n0 + r : 0) * p.scale_row_stride + 4 * c;
-    const int dst = L.Exps() + (c * kExpsStride + r) * 4;
-    if (exps_words) {
-      CpAsyncOrZero<4>(smem + dst, valid ? src : p.scale, valid);
-    } else {
-      uint32_t word = 0u;
-      if (valid) {
-        for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(src + b)) << (8 * b);
-      }
-      StShared32(base + dst, word);
-    }
   }
   if (tid < kTableEntries * 4) {
     const int entry = tid / 4, field = tid % 4;
@@ -297,21 +278,38 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
     CpAsyncCommit();
   }
-  CpAsyncWait<kAhead - 1>();  // group 0: x, its scales, the exponents and chunk 0
-  FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
-  __syncthreads();
-
-  // ---- which chunks some row of the block needs later passes for (uniform: the MMAs are the
-  // warpgroup's).
+  // The pass-0 fold word of every (row, chunk) of the block (cpu::FirstFoldPassWord; rows past
+  // p.n: cpu::kFoldNoRowWord), once per item instead of once per thread and chunk, and which
+  // chunks some row needs later passes for (uniform: the MMAs are the warpgroup's).
+  const bool exps_words = ((reinterpret_cast<uintptr_t>(p.scale) | static_cast<uintptr_t>(p.scale_row_stride)) & 3u) == 0;
   uint32_t later_lo = 0u, later_hi = 0u;
+#pragma unroll 4
   for (int u = tid; u < kRows * chunks; u += kThreads) {
-    const int r = u % kRows, c = u / kRows;
-    if (FoldOfExponents(exps_of(c, r), n0 + r < p.n).more) {
+    const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
+    uint32_t word = cpu::kFoldNoRowWord;
+    if (n0 + r < p.n) {
+      const uint8_t* src = p.scale + (n0 + r) * p.scale_row_stride + 4 * c;
+      uint32_t packed = 0u;
+      if (exps_words) {
+        packed = __ldg(reinterpret_cast<const uint32_t*>(src));
+      } else {
+        for (int b = 0; b < 4; ++b) packed |= static_cast<uint32_t>(__ldg(src + b)) << (8 * b);
+      }
+      int e[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) e[j] = static_cast<int>((packed >> (8 * j)) & 0xffu);
+      word = cpu::FirstFoldPassWord(e);
+    }
+    StShared32(folds + (c * kFoldStride + r) * 4, word);
+    if (cpu::FoldWordMore(word)) {
       if (c < 32) later_lo |= 1u << c; else later_hi |= 1u << (c - 32);
     }
   }
   later_lo = __reduce_or_sync(0xffffffffu, later_lo);
   later_hi = __reduce_or_sync(0xffffffffu, later_hi);
+  CpAsyncWait<kAhead - 1>();  // group 0: x, its scales and chunk 0
+  FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
+  __syncthreads();            // the copies, the fold words, the tables and the mask's zeros
   if (lane == 0 && (later_lo | later_hi) != 0u) {
     uint32_t* words = reinterpret_cast<uint32_t*>(smem + L.Mask());
     atomicOr(words, later_lo);
@@ -336,8 +334,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
     CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
     const uint32_t stage = stage_of(c);
-    const RowFold fa = FoldOfExponents(exps_of(c, la), valid_a);
-    const RowFold fb = FoldOfExponents(exps_of(c, lb), valid_b);
+    const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
     RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
     RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
     IssueChunk(acc, frag, x_base + c * kXChunkBytes);
@@ -349,9 +346,10 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     AddScaled8(part, done, s.sa, s.sb, xs + c * kTok * 4, q);
     if (((later >> c) & 1u) != 0u) {
       const uint32_t stage = stage_of(c);
-      const uint32_t ea = exps_of(c, la), eb = exps_of(c, lb);
       for (int pass = 1;; ++pass) {
-        const RowFold fa = LaterFold(ea, valid_a, pass), fb = LaterFold(eb, valid_b, pass);
+        const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
+        const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
+        const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
         RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
         RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
         IssueChunk(done, frag, x_base + c * kXChunkBytes);
