@@ -2401,11 +2401,12 @@ void LaunchExpertsFolded(const ExpertsLaunch& l, const ExpertsParams& ep, const 
   LaunchPreFoldedGemm(l, ep, a, lay, 0, end, l.folded);
 }
 
-// DEEPINFER_EXPERTS_REGISTER_A=1 (read once) runs the FP4 experts' tiles of 1-8 rows on
-// ExpertsFp4RegistersKernel (the same bits); off by default until it has run on the GPU
-// (docs/performance.md, version 27). Tests override it (SetExpertsRegisterAForTesting).
+// DEEPINFER_EXPERTS_REGISTER_A (read once; unset or 1: on, 0: off) runs the FP4 experts' tiles of
+// 1-8 rows on ExpertsFp4RegistersKernel (the same bits; measured 2026-12-02: `experts_linear` over
+// 3 Flash layers at 8k 0.473 -> 0.330 ms at batch 1, 6.98 -> 5.41 at batch 64, docs/performance.md
+// version 27). Tests override it (SetExpertsRegisterAForTesting).
 std::atomic<uint64_t> g_experts_register_a_launches{0};  // launches of it (tests)
-KernelSwitch g_experts_register_a{"DEEPINFER_EXPERTS_REGISTER_A", 0};
+KernelSwitch g_experts_register_a{"DEEPINFER_EXPERTS_REGISTER_A", 1};
 
 // ExpertsFp4RegistersKernel's register bound: 3 or 4 blocks per SM (DEEPINFER_EXPERTS_REGISTER_A_BLOCKS,
 // read once; unset: 3).

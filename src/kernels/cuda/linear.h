@@ -141,8 +141,8 @@ void SetDenseOverlapForTesting(int mode);
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.
 uint64_t Fp4CodeMismatchesForTesting();
 // Tests only: the FP4 experts' tiles of 1-8 rows on the register-fed warpgroup-MMA kernel (the
-// same bits) on (1), off (0), or as DEEPINFER_EXPERTS_REGISTER_A says (-1, the default: off unless
-// 1); and how many such launches this process has made.
+// same bits) on (1), off (0), or as DEEPINFER_EXPERTS_REGISTER_A says (-1, the default: on unless
+// 0); and how many such launches this process has made.
 void SetExpertsRegisterAForTesting(int mode);
 uint64_t ExpertsRegisterALaunchesForTesting();
 
