@@ -2409,7 +2409,8 @@ std::atomic<uint64_t> g_experts_register_a_launches{0};  // launches of it (test
 KernelSwitch g_experts_register_a{"DEEPINFER_EXPERTS_REGISTER_A", 1};
 
 // ExpertsFp4RegistersKernel's register bound: 3 or 4 blocks per SM (DEEPINFER_EXPERTS_REGISTER_A_BLOCKS,
-// read once; unset: 3).
+// read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; at Flash's
+// K = 4096 x's codes alone take 32 KiB a block), 3 elsewhere.
 int RegisterABlocksPerSm() {
   static const int blocks = [] {
     const char* v = std::getenv("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS");
@@ -2422,20 +2423,23 @@ int RegisterABlocksPerSm() {
 }
 
 // ExpertsFp4RegistersKernel<kMinBlocks> over the tiles of 1-8 rows (ep as LaunchExpertsWgmma built
-// it, for 128-row items): persistent blocks, at most as many as fit on the device at once.
+// it, for 128-row items): persistent blocks, at most as many as fit on the device at once. Returns
+// false, launching nothing, where fewer than `required` blocks fit an SM.
 template <int kMinBlocks>
-void LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a) {
+bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a, int required) {
   constexpr auto kKernel = ExpertsFp4RegistersKernel<kMinBlocks>;
-  const int64_t tiles = TilesInRange<wgmma::rs::kTok>(l);
-  if (tiles == 0) return;
-  ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
   const int smem = wgmma::rs::Smem{static_cast<int>(l.params.base.k / wgmma::kChunk)}.Bytes();
   AllowDynamicSmem<kKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks}.Bytes());
   const int blocks_per_sm = BlocksPerSm<kKernel>(wgmma::rs::kThreads, smem);
+  if (blocks_per_sm < required) return false;
+  const int64_t tiles = TilesInRange<wgmma::rs::kTok>(l);
+  if (tiles == 0) return true;
+  ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
   const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles");
   g_experts_register_a_launches.fetch_add(1);
+  return true;
 }
 
 // ExpertsWgmmaKernel<K, kTok> (8 or 16 tokens) at SmallTileBlocksPerSm.
@@ -2474,8 +2478,8 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   LaunchExpertsWgmmaSmall<K, 16>(l, ep, a);
   if constexpr (K == Kind::kFp4) {
     if (g_experts_register_a.On() && wgmma::rs::Usable(b.k)) {
-      if (RegisterABlocksPerSm() == 4) return LaunchExpertsFp4Registers<4>(l, ep, a);
-      return LaunchExpertsFp4Registers<3>(l, ep, a);
+      if (RegisterABlocksPerSm() == 4 && LaunchExpertsFp4Registers<4>(l, ep, a, 4)) return;
+      if (LaunchExpertsFp4Registers<3>(l, ep, a, 1)) return;
     }
   }
   LaunchExpertsWgmmaSmall<K, 8>(l, ep, a);
