@@ -1199,7 +1199,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // FP4 experts' tiles of 1-8 rows with the weight operand in registers (linear_wgmma_rs.cuh): items
 // of 64 weight rows (ep.blocks_per_tile = ceil(N / 64)), one warpgroup per block, the same bits as
 // ExpertsWgmmaKernel<kFp4, 8>. kMinBlocks: blocks per SM the registers are held to (3: 168
-// registers, 8 bytes of spills; 4: 128, 212 bytes; ptxas, CUDA 13.0).
+// registers, 16-24 bytes of spills; 4: 128, 130-210 bytes; ptxas, CUDA 13.0).
 template <int kMinBlocks>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
@@ -2247,17 +2247,22 @@ void LaunchTileRange(const ExpertsLaunch& l, const ExpertsParams& ep, int smem, 
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
+// An environment switch between two values (read by the caller once): `unset` where `name` is
+// unset, empty or spells `unset`, `other` where it spells `other`; anything else is an error.
+int EnvEither(const char* name, int unset, int other) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0' || std::to_string(unset) == v) return unset;
+  if (std::to_string(other) == v) return other;
+  const std::string message =
+      std::string(name) + " must be " + std::to_string(unset) + " or " + std::to_string(other) + ", got '" + v + "'";
+  ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
+}
+
 // The 8- and 16-token experts kernels' registers are held to 2 blocks per SM (128 registers, a
 // few spills) or 1 (DEEPINFER_SMALL_TILE_BLOCKS=1 or 2, read once; unset: 2; measured 2026-12-02,
 // docs/performance.md version 23: `experts_linear` at batch 64 7.01 ms at 2, 8.92 at 1).
 int SmallTileBlocksPerSm() {
-  static const int blocks = [] {
-    const char* v = std::getenv("DEEPINFER_SMALL_TILE_BLOCKS");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "2") == 0) return 2;
-    if (std::strcmp(v, "1") == 0) return 1;
-    const std::string message = std::string("DEEPINFER_SMALL_TILE_BLOCKS must be 1 or 2, got '") + v + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
-  }();
+  static const int blocks = EnvEither("DEEPINFER_SMALL_TILE_BLOCKS", 2, 1);
   return blocks;
 }
 
@@ -2412,13 +2417,7 @@ KernelSwitch g_experts_register_a{"DEEPINFER_EXPERTS_REGISTER_A", 1};
 // read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; at Flash's
 // K = 4096 x's codes alone take 32 KiB a block), 3 elsewhere.
 int RegisterABlocksPerSm() {
-  static const int blocks = [] {
-    const char* v = std::getenv("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "3") == 0) return 3;
-    if (std::strcmp(v, "4") == 0) return 4;
-    const std::string message = std::string("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS must be 3 or 4, got '") + v + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
-  }();
+  static const int blocks = EnvEither("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS", 3, 4);
   return blocks;
 }
 

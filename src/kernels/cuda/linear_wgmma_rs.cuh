@@ -184,9 +184,9 @@ __device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&fra
 struct WarpCopies {
   const uint8_t* src;    // this lane's word of its first row, chunk 0
   uint32_t pair_stride;  // bytes of two rows (an expert's weight is under 4 GiB)
-  int dst;             // offset of this lane's first word in the warp's stage part
-  int rows;            // rows of this warp within p.n (0-16)
-  bool words;
+  int dst;               // offset of this lane's first word in the warp's stage part
+  int rows;              // rows of this warp within p.n (0-16)
+  bool words;            // 4-byte aligned rows: cp.async
 
   __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int warp, int lane) {
     const int64_t row0 = n0 + kWarpRows * warp;
