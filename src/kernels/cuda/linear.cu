@@ -1155,12 +1155,16 @@ __host__ __device__ constexpr int TileTokensOfKind(int kind) {
 static_assert(TileTokensOfKind(2) == 8 && kTiledKind == 4, "kinds 0-2 hold the tiles of at most 8 rows, 3 of 9-16");
 
 // Checks the plan, walks the tiles that take kTok-token tiles (WalkTile's order: the larger kinds
-// first, so the kinds of larger token tiles come before the range) and calls block(tile, n0) for
-// this block's items, n0 the item's first weight row (items of kItemRows rows).
+// first, so the kinds of larger token tiles come before the range) and calls
+// block(tile, n0, smem, chunks) for this block's items: n0 the item's first weight row (items of
+// kItemRows rows), smem the kernel's dynamic shared memory (1024-byte aligned), chunks K / 128.
 template <int kTok, int kItemRows = wgmma::kBlockRows, class Block>
 __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep, const TileLists& lists,
                                                         const Block& block) {
   static_assert(kTok == 8 || kTok == 16 || kTok == 64, "8-, 16- or 64-token tiles");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   CheckPlan(ep);
   int32_t first = 0, tiles = 0;
 #pragma unroll
@@ -1172,7 +1176,7 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
     if (TileTokensOfKind(kind) > kTok) first += lists.counts[kind];
   }
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * kItemRows);
+    block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * kItemRows, smem, chunks);
   }
 }
 
@@ -1187,10 +1191,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem<kTok>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
+  ForEachExpertsWgmmaItem<kTok>(ep, lists, [&](const ExpertTile& t, int64_t n0, uint8_t* smem, int chunks) {
     wgmma::WgmmaBlock<K, kTok>(TileParams<K>(ep, t), a, n0, t.row0, 0, 0, chunks, smem);
   });
 #endif
@@ -1206,10 +1207,8 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem<wgmma::rs::kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
+  ForEachExpertsWgmmaItem<wgmma::rs::kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0,
+                                                                             uint8_t* smem, int chunks) {
     wgmma::rs::Fp4RegistersBlock(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks);
   });
 #endif
@@ -1293,10 +1292,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  ForEachExpertsWgmmaItem<kTok>(ep, lists, [&](const ExpertTile& t, int64_t n0) {
+  ForEachExpertsWgmmaItem<kTok>(ep, lists, [&](const ExpertTile& t, int64_t n0, uint8_t* smem, int chunks) {
     if (t.expert < e0 || t.expert >= e_end) return;  // uniform over the block
     const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
     Params codes = TileParams<Kind::kFp4>(ep, t);  // the tile's x, y and m; the weight: the codes

@@ -110,17 +110,6 @@ struct RowFold {
   bool more;
 };
 
-// Eight nibbles (columns 0-7, low nibble first) → eight e4m3 codes through table entry t (x, y:
-// the byte_perm words of its shift; z: the sign mask, zero for a group the pass leaves, whose codes
-// are then +0): columns 0-3 in out0, 4-7 in out1. mma::fp8::E2m1x8ToE4m3x8Table with the mask.
-__device__ __forceinline__ void NibblesToCodes(uint32_t nibbles, const uint4& t, uint32_t& out0, uint32_t& out1) {
-  const uint32_t shifted = nibbles << 4;
-  const uint32_t signs0 = mma::fp8::PrmtGeneric(shifted, nibbles, 0xd9c8u);
-  const uint32_t signs1 = mma::fp8::PrmtGeneric(shifted, nibbles, 0xfbeau);
-  out0 = __byte_perm(t.x, t.y, nibbles & 0x7777u) | (signs0 & t.z);
-  out1 = __byte_perm(t.x, t.y, (nibbles >> 16) & 0x7777u) | (signs1 & t.z);
-}
-
 // One row's A-fragment registers of a chunk: `row` the shared address of its 64 bytes in the
 // stage (Place's order), `shifts` its groups' table entries (RowFold's; `tables` the shared
 // address of entry 0). Writes frag[4s + lo] (columns 4q..4q+3 of step s) and frag[4s + lo + 2]
@@ -134,8 +123,10 @@ __device__ __forceinline__ void RowFragment(uint32_t row, int q, uint32_t shifts
                                mma::fp8::PrmtGeneric(v1.x, v1.y, half), mma::fp8::PrmtGeneric(v1.z, v1.w, half)};
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
+    // The shift's table entry: the byte_perm words, then the sign mask (zero for a group the
+    // pass leaves, whose codes are then +0 as in the shared tile).
     const uint4 t = LdShared128(tables + 16 * ((shifts >> (4 * s)) & 0xfu));
-    NibblesToCodes(nibbles[s], t, frag[4 * s + lo], frag[4 * s + lo + 2]);
+    mma::fp8::E2m1x8ToE4m3x8Table(nibbles[s], t.x, t.y, frag[4 * s + lo], frag[4 * s + lo + 2], t.z);
   }
 }
 
