@@ -2,7 +2,8 @@
 # unpacks build/gpu-dist, points the loader at the libraries it carries, finds cuBLASLt for the
 # ceilings (dlopen'ed: bench/ceilings.h) unless DEEPINFER_CUBLASLT already names it, and defines
 # use_test_data (what the test binary reads from the repository).
-dist=build/gpu-dist
+# DEEPINFER_DIST names another unpacked-here build (gpu-session.sh's variants of another commit).
+dist=${DEEPINFER_DIST:-build/gpu-dist}
 export LD_LIBRARY_PATH=$PWD/$dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # Binaries travel as one xz-compressed tar (scripts/gpu-build.sh; older builds: one .xz each);
 # Python unpacks them where xz is missing.

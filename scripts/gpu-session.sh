@@ -34,11 +34,13 @@
 # DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
 # bench of the same points without the ceilings (steps-NAME.json in $OUT/variants.tar.xz, one
 # file whatever their number), and tools/compare_bench.py prints them beside the first
-# ($OUT/compare.txt). Each variant adds ~25 s. `--tests FILTER` runs that gtest filter instead of
+# ($OUT/compare.txt). A fourth field, `NAME;ENV;FLAGS;DIR`, runs DIR's build instead (e.g. the
+# previous commit's, built here and copied to build/gpu-dist-base, carried beside build/gpu-dist:
+# code changes without a switch measured in one call). Each variant adds ~25 s. `--tests FILTER` runs that gtest filter instead of
 # the quick suites (a kernel's own tests when device time is short).
 #
 #   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench |
-#                                --quick [--tests FILTER] [--variant 'NAME;ENV;FLAGS' ...] [-- ARGS]]
+#                                --quick [--tests FILTER] [--variant 'NAME;ENV;FLAGS[;DIR]' ...] [-- ARGS]]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=1
@@ -77,8 +79,12 @@ if [[ ${quick:-0} -eq 1 ]]; then
     columns=("base=$final/steps.json")
     work=$(mktemp -d)
     for variant in "${variants[@]}"; do
-      IFS=';' read -r name environment flags <<<"$variant"
-      env $environment timeout 120 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy \
+      IFS=';' read -r name environment flags variant_dist <<<"$variant"
+      binary=$dist/deepinfer
+      if [[ -n ${variant_dist:-} ]]; then  # another build, carried beside build/gpu-dist
+        (DEEPINFER_DIST=$variant_dist; source scripts/gpu-env.sh) && binary=$variant_dist/deepinfer
+      fi
+      env $environment timeout 120 "$binary" bench steps bench/configs/v4-flash-3layer --load-format dummy \
         --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --no-ceilings --batches 1 64 256 \
         --contexts 8192 --prompts 8192 --json "$work/steps-$name.json" $flags "${bench_args[@]}" \
         >>"$final/bench.txt" 2>&1 || status=1

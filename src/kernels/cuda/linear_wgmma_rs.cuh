@@ -110,6 +110,16 @@ struct RowFold {
   bool more;
 };
 
+// FoldedRowScaleOf without branches: 2^top (DecodeE8m0's bits, its two special codes included)
+// where the pass takes a group, else 1.
+__device__ __forceinline__ float RowScaleOfFoldWord(uint32_t word) {
+  const uint32_t top = static_cast<uint32_t>(cpu::FoldWordTop(word));
+  uint32_t bits = top << 23;
+  bits = top == 0u ? 0x00400000u : bits;
+  bits = top == 0xffu ? 0x7fc00000u : bits;
+  return __uint_as_float(cpu::FoldWordAny(word) ? bits : 0x3f800000u);
+}
+
 // One row's A-fragment registers of a chunk: `row` the shared address of its 64 bytes in the
 // stage (Place's order), `shifts` its groups' table entries (RowFold's; `tables` the shared
 // address of entry 0). Writes frag[4s + lo] (columns 4q..4q+3 of step s) and frag[4s + lo + 2]
@@ -155,15 +165,15 @@ __device__ __forceinline__ RowFold LaterFold(const Params& p, int64_t row, int c
   return RowFold{shifts, pf.any ? DecodeE8m0(static_cast<uint8_t>(pf.top)) : 1.f, pf.more};
 }
 
-// The four k32 MMAs of a chunk from +0 into acc (x's chunk tile at x_addr); acc and frag are not
-// to be touched until a wait covers the group.
-__device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&frag)[16], uint32_t x_addr) {
+// The four k32 MMAs of a chunk from +0 into acc; `desc` is SwizzledDescriptor of x's chunk tile
+// (step s's is desc + 2s: the address field counts 16 bytes and never carries, the shared window
+// being under 256 KiB). acc and frag are not to be touched until a wait covers the group.
+__device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&frag)[16], uint64_t desc) {
   ZeroForWgmma(acc);
   WgmmaFence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    MmaM64N8K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3],
-                  SwizzledDescriptor(x_addr + 32 * s));
+    MmaM64N8K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc + 2 * s);
   }
   WgmmaCommit();
 }
@@ -240,14 +250,26 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
   const uint32_t x_base = base + L.X(), xs = base + L.Xs(), folds = base + L.Folds(), tables = base + L.Tables();
   const uint32_t mask = base + L.Mask();
+  const uint64_t x_desc = SwizzledDescriptor(x_base);  // chunk c's: + c · kXChunkBytes / 16
   // Pass 0 of row r's chunk c from its fold word.
   auto fold_of = [&](int c, int r) {
     const uint32_t word = LdShared32(folds + (c * kFoldStride + r) * 4);
-    return RowFold{word & 0xffffu, FoldedRowScaleOf(word), cpu::FoldWordMore(word)};
+    return RowFold{word & 0xffffu, RowScaleOfFoldWord(word), cpu::FoldWordMore(word)};
   };
 
-  // ---- the item's copies: x's codes and scales with chunk 0 (group 0), then the ring's first
-  // chunks; the tables and the mask's zeros by plain stores.
+  // ---- the item's copies. First, in a group of their own, the group-exponent word of every
+  // (row, chunk) of the block into its fold-word slot (converted in place below by the thread that
+  // copied it, while the other copies fly; rows past p.n and unaligned scales: none).
+  const bool exps_words = ((reinterpret_cast<uintptr_t>(p.scale) | static_cast<uintptr_t>(p.scale_row_stride)) & 3u) == 0;
+  for (int u = tid; u < kRows * chunks; u += kThreads) {
+    const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
+    if (exps_words && n0 + r < p.n) {
+      CpAsyncOrZero<4>(smem + L.Folds() + (c * kFoldStride + r) * 4, p.scale + (n0 + r) * p.scale_row_stride + 4 * c, true);
+    }
+  }
+  CpAsyncCommit();
+  // Then x's codes and scales with chunk 0 (group 0), the ring's first chunks; the tables and the
+  // mask's zeros by plain stores.
   for (int u = tid; u < tokens * chunks * 8; u += kThreads) {
     const int r = u / (chunks * 8), c = (u / 8) % chunks, unit = u % 8;
     CpAsync16(smem + L.X() + c * kXChunkBytes + SwizzledOffset(r, unit),
@@ -269,21 +291,22 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
     CpAsyncCommit();
   }
+  CpAsyncWait<kAhead>();  // the exponent words
   // The pass-0 fold word of every (row, chunk) of the block (cpu::FirstFoldPassWord; rows past
   // p.n: cpu::kFoldNoRowWord), once per item instead of once per thread and chunk, and which
   // chunks some row needs later passes for (uniform: the MMAs are the warpgroup's).
-  const bool exps_words = ((reinterpret_cast<uintptr_t>(p.scale) | static_cast<uintptr_t>(p.scale_row_stride)) & 3u) == 0;
   uint32_t later_lo = 0u, later_hi = 0u;
 #pragma unroll 4
   for (int u = tid; u < kRows * chunks; u += kThreads) {
-    const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
+    const int r = u / chunks, c = u % chunks;
+    const uint32_t slot = folds + (c * kFoldStride + r) * 4;
     uint32_t word = cpu::kFoldNoRowWord;
     if (n0 + r < p.n) {
-      const uint8_t* src = p.scale + (n0 + r) * p.scale_row_stride + 4 * c;
       uint32_t packed = 0u;
       if (exps_words) {
-        packed = __ldg(reinterpret_cast<const uint32_t*>(src));
+        packed = LdShared32(slot);
       } else {
+        const uint8_t* src = p.scale + (n0 + r) * p.scale_row_stride + 4 * c;
         for (int b = 0; b < 4; ++b) packed |= static_cast<uint32_t>(__ldg(src + b)) << (8 * b);
       }
       int e[4];
@@ -291,7 +314,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
       for (int j = 0; j < 4; ++j) e[j] = static_cast<int>((packed >> (8 * j)) & 0xffu);
       word = cpu::FirstFoldPassWord(e);
     }
-    StShared32(folds + (c * kFoldStride + r) * 4, word);
+    StShared32(slot, word);
     if (cpu::FoldWordMore(word)) {
       if (c < 32) later_lo |= 1u << c; else later_hi |= 1u << (c - 32);
     }
@@ -328,7 +351,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
     RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
     RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
-    IssueChunk(acc, frag, x_base + c * kXChunkBytes);
+    IssueChunk(acc, frag, x_desc + static_cast<uint64_t>(c * (kXChunkBytes / 16)));
     return Scales{fa.scale, fb.scale};
   };
   // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
@@ -343,7 +366,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
         const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
         RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
         RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
-        IssueChunk(done, frag, x_base + c * kXChunkBytes);
+        IssueChunk(done, frag, x_desc + static_cast<uint64_t>(c * (kXChunkBytes / 16)));
         WgmmaWaitAll();
         PinAll(done);
         AddScaled8(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q);

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On the GPU machine, build/gpu-dist carried: where one kernel's warps stall, per reason and per
+# SASS instruction (Nsight Compute's warp-state sampling), for one `deepinfer bench steps` point
+# on the 3-layer Flash-shaped model. Writes $OUT/stalls-NAME.txt (tools/ncu_source_stalls.py's
+# summary) and $OUT/stalls-NAME.csv.xz (the full per-instruction table).
+#
+#   bash scripts/gpu-stalls.sh NAME KERNEL_REGEX SKIP -- BENCH_STEPS_ARGS...
+#   e.g. bash scripts/gpu-stalls.sh rs64 ExpertsFp4Registers 6 -- --batches 64 --contexts 8192 --no-prefill \
+#          --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16
+# SKIP matching launches are passed over (warm-up), then one is profiled.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 4 && $4 == -- ]] || { echo "usage: $0 NAME KERNEL_REGEX SKIP -- BENCH_STEPS_ARGS..." >&2; exit 2; }
+name=$1 regex=$2 skip=$3
+shift 4
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+source scripts/gpu-env.sh
+ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+[[ -n $ncu ]] || { echo "ncu not found" >&2; exit 2; }
+work=$(mktemp -d)
+timeout 240 "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
+  --launch-skip "$skip" --launch-count 1 --section WarpStateStats --section SourceCounters \
+  --import-source no -o "$work/rep" \
+  "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings --no-graphs \
+  --no-profile --iterations 2 --prefill-iterations 1 "$@" >"$work/ncu.log" 2>&1
+echo "ncu $name: exit $?; $(grep -E '^==PROF==|Error' "$work/ncu.log" | tail -2)"
+"$ncu" --import "$work/rep.ncu-rep" --page raw --csv >"$work/raw.csv" 2>&1
+"$ncu" --import "$work/rep.ncu-rep" --page source --csv --print-source sass >"$work/source.csv" 2>&1 ||
+  "$ncu" --import "$work/rep.ncu-rep" --page source --csv >"$work/source.csv" 2>&1
+python3 tools/ncu_source_stalls.py "$work/raw.csv" "$work/source.csv" 70 >"$out/stalls-$name.txt" 2>&1
+head -40 "$out/stalls-$name.txt"
+xz -c "$work/source.csv" >"$out/stalls-$name.csv.xz"
+rm -rf "$work"
