@@ -3,6 +3,8 @@
 #include <cooperative_groups.h>
 
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
 
@@ -26,7 +28,23 @@ constexpr int kMixCluster = 8;  // blocks per cluster of HcMixKernel (the portab
 constexpr int kPostThreads = 256;
 // At or above this many tokens a mix block serves 4 tokens (fn is read once for 4); below, one
 // token per block for more blocks. The per-token arithmetic is identical either way.
+// DEEPINFER_HC_MULTI_TOKEN_MIN (a positive integer, read once) moves the threshold.
 constexpr int64_t kMultiTokenMin = 256;
+int64_t MultiTokenMin() {
+  static const int64_t min_tokens = [] {
+    const char* v = std::getenv("DEEPINFER_HC_MULTI_TOKEN_MIN");
+    if (v == nullptr || *v == '\0') return kMultiTokenMin;
+    char* end = nullptr;
+    const long long parsed = std::strtoll(v, &end, 10);
+    if (*end != '\0' || parsed < 1) {
+      const std::string message =
+          std::string("DEEPINFER_HC_MULTI_TOKEN_MIN must be a positive number of tokens, got '") + v + "'";
+      ThrowCudaError(__FILE__, __LINE__, "cuda::HcPre", message.c_str());
+    }
+    return static_cast<int64_t>(parsed);
+  }();
+  return min_tokens;
+}
 // There, HcPre at S = 4 defers the Sinkhorn to HcSinkhornKernel (same bits): in the mix kernel one
 // warp per token ran it with 4 of 32 lanes while the whole cluster of 8 SMs waited. (8 tokens per
 // block, version 16, was slower at the 8k prefill: 1.73 ms a launch at 156 registers and 12%
@@ -367,13 +385,14 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
   if (p.fn == nullptr || p.base == nullptr || p.scale == nullptr) {
     ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
   }
-  if (m >= kMultiTokenMin && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
+  const int64_t multi_min = MultiTokenMin();
+  if (m >= multi_min && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
     HcMixKernel<4, false, true><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
     DI_CUDA_LAUNCH_CHECK(what);
     HcSinkhornKernel<4><<<static_cast<unsigned>(CeilDiv(m, 128)), 128, 0, stream>>>(comb, m, p.sinkhorn_iters,
                                                                                    p.hc_eps);
-  } else if (m >= kMultiTokenMin) {
+  } else if (m >= multi_min) {
     HcMixKernel<4, kHead><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
   } else {

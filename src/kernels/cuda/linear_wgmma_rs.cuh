@@ -89,16 +89,20 @@ __device__ __forceinline__ int Place(int j) {
 // d (+)= A·B for one k32 step, m64n8k32, e4m3 × e4m3 → f32, A from registers (this thread's
 // fragment: rows g and g + 8 of its warp's 16, columns 4q.. and 16 + 4q..), B from shared memory;
 // the accumulator's previous value added (zeroed first, as MmaM64N8K32).
+// B's descriptor comes as its two words (desc_lo: the address field; desc_hi: the rest), so that
+// the callers' per-step offsets are 32-bit adds.
 __device__ __forceinline__ void MmaM64N8K32Rs(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                              uint64_t desc_b) {
+                                              uint32_t desc_lo, uint32_t desc_hi) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
-      "setp.ne.b32 p, %9, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n"
+      ".reg .b64 desc;\n"
+      "mov.b64 desc, {%8, %9};\n"
+      "setp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, desc, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b), "r"(1));
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(desc_lo), "r"(desc_hi), "r"(1));
 }
 
 // One pass over a row's chunk: per group its table entry (bits 4s..4s+3: the shift top - e_s,
@@ -165,15 +169,17 @@ __device__ __forceinline__ RowFold LaterFold(const Params& p, int64_t row, int c
   return RowFold{shifts, pf.any ? DecodeE8m0(static_cast<uint8_t>(pf.top)) : 1.f, pf.more};
 }
 
-// The four k32 MMAs of a chunk from +0 into acc; `desc` is SwizzledDescriptor of x's chunk tile
-// (step s's is desc + 2s: the address field counts 16 bytes and never carries, the shared window
-// being under 256 KiB). acc and frag are not to be touched until a wait covers the group.
-__device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&frag)[16], uint64_t desc) {
+// The four k32 MMAs of a chunk from +0 into acc; desc_lo / desc_hi are the words of
+// SwizzledDescriptor of x's chunk tile (step s's low word is desc_lo + 2s: the address field counts
+// 16 bytes and never carries into the next field, the shared window being under 256 KiB). acc and
+// frag are not to be touched until a wait covers the group.
+__device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&frag)[16], uint32_t desc_lo,
+                                           uint32_t desc_hi) {
   ZeroForWgmma(acc);
   WgmmaFence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    MmaM64N8K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc + 2 * s);
+    MmaM64N8K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc_lo + 2 * s, desc_hi);
   }
   WgmmaCommit();
 }
@@ -198,10 +204,12 @@ struct WarpCopies {
     dst = (lane / 16) * kRowBytes + Place(lane % 16);
   }
 
+  // kFull: the caller knows that every row of the block exists and the rows are 4-byte aligned.
+  template <bool kFull>
   __device__ __forceinline__ void Load(uint32_t warp_stage, int c, int lane, const uint8_t* any_valid) const {
     const uint8_t* from = src + static_cast<int64_t>(c) * kRowBytes;
     const uint32_t to = warp_stage + dst;
-    if (words && rows == kWarpRows) {  // the common case: no row past p.n, no predicates
+    if (kFull || (words && rows == kWarpRows)) {  // the common case: no row past p.n, no predicates
 #pragma unroll
       for (int i = 0; i < kWarpRows / 2; ++i) {
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to + i * 2 * kRowBytes),
@@ -250,7 +258,9 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
   const uint32_t x_base = base + L.X(), xs = base + L.Xs(), folds = base + L.Folds(), tables = base + L.Tables();
   const uint32_t mask = base + L.Mask();
-  const uint64_t x_desc = SwizzledDescriptor(x_base);  // chunk c's: + c · kXChunkBytes / 16
+  const uint64_t x_desc = SwizzledDescriptor(x_base);
+  const uint32_t x_desc_lo = static_cast<uint32_t>(x_desc), x_desc_hi = static_cast<uint32_t>(x_desc >> 32);
+  auto desc_lo_of = [&](int c) { return x_desc_lo + static_cast<uint32_t>(c * (kXChunkBytes / 16)); };
   // Pass 0 of row r's chunk c from its fold word.
   auto fold_of = [&](int c, int r) {
     const uint32_t word = LdShared32(folds + (c * kFoldStride + r) * 4);
@@ -288,7 +298,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   if (tid < 2) StShared32(mask + 4 * tid, 0u);
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
+    if (s < chunks) copies.Load<false>(stage_of(s), s, lane, p.w);
     CpAsyncCommit();
   }
   CpAsyncWait<kAhead>();  // the exponent words
@@ -332,75 +342,86 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   __syncthreads();
   const uint64_t later = static_cast<uint64_t>(LdShared32(mask)) | static_cast<uint64_t>(LdShared32(mask + 4)) << 32;
 
-  float acc0[4], acc1[4], part[4], total[4];
-  uint32_t frag0[16], frag1[16];
+  float total[4] = {0.f, 0.f, 0.f, 0.f};
+  // The chunk loop, compiled twice: copies without any check where the whole block's rows exist
+  // and are 4-byte aligned (uniform over the block, as the warpgroup's MMAs must be), else checked.
+  auto chunk_loop = [&](auto full) {
+    constexpr bool kFull = decltype(full)::value;
+    float acc0[4], acc1[4], part[4];
+    uint32_t frag0[16], frag1[16];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
+    for (int i = 0; i < 4; ++i) acc0[i] = acc1[i] = part[i] = 0.f;
 
-  struct Scales {
-    float sa, sb;
-  };
-  // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
-  // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
-  auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[4]) {
-    CpAsyncWait<kAhead - 1>();
-    __syncwarp();
-    if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
-    CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
-    const uint32_t stage = stage_of(c);
-    const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
-    RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
-    RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
-    IssueChunk(acc, frag, x_desc + static_cast<uint64_t>(c * (kXChunkBytes / 16)));
-    return Scales{fa.scale, fb.scale};
-  };
-  // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
-  // passes (uniform over the block), the slice's end.
-  auto finish = [&](int c, float (&done)[4], uint32_t (&frag)[16], const Scales& s) {
-    AddScaled8(part, done, s.sa, s.sb, xs + c * kTok * 4, q);
-    if (((later >> c) & 1u) != 0u) {
+    struct Scales {
+      float sa, sb;
+    };
+    // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
+    // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
+    auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[4]) {
+      CpAsyncWait<kAhead - 1>();
+      __syncwarp();
+      if (c + kAhead < chunks) copies.Load<kFull>(stage_of(c + kAhead), c + kAhead, lane, p.w);
+      CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
       const uint32_t stage = stage_of(c);
-      for (int pass = 1;; ++pass) {
-        const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
-        const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
-        const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
-        RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
-        RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
-        IssueChunk(done, frag, x_desc + static_cast<uint64_t>(c * (kXChunkBytes / 16)));
-        WgmmaWaitAll();
-        PinAll(done);
-        AddScaled8(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q);
-        if (!__syncthreads_or(fa.more || fb.more)) break;
+      const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
+      RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
+      RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
+      IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
+      return Scales{fa.scale, fb.scale};
+    };
+    // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
+    // passes (uniform over the block), the slice's end.
+    auto finish = [&](int c, float (&done)[4], uint32_t (&frag)[16], const Scales& s) {
+      AddScaled8(part, done, s.sa, s.sb, xs + c * kTok * 4, q);
+      if (((later >> c) & 1u) != 0u) {
+        const uint32_t stage = stage_of(c);
+        for (int pass = 1;; ++pass) {
+          const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
+          const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
+          const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
+          RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
+          RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
+          IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
+          WgmmaWaitAll();
+          PinAll(done);
+          AddScaled8(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q);
+          if (!__syncthreads_or(fa.more || fb.more)) break;
+        }
       }
-    }
-    EndChunk(total, part, c, 0, chunks, tokens);
-  };
+      EndChunk(total, part, c, 0, chunks, tokens);
+    };
 
-  // Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs, then the last.
-  Scales last = issue(0, frag0, acc0);
-  int c = 1;
-  for (; c + 1 < chunks; c += 2) {
-    Scales now = issue(c, frag1, acc1);
-    WgmmaWait<1>();  // chunk c - 1
-    PinAll(acc0);
-    finish(c - 1, acc0, frag0, last);
-    last = issue(c + 1, frag0, acc0);
-    WgmmaWait<1>();  // chunk c
-    PinAll(acc1);
-    finish(c, acc1, frag1, now);
-  }
-  if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
-    const Scales now = issue(c, frag1, acc1);
-    WgmmaWait<1>();
-    PinAll(acc0);
-    finish(c - 1, acc0, frag0, last);
-    WgmmaWaitAll();
-    PinAll(acc1);
-    finish(c, acc1, frag1, now);
+    // Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs, then the last.
+    Scales last = issue(0, frag0, acc0);
+    int c = 1;
+    for (; c + 1 < chunks; c += 2) {
+      Scales now = issue(c, frag1, acc1);
+      WgmmaWait<1>();  // chunk c - 1
+      PinAll(acc0);
+      finish(c - 1, acc0, frag0, last);
+      last = issue(c + 1, frag0, acc0);
+      WgmmaWait<1>();  // chunk c
+      PinAll(acc1);
+      finish(c, acc1, frag1, now);
+    }
+    if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
+      const Scales now = issue(c, frag1, acc1);
+      WgmmaWait<1>();
+      PinAll(acc0);
+      finish(c - 1, acc0, frag0, last);
+      WgmmaWaitAll();
+      PinAll(acc1);
+      finish(c, acc1, frag1, now);
+    } else {
+      WgmmaWaitAll();
+      PinAll(acc0);
+      finish(c - 1, acc0, frag0, last);
+    }
+  };
+  if (copies.words && n0 + kRows <= p.n) {
+    chunk_loop(std::true_type{});
   } else {
-    WgmmaWaitAll();
-    PinAll(acc0);
-    finish(c - 1, acc0, frag0, last);
+    chunk_loop(std::false_type{});
   }
   CpAsyncWaitAll();
   StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
