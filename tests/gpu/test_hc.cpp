@@ -107,10 +107,11 @@ TEST(CudaHc, PreFlash) {
 }
 
 // A token's outputs do not depend on the batch (nor on the 1- or 4-token block path): bit-exact.
-// 300 and 1,100 tokens take 4 per block, their slices of 1 and 5 tokens 1 per block.
+// 64 (the threshold), 65, 300 and 1,100 tokens take 4 per block (65's last block
+// partly filled), their slices of 1 and 5 tokens 1 per block.
 TEST(CudaHc, PreBatchInvariant) {
   DI_REQUIRE_GPU();
-  for (const int64_t tokens : {int64_t{300}, int64_t{1100}}) {
+  for (const int64_t tokens : {int64_t{64}, int64_t{65}, int64_t{300}, int64_t{1100}}) {
     SCOPED_TRACE(testing::Message() << tokens << " tokens");
     const HcInputs in = MakeInputs(tokens, 4, 4096, false, 300);
     const HcPreOut all = GpuHcPre(in, 0, tokens, 4096);

@@ -27,9 +27,11 @@ constexpr int kMaxRows = (2 + kHcMaxStreams) * kHcMaxStreams;
 constexpr int kMixCluster = 8;  // blocks per cluster of HcMixKernel (the portable maximum)
 constexpr int kPostThreads = 256;
 // At or above this many tokens a mix block serves 4 tokens (fn is read once for 4); below, one
-// token per block for more blocks. The per-token arithmetic is identical either way.
+// token per block for more blocks. The per-token arithmetic is identical either way. 64 since
+// 2026-12-02: at batch 64 one token per block re-read fn's 1.5 MiB per token, and 4-token blocks
+// took hc_pre from 0.449 to 0.283 ms a step (3 layers; docs/performance.md, version 28).
 // DEEPINFER_HC_MULTI_TOKEN_MIN (a positive integer, read once) moves the threshold.
-constexpr int64_t kMultiTokenMin = 256;
+constexpr int64_t kMultiTokenMin = 64;
 int64_t MultiTokenMin() {
   static const int64_t min_tokens = [] {
     const char* v = std::getenv("DEEPINFER_HC_MULTI_TOKEN_MIN");

@@ -204,12 +204,10 @@ struct WarpCopies {
     dst = (lane / 16) * kRowBytes + Place(lane % 16);
   }
 
-  // kFull: the caller knows that every row of the block exists and the rows are 4-byte aligned.
-  template <bool kFull>
   __device__ __forceinline__ void Load(uint32_t warp_stage, int c, int lane, const uint8_t* any_valid) const {
     const uint8_t* from = src + static_cast<int64_t>(c) * kRowBytes;
     const uint32_t to = warp_stage + dst;
-    if (kFull || (words && rows == kWarpRows)) {  // the common case: no row past p.n, no predicates
+    if (words && rows == kWarpRows) {  // the common case: no row past p.n, no predicates
 #pragma unroll
       for (int i = 0; i < kWarpRows / 2; ++i) {
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to + i * 2 * kRowBytes),
@@ -298,7 +296,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   if (tid < 2) StShared32(mask + 4 * tid, 0u);
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if (s < chunks) copies.Load<false>(stage_of(s), s, lane, p.w);
+    if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
     CpAsyncCommit();
   }
   CpAsyncWait<kAhead>();  // the exponent words
@@ -342,86 +340,75 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   __syncthreads();
   const uint64_t later = static_cast<uint64_t>(LdShared32(mask)) | static_cast<uint64_t>(LdShared32(mask + 4)) << 32;
 
-  float total[4] = {0.f, 0.f, 0.f, 0.f};
-  // The chunk loop, compiled twice: copies without any check where the whole block's rows exist
-  // and are 4-byte aligned (uniform over the block, as the warpgroup's MMAs must be), else checked.
-  auto chunk_loop = [&](auto full) {
-    constexpr bool kFull = decltype(full)::value;
-    float acc0[4], acc1[4], part[4];
-    uint32_t frag0[16], frag1[16];
+  float acc0[4], acc1[4], part[4], total[4];
+  uint32_t frag0[16], frag1[16];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc0[i] = acc1[i] = part[i] = 0.f;
+  for (int i = 0; i < 4; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
 
-    struct Scales {
-      float sa, sb;
-    };
-    // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
-    // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
-    auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[4]) {
-      CpAsyncWait<kAhead - 1>();
-      __syncwarp();
-      if (c + kAhead < chunks) copies.Load<kFull>(stage_of(c + kAhead), c + kAhead, lane, p.w);
-      CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
-      const uint32_t stage = stage_of(c);
-      const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
-      RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
-      RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
-      IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
-      return Scales{fa.scale, fb.scale};
-    };
-    // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
-    // passes (uniform over the block), the slice's end.
-    auto finish = [&](int c, float (&done)[4], uint32_t (&frag)[16], const Scales& s) {
-      AddScaled8(part, done, s.sa, s.sb, xs + c * kTok * 4, q);
-      if (((later >> c) & 1u) != 0u) {
-        const uint32_t stage = stage_of(c);
-        for (int pass = 1;; ++pass) {
-          const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
-          const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
-          const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
-          RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
-          RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
-          IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
-          WgmmaWaitAll();
-          PinAll(done);
-          AddScaled8(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q);
-          if (!__syncthreads_or(fa.more || fb.more)) break;
-        }
-      }
-      EndChunk(total, part, c, 0, chunks, tokens);
-    };
-
-    // Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs, then the last.
-    Scales last = issue(0, frag0, acc0);
-    int c = 1;
-    for (; c + 1 < chunks; c += 2) {
-      Scales now = issue(c, frag1, acc1);
-      WgmmaWait<1>();  // chunk c - 1
-      PinAll(acc0);
-      finish(c - 1, acc0, frag0, last);
-      last = issue(c + 1, frag0, acc0);
-      WgmmaWait<1>();  // chunk c
-      PinAll(acc1);
-      finish(c, acc1, frag1, now);
-    }
-    if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
-      const Scales now = issue(c, frag1, acc1);
-      WgmmaWait<1>();
-      PinAll(acc0);
-      finish(c - 1, acc0, frag0, last);
-      WgmmaWaitAll();
-      PinAll(acc1);
-      finish(c, acc1, frag1, now);
-    } else {
-      WgmmaWaitAll();
-      PinAll(acc0);
-      finish(c - 1, acc0, frag0, last);
-    }
+  struct Scales {
+    float sa, sb;
   };
-  if (copies.words && n0 + kRows <= p.n) {
-    chunk_loop(std::true_type{});
+  // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
+  // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
+  auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[4]) {
+    CpAsyncWait<kAhead - 1>();
+    __syncwarp();
+    if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
+    CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
+    const uint32_t stage = stage_of(c);
+    const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
+    RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
+    RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
+    IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
+    return Scales{fa.scale, fb.scale};
+  };
+  // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
+  // passes (uniform over the block), the slice's end.
+  auto finish = [&](int c, float (&done)[4], uint32_t (&frag)[16], const Scales& s) {
+    AddScaled8(part, done, s.sa, s.sb, xs + c * kTok * 4, q);
+    if (((later >> c) & 1u) != 0u) {
+      const uint32_t stage = stage_of(c);
+      for (int pass = 1;; ++pass) {
+        const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
+        const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
+        const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
+        RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
+        RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
+        IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
+        WgmmaWaitAll();
+        PinAll(done);
+        AddScaled8(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q);
+        if (!__syncthreads_or(fa.more || fb.more)) break;
+      }
+    }
+    EndChunk(total, part, c, 0, chunks, tokens);
+  };
+
+  // Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs, then the last.
+  Scales last = issue(0, frag0, acc0);
+  int c = 1;
+  for (; c + 1 < chunks; c += 2) {
+    Scales now = issue(c, frag1, acc1);
+    WgmmaWait<1>();  // chunk c - 1
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last);
+    last = issue(c + 1, frag0, acc0);
+    WgmmaWait<1>();  // chunk c
+    PinAll(acc1);
+    finish(c, acc1, frag1, now);
+  }
+  if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
+    const Scales now = issue(c, frag1, acc1);
+    WgmmaWait<1>();
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last);
+    WgmmaWaitAll();
+    PinAll(acc1);
+    finish(c, acc1, frag1, now);
   } else {
-    chunk_loop(std::false_type{});
+    WgmmaWaitAll();
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last);
   }
   CpAsyncWaitAll();
   StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
