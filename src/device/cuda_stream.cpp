@@ -2,7 +2,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "device/cuda_error.h"
 
@@ -57,11 +61,59 @@ void CudaGraph::BeginCapture(cudaStream_t stream) {
   DI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
 }
 
+bool ProgrammaticDependentLaunch() {
+  static const bool on = [] {
+    const char* v = std::getenv("DEEPINFER_PDL");
+    if (v == nullptr || *v == '\0' || std::string(v) == "1") return true;
+    if (std::string(v) == "0") return false;
+    throw std::invalid_argument(std::string("DEEPINFER_PDL must be 0 or 1, got '") + v + "'");
+  }();
+  return on;
+}
+
+namespace {
+
+// Replaces every plain edge between two kernel nodes of `graph` by a programmatic one (the
+// upstream kernel's programmatic port: it fires once all of its blocks have run
+// griddepcontrol.launch_dependents or exited). Returns how many it replaced.
+size_t MakeKernelEdgesProgrammatic(cudaGraph_t graph) {
+  size_t count = 0;
+  DI_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &count), "cudaGraphGetEdges");
+  std::vector<cudaGraphNode_t> from(count), to(count);
+  std::vector<cudaGraphEdgeData> data(count);
+  DI_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &count), "cudaGraphGetEdges");
+  auto is_kernel = [](cudaGraphNode_t node) {
+    cudaGraphNodeType type;
+    DI_CUDA_CHECK(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
+    return type == cudaGraphNodeTypeKernel;
+  };
+  size_t replaced = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (data[i].type != cudaGraphDependencyTypeDefault || !is_kernel(from[i]) || !is_kernel(to[i])) continue;
+    DI_CUDA_CHECK(cudaGraphRemoveDependencies(graph, &from[i], &to[i], &data[i], 1), "cudaGraphRemoveDependencies");
+    cudaGraphEdgeData programmatic{};
+    programmatic.from_port = cudaGraphKernelNodePortProgrammatic;
+    programmatic.type = cudaGraphDependencyTypeProgrammatic;
+    DI_CUDA_CHECK(cudaGraphAddDependencies(graph, &from[i], &to[i], &programmatic, 1), "cudaGraphAddDependencies");
+    ++replaced;
+  }
+  return replaced;
+}
+
+}  // namespace
+
 void CudaGraph::EndCapture(cudaStream_t stream) {
   cudaGraph_t graph = nullptr;
   DI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
   exec_ = nullptr;
+  programmatic_edges_ = 0;
+  try {
+    if (ProgrammaticDependentLaunch()) programmatic_edges_ = MakeKernelEdgesProgrammatic(graph);
+  } catch (...) {
+    cudaGraphDestroy(graph);
+    throw;
+  }
   const cudaError_t status = cudaGraphInstantiate(&exec_, graph, 0);
   cudaGraphDestroy(graph);
   DI_CUDA_CHECK(status, "cudaGraphInstantiate");

@@ -49,14 +49,24 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
   // Work queued on `stream` (by this thread) from BeginCapture to EndCapture is recorded, not run.
+  // EndCapture makes every kernel-to-kernel edge of the recorded graph a programmatic dependency
+  // (programmatic dependent launch: the next kernel's launch overlaps the previous one's work; each
+  // kernel waits for its predecessor in PdlPrologue, kernels/cuda/cuda_common.cuh) unless
+  // DEEPINFER_PDL=0; ProgrammaticEdges() counts those of the last capture.
   static void BeginCapture(cudaStream_t stream);
   void EndCapture(cudaStream_t stream);
+  size_t ProgrammaticEdges() const { return programmatic_edges_; }
   void Launch(cudaStream_t stream) const;
   bool ready() const { return exec_ != nullptr; }
 
  private:
   cudaGraphExec_t exec_ = nullptr;
+  size_t programmatic_edges_ = 0;
 };
+
+// Whether CUDA graphs get programmatic kernel-to-kernel edges: DEEPINFER_PDL unset, empty or 1
+// (the default), not with 0; anything else is an error. Read once.
+bool ProgrammaticDependentLaunch();
 
 // Waits until every stream of the device is idle.
 void SynchronizeDevice(int device_index);

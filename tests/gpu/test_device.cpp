@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "device/arena.h"
 #include "device/cuda_stream.h"
+#include "kernels/cuda/elementwise.h"
 #include "gpu/gpu_test_util.h"
 
 namespace deepinfer {
@@ -69,6 +70,33 @@ TEST(CudaDevice, StreamWaitOrdersWorkAcrossStreams) {
   for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(out.as<uint8_t>()[i], 0x7b) << i;
   t1.Synchronize();
   EXPECT_GE(CudaEvent::ElapsedMs(t0, t1), 0.f);
+}
+
+// A captured chain of kernels, each reading its predecessor's whole output: with programmatic
+// edges (the default) every kernel is launched while the one before it may still run and must
+// wait for it in PdlPrologue; one that did not would read a partly scaled buffer here.
+TEST(CudaDevice, GraphKernelsWaitForTheirProgrammaticPredecessors) {
+  DI_REQUIRE_GPU();
+  CudaStream stream(0);
+  const int64_t n = int64_t{32} << 20;  // 128 MiB: grids of many blocks
+  constexpr int kScales = 24;
+  test::DeviceArray<float> x(static_cast<size_t>(n));
+  CudaGraph graph;
+  CudaGraph::BeginCapture(stream.get());
+  cuda::FillF32(x.get(), n, 1.f, stream.get());
+  for (int i = 0; i < kScales; ++i) cuda::ScaleF32(x.get(), n, 2.f, stream.get());
+  graph.EndCapture(stream.get());
+  EXPECT_EQ(graph.ProgrammaticEdges(), ProgrammaticDependentLaunch() ? size_t{kScales} : size_t{0});
+  std::vector<float> host(static_cast<size_t>(n));
+  for (int launch = 0; launch < 3; ++launch) {
+    graph.Launch(stream.get());
+    ASSERT_EQ(cudaMemcpyAsync(host.data(), x.get(), n * sizeof(float), cudaMemcpyDeviceToHost, stream.get()),
+              cudaSuccess);
+    stream.Synchronize();
+    int64_t wrong = 0;
+    for (const float v : host) wrong += v != 16777216.f;  // 2^24
+    ASSERT_EQ(wrong, 0) << "launch " << launch;
+  }
 }
 
 }  // namespace

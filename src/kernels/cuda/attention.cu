@@ -45,6 +45,7 @@ constexpr int64_t SmemFloats(int d) {
 // the last group run on zeros and are not written.
 template <int kHeads, int kCols>
 __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) AttentionWithSinkKernel(AttentionArgs a) {
+  PdlPrologue();
   namespace cg = cooperative_groups;
   static_assert(kHeads <= kWarps && kHeads <= kMaxHeads, "one warp per head of the group");
   extern __shared__ float4 smem4[];

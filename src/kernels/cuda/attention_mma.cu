@@ -168,6 +168,7 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
 template <int kGroups, int kD, int kSplit>
 __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD, kSplit>::kThreads, 1)
     AttentionSplitBf16Kernel(AttentionArgs a) {
+  PdlPrologue();
   namespace cg = cooperative_groups;
   using S = Shape<kGroups, kD, kSplit>;
   extern __shared__ float4 smem4[];

@@ -74,6 +74,7 @@ __device__ inline void LoadCandidate(const AdvanceArgs& a, const CompressorSeq& 
 // Grid: (rows_capacity, ⌈dim / kPoolThreads⌉). The CPU's per-channel pooling, same order, no FMA:
 // max, Σ exp(z − max), Σ kv · (exp(z − max) / Σ).
 __global__ void __launch_bounds__(kPoolThreads) CompressorPoolKernel(AdvanceArgs a) {
+  PdlPrologue();
   const int64_t r = blockIdx.x;
   // The owner of row r: the last sequence whose row_offset <= r.
   int64_t lo = 0, hi = a.num_seqs;
@@ -125,6 +126,7 @@ __global__ void __launch_bounds__(kPoolThreads) CompressorPoolKernel(AdvanceArgs
 // overlapping and a window closed, slot s gets what the CPU copied there at the last closing
 // (phase s of the last closed window, from the input or from the old current-window slot).
 __global__ void __launch_bounds__(kStateThreads) CompressorStateKernel(AdvanceArgs a) {
+  PdlPrologue();
   const CompressorSeq sq = a.seqs[blockIdx.x];
   const int64_t s = blockIdx.y;
   const int64_t m = a.ratio;
@@ -173,6 +175,7 @@ __global__ void __launch_bounds__(kStateThreads) CompressorStateKernel(AdvanceAr
 // Grid: (num_slots, chunks); a grid-stride loop over each slot's state_floats.
 __global__ void __launch_bounds__(kResetThreads)
     CompressorResetKernel(CompressorStatePool pool, const int64_t* slots, int64_t state_floats) {
+  PdlPrologue();
   const int64_t slot = slots[blockIdx.x];
   float* kv = pool.kv + slot * pool.slot_stride;
   float* score = pool.score + slot * pool.slot_stride;

@@ -113,6 +113,20 @@ __device__ inline float DecodeE4m3(uint8_t v) {
   return sign ? -mag : mag;
 }
 
+// Programmatic dependent launch: every kernel of this project begins with PdlPrologue(). Where a
+// CUDA graph made the kernel a programmatic dependent of the one before it (CudaGraph, unless
+// DEEPINFER_PDL=0; docs/cuda-backend.md), griddepcontrol.wait holds the whole block until that grid
+// has completed and its memory is visible, so nothing before the call may read another kernel's
+// output; launched any other way it returns at once. launch_dependents then lets the next kernel's
+// blocks be scheduled as soon as every block of this one has started: they only wait in their own
+// prologue, and the launch latency between the two kernels overlaps this one's work.
+__device__ __forceinline__ void PdlPrologue() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // e8m0: a bare biased exponent, 2^(e-127); 0xff is NaN.
 __device__ inline float DecodeE8m0(uint8_t e) {
   if (e == 0xffu) return __int_as_float(0x7fc00000);

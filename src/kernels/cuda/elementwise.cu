@@ -22,6 +22,7 @@ constexpr int kNormBatch = 4;
 // go kNormBatch at a time ahead of use.
 __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype,
                               float eps, float* y, int64_t ldy) {
+  PdlPrologue();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;
   float* yr = y + blockIdx.x * ldy;
@@ -64,6 +65,7 @@ constexpr int kWarpRowsPerBlock = kRowThreads / kWarpSize;
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormWarpKernel(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
                       float eps, float* y, int64_t ldy) {
+  PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= m) return;  // uniform per warp
@@ -92,6 +94,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 __global__ void EmbeddingKernel(const int32_t* ids, const void* table, DType table_dtype, int64_t vocab,
                                 int64_t dim, int64_t ld_table, float* y, int64_t ldy) {
+  PdlPrologue();
   const int32_t id = ids[blockIdx.x];
   float* yr = y + blockIdx.x * ldy;
   const bool valid = id >= 0 && id < vocab;
@@ -108,6 +111,7 @@ constexpr int kRopeBatch = 4;
 
 __global__ void RopeKernel(float* x, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,
                            const int64_t* positions, const float* inv_freq, int64_t half, bool inverse) {
+  PdlPrologue();
   extern __shared__ float rope_cs[];  // [half] cos, then [half] sin (negated for the inverse)
   const float pos = static_cast<float>(positions[blockIdx.x]);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
@@ -192,6 +196,7 @@ template <bool kFp8>
 __global__ void __launch_bounds__(256) RoundTripWarpKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
                                                            int64_t end, int64_t block, int64_t blocks_per_row,
                                                            const int32_t* row_count) {
+  PdlPrologue();
   int64_t rows = m;
   if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -222,6 +227,7 @@ __global__ void __launch_bounds__(256) RoundTripWarpKernel(float* x, int64_t ldx
 template <bool kFp8>
 __global__ void RoundTripKernel(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end, int64_t block,
                                 const int32_t* row_count) {
+  PdlPrologue();
   __shared__ float scratch[32];
   int64_t rows = m;
   if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
@@ -250,6 +256,7 @@ void LaunchRoundTrip(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t en
 
 // One block per row (grid-strided past 65535 rows), threads over the channels.
 __global__ void Bf16RoundKernel(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end) {
+  PdlPrologue();
   for (int64_t r = blockIdx.x; r < m; r += gridDim.x) {
     float* xr = x + r * ldx;
     for (int64_t c = begin + threadIdx.x; c < end; c += blockDim.x) {
@@ -260,6 +267,7 @@ __global__ void Bf16RoundKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
 
 // One block per row; the row lives in shared memory during the butterflies.
 __global__ void HadamardKernel(float* x, int64_t ldx, int n, float scale) {
+  PdlPrologue();
   extern __shared__ float row[];
   float* xr = x + blockIdx.x * ldx;
   for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = xr[i];
@@ -279,6 +287,7 @@ __global__ void HadamardKernel(float* x, int64_t ldx, int n, float scale) {
 // Rows r < min(m, *row_count) (all m rows when row_count is null), striding over rows in y.
 __global__ void SwiGluKernel(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
                              const float* row_weights, const int32_t* row_count) {
+  PdlPrologue();
   int64_t rows = m;
   if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -297,6 +306,7 @@ __global__ void SwiGluKernel(float* g, int64_t ldg, const float* u, int64_t ldu,
 }
 
 __global__ void FillKernel(float* x, int64_t n, float value) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] = value;
@@ -304,6 +314,7 @@ __global__ void FillKernel(float* x, int64_t n, float value) {
 }
 
 __global__ void FillHashUniformKernel(float* x, int64_t n, uint64_t seed, float lo, float hi) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] = cpu::HashUniform(seed, static_cast<uint64_t>(i), lo, hi);
@@ -311,6 +322,7 @@ __global__ void FillHashUniformKernel(float* x, int64_t n, uint64_t seed, float 
 }
 
 __global__ void SpinKernel(int64_t nanoseconds) {
+  PdlPrologue();
   uint64_t start = 0, now = 0;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
   do {
@@ -320,6 +332,7 @@ __global__ void SpinKernel(int64_t nanoseconds) {
 }
 
 __global__ void ScaleKernel(float* x, int64_t n, float factor) {
+  PdlPrologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[i] *= factor;

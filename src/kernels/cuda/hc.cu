@@ -117,6 +117,7 @@ template <int kTok, bool kHead, bool kDeferSinkhorn = false>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
                 int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
+  PdlPrologue();
   static_assert(kTok <= kMixWarps, "one epilogue warp per token");
   constexpr int kRowChunk = RowChunk<kTok, kHead>();
   static_assert(kTok * kRowChunk <= kMixThreads, "one thread per (token, row) of a pass in the warp sum");
@@ -267,6 +268,7 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
 template <int S>
 __global__ void __launch_bounds__(128) HcSinkhornKernel(float* __restrict__ comb, int64_t m, int64_t iters,
                                                         float eps) {
+  PdlPrologue();
   const int64_t tok = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (tok >= m) return;
   float* mat = comb + tok * S * S;
@@ -334,6 +336,7 @@ __global__ void __launch_bounds__(kPostThreads)
     HcPostKernel(const float* __restrict__ o, int64_t ldo, const float* __restrict__ x,
                  const float* __restrict__ post, const float* __restrict__ comb, int s, int d,
                  float* __restrict__ x_out) {
+  PdlPrologue();
   const int64_t tok = blockIdx.x;
   const int i = (blockIdx.y * kPostThreads + threadIdx.x) * V;
   if (i >= d) return;  // d % V == 0

@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(kScoreThreads)
                        int64_t weights_stride, int num_heads, int dk, const float* __restrict__ keys,
                        int64_t key_stride, const int32_t* __restrict__ key_ids, int64_t max_keys,
                        const int32_t* __restrict__ num_visible, float* __restrict__ scores) {
+  PdlPrologue();
   __shared__ __align__(16) float qs[kChunk][kTilePad];  // [k][head]
   __shared__ __align__(16) float ks[kChunk][kTilePad];  // [k][candidate]
   __shared__ float dots[kKeyTile][kDotPitch];          // [candidate][head]
@@ -115,6 +116,7 @@ __device__ inline uint32_t OrderKey(float s) {
 __global__ void __launch_bounds__(kSelectThreads)
     IndexerSelectKernel(const float* __restrict__ scores, int64_t max_keys, const int32_t* __restrict__ num_visible,
                         int top_k, int32_t* __restrict__ selected, int32_t* __restrict__ counts) {
+  PdlPrologue();
   __shared__ int hist[kBins];
   __shared__ int warp_eq[kSelectWarps];
   __shared__ int warp_sel[kSelectWarps];

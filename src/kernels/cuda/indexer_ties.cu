@@ -10,6 +10,7 @@ constexpr int kThreads = 256;
 __global__ void IndexerTiesKernel(const float* scores, int64_t max_keys, const int32_t* num_visible,
                                   const int32_t* num_candidates, int64_t top_k, int32_t* selected, int32_t* counts,
                                   cpu::ScoredCandidate* scratch, int64_t max_candidates) {
+  PdlPrologue();
   __shared__ float reduce[32];
   __shared__ int redo;
   const int64_t m = blockIdx.x;

@@ -774,6 +774,7 @@ __device__ __forceinline__ void StageGemvX(const Params& p, int64_t g, float* xs
 // otherwise the register path with x through L1.
 template <Kind K, int MT, int RPW>
 __global__ void __launch_bounds__(kGemvWarps* kWarpSize) LinearGemvKernel(const Params p) {
+  PdlPrologue();
   extern __shared__ __align__(16) uint8_t gemv_smem[];
   using Ring = GemvWarpSmem<K, RPW>;
   const int64_t g = blockIdx.y;
@@ -873,6 +874,7 @@ __device__ __forceinline__ void TiledBlock(const Params& p, int64_t n_block, int
 // Grid (ceil(n / kTileN), ceil(m / kTileM), groups).
 template <Kind K>
 __global__ void __launch_bounds__(kTiledThreads, 2) LinearTiledKernel(const Params p) {
+  PdlPrologue();
   TiledBlock<K>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
@@ -914,6 +916,7 @@ __device__ __forceinline__ int GemvKind(int32_t rows) { return rows <= 2 ? 0 : r
 __global__ void __launch_bounds__(kPlanThreads) ExpertTilesKernel(const int32_t* offsets, int32_t num_experts,
                                                                   int32_t rows_bound, int32_t tile_rows,
                                                                   TileLists lists) {
+  PdlPrologue();
   __shared__ int32_t warp_tiles[kTileKinds][kPlanWarps];
   __shared__ int32_t listed[kTileKinds];
   const int lane = threadIdx.x % kWarpSize;
@@ -1047,6 +1050,7 @@ __device__ __noinline__ void GemvBlockDirectCall(const Params p, int64_t block) 
 template <Kind K, int MT, int RPW>
 __global__ void __launch_bounds__(kGemvWarps* kWarpSize, K != Kind::kFp4 ? 1 : MT <= 2 ? 5 : MT <= 8 ? 3 : 1)
     ExpertsGemvKernel(const ExpertsParams ep) {
+  PdlPrologue();
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
   if constexpr (K == Kind::kFp4) {
@@ -1070,6 +1074,7 @@ __global__ void __launch_bounds__(kGemvWarps* kWarpSize, K != Kind::kFp4 ? 1 : M
 // runs alike in every thread of the block, as TiledBlock's barriers need.
 template <Kind K>
 __global__ void __launch_bounds__(kTiledThreads, 2) ExpertsTiledKernel(const ExpertsParams ep) {
+  PdlPrologue();
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
@@ -1080,6 +1085,7 @@ __global__ void __launch_bounds__(kTiledThreads, 2) ExpertsTiledKernel(const Exp
 // The tensor-core paths per tile: tiles of up to 8, 16 and 32 rows run the block with TM = 1, 2, 4.
 template <Kind K, int TM, bool kFp8>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaKernel(const ExpertsParams ep) {
+  PdlPrologue();
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
@@ -1095,6 +1101,7 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaKernel(const ExpertsP
 // tensor-core block with TM = 1: one launch walks the three lists as one, list 0 first.
 template <Kind K, bool kFp8>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaSmallKernel(const ExpertsParams ep, const TileLists lists) {
+  PdlPrologue();
   CheckPlan(ep);
   const int32_t c0 = lists.counts[0], c1 = lists.counts[1];
   const int32_t tiles = c0 + c1 + lists.counts[2];
@@ -1113,6 +1120,7 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsMmaSmallKernel(const Exp
 // Split-BF16: the tiled tiles (17-32 rows) run the shared-memory block (64 x 32).
 template <Kind K>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedSplitKernel(const ExpertsParams ep) {
+  PdlPrologue();
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
@@ -1123,6 +1131,7 @@ __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedSplitKernel(const 
 // FP8 inputs: the tiled tiles (17-64 rows) run the shared-memory block (64 x 64).
 template <Kind K>
 __global__ void __launch_bounds__(mma::kThreads) ExpertsStagedKernel(const ExpertsParams ep) {
+  PdlPrologue();
   CheckPlan(ep);
   const int32_t tiles = *ep.count;
   for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
@@ -1188,6 +1197,7 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
 template <Kind K, int kTok, int kMinBlocks>
 __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
     ExpertsWgmmaKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -1204,6 +1214,7 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 template <int kMinBlocks>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -1242,6 +1253,7 @@ PreFoldLayout MakePreFoldLayout(int64_t n, int64_t k) {
 __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsParams ep, const int32_t* offsets,
                                                                  int32_t rows_bound, int32_t e0,
                                                                  const PreFoldLayout lay, uint8_t* out) {
+  PdlPrologue();
   __shared__ uint32_t tables[18];
   __shared__ uint32_t words[wgmma::kBlockRows];
   const int32_t e = e0 + static_cast<int32_t>(blockIdx.y);
@@ -1289,6 +1301,7 @@ template <int kTok, int kMinBlocks>
 __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
     ExpertsPreFoldedKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a, int32_t e0,
                            int32_t e_end, const PreFoldLayout lay, const uint8_t* pre) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -1359,6 +1372,7 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
                               const __grid_constant__ CUtensorMap xs_map, const ExpertsParams ep,
                               const TileLists lists, int32_t e0, int32_t e_end, const PreFoldLayout lay,
                               const uint8_t* pre) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
@@ -2718,6 +2732,7 @@ namespace {
 // through E2m1x8ToE4m3x8Table against E2m1x4ToE4m3x4Table per half, for each folded table
 // (shifts 0-8); counts the words that differ.
 __global__ void Fp4CodesCheckKernel(uint32_t salt, unsigned long long* mismatches) {
+  PdlPrologue();
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   const uint32_t word = i * 65537u + salt;
   for (int d = 0; d <= cpu::kFp4FoldMaxShift; ++d) {

@@ -303,6 +303,7 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
 // Grid (row blocks, token blocks, groups).
 template <Kind K, int TM>
 __global__ void __launch_bounds__(kThreads) LinearKernel(const Params p) {
+  PdlPrologue();
   Block<K, TM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
@@ -492,6 +493,7 @@ __device__ __forceinline__ void StagedSlicesBlock(const Params& p, int64_t row_b
 // Grid (ceil(n / kStagedRows), ceil(m / kStagedTok), groups).
 template <Kind K>
 __global__ void __launch_bounds__(kThreads) StagedLinearKernel(const Params p) {
+  PdlPrologue();
   mma::StagedBlock<K>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
@@ -499,6 +501,7 @@ __global__ void __launch_bounds__(kThreads) StagedLinearKernel(const Params p) {
 // blocks along x: row block blockIdx.x / kCluster.
 template <Kind K, int kCluster>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads) StagedSlicesKernel(const Params p) {
+  PdlPrologue();
   mma::StagedSlicesBlock<K, kCluster>(p, blockIdx.x / kCluster, blockIdx.y, blockIdx.z);
 }
 
@@ -722,6 +725,7 @@ __device__ __forceinline__ void Block(const Params& p, int64_t row_block, int64_
 
 template <Kind K, int TM>
 __global__ void __launch_bounds__(kThreads) LinearKernel(const Params p) {
+  PdlPrologue();
   Block<K, TM>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
@@ -853,6 +857,7 @@ __device__ __forceinline__ void StagedBlock(const Params& p, int64_t row_block, 
 // Grid (ceil(n / kTiledRows), ceil(m / kTiledTok), groups).
 template <Kind K>
 __global__ void __launch_bounds__(kThreads) TiledLinearKernel(const Params p) {
+  PdlPrologue();
   fp8::StagedBlock<K>(p, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 

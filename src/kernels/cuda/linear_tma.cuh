@@ -203,6 +203,7 @@ static_assert(kLinearSmemBytes <= 227 * 1024, "Hopper's shared memory per block"
 __global__ void __launch_bounds__(kThreads, 1)
     TmaLinearKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                     const __grid_constant__ CUtensorMap xs_map, const Params p) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else

@@ -66,6 +66,7 @@ __host__ __device__ inline int64_t PaddedRows(int64_t m) { return CeilDiv(m, kTo
 __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
                                                           int64_t m_pad, int64_t k, bool x_vec, uint8_t* codes,
                                                           float* scales) {
+  PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t chunks = k / kChunk;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -884,6 +885,7 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 template <Kind K, int kTok = kTokens>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -906,6 +908,7 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
 // P_s at partials + s·m·n, row stride n.
 __global__ void __launch_bounds__(256) SumSlicesKernel(const float* __restrict__ partials, int slices, int64_t m,
                                                        int64_t n, float* __restrict__ y, int64_t ldy) {
+  PdlPrologue();
   const int64_t plane = m * n;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < plane;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

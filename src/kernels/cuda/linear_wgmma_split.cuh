@@ -212,6 +212,7 @@ struct BlockPlace {
 // kParts: 3 (hi, mid, lo), or 1 where p.x_bf16 (x rounded to BF16 as it is converted).
 template <int kParts>
 __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Params p) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -293,6 +294,7 @@ template <int kParts, int kRows = kBlockRows>
 __global__ void __launch_bounds__(2 * kRows, 1)
     SplitBf16GroupedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                               const Params p) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
 #else
@@ -622,6 +624,7 @@ __device__ __forceinline__ int64_t DenseFragmentRow(int64_t n0) {
 // memory.
 template <int kTok, bool kOverlap = false>
 __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) DenseSplitKernel(const Params p) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -648,6 +651,7 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 template <int kTok, int kCluster, bool kOverlap = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm)
     DenseSplitSlicesKernel(const Params p) {
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else

@@ -17,6 +17,7 @@ __device__ float Softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 // partial_sort order exactly.
 __global__ void RouteKernel(const float* logits, const int32_t* token_ids, DeviceRouterParams params,
                             int32_t* expert_ids, float* expert_weights) {
+  PdlPrologue();
   extern __shared__ float shared[];
   const int e = static_cast<int>(params.num_experts);
   const int k = static_cast<int>(params.top_k);
@@ -139,6 +140,7 @@ static_assert(kAlignThreads % kWarpSize == 0 && kAlignThreads <= kWarpSize * kWa
 // its expert's offset + its rank among the expert's kept slots with a smaller slot number.
 __global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_experts, int32_t* offsets,
                                int32_t* sorted_slots, int32_t* slot_rows, int32_t* counts, int32_t* cursor) {
+  PdlPrologue();
   const int slots = m * k;
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
@@ -248,6 +250,7 @@ __device__ __forceinline__ bool KeptSlot(const int32_t* ids, int i, int k, int e
 __global__ void __launch_bounds__(256) MoeCountKernel(const int32_t* __restrict__ ids, int slots, int k,
                                                       int num_experts, int32_t* counts, int32_t* sorted_slots,
                                                       int32_t* slot_rows) {
+  PdlPrologue();
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < slots; i += gridDim.x * blockDim.x) {
     sorted_slots[i] = -1;
     slot_rows[i] = -1;
@@ -260,6 +263,7 @@ __global__ void __launch_bounds__(kPlaceThreads) MoePlaceKernel(const int32_t* _
                                                                 int num_experts, const int32_t* counts,
                                                                 int32_t* offsets, int32_t* sorted_slots,
                                                                 int32_t* slot_rows) {
+  PdlPrologue();
   const int e = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / kWarpSize);
   if (e >= num_experts) return;  // uniform per warp
   const int lane = threadIdx.x % kWarpSize;
@@ -297,6 +301,7 @@ __global__ void __launch_bounds__(kPlaceThreads) MoePlaceKernel(const int32_t* _
 __global__ void MoeGatherKernel(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots,
                                 const int32_t* row_count, int64_t top_k, const float* expert_weights, float* xe,
                                 float* row_weights, bool vec) {
+  PdlPrologue();
   const int64_t r = blockIdx.x;
   if (row_count != nullptr && r >= *row_count) return;
   const int32_t slot = sorted_slots[r];
@@ -351,6 +356,7 @@ __device__ __forceinline__ void CombineColumns(const T* ye, int64_t width, const
 // (four at a time where `vec`), loading up to kCombineBatch rows' values before adding them.
 __global__ void MoeCombineKernel(const float* ye, const int32_t* slot_rows, const int32_t* expert_ids, int64_t k,
                                  int64_t d, const float* shared, float* out, bool vec) {
+  PdlPrologue();
   __shared__ int32_t s_rows[kMaxTopK];
   __shared__ int32_t s_experts[kMaxTopK];
   __shared__ int32_t s_sorted[kMaxTopK];

@@ -19,6 +19,7 @@ constexpr int kCopyThreads = kCopyWarps * kWarpSize;
 __global__ void __launch_bounds__(kCopyThreads)
     CopyRowsKernel(const float* src, int64_t ld_src, const int64_t* src_offsets, float* dst, int64_t ld_dst,
                    const int64_t* dst_offsets, int64_t n, int64_t width) {
+  PdlPrologue();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kCopyWarps + threadIdx.x / kWarpSize;
   if (row >= n) return;  // uniform over the warp; no block-wide barriers below
   const int lane = threadIdx.x % kWarpSize;
@@ -59,6 +60,7 @@ __global__ void __launch_bounds__(kListThreads)
     BuildAttentionRowsKernel(cpu::StepRowsPlan plan, cpu::LayerRowGeometry g, int32_t* row_ids, int32_t* counts,
                              int64_t max_rows, int32_t* index_ids, int32_t* num_visible, int32_t* num_candidates,
                              int64_t max_index_rows) {
+  PdlPrologue();
   const int64_t t = blockIdx.x;
   const int64_t b = plan.token_seq[t];
   const cpu::SeqRowsInfo& s = plan.seqs[b];
@@ -108,6 +110,7 @@ __global__ void __launch_bounds__(kAppendThreads)
     AppendSelectedRowsKernel(cpu::StepRowsPlan plan, cpu::LayerRowGeometry g, const int32_t* selected,
                              const int32_t* selected_counts, int64_t top_k, int32_t* row_ids, int32_t* counts,
                              int64_t max_rows) {
+  PdlPrologue();
   const int64_t t = blockIdx.x;
   const int64_t b = plan.token_seq[t];
   const int32_t count = counts[t];

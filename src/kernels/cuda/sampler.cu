@@ -561,6 +561,7 @@ __global__ void __launch_bounds__(kThreads)
                      const SamplerRowParams* params, const int32_t* tokens, const int32_t* stop_ids, double* work_all,
                      int32_t* flags_all, int32_t* sampled, float* sampled_logprobs, int32_t* top_ids,
                      float* top_logprobs) {
+  PdlPrologue();
   __shared__ SamplerShared sh;
   const int64_t row = blockIdx.x;
   SamplerRowParams& p = *reinterpret_cast<SamplerRowParams*>(sh.params);
@@ -598,12 +599,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void UniformDrawsKernel(const uint64_t* seeds, const uint64_t* indices, int64_t n, double* out) {
+  PdlPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = UniformDrawDevice(seeds[i], indices[i]);
 }
 
 __global__ void CopyIndexedTokensKernel(int32_t* ids, const int32_t* dst_index, const int32_t* src,
                                         const int32_t* src_index, int64_t n) {
+  PdlPrologue();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) ids[dst_index[i]] = src[src_index[i]];
 }
