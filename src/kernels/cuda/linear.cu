@@ -1965,19 +1965,19 @@ KernelSwitch g_dense_split{"DEEPINFER_DENSE_WGMMA", 1};
 // version 26). Tests override it (SetDenseOverlapForTesting).
 KernelSwitch g_dense_overlap{"DEEPINFER_DENSE_OVERLAP", 1};
 
-template <int kTok, int kCluster, bool kOverlap, int kStages>
+template <int kTok, int kCluster, bool kOverlap>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
   using wgmma_split::DenseSplitSlicesKernel;
-  constexpr int kSmem = wgmma_split::DenseSmem<kTok, kStages>::kBytes;
-  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster, kOverlap, kStages>>(device, kSmem);
+  constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
+  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster, kOverlap>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
-  DenseSplitSlicesKernel<kTok, kCluster, kOverlap, kStages><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+  DenseSplitSlicesKernel<kTok, kCluster, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
 }
 
 // One block per 128 weight rows × kTok tokens, over all of K; where that grid leaves SMs idle and
 // K has 2-8 slices, K's slices over a cluster instead (the same bits).
-template <int kTok, bool kOverlap, int kStages = wgmma_split::kDenseStages>
+template <int kTok, bool kOverlap>
 void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   const int64_t row_blocks = CeilDiv(p.n, wgmma::kBlockRows), tok_blocks = CeilDiv(p.m, int64_t{kTok});
   if (tok_blocks > 65535 || row_blocks * wgmma_split::kMaxDenseCluster > 0x7fffffff) {
@@ -1986,41 +1986,25 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   const auto [device, sms] = CurrentDeviceSms();
   const int64_t slices = CeilDiv(p.k, int64_t{512});
   g_dense_split_launches.fetch_add(1);
-  using L = wgmma_split::DenseSmem<kTok, kStages>;
-  const int64_t slots = sms * L::kBlocksPerSm;  // blocks resident at once
+  const int64_t slots = sms * wgmma_split::DenseSmem<kTok>::kBlocksPerSm;  // blocks resident at once
   if (row_blocks * tok_blocks < slots && slices >= 2 && slices <= wgmma_split::kMaxDenseCluster &&
       DeviceLaunchesClusters(device)) {
-    if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap, kStages>(p, row_blocks, tok_blocks, device, stream);
-    if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap, kStages>(p, row_blocks, tok_blocks, device, stream);
-    return LaunchDenseSplitSlices<kTok, 8, kOverlap, kStages>(p, row_blocks, tok_blocks, device, stream);
+    if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+    if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+    return LaunchDenseSplitSlices<kTok, 8, kOverlap>(p, row_blocks, tok_blocks, device, stream);
   }
-  constexpr int kSmem = L::kBytes;
-  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap, kStages>>(device, kSmem);
+  constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
+  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks));
-  wgmma_split::DenseSplitKernel<kTok, kOverlap, kStages><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+  wgmma_split::DenseSplitKernel<kTok, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
-}
-
-int EnvEither(const char* name, int unset, int other, const char* what);
-
-// The overlapped dense kernels' ring: 4 stages, or 5 with DEEPINFER_DENSE_STAGES=5 (read once; the
-// same bits). The batch-1 head's profile (2026-12-02) had its blocks waiting at the chunk barrier
-// for their copies: more bytes in flight per block.
-int DenseStages() {
-  static const int stages = EnvEither("DEEPINFER_DENSE_STAGES", 4, 5, "cuda::Linear");
-  return stages;
 }
 
 // Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits. With
 // DenseOverlapOn, both tile sizes take the overlapped loop, whose slices start with scale-d = 0.
 void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
   const bool overlap = g_dense_overlap.On();  // one mode for every M: the same sums at every batch size
-  const bool five = overlap && DenseStages() == 5;
-  if (p.m <= 8) {
-    if (five) return LaunchDenseSplitTiles<8, true, 5>(p, stream);
-    return overlap ? LaunchDenseSplitTiles<8, true>(p, stream) : LaunchDenseSplitTiles<8, false>(p, stream);
-  }
-  if (five) return LaunchDenseSplitTiles<64, true, 5>(p, stream);
+  if (p.m <= 8) return overlap ? LaunchDenseSplitTiles<8, true>(p, stream) : LaunchDenseSplitTiles<8, false>(p, stream);
   if (overlap) return LaunchDenseSplitTiles<64, true>(p, stream);
   LaunchDenseSplitTiles<64, false>(p, stream);
 }
@@ -2275,20 +2259,20 @@ void LaunchTileRange(const ExpertsLaunch& l, const ExpertsParams& ep, int smem, 
 
 // An environment switch between two values (read by the caller once): `unset` where `name` is
 // unset, empty or spells `unset`, `other` where it spells `other`; anything else is an error.
-int EnvEither(const char* name, int unset, int other, const char* what) {
+int EnvEither(const char* name, int unset, int other) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0' || std::to_string(unset) == v) return unset;
   if (std::to_string(other) == v) return other;
   const std::string message =
       std::string(name) + " must be " + std::to_string(unset) + " or " + std::to_string(other) + ", got '" + v + "'";
-  ThrowCudaError(__FILE__, __LINE__, what, message.c_str());
+  ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
 }
 
 // The 8- and 16-token experts kernels' registers are held to 2 blocks per SM (128 registers, a
 // few spills) or 1 (DEEPINFER_SMALL_TILE_BLOCKS=1 or 2, read once; unset: 2; measured 2026-12-02,
 // docs/performance.md version 23: `experts_linear` at batch 64 7.01 ms at 2, 8.92 at 1).
 int SmallTileBlocksPerSm() {
-  static const int blocks = EnvEither("DEEPINFER_SMALL_TILE_BLOCKS", 2, 1, "cuda::ExpertsLinear");
+  static const int blocks = EnvEither("DEEPINFER_SMALL_TILE_BLOCKS", 2, 1);
   return blocks;
 }
 
@@ -2443,7 +2427,7 @@ KernelSwitch g_experts_register_a{"DEEPINFER_EXPERTS_REGISTER_A", 1};
 // read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; at Flash's
 // K = 4096 x's codes alone take 32 KiB a block), 3 elsewhere.
 int RegisterABlocksPerSm() {
-  static const int blocks = EnvEither("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS", 3, 4, "cuda::ExpertsLinear");
+  static const int blocks = EnvEither("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS", 3, 4);
   return blocks;
 }
 

@@ -419,16 +419,15 @@ constexpr int kDenseWBytes = kBlockRows * kRowBytes;  // 16 KiB: 64 BF16 columns
 constexpr int kSliceChunks = 512 / kChunkCols;        // 8 chunks per 512-column slice
 constexpr int kMaxDenseCluster = 8;                   // slices a cluster spreads (K <= 4096)
 
-// Shared memory of the dense kernels on kTok-token tiles: kStages stages (the weight tile, then
-// x's raw floats, kTok rows of 256 bytes), then two sets of x's part tiles (hi, mid, lo of kTok
-// rows of 128 bytes). 64 tokens: 177 KiB at 4 stages, 209 at 5, one block per SM; 8 tokens: 79 KiB
-// at 4 stages, 97 at 5, two.
-template <int kTok, int kStages = kDenseStages>
+// Shared memory of the dense kernels on kTok-token tiles: kDenseStages stages (the weight tile,
+// then x's raw floats, kTok rows of 256 bytes), then two sets of x's part tiles (hi, mid, lo of kTok
+// rows of 128 bytes). 64 tokens: 177 KiB, one block per SM; 8 tokens: 79 KiB, two.
+template <int kTok>
 struct DenseSmem {
   static constexpr int kStageBytes = kDenseWBytes + kTok * kXRawRowBytes;
   static constexpr int kPartBytes = kTok * kRowBytes;
   static constexpr int kXSetBytes = 3 * kPartBytes;
-  static constexpr int kXTiles = kStages * kStageBytes;
+  static constexpr int kXTiles = kDenseStages * kStageBytes;
   static constexpr int kBytes = kXTiles + 2 * kXSetBytes + 1024;  // + base alignment
   static constexpr int kBlocksPerSm = kTok == 8 ? 2 : 1;
   static_assert(kBlocksPerSm * kBytes <= 227 * 1024, "Hopper's shared memory per SM");
@@ -520,12 +519,11 @@ __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int6
 // with an MMA that ignores d (scale-d = 0) instead of zeroed registers: a register write in the
 // loop would make ptxas wait for every MMA at the back edge (C7517). A sum equals the zeroed
 // form's wherever it is not an exact zero (+0 + s = s); an all-zero sum may come out -0.
-// kStages: the ring's stages (4, or 5 where DEEPINFER_DENSE_STAGES=5; the same sums).
-template <int kTok, bool kOverlap, int kStages, class OnSlice>
+template <int kTok, bool kOverlap, class OnSlice>
 __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, int64_t t0, int c_begin, int c_end,
                                                  uint8_t* smem, OnSlice&& on_slice) {
-  constexpr int S = kStages;
-  using L = DenseSmem<kTok, kStages>;
+  constexpr int S = kDenseStages;
+  using L = DenseSmem<kTok>;
   const int tid = threadIdx.x;
   const int group = tid / 128;
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t0));
@@ -624,8 +622,8 @@ __device__ __forceinline__ int64_t DenseFragmentRow(int64_t n0) {
 
 // Grid (ceil(n / 128), ceil(m / kTok)); kThreads threads; DenseSmem<kTok>::kBytes of dynamic shared
 // memory.
-template <int kTok, bool kOverlap = false, int kStages = kDenseStages>
-__global__ void __launch_bounds__(kThreads, DenseSmem<kTok, kStages>::kBlocksPerSm) DenseSplitKernel(const Params p) {
+template <int kTok, bool kOverlap = false>
+__global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) DenseSplitKernel(const Params p) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -638,7 +636,7 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok, kStages>::kBlocksPer
 #pragma unroll
   for (int i = 0; i < kElems; ++i) total[i] = 0.f;
   const int chunks = static_cast<int>(p.k / kChunkCols);
-  DenseSplitChunks<kTok, kOverlap, kStages>(p, n0, t0, 0, chunks, smem, [&](int slice, const float (&acc)[kElems]) {
+  DenseSplitChunks<kTok, kOverlap>(p, n0, t0, 0, chunks, smem, [&](int slice, const float (&acc)[kElems]) {
 #pragma unroll
     for (int i = 0; i < kElems; ++i) total[i] = slice == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
   });
@@ -650,8 +648,8 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok, kStages>::kBlocksPer
 // DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
 // at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
 // ceil(m / kTok)); row block blockIdx.x / kCluster.
-template <int kTok, int kCluster, bool kOverlap = false, int kStages = kDenseStages>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok, kStages>::kBlocksPerSm)
+template <int kTok, int kCluster, bool kOverlap = false>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm)
     DenseSplitSlicesKernel(const Params p) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -670,7 +668,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
   float held[kElems];
 #pragma unroll
   for (int i = 0; i < kElems; ++i) held[i] = 0.f;
-  DenseSplitChunks<kTok, kOverlap, kStages>(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[kElems]) {
+  DenseSplitChunks<kTok, kOverlap>(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[kElems]) {
 #pragma unroll
     for (int i = 0; i < kElems; ++i) held[i] = acc[i];
   });
