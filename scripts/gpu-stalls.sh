@@ -24,7 +24,9 @@ timeout 240 "$ncu" --clock-control none --target-processes all --kernel-name "re
   --import-source no -o "$work/rep" \
   "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings --no-graphs \
   --no-profile --iterations 2 --prefill-iterations 1 "$@" >"$work/ncu.log" 2>&1
-echo "ncu $name: exit $?; $(grep -E '^==PROF==|Error' "$work/ncu.log" | tail -2)"
+rc=$?
+echo "ncu $name: exit $rc; $(grep -E '^==PROF==|Error' "$work/ncu.log" | tail -2)"
+[[ -f $work/rep.ncu-rep ]] || { echo "no report; the log's end:"; tail -6 "$work/ncu.log"; }
 "$ncu" --import "$work/rep.ncu-rep" --page raw --csv >"$work/raw.csv" 2>&1
 "$ncu" --import "$work/rep.ncu-rep" --page source --csv --print-source sass >"$work/source.csv" 2>&1 ||
   "$ncu" --import "$work/rep.ncu-rep" --page source --csv >"$work/source.csv" 2>&1
