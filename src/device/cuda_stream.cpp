@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,7 +65,8 @@ bool ProgrammaticDependentLaunch() {
     const char* v = std::getenv("DEEPINFER_PDL");
     if (v == nullptr || *v == '\0' || std::string(v) == "1") return true;
     if (std::string(v) == "0") return false;
-    throw std::invalid_argument(std::string("DEEPINFER_PDL must be 0 or 1, got '") + v + "'");
+    const std::string message = std::string("DEEPINFER_PDL must be 0 or 1, got '") + v + "'";
+    ThrowCudaError(__FILE__, __LINE__, "CudaGraph", message.c_str());
   }();
   return on;
 }
