@@ -100,6 +100,15 @@ size_t MakeKernelEdgesProgrammatic(cudaGraph_t graph) {
   return replaced;
 }
 
+// Programmatic dependent launch needs compute capability 9.0 (Hopper) or later; older devices keep
+// plain edges (their kernels' PdlPrologue compiles to nothing).
+bool CurrentDeviceLaunchesProgrammatically() {
+  int device = 0, major = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  DI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  return major >= 9;
+}
+
 }  // namespace
 
 void CudaGraph::EndCapture(cudaStream_t stream) {
@@ -109,7 +118,9 @@ void CudaGraph::EndCapture(cudaStream_t stream) {
   exec_ = nullptr;
   programmatic_edges_ = 0;
   try {
-    if (ProgrammaticDependentLaunch()) programmatic_edges_ = MakeKernelEdgesProgrammatic(graph);
+    if (ProgrammaticDependentLaunch() && CurrentDeviceLaunchesProgrammatically()) {
+      programmatic_edges_ = MakeKernelEdgesProgrammatic(graph);
+    }
   } catch (...) {
     cudaGraphDestroy(graph);
     throw;

@@ -51,8 +51,9 @@ class CudaGraph {
   // Work queued on `stream` (by this thread) from BeginCapture to EndCapture is recorded, not run.
   // EndCapture makes every kernel-to-kernel edge of the recorded graph a programmatic dependency
   // (programmatic dependent launch: the next kernel's launch overlaps the previous one's work; each
-  // kernel waits for its predecessor in PdlPrologue, kernels/cuda/cuda_common.cuh) unless
-  // DEEPINFER_PDL=0; ProgrammaticEdges() counts those of the last capture.
+  // kernel waits for its predecessor in PdlPrologue, kernels/cuda/cuda_common.cuh) on devices of
+  // compute capability 9.0 and later, unless DEEPINFER_PDL=0; ProgrammaticEdges() counts those of
+  // the last capture.
   static void BeginCapture(cudaStream_t stream);
   void EndCapture(cudaStream_t stream);
   size_t ProgrammaticEdges() const { return programmatic_edges_; }

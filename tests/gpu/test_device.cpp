@@ -86,7 +86,9 @@ TEST(CudaDevice, GraphKernelsWaitForTheirProgrammaticPredecessors) {
   cuda::FillF32(x.get(), n, 1.f, stream.get());
   for (int i = 0; i < kScales; ++i) cuda::ScaleF32(x.get(), n, 2.f, stream.get());
   graph.EndCapture(stream.get());
-  EXPECT_EQ(graph.ProgrammaticEdges(), ProgrammaticDependentLaunch() ? size_t{kScales} : size_t{0});
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  EXPECT_EQ(graph.ProgrammaticEdges(), ProgrammaticDependentLaunch() && major >= 9 ? size_t{kScales} : size_t{0});
   std::vector<float> host(static_cast<size_t>(n));
   for (int launch = 0; launch < 3; ++launch) {
     graph.Launch(stream.get());
