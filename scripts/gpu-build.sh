@@ -10,7 +10,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(deepinfer_gpu_tests deepinfer)
-cmake --preset cuda -DDEEPINFER_TESTS=ON >/dev/null
+# sm_90a SASS alone (the H200 runs it; no PTX to JIT) and fatbins left uncompressed: nvcc's own
+# compression hides the kernels the two binaries (and a base build, below) share from xz, which
+# then stores them once (2026-12-02: linear.cu's object, two versions of it, 4.5 MB as xz over
+# uncompressed fatbins against 15 MB over nvcc's compressed ones).
+cmake --preset cuda -DDEEPINFER_TESTS=ON -DDEEPINFER_CUDA_ARCHS=90a-real -DCMAKE_CUDA_FLAGS=--compress-mode=none >/dev/null
 cmake --build build/cuda --target "${targets[@]}"
 dist=build/gpu-dist
 rm -rf "$dist" && mkdir -p "$dist"
@@ -25,8 +29,16 @@ for lib in $(ldd "$dist"/deepinfer* | awk '/libspdlog/ {print $3}' | sort -u); d
 # stream with xz's 64 MiB window stores them once: 7.3 MB where two .xz files took 13.1 (2026-12-01).
 ldd "$dist/deepinfer_gpu_tests" | awk '{print "  " $1}'
 ls "$dist/lib"
-tar -C "$dist" -cf - deepinfer_gpu_tests deepinfer | xz -9e -T1 >"$dist/bins.tar.xz"
-rm "$dist/deepinfer_gpu_tests" "$dist/deepinfer"
+# BASE_BINARY=PATH (a `deepinfer` built at another commit, e.g. a copy of build/cuda/deepinfer
+# made before the change) travels as base/deepinfer: gpu-session.sh --variant 'base;;;build/gpu-dist/base'
+# then runs it beside this build in one call.
+members=(deepinfer deepinfer_gpu_tests)
+if [[ -n ${BASE_BINARY:-} ]]; then
+  mkdir -p "$dist/base" && cp "$BASE_BINARY" "$dist/base/deepinfer" && strip --strip-unneeded "$dist/base/deepinfer"
+  members=(base/deepinfer "${members[@]}")
+fi
+tar -C "$dist" -cf - "${members[@]}" | xz -9e -T1 >"$dist/bins.tar.xz"
+rm -rf "$dist/deepinfer_gpu_tests" "$dist/deepinfer" "$dist/base"
 git rev-parse HEAD > "$dist/COMMIT"
 git status --porcelain | grep -q . && echo dirty >> "$dist/COMMIT" || true
 du -sh "$dist"

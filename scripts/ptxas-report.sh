@@ -18,7 +18,7 @@ name=$(basename "$source")
 target=$(cd build/cuda && ninja -t targets all | grep -oE "^[^:]*/${name//./\\.}\.o" | head -1)
 [[ -n $target ]] || { echo "no object for $source in build/cuda" >&2; exit 2; }
 cmd=$(cd build/cuda && ninja -t commands "$target" | tail -1)
-cmd=$(echo "$cmd" | sed -E "s/--generate-code=arch=compute_90a,code=\[compute_90a,sm_90a\]/-arch=sm_90a/; \
+cmd=$(echo "$cmd" | sed -E "s/--generate-code=arch=compute_90a,code=\[(compute_90a,)?sm_90a\]/-arch=sm_90a/; \
   s/ -MD -MT [^ ]+ -MF [^ ]+//; s/ -c / -cubin /; s# -o [^ ]+\.o# -o $cubin#")
 log=$(mktemp)
 (cd build/cuda && eval "$cmd -Xptxas -v") >"$log" 2>&1 || { tail -30 "$log"; exit 1; }
