@@ -34,9 +34,9 @@
 # DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
 # bench of the same points without the ceilings (steps-NAME.json in $OUT/variants.tar.xz, one
 # file whatever their number), and tools/compare_bench.py prints them beside the first
-# ($OUT/compare.txt). A fourth field, `NAME;ENV;FLAGS;DIR`, runs DIR's build instead (e.g. the
-# previous commit's, built here and copied to build/gpu-dist-base, carried beside build/gpu-dist:
-# code changes without a switch measured in one call). Each variant adds ~25 s. `--tests FILTER` runs that gtest filter instead of
+# ($OUT/compare.txt). A fourth field, `NAME;ENV;FLAGS;DIR`, runs DIR's `deepinfer` instead (e.g.
+# build/gpu-dist/base: the base commit's binary that `BASE_BINARY=PATH scripts/gpu-build.sh` packed
+# beside this build; code changes without a switch measured in one call). Each variant adds ~25 s. `--tests FILTER` runs that gtest filter instead of
 # the quick suites (a kernel's own tests when device time is short).
 #
 #   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench |
