@@ -44,3 +44,13 @@ use_test_data() {
     touch "$DEEPINFER_GOLDENS_DIR/.unpacked"
   fi
 }
+
+# For Nsight Compute (gpu-profile.sh, gpu-stalls.sh): the ncu binary, or an error.
+find_ncu() {
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  [[ -n $ncu ]] || { echo "ncu not found" >&2; return 2; }
+}
+# The profiled run: eager `bench steps` on the 3-layer Flash-shaped model, without the per-op
+# profile or the ceilings, two timed iterations; arguments follow it.
+profiled_bench_steps=("$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings
+                      --no-graphs --no-profile --iterations 2 --prefill-iterations 1)

@@ -14,11 +14,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 source scripts/gpu-env.sh
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-if [[ -z $ncu ]]; then
-  echo "ncu not found" >&2
-  exit 2
-fi
+find_ncu || exit 2
 sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
           --section WarpStateStats --section SchedulerStats)
 
@@ -28,8 +24,7 @@ profile() {
   shift 3
   timeout 180 "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
     --launch-count "$count" "${sections[@]}" --csv --page details \
-    "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings --no-graphs \
-    --no-profile --iterations 2 --prefill-iterations 1 "$@" \
+    "${profiled_bench_steps[@]}" "$@" \
     >"$out/ncu-$name.csv" 2>"$out/ncu-$name.log"
   local rc=$?
   echo "ncu $name: exit $rc, $(grep -c '^"' "$out/ncu-$name.csv") rows; $(tail -1 "$out/ncu-$name.log")"

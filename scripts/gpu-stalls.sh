@@ -16,14 +16,12 @@ shift 4
 out=${OUT:-gpu-out}
 mkdir -p "$out"
 source scripts/gpu-env.sh
-ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-[[ -n $ncu ]] || { echo "ncu not found" >&2; exit 2; }
+find_ncu || exit 2
 work=$(mktemp -d)
 timeout 240 "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
   --launch-skip "$skip" --launch-count 1 --section WarpStateStats --section SourceCounters \
   --import-source no -o "$work/rep" \
-  "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --no-ceilings --no-graphs \
-  --no-profile --iterations 2 --prefill-iterations 1 "$@" >"$work/ncu.log" 2>&1
+  "${profiled_bench_steps[@]}" "$@" >"$work/ncu.log" 2>&1
 rc=$?
 echo "ncu $name: exit $rc; $(grep -E '^==PROF==|Error' "$work/ncu.log" | tail -2)"
 [[ -f $work/rep.ncu-rep ]] || { echo "no report; the log's end:"; tail -6 "$work/ncu.log"; }
