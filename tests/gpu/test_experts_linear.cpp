@@ -398,7 +398,7 @@ TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
   }
 }
 
-// The FP4 experts' tiles of 1-8 rows on the register-fed kernel (linear_wgmma_rs.cuh): its
+// The FP4 experts' tiles of 1-8 and 9-16 rows on the register-fed kernel (linear_wgmma_rs.cuh): its
 // products equal Linear's bits per expert (and the CPU's order bound):
 // - every tile kind (the larger tiles on their own kernels), N = 200 (a partial 64-row item);
 // - expert weights and scales at offsets that allow 4-byte copies, and (the pool's default steps)
@@ -411,7 +411,8 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
   ScopedExpertsRegisterA register_fed(1);
-  const uint64_t launches = cuda::ExpertsRegisterALaunchesForTesting();
+  const uint64_t launches8 = cuda::ExpertsRegisterALaunchesForTesting(8);
+  const uint64_t launches16 = cuda::ExpertsRegisterALaunchesForTesting(16);
   uint64_t seed = 5100;
   for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
     ExpertPool pool(kFp4, static_cast<int64_t>(kMixedCounts.size()), 200, 1024, ++seed, 0, data_step, scale_step);
@@ -422,13 +423,60 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
     ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, {110, 128});
     CheckExperts(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed);
   }
-  const int64_t tokens = SanitizerSizes() ? 16 : 64;
+  // 256 tokens: ~6 rows an expert, 9-16 for about one in seven (16-token tiles).
+  const int64_t tokens = SanitizerSizes() ? 16 : 256;
   const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5200);
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
     ExpertPool pool(kFp4, 256, n, k, 5201 + static_cast<uint64_t>(n), 0, 32, 4);
     CheckExperts(pool, decode, tokens * 6, k, n, 5202 + static_cast<uint64_t>(n), {0, 37, 74});
   }
-  EXPECT_GT(cuda::ExpertsRegisterALaunchesForTesting(), launches) << "the register-fed kernel never ran";
+  EXPECT_GT(cuda::ExpertsRegisterALaunchesForTesting(8), launches8) << "the 8-token register-fed kernel never ran";
+  EXPECT_GT(cuda::ExpertsRegisterALaunchesForTesting(16), launches16) << "the 16-token register-fed kernel never ran";
+}
+
+// Small row bounds (decode at batch 1-2): the register-fed kernel in 512-column K slices, their
+// partial sums added in slice order by a second kernel, still equal Linear's bits per expert:
+// 2 slices (K = 1024), a short last slice (K = 896: 4 + 3 chunks), 5 slices, group scales over 18
+// binades (later passes inside a slice), N = 200 (a partial 64-row block), a row bound above the
+// rows (rows past offsets[E] untouched), Flash's w1 and w2 shapes at batch 1 and 2; K = 128 (one
+// chunk) takes no slices. The same calls with slices off give the same bits (both equal Linear).
+TEST(CudaExpertsLinearFp8, RegisterFedSlicesEqualLinear) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  ScopedExpertsRegisterA register_fed(1);
+  uint64_t seed = 5250;
+  for (const int mode : {1, 0}) {
+    ScopedExpertsSlices slices(mode);
+    SCOPED_TRACE(mode == 1 ? "slices on" : "slices off");
+    const uint64_t sliced = cuda::ExpertsSlicedLaunchesForTesting();
+    const std::vector<int32_t> counts = {1, 0, 2, 1, 0, 3, 1, 2};
+    for (const int64_t k : {int64_t{1024}, int64_t{896}, int64_t{2560}}) {
+      for (const bool wide : {false, true}) {
+        const std::pair<uint8_t, uint8_t> e8m0 = wide ? std::pair<uint8_t, uint8_t>{110, 128}
+                                                      : std::pair<uint8_t, uint8_t>{0, 0};
+        ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, e8m0);
+        CheckExperts(pool, counts, Offsets(counts).back() + 2, k, 200, ++seed);
+      }
+    }
+    for (const int64_t tokens : {int64_t{1}, int64_t{2}}) {
+      const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5260 + static_cast<uint64_t>(tokens));
+      for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+        ExpertPool pool(kFp4, 256, n, k, ++seed, 0, 32, 4);
+        const int64_t used = std::find_if(decode.begin(), decode.end(), [](int32_t c) { return c > 0; }) - decode.begin();
+        CheckExperts(pool, decode, tokens * 6, k, n, ++seed, {used});
+      }
+    }
+    if (mode == 1) {
+      EXPECT_GE(cuda::ExpertsSlicedLaunchesForTesting() - sliced, 6u) << "a small pool took no slices";
+    } else {
+      EXPECT_EQ(cuda::ExpertsSlicedLaunchesForTesting(), sliced) << "slices taken while off";
+    }
+    ExpertPool one_chunk(kFp4, static_cast<int64_t>(counts.size()), 200, 128, ++seed, 0, 32, 4);
+    const uint64_t before = cuda::ExpertsSlicedLaunchesForTesting();
+    CheckExperts(one_chunk, counts, Offsets(counts).back(), 128, 200, ++seed);
+    EXPECT_EQ(cuda::ExpertsSlicedLaunchesForTesting(), before) << "one chunk took slices";
+  }
 }
 
 // FP4 experts pre-folded once per call (ExpertsLinearPreFoldCodesBytes): the bits of Linear's FP4

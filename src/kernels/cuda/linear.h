@@ -140,11 +140,17 @@ void SetDenseOverlapForTesting(int mode);
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.
 uint64_t Fp4CodeMismatchesForTesting();
-// Tests only: the FP4 experts' tiles of 1-8 rows on the register-fed warpgroup-MMA kernel (the
-// same bits) on (1), off (0), or as DEEPINFER_EXPERTS_REGISTER_A says (-1, the default: on unless
-// 0); and how many such launches this process has made.
+// Tests only: the FP4 experts' tiles of 1-8 and 9-16 rows on the register-fed warpgroup-MMA kernel
+// (the same bits) on (1), off (0), or as DEEPINFER_EXPERTS_REGISTER_A and
+// DEEPINFER_EXPERTS_REGISTER_A16 say (-1, the default: on unless 0); and how many such launches on
+// tiles of `tile_tokens` (8 or 16) this process has made.
 void SetExpertsRegisterAForTesting(int mode);
-uint64_t ExpertsRegisterALaunchesForTesting();
+uint64_t ExpertsRegisterALaunchesForTesting(int tile_tokens);
+// Tests only: the register-fed experts in K slices where a small row bound's items cannot fill the
+// device (the same bits) on (1), off (0) or as DEEPINFER_EXPERTS_SLICES says (-1, the default: on
+// unless 0); and how many sliced launches this process has made.
+void SetExpertsSlicesForTesting(int mode);
+uint64_t ExpertsSlicedLaunchesForTesting();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.

@@ -1,7 +1,7 @@
-// The FP4 experts' tiles of 1-8 rows with the weight operand in registers (wgmma's RS form),
+// The FP4 experts' tiles of 1-8 and 9-16 rows with the weight operand in registers (wgmma's RS form),
 // included by linear.cu after linear_wgmma.cuh (Params, GemmArgs and the folded-code helpers).
 //
-// WgmmaBlock<kFp4, 8> converts each chunk's nibbles into a shared-memory tile of e4m3 codes behind
+// WgmmaBlock<kFp4, 8 or 16> converts each chunk's nibbles into a shared-memory tile of e4m3 codes behind
 // two block barriers, then reads it back through the MMA; at decode that chain, not the bytes,
 // bounds the experts (docs/performance.md, versions 9, 23 and 27). Here a block is one warpgroup of
 // 64 weight rows, and each warp feeds its own 16 rows:
@@ -26,28 +26,29 @@ namespace rs {
 
 constexpr int kRows = 64;                          // weight rows per block: one warpgroup
 constexpr int kThreads = 128;
-constexpr int kTok = 8;                            // token columns (wgmma m64n8k32)
 constexpr int kWarpRows = 16;                      // A-fragment rows of one warp
 constexpr int kAhead = 4;                          // chunks whose copies are in flight ahead
 constexpr int kStages = kAhead + 2;                // + the chunk converted + the one finishing
 constexpr int kRowBytes = kChunk / 2;              // 64 bytes of nibbles per row and chunk
 constexpr int kWarpStageBytes = kWarpRows * kRowBytes;  // 1 KiB
 constexpr int kStageBytes = kRows * kRowBytes;          // 4 KiB
-constexpr int kXChunkBytes = kTok * kChunk;             // 1 KiB: 8 token rows, 128-byte swizzle
 constexpr int kFoldStride = kRows + 1;                  // words between chunks of fold words
 constexpr int kMaxChunks = 64;                          // K <= 8192: the later-pass mask's bits
 constexpr int kTableEntries = 16;                       // shifts 0-8, then "group left" entries
 static_assert(kThreads == 4 * kWarpSize && kRows == 4 * kWarpRows, "one warpgroup, 16 rows per warp");
 
-// Shared memory for `chunks` chunks of K, offsets from the 1024-byte aligned base: the stages, x's
-// codes (chunk c's 8 × 128-byte swizzled tile at X + 1024·c, wgmma's B), x's scales [chunks][8],
-// the rows' pass-0 fold words [chunks][kFoldStride], the tables (uint4 per shift: the byte_perm
-// words of magnitudes 0-3 and 4-7 and the sign mask) and the later-pass mask (two words).
+// Shared memory for `chunks` chunks of K and tiles of `tok` tokens (8 or 16), offsets from the
+// 1024-byte aligned base: the stages, x's codes (chunk c's tok × 128-byte swizzled tile at
+// X + XChunkBytes()·c, wgmma's B), x's scales [chunks][tok], the rows' pass-0 fold words
+// [chunks][kFoldStride], the tables (uint4 per shift: the byte_perm words of magnitudes 0-3 and 4-7
+// and the sign mask) and the later-pass mask (two words).
 struct Smem {
   int chunks;
+  int tok;
+  __host__ __device__ constexpr int XChunkBytes() const { return tok * kChunk; }
   __host__ __device__ constexpr int X() const { return kStages * kStageBytes; }
-  __host__ __device__ constexpr int Xs() const { return X() + chunks * kXChunkBytes; }
-  __host__ __device__ constexpr int Folds() const { return Xs() + chunks * kTok * 4; }
+  __host__ __device__ constexpr int Xs() const { return X() + chunks * XChunkBytes(); }
+  __host__ __device__ constexpr int Folds() const { return Xs() + chunks * tok * 4; }
   __host__ __device__ constexpr int Tables() const { return (Folds() + chunks * kFoldStride * 4 + 15) / 16 * 16; }
   __host__ __device__ constexpr int Mask() const { return Tables() + kTableEntries * 16; }
   __host__ __device__ constexpr int Bytes() const { return Mask() + 8 + 1024; }  // + base alignment
@@ -105,6 +106,22 @@ __device__ __forceinline__ void MmaM64N8K32Rs(float (&d)[4], uint32_t a0, uint32
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(desc_lo), "r"(desc_hi), "r"(1));
 }
 
+// MmaM64N8K32Rs for 16 tokens (m64n16k32): the same A fragment, d as MmaM64N16K32's.
+__device__ __forceinline__ void MmaM64N16K32Rs(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t desc_lo, uint32_t desc_hi) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 desc;\n"
+      "mov.b64 desc, {%12, %13};\n"
+      "setp.ne.b32 p, %14, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, "
+      "desc, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(desc_lo), "r"(desc_hi), "r"(1));
+}
+
 // One pass over a row's chunk: per group its table entry (bits 4s..4s+3: the shift top - e_s,
 // 0-8, or 15 where the pass leaves the group; cpu::FirstFoldPassWord's low 16 bits for pass 0),
 // the row scale (2^top, 1 where the pass takes nothing) and whether groups are left for later.
@@ -144,15 +161,21 @@ __device__ __forceinline__ void RowFragment(uint32_t row, int q, uint32_t shifts
   }
 }
 
-// part += acc · (row scale · x_scale) for a tile of 8 tokens (AddScaledRows<4> with x's scales of
-// the chunk read from shared address xs: the thread's two, tokens 2q and 2q + 1).
-__device__ __forceinline__ void AddScaled8(float (&part)[4], const float (&acc)[4], float sa, float sb, uint32_t xs,
-                                           int q) {
-  const float2 x = LdSharedF32x2(xs + 8 * q);
-  part[0] = __fmaf_rn(acc[0], __fmul_rn(sa, x.x), part[0]);
-  part[1] = __fmaf_rn(acc[1], __fmul_rn(sa, x.y), part[1]);
-  part[2] = __fmaf_rn(acc[2], __fmul_rn(sb, x.x), part[2]);
-  part[3] = __fmaf_rn(acc[3], __fmul_rn(sb, x.y), part[3]);
+// part += acc · (row scale · x_scale) on a tile of 2·kElems tokens: AddScaledRows<kElems> with x's
+// scales of the chunk read from shared address xs (the thread's tokens 8i + 2q and + 1); token
+// groups of 8 from `tokens` on (block-uniform) are skipped.
+template <int kElems>
+__device__ __forceinline__ void AddScaledShared(float (&part)[kElems], const float (&acc)[kElems], float sa, float sb,
+                                                uint32_t xs, int q, int tokens) {
+#pragma unroll
+  for (int i = 0; i < kElems / 4; ++i) {
+    if (i > 0 && 8 * i >= tokens) continue;
+    const float2 x = LdSharedF32x2(xs + 4 * (8 * i + 2 * q));
+    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], __fmul_rn(sa, x.x), part[4 * i + 0]);
+    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x.y), part[4 * i + 1]);
+    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], __fmul_rn(sb, x.x), part[4 * i + 2]);
+    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], __fmul_rn(sb, x.y), part[4 * i + 3]);
+  }
 }
 
 // Later pass `pass` (1, 2, ...) over row `row`'s chunk c (a row of p.n): its RowFold from the
@@ -173,13 +196,19 @@ __device__ __forceinline__ RowFold LaterFold(const Params& p, int64_t row, int c
 // SwizzledDescriptor of x's chunk tile (step s's low word is desc_lo + 2s: the address field counts
 // 16 bytes and never carries into the next field, the shared window being under 256 KiB). acc and
 // frag are not to be touched until a wait covers the group.
-__device__ __forceinline__ void IssueChunk(float (&acc)[4], const uint32_t (&frag)[16], uint32_t desc_lo,
+template <int kElems>
+__device__ __forceinline__ void IssueChunk(float (&acc)[kElems], const uint32_t (&frag)[16], uint32_t desc_lo,
                                            uint32_t desc_hi) {
+  static_assert(kElems == 4 || kElems == 8, "8- or 16-token tiles");
   ZeroForWgmma(acc);
   WgmmaFence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    MmaM64N8K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc_lo + 2 * s, desc_hi);
+    if constexpr (kElems == 4) {
+      MmaM64N8K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc_lo + 2 * s, desc_hi);
+    } else {
+      MmaM64N16K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc_lo + 2 * s, desc_hi);
+    }
   }
   WgmmaCommit();
 }
@@ -195,11 +224,12 @@ struct WarpCopies {
   int rows;              // rows of this warp within p.n (0-16)
   bool words;            // 4-byte aligned rows: cp.async
 
-  __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int warp, int lane) {
+  // c0: the global index of the block's chunk 0 (Load's c counts from it).
+  __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int c0, int warp, int lane) {
     const int64_t row0 = n0 + kWarpRows * warp;
     rows = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kWarpRows), p.n - row0)));
     words = ((reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes)) & 3u) == 0;
-    src = p.w + (row0 + lane / 16) * p.w_row_bytes + 4 * (lane % 16);
+    src = p.w + (row0 + lane / 16) * p.w_row_bytes + static_cast<int64_t>(c0) * kRowBytes + 4 * (lane % 16);
     pair_stride = static_cast<uint32_t>(2 * p.w_row_bytes);
     dst = (lane / 16) * kRowBytes + Place(lane % 16);
   }
@@ -239,19 +269,24 @@ struct WarpCopies {
 };
 
 // One item: weight rows n0..n0+63 of p (an FP4 expert, e8m0 scales) × the tile's token rows
-// t_codes.. of the codes (p.m of them, at most 8; y rows 0.. of p.y) over all `chunks` chunks of
-// K. All 128 threads call it; it leaves no copies in flight and shared memory free after a
-// barrier.
+// t_codes.. of the codes (p.m of them, at most kTok = 8 or 16; y rows 0.. of p.y) over the `chunks`
+// chunks of K from chunk c0 (a multiple of mma::kSliceChunks: y gets the range's slices summed in
+// order, one slice's P_s where the range is one slice). Below, c counts from c0. All 128 threads
+// call it; it leaves no copies in flight and shared memory free after a barrier.
+template <int kTok>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
-                                                  uint8_t* smem, int chunks) {
-  const Smem L{chunks};
+                                                  uint8_t* smem, int c0, int chunks) {
+  static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
+  constexpr int kElems = kTok / 2;
+  constexpr int kXChunkBytes = kTok * kChunk;
+  const Smem L{chunks, kTok};
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m));
   const int la = kWarpRows * warp + g, lb = la + 8;  // this thread's rows within the block
   const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
-  const WarpCopies copies(p, n0, warp, lane);
+  const WarpCopies copies(p, n0, c0, warp, lane);
   const uint32_t base = SharedAddress(smem);
   auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
   const uint32_t x_base = base + L.X(), xs = base + L.Xs(), folds = base + L.Folds(), tables = base + L.Tables();
@@ -272,7 +307,8 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   for (int u = tid; u < kRows * chunks; u += kThreads) {
     const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
     if (exps_words && n0 + r < p.n) {
-      CpAsyncOrZero<4>(smem + L.Folds() + (c * kFoldStride + r) * 4, p.scale + (n0 + r) * p.scale_row_stride + 4 * c, true);
+      CpAsyncOrZero<4>(smem + L.Folds() + (c * kFoldStride + r) * 4,
+                       p.scale + (n0 + r) * p.scale_row_stride + 4 * (c0 + c), true);
     }
   }
   CpAsyncCommit();
@@ -281,11 +317,11 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   for (int u = tid; u < tokens * chunks * 8; u += kThreads) {
     const int r = u / (chunks * 8), c = (u / 8) % chunks, unit = u % 8;
     CpAsync16(smem + L.X() + c * kXChunkBytes + SwizzledOffset(r, unit),
-              a.codes + (t_codes + r) * p.k + c * kChunk + unit * 16);
+              a.codes + (t_codes + r) * p.k + (c0 + c) * kChunk + unit * 16);
   }
   for (int u = tid; u < tokens * chunks; u += kThreads) {
     const int c = u / tokens, r = u % tokens;
-    CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + c * a.m_pad + t_codes + r, true);
+    CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + (c0 + c) * a.m_pad + t_codes + r, true);
   }
   if (tid < kTableEntries * 4) {
     const int entry = tid / 4, field = tid % 4;
@@ -314,7 +350,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
       if (exps_words) {
         packed = LdShared32(slot);
       } else {
-        const uint8_t* src = p.scale + (n0 + r) * p.scale_row_stride + 4 * c;
+        const uint8_t* src = p.scale + (n0 + r) * p.scale_row_stride + 4 * (c0 + c);
         for (int b = 0; b < 4; ++b) packed |= static_cast<uint32_t>(__ldg(src + b)) << (8 * b);
       }
       int e[4];
@@ -340,17 +376,17 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   __syncthreads();
   const uint64_t later = static_cast<uint64_t>(LdShared32(mask)) | static_cast<uint64_t>(LdShared32(mask + 4)) << 32;
 
-  float acc0[4], acc1[4], part[4], total[4];
+  float acc0[kElems], acc1[kElems], part[kElems], total[kElems];
   uint32_t frag0[16], frag1[16];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
+  for (int i = 0; i < kElems; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
 
   struct Scales {
     float sa, sb;
   };
   // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
   // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
-  auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[4]) {
+  auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[kElems]) {
     CpAsyncWait<kAhead - 1>();
     __syncwarp();
     if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
@@ -364,20 +400,20 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   };
   // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
   // passes (uniform over the block), the slice's end.
-  auto finish = [&](int c, float (&done)[4], uint32_t (&frag)[16], const Scales& s) {
-    AddScaled8(part, done, s.sa, s.sb, xs + c * kTok * 4, q);
+  auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const Scales& s) {
+    AddScaledShared(part, done, s.sa, s.sb, xs + c * kTok * 4, q, tokens);
     if (((later >> c) & 1u) != 0u) {
       const uint32_t stage = stage_of(c);
       for (int pass = 1;; ++pass) {
         const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
-        const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
-        const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
+        const RowFold fa = valid_a ? LaterFold(p, n0 + la, c0 + c, pass) : none;
+        const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c0 + c, pass) : none;
         RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
         RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
         IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
         WgmmaWaitAll();
         PinAll(done);
-        AddScaled8(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q);
+        AddScaledShared(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q, tokens);
         if (!__syncthreads_or(fa.more || fb.more)) break;
       }
     }
