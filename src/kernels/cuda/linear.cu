@@ -1241,14 +1241,18 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
   ForEachExpertsWgmmaItem<kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t item_n0,
                                                                  uint8_t* smem, int chunks) {
     Params p = TileParams<Kind::kFp4>(ep, t);
-    if (sl.slices == 1) return wgmma::rs::Fp4RegistersBlock<kTok>(p, a, item_n0, t.row0, smem, 0, chunks);
-    const int64_t item = item_n0 / wgmma::rs::kRows;
-    const int slice = static_cast<int>(item % sl.slices);
-    const int c0 = slice * mma::kSliceChunks;
-    p.y = sl.partials + slice * sl.plane + static_cast<int64_t>(t.row0) * p.n;
-    p.ldy = p.n;
-    wgmma::rs::Fp4RegistersBlock<kTok>(p, a, (item / sl.slices) * wgmma::rs::kRows, t.row0, smem, c0,
-                                       min(mma::kSliceChunks, chunks - c0));
+    int64_t n0 = item_n0;
+    int c0 = 0, count = chunks;
+    if (sl.slices > 1) {  // one call below either way: the block's code once (instruction cache)
+      const int64_t item = item_n0 / wgmma::rs::kRows;
+      const int slice = static_cast<int>(item % sl.slices);
+      n0 = (item / sl.slices) * wgmma::rs::kRows;
+      c0 = slice * mma::kSliceChunks;
+      count = min(mma::kSliceChunks, chunks - c0);
+      p.y = sl.partials + slice * sl.plane + static_cast<int64_t>(t.row0) * p.n;
+      p.ldy = p.n;
+    }
+    wgmma::rs::Fp4RegistersBlock<kTok>(p, a, n0, t.row0, smem, c0, count);
   });
 #endif
 }
