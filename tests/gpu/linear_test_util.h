@@ -131,7 +131,6 @@ using ScopedDenseSplit = ScopedSwitch<cuda::SetDenseSplitForTesting>;
 using ScopedLinearSmallTiles = ScopedSwitch<cuda::SetLinearSmallTilesForTesting>;
 using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;
-using ScopedExpertsSlices = ScopedSwitch<cuda::SetExpertsSlicesForTesting>;
 using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);

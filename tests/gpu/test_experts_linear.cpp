@@ -434,51 +434,6 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
   EXPECT_GT(cuda::ExpertsRegisterALaunchesForTesting(16), launches16) << "the 16-token register-fed kernel never ran";
 }
 
-// Small row bounds (decode at batch 1-2): the register-fed kernel in 512-column K slices, their
-// partial sums added in slice order by a second kernel, still equal Linear's bits per expert:
-// 2 slices (K = 1024), a short last slice (K = 896: 4 + 3 chunks), 5 slices, group scales over 18
-// binades (later passes inside a slice), N = 200 (a partial 64-row block), a row bound above the
-// rows (rows past offsets[E] untouched), Flash's w1 and w2 shapes at batch 1 and 2; K = 128 (one
-// chunk) takes no slices. The same calls with slices off give the same bits (both equal Linear).
-TEST(CudaExpertsLinearFp8, RegisterFedSlicesEqualLinear) {
-  DI_REQUIRE_GPU();
-  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
-  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
-  ScopedExpertsRegisterA register_fed(1);
-  uint64_t seed = 5250;
-  for (const int mode : {1, 0}) {
-    ScopedExpertsSlices slices(mode);
-    SCOPED_TRACE(mode == 1 ? "slices on" : "slices off");
-    const uint64_t sliced = cuda::ExpertsSlicedLaunchesForTesting();
-    const std::vector<int32_t> counts = {1, 0, 2, 1, 0, 3, 1, 2};
-    for (const int64_t k : {int64_t{1024}, int64_t{896}, int64_t{2560}}) {
-      for (const bool wide : {false, true}) {
-        const std::pair<uint8_t, uint8_t> e8m0 = wide ? std::pair<uint8_t, uint8_t>{110, 128}
-                                                      : std::pair<uint8_t, uint8_t>{0, 0};
-        ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, e8m0);
-        CheckExperts(pool, counts, Offsets(counts).back() + 2, k, 200, ++seed);
-      }
-    }
-    for (const int64_t tokens : {int64_t{1}, int64_t{2}}) {
-      const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5260 + static_cast<uint64_t>(tokens));
-      for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
-        ExpertPool pool(kFp4, 256, n, k, ++seed, 0, 32, 4);
-        const int64_t used = std::find_if(decode.begin(), decode.end(), [](int32_t c) { return c > 0; }) - decode.begin();
-        CheckExperts(pool, decode, tokens * 6, k, n, ++seed, {used});
-      }
-    }
-    if (mode == 1) {
-      EXPECT_GE(cuda::ExpertsSlicedLaunchesForTesting() - sliced, 6u) << "a small pool took no slices";
-    } else {
-      EXPECT_EQ(cuda::ExpertsSlicedLaunchesForTesting(), sliced) << "slices taken while off";
-    }
-    ExpertPool one_chunk(kFp4, static_cast<int64_t>(counts.size()), 200, 128, ++seed, 0, 32, 4);
-    const uint64_t before = cuda::ExpertsSlicedLaunchesForTesting();
-    CheckExperts(one_chunk, counts, Offsets(counts).back(), 128, 200, ++seed);
-    EXPECT_EQ(cuda::ExpertsSlicedLaunchesForTesting(), before) << "one chunk took slices";
-  }
-}
-
 // FP4 experts pre-folded once per call (ExpertsLinearPreFoldCodesBytes): the bits of Linear's FP4
 // kernel, which folds per chunk in shared memory, on every tile kind; in groups of 1, 3 and all 8
 // experts (the group kernels skip the other experts' tiles); with group scales over 18 binades

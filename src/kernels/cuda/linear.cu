@@ -1163,23 +1163,8 @@ __host__ __device__ constexpr int TileTokensOfKind(int kind) {
 }
 static_assert(TileTokensOfKind(2) == 8 && kTiledKind == 4, "kinds 0-2 hold the tiles of at most 8 rows, 3 of 9-16");
 
-// The tiles that take kTok-token tiles: WalkTile's indices first..first + count - 1 (WalkTile walks
-// the larger kinds first, so the kinds of larger token tiles come before the range).
-struct TileRange {
-  int32_t first = 0, count = 0;
-};
-template <int kTok>
-__device__ __forceinline__ TileRange TileRangeOf(const TileLists& lists) {
-  TileRange r;
-#pragma unroll
-  for (int kind = 0; kind < kTileKinds; ++kind) {
-    if (TileTokensOfKind(kind) == kTok) r.count += lists.counts[kind];
-    if (TileTokensOfKind(kind) > kTok) r.first += lists.counts[kind];
-  }
-  return r;
-}
-
-// Checks the plan, walks the tiles that take kTok-token tiles (TileRangeOf) and calls
+// Checks the plan, walks the tiles that take kTok-token tiles (WalkTile's order: the larger kinds
+// first, so the kinds of larger token tiles come before the range) and calls
 // block(tile, n0, smem, chunks) for this block's items: n0 the item's first weight row (items of
 // kItemRows rows), smem the kernel's dynamic shared memory (1024-byte aligned), chunks K / 128.
 template <int kTok, int kItemRows = wgmma::kBlockRows, class Block>
@@ -1190,9 +1175,17 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   CheckPlan(ep);
-  const TileRange range = TileRangeOf<kTok>(lists);
-  for (ItemCursor c(ep.blocks_per_tile); c.tile < range.count; c.Next()) {
-    block(*WalkTile(lists, range.first + c.tile), static_cast<int64_t>(c.block) * kItemRows, smem, chunks);
+  int32_t first = 0, tiles = 0;
+#pragma unroll
+  for (int kind = 0; kind < kTileKinds; ++kind) {
+    if (TileTokensOfKind(kind) == kTok) tiles += lists.counts[kind];
+  }
+#pragma unroll
+  for (int kind = kTileKinds - 1; kind >= 0; --kind) {  // the kinds WalkTile walks before the range
+    if (TileTokensOfKind(kind) > kTok) first += lists.counts[kind];
+  }
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
+    block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * kItemRows, smem, chunks);
   }
 }
 
@@ -1214,69 +1207,23 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 #endif
 }
 
-// The register-fed experts' K slices (small decode batches, where the items alone would not fill
-// the device): slices > 1 splits every item into its 512-column slices; slice s of a tile's rows
-// stores its partial sum P_s at partials + s·plane + row·n (row: the tile's rows in the launch's
-// row bound, plane = row bound · n) and ExpertsSumSlicesKernel adds them in slice order.
-struct ExpertsSlices {
-  float* partials = nullptr;
-  int32_t slices = 1;
-  int64_t plane = 0;
-};
-
 // FP4 experts' tiles of 1-8 (kTok = 8) or 9-16 rows (kTok = 16) with the weight operand in
-// registers (linear_wgmma_rs.cuh): items of 64 weight rows (ep.blocks_per_tile = ceil(N / 64) ·
-// sl.slices; item b of a tile: rows 64·(b / slices), slice b % slices), one warpgroup per block,
-// the same bits as ExpertsWgmmaKernel<kFp4, kTok>. kMinBlocks: blocks per SM the registers are
-// held to (3 at 8 tokens: 168 registers, 20 bytes of spills; 4: 128, 132-316 bytes; 2 at 16
-// tokens: 200, none; ptxas, CUDA 13.0).
+// registers (linear_wgmma_rs.cuh): items of 64 weight rows (ep.blocks_per_tile = ceil(N / 64)),
+// one warpgroup per block, the same bits as ExpertsWgmmaKernel<kFp4, kTok>. kMinBlocks: blocks per
+// SM the registers are held to (8 tokens: 3, 168 registers and 16-24 bytes of spills, or 4, 128
+// registers and 130-210 bytes; 16 tokens: 2, 200 registers, none; ptxas, CUDA 13.0).
 template <int kTok, int kMinBlocks>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
-    ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a,
-                              const ExpertsSlices sl) {
+    ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
-  ForEachExpertsWgmmaItem<kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t item_n0,
-                                                                 uint8_t* smem, int chunks) {
-    Params p = TileParams<Kind::kFp4>(ep, t);
-    int64_t n0 = item_n0;
-    int c0 = 0, count = chunks;
-    if (sl.slices > 1) {  // one call below either way: the block's code once (instruction cache)
-      const int64_t item = item_n0 / wgmma::rs::kRows;
-      const int slice = static_cast<int>(item % sl.slices);
-      n0 = (item / sl.slices) * wgmma::rs::kRows;
-      c0 = slice * mma::kSliceChunks;
-      count = min(mma::kSliceChunks, chunks - c0);
-      p.y = sl.partials + slice * sl.plane + static_cast<int64_t>(t.row0) * p.n;
-      p.ldy = p.n;
-    }
-    wgmma::rs::Fp4RegistersBlock<kTok>(p, a, n0, t.row0, smem, c0, count);
+  ForEachExpertsWgmmaItem<kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0, uint8_t* smem,
+                                                                 int chunks) {
+    wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks);
   });
 #endif
-}
-
-// y rows of the kTok-token tiles (ExpertsFp4RegistersKernel's range) = P_0 + P_1 + ... (left to
-// right, round to nearest) from sl's partials: the adds of one block over all of K, so the same
-// bits. Blocks stride over (tile, 64-row block) items; a thread per (token row, output).
-template <int kTok>
-__global__ void __launch_bounds__(256)
-    ExpertsSumSlicesKernel(const ExpertsParams ep, const TileLists lists, const ExpertsSlices sl) {
-  PdlPrologue();
-  const TileRange range = TileRangeOf<kTok>(lists);
-  const int64_t n = ep.base.n;
-  for (ItemCursor c(ep.blocks_per_tile); c.tile < range.count; c.Next()) {
-    const ExpertTile& t = *WalkTile(lists, range.first + c.tile);
-    for (int i = static_cast<int>(threadIdx.x); i < t.rows * 64; i += static_cast<int>(blockDim.x)) {
-      const int64_t row = t.row0 + i / 64, o = static_cast<int64_t>(c.block) * 64 + i % 64;
-      if (o >= n) continue;
-      const float* part = sl.partials + row * n + o;
-      float total = part[0];
-      for (int s = 1; s < sl.slices; ++s) total = __fadd_rn(total, part[s * sl.plane]);
-      ep.base.y[row * ep.base.ldy + o] = total;
-    }
-  }
 }
 
 // ---- FP4 experts pre-folded (linear_wgmma.cuh's PreFolded) -------------------------------------
@@ -2487,44 +2434,10 @@ int RegisterABlocksPerSm() {
   return blocks;
 }
 
-// DEEPINFER_EXPERTS_SLICES (read once; unset or 1: on, 0: off): the register-fed experts in K
-// slices where the row bound's items cannot fill the device (ExpertsSlicesFor; the same bits).
-// Tests override it (SetExpertsSlicesForTesting).
-std::atomic<uint64_t> g_experts_sliced_launches{0};  // sliced launches (tests)
-KernelSwitch g_experts_slices{"DEEPINFER_EXPERTS_SLICES", 1};
-
-// Where the slices' partial sums start in the codes scratch: after x's codes and scales.
-int64_t ExpertsSlicesOffset(int64_t rows_bound, int64_t k) { return PreFoldOffset(rows_bound, k); }
-
-// The partial sums' bytes for a row bound, where slices may be taken (else 0): FP4 weights on the
-// register-fed kernel, K in 512-column slices, at most kExpertsSlicedRowsMax rows.
-constexpr int64_t kExpertsSlicedRowsMax = 16;
-size_t ExpertsSlicesBytes(int64_t rows_bound, int64_t n, int64_t k) {
-  if (rows_bound > kExpertsSlicedRowsMax || !wgmma::rs::Usable(k)) return 0;
-  const int64_t slices = CeilDiv(k / wgmma::kChunk, mma::kSliceChunks);
-  return slices < 2 ? 0 : static_cast<size_t>(slices * rows_bound * n * 4);
-}
-
-// The slices of a launch of `items_bound` items at most (tiles' room · 64-row blocks) on `resident`
-// blocks: all of K's 512-column slices where the items cannot fill the device once and the caller's
-// scratch holds the partial sums, else 1.
-ExpertsSlices ExpertsSlicesFor(const ExpertsLaunch& l, int64_t items_bound, int64_t resident) {
-  const Params& b = l.params.base;
-  const size_t bytes = ExpertsSlicesBytes(b.m, b.n, b.k);
-  ExpertsSlices sl;
-  if (bytes == 0 || items_bound > resident || !g_experts_slices.On()) return sl;
-  const int64_t offset = ExpertsSlicesOffset(b.m, b.k);
-  if (l.codes_bytes < static_cast<size_t>(offset) + bytes) return sl;
-  sl.partials = reinterpret_cast<float*>(static_cast<uint8_t*>(l.codes) + offset);
-  sl.slices = static_cast<int32_t>(CeilDiv(b.k / wgmma::kChunk, mma::kSliceChunks));
-  sl.plane = b.m * b.n;
-  return sl;
-}
-
 // ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
 // (ep as LaunchExpertsWgmma built it, for 128-row items): persistent blocks, at most as many as fit
-// on the device at once, in K slices where ExpertsSlicesFor takes them (then ExpertsSumSlicesKernel
-// after it). Returns false, launching nothing, where fewer than `required` blocks fit an SM.
+// on the device at once. Returns false, launching nothing, where fewer than `required` blocks fit
+// an SM.
 template <int kTok, int kMinBlocks>
 bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a, int required) {
   constexpr auto kKernel = ExpertsFp4RegistersKernel<kTok, kMinBlocks>;
@@ -2534,23 +2447,12 @@ bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const w
   if (blocks_per_sm < required) return false;
   const int64_t tiles = TilesInRange<kTok>(l);
   if (tiles == 0) return true;
-  const int64_t row_blocks = CeilDiv(l.params.base.n, wgmma::rs::kRows);
-  const int64_t resident = l.sms * std::max(blocks_per_sm, 1);
-  // Each tile has a row at least: at most b.m of them.
-  const ExpertsSlices sl = ExpertsSlicesFor(l, std::min(tiles, l.params.base.m) * row_blocks, resident);
-  ep.blocks_per_tile = static_cast<int32_t>(row_blocks * sl.slices);
-  const int64_t grid = std::min(tiles * ep.blocks_per_tile, resident);
-  kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a, sl);
+  ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
+  const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK(kTok == 8 ? "cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles"
                                  : "cuda::ExpertsLinear FP4 register-fed wgmma, 16-token tiles");
   g_experts_register_a_launches[kTok == 8 ? 0 : 1].fetch_add(1);
-  if (sl.slices > 1) {
-    ep.blocks_per_tile = static_cast<int32_t>(row_blocks);
-    const int64_t sum_grid = std::min(tiles * row_blocks, l.sms * 8);
-    ExpertsSumSlicesKernel<kTok><<<static_cast<unsigned>(sum_grid), 256, 0, l.stream>>>(ep, l.lists, sl);
-    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear register-fed slices' sums");
-    g_experts_sliced_launches.fetch_add(1);
-  }
   return true;
 }
 
@@ -2666,12 +2568,7 @@ size_t ExpertsLinearCodesBytes(int64_t rows_bound, int64_t num_experts, const De
   const int64_t k = layout.in_features;
   const size_t codes = wgmma::ScratchBytesForPaddedRows(wgmma::ExpertsPaddedRows(rows_bound), k);
   const bool pre_fold = KindOf(layout) == Kind::kFp4 && !folded && PreFoldWanted(rows_bound, num_experts);
-  if (pre_fold) return ExpertsLinearPreFoldCodesBytes(rows_bound, num_experts, layout, math);
-  // Room for the register-fed kernel's K slices at small row bounds (ExpertsSlicesFor).
-  const size_t slices = KindOf(layout) == Kind::kFp4 && !folded
-                            ? ExpertsSlicesBytes(rows_bound, layout.out_features, k)
-                            : 0;
-  return slices == 0 ? codes : static_cast<size_t>(ExpertsSlicesOffset(rows_bound, k)) + slices;
+  return pre_fold ? ExpertsLinearPreFoldCodesBytes(rows_bound, num_experts, layout, math) : codes;
 }
 
 size_t ExpertsLinearPreFoldCodesBytes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout,
@@ -2835,10 +2732,6 @@ void SetExpertsRegisterAForTesting(int mode) {
   g_experts_register_a.SetForTesting(mode, "SetExpertsRegisterAForTesting");
   g_experts_register_a16.SetForTesting(mode, "SetExpertsRegisterAForTesting");
 }
-
-void SetExpertsSlicesForTesting(int mode) { g_experts_slices.SetForTesting(mode, "SetExpertsSlicesForTesting"); }
-
-uint64_t ExpertsSlicedLaunchesForTesting() { return g_experts_sliced_launches.load(); }
 
 uint64_t ExpertsRegisterALaunchesForTesting(int tile_tokens) {
   if (tile_tokens != 8 && tile_tokens != 16) Fail("ExpertsRegisterALaunchesForTesting takes 8 or 16 tokens");

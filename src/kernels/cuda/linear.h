@@ -146,11 +146,6 @@ uint64_t Fp4CodeMismatchesForTesting();
 // tiles of `tile_tokens` (8 or 16) this process has made.
 void SetExpertsRegisterAForTesting(int mode);
 uint64_t ExpertsRegisterALaunchesForTesting(int tile_tokens);
-// Tests only: the register-fed experts in K slices where a small row bound's items cannot fill the
-// device (the same bits) on (1), off (0) or as DEEPINFER_EXPERTS_SLICES says (-1, the default: on
-// unless 0); and how many sliced launches this process has made.
-void SetExpertsSlicesForTesting(int mode);
-uint64_t ExpertsSlicedLaunchesForTesting();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.

@@ -224,12 +224,11 @@ struct WarpCopies {
   int rows;              // rows of this warp within p.n (0-16)
   bool words;            // 4-byte aligned rows: cp.async
 
-  // c0: the global index of the block's chunk 0 (Load's c counts from it).
-  __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int c0, int warp, int lane) {
+  __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int warp, int lane) {
     const int64_t row0 = n0 + kWarpRows * warp;
     rows = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kWarpRows), p.n - row0)));
     words = ((reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes)) & 3u) == 0;
-    src = p.w + (row0 + lane / 16) * p.w_row_bytes + static_cast<int64_t>(c0) * kRowBytes + 4 * (lane % 16);
+    src = p.w + (row0 + lane / 16) * p.w_row_bytes + 4 * (lane % 16);
     pair_stride = static_cast<uint32_t>(2 * p.w_row_bytes);
     dst = (lane / 16) * kRowBytes + Place(lane % 16);
   }
@@ -269,13 +268,12 @@ struct WarpCopies {
 };
 
 // One item: weight rows n0..n0+63 of p (an FP4 expert, e8m0 scales) × the tile's token rows
-// t_codes.. of the codes (p.m of them, at most kTok = 8 or 16; y rows 0.. of p.y) over the `chunks`
-// chunks of K from chunk c0 (a multiple of mma::kSliceChunks: y gets the range's slices summed in
-// order, one slice's P_s where the range is one slice). Below, c counts from c0. All 128 threads
-// call it; it leaves no copies in flight and shared memory free after a barrier.
+// t_codes.. of the codes (p.m of them, at most kTok = 8 or 16; y rows 0.. of p.y) over all `chunks`
+// chunks of K. All 128 threads call it; it leaves no copies in flight and shared memory free after
+// a barrier.
 template <int kTok>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
-                                                  uint8_t* smem, int c0, int chunks) {
+                                                  uint8_t* smem, int chunks) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
   constexpr int kElems = kTok / 2;
   constexpr int kXChunkBytes = kTok * kChunk;
@@ -286,7 +284,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m));
   const int la = kWarpRows * warp + g, lb = la + 8;  // this thread's rows within the block
   const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
-  const WarpCopies copies(p, n0, c0, warp, lane);
+  const WarpCopies copies(p, n0, warp, lane);
   const uint32_t base = SharedAddress(smem);
   auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
   const uint32_t x_base = base + L.X(), xs = base + L.Xs(), folds = base + L.Folds(), tables = base + L.Tables();
@@ -307,8 +305,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   for (int u = tid; u < kRows * chunks; u += kThreads) {
     const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
     if (exps_words && n0 + r < p.n) {
-      CpAsyncOrZero<4>(smem + L.Folds() + (c * kFoldStride + r) * 4,
-                       p.scale + (n0 + r) * p.scale_row_stride + 4 * (c0 + c), true);
+      CpAsyncOrZero<4>(smem + L.Folds() + (c * kFoldStride + r) * 4, p.scale + (n0 + r) * p.scale_row_stride + 4 * c, true);
     }
   }
   CpAsyncCommit();
@@ -317,11 +314,11 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   for (int u = tid; u < tokens * chunks * 8; u += kThreads) {
     const int r = u / (chunks * 8), c = (u / 8) % chunks, unit = u % 8;
     CpAsync16(smem + L.X() + c * kXChunkBytes + SwizzledOffset(r, unit),
-              a.codes + (t_codes + r) * p.k + (c0 + c) * kChunk + unit * 16);
+              a.codes + (t_codes + r) * p.k + c * kChunk + unit * 16);
   }
   for (int u = tid; u < tokens * chunks; u += kThreads) {
     const int c = u / tokens, r = u % tokens;
-    CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + (c0 + c) * a.m_pad + t_codes + r, true);
+    CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + c * a.m_pad + t_codes + r, true);
   }
   if (tid < kTableEntries * 4) {
     const int entry = tid / 4, field = tid % 4;
@@ -350,7 +347,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
       if (exps_words) {
         packed = LdShared32(slot);
       } else {
-        const uint8_t* src = p.scale + (n0 + r) * p.scale_row_stride + 4 * (c0 + c);
+        const uint8_t* src = p.scale + (n0 + r) * p.scale_row_stride + 4 * c;
         for (int b = 0; b < 4; ++b) packed |= static_cast<uint32_t>(__ldg(src + b)) << (8 * b);
       }
       int e[4];
@@ -406,8 +403,8 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
       const uint32_t stage = stage_of(c);
       for (int pass = 1;; ++pass) {
         const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
-        const RowFold fa = valid_a ? LaterFold(p, n0 + la, c0 + c, pass) : none;
-        const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c0 + c, pass) : none;
+        const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
+        const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
         RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
         RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
         IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
