@@ -96,56 +96,16 @@ __device__ void SinkhornWarp(float* c, int s, int64_t iters, float eps) {
   }
 }
 
-// SinkhornWarp's operations on one S×S matrix held in one thread's registers: every element sees
-// the same operations in the same order (expf, IEEE divisions, the row and column sums left to
-// right), so the same bits, without shared memory or warp barriers between the steps (the
-// independent rows' and columns' divisions overlap).
-template <int S>
-__device__ __forceinline__ void SinkhornRegisters(float (&c)[S][S], int64_t iters, float eps) {
-#pragma unroll
-  for (int j = 0; j < S; ++j) {
-    float mx = c[j][0];
-#pragma unroll
-    for (int k = 1; k < S; ++k) mx = fmaxf(mx, c[j][k]);
-    float sum = 0.f;
-#pragma unroll
-    for (int k = 0; k < S; ++k) {
-      c[j][k] = expf(c[j][k] - mx);
-      sum += c[j][k];
-    }
-#pragma unroll
-    for (int k = 0; k < S; ++k) c[j][k] = c[j][k] / sum + eps;
-  }
-  // Each row (by_rows) or column: its sum left to right, then every element over (sum + eps).
-  auto normalize = [&](bool by_rows) {
-#pragma unroll
-    for (int a = 0; a < S; ++a) {
-      float sum = 0.f;
-#pragma unroll
-      for (int b = 0; b < S; ++b) sum += by_rows ? c[a][b] : c[b][a];
-#pragma unroll
-      for (int b = 0; b < S; ++b) (by_rows ? c[a][b] : c[b][a]) /= (sum + eps);
-    }
-  };
-  normalize(false);
-  for (int64_t it = 1; it < iters; ++it) {
-    normalize(true);
-    normalize(false);
-  }
-}
-
 // One cluster of kMixCluster blocks per kTok consecutive tokens (the last cluster may hold
 // fewer). Block q of a cluster owns the q-th of kMixCluster equal slices of the W values:
 //   1. partial mix[t, r] = Σ_i fn[r, i] · X[t, i] and ss[t] = Σ_i X[t, i]² over its slice, each
 //      thread striding over i, then a warp butterfly and a sum over warps in warp order;
 //   2. after a cluster barrier every block sums the kMixCluster partials in rank order from the
 //      blocks' shared memory (the same sums in every block), then one warp per token:
-//      mix ·= 1/sqrt(ss/W + norm_eps), the stream weights (and, for HcPre, post, written by rank
-//      0, with kDeferSinkhorn also comb's Sinkhorn input);
+//      mix ·= 1/sqrt(ss/W + norm_eps), the stream weights (and, for HcPre, post and the Sinkhorn
+//      of comb, written by rank 0; with kDeferSinkhorn only the Sinkhorn's input);
 //   3. out[t, i] = Σ_j weight_j · X[t, j, i], stream by stream like the CPU, block q writing the
-//      q-th slice of the D channels;
-//   4. HcPre without kDeferSinkhorn: rank 0 alone runs each token's Sinkhorn on comb (the output
-//      does not wait for it; at S = 4 in one thread's registers, SinkhornRegisters).
+//      q-th slice of the D channels.
 // The order of every sum is fixed by W alone, so a token's outputs do not depend on m or kTok.
 // Splitting W over a cluster keeps fn's 4·W·(2+S)·S bytes (1.5 MiB at Flash shapes) streaming
 // through kMixCluster SMs per token instead of one (one block per token took ~130 us per call at
@@ -269,14 +229,19 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
         weights[t][lane] = Sigmoid(Affine(mt[lane], p.scale[0], p.base[lane])) + p.hc_eps;
         if (rank == 0) post[tok * s + lane] = __fmul_rn(2.f, Sigmoid(Affine(mt[s + lane], p.scale[1], p.base[s + lane])));
       }
-      if (rank == 0) {
-        for (int e = lane; e < s * s; e += kWarpSize) {
-          const float v = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
-          if constexpr (kDeferSinkhorn) {
-            comb[tok * s * s + e] = v;
-          } else {
-            cmat[t][e] = v;
+      if constexpr (kDeferSinkhorn) {
+        if (rank == 0) {
+          for (int e = lane; e < s * s; e += kWarpSize) {
+            comb[tok * s * s + e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
           }
+        }
+      } else {
+        float* c = cmat[t];
+        for (int e = lane; e < s * s; e += kWarpSize) c[e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
+        __syncwarp();
+        SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
+        if (rank == 0) {
+          for (int e = lane; e < s * s; e += kWarpSize) comb[tok * s * s + e] = c[e];
         }
       }
     }
@@ -295,31 +260,11 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
       o[i] = acc;
     }
   }
-
-  if constexpr (!kHead && !kDeferSinkhorn) {
-    if (rank == 0 && warp < ntok) {  // cmat[warp] was written by this warp before the barrier
-      const int t = warp;
-      float* c = cmat[t];
-      float* dst = comb + (t0 + t) * s * s;
-      if (s == 4) {
-        if (lane == 0) {
-          float r[4][4];
-#pragma unroll
-          for (int e = 0; e < 16; ++e) r[e / 4][e % 4] = c[e];
-          SinkhornRegisters<4>(r, p.sinkhorn_iters, p.hc_eps);
-#pragma unroll
-          for (int e = 0; e < 16; ++e) dst[e] = r[e / 4][e % 4];
-        }
-      } else {
-        SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
-        for (int e = lane; e < s * s; e += kWarpSize) dst[e] = c[e];
-      }
-    }
-  }
 }
 
-// SinkhornRegisters on each token's S×S matrix in comb (in place), one thread per token: the same
-// bits as SinkhornWarp.
+// SinkhornWarp on each token's S×S matrix in comb (in place), one thread per token, the matrix in
+// registers: every element sees the same operations in the same order (expf, IEEE divisions, the
+// row and column sums left to right), so the same bits as SinkhornWarp.
 template <int S>
 __global__ void __launch_bounds__(128) HcSinkhornKernel(float* __restrict__ comb, int64_t m, int64_t iters,
                                                         float eps) {
@@ -333,7 +278,36 @@ __global__ void __launch_bounds__(128) HcSinkhornKernel(float* __restrict__ comb
 #pragma unroll
     for (int k = 0; k < S; ++k) c[j][k] = mat[j * S + k];
   }
-  SinkhornRegisters<S>(c, iters, eps);
+#pragma unroll
+  for (int j = 0; j < S; ++j) {
+    float mx = c[j][0];
+#pragma unroll
+    for (int k = 1; k < S; ++k) mx = fmaxf(mx, c[j][k]);
+    float sum = 0.f;
+#pragma unroll
+    for (int k = 0; k < S; ++k) {
+      c[j][k] = expf(c[j][k] - mx);
+      sum += c[j][k];
+    }
+#pragma unroll
+    for (int k = 0; k < S; ++k) c[j][k] = c[j][k] / sum + eps;
+  }
+  // Each row (by_rows) or column: its sum left to right, then every element over (sum + eps).
+  auto normalize = [&](bool by_rows) {
+#pragma unroll
+    for (int a = 0; a < S; ++a) {
+      float sum = 0.f;
+#pragma unroll
+      for (int b = 0; b < S; ++b) sum += by_rows ? c[a][b] : c[b][a];
+#pragma unroll
+      for (int b = 0; b < S; ++b) (by_rows ? c[a][b] : c[b][a]) /= (sum + eps);
+    }
+  };
+  normalize(false);
+  for (int64_t it = 1; it < iters; ++it) {
+    normalize(true);
+    normalize(false);
+  }
 #pragma unroll
   for (int j = 0; j < S; ++j) {
 #pragma unroll
