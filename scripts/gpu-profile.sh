@@ -15,8 +15,15 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 source scripts/gpu-env.sh
 find_ncu || exit 2
-sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
-          --section WarpStateStats --section SchedulerStats)
+# NCU_SECTIONS (space-separated section names) replaces the set, e.g. NCU_SECTIONS=SpeedOfLight for a
+# whole step's kernel list (fewer replay passes per launch).
+if [[ -n ${NCU_SECTIONS:-} ]]; then
+  sections=()
+  for s in $NCU_SECTIONS; do sections+=(--section "$s"); done
+else
+  sections=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
+            --section WarpStateStats --section SchedulerStats)
+fi
 
 # One profile: NAME, kernel regex, number of matching launches, then bench steps arguments.
 profile() {

@@ -96,6 +96,41 @@ __device__ void SinkhornWarp(float* c, int s, int64_t iters, float eps) {
   }
 }
 
+// SinkhornWarp at S = 4 with an element per lane (lane 4j + k holds c[j][k]; lanes 16-31 mirror
+// 0-15): each row's or column's four values reach its lanes by shuffles and are summed left to
+// right from +0, then each lane divides its own element. Every element sees SinkhornWarp's
+// operations in its order (the same bits), with a step's 16 divisions side by side instead of
+// four in a row per lane, and no shared-memory round trips between the steps. All 32 lanes must
+// call it; c is read and written in shared memory as SinkhornWarp does.
+__device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int e = lane & 15, j = e / 4, k = e % 4;
+  auto row_value = [&](float v, int i) { return __shfl_sync(0xffffffffu, v, 4 * j + i); };
+  auto column_value = [&](float v, int i) { return __shfl_sync(0xffffffffu, v, 4 * i + k); };
+  float v = c[e];
+  float mx = row_value(v, 0);
+  for (int i = 1; i < 4; ++i) mx = fmaxf(mx, row_value(v, i));
+  v = expf(v - mx);
+  float sum = 0.f;
+  for (int i = 0; i < 4; ++i) sum += row_value(v, i);
+  v = v / sum + eps;
+  auto normalize_column = [&] {
+    float col = 0.f;
+    for (int i = 0; i < 4; ++i) col += column_value(v, i);
+    v /= (col + eps);
+  };
+  normalize_column();
+  for (int64_t it = 1; it < iters; ++it) {
+    float row = 0.f;
+    for (int i = 0; i < 4; ++i) row += row_value(v, i);
+    v /= (row + eps);
+    normalize_column();
+  }
+  __syncwarp();
+  if (lane < 16) c[e] = v;
+  __syncwarp();
+}
+
 // One cluster of kMixCluster blocks per kTok consecutive tokens (the last cluster may hold
 // fewer). Block q of a cluster owns the q-th of kMixCluster equal slices of the W values:
 //   1. partial mix[t, r] = Σ_i fn[r, i] · X[t, i] and ss[t] = Σ_i X[t, i]² over its slice, each
@@ -239,7 +274,11 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
         float* c = cmat[t];
         for (int e = lane; e < s * s; e += kWarpSize) c[e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
         __syncwarp();
-        SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
+        if (s == 4) {
+          SinkhornShuffle4(c, p.sinkhorn_iters, p.hc_eps);
+        } else {
+          SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
+        }
         if (rank == 0) {
           for (int e = lane; e < s * s; e += kWarpSize) comb[tok * s * s + e] = c[e];
         }
