@@ -475,8 +475,9 @@ TEST(CudaLinearMma, GroupedBatchInvariant) {
 
 // GroupedLinear's split-BF16 products on the TMA-fed kernel (linear_wgmma_split.cuh) give the
 // cp.async kernel's bits: the Flash output projection (8 groups of [4096 -> 1024]) at 1, 64 and
-// 70 rows (a partial second token tile), and 3 groups of [192 -> 128] (3 chunks: fewer than the
-// ring's 4 stages); and so does the TMA-fed kernel on blocks of 64 weight rows where it runs.
+// 70 rows (a partial second token tile), 3 groups of [192 -> 128] (3 chunks: fewer than the ring's
+// 4 stages) and 8 groups of [1152 -> 128] (3 slices, the last one short); and so do the TMA-fed
+// kernel on blocks of 64 weight rows and its K slices over a cluster where they run.
 TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -485,7 +486,7 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
     int64_t groups, r, k;
   };
   uint64_t seed = 2900;
-  for (const Case& c : {Case{8, 1024, 4096}, Case{3, 128, 192}}) {
+  for (const Case& c : {Case{8, 1024, 4096}, Case{3, 128, 192}, Case{8, 128, 1152}}) {
     TestWeight w = RandomWeight(kFp8E8m0, c.groups * c.r, c.k, ++seed);
     ASSERT_TRUE(cuda::GroupedSplitOnWarpgroupMma(w.Device(), c.groups));
     for (const int64_t m : {int64_t{1}, int64_t{64}, int64_t{70}}) {
@@ -510,11 +511,23 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
       ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
       ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
       const int64_t blocks = c.r / 128 * ((m + 63) / 64) * c.groups;
-      ScopedGroupedHalfBlocks half(1);
-      const uint64_t half_launches = cuda::GroupedHalfBlocksLaunchesForTesting();
-      EXPECT_TRUE(AllEqual(run(1), other, what + ", 64-row blocks"));
-      EXPECT_EQ(cuda::GroupedHalfBlocksLaunchesForTesting() > half_launches, 2 * blocks <= sms)
-          << what << ": 64-row blocks where twice " << blocks << " blocks fit " << sms << " SMs";
+      {
+        ScopedGroupedHalfBlocks half(1);
+        ScopedGroupedSlices no_slices(0);
+        const uint64_t half_launches = cuda::GroupedHalfBlocksLaunchesForTesting();
+        EXPECT_TRUE(AllEqual(run(1), other, what + ", 64-row blocks"));
+        EXPECT_EQ(cuda::GroupedHalfBlocksLaunchesForTesting() > half_launches, 2 * blocks <= sms)
+            << what << ": 64-row blocks where twice " << blocks << " blocks fit " << sms << " SMs";
+      }
+      // At most 8 rows: 8-token tiles of 64 weight rows with K's 512-column slices over a cluster
+      // (2-8 slices), rank 0 adding them in order: the same bits.
+      ScopedGroupedSlices slices(1);
+      const uint64_t sliced = cuda::GroupedSlicedLaunchesForTesting();
+      EXPECT_TRUE(AllEqual(run(1), other, what + ", K slices"));
+      const int64_t k_slices = (c.k + 511) / 512;
+      EXPECT_EQ(cuda::GroupedSlicedLaunchesForTesting() > sliced,
+                m <= 8 && k_slices > 1 && k_slices <= 8 && 2 * blocks <= sms)
+          << what << ": K slices";
     }
   }
 }

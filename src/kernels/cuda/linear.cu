@@ -1851,19 +1851,32 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
 std::atomic<uint64_t> g_grouped_half_block_launches{0};  // launches of it (tests)
 KernelSwitch g_grouped_half_blocks{"DEEPINFER_GROUPED_HALF_BLOCKS", 1};
 
-// SplitBf16GroupedTmaKernel<kParts, kRows> over the grid (n / kRows, tok_blocks, groups).
-template <int kParts, int kRows>
-void LaunchSplitGroupedTma(const Params& p, int64_t groups, unsigned tok_blocks, int device, cudaStream_t stream) {
+// DEEPINFER_GROUPED_SLICES (read once; unset or 1: on, 0: off): GroupedLinear's products of at most
+// 8 rows on SplitBf16GroupedTmaSlicesKernel (8-token tiles of 64 weight rows, K's 512-column
+// slices over a cluster) where the row blocks alone fit one wave (decode: `wo_a`); the same bits.
+// Tests override it (SetGroupedSlicesForTesting).
+std::atomic<uint64_t> g_grouped_sliced_launches{0};  // launches of it (tests)
+KernelSwitch g_grouped_slices{"DEEPINFER_GROUPED_SLICES", 1};
+constexpr int kGroupedCluster = 8;  // slices a cluster spreads: K <= 4096
+
+// The TMA maps of a grouped product: the weight in boxes of kRows rows × 64 bytes, x in boxes of
+// 64 columns × 1 group × kTok tokens.
+template <int kRows, int kTok>
+std::pair<CUtensorMap, CUtensorMap> GroupedTmaMaps(const Params& p, int64_t groups) {
   const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups * p.n)};
   const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
   const uint32_t w_box[2] = {wgmma_split::kChunkCols, kRows};
-  const CUtensorMap w_map =
-      TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_NONE);
   const uint64_t x_dims[3] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(groups), static_cast<uint64_t>(p.m)};
   const uint64_t x_strides[2] = {static_cast<uint64_t>(p.x_group_stride) * 4, static_cast<uint64_t>(p.ldx) * 4};
-  const uint32_t x_box[3] = {wgmma_split::kChunkCols, 1, wgmma::kTokens};
-  const CUtensorMap x_map =
-      TensorMap(p.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_NONE);
+  const uint32_t x_box[3] = {wgmma_split::kChunkCols, 1, kTok};
+  return {TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_NONE),
+          TensorMap(p.x, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_NONE)};
+}
+
+// SplitBf16GroupedTmaKernel<kParts, kRows> over the grid (n / kRows, tok_blocks, groups).
+template <int kParts, int kRows>
+void LaunchSplitGroupedTma(const Params& p, int64_t groups, unsigned tok_blocks, int device, cudaStream_t stream) {
+  const auto [w_map, x_map] = GroupedTmaMaps<kRows, wgmma::kTokens>(p, groups);
   constexpr int kSmem = wgmma_split::GroupedTmaLayout<kRows>::kBytes;
   AllowDynamicSmem<wgmma_split::SplitBf16GroupedTmaKernel<kParts, kRows>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(p.n / kRows), tok_blocks, static_cast<unsigned>(groups));
@@ -1871,6 +1884,22 @@ void LaunchSplitGroupedTma(const Params& p, int64_t groups, unsigned tok_blocks,
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA");
   g_tma_launches.fetch_add(1);
   if (kRows != wgmma::kBlockRows) g_grouped_half_block_launches.fetch_add(1);
+}
+
+// SplitBf16GroupedTmaSlicesKernel<kParts, 64 rows, 8 tokens, kGroupedCluster> over the grid
+// (n / 64 · kGroupedCluster, 1, groups), for products of at most 8 rows.
+template <int kParts>
+void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cudaStream_t stream) {
+  constexpr int kRows = wgmma::kRowsPerGroup, kTok = 8;
+  constexpr auto kKernel = wgmma_split::SplitBf16GroupedTmaSlicesKernel<kParts, kRows, kTok, kGroupedCluster>;
+  const auto [w_map, x_map] = GroupedTmaMaps<kRows, kTok>(p, groups);
+  constexpr int kSmem = wgmma_split::GroupedTmaLayout<kRows, kTok>::kBytes;
+  AllowDynamicSmem<kKernel>(device, kSmem);
+  const dim3 grid(static_cast<unsigned>(p.n / kRows * kGroupedCluster), 1, static_cast<unsigned>(groups));
+  kKernel<<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, p);
+  DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA, K slices");
+  g_tma_launches.fetch_add(1);
+  g_grouped_sliced_launches.fetch_add(1);
 }
 
 // LaunchSplitGrouped's kernels on kParts = 3 BF16 parts of x (hi, mid, lo) or 1 (x rounded).
@@ -1883,6 +1912,10 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
                   static_cast<unsigned>(groups));
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
   if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
+    const int64_t slices = CeilDiv(p.k, int64_t{512});
+    if (g_grouped_slices.On() && p.m <= 8 && slices > 1 && slices <= kGroupedCluster && 2 * blocks <= sms) {
+      return LaunchSplitGroupedTmaSlices<kParts>(p, groups, device, stream);
+    }
     if (g_grouped_half_blocks.On() && 2 * blocks <= sms) {
       return LaunchSplitGroupedTma<kParts, wgmma::kRowsPerGroup>(p, groups, grid.y, device, stream);
     }
@@ -2723,6 +2756,10 @@ void SetGroupedHalfBlocksForTesting(int mode) {
 }
 
 uint64_t GroupedHalfBlocksLaunchesForTesting() { return g_grouped_half_block_launches.load(); }
+
+void SetGroupedSlicesForTesting(int mode) { g_grouped_slices.SetForTesting(mode, "SetGroupedSlicesForTesting"); }
+
+uint64_t GroupedSlicedLaunchesForTesting() { return g_grouped_sliced_launches.load(); }
 
 void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "SetDenseOverlapForTesting"); }
 

@@ -132,6 +132,12 @@ uint64_t LinearSmallTilesLaunchesForTesting();
 // this process has made.
 void SetGroupedHalfBlocksForTesting(int mode);
 uint64_t GroupedHalfBlocksLaunchesForTesting();
+// Tests only: GroupedLinear's products of at most 8 rows on the TMA-fed kernel's K slices over a
+// cluster (8-token tiles of 64 weight rows; the same bits) on (1), off (0), or as
+// DEEPINFER_GROUPED_SLICES says (-1, the default: on unless 0); and how many such launches this
+// process has made.
+void SetGroupedSlicesForTesting(int mode);
+uint64_t GroupedSlicedLaunchesForTesting();
 // Tests only: the 64-token dense split-BF16 kernels with each chunk's MMAs overlapping the next
 // chunk's conversion (the same bits) on (1), off (0), or as DEEPINFER_DENSE_OVERLAP says (-1, the
 // default: on unless 0).

@@ -9,11 +9,13 @@
 //
 // Numerics: linear_mma.cuh's. The weight times its power-of-two block scale is exact in BF16, x is
 // the exact sum of three BF16 parts (SplitPair: hi + mid + lo), so every product is exact and
-// only the f32 sums differ from the CPU's. Order of every output: one accumulator from +0 over
-// all of K: per 64-column chunk in order, per k16 step kk = 0..3, the MMAs of hi, mid and lo
-// (wgmma m64n64k16, bf16 × bf16 → f32). Fixed by K alone: batch invariant. It is not Linear's
-// order, so under the switch a grouped product and the same product through Linear differ in
-// their last bits. With Params::x_bf16 (the attention output rounded to BF16 as the reference's
+// only the f32 sums differ from the CPU's. Order of every output: per 512-column slice s, an
+// accumulator from +0 takes the slice's 64-column chunks in order, per chunk the k16 steps
+// kk = 0..3, per step the MMAs of hi, mid and lo (wgmma m64n64k16, bf16 × bf16 → f32); then
+// total = P_0, total += P_1, ... in slice order (EndGroupedChunk; since 2026-12-02, version 29:
+// before, one accumulator over all of K, which no K slices could reproduce). Fixed by K alone:
+// batch invariant. It is not Linear's order, so under the switch a grouped product and the same
+// product through Linear differ in their last bits. With Params::x_bf16 (the attention output rounded to BF16 as the reference's
 // BF16 einsum takes it) the kernels multiply x rounded to BF16, round to nearest even, as their
 // only part (kParts = 1): the product of a finite x already exact in BF16 is then the three-part
 // kernel's bit for bit (its mid and lo are +0 and their MMAs add exact zeros), and that of any
@@ -64,6 +66,19 @@ __device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint64_t desc_a
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// d += A·B for one k16 step, m64n8k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 8 token columns).
+__device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint64_t desc_a, uint64_t desc_b,
+                                                int accumulate = 1) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 
@@ -121,13 +136,16 @@ static_assert(kXTiles - kWTile == kTileX && kXTileBytes == kTokens * kRowBytes, 
 // Thread tid converts 16 floats of token row tid / 4 (columns 16·(tid % 4) ..) into units 2q and
 // 2q + 1 of each part, and with kConvThreads = 128 (one warpgroup) also of row 32 + tid / 4; where
 // `valid` is false it writes zeros (a token row past the product's rows).
-template <int kParts, int kPartBytes = kXTileBytes, int kConvThreads = kThreads>
+// kXRows: the tile's token rows (64, or 8: threads past row 7 convert nothing).
+template <int kParts, int kPartBytes = kXTileBytes, int kConvThreads = kThreads, int kXRows = kTokens>
 __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_tiles, bool valid) {
   static_assert(kConvThreads == kThreads || kConvThreads == kThreads / 2, "one or two rows per thread");
+  static_assert(kXRows == kTokens || kXRows == 8, "64- or 8-token tiles");
 #pragma unroll
-  for (int row0 = 0; row0 < kConvThreads / 4 * (kThreads / kConvThreads); row0 += kConvThreads / 4) {
+  for (int row0 = 0; row0 < kXRows; row0 += kConvThreads / 4) {
     const int tid = threadIdx.x;
     const int row = row0 + tid / 4, quarter = tid % 4;
+    if (kXRows < kConvThreads / 4 && row >= kXRows) continue;
     const float4* src = reinterpret_cast<const float4*>(x_raw + row * kXRawRowBytes + quarter * 64);
     uint32_t hi[8], mid[8], lo[8];
 #pragma unroll
@@ -158,8 +176,9 @@ __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_t
 // exact), x's three parts, or (kParts = 1) x rounded to nearest even alone (IssueSplitChunk reads
 // no other tile).
 // kRows: the block's weight rows (128, two warpgroups; or 64, one: 2 · kRows threads); the raw
-// codes are kRows × 64 bytes and the x floats follow them, the x tiles the kRows-row BF16 tile.
-template <int kParts, int kRows = kBlockRows>
+// codes are kRows × 64 bytes and the x floats (kTok token rows) follow them, the x tiles (kTok rows
+// each, kTok · 128 bytes apart) the kRows-row BF16 tile.
+template <int kParts, int kRows = kBlockRows, int kTok = kTokens>
 __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float scale, uint8_t* tiles) {
   static_assert(kRows == kBlockRows || kRows == kRowsPerGroup, "one or two warpgroups");
   constexpr int kConvThreads = 2 * kRows;
@@ -180,7 +199,8 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
     *reinterpret_cast<uint4*>(tile + wgmma::SwizzledOffset(row, 2 * unit + 1)) =
         make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
   }
-  ConvertXParts<kParts, kXTileBytes, kConvThreads>(stage + kRows * kChunkCols, tiles + kRows * kRowBytes, true);
+  ConvertXParts<kParts, kTok * kRowBytes, kConvThreads, kTok>(stage + kRows * kChunkCols, tiles + kRows * kRowBytes,
+                                                              true);
 }
 
 // A block's place in the grid (n / 128, ceil(m / 64), groups): weight rows n0.. of group g,
@@ -192,10 +212,12 @@ struct BlockPlace {
   int group, q, chunks;
   const uint8_t* scales;
 
-  // rows: the block's weight rows (kBlockRows, or kRowsPerGroup for one warpgroup).
-  __device__ __forceinline__ explicit BlockPlace(const Params& p, int rows = kBlockRows)
-      : n0(static_cast<int64_t>(blockIdx.x) * rows),
-        t0(static_cast<int64_t>(blockIdx.y) * kTokens),
+  // rows: the block's weight rows (kBlockRows, or kRowsPerGroup for one warpgroup); row_block: its
+  // index (blockIdx.x, or that over a cluster's size); tokens: the token tile.
+  __device__ __forceinline__ explicit BlockPlace(const Params& p, int rows = kBlockRows,
+                                                 int row_block = static_cast<int>(blockIdx.x), int tokens = kTokens)
+      : n0(static_cast<int64_t>(row_block) * rows),
+        t0(static_cast<int64_t>(blockIdx.y) * tokens),
         g(blockIdx.z),
         ra(0),
         group(static_cast<int>(threadIdx.x) / 128),
@@ -207,6 +229,18 @@ struct BlockPlace {
     ra = n0 + group * kRowsPerGroup + 16 * warp + lane / 4;
   }
 };
+
+// The grouped kernels' order: after chunk c's MMAs complete in acc, at the end of a 512-column
+// slice (kGroupedSliceChunks chunks, or of K) total = P_0 for the first slice, else total += P_s,
+// and acc restarts from +0.
+constexpr int kGroupedSliceChunks = 512 / kChunkCols;
+template <int kElems>
+__device__ __forceinline__ void EndGroupedChunk(float (&total)[kElems], float (&acc)[kElems], int c, int chunks) {
+  if ((c + 1) % kGroupedSliceChunks != 0 && c + 1 != chunks) return;
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) total[i] = c < kGroupedSliceChunks ? acc[i] : __fadd_rn(total[i], acc[i]);
+  wgmma::ZeroForWgmma(acc);
+}
 
 // Grid (n / 128, ceil(m / 64), groups); kThreads threads; kSmemBytes of dynamic shared memory.
 // kParts: 3 (hi, mid, lo), or 1 where p.x_bf16 (x rounded to BF16 as it is converted).
@@ -226,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
       static_cast<uint32_t>(__cvta_generic_to_shared(smem + kWTile + group * kRowsPerGroup * kRowBytes));
   const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem + kXTiles));
 
-  float acc[32];
+  float acc[32], total[32];
   wgmma::ZeroForWgmma(acc);
   LoadSplitStage(p, g, n0, t0, 0, smem);
   CpAsyncCommit();
@@ -245,11 +279,12 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
     IssueSplitChunk<kParts>(acc, w_addr, x_addr);
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
+    EndGroupedChunk(total, acc, c, chunks);
   }
   CpAsyncWaitAll();
   Params pg = p;
   pg.y = p.y + g * p.y_group_stride;
-  wgmma::StoreBlockResult(pg, at.ra, t0, at.q, [&](int j) { return acc[j]; });
+  wgmma::StoreBlockResult(pg, at.ra, t0, at.q, [&](int j) { return total[j]; });
 #endif
 }
 
@@ -268,12 +303,13 @@ constexpr int kTmaStages = 4;
 // Shared memory of SplitBf16GroupedTmaKernel with kRows weight rows per block (128: two
 // warpgroups; 64: one): kTmaStages raw stages (the codes, kRows × 64 bytes, then x's floats), two
 // sets of BF16 tiles (the weights, kRows rows, then x's three parts), the barriers.
-template <int kRows>
+template <int kRows, int kTok = kTokens>
 struct GroupedTmaLayout {
   static constexpr int kWRaw = kRows * kChunkCols;
-  static constexpr int kStageBytes = kWRaw + kXRawBytes;
+  static constexpr int kStageBytes = kWRaw + kTok * kXRawRowBytes;
   static constexpr int kTileX = kRows * kRowBytes;
-  static constexpr int kTilesBytes = kTileX + 3 * kXTileBytes;
+  static constexpr int kPartBytes = kTok * kRowBytes;
+  static constexpr int kTilesBytes = kTileX + 3 * kPartBytes;
   static constexpr int kTiles = kTmaStages * kStageBytes;
   static constexpr int kBarriers = kTiles + 2 * kTilesBytes;  // full[kTmaStages]
   static constexpr int kBytes = kBarriers + kTmaStages * 8 + 1024;  // + base alignment
@@ -284,27 +320,40 @@ constexpr int kTmaStageBytes = GroupedTmaLayout<kBlockRows>::kStageBytes;  // 24
 constexpr int kTmaSmemBytes = GroupedTmaLayout<kBlockRows>::kBytes;
 static_assert(kTmaStageBytes == kStageBytes && GroupedTmaLayout<kBlockRows>::kTilesBytes == kTilesBytes, "the layouts");
 
-// Grid (n / kRows, ceil(m / 64), groups); 2 · kRows threads; GroupedTmaLayout<kRows>::kBytes of
-// dynamic shared memory. kRows = 128: two warpgroups of 64 weight rows; 64: one (twice the blocks,
-// for decode grids that leave SMs idle: each output's MMAs and order are the same, so the same
-// bits). w_map: the weight, UINT8 [groups · n rows][K bytes], boxes of kRows rows × 64 bytes, no
-// swizzle; x_map: x, FLOAT32 [m][groups][K], boxes of 64 tokens × 1 × 64 (linear.cu's
-// LaunchSplitGrouped). kParts as in SplitBf16GroupedKernel.
-template <int kParts, int kRows = kBlockRows>
-__global__ void __launch_bounds__(2 * kRows, 1)
-    SplitBf16GroupedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                              const Params p) {
-  PdlPrologue();
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
-#else
-  extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  using L = GroupedTmaLayout<kRows>;
+// Issues one chunk's MMAs on a tile of kTok = 64 or 8 tokens (IssueSplitChunk's order; the x
+// parts' tiles kTok · 128 bytes apart).
+template <int kParts, int kTok>
+__device__ __forceinline__ void IssueGroupedChunk(float (&acc)[kTok / 2], uint32_t w_addr, uint32_t x_addr) {
+  static_assert(kTok == 8 || kTok == kTokens, "8- or 64-token tiles");
+  if constexpr (kTok == kTokens) {
+    IssueSplitChunk<kParts>(acc, w_addr, x_addr);
+  } else {
+    wgmma::WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int part = 0; part < kParts; ++part) {
+        MmaBf16M64N8K16(acc, wgmma::SwizzledDescriptor(w_addr + 32 * kk),
+                        wgmma::SwizzledDescriptor(x_addr + part * kTok * kRowBytes + 32 * kk));
+      }
+    }
+    wgmma::WgmmaCommit();
+  }
+}
+
+// Chunks [c_begin, c_end) (c_begin a multiple of kGroupedSliceChunks) of the block's kRows weight
+// rows × kTok tokens at `at`, TMA-fed: at the end of each 512-column slice (or of the range) calls
+// on_slice(acc) with that slice's sum. All 2 · kRows threads call it.
+// w_map: the weight, UINT8 [groups · n rows][K bytes], boxes of kRows rows × 64 bytes, no swizzle;
+// x_map: x, FLOAT32 [m][groups][K], boxes of kTok tokens × 1 × 64 (linear.cu's LaunchSplitGrouped).
+template <int kParts, int kRows, int kTok, class OnSlice>
+__device__ __forceinline__ void GroupedTmaChunks(const CUtensorMap& w_map, const CUtensorMap& x_map, const Params& p,
+                                                 const BlockPlace& at, int c_begin, int c_end, uint8_t* smem,
+                                                 OnSlice&& on_slice) {
+  using L = GroupedTmaLayout<kRows, kTok>;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
-  const BlockPlace at(p, kRows);
   const int64_t n0 = at.n0, t0 = at.t0, g = at.g;
-  const int tid = threadIdx.x, group = at.group, chunks = at.chunks;
+  const int tid = threadIdx.x, group = at.group;
   const uint8_t* scales = at.scales;
   if (tid == 0) {
     tma::PrefetchTensorMap(&w_map);
@@ -313,47 +362,132 @@ __global__ void __launch_bounds__(2 * kRows, 1)
     tma::FenceBarrierInit();
   }
   __syncthreads();
-  auto stage_of = [&](int c) { return smem + (c % kTmaStages) * L::kStageBytes; };
-  auto tiles_of = [&](int c) { return smem + L::kTiles + (c % 2) * L::kTilesBytes; };
+  auto stage_of = [&](int c) { return smem + ((c - c_begin) % kTmaStages) * L::kStageBytes; };
+  auto tiles_of = [&](int c) { return smem + L::kTiles + ((c - c_begin) % 2) * L::kTilesBytes; };
   auto load = [&](int c) {  // thread 0: chunk c into its stage, which is free
-    uint64_t* bar = &full[c % kTmaStages];
+    uint64_t* bar = &full[(c - c_begin) % kTmaStages];
     tma::BarrierArriveExpectTx(bar, L::kStageBytes);
     tma::TmaLoad2d(stage_of(c), &w_map, bar, c * kChunkCols, static_cast<int>(g * p.n + n0));
     tma::TmaLoad3d(stage_of(c) + L::kWRaw, &x_map, bar, c * kChunkCols, static_cast<int>(g), static_cast<int>(t0));
   };
   auto convert = [&](int c) {  // every thread: chunk c's stage into its tiles
     const uint8_t scale = __ldg(scales + c / 2);  // in flight during the wait
-    tma::BarrierWait(&full[c % kTmaStages], static_cast<uint32_t>(c / kTmaStages) & 1u);
-    ConvertSplitStage<kParts, kRows>(stage_of(c), DecodeE8m0(scale), tiles_of(c));
+    tma::BarrierWait(&full[(c - c_begin) % kTmaStages], static_cast<uint32_t>((c - c_begin) / kTmaStages) & 1u);
+    ConvertSplitStage<kParts, kRows, kTok>(stage_of(c), DecodeE8m0(scale), tiles_of(c));
     wgmma::FenceProxyAsyncShared();
   };
   if (tid == 0) {
-    for (int c = 0; c < min(chunks, kTmaStages); ++c) load(c);
+    for (int c = c_begin; c < min(c_end, c_begin + kTmaStages); ++c) load(c);
   }
 
-  float acc[32];
+  float acc[kTok / 2];
   wgmma::ZeroForWgmma(acc);
-  if (chunks > 0) convert(0);
-  __syncthreads();  // chunk 0's tiles are complete
-  for (int c = 0; c < chunks; ++c) {
+  if (c_begin < c_end) convert(c_begin);
+  __syncthreads();  // chunk c_begin's tiles are complete
+  for (int c = c_begin; c < c_end; ++c) {
     const uint8_t* tiles = tiles_of(c);
     const uint32_t w_addr =
         static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileW + group * kRowsPerGroup * kRowBytes));
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tiles + L::kTileX));
-    IssueSplitChunk<kParts>(acc, w_addr, x_addr);
+    IssueGroupedChunk<kParts, kTok>(acc, w_addr, x_addr);
     // While they run: chunk c + kTmaStages into the stage chunk c was converted from (every thread
     // read it before the last barrier), and chunk c + 1 into the other tiles (chunk c - 1's MMAs,
     // their last readers, completed before that barrier).
-    if (tid == 0 && c + kTmaStages < chunks) load(c + kTmaStages);
+    if (tid == 0 && c + kTmaStages < c_end) load(c + kTmaStages);
     __syncwarp();
-    if (c + 1 < chunks) convert(c + 1);
+    if (c + 1 < c_end) convert(c + 1);
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
+    if ((c + 1 - c_begin) % kGroupedSliceChunks == 0 || c + 1 == c_end) {
+      on_slice(acc);
+      wgmma::ZeroForWgmma(acc);
+    }
     __syncthreads();  // chunk c + 1's tiles complete; chunk c's MMAs done in both warpgroups
   }
+}
+
+// Grid (n / kRows, ceil(m / kTok), groups); 2 · kRows threads; GroupedTmaLayout<kRows, kTok>::kBytes
+// of dynamic shared memory. kRows = 128: two warpgroups of 64 weight rows; 64: one (twice the
+// blocks, for decode grids that leave SMs idle). kTok = 64, or 8 for products of at most 8 rows
+// (wgmma m64n8k16: each output column the same dot product). Every output's MMAs and order are the
+// cp.async kernel's whatever kRows and kTok: the same bits. kParts as in SplitBf16GroupedKernel.
+template <int kParts, int kRows = kBlockRows, int kTok = kTokens>
+__global__ void __launch_bounds__(2 * kRows, 1)
+    SplitBf16GroupedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                              const Params p) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
+#else
+  extern __shared__ uint8_t smem_raw[];
+  const BlockPlace at(p, kRows, static_cast<int>(blockIdx.x), kTok);
+  const int chunks = at.chunks;
+  float total[kTok / 2];
+  int slice = 0;
+  GroupedTmaChunks<kParts, kRows, kTok>(w_map, x_map, p, at, 0, chunks, wgmma::AlignedSmem(smem_raw),
+                                        [&](const float (&acc)[kTok / 2]) {
+#pragma unroll
+                                          for (int i = 0; i < kTok / 2; ++i) {
+                                            total[i] = slice == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
+                                          }
+                                          ++slice;
+                                        });
   Params pg = p;
-  pg.y = p.y + g * p.y_group_stride;
-  wgmma::StoreBlockResult(pg, at.ra, t0, at.q, [&](int j) { return acc[j]; });
+  pg.y = p.y + at.g * p.y_group_stride;
+  wgmma::StoreBlockResult<kTok>(pg, at.ra, at.t0, at.q, [&](int j) { return total[j]; });
+#endif
+}
+
+// SplitBf16GroupedTmaKernel's products with slice r of K on rank r of a cluster of kCluster blocks
+// (K has at most kCluster slices; ranks past the last slice idle): each rank's slice sum goes to
+// its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
+// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster.
+template <int kParts, int kRows, int kTok, int kCluster>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
+    SplitBf16GroupedTmaSlicesKernel(const __grid_constant__ CUtensorMap w_map,
+                                    const __grid_constant__ CUtensorMap x_map, const Params p) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const BlockPlace at(p, kRows, static_cast<int>(blockIdx.x) / kCluster, kTok);
+  const int chunks = at.chunks;
+  const int slices = (chunks + kGroupedSliceChunks - 1) / kGroupedSliceChunks;
+  const int c_begin = min(chunks, rank * kGroupedSliceChunks), c_end = min(chunks, c_begin + kGroupedSliceChunks);
+  constexpr int kElems = kTok / 2;
+  float held[kElems];
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) held[i] = 0.f;
+  GroupedTmaChunks<kParts, kRows, kTok>(w_map, x_map, p, at, c_begin, c_end, smem,
+                                        [&](const float (&acc)[kElems]) {
+#pragma unroll
+                                          for (int i = 0; i < kElems; ++i) held[i] = acc[i];
+                                        });
+  // The slice sum at [element][thread] of this rank's (free) shared memory.
+  float* sums = reinterpret_cast<float*>(smem);
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) sums[i * 2 * kRows + tid] = held[i];
+  cluster.sync();
+  if (rank == 0) {
+    float total[kElems];
+    for (int s = 0; s < slices; ++s) {
+      const float* peer = cluster.map_shared_rank(sums, s);
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        const float v = peer[i * 2 * kRows + tid];
+        total[i] = s == 0 ? v : __fadd_rn(total[i], v);
+      }
+    }
+    Params pg = p;
+    pg.y = p.y + at.g * p.y_group_stride;
+    wgmma::StoreBlockResult<kTok>(pg, at.ra, at.t0, at.q, [&](int j) { return total[j]; });
+  }
+  cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
 #endif
 }
 
@@ -403,8 +537,8 @@ inline bool Usable(const Params& p, Kind kind, int64_t groups) {
 // (ConvertXParts: hi, mid, lo). Order of every output: per 512-column slice s, an accumulator from
 // +0 takes the slice's 64-column chunks in order, per chunk the k16 steps kk = 0..3, per step the
 // MMAs of hi, mid and lo (IssueSplitChunk<3>); then total = P_0, total += P_1, ... in slice order.
-// It is neither the mma.sync kernels' order nor the grouped kernel's, so the last bits differ from
-// theirs (within the linear tests' summation-order tolerance).
+// It is the grouped kernels' order (on BF16 weights), not the mma.sync kernels', so the last bits
+// differ from theirs (within the linear tests' summation-order tolerance).
 //
 // Work: blocks of 128 weight rows × kTok tokens (64, or 8 for products of at most 8 rows: the
 // same sums, an eighth of the MMA work at decode), two consumer warpgroups of 64 rows (wgmma
@@ -434,19 +568,6 @@ struct DenseSmem {
   static_assert(kStageBytes % 1024 == 0 && kPartBytes % 1024 == 0, "1024-byte aligned tiles");
   static_assert(kThreads * (kTok / 2) * 4 <= kXTiles, "a rank's slice sum fits its stages");
 };
-
-// d += A·B for one k16 step, m64n8k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 8 token columns).
-__device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint64_t desc_a, uint64_t desc_b,
-                                                int accumulate = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %6, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
 
 // IssueSplitChunk<3> on a tile of kTok = 64 or 8 tokens (acc of kTok / 2); `fresh`: the chunk's
 // first MMA ignores d (wgmma's scale-d = 0) instead of adding to it, the others accumulate.
