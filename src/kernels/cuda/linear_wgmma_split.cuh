@@ -15,7 +15,8 @@
 // total = P_0, total += P_1, ... in slice order (EndGroupedChunk; since 2026-12-02, version 29:
 // before, one accumulator over all of K, which no K slices could reproduce). Fixed by K alone:
 // batch invariant. It is not Linear's order, so under the switch a grouped product and the same
-// product through Linear differ in their last bits. With Params::x_bf16 (the attention output rounded to BF16 as the reference's
+// product through Linear differ in their last bits. With Params::x_bf16 (the attention output
+// rounded to BF16 as the reference's
 // BF16 einsum takes it) the kernels multiply x rounded to BF16, round to nearest even, as their
 // only part (kParts = 1): the product of a finite x already exact in BF16 is then the three-part
 // kernel's bit for bit (its mid and lo are +0 and their MMAs add exact zeros), and that of any
@@ -26,7 +27,8 @@
 // bytes, and x's f32 chunk, 64 × 256 bytes), converted per chunk into one swizzled BF16 weight
 // tile and three swizzled BF16 x tiles (a 128-byte row holds 64 BF16 values and a k16 step is 32
 // bytes, so linear_wgmma.cuh's descriptors apply byte for byte). 89 KiB of shared memory: 2
-// blocks per SM.
+// blocks per SM. Decode grids take the TMA-fed kernel below, and products of at most 8 rows its
+// K slices over a cluster (SplitBf16GroupedTmaSlicesKernel).
 #pragma once
 
 namespace wgmma_split {
