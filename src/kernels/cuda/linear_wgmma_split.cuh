@@ -322,33 +322,6 @@ constexpr int kTmaStageBytes = GroupedTmaLayout<kBlockRows>::kStageBytes;  // 24
 constexpr int kTmaSmemBytes = GroupedTmaLayout<kBlockRows>::kBytes;
 static_assert(kTmaStageBytes == kStageBytes && GroupedTmaLayout<kBlockRows>::kTilesBytes == kTilesBytes, "the layouts");
 
-// The clustered kernels' last step: each rank's slice sum `held` (kElems values per thread of
-// kBlockThreads) through its (free) shared memory at `smem`, [element][thread]; rank 0 adds
-// P_0, P_1, ... of the first `slices` ranks in order and passes the totals to store(total). All
-// threads of every rank call it; no rank leaves while rank 0 reads its shared memory.
-template <int kElems, int kBlockThreads, class Store>
-__device__ __forceinline__ void SumClusterSlices(const cooperative_groups::cluster_group& cluster, uint8_t* smem,
-                                                 int slices, const float (&held)[kElems], Store&& store) {
-  float* sums = reinterpret_cast<float*>(smem);
-  const int tid = static_cast<int>(threadIdx.x);
-#pragma unroll
-  for (int i = 0; i < kElems; ++i) sums[i * kBlockThreads + tid] = held[i];
-  cluster.sync();
-  if (cluster.block_rank() == 0) {
-    float total[kElems];
-    for (int s = 0; s < slices; ++s) {
-      const float* peer = cluster.map_shared_rank(sums, s);
-#pragma unroll
-      for (int i = 0; i < kElems; ++i) {
-        const float v = peer[i * kBlockThreads + tid];
-        total[i] = s == 0 ? v : __fadd_rn(total[i], v);
-      }
-    }
-    store(total);
-  }
-  cluster.sync();
-}
-
 // Issues one chunk's MMAs on a tile of kTok = 64 or 8 tokens (IssueSplitChunk's order; the x
 // parts' tiles kTok · 128 bytes apart).
 template <int kParts, int kTok>
@@ -496,11 +469,27 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
 #pragma unroll
                                           for (int i = 0; i < kElems; ++i) held[i] = acc[i];
                                         });
-  SumClusterSlices<kElems, 2 * kRows>(cluster, smem, slices, held, [&](const float (&total)[kElems]) {
+  // The slice sum at [element][thread] of this rank's (free) shared memory.
+  float* sums = reinterpret_cast<float*>(smem);
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) sums[i * 2 * kRows + tid] = held[i];
+  cluster.sync();
+  if (rank == 0) {
+    float total[kElems];
+    for (int s = 0; s < slices; ++s) {
+      const float* peer = cluster.map_shared_rank(sums, s);
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        const float v = peer[i * 2 * kRows + tid];
+        total[i] = s == 0 ? v : __fadd_rn(total[i], v);
+      }
+    }
     Params pg = p;
     pg.y = p.y + at.g * p.y_group_stride;
     wgmma::StoreBlockResult<kTok>(pg, at.ra, at.t0, at.q, [&](int j) { return total[j]; });
-  });
+  }
+  cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
 #endif
 }
 
@@ -806,10 +795,25 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
 #pragma unroll
     for (int i = 0; i < kElems; ++i) held[i] = acc[i];
   });
-  SumClusterSlices<kElems, kThreads>(cluster, smem, slices, held, [&](const float (&total)[kElems]) {
-    wgmma::StoreBlockResult<kTok>(p, DenseFragmentRow(n0), t0, static_cast<int>(threadIdx.x) % 4,
-                                  [&](int j) { return total[j]; });
-  });
+  // The slice sum at [element][thread] of this rank's (free) shared memory.
+  float* sums = reinterpret_cast<float*>(smem);
+  const int tid = static_cast<int>(threadIdx.x);
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) sums[i * kThreads + tid] = held[i];
+  cluster.sync();
+  if (rank == 0) {
+    float total[kElems];
+    for (int s = 0; s < slices; ++s) {
+      const float* peer = cluster.map_shared_rank(sums, s);
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        const float v = peer[i * kThreads + tid];
+        total[i] = s == 0 ? v : __fadd_rn(total[i], v);
+      }
+    }
+    wgmma::StoreBlockResult<kTok>(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
+  }
+  cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
 #endif
 }
 
