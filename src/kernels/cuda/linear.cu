@@ -1912,7 +1912,7 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
                   static_cast<unsigned>(groups));
   const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
   if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
-    const int64_t slices = CeilDiv(p.k, int64_t{512});
+    const int64_t slices = CeilDiv(p.k / wgmma_split::kChunkCols, int64_t{wgmma_split::kSliceChunks});
     if (g_grouped_slices.On() && p.m <= 8 && slices > 1 && slices <= kGroupedCluster && 2 * blocks <= sms) {
       return LaunchSplitGroupedTmaSlices<kParts>(p, groups, device, stream);
     }

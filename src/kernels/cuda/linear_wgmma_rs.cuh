@@ -276,7 +276,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
                                                   uint8_t* smem, int chunks) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
   constexpr int kElems = kTok / 2;
-  constexpr int kXChunkBytes = kTok * kChunk;
+  constexpr int kXChunkBytes = Smem{0, kTok}.XChunkBytes();
   const Smem L{chunks, kTok};
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / kWarpSize, lane = tid % kWarpSize;

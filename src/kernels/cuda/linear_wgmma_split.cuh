@@ -233,14 +233,14 @@ struct BlockPlace {
 };
 
 // The grouped kernels' order: after chunk c's MMAs complete in acc, at the end of a 512-column
-// slice (kGroupedSliceChunks chunks, or of K) total = P_0 for the first slice, else total += P_s,
+// slice (kSliceChunks chunks, or of K) total = P_0 for the first slice, else total += P_s,
 // and acc restarts from +0.
-constexpr int kGroupedSliceChunks = 512 / kChunkCols;
+constexpr int kSliceChunks = 512 / kChunkCols;  // 8 chunks per 512-column slice
 template <int kElems>
 __device__ __forceinline__ void EndGroupedChunk(float (&total)[kElems], float (&acc)[kElems], int c, int chunks) {
-  if ((c + 1) % kGroupedSliceChunks != 0 && c + 1 != chunks) return;
+  if ((c + 1) % kSliceChunks != 0 && c + 1 != chunks) return;
 #pragma unroll
-  for (int i = 0; i < kElems; ++i) total[i] = c < kGroupedSliceChunks ? acc[i] : __fadd_rn(total[i], acc[i]);
+  for (int i = 0; i < kElems; ++i) total[i] = c < kSliceChunks ? acc[i] : __fadd_rn(total[i], acc[i]);
   wgmma::ZeroForWgmma(acc);
 }
 
@@ -343,7 +343,7 @@ __device__ __forceinline__ void IssueGroupedChunk(float (&acc)[kTok / 2], uint32
   }
 }
 
-// Chunks [c_begin, c_end) (c_begin a multiple of kGroupedSliceChunks) of the block's kRows weight
+// Chunks [c_begin, c_end) (c_begin a multiple of kSliceChunks) of the block's kRows weight
 // rows × kTok tokens at `at`, TMA-fed: at the end of each 512-column slice (or of the range) calls
 // on_slice(acc) with that slice's sum. All 2 · kRows threads call it.
 // w_map: the weight, UINT8 [groups · n rows][K bytes], boxes of kRows rows × 64 bytes, no swizzle;
@@ -400,7 +400,7 @@ __device__ __forceinline__ void GroupedTmaChunks(const CUtensorMap& w_map, const
     if (c + 1 < c_end) convert(c + 1);
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
-    if ((c + 1 - c_begin) % kGroupedSliceChunks == 0 || c + 1 == c_end) {
+    if ((c + 1 - c_begin) % kSliceChunks == 0 || c + 1 == c_end) {
       on_slice(acc);
       wgmma::ZeroForWgmma(acc);
     }
@@ -458,8 +458,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
   const int rank = static_cast<int>(cluster.block_rank());
   const BlockPlace at(p, kRows, static_cast<int>(blockIdx.x) / kCluster, kTok);
   const int chunks = at.chunks;
-  const int slices = (chunks + kGroupedSliceChunks - 1) / kGroupedSliceChunks;
-  const int c_begin = min(chunks, rank * kGroupedSliceChunks), c_end = min(chunks, c_begin + kGroupedSliceChunks);
+  const int slices = (chunks + kSliceChunks - 1) / kSliceChunks;
+  const int c_begin = min(chunks, rank * kSliceChunks), c_end = min(chunks, c_begin + kSliceChunks);
   constexpr int kElems = kTok / 2;
   float held[kElems];
 #pragma unroll
@@ -552,7 +552,6 @@ inline bool Usable(const Params& p, Kind kind, int64_t groups) {
 // adds P_0, P_1, ... in order from the ranks' shared memory: the same adds, the same bits.
 constexpr int kDenseStages = 4;
 constexpr int kDenseWBytes = kBlockRows * kRowBytes;  // 16 KiB: 64 BF16 columns per row
-constexpr int kSliceChunks = 512 / kChunkCols;        // 8 chunks per 512-column slice
 constexpr int kMaxDenseCluster = 8;                   // slices a cluster spreads (K <= 4096)
 
 // Shared memory of the dense kernels on kTok-token tiles: kDenseStages stages (the weight tile,
