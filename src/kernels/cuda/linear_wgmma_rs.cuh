@@ -12,7 +12,7 @@
 //     with A from registers and x's codes (B) from shared memory;
 //   - chunk c's MMAs run while chunk c + 1 is converted (two accumulators, two fragments).
 // x's codes and scales for the whole K, the pass-0 fold word of each of the block's (row, chunk)
-// (computed once per item, not per thread and chunk) and the folded byte_perm tables are set up
+// with its row scale (ChunkWordOf; computed once per item, not per thread and chunk) and the folded byte_perm tables are set up
 // once per item, behind the item's only two barriers.
 //
 // The order of every output is WgmmaBlock<kFp4>'s: per chunk and FoldPass one k32 chain from +0
@@ -39,8 +39,8 @@ static_assert(kThreads == 4 * kWarpSize && kRows == 4 * kWarpRows, "one warpgrou
 
 // Shared memory for `chunks` chunks of K and tiles of `tok` tokens (8 or 16), offsets from the
 // 1024-byte aligned base: the stages, x's codes (chunk c's tok × 128-byte swizzled tile at
-// X + XChunkBytes()·c, wgmma's B), x's scales [chunks][tok], the rows' pass-0 fold words
-// [chunks][kFoldStride], the tables (uint4 per shift: the byte_perm words of magnitudes 0-3 and 4-7
+// X + XChunkBytes()·c, wgmma's B), x's scales [chunks][tok], the rows' pass-0 chunk words
+// (ChunkWordOf) [chunks][kFoldStride], the tables (uint4 per shift: the byte_perm words of magnitudes 0-3 and 4-7
 // and the sign mask) and the later-pass mask (two words).
 struct Smem {
   int chunks;
@@ -139,6 +139,17 @@ __device__ __forceinline__ float RowScaleOfFoldWord(uint32_t word) {
   bits = top == 0u ? 0x00400000u : bits;
   bits = top == 0xffu ? 0x7fc00000u : bits;
   return __uint_as_float(cpu::FoldWordAny(word) ? bits : 0x3f800000u);
+}
+
+// The word the prologue keeps per (row, chunk): the fold word's 16 shift bits, and in bits 22-30
+// its row scale's bits (RowScaleOfFoldWord's values, 2^top for top 1-254, 2^-127, NaN and 1, all
+// have bits 0-21 and 31 clear), so that the chunk loop takes the scale with one AND.
+constexpr uint32_t kChunkWordScaleBits = 0x7fc00000u;
+__device__ __forceinline__ uint32_t ChunkWordOf(uint32_t fold_word) {
+  return (fold_word & 0xffffu) | __float_as_uint(RowScaleOfFoldWord(fold_word));
+}
+__device__ __forceinline__ float ChunkWordScale(uint32_t chunk_word) {
+  return __uint_as_float(chunk_word & kChunkWordScaleBits);
 }
 
 // One row's A-fragment registers of a chunk: `row` the shared address of its 64 bytes in the
@@ -292,10 +303,10 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const uint64_t x_desc = SwizzledDescriptor(x_base);
   const uint32_t x_desc_lo = static_cast<uint32_t>(x_desc), x_desc_hi = static_cast<uint32_t>(x_desc >> 32);
   auto desc_lo_of = [&](int c) { return x_desc_lo + static_cast<uint32_t>(c * (kXChunkBytes / 16)); };
-  // Pass 0 of row r's chunk c from its fold word.
+  // Pass 0 of row r's chunk c from its chunk word (`more` unused: the later-pass mask has it).
   auto fold_of = [&](int c, int r) {
     const uint32_t word = LdShared32(folds + (c * kFoldStride + r) * 4);
-    return RowFold{word & 0xffffu, RowScaleOfFoldWord(word), cpu::FoldWordMore(word)};
+    return RowFold{word & 0xffffu, ChunkWordScale(word), false};
   };
 
   // ---- the item's copies. First, in a group of their own, the group-exponent word of every
@@ -334,7 +345,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   }
   CpAsyncWait<kAhead>();  // the exponent words
   // The pass-0 fold word of every (row, chunk) of the block (cpu::FirstFoldPassWord; rows past
-  // p.n: cpu::kFoldNoRowWord), once per item instead of once per thread and chunk, and which
+  // p.n: cpu::kFoldNoRowWord), kept as its chunk word, once per item instead of once per thread and chunk, and which
   // chunks some row needs later passes for (uniform: the MMAs are the warpgroup's).
   uint32_t later_lo = 0u, later_hi = 0u;
 #pragma unroll 4
@@ -355,7 +366,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
       for (int j = 0; j < 4; ++j) e[j] = static_cast<int>((packed >> (8 * j)) & 0xffu);
       word = cpu::FirstFoldPassWord(e);
     }
-    StShared32(slot, word);
+    StShared32(slot, ChunkWordOf(word));
     if (cpu::FoldWordMore(word)) {
       if (c < 32) later_lo |= 1u << c; else later_hi |= 1u << (c - 32);
     }
