@@ -184,13 +184,16 @@ struct ExpertsWeight {
   Buffer device_table;                // CUDA: the experts as the kernel's device descriptions
                                       // (cuda::DeviceWeight [E]); empty on the CPU
   Buffer folded;                      // CUDA, FP4 experts kept folded (cuda::FoldExperts); else empty
+  Buffer chunk_words;                 // CUDA, FP4 experts' chunk words (cuda::WriteFp4ChunkWords); else empty
 };
 // Checks that the experts share one format, dtype and shape (and, for CUDA, that the kernels accept
 // them) and builds the device table on ctx's device (queued on its stream). keep_folded: FP4
 // experts whose products with `input` run on the warpgroup-MMA FP8-input path also keep their
 // folded e4m3 codes for the run (about twice their bytes; cuda::FoldedExpertsBytes), which
 // ExpertsLinear then reads instead of converting nibbles: the same bits. Elsewhere it changes
-// nothing.
+// nothing. Otherwise such experts keep their chunk words (cuda::Fp4ChunkWordsBytes: 1/16 of their
+// FP4 bytes, unless DEEPINFER_FP4_CHUNK_WORDS=0), which the kernel of their 1-16-row tiles reads
+// instead of folding group exponents per item: the same bits.
 ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> experts,
                                 LinearInput input = LinearInput::kAsIs, bool keep_folded = false);
 // Expert-grouped projection: y[r] = W_e · x[r] for every row r in [offsets[e], offsets[e+1]) of

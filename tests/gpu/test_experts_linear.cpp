@@ -124,10 +124,11 @@ std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
 // past N); (2) the experts in `cpu_experts` (all when empty) against cpu::Linear within the order
 // bound. pre_fold_group > 0: codes scratch with room to pre-fold that many FP4 experts at a time
 // (ExpertsLinearPreFoldCodesBytes; the groups' kernels then run, with Linear's bits still).
-// folded: the FP4 experts kept folded (cuda::FoldExperts) and read as such.
+// folded: the FP4 experts kept folded (cuda::FoldExperts) and read as such. chunk_words: the FP4
+// experts' chunk words (cuda::WriteFp4ChunkWords) given to the register-fed kernel.
 void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx, int64_t ldy,
                   uint64_t seed, std::vector<int64_t> cpu_experts = {}, int64_t pre_fold_group = 0,
-                  bool folded = false) {
+                  bool folded = false, bool chunk_words = false) {
   const int64_t num_experts = pool.experts(), n = pool.n(), k = pool.k();
   ASSERT_EQ(static_cast<int64_t>(counts.size()), num_experts);
   const std::vector<int32_t> off = Offsets(counts);
@@ -158,9 +159,14 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
   ASSERT_EQ(folded, folded_bytes > 0) << "FoldedExpertsBytes";
   DeviceArray<uint8_t> folded_codes(folded_bytes);
   if (folded) cuda::FoldExperts(pool.table(), pool.Device(0), num_experts, folded_codes.get(), folded_bytes, nullptr);
+  const size_t words_bytes =
+      chunk_words ? cuda::Fp4ChunkWordsBytes(pool.Device(0), num_experts, TestLinearMath()) : size_t{0};
+  ASSERT_EQ(chunk_words, words_bytes > 0) << "Fp4ChunkWordsBytes";
+  DeviceArray<uint8_t> words(words_bytes);
+  if (chunk_words) cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), num_experts, words.get(), words_bytes, nullptr);
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
                       scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes,
-                      folded ? folded_codes.get() : nullptr);
+                      folded ? folded_codes.get() : nullptr, chunk_words ? words.get() : nullptr);
   // BF16 experts keep the mma.sync kernels' order; Linear's BF16 products on warpgroup MMAs
   // (DenseSplitKernel) sum in another, so the reference takes the mma.sync kernels too.
   ScopedDenseSplit mma_sync_for_bf16(0);
@@ -405,33 +411,43 @@ TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
 //   at offsets that do not (byte loads);
 // - group scales over 18 binades (later passes) at 1, 2, 6, 7 and 8 chunks (fewer than the ring's
 //   stages and more; odd and even counts end on either accumulator);
-// - a decode routing of the Flash experts, w1/w3 [4096 -> 2048] and w2 [2048 -> 4096].
+// - a decode routing of the Flash experts, w1/w3 [4096 -> 2048] and w2 [2048 -> 4096];
+// - each case with the items folding their rows' group exponents and with the chunk words and
+//   later-pass masks written at load (cuda::WriteFp4ChunkWords).
 TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
   ScopedExpertsRegisterA register_fed(1);
+  ScopedFp4ChunkWords words_on(1);
   const uint64_t launches8 = cuda::ExpertsRegisterALaunchesForTesting(8);
   const uint64_t launches16 = cuda::ExpertsRegisterALaunchesForTesting(16);
+  const uint64_t word_launches = cuda::Fp4ChunkWordsLaunchesForTesting();
   uint64_t seed = 5100;
-  for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
-    ExpertPool pool(kFp4, static_cast<int64_t>(kMixedCounts.size()), 200, 1024, ++seed, 0, data_step, scale_step);
-    CheckExperts(pool, kMixedCounts, Offsets(kMixedCounts).back() + 5, 1024, 200, ++seed);
-  }
-  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200, 3, 8};
-  for (const int64_t k : {int64_t{128}, int64_t{256}, int64_t{768}, int64_t{896}, int64_t{1024}}) {
-    ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, {110, 128});
-    CheckExperts(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed);
-  }
-  // 256 tokens: ~6 rows an expert, 9-16 for about one in seven (16-token tiles).
-  const int64_t tokens = SanitizerSizes() ? 16 : 256;
-  const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5200);
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
-    ExpertPool pool(kFp4, 256, n, k, 5201 + static_cast<uint64_t>(n), 0, 32, 4);
-    CheckExperts(pool, decode, tokens * 6, k, n, 5202 + static_cast<uint64_t>(n), {0, 37, 74});
+  // Each case twice: the items fold their rows' group exponents, then copy the chunk words written
+  // at load (cuda::WriteFp4ChunkWords): Linear's bits both ways.
+  for (const bool words : {false, true}) {
+    SCOPED_TRACE(words ? "chunk words" : "exponents folded per item");
+    for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
+      ExpertPool pool(kFp4, static_cast<int64_t>(kMixedCounts.size()), 200, 1024, ++seed, 0, data_step, scale_step);
+      CheckExperts(pool, kMixedCounts, Offsets(kMixedCounts).back() + 5, 1024, 200, ++seed, {}, 0, false, words);
+    }
+    const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200, 3, 8};
+    for (const int64_t k : {int64_t{128}, int64_t{256}, int64_t{768}, int64_t{896}, int64_t{1024}}) {
+      ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, {110, 128});
+      CheckExperts(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed, {}, 0, false, words);
+    }
+    // 256 tokens: ~6 rows an expert, 9-16 for about one in seven (16-token tiles).
+    const int64_t tokens = SanitizerSizes() ? 16 : 256;
+    const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5200);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+      ExpertPool pool(kFp4, 256, n, k, 5201 + static_cast<uint64_t>(n), 0, 32, 4);
+      CheckExperts(pool, decode, tokens * 6, k, n, 5202 + static_cast<uint64_t>(n), {0, 37, 74}, 0, false, words);
+    }
   }
   EXPECT_GT(cuda::ExpertsRegisterALaunchesForTesting(8), launches8) << "the 8-token register-fed kernel never ran";
   EXPECT_GT(cuda::ExpertsRegisterALaunchesForTesting(16), launches16) << "the 16-token register-fed kernel never ran";
+  EXPECT_GT(cuda::Fp4ChunkWordsLaunchesForTesting(), word_launches) << "no register-fed launch read chunk words";
 }
 
 // FP4 experts pre-folded once per call (ExpertsLinearPreFoldCodesBytes): the bits of Linear's FP4

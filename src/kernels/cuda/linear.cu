@@ -986,6 +986,8 @@ struct ExpertsParams {
   int32_t blocks_per_tile;      // output blocks of one tile
   const int32_t* plan_tile_rows;  // where the plan recorded its full-tile height (scratch header)
   int32_t tile_rows;              // the height these kernels were launched for
+  const uint32_t* chunk_words;    // FP4 experts' chunk words (WriteFp4ChunkWords), or null
+  int64_t chunk_words_stride;     // words from one expert's to the next's
 };
 
 // A plan reused from the scratch (plan_in_scratch) must have been cut for this launch's kernels;
@@ -1221,7 +1223,8 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
 #else
   ForEachExpertsWgmmaItem<kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0, uint8_t* smem,
                                                                  int chunks) {
-    wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks);
+    const uint32_t* words = ep.chunk_words != nullptr ? ep.chunk_words + t.expert * ep.chunk_words_stride : nullptr;
+    wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
   });
 #endif
 }
@@ -2168,6 +2171,7 @@ struct ExpertsLaunch {
   int64_t num_experts = 0;
   int tma_tokens = 0;  // the pre-folded experts on the TMA-fed kernel at 64 or 128 tokens (0: not)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
+  const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -2459,6 +2463,14 @@ std::atomic<uint64_t> g_experts_register_a_launches[2] = {0, 0};  // launches on
 KernelSwitch g_experts_register_a{"DEEPINFER_EXPERTS_REGISTER_A", 1};
 KernelSwitch g_experts_register_a16{"DEEPINFER_EXPERTS_REGISTER_A16", 1};
 
+// DEEPINFER_FP4_CHUNK_WORDS (read once; unset or 1: on, 0: off): FP4 experts keep, from load on,
+// the register-fed kernel's chunk word of every (row, 128-column chunk) and each 64-row block's
+// later-pass mask (Fp4ChunkWordsBytes: 4 bytes per row and chunk, as many as the e8m0 scales, 1/16
+// of the nibbles), so that an item copies them instead of folding its rows' group exponents
+// (docs/performance.md, version 30). Tests override it (SetFp4ChunkWordsForTesting).
+KernelSwitch g_fp4_chunk_words{"DEEPINFER_FP4_CHUNK_WORDS", 1};
+std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed launches that read them (tests)
+
 // ExpertsFp4RegistersKernel's register bound: 3 or 4 blocks per SM (DEEPINFER_EXPERTS_REGISTER_A_BLOCKS,
 // read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; at Flash's
 // K = 4096 x's codes alone take 32 KiB a block), 3 elsewhere.
@@ -2481,6 +2493,9 @@ bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const w
   const int64_t tiles = TilesInRange<kTok>(l);
   if (tiles == 0) return true;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
+  ep.chunk_words = l.chunk_words;
+  ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(l.params.base.n, l.params.base.k / wgmma::kChunk);
+  if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
   const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK(kTok == 8 ? "cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles"
@@ -2617,7 +2632,7 @@ size_t ExpertsLinearPreFoldCodesBytes(int64_t rows_bound, int64_t num_experts, c
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math, bool plan_in_scratch, void* codes, size_t codes_bytes,
-                   const void* folded) {
+                   const void* folded, const void* chunk_words) {
   const Kind kind = KindOf(layout);
   const int64_t n = layout.out_features, k = layout.in_features;
   if (n < 0 || k < 0) Fail("negative weight shape");
@@ -2646,6 +2661,11 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     if (FoldedExpertsBytes(layout, num_experts, math) == 0) Fail("folded experts given where no kernel reads them");
     if (reinterpret_cast<uintptr_t>(folded) % 256 != 0) Fail("folded experts not 256-byte aligned");
     l.folded = static_cast<const uint8_t*>(folded);
+  }
+  if (chunk_words != nullptr) {
+    if (Fp4ChunkWordsBytes(layout, num_experts, math) == 0) Fail("FP4 chunk words given where no kernel reads them");
+    if (reinterpret_cast<uintptr_t>(chunk_words) % 256 != 0) Fail("FP4 chunk words not 256-byte aligned");
+    l.chunk_words = static_cast<const uint32_t*>(chunk_words);
   }
   l.tma_tokens = ExpertsTmaTokensFor(kind, l.path, layout.scale_dtype == DType::kF32, rows_bound, num_experts, n, k,
                                      codes, codes_bytes, l.folded != nullptr);
@@ -2723,6 +2743,62 @@ void FoldExperts(const DeviceWeight* weights, const DeviceWeight& layout, int64_
   cudaFree(device_offsets);
   DI_CUDA_CHECK(status, "FoldExperts");
 }
+
+// Block (64-row block blockIdx.x, expert blockIdx.y): the chunk words of the block's rows of
+// `n` (wgmma::rs::ChunkWordOf of cpu::FirstFoldPassWord over the chunk's four group exponents, as
+// the register-fed block computes them per item) and the block's later-pass mask, into the
+// expert's wgmma::rs::ChunkWordsOfExpert words of `out`.
+__global__ void __launch_bounds__(256) Fp4ChunkWordsKernel(const DeviceWeight* weights, int64_t n, int64_t k,
+                                                           uint32_t* out) {
+  __shared__ uint32_t mask[2];
+  const int64_t chunks = k / wgmma::kChunk, expert = blockIdx.y;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * wgmma::rs::kRows;
+  const DeviceWeight& w = weights[expert];
+  const uint8_t* scale = static_cast<const uint8_t*>(w.scale);
+  uint32_t* words = out + expert * wgmma::rs::ChunkWordsOfExpert(n, chunks);
+  if (threadIdx.x < 2) mask[threadIdx.x] = 0u;
+  __syncthreads();
+  for (int64_t u = threadIdx.x; u < wgmma::rs::kRows * chunks; u += blockDim.x) {
+    const int64_t row = row0 + u / chunks, c = u % chunks;
+    if (row >= n) break;  // u grows with the row
+    const uint8_t* s = scale + row * w.scale_row_stride + 4 * c;
+    const int e[4] = {s[0], s[1], s[2], s[3]};
+    const uint32_t fold = cpu::FirstFoldPassWord(e);
+    words[row * chunks + c] = wgmma::rs::ChunkWordOf(fold);
+    if (cpu::FoldWordMore(fold)) atomicOr(&mask[c / 32], 1u << (c % 32));
+  }
+  __syncthreads();
+  if (threadIdx.x < 2) words[wgmma::rs::ChunkWordsOfRows(n, chunks) + 2 * blockIdx.x + threadIdx.x] = mask[threadIdx.x];
+}
+
+size_t Fp4ChunkWordsBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {
+  if (num_experts <= 0 || KindOf(layout) != Kind::kFp4 || !WeightTakesWgmma(layout, math) ||
+      !wgmma::rs::Usable(layout.in_features) || !g_fp4_chunk_words.On()) {
+    return 0;
+  }
+  const int64_t words = wgmma::rs::ChunkWordsOfExpert(layout.out_features, layout.in_features / wgmma::kChunk);
+  return static_cast<size_t>(num_experts * words * 4);
+}
+
+void WriteFp4ChunkWords(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
+                        size_t bytes, cudaStream_t stream) {
+  const size_t needed = Fp4ChunkWordsBytes(layout, num_experts, LinearMath::kFp8Act);
+  if (needed == 0) Fail("WriteFp4ChunkWords: FP4 experts with e8m0 scales on a warpgroup-MMA device only");
+  if (out == nullptr || weights == nullptr || bytes < needed) Fail("WriteFp4ChunkWords: null pointer or too few bytes");
+  if (reinterpret_cast<uintptr_t>(out) % 256 != 0) Fail("WriteFp4ChunkWords: output not 256-byte aligned");
+  if (num_experts > 65535) Fail("WriteFp4ChunkWords: more than 65535 experts");
+  const int64_t row_blocks = CeilDiv(layout.out_features, int64_t{wgmma::rs::kRows});
+  if (row_blocks > 0x7fffffff) Fail("WriteFp4ChunkWords: grid too large");
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(num_experts));
+  Fp4ChunkWordsKernel<<<grid, 256, 0, stream>>>(weights, layout.out_features, layout.in_features,
+                                                static_cast<uint32_t*>(out));
+  DI_CUDA_LAUNCH_CHECK("WriteFp4ChunkWords");
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream), "WriteFp4ChunkWords");
+}
+
+void SetFp4ChunkWordsForTesting(int mode) { g_fp4_chunk_words.SetForTesting(mode, "SetFp4ChunkWordsForTesting"); }
+
+uint64_t Fp4ChunkWordsLaunchesForTesting() { return g_fp4_chunk_words_launches.load(); }
 
 bool Fp8ActOnWarpgroupMma() { return wgmma::DeviceHasWgmma(); }
 

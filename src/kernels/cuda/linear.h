@@ -210,10 +210,14 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // folded (DEVICE, FoldedExpertsBytes bytes, written by FoldExperts; may be null): FP4 experts kept
 // folded for the run; where the codes path runs, every tile reads the experts' folded codes there
 // instead of converting nibbles (or pre-folding them into codes per call): the same bits.
+// chunk_words (DEVICE, Fp4ChunkWordsBytes bytes, written by WriteFp4ChunkWords; may be null): read
+// by the register-fed kernel of the FP4 experts' 1-16-row tiles instead of folding group exponents
+// per item: the same bits.
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false,
-                   void* codes = nullptr, size_t codes_bytes = 0, const void* folded = nullptr);
+                   void* codes = nullptr, size_t codes_bytes = 0, const void* folded = nullptr,
+                   const void* chunk_words = nullptr);
 // Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any): x's
 // codes and scales, and for FP4 experts with at least 64 rows per expert on average (prefill)
 // room to pre-fold them (ExpertsLinearPreFoldCodesBytes; DEEPINFER_FP4_PREFOLD=0 or 1, read once,
@@ -232,6 +236,22 @@ void FoldExperts(const DeviceWeight* weights, const DeviceWeight& layout, int64_
                  size_t bytes, cudaStream_t stream);
 // Tests only: how many ExpertsLinear launches this process has run on experts kept folded.
 uint64_t FoldedExpertsLaunchesForTesting();
+// FP4 experts' chunk words for the register-fed kernel of their 1-16-row tiles: per expert, the
+// pass-0 fold word of every (row, 128-column chunk) with its row scale, and each 64-row block's
+// later-pass mask, written once at load so that each item copies them instead of folding its rows'
+// group exponents: the same bits. 4 bytes per row and chunk (as many as the e8m0 scales: 1/16 of
+// the FP4 bytes). Bytes for `num_experts` experts of `layout` under `math`: 0 where no kernel reads
+// them (not FP4 with e8m0 scales on the warpgroup-MMA FP8-input path of this device, K over 8192)
+// or DEEPINFER_FP4_CHUNK_WORDS=0 (read once).
+size_t Fp4ChunkWordsBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math);
+// Writes them for the experts of `weights` (the device table, as ExpertsLinear's) into `out`
+// (DEVICE, 256-byte aligned, Fp4ChunkWordsBytes bytes). Synchronizes `stream` (load time).
+void WriteFp4ChunkWords(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
+                        size_t bytes, cudaStream_t stream);
+// Tests only: Fp4ChunkWordsBytes's switch on (1), off (0), or as DEEPINFER_FP4_CHUNK_WORDS says (-1,
+// the default: on unless 0); and how many register-fed launches have read chunk words.
+void SetFp4ChunkWordsForTesting(int mode);
+uint64_t Fp4ChunkWordsLaunchesForTesting();
 // Codes bytes with which ExpertsLinear pre-folds FP4 experts (0 where it cannot): x's codes, then
 // per group of experts (up to 1 GiB, at least one expert) their pass-0 folded e4m3 codes [N, K]
 // and fold words, written once per call by one kernel and read by the warpgroup-MMA tiles as FP8

@@ -278,13 +278,22 @@ struct WarpCopies {
   }
 };
 
+// The expert's chunk words written once at load (linear.cu's Fp4ChunkWordsKernel): ChunkWordOf of
+// row r's pass-0 fold word of chunk c at words[r·chunks + c], then per 64-row block b the chunks
+// some row of it needs later passes for at words[n·chunks + 2b] (chunks 0-31) and + 1 (32-63).
+__host__ __device__ constexpr int64_t ChunkWordsOfRows(int64_t n, int64_t chunks) { return n * chunks; }
+__host__ __device__ constexpr int64_t ChunkWordsOfExpert(int64_t n, int64_t chunks) {
+  return (n * chunks + 2 * ((n + kRows - 1) / kRows) + 63) / 64 * 64;  // 256-byte aligned
+}
+
 // One item: weight rows n0..n0+63 of p (an FP4 expert, e8m0 scales) × the tile's token rows
 // t_codes.. of the codes (p.m of them, at most kTok = 8 or 16; y rows 0.. of p.y) over all `chunks`
-// chunks of K. All 128 threads call it; it leaves no copies in flight and shared memory free after
-// a barrier.
+// chunks of K. words: the expert's chunk words (ChunkWordsOfExpert), copied instead of computed
+// from the group exponents; or null. All 128 threads call it; it leaves no copies in flight and
+// shared memory free after a barrier.
 template <int kTok>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
-                                                  uint8_t* smem, int chunks) {
+                                                  uint8_t* smem, int chunks, const uint32_t* words) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
   constexpr int kElems = kTok / 2;
   constexpr int kXChunkBytes = Smem{0, kTok}.XChunkBytes();
@@ -311,12 +320,20 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
 
   // ---- the item's copies. First, in a group of their own, the group-exponent word of every
   // (row, chunk) of the block into its fold-word slot (converted in place below by the thread that
-  // copied it, while the other copies fly; rows past p.n and unaligned scales: none).
+  // copied it, while the other copies fly; rows past p.n and unaligned scales: none); or, with
+  // `words`, the chunk words themselves (rows past p.n: the no-row word, stored).
   const bool exps_words = ((reinterpret_cast<uintptr_t>(p.scale) | static_cast<uintptr_t>(p.scale_row_stride)) & 3u) == 0;
   for (int u = tid; u < kRows * chunks; u += kThreads) {
     const int r = u / chunks, c = u % chunks;  // consecutive threads: one row's consecutive words
-    if (exps_words && n0 + r < p.n) {
-      CpAsyncOrZero<4>(smem + L.Folds() + (c * kFoldStride + r) * 4, p.scale + (n0 + r) * p.scale_row_stride + 4 * c, true);
+    uint8_t* slot = smem + L.Folds() + (c * kFoldStride + r) * 4;
+    if (words != nullptr) {
+      if (n0 + r < p.n) {
+        CpAsyncOrZero<4>(slot, words + (n0 + r) * chunks + c, true);
+      } else {
+        StShared32(SharedAddress(slot), ChunkWordOf(cpu::kFoldNoRowWord));
+      }
+    } else if (exps_words && n0 + r < p.n) {
+      CpAsyncOrZero<4>(slot, p.scale + (n0 + r) * p.scale_row_stride + 4 * c, true);
     }
   }
   CpAsyncCommit();
@@ -343,13 +360,20 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
     CpAsyncCommit();
   }
-  CpAsyncWait<kAhead>();  // the exponent words
   // The pass-0 fold word of every (row, chunk) of the block (cpu::FirstFoldPassWord; rows past
-  // p.n: cpu::kFoldNoRowWord), kept as its chunk word, once per item instead of once per thread and chunk, and which
-  // chunks some row needs later passes for (uniform: the MMAs are the warpgroup's).
+  // p.n: cpu::kFoldNoRowWord), kept as its chunk word, once per item instead of once per thread and
+  // chunk, and which chunks some row needs later passes for (uniform: the MMAs are the
+  // warpgroup's); with `words`, both as written at load.
   uint32_t later_lo = 0u, later_hi = 0u;
+  if (words != nullptr) {
+    const uint32_t* mask = words + ChunkWordsOfRows(p.n, chunks) + 2 * (n0 / kRows);
+    later_lo = __ldg(mask);
+    later_hi = __ldg(mask + 1);
+  } else {
+    CpAsyncWait<kAhead>();  // the exponent words
+  }
 #pragma unroll 4
-  for (int u = tid; u < kRows * chunks; u += kThreads) {
+  for (int u = words != nullptr ? kRows * chunks : tid; u < kRows * chunks; u += kThreads) {
     const int r = u / chunks, c = u % chunks;
     const uint32_t slot = folds + (c * kFoldStride + r) * 4;
     uint32_t word = cpu::kFoldNoRowWord;
@@ -371,18 +395,21 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
       if (c < 32) later_lo |= 1u << c; else later_hi |= 1u << (c - 32);
     }
   }
-  later_lo = __reduce_or_sync(0xffffffffu, later_lo);
-  later_hi = __reduce_or_sync(0xffffffffu, later_hi);
-  CpAsyncWait<kAhead - 1>();  // group 0: x, its scales and chunk 0
+  CpAsyncWait<kAhead - 1>();  // the fold or chunk words; group 0: x, its scales and chunk 0
   FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
   __syncthreads();            // the copies, the fold words, the tables and the mask's zeros
-  if (lane == 0 && (later_lo | later_hi) != 0u) {
-    uint32_t* words = reinterpret_cast<uint32_t*>(smem + L.Mask());
-    atomicOr(words, later_lo);
-    atomicOr(words + 1, later_hi);
+  uint64_t later = static_cast<uint64_t>(later_lo) | static_cast<uint64_t>(later_hi) << 32;  // with `words`
+  if (words == nullptr) {  // uniform
+    later_lo = __reduce_or_sync(0xffffffffu, later_lo);
+    later_hi = __reduce_or_sync(0xffffffffu, later_hi);
+    if (lane == 0 && (later_lo | later_hi) != 0u) {
+      uint32_t* mask_words = reinterpret_cast<uint32_t*>(smem + L.Mask());
+      atomicOr(mask_words, later_lo);
+      atomicOr(mask_words + 1, later_hi);
+    }
+    __syncthreads();
+    later = static_cast<uint64_t>(LdShared32(mask)) | static_cast<uint64_t>(LdShared32(mask + 4)) << 32;
   }
-  __syncthreads();
-  const uint64_t later = static_cast<uint64_t>(LdShared32(mask)) | static_cast<uint64_t>(LdShared32(mask + 4)) << 32;
 
   float acc0[kElems], acc1[kElems], part[kElems], total[kElems];
   uint32_t frag0[16], frag1[16];
