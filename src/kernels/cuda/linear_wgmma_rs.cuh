@@ -77,6 +77,10 @@ __device__ __forceinline__ uint4 LdShared128(uint32_t addr) {
 __device__ __forceinline__ void StShared32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+__device__ __forceinline__ void StShared128(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
 
 // Byte offset, within a warp's 64-byte row of one chunk, of word j (0-15: bytes 4j..4j+3 of the
 // row's nibbles, word h = j % 4 of k32 step s = j / 4). Thread q of a row needs, per step, half
