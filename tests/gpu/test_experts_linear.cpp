@@ -163,7 +163,9 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
       chunk_words ? cuda::Fp4ChunkWordsBytes(pool.Device(0), num_experts, TestLinearMath()) : size_t{0};
   ASSERT_EQ(chunk_words, words_bytes > 0) << "Fp4ChunkWordsBytes";
   DeviceArray<uint8_t> words(words_bytes);
-  if (chunk_words) cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), num_experts, words.get(), words_bytes, nullptr);
+  if (chunk_words) {
+    cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), num_experts, words.get(), words_bytes, nullptr);
+  }
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
                       scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes,
                       folded ? folded_codes.get() : nullptr, chunk_words ? words.get() : nullptr);

@@ -2712,13 +2712,25 @@ size_t FoldedExpertsBytes(const DeviceWeight& layout, int64_t num_experts, Linea
   return static_cast<size_t>(num_experts * MakePreFoldLayout(layout.out_features, layout.in_features).ExpertBytes());
 }
 
+namespace {
+
+// The checks of a load-time pass over FP4 experts (`what`: its name) that writes `needed` bytes
+// (0: no kernel would read them) into `out` of `bytes`.
+void CheckExpertsLoadOutput(const char* what, size_t needed, const DeviceWeight* weights, int64_t num_experts,
+                            const void* out, size_t bytes) {
+  const std::string name(what);
+  if (needed == 0) Fail((name + ": FP4 experts with e8m0 scales on a warpgroup-MMA device only").c_str());
+  if (out == nullptr || weights == nullptr || bytes < needed) Fail((name + ": null pointer or too few bytes").c_str());
+  if (reinterpret_cast<uintptr_t>(out) % 256 != 0) Fail((name + ": output not 256-byte aligned").c_str());
+  if (num_experts > 65535) Fail((name + ": more than 65535 experts").c_str());
+}
+
+}  // namespace
+
 void FoldExperts(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
                  size_t bytes, cudaStream_t stream) {
-  const size_t needed = FoldedExpertsBytes(layout, num_experts, LinearMath::kFp8Act);
-  if (needed == 0) Fail("FoldExperts: FP4 experts with e8m0 scales on a warpgroup-MMA device only");
-  if (out == nullptr || weights == nullptr || bytes < needed) Fail("FoldExperts: null pointer or too few bytes");
-  if (reinterpret_cast<uintptr_t>(out) % 256 != 0) Fail("FoldExperts: output not 256-byte aligned");
-  if (num_experts > 65535) Fail("FoldExperts: more than 65535 experts");
+  CheckExpertsLoadOutput("FoldExperts", FoldedExpertsBytes(layout, num_experts, LinearMath::kFp8Act), weights,
+                         num_experts, out, bytes);
   const PreFoldLayout lay = MakePreFoldLayout(layout.out_features, layout.in_features);
   if (lay.n_pad / wgmma::kBlockRows * lay.chunks > 0x7fffffff) Fail("FoldExperts: grid too large");
   ExpertsParams ep{};
@@ -2750,6 +2762,7 @@ void FoldExperts(const DeviceWeight* weights, const DeviceWeight& layout, int64_
 // expert's wgmma::rs::ChunkWordsOfExpert words of `out`.
 __global__ void __launch_bounds__(256) Fp4ChunkWordsKernel(const DeviceWeight* weights, int64_t n, int64_t k,
                                                            uint32_t* out) {
+  PdlPrologue();
   __shared__ uint32_t mask[2];
   const int64_t chunks = k / wgmma::kChunk, expert = blockIdx.y;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * wgmma::rs::kRows;
@@ -2782,11 +2795,8 @@ size_t Fp4ChunkWordsBytes(const DeviceWeight& layout, int64_t num_experts, Linea
 
 void WriteFp4ChunkWords(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
                         size_t bytes, cudaStream_t stream) {
-  const size_t needed = Fp4ChunkWordsBytes(layout, num_experts, LinearMath::kFp8Act);
-  if (needed == 0) Fail("WriteFp4ChunkWords: FP4 experts with e8m0 scales on a warpgroup-MMA device only");
-  if (out == nullptr || weights == nullptr || bytes < needed) Fail("WriteFp4ChunkWords: null pointer or too few bytes");
-  if (reinterpret_cast<uintptr_t>(out) % 256 != 0) Fail("WriteFp4ChunkWords: output not 256-byte aligned");
-  if (num_experts > 65535) Fail("WriteFp4ChunkWords: more than 65535 experts");
+  CheckExpertsLoadOutput("WriteFp4ChunkWords", Fp4ChunkWordsBytes(layout, num_experts, LinearMath::kFp8Act), weights,
+                         num_experts, out, bytes);
   const int64_t row_blocks = CeilDiv(layout.out_features, int64_t{wgmma::rs::kRows});
   if (row_blocks > 0x7fffffff) Fail("WriteFp4ChunkWords: grid too large");
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(num_experts));

@@ -12,8 +12,9 @@
 //     with A from registers and x's codes (B) from shared memory;
 //   - chunk c's MMAs run while chunk c + 1 is converted (two accumulators, two fragments).
 // x's codes and scales for the whole K, the pass-0 fold word of each of the block's (row, chunk)
-// with its row scale (ChunkWordOf; computed once per item, not per thread and chunk) and the folded byte_perm tables are set up
-// once per item, behind the item's only two barriers.
+// with its row scale (ChunkWordOf: written at load, or computed once per item, never per thread
+// and chunk) and the folded byte_perm tables are set up once per item, behind the item's only
+// barrier (two where the item computes the words).
 //
 // The order of every output is WgmmaBlock<kFp4>'s: per chunk and FoldPass one k32 chain from +0
 // over the folded codes, part = fma(acc, 2^top·x_scale, part), part restarting at each 512-column
@@ -40,8 +41,8 @@ static_assert(kThreads == 4 * kWarpSize && kRows == 4 * kWarpRows, "one warpgrou
 // Shared memory for `chunks` chunks of K and tiles of `tok` tokens (8 or 16), offsets from the
 // 1024-byte aligned base: the stages, x's codes (chunk c's tok × 128-byte swizzled tile at
 // X + XChunkBytes()·c, wgmma's B), x's scales [chunks][tok], the rows' pass-0 chunk words
-// (ChunkWordOf) [chunks][kFoldStride], the tables (uint4 per shift: the byte_perm words of magnitudes 0-3 and 4-7
-// and the sign mask) and the later-pass mask (two words).
+// (ChunkWordOf) [chunks][kFoldStride], the tables (uint4 per shift: the byte_perm words of
+// magnitudes 0-3 and 4-7 and the sign mask) and the later-pass mask (two words).
 struct Smem {
   int chunks;
   int tok;

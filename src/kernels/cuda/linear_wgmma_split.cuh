@@ -58,7 +58,9 @@ static_assert(kStageBytes % 1024 == 0 && kWTile % 1024 == 0 && kXTiles % 1024 ==
 __device__ __forceinline__ uint32_t DescriptorLow(uint32_t addr) {
   return static_cast<uint32_t>(wgmma::SwizzledDescriptor(addr));
 }
-__device__ __forceinline__ uint32_t DescriptorHigh() { return static_cast<uint32_t>(wgmma::SwizzledDescriptor(0) >> 32); }
+__device__ __forceinline__ uint32_t DescriptorHigh() {
+  return static_cast<uint32_t>(wgmma::SwizzledDescriptor(0) >> 32);
+}
 
 // d += A·B for one k16 step, m64n64k16, bf16 × bf16 → f32, both operands K-major in shared memory
 // (no transposition), their descriptors from the low words a_lo, b_lo and DescriptorHigh():
@@ -213,7 +215,8 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
       pairs[j] = mma::PackBf16(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale));
     }
     const uint32_t tile = wgmma::rs::SharedAddress(tiles + kTileW);
-    wgmma::rs::StShared128(tile + wgmma::SwizzledOffset(row, 2 * unit), make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
+    wgmma::rs::StShared128(tile + wgmma::SwizzledOffset(row, 2 * unit),
+                           make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
     wgmma::rs::StShared128(tile + wgmma::SwizzledOffset(row, 2 * unit + 1),
                            make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]));
   }
