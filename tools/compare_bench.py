@@ -4,7 +4,7 @@
 For each decode point (context, batch) and each prefill length, prints every report's step time,
 its ratio to the memory floor, and its speed-up over the first report; then the 43-layer
 scaling; then, where the reports hold the per-op profile, the ops' times (ms) side by side at the
-longest prefill and at decode batch 1 and 64 at 8k context (else the longest). The first report is the
+longest prefill and at every decode batch at 8k context (else the longest). The first report is the
 baseline (e.g. the f32 SIMT kernels), the others the variants (e.g. --tensor-cores,
 --tensor-cores --fp8-activations).
 
@@ -75,7 +75,7 @@ def main():
     contexts = sorted({k[0] for k in keys})
     if contexts:
         context = 8192 if 8192 in contexts else contexts[-1]  # issue 8's context where the run has it
-        for batch in (1, 64):
+        for batch in sorted({k[1] for k in keys if k[0] == context}):
             print_ops(f"decode batch {batch} at {context}", names, [d.get((context, batch)) for d in decode])
 
 
