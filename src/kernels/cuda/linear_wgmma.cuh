@@ -108,6 +108,45 @@ __device__ __forceinline__ uint64_t SwizzledDescriptor(uint32_t addr) {
   return desc;
 }
 
+// The descriptors of 128-byte swizzled K-major tiles (SwizzledDescriptor) as two words: the
+// low word's address field (bits 0-13: shared address / 16) and a high word common to every such
+// tile, so that a step's or part's offset within a tile is one 32-bit add to the low word (the
+// field never carries: shared addresses stay under 256 KiB).
+__device__ __forceinline__ uint32_t DescriptorLow(uint32_t addr) {
+  return static_cast<uint32_t>(SwizzledDescriptor(addr));
+}
+__device__ __forceinline__ uint32_t DescriptorHigh() {
+  return static_cast<uint32_t>(SwizzledDescriptor(0) >> 32);
+}
+
+// Shared-memory loads and stores at 32-bit shared addresses: the block's shared memory reaches
+// this code through a generic pointer, and the compiler then emits generic loads (LD.E) for it.
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t LdShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 LdSharedF32x2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint4 LdShared128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void StShared32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void StShared128(uint32_t addr, uint4 v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 // Byte offset of 16-byte unit `unit` of row `row` in a swizzled tile.
 __device__ __forceinline__ int SwizzledOffset(int row, int unit) { return row * kChunk + ((unit ^ (row & 7)) << 4); }
 

@@ -55,34 +55,6 @@ struct Smem {
   __host__ __device__ constexpr int Bytes() const { return Mask() + 8 + 1024; }  // + base alignment
 };
 
-// Shared-memory loads and stores at 32-bit shared addresses: the block's shared memory reaches
-// this code through a generic pointer, and the compiler then emits generic loads (LD.E) for it.
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ uint32_t LdShared32(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ float2 LdSharedF32x2(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ uint4 LdShared128(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ void StShared32(uint32_t addr, uint32_t v) {
-  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-__device__ __forceinline__ void StShared128(uint32_t addr, uint4 v) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 // Byte offset, within a warp's 64-byte row of one chunk, of word j (0-15: bytes 4j..4j+3 of the
 // row's nibbles, word h = j % 4 of k32 step s = j / 4). Thread q of a row needs, per step, half
 // q % 2 of words q / 2 and 2 + q / 2 (the fragment's columns 4q..4q+3 and 16 + 4q..): the words
@@ -314,8 +286,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
   const uint32_t x_base = base + L.X(), xs = base + L.Xs(), folds = base + L.Folds(), tables = base + L.Tables();
   const uint32_t mask = base + L.Mask();
-  const uint64_t x_desc = SwizzledDescriptor(x_base);
-  const uint32_t x_desc_lo = static_cast<uint32_t>(x_desc), x_desc_hi = static_cast<uint32_t>(x_desc >> 32);
+  const uint32_t x_desc_lo = DescriptorLow(x_base), x_desc_hi = DescriptorHigh();
   auto desc_lo_of = [&](int c) { return x_desc_lo + static_cast<uint32_t>(c * (kXChunkBytes / 16)); };
   // Pass 0 of row r's chunk c from its chunk word (`more` unused: the later-pass mask has it).
   auto fold_of = [&](int c, int r) {

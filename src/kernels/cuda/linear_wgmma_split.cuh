@@ -51,19 +51,8 @@ constexpr int kXTileBytes = kTokens * kRowBytes;
 constexpr int kSmemBytes = kXTiles + 3 * kXTileBytes + 1024;  // + base alignment
 static_assert(kStageBytes % 1024 == 0 && kWTile % 1024 == 0 && kXTiles % 1024 == 0, "1024-byte aligned tiles");
 
-// The descriptors of 128-byte swizzled K-major tiles (wgmma::SwizzledDescriptor) as two words: the
-// low word's address field (bits 0-13: shared address / 16) and a high word common to every such
-// tile, so that a step's or part's offset within a tile is one 32-bit add to the low word (the
-// field never carries: shared addresses stay under 256 KiB).
-__device__ __forceinline__ uint32_t DescriptorLow(uint32_t addr) {
-  return static_cast<uint32_t>(wgmma::SwizzledDescriptor(addr));
-}
-__device__ __forceinline__ uint32_t DescriptorHigh() {
-  return static_cast<uint32_t>(wgmma::SwizzledDescriptor(0) >> 32);
-}
-
 // d += A·B for one k16 step, m64n64k16, bf16 × bf16 → f32, both operands K-major in shared memory
-// (no transposition), their descriptors from the low words a_lo, b_lo and DescriptorHigh():
+// (no transposition), their descriptors from the low words a_lo, b_lo and wgmma::DescriptorHigh():
 // accumulate == 0 ignores d (wgmma's scale-d), else d is accumulated into, as mma.sync adds its C.
 __device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint32_t a_lo, uint32_t b_lo, int accumulate = 1) {
   asm volatile(
@@ -82,7 +71,7 @@ __device__ __forceinline__ void MmaBf16M64N64K16(float (&d)[32], uint32_t a_lo, 
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a_lo), "r"(b_lo), "r"(DescriptorHigh()), "r"(accumulate));
+      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
 }
 
 // d += A·B for one k16 step, m64n8k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 8 token columns).
@@ -97,7 +86,7 @@ __device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint32_t a_lo, ui
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, da, db, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a_lo), "r"(b_lo), "r"(DescriptorHigh()), "r"(accumulate));
+      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
 }
 
 // Issues one chunk's MMAs into acc (one group): per k16 step kk = 0..3 the MMAs of x's first
@@ -106,7 +95,7 @@ __device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint32_t a_lo, ui
 template <int kParts>
 __device__ __forceinline__ void IssueSplitChunk(float (&acc)[32], uint32_t w_addr, uint32_t x_addr) {
   static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
-  const uint32_t w_lo = DescriptorLow(w_addr), x_lo = DescriptorLow(x_addr);
+  const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
   wgmma::WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -164,11 +153,11 @@ __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_t
     const int tid = threadIdx.x;
     const int row = row0 + tid / 4, quarter = tid % 4;
     if (kXRows < kConvThreads / 4 && row >= kXRows) continue;
-    const uint32_t src = wgmma::rs::SharedAddress(x_raw + row * kXRawRowBytes + quarter * 64);
+    const uint32_t src = wgmma::SharedAddress(x_raw + row * kXRawRowBytes + quarter * 64);
     uint32_t hi[8], mid[8], lo[8];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint4 raw = valid ? wgmma::rs::LdShared128(src + 16 * j) : make_uint4(0u, 0u, 0u, 0u);
+      const uint4 raw = valid ? wgmma::LdShared128(src + 16 * j) : make_uint4(0u, 0u, 0u, 0u);
       const float4 v = make_float4(__uint_as_float(raw.x), __uint_as_float(raw.y), __uint_as_float(raw.z),
                                    __uint_as_float(raw.w));
       if constexpr (kParts == 1) {
@@ -180,13 +169,13 @@ __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_t
       }
     }
     const uint32_t* parts[3] = {hi, mid, lo};
-    const uint32_t tiles = wgmma::rs::SharedAddress(x_tiles);
+    const uint32_t tiles = wgmma::SharedAddress(x_tiles);
 #pragma unroll
     for (int part = 0; part < kParts; ++part) {
       const uint32_t tile = tiles + part * kPartBytes;
       const uint32_t* v = parts[part];
-      wgmma::rs::StShared128(tile + wgmma::SwizzledOffset(row, 2 * quarter), make_uint4(v[0], v[1], v[2], v[3]));
-      wgmma::rs::StShared128(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1), make_uint4(v[4], v[5], v[6], v[7]));
+      wgmma::StShared128(tile + wgmma::SwizzledOffset(row, 2 * quarter), make_uint4(v[0], v[1], v[2], v[3]));
+      wgmma::StShared128(tile + wgmma::SwizzledOffset(row, 2 * quarter + 1), make_uint4(v[4], v[5], v[6], v[7]));
     }
   }
 }
@@ -206,7 +195,7 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
 #pragma unroll
   for (int i = 0; i < kRows * kChunkCols / 16 / kConvThreads; ++i) {  // 2: 16 codes of row id / 4 → BF16 units 2u, 2u + 1
     const int id = tid + i * kConvThreads, row = id / 4, unit = id % 4;
-    const uint4 codes = wgmma::rs::LdShared128(wgmma::rs::SharedAddress(stage + row * kChunkCols + unit * 16));
+    const uint4 codes = wgmma::LdShared128(wgmma::SharedAddress(stage + row * kChunkCols + unit * 16));
     const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
     uint32_t pairs[8];
 #pragma unroll
@@ -214,10 +203,10 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
       const float2 v = E4m3PairValues(words[j / 2] >> (16 * (j % 2)));
       pairs[j] = mma::PackBf16(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale));
     }
-    const uint32_t tile = wgmma::rs::SharedAddress(tiles + kTileW);
-    wgmma::rs::StShared128(tile + wgmma::SwizzledOffset(row, 2 * unit),
+    const uint32_t tile = wgmma::SharedAddress(tiles + kTileW);
+    wgmma::StShared128(tile + wgmma::SwizzledOffset(row, 2 * unit),
                            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
-    wgmma::rs::StShared128(tile + wgmma::SwizzledOffset(row, 2 * unit + 1),
+    wgmma::StShared128(tile + wgmma::SwizzledOffset(row, 2 * unit + 1),
                            make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]));
   }
   ConvertXParts<kParts, kTok * kRowBytes, kConvThreads, kTok>(stage + kRows * kChunkCols, tiles + kRows * kRowBytes,
@@ -349,7 +338,7 @@ __device__ __forceinline__ void IssueGroupedChunk(float (&acc)[kTok / 2], uint32
   if constexpr (kTok == kTokens) {
     IssueSplitChunk<kParts>(acc, w_addr, x_addr);
   } else {
-    const uint32_t w_lo = DescriptorLow(w_addr), x_lo = DescriptorLow(x_addr);
+    const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
     wgmma::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -597,7 +586,7 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
   static_assert(kTok == 8 || kTok == 64, "8- or 64-token tiles");
   if constexpr (kTok == 64) {
     if (!fresh) return IssueSplitChunk<3>(acc, w_addr, x_addr);
-    const uint32_t w_lo = DescriptorLow(w_addr), x_lo = DescriptorLow(x_addr);
+    const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
     wgmma::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -608,7 +597,7 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
     }
     wgmma::WgmmaCommit();
   } else {
-    const uint32_t w_lo = DescriptorLow(w_addr), x_lo = DescriptorLow(x_addr);
+    const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
     wgmma::WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
