@@ -132,6 +132,7 @@ using ScopedLinearSmallTiles = ScopedSwitch<cuda::SetLinearSmallTilesForTesting>
 using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
 using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;
+using ScopedDenseParts = ScopedSwitch<cuda::SetDensePartsForTesting>;
 using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>;
 using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,

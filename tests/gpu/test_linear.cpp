@@ -608,8 +608,17 @@ TEST(CudaLinearMma, DenseSplitOnWarpgroupMma) {
   const int64_t out = 18 * 128, in = 4096, m = 64 * ((sms + 1 + 17) / 18);
   TestWeight w = RandomWeight(kBf16, out, in, ++seed);
   DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
+  const uint64_t parts_launches = cuda::DensePartsLaunchesForTesting();
   const std::vector<float> all = RunRows(w, dx, 0, m);
   EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), all, "repeat"));
+  // With the scratch LinearScratchBytes asks for, x's parts are split once per call
+  // (DensePartsKernel); without it each block converts them: the same bits.
+  EXPECT_GT(cuda::DensePartsLaunchesForTesting(), parts_launches) << "the parts kernel did not run";
+  EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m, /*without_scratch=*/true), all, "x converted per block"));
+  {
+    ScopedDenseParts off(0);
+    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), all, "DEEPINFER_DENSE_PARTS=0"));
+  }
   for (const auto& [r0, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {m - 1, 1}, {3, 8}, {70, 64}}) {
     EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, out, r0, n),
                          "rows " + std::to_string(r0) + ".." + std::to_string(r0 + n - 1) + " of " + std::to_string(m)));

@@ -2002,6 +2002,35 @@ KernelSwitch g_dense_split{"DEEPINFER_DENSE_WGMMA", 1};
 // version 26). Tests override it (SetDenseOverlapForTesting).
 KernelSwitch g_dense_overlap{"DEEPINFER_DENSE_OVERLAP", 1};
 
+// DEEPINFER_DENSE_PARTS (read once; unset or 1: on, 0: off): the 64-token dense split-BF16
+// products (overlapped loop, one-block grid) with x's parts split once per call into the caller's
+// scratch (wgmma_split::SplitXPartsKernel, then DensePartsKernel: the same bits) where the scratch
+// holds them (LinearScratchBytes asks for it). Tests override it (SetDensePartsForTesting).
+KernelSwitch g_dense_parts{"DEEPINFER_DENSE_PARTS", 1};
+std::atomic<uint64_t> g_dense_parts_launches{0};  // launches of DensePartsKernel (tests)
+
+// Whether a product that reached the 64-token one-block dense kernel takes the parts path.
+bool DensePartsOn(const Params& p) {
+  return g_dense_parts.On() && g_dense_overlap.On() && p.scratch != nullptr &&
+         p.scratch_bytes >= static_cast<size_t>(wgmma_split::DensePartsBytes(p.m, p.k)) &&
+         reinterpret_cast<uintptr_t>(p.scratch) % 16 == 0;
+}
+
+void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, cudaStream_t stream) {
+  const int64_t m_pad = wgmma::PaddedRows(p.m);
+  uint16_t* parts = static_cast<uint16_t*>(p.scratch);
+  const int64_t units = m_pad * (p.k / 8);
+  const int64_t split_blocks = std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8);
+  wgmma_split::SplitXPartsKernel<<<static_cast<unsigned>(split_blocks), 256, 0, stream>>>(p.x, p.ldx, p.m, m_pad, p.k,
+                                                                                          parts);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 x parts");
+  AllowDynamicSmem<wgmma_split::DensePartsKernel>(device, wgmma_split::kPartsSmemBytes);
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(m_pad / wgmma::kTokens));
+  wgmma_split::DensePartsKernel<<<grid, wgmma::kThreads, wgmma_split::kPartsSmemBytes, stream>>>(p, parts, m_pad);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma on x's parts");
+  g_dense_parts_launches.fetch_add(1);
+}
+
 template <int kTok, int kCluster, bool kOverlap>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
   using wgmma_split::DenseSplitSlicesKernel;
@@ -2029,6 +2058,9 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
     if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap>(p, row_blocks, tok_blocks, device, stream);
     if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap>(p, row_blocks, tok_blocks, device, stream);
     return LaunchDenseSplitSlices<kTok, 8, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+  }
+  if constexpr (kTok == 64 && kOverlap) {
+    if (DensePartsOn(p)) return LaunchDenseParts(p, row_blocks, device, sms, stream);
   }
   constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
   AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap>>(device, kSmem);
@@ -2849,6 +2881,10 @@ uint64_t GroupedSlicedLaunchesForTesting() { return g_grouped_sliced_launches.lo
 
 void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "SetDenseOverlapForTesting"); }
 
+void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetDensePartsForTesting"); }
+
+uint64_t DensePartsLaunchesForTesting() { return g_dense_parts_launches.load(); }
+
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
 
 void SetExpertsRegisterAForTesting(int mode) {
@@ -2922,8 +2958,15 @@ bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
 }
 
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
-  // Only where LaunchKind takes the wgmma path (any M, any row alignment; one group).
-  if (m <= 0 || w.out_features <= 0 || !WeightTakesWgmma(w, math)) return 0;
+  if (m <= 0 || w.out_features <= 0) return 0;
+  // BF16 weights under split-BF16 past 8 rows (the 64-token dense kernels): x's parts for
+  // DensePartsKernel, wherever it may run (the launch decides; the bytes depend on m and K alone).
+  if (KindOf(w) == Kind::kBF16 && math == LinearMath::kSplitBf16 && m > 8 && w.in_features > 0 &&
+      w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma() && g_dense_parts.On()) {
+    return static_cast<size_t>(CeilDiv(wgmma_split::DensePartsBytes(m, w.in_features), int64_t{256}) * 256);
+  }
+  // Elsewhere only where LaunchKind takes the wgmma path (any M, any row alignment; one group).
+  if (!WeightTakesWgmma(w, math)) return 0;
   return MakeWgmmaLinearLayout(m, w.out_features, w.in_features).bytes;
 }
 

@@ -88,7 +88,9 @@ inline constexpr int64_t kGemvMaxRows = 16;
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
             size_t scratch_bytes = 0);
-// Scratch bytes Linear can use for m rows of x (0 where no path uses scratch).
+// Scratch bytes Linear can use for m rows of x (0 where no path uses scratch): for FP8 and FP4
+// weights under kFp8Act, x's codes (above); for BF16 weights under kSplitBf16 past 8 rows, x's
+// three BF16 parts, split once per call for the 64-token dense kernel (the same bits as without).
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math);
 // Whether Linear and ExpertsLinear under kFp8Act run `w` on e4m3 MMAs (FP8 / FP4 weights, K within
 // the tensor-core paths' limit): every such kernel quantizes x per 128 columns as it reads it,
@@ -142,6 +144,11 @@ uint64_t GroupedSlicedLaunchesForTesting();
 // chunk's conversion (the same bits) on (1), off (0), or as DEEPINFER_DENSE_OVERLAP says (-1, the
 // default: on unless 0).
 void SetDenseOverlapForTesting(int mode);
+// Tests only: the 64-token dense split-BF16 products on x's parts split once per call into the
+// caller's scratch (the same bits) on (1), off (0), or as DEEPINFER_DENSE_PARTS says (-1, the
+// default: on unless 0); and how many such launches this process has made.
+void SetDensePartsForTesting(int mode);
+uint64_t DensePartsLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

@@ -824,6 +824,138 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
 #endif
 }
 
+// ---- x's parts split once per call (DensePartsKernel) ---------------------------------------------
+//
+// DenseSplitKernel<64> converts each chunk of x into its three BF16 parts in every one of its row
+// blocks (1010 of them for the head) and waits on a barrier for it. Where the caller gives scratch,
+// SplitXPartsKernel writes the parts once, [3][m_pad][K] BF16 (hi, mid, lo; SplitPair's, rows
+// past m zero), and DensePartsKernel copies each chunk's part tiles into its stage beside the
+// weight tile: no conversion, one barrier per chunk, the same MMAs on the same values in the same
+// order (IssueDenseChunk<64>, each slice begun by an MMA that ignores d), so the overlapped
+// DenseSplitKernel<64>'s bits.
+
+// Parts bytes for m rows of K columns: three planes of PaddedRows(m) rows.
+inline int64_t DensePartsBytes(int64_t m, int64_t k) { return 3 * wgmma::PaddedRows(m) * k * 2; }
+
+// Thread per 8 consecutive columns of one row of the padded plane: its three parts' 16 bytes.
+__global__ void __launch_bounds__(256) SplitXPartsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
+                                                         int64_t m_pad, int64_t k, uint16_t* __restrict__ parts) {
+  PdlPrologue();
+  const int64_t units = m_pad * (k / 8);
+  const int64_t plane = m_pad * k;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = u / (k / 8), col = 8 * (u % (k / 8));
+    float4 v0 = make_float4(0.f, 0.f, 0.f, 0.f), v1 = v0;
+    if (row < m) {
+      const float4* src = reinterpret_cast<const float4*>(x + row * ldx + col);
+      v0 = __ldg(src);
+      v1 = __ldg(src + 1);
+    }
+    uint32_t hi[4], mid[4], lo[4];
+    SplitPair(v0.x, v0.y, hi[0], mid[0], lo[0]);
+    SplitPair(v0.z, v0.w, hi[1], mid[1], lo[1]);
+    SplitPair(v1.x, v1.y, hi[2], mid[2], lo[2]);
+    SplitPair(v1.z, v1.w, hi[3], mid[3], lo[3]);
+    uint16_t* dst = parts + row * k + col;
+    *reinterpret_cast<uint4*>(dst) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(dst + plane) = make_uint4(mid[0], mid[1], mid[2], mid[3]);
+    *reinterpret_cast<uint4*>(dst + 2 * plane) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+}
+
+// A stage of DensePartsKernel: the weight tile (128 rows × 64 BF16, swizzled), then x's hi, mid
+// and lo tiles (64 token rows × 64 BF16 each, swizzled, kXTileBytes apart: IssueDenseChunk's
+// layout). 40 KiB; kDenseStages of them: 161 KiB with the alignment, one block per SM.
+constexpr int kPartsStageBytes = kDenseWBytes + 3 * kXTileBytes;
+constexpr int kPartsSmemBytes = kDenseStages * kPartsStageBytes + 1024;
+static_assert(kPartsSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+
+// Queues chunk c of weight rows n0.. (zeros past p.n) and of the parts' token rows t0.. (the
+// padded planes hold every row of the tile) into `stage` (cp.async; the caller commits).
+__device__ __forceinline__ void LoadPartsStage(const Params& p, const uint16_t* parts, int64_t m_pad, int64_t n0,
+                                               int64_t t0, int c, uint8_t* stage) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int i = 0; i < kDenseWBytes / 16 / kThreads; ++i) {  // 4: row id / 8, 16-byte unit id % 8
+    const int id = tid + i * kThreads, row = id / 8, unit = id % 8;
+    const bool valid = n0 + row < p.n;
+    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + static_cast<int64_t>(c) * kRowBytes + unit * 16;
+    wgmma::Copy16(stage + wgmma::SwizzledOffset(row, unit), src, valid, true);
+  }
+  const int64_t plane = m_pad * p.k;
+#pragma unroll
+  for (int i = 0; i < 3 * kTokens * 8 / kThreads; ++i) {  // 6: part id / 512, token row (id / 8) % 64, unit id % 8
+    const int id = tid + i * kThreads, part = id / (kTokens * 8), row = (id / 8) % kTokens, unit = id % 8;
+    const uint16_t* src = parts + part * plane + (t0 + row) * p.k + static_cast<int64_t>(c) * kChunkCols + unit * 8;
+    CpAsync16(stage + kDenseWBytes + part * kXTileBytes + wgmma::SwizzledOffset(row, unit), src);
+  }
+}
+
+// DenseSplitKernel<64, true>'s products with x's parts from `parts` (SplitXPartsKernel's planes of
+// m_pad rows). Grid (ceil(n / 128), m_pad / 64); kThreads threads; kPartsSmemBytes of dynamic
+// shared memory. Per chunk: chunk c's MMAs issued, then chunk c - 1's awaited, one barrier (its
+// stage free in both warpgroups; everyone's copies of chunk c + 1 landed), chunk c + S - 1 queued
+// into chunk c - 1's stage.
+__global__ void __launch_bounds__(kThreads, 1)
+    DensePartsKernel(const Params p, const uint16_t* __restrict__ parts, const int64_t m_pad) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  constexpr int S = kDenseStages;
+  constexpr int kElems = kTokens / 2;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
+  const int tid = threadIdx.x, group = tid / 128;
+  const int chunks = static_cast<int>(p.k / kChunkCols);
+  auto stage_of = [&](int c) { return smem + (c % S) * kPartsStageBytes; };
+  auto w_addr_of = [&](int c) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + group * kRowsPerGroup * kRowBytes));
+  };
+  auto x_addr_of = [&](int c) { return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + kDenseWBytes)); };
+#pragma unroll
+  for (int s = 0; s < S - 1; ++s) {
+    if (s < chunks) LoadPartsStage(p, parts, m_pad, n0, t0, s, stage_of(s));
+    CpAsyncCommit();
+  }
+  CpAsyncWait<S - 2>();  // chunk 0's group (this thread's copies)
+  wgmma::FenceProxyAsyncShared();
+  __syncthreads();  // everyone's copies of chunk 0
+  float acc[kElems], total[kElems];
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) total[i] = 0.f;
+  // After chunk c's MMAs are issued: chunk c - 1's done, chunk c + 1's copies landed, chunk
+  // c + S - 1 queued into chunk c - 1's stage.
+  auto step = [&](int c) {
+    wgmma::WgmmaWait<1>();  // this warpgroup's MMAs of chunk c - 1 (chunk c's may still run)
+    if (c + 1 < chunks) {
+      CpAsyncWait<S - 3>();  // chunk c + 1's group (this thread's copies)
+      wgmma::FenceProxyAsyncShared();
+    }
+    __syncthreads();  // chunk c - 1's MMAs done in both warpgroups; everyone's copies of chunk c + 1
+    if (c + S - 1 < chunks) LoadPartsStage(p, parts, m_pad, n0, t0, c + S - 1, stage_of(c + S - 1));
+    CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
+  };
+  for (int s0 = 0; s0 < chunks; s0 += kSliceChunks) {
+    const int s1 = min(chunks, s0 + kSliceChunks);
+    IssueDenseChunk<kTokens>(acc, w_addr_of(s0), x_addr_of(s0), true);  // the slice's first MMA ignores d
+    step(s0);
+    for (int c = s0 + 1; c < s1; ++c) {
+      IssueDenseChunk<kTokens>(acc, w_addr_of(c), x_addr_of(c));
+      step(c);
+    }
+    wgmma::WgmmaWaitAll();
+    wgmma::PinAll(acc);
+#pragma unroll
+    for (int i = 0; i < kElems; ++i) total[i] = s0 == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
+  }
+  CpAsyncWaitAll();
+  wgmma::StoreBlockResult<kTokens>(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
+#endif
+}
+
 // Whether Linear's product of p takes DenseSplitKernel (or its clustered form): BF16 weights in
 // 16-byte aligned rows under LinearMath::kSplitBf16 (the caller checks both), one group, x as
 // is (not rounded to BF16), K % 64 == 0, 16-byte aligned x rows, an sm_90a device with warpgroup

@@ -273,11 +273,16 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   const TensorView y = ws.Alloc(DType::kF32, {n, d});
   ops::HcHead(ctx.op, last, HcParamsFor(weights_.hc_head, c), y);
   ops::RmsNorm(ctx.op, y, weights_.norm, static_cast<float>(c.rms_norm_eps), y);
+  // The head takes scratch where a kernel uses it (x's BF16 parts, split once for the whole
+  // [vocab, d] product: the same bits as without).
+  const size_t head_bytes = ops::LinearScratchBytes(ctx.op, n, weights_.head, ops::LinearInput::kAsIs);
+  const TensorView head_scratch =
+      head_bytes == 0 ? TensorView() : ws.Alloc(DType::kI8, {static_cast<int64_t>(head_bytes)});
   if (logits.device() == device_) {
-    ops::Linear(ctx.op, y, weights_.head, logits);
+    ops::Linear(ctx.op, y, weights_.head, logits, ops::LinearInput::kAsIs, head_scratch);
   } else {
     const TensorView out = ws.Alloc(DType::kF32, {n, c.vocab_size});
-    ops::Linear(ctx.op, y, weights_.head, out);
+    ops::Linear(ctx.op, y, weights_.head, out, ops::LinearInput::kAsIs, head_scratch);
     DI_CHECK(logits.is_contiguous(), "logits must be contiguous");
     ops::CopyBytes(ctx.op, logits.raw(), out.raw(), out.nbytes());
   }
