@@ -892,7 +892,7 @@ __device__ __forceinline__ void MmaBf16M64N128K16(float (&d)[64], uint32_t a_lo,
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a_lo), "r"(b_lo), "r"(DescriptorHigh()), "r"(accumulate));
+      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
 }
 
 // DensePartsKernel's tiles of kTok = 64 or 128 tokens: a stage holds the weight tile (128 rows × 64
@@ -911,7 +911,7 @@ struct PartsSmem {
 // One chunk's MMAs (IssueDenseChunk's order) on a tile of 128 tokens; `fresh`: the chunk's first
 // MMA ignores d.
 __device__ __forceinline__ void IssueDenseChunk128(float (&acc)[64], uint32_t w_addr, uint32_t x_addr, bool fresh) {
-  const uint32_t w_lo = DescriptorLow(w_addr), x_lo = DescriptorLow(x_addr);
+  const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
   wgmma::WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
