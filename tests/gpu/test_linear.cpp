@@ -619,14 +619,6 @@ TEST(CudaLinearMma, DenseSplitOnWarpgroupMma) {
     ScopedDenseParts off(0);
     EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), all, "DEEPINFER_DENSE_PARTS=0"));
   }
-  {
-    // `all` ran on 128-token tiles (m = 512); on 64-token tiles the same bits.
-    ScopedDenseParts128 off(0);
-    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), all, "parts on 64-token tiles"));
-  }
-  // m - 56 rows: still the one-block grid (as many 64-token tiles as m), the last 128-token tile
-  // partial (72 rows where m is a multiple of 128, else 8).
-  EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m - 56), Rows(all, out, 0, m - 56), "parts, m - 56 rows"));
   for (const auto& [r0, n] : std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {m - 1, 1}, {3, 8}, {70, 64}}) {
     EXPECT_TRUE(AllEqual(RunRows(w, dx, r0, n), Rows(all, out, r0, n),
                          "rows " + std::to_string(r0) + ".." + std::to_string(r0 + n - 1) + " of " + std::to_string(m)));

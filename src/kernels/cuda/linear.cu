@@ -2016,37 +2016,18 @@ bool DensePartsOn(const Params& p) {
          reinterpret_cast<uintptr_t>(p.scratch) % 16 == 0;
 }
 
-// DensePartsKernel<kTok> over x's parts in p.scratch.
-template <int kTok>
-void LaunchPartsTiles(const Params& p, const uint16_t* parts, int64_t m_pad, int64_t row_blocks, int device,
-                      cudaStream_t stream) {
-  using Kernel = decltype(&wgmma_split::DensePartsKernel<kTok>);
-  const Kernel kernel = wgmma_split::DensePartsKernel<kTok>;
-  constexpr int kSmem = wgmma_split::PartsSmem<kTok>::kBytes;
-  AllowDynamicSmem<wgmma_split::DensePartsKernel<kTok>>(device, kSmem);
-  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(CeilDiv(p.m, int64_t{kTok})));
-  kernel<<<grid, wgmma::kThreads, kSmem, stream>>>(p, parts, m_pad);
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma on x's parts");
-}
-
-// DEEPINFER_DENSE_PARTS_128 (read once; unset or 1: on, 0: off): DensePartsKernel on 128-token
-// tiles past 64 rows (the head at batch 256: half the tiles, each weight tile read from shared
-// memory once per 128 tokens; the same bits). Tests override it (SetDenseParts128ForTesting).
-KernelSwitch g_dense_parts_128{"DEEPINFER_DENSE_PARTS_128", 1};
-
 void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, cudaStream_t stream) {
-  const int64_t m_pad = wgmma_split::DensePartsRows(p.m);
+  const int64_t m_pad = wgmma::PaddedRows(p.m);
   uint16_t* parts = static_cast<uint16_t*>(p.scratch);
   const int64_t units = m_pad * (p.k / 8);
   const int64_t split_blocks = std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8);
   wgmma_split::SplitXPartsKernel<<<static_cast<unsigned>(split_blocks), 256, 0, stream>>>(p.x, p.ldx, p.m, m_pad, p.k,
                                                                                           parts);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 x parts");
-  if (p.m > 64 && g_dense_parts_128.On()) {
-    LaunchPartsTiles<128>(p, parts, m_pad, row_blocks, device, stream);
-  } else {
-    LaunchPartsTiles<64>(p, parts, m_pad, row_blocks, device, stream);
-  }
+  AllowDynamicSmem<wgmma_split::DensePartsKernel>(device, wgmma_split::kPartsSmemBytes);
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(m_pad / wgmma::kTokens));
+  wgmma_split::DensePartsKernel<<<grid, wgmma::kThreads, wgmma_split::kPartsSmemBytes, stream>>>(p, parts, m_pad);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma on x's parts");
   g_dense_parts_launches.fetch_add(1);
 }
 
@@ -2901,8 +2882,6 @@ uint64_t GroupedSlicedLaunchesForTesting() { return g_grouped_sliced_launches.lo
 void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "SetDenseOverlapForTesting"); }
 
 void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetDensePartsForTesting"); }
-
-void SetDenseParts128ForTesting(int mode) { g_dense_parts_128.SetForTesting(mode, "SetDenseParts128ForTesting"); }
 
 uint64_t DensePartsLaunchesForTesting() { return g_dense_parts_launches.load(); }
 

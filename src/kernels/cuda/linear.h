@@ -149,9 +149,6 @@ void SetDenseOverlapForTesting(int mode);
 // default: on unless 0); and how many such launches this process has made.
 void SetDensePartsForTesting(int mode);
 uint64_t DensePartsLaunchesForTesting();
-// Tests only: DensePartsKernel on 128-token tiles past 64 rows (the same bits) on (1), off (0: 64),
-// or as DEEPINFER_DENSE_PARTS_128 says (-1, the default: on unless 0).
-void SetDenseParts128ForTesting(int mode);
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

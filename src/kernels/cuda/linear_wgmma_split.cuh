@@ -834,11 +834,8 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
 // order (IssueDenseChunk<64>, each slice begun by an MMA that ignores d), so the overlapped
 // DenseSplitKernel<64>'s bits.
 
-// The parts' planes have rows for whole 128-token tiles, so that either tile size reads only rows
-// that exist (rows past m are zero).
-inline int64_t DensePartsRows(int64_t m) { return CeilDiv(m, int64_t{128}) * 128; }
-// Parts bytes for m rows of K columns: three planes of DensePartsRows(m) rows.
-inline int64_t DensePartsBytes(int64_t m, int64_t k) { return 3 * DensePartsRows(m) * k * 2; }
+// Parts bytes for m rows of K columns: three planes of PaddedRows(m) rows.
+inline int64_t DensePartsBytes(int64_t m, int64_t k) { return 3 * wgmma::PaddedRows(m) * k * 2; }
 
 // Thread per 8 consecutive columns of one row of the padded plane: its three parts' 16 bytes.
 __global__ void __launch_bounds__(256) SplitXPartsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
@@ -867,67 +864,15 @@ __global__ void __launch_bounds__(256) SplitXPartsKernel(const float* __restrict
   }
 }
 
-// d += A·B for one k16 step, m64n128k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 128 token columns:
-// each output column the same dot product).
-__device__ __forceinline__ void MmaBf16M64N128K16(float (&d)[64], uint32_t a_lo, uint32_t b_lo, int accumulate = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      ".reg .b64 da, db;\n"
-      "mov.b64 da, {%64, %66};\n"
-      "mov.b64 db, {%65, %66};\n"
-      "setp.ne.b32 p, %67, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "da, db, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
-}
-
-// DensePartsKernel's tiles of kTok = 64 or 128 tokens: a stage holds the weight tile (128 rows × 64
-// BF16, swizzled), then x's hi, mid and lo tiles (kTok token rows × 64 BF16 each, swizzled, kTok ·
-// 128 bytes apart). 64 tokens: 40 KiB stages, 4 of them; 128: 64 KiB, 3. One block per SM.
-template <int kTok>
-struct PartsSmem {
-  static_assert(kTok == 64 || kTok == 128, "64- or 128-token tiles");
-  static constexpr int kPartBytes = kTok * kRowBytes;
-  static constexpr int kStageBytes = kDenseWBytes + 3 * kPartBytes;
-  static constexpr int kStages = kTok == 64 ? kDenseStages : 3;
-  static constexpr int kBytes = kStages * kStageBytes + 1024;  // + base alignment
-  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
-};
-
-// One chunk's MMAs (IssueDenseChunk's order) on a tile of 128 tokens; `fresh`: the chunk's first
-// MMA ignores d.
-__device__ __forceinline__ void IssueDenseChunk128(float (&acc)[64], uint32_t w_addr, uint32_t x_addr, bool fresh) {
-  const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
-  wgmma::WgmmaFence();
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-    for (int part = 0; part < 3; ++part) {
-      MmaBf16M64N128K16(acc, w_lo + 2 * kk, x_lo + (part * PartsSmem<128>::kPartBytes + 32 * kk) / 16,
-                        !fresh || kk + part > 0);
-    }
-  }
-  wgmma::WgmmaCommit();
-}
+// A stage of DensePartsKernel: the weight tile (128 rows × 64 BF16, swizzled), then x's hi, mid
+// and lo tiles (64 token rows × 64 BF16 each, swizzled, kXTileBytes apart: IssueDenseChunk's
+// layout). 40 KiB; kDenseStages of them: 161 KiB with the alignment, one block per SM.
+constexpr int kPartsStageBytes = kDenseWBytes + 3 * kXTileBytes;
+constexpr int kPartsSmemBytes = kDenseStages * kPartsStageBytes + 1024;
+static_assert(kPartsSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
 
 // Queues chunk c of weight rows n0.. (zeros past p.n) and of the parts' token rows t0.. (the
-// padded planes of m_pad rows hold every row of the tile) into `stage` (cp.async; the caller
-// commits).
-template <int kTok>
+// padded planes hold every row of the tile) into `stage` (cp.async; the caller commits).
 __device__ __forceinline__ void LoadPartsStage(const Params& p, const uint16_t* parts, int64_t m_pad, int64_t n0,
                                                int64_t t0, int c, uint8_t* stage) {
   const int tid = threadIdx.x;
@@ -940,49 +885,39 @@ __device__ __forceinline__ void LoadPartsStage(const Params& p, const uint16_t* 
   }
   const int64_t plane = m_pad * p.k;
 #pragma unroll
-  for (int i = 0; i < 3 * kTok * 8 / kThreads; ++i) {  // part id / (8 kTok), token row (id / 8) % kTok, unit id % 8
-    const int id = tid + i * kThreads, part = id / (kTok * 8), row = (id / 8) % kTok, unit = id % 8;
+  for (int i = 0; i < 3 * kTokens * 8 / kThreads; ++i) {  // 6: part id / 512, token row (id / 8) % 64, unit id % 8
+    const int id = tid + i * kThreads, part = id / (kTokens * 8), row = (id / 8) % kTokens, unit = id % 8;
     const uint16_t* src = parts + part * plane + (t0 + row) * p.k + static_cast<int64_t>(c) * kChunkCols + unit * 8;
-    CpAsync16(stage + kDenseWBytes + part * PartsSmem<kTok>::kPartBytes + wgmma::SwizzledOffset(row, unit), src);
+    CpAsync16(stage + kDenseWBytes + part * kXTileBytes + wgmma::SwizzledOffset(row, unit), src);
   }
 }
 
 // DenseSplitKernel<64, true>'s products with x's parts from `parts` (SplitXPartsKernel's planes of
-// m_pad = DensePartsRows(m) rows), on tiles of kTok = 64 or 128 tokens (the same sums). Grid
-// (ceil(n / 128), ceil(m / kTok)); kThreads threads; PartsSmem<kTok>::kBytes of dynamic shared
-// memory. Per chunk: chunk c's MMAs issued, then chunk c - 1's awaited, one barrier (its stage free
-// in both warpgroups; everyone's copies of chunk c + 1 landed), chunk c + S - 1 queued into chunk
-// c - 1's stage.
-template <int kTok>
+// m_pad rows). Grid (ceil(n / 128), m_pad / 64); kThreads threads; kPartsSmemBytes of dynamic
+// shared memory. Per chunk: chunk c's MMAs issued, then chunk c - 1's awaited, one barrier (its
+// stage free in both warpgroups; everyone's copies of chunk c + 1 landed), chunk c + S - 1 queued
+// into chunk c - 1's stage.
 __global__ void __launch_bounds__(kThreads, 1)
     DensePartsKernel(const Params p, const uint16_t* __restrict__ parts, const int64_t m_pad) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
-  using L = PartsSmem<kTok>;
-  constexpr int S = L::kStages;
-  constexpr int kElems = kTok / 2;
+  constexpr int S = kDenseStages;
+  constexpr int kElems = kTokens / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTok;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows, t0 = static_cast<int64_t>(blockIdx.y) * kTokens;
   const int tid = threadIdx.x, group = tid / 128;
   const int chunks = static_cast<int>(p.k / kChunkCols);
-  auto stage_of = [&](int c) { return smem + (c % S) * L::kStageBytes; };
+  auto stage_of = [&](int c) { return smem + (c % S) * kPartsStageBytes; };
   auto w_addr_of = [&](int c) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + group * kRowsPerGroup * kRowBytes));
   };
   auto x_addr_of = [&](int c) { return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + kDenseWBytes)); };
-  auto issue = [&](float (&acc)[kElems], int c, bool fresh) {
-    if constexpr (kTok == 64) {
-      IssueDenseChunk<64>(acc, w_addr_of(c), x_addr_of(c), fresh);
-    } else {
-      IssueDenseChunk128(acc, w_addr_of(c), x_addr_of(c), fresh);
-    }
-  };
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < chunks) LoadPartsStage<kTok>(p, parts, m_pad, n0, t0, s, stage_of(s));
+    if (s < chunks) LoadPartsStage(p, parts, m_pad, n0, t0, s, stage_of(s));
     CpAsyncCommit();
   }
   CpAsyncWait<S - 2>();  // chunk 0's group (this thread's copies)
@@ -1000,15 +935,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::FenceProxyAsyncShared();
     }
     __syncthreads();  // chunk c - 1's MMAs done in both warpgroups; everyone's copies of chunk c + 1
-    if (c + S - 1 < chunks) LoadPartsStage<kTok>(p, parts, m_pad, n0, t0, c + S - 1, stage_of(c + S - 1));
+    if (c + S - 1 < chunks) LoadPartsStage(p, parts, m_pad, n0, t0, c + S - 1, stage_of(c + S - 1));
     CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
   };
   for (int s0 = 0; s0 < chunks; s0 += kSliceChunks) {
     const int s1 = min(chunks, s0 + kSliceChunks);
-    issue(acc, s0, true);  // the slice's first MMA ignores d
+    IssueDenseChunk<kTokens>(acc, w_addr_of(s0), x_addr_of(s0), true);  // the slice's first MMA ignores d
     step(s0);
     for (int c = s0 + 1; c < s1; ++c) {
-      issue(acc, c, false);
+      IssueDenseChunk<kTokens>(acc, w_addr_of(c), x_addr_of(c));
       step(c);
     }
     wgmma::WgmmaWaitAll();
@@ -1017,7 +952,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int i = 0; i < kElems; ++i) total[i] = s0 == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
   }
   CpAsyncWaitAll();
-  wgmma::StoreBlockResult<kTok>(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
+  wgmma::StoreBlockResult<kTokens>(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
 #endif
 }
 
