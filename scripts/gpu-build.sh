@@ -32,13 +32,21 @@ ls "$dist/lib"
 # BASE_BINARY=PATH (a `deepinfer` built at another commit, e.g. a copy of build/cuda/deepinfer
 # made before the change) travels as base/deepinfer: gpu-session.sh --variant 'base;;;build/gpu-dist/base'
 # then runs it beside this build in one call.
+# EXTRA_BINARIES='NAME=PATH ...' likewise carries more builds, each as NAME/deepinfer
+# (--variant 'NAME;;;build/gpu-dist/NAME'), e.g. a compile-time alternative of the change.
 members=(deepinfer deepinfer_gpu_tests)
-if [[ -n ${BASE_BINARY:-} ]]; then
-  mkdir -p "$dist/base" && cp "$BASE_BINARY" "$dist/base/deepinfer" && strip --strip-unneeded "$dist/base/deepinfer"
-  members=(base/deepinfer "${members[@]}")
-fi
+extras=()
+[[ -n ${BASE_BINARY:-} ]] && extras+=("base=$BASE_BINARY")
+for extra in ${EXTRA_BINARIES:-}; do extras+=("$extra"); done
+for extra in "${extras[@]}"; do
+  name=${extra%%=*} path=${extra#*=}
+  [[ $name =~ ^[A-Za-z0-9_-]+$ && -f $path ]] || { echo "bad extra binary '$extra' (NAME=PATH)" >&2; exit 2; }
+  mkdir -p "$dist/$name" && cp "$path" "$dist/$name/deepinfer" && strip --strip-unneeded "$dist/$name/deepinfer"
+  members=("$name/deepinfer" "${members[@]}")
+done
 tar -C "$dist" -cf - "${members[@]}" | xz -9e -T1 >"$dist/bins.tar.xz"
-rm -rf "$dist/deepinfer_gpu_tests" "$dist/deepinfer" "$dist/base"
+rm -rf "$dist/deepinfer_gpu_tests" "$dist/deepinfer"
+for extra in "${extras[@]}"; do rm -rf "${dist:?}/${extra%%=*}"; done
 git rev-parse HEAD > "$dist/COMMIT"
 git status --porcelain | grep -q . && echo dirty >> "$dist/COMMIT" || true
 du -sh "$dist"

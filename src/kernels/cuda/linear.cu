@@ -1292,7 +1292,13 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
       wgmma::LoadWords(p.w + (n0 + row) * p.w_row_bytes + c * (wgmma::kChunk / 2) + unit * 8, p.w_vec16, word);
       v = wgmma::FoldedUnitCodes(make_uint2(word[0], word[1]), tables[2 * shift], tables[2 * shift + 1]);
     }
-    *reinterpret_cast<uint4*>(codes + (n0 + row) * ep.base.k + c * wgmma::kChunk + unit * 16) = v;
+    uint8_t* chunk_codes = codes + (n0 + row) * ep.base.k + c * wgmma::kChunk;  // FP4 order (StoreFoldedUnit's)
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      *reinterpret_cast<uint32_t*>(chunk_codes + 16 * wgmma::Fp4OrderUnit16(unit, t) + wgmma::Fp4OrderByteIn16(unit)) =
+          words[t];
+    }
   }
 }
 
@@ -1683,14 +1689,15 @@ void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream, Path path) 
   DI_CUDA_LAUNCH_CHECK("cuda::Linear mma");
 }
 
-// act_quant of x's m rows (row stride ldx, K = k) into the codes scratch laid out for m_pad rows.
+// act_quant of x's m rows (row stride ldx, K = k) into the codes scratch laid out for m_pad rows,
+// each chunk's codes in the FP4 order (wgmma::Fp4OrderUnit) for products of FP4 weights.
 wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k, bool x_vec,
-                                    void* scratch, cudaStream_t stream) {
+                                    bool fp4_order, void* scratch, cudaStream_t stream) {
   const wgmma::GemmArgs a = wgmma::ScratchLayout(scratch, m_pad, k);
   const int64_t quant_blocks = CeilDiv(m_pad * (k / wgmma::kChunk), 256 / kWarpSize);
   if (quant_blocks > 0x7fffffff) Fail("too many rows for one launch");
   wgmma::QuantizeRowsKernel<<<static_cast<unsigned>(quant_blocks), 256, 0, stream>>>(
-      x, ldx, m, m_pad, k, x_vec, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
+      x, ldx, m, m_pad, k, x_vec, fp4_order, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
   DI_CUDA_LAUNCH_CHECK("cuda::Linear act_quant");
   return a;
 }
@@ -1818,7 +1825,8 @@ template <Kind K>
 void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t stream) {
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
-  const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, p.scratch, stream);
+  const wgmma::GemmArgs a =
+      QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch, stream);
   if (layout.slices == 1 && tma::Usable(p, K) && EncodeTiled() != nullptr) {
     return LaunchTma(p, a, layout.device, stream);
   }
@@ -2554,7 +2562,7 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   if (l.capacity.total == 0) return;
   const Params& b = l.params.base;
   const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
-                                                l.codes, l.stream);
+                                                K == Kind::kFp4, l.codes, l.stream);
   ExpertsParams ep = l.params;
   ep.count = nullptr;
   ep.tiles = nullptr;

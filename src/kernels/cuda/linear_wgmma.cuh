@@ -23,7 +23,8 @@
 //
 // Order of every output (WgmmaBlock): FP8 weights: per chunk an accumulator from +0 takes the
 // chunk's four k32 steps in order, then part = fma(acc, w_scale·x_scale, part); FP4: per chunk and
-// FoldPass, the four steps chained over codes with the group scales folded in, then
+// FoldPass, the four steps chained over codes with the group scales folded in, the chunk's columns
+// in the FP4 order (Fp4OrderUnit: each step takes 8 columns of each group), then
 // part = fma(acc, 2^top·x_scale, part).
 // part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ...
 // in slice order. Every caller of the path (Linear at any M and slicing, every expert tile) runs
@@ -60,12 +61,25 @@ static_assert(kBlockRows == kFp8Block, "a block's rows share one FP8 weight-scal
 
 __host__ __device__ inline int64_t PaddedRows(int64_t m) { return CeilDiv(m, kTokens) * kTokens; }
 
+// FP4 weights' column order within a 128-column chunk (the "FP4 order"): every product of an FP4
+// weight on these kernels takes a chunk's columns in this order, x's codes and the weight's folded
+// codes alike, so that the register-fed kernel's thread q of a warp (linear_wgmma_rs.cuh) holds, in
+// every k32 step, 8 columns of the row's group q (32 columns, one e8m0 exponent): one table entry
+// and one 16-byte read per row and chunk. In 4-byte units: the chunk's unit 8s + v (k32 step s,
+// unit v of its 32 columns; A-fragment thread q holds v = q and v = 4 + q) holds columns
+// 4p..4p+3 with p = 8(v % 4) + 2s + v / 4; column unit p sits at Fp4OrderUnit(p).
+__host__ __device__ constexpr int Fp4OrderUnit(int p) { return 8 * ((p % 8) / 2) + 4 * (p % 2) + p / 8; }
+static_assert(Fp4OrderUnit(0) == 0 && Fp4OrderUnit(1) == 4 && Fp4OrderUnit(2) == 8 && Fp4OrderUnit(8) == 1 &&
+                  Fp4OrderUnit(31) == 31,
+              "thread q's step-s columns 32q + 8s..+7 at units 8s + q and 8s + 4 + q");
+
 // ---- 1. act_quant into scratch ----------------------------------------------------------------
 //
-// One warp per (row, chunk): lane l quantizes columns 128·c + 4l .. +3.
+// One warp per (row, chunk): lane l quantizes columns 128·c + 4l .. +3, stored in column order, or
+// in the FP4 order (Fp4OrderUnit) for FP4 weights' products.
 __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
-                                                          int64_t m_pad, int64_t k, bool x_vec, uint8_t* codes,
-                                                          float* scales) {
+                                                          int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
+                                                          uint8_t* codes, float* scales) {
   PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t chunks = k / kChunk;
@@ -90,7 +104,8 @@ __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restric
                                                __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.z, inv), __fmul_rn(v.w, inv)), __NV_SATFINITE,
                                                __NV_E4M3);
-  *reinterpret_cast<uint32_t*>(codes + row * k + col) = lo | (hi << 16);
+  const int unit = fp4_order ? Fp4OrderUnit(lane) : lane;
+  *reinterpret_cast<uint32_t*>(codes + row * k + c * kChunk + 4 * unit) = lo | (hi << 16);
   if (lane == 0) scales[c * m_pad + row] = scale;
 }
 
@@ -458,14 +473,26 @@ __device__ __forceinline__ uint4 FoldedUnitCodes(uint2 v, uint32_t lo, uint32_t 
   return codes;
 }
 
-// 16-byte unit `unit` of row `row` of the converted tile: the stage's 16 nibbles there (raw: 64
-// bytes per row) through the byte_perm table words lo / hi of their shift, or zeros where the
-// pass does not take their group.
+// Where the FP4 order (Fp4OrderUnit) puts word t (columns 16u + 4t..+3) of a chunk's 16-column
+// unit u: 16-byte unit Fp4OrderUnit(4u + t) / 4 = 4(u % 2) + t, at byte 4·(u / 2) within it.
+__host__ __device__ constexpr int Fp4OrderUnit16(int u, int t) { return 4 * (u % 2) + t; }
+__host__ __device__ constexpr int Fp4OrderByteIn16(int u) { return 4 * (u / 2); }
+static_assert(Fp4OrderUnit16(3, 2) * 4 + Fp4OrderByteIn16(3) / 4 == Fp4OrderUnit(4 * 3 + 2), "the two agree");
+
+// Columns 16·unit.. of row `row` of the converted tile (FP4 order, swizzled): the stage's 16
+// nibbles there (raw: 64 bytes per row, column order) through the byte_perm table words lo / hi of
+// their shift, or zeros where the pass does not take their group.
 __device__ __forceinline__ void StoreFoldedUnit(const uint8_t* raw, uint8_t* tile, int row, int unit, bool taken,
                                                 uint32_t lo, uint32_t hi) {
   uint4 codes = make_uint4(0u, 0u, 0u, 0u);
   if (taken) codes = FoldedUnitCodes(*reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8), lo, hi);
-  *reinterpret_cast<uint4*>(tile + SwizzledOffset(row, unit)) = codes;
+  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+  // SwizzledOffset(row, Fp4OrderUnit16(unit, t)) + Fp4OrderByteIn16(unit), the swizzle split:
+  // (4(unit % 2) + t) ^ (row % 8) = (4(unit % 2) ^ (row & 4)) + (t ^ (row & 3)).
+  const int x = row & 7;
+  uint8_t* base = tile + row * kChunk + ((Fp4OrderUnit16(unit, 0) ^ (x & 4)) << 4) + Fp4OrderByteIn16(unit);
+#pragma unroll
+  for (int t = 0; t < 4; ++t) *reinterpret_cast<uint32_t*>(base + ((t ^ (x & 3)) << 4)) = words[t];
 }
 
 // Pass `pass` of chunk c: the stage's nibbles (`raw`) into folded e4m3 codes in `tile` (rows n0..
@@ -476,7 +503,7 @@ __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t*
   constexpr int kUnits = kChunk / 16;
   const int unit = static_cast<int>(threadIdx.x) % kUnits, group = unit / 2;  // 16 columns: half a group
   bool more = false;
-#pragma unroll
+#pragma unroll 1  // the rare later passes: registers for the callers' loops
   for (int i = 0; i < kBlockRows * kUnits / kThreads; ++i) {
     const int row = static_cast<int>(threadIdx.x) / kUnits + i * (kThreads / kUnits);
     uint32_t lo = 0u, hi = 0u;

@@ -5,11 +5,14 @@
 // two block barriers, then reads it back through the MMA; at decode that chain, not the bytes,
 // bounds the experts (docs/performance.md, versions 9, 23 and 27). Here a block is one warpgroup of
 // 64 weight rows, and each warp feeds its own 16 rows:
-//   - the warp's cp.async ring (kStages chunks, kAhead in flight) holds its rows' nibbles, words
-//     placed so that one thread's A-fragment nibbles of a chunk are 32 contiguous bytes (Place);
-//   - each thread turns them into its A fragment (four k32 steps × four registers of e4m3 codes,
-//     the group scales folded in exactly as ConvertFp4FoldedFirst does) and issues the chunk's MMAs
-//     with A from registers and x's codes (B) from shared memory;
+//   - the warp's cp.async ring (kStages chunks, kAhead in flight) holds its rows' nibbles as stored
+//     (16-byte copies);
+//   - thread q of a row reads the row's group q, 16 bytes: in the FP4 order (linear_wgmma.cuh's
+//     Fp4OrderUnit) its A-fragment columns of k32 step s are that group's columns 8s..8s+7, so one
+//     table entry serves the row's chunk; it turns them into its A fragment (four k32 steps × four
+//     registers of e4m3 codes, the group scale folded in exactly as ConvertFp4FoldedFirst does) and
+//     issues the chunk's MMAs with A from registers and x's codes (B, in the FP4 order) from shared
+//     memory;
 //   - chunk c's MMAs run while chunk c + 1 is converted (two accumulators, two fragments).
 // x's codes and scales for the whole K, the pass-0 fold word of each of the block's (row, chunk)
 // with its row scale (ChunkWordOf: written at load, or computed once per item, never per thread
@@ -28,7 +31,7 @@ namespace rs {
 constexpr int kRows = 64;                          // weight rows per block: one warpgroup
 constexpr int kThreads = 128;
 constexpr int kWarpRows = 16;                      // A-fragment rows of one warp
-constexpr int kAhead = 4;                          // chunks whose copies are in flight ahead
+constexpr int kAhead = 6;                          // chunks whose copies are in flight ahead
 constexpr int kStages = kAhead + 2;                // + the chunk converted + the one finishing
 constexpr int kRowBytes = kChunk / 2;              // 64 bytes of nibbles per row and chunk
 constexpr int kWarpStageBytes = kWarpRows * kRowBytes;  // 1 KiB
@@ -54,15 +57,6 @@ struct Smem {
   __host__ __device__ constexpr int Mask() const { return Tables() + kTableEntries * 16; }
   __host__ __device__ constexpr int Bytes() const { return Mask() + 8 + 1024; }  // + base alignment
 };
-
-// Byte offset, within a warp's 64-byte row of one chunk, of word j (0-15: bytes 4j..4j+3 of the
-// row's nibbles, word h = j % 4 of k32 step s = j / 4). Thread q of a row needs, per step, half
-// q % 2 of words q / 2 and 2 + q / 2 (the fragment's columns 4q..4q+3 and 16 + 4q..): the words
-// h = 0, 2 of every step come first (32 bytes, read by threads 0 and 1), then h = 1, 3.
-__device__ __forceinline__ int Place(int j) {
-  const int s = j / 4, h = j % 4;
-  return (h % 2) * 32 + (2 * s + h / 2) * 4;
-}
 
 // d (+)= A·B for one k32 step, m64n8k32, e4m3 × e4m3 → f32, A from registers (this thread's
 // fragment: rows g and g + 8 of its warp's 16, columns 4q.. and 16 + 4q..), B from shared memory;
@@ -129,25 +123,27 @@ __device__ __forceinline__ float ChunkWordScale(uint32_t chunk_word) {
   return __uint_as_float(chunk_word & kChunkWordScaleBits);
 }
 
-// One row's A-fragment registers of a chunk: `row` the shared address of its 64 bytes in the
-// stage (Place's order), `shifts` its groups' table entries (RowFold's; `tables` the shared
-// address of entry 0). Writes frag[4s + lo] (columns 4q..4q+3 of step s) and frag[4s + lo + 2]
-// (columns 16 + 4q..): lo = 0 for the thread's row g, 1 for g + 8.
-__device__ __forceinline__ void RowFragment(uint32_t row, int q, uint32_t shifts, uint32_t tables,
-                                            uint32_t (&frag)[16], int lo) {
-  const uint4 v0 = LdShared128(row + (q / 2) * 32);       // steps 0, 1
-  const uint4 v1 = LdShared128(row + (q / 2) * 32 + 16);  // steps 2, 3
-  const uint32_t half = q % 2 != 0 ? 0x7632u : 0x5410u;  // the thread's half of each word
-  const uint32_t nibbles[4] = {mma::fp8::PrmtGeneric(v0.x, v0.y, half), mma::fp8::PrmtGeneric(v0.z, v0.w, half),
-                               mma::fp8::PrmtGeneric(v1.x, v1.y, half), mma::fp8::PrmtGeneric(v1.z, v1.w, half)};
+// One row's A-fragment registers of a chunk from the row's group q: `group` the shared address of
+// its 16 bytes of nibbles in the stage (the row's 64 bytes as stored, + 16q), `shift` the group's
+// table entry (bits 4q.. of RowFold's shifts; `tables` the shared address of entry 0). Word s of
+// the 16 bytes holds the group's columns 8s..8s+7: in the FP4 order the fragment's columns
+// 4q..4q+3 (frag[4s + lo]) and 16 + 4q.. (frag[4s + lo + 2]) of step s; lo = 0 for the thread's
+// row g, 1 for g + 8.
+__device__ __forceinline__ void RowFragment(uint32_t group, uint32_t shift, uint32_t tables, uint32_t (&frag)[16],
+                                            int lo) {
+  const uint4 v = LdShared128(group);
+  // The shift's table entry: the byte_perm words, then the sign mask (zero for a group the pass
+  // leaves, whose codes are then +0 as in the shared tile).
+  const uint4 t = LdShared128(tables + 16 * shift);
+  const uint32_t nibbles[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    // The shift's table entry: the byte_perm words, then the sign mask (zero for a group the
-    // pass leaves, whose codes are then +0 as in the shared tile).
-    const uint4 t = LdShared128(tables + 16 * ((shifts >> (4 * s)) & 0xfu));
     mma::fp8::E2m1x8ToE4m3x8Table(nibbles[s], t.x, t.y, frag[4 * s + lo], frag[4 * s + lo + 2], t.z);
   }
 }
+
+// Group q's table entry of a RowFold's shifts.
+__device__ __forceinline__ uint32_t GroupShift(uint32_t shifts, int q) { return (shifts >> (4 * q)) & 0xfu; }
 
 // part += acc · (row scale · x_scale) on a tile of 2·kElems tokens: AddScaledRows<kElems> with x's
 // scales of the chunk read from shared address xs (the thread's tokens 8i + 2q and + 1); token
@@ -202,55 +198,64 @@ __device__ __forceinline__ void IssueChunk(float (&acc)[kElems], const uint32_t 
 }
 
 // The copies of one warp's rows for chunk c into its part of a stage (shared address `warp_stage`:
-// the stage + 1 KiB · warp): lane l copies word l % 16 of rows 2i + l / 16 (i = 0..7), 4-byte
-// cp.async where the weight's rows are 4-byte aligned (`words`), else byte loads; rows past p.n
-// get zeros.
+// the stage + 1 KiB · warp; each row's 64 bytes as stored): lane l copies 16-byte unit l % 4 of
+// rows l / 4 and l / 4 + 8, by 16-byte cp.async where the weight's rows are 16-byte aligned, 4-byte
+// cp.async where 4-byte aligned, else byte loads; rows past p.n get zeros.
 struct WarpCopies {
-  const uint8_t* src;    // this lane's word of its first row, chunk 0
-  uint32_t pair_stride;  // bytes of two rows (an expert's weight is under 4 GiB)
-  int dst;               // offset of this lane's first word in the warp's stage part
+  const uint8_t* src;    // this lane's unit of its first row, chunk 0
+  uint32_t half_stride;  // bytes of 8 rows (an expert's weight is under 4 GiB)
+  int dst;               // offset of this lane's first unit in the warp's stage part
   int rows;              // rows of this warp within p.n (0-16)
-  bool words;            // 4-byte aligned rows: cp.async
+  int align;             // 16, 4 or 1: the weight rows' alignment the copies use
 
   __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int warp, int lane) {
     const int64_t row0 = n0 + kWarpRows * warp;
     rows = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kWarpRows), p.n - row0)));
-    words = ((reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes)) & 3u) == 0;
-    src = p.w + (row0 + lane / 16) * p.w_row_bytes + 4 * (lane % 16);
-    pair_stride = static_cast<uint32_t>(2 * p.w_row_bytes);
-    dst = (lane / 16) * kRowBytes + Place(lane % 16);
+    const uintptr_t bits = reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes);
+    align = (bits & 15u) == 0 ? 16 : (bits & 3u) == 0 ? 4 : 1;
+    src = p.w + (row0 + lane / 4) * p.w_row_bytes + 16 * (lane % 4);
+    half_stride = static_cast<uint32_t>(8 * p.w_row_bytes);
+    dst = (lane / 4) * kRowBytes + 16 * (lane % 4);
   }
 
   __device__ __forceinline__ void Load(uint32_t warp_stage, int c, int lane, const uint8_t* any_valid) const {
     const uint8_t* from = src + static_cast<int64_t>(c) * kRowBytes;
     const uint32_t to = warp_stage + dst;
-    if (words && rows == kWarpRows) {  // the common case: no row past p.n, no predicates
+    constexpr int kHalfBytes = 8 * kRowBytes;  // 8 rows of the stage
+    if (align == 16 && rows == kWarpRows) {  // the common case: no row past p.n, no predicates
 #pragma unroll
-      for (int i = 0; i < kWarpRows / 2; ++i) {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(to + i * 2 * kRowBytes),
-                     "l"(__cvta_generic_to_global(from))
-                     : "memory");
-        from += pair_stride;
-      }
-      return;
-    }
-    if (words) {
-#pragma unroll
-      for (int i = 0; i < kWarpRows / 2; ++i) {
-        const bool valid = 2 * i + lane / 16 < rows;
-        const unsigned bytes = valid ? 4u : 0u;  // 0: zeros, the source not read
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to + i * 2 * kRowBytes),
-                     "l"(__cvta_generic_to_global(valid ? from + i * pair_stride : any_valid)), "r"(bytes)
+      for (int i = 0; i < 2; ++i) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to + i * kHalfBytes),
+                     "l"(__cvta_generic_to_global(from + i * half_stride))
                      : "memory");
       }
       return;
     }
-    for (int i = 0; i < kWarpRows / 2; ++i) {
-      uint32_t word = 0u;
-      if (2 * i + lane / 16 < rows) {
-        for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(from + i * pair_stride + b)) << (8 * b);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const bool valid = lane / 4 + 8 * i < rows;
+      const uint8_t* row = valid ? from + i * half_stride : any_valid;
+      const unsigned fill = valid ? 1u : 0u;  // 0: zeros, the source not read
+      if (align == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to + i * kHalfBytes),
+                     "l"(__cvta_generic_to_global(row)), "r"(16u * fill)
+                     : "memory");
+      } else if (align == 4) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to + i * kHalfBytes + 4 * j),
+                       "l"(__cvta_generic_to_global(valid ? row + 4 * j : any_valid)), "r"(4u * fill)
+                       : "memory");
+        }
+      } else {
+        for (int j = 0; j < 4; ++j) {
+          uint32_t word = 0u;
+          if (valid) {
+            for (int b = 0; b < 4; ++b) word |= static_cast<uint32_t>(__ldg(row + 4 * j + b)) << (8 * b);
+          }
+          StShared32(to + i * kHalfBytes + 4 * j, word);
+        }
       }
-      StShared32(to + i * 2 * kRowBytes, word);
     }
   }
 };
@@ -284,6 +289,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const WarpCopies copies(p, n0, warp, lane);
   const uint32_t base = SharedAddress(smem);
   auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
+  const uint32_t group_offset = g * kRowBytes + 16 * q;  // row g's group q within the warp's stage part
   const uint32_t x_base = base + L.X(), xs = base + L.Xs(), folds = base + L.Folds(), tables = base + L.Tables();
   const uint32_t mask = base + L.Mask();
   const uint32_t x_desc_lo = DescriptorLow(x_base), x_desc_hi = DescriptorHigh();
@@ -402,10 +408,10 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     __syncwarp();
     if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
     CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
-    const uint32_t stage = stage_of(c);
+    const uint32_t stage = stage_of(c) + group_offset;
     const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
-    RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
-    RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
+    RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
+    RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
     IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
     return Scales{fa.scale, fb.scale};
   };
@@ -414,13 +420,13 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const Scales& s) {
     AddScaledShared(part, done, s.sa, s.sb, xs + c * kTok * 4, q, tokens);
     if (((later >> c) & 1u) != 0u) {
-      const uint32_t stage = stage_of(c);
+      const uint32_t stage = stage_of(c) + group_offset;
       for (int pass = 1;; ++pass) {
         const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
         const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
         const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
-        RowFragment(stage + g * kRowBytes, q, fa.shifts, tables, frag, 0);
-        RowFragment(stage + (g + 8) * kRowBytes, q, fb.shifts, tables, frag, 1);
+        RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
+        RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
         IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
         WgmmaWaitAll();
         PinAll(done);
