@@ -416,8 +416,10 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     return Scales{fa.scale, fb.scale};
   };
   // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
-  // passes (uniform over the block), the slice's end.
-  auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const Scales& s) {
+  // passes (uniform over the block), the slice's end where `may_end` (a constant at every call:
+  // false where c ends neither a 512-column slice nor K, so that the check, which the compiler
+  // predicates rather than branches, is left out).
+  auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const Scales& s, bool may_end) {
     AddScaledShared(part, done, s.sa, s.sb, xs + c * kTok * 4, q, tokens);
     if (((later >> c) & 1u) != 0u) {
       const uint32_t stage = stage_of(c) + group_offset;
@@ -434,34 +436,36 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
         if (!__syncthreads_or(fa.more || fb.more)) break;
       }
     }
-    EndChunk(total, part, c, 0, chunks, tokens);
+    if (may_end) EndChunk(total, part, c, 0, chunks, tokens);
   };
 
-  // Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs, then the last.
+  // Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs, then the
+  // last. In the loop c is odd, so chunk c - 1 (even, not the last) never ends a 4-chunk slice.
+  static_assert(mma::kSliceChunks % 2 == 0, "a slice ends on an odd chunk");
   Scales last = issue(0, frag0, acc0);
   int c = 1;
   for (; c + 1 < chunks; c += 2) {
     Scales now = issue(c, frag1, acc1);
     WgmmaWait<1>();  // chunk c - 1
     PinAll(acc0);
-    finish(c - 1, acc0, frag0, last);
+    finish(c - 1, acc0, frag0, last, false);
     last = issue(c + 1, frag0, acc0);
     WgmmaWait<1>();  // chunk c
     PinAll(acc1);
-    finish(c, acc1, frag1, now);
+    finish(c, acc1, frag1, now, true);
   }
   if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
     const Scales now = issue(c, frag1, acc1);
     WgmmaWait<1>();
     PinAll(acc0);
-    finish(c - 1, acc0, frag0, last);
+    finish(c - 1, acc0, frag0, last, false);
     WgmmaWaitAll();
     PinAll(acc1);
-    finish(c, acc1, frag1, now);
+    finish(c, acc1, frag1, now, true);
   } else {
     WgmmaWaitAll();
     PinAll(acc0);
-    finish(c - 1, acc0, frag0, last);
+    finish(c - 1, acc0, frag0, last, true);
   }
   CpAsyncWaitAll();
   StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
