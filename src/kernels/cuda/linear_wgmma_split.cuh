@@ -637,6 +637,27 @@ __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int6
   }
 }
 
+// The overlapped chunk loop of the dense kernels over chunks [c_begin, c_end) (c_begin a multiple
+// of kSliceChunks), slice by slice: each chunk's MMAs issued (IssueDenseChunk on
+// w_addr_of(c), x_addr_of(c); a slice's first ignores d), then step(c) while they run; at the
+// slice's end all awaited and on_slice(slice, acc) called with its sum.
+template <int kTok, class WAddr, class XAddr, class Step, class OnSlice>
+__device__ __forceinline__ void OverlappedSlices(float (&acc)[kTok / 2], int c_begin, int c_end, const WAddr& w_addr_of,
+                                                 const XAddr& x_addr_of, const Step& step, OnSlice&& on_slice) {
+  for (int s0 = c_begin; s0 < c_end; s0 += kSliceChunks) {
+    const int s1 = min(c_end, s0 + kSliceChunks);
+    IssueDenseChunk<kTok>(acc, w_addr_of(s0), x_addr_of(s0), true);  // the slice's first MMA ignores d
+    step(s0);
+    for (int c = s0 + 1; c < s1; ++c) {
+      IssueDenseChunk<kTok>(acc, w_addr_of(c), x_addr_of(c));
+      step(c);
+    }
+    wgmma::WgmmaWaitAll();
+    wgmma::PinAll(acc);
+    on_slice(s0 / kSliceChunks, acc);
+  }
+}
+
 // Chunks [c_begin, c_end) of the block's 128 weight rows n0.. and kTok tokens t0.. (c_begin a
 // multiple of kSliceChunks): at the end of each 512-column slice (or of the range) calls
 // on_slice(slice, acc) with that slice's sum. All threads call it; it returns with no copies in
@@ -701,18 +722,7 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
       }
       __syncthreads();  // chunk c + 1's tiles complete
     };
-    for (int s0 = c_begin; s0 < c_end; s0 += kSliceChunks) {
-      const int s1 = min(c_end, s0 + kSliceChunks);
-      IssueDenseChunk<kTok>(acc, w_addr_of(s0), x_addr_of(s0), true);  // the slice's first MMA ignores d
-      step(s0);
-      for (int c = s0 + 1; c < s1; ++c) {
-        IssueDenseChunk<kTok>(acc, w_addr_of(c), x_addr_of(c));
-        step(c);
-      }
-      wgmma::WgmmaWaitAll();
-      wgmma::PinAll(acc);
-      on_slice(s0 / kSliceChunks, acc);
-    }
+    OverlappedSlices<kTok>(acc, c_begin, c_end, w_addr_of, x_addr_of, step, on_slice);
   } else {
     for (int c = c_begin; c < c_end; ++c) {
       const uint32_t w_addr =
@@ -938,19 +948,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (c + S - 1 < chunks) LoadPartsStage(p, parts, m_pad, n0, t0, c + S - 1, stage_of(c + S - 1));
     CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
   };
-  for (int s0 = 0; s0 < chunks; s0 += kSliceChunks) {
-    const int s1 = min(chunks, s0 + kSliceChunks);
-    IssueDenseChunk<kTokens>(acc, w_addr_of(s0), x_addr_of(s0), true);  // the slice's first MMA ignores d
-    step(s0);
-    for (int c = s0 + 1; c < s1; ++c) {
-      IssueDenseChunk<kTokens>(acc, w_addr_of(c), x_addr_of(c));
-      step(c);
-    }
-    wgmma::WgmmaWaitAll();
-    wgmma::PinAll(acc);
+  OverlappedSlices<kTokens>(acc, 0, chunks, w_addr_of, x_addr_of, step, [&](int slice, const float (&sum)[kElems]) {
 #pragma unroll
-    for (int i = 0; i < kElems; ++i) total[i] = s0 == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
-  }
+    for (int i = 0; i < kElems; ++i) total[i] = slice == 0 ? sum[i] : __fadd_rn(total[i], sum[i]);
+  });
   CpAsyncWaitAll();
   wgmma::StoreBlockResult<kTokens>(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
 #endif
