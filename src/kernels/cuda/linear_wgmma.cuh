@@ -477,7 +477,19 @@ __device__ __forceinline__ uint4 FoldedUnitCodes(uint2 v, uint32_t lo, uint32_t 
 // unit u: 16-byte unit Fp4OrderUnit(4u + t) / 4 = 4(u % 2) + t, at byte 4·(u / 2) within it.
 __host__ __device__ constexpr int Fp4OrderUnit16(int u, int t) { return 4 * (u % 2) + t; }
 __host__ __device__ constexpr int Fp4OrderByteIn16(int u) { return 4 * (u / 2); }
-static_assert(Fp4OrderUnit16(3, 2) * 4 + Fp4OrderByteIn16(3) / 4 == Fp4OrderUnit(4 * 3 + 2), "the two agree");
+// Whether Fp4OrderUnit permutes a chunk's 32 units and Fp4OrderUnit16 / Fp4OrderByteIn16 place
+// every word where it says.
+__host__ __device__ constexpr bool Fp4OrderConsistent() {
+  bool seen[32] = {};
+  for (int p = 0; p < 32; ++p) {
+    const int unit = Fp4OrderUnit(p);
+    if (unit < 0 || unit >= 32 || seen[unit]) return false;
+    seen[unit] = true;
+    if (4 * Fp4OrderUnit16(p / 4, p % 4) + Fp4OrderByteIn16(p / 4) / 4 != unit) return false;
+  }
+  return true;
+}
+static_assert(Fp4OrderConsistent(), "the FP4 order is a permutation, placed alike by unit and by word");
 
 // Columns 16·unit.. of row `row` of the converted tile (FP4 order, swizzled): the stage's 16
 // nibbles there (raw: 64 bytes per row, column order) through the byte_perm table words lo / hi of
