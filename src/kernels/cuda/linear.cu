@@ -1212,8 +1212,8 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // FP4 experts' tiles of 1-8 (kTok = 8) or 9-16 rows (kTok = 16) with the weight operand in
 // registers (linear_wgmma_rs.cuh): items of 64 weight rows (ep.blocks_per_tile = ceil(N / 64)),
 // one warpgroup per block, the same bits as ExpertsWgmmaKernel<kFp4, kTok>. kMinBlocks: blocks per
-// SM the registers are held to (8 tokens: 3, 168 registers and 16-24 bytes of spills, or 4, 128
-// registers and 130-210 bytes; 16 tokens: 2, 200 registers, none; ptxas, CUDA 13.0).
+// SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
+// bytes of spills; 16 tokens: 2, 172 registers, none; ptxas, CUDA 13.0, since version 31).
 template <int kTok, int kMinBlocks>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
