@@ -611,12 +611,9 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
   }
 }
 
-// Queues chunk c (64 columns) of weight rows n0.. (zeros past p.n) and x's first `tokens` token
-// rows t0.. into `stage` (cp.async; the caller commits). Token rows from `tokens` on are not
-// copied: ConvertXParts writes zeros for them.
-template <int kTok>
-__device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int64_t t0, int tokens, int c,
-                                               uint8_t* stage) {
+// Queues chunk c (64 columns) of weight rows n0.. (zeros past p.n) into the stage's weight tile
+// (swizzled; cp.async, the caller commits).
+__device__ __forceinline__ void LoadDenseWeightTile(const Params& p, int64_t n0, int c, uint8_t* stage) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int i = 0; i < kDenseWBytes / 16 / kThreads; ++i) {  // 4: row id / 8, 16-byte unit id % 8
@@ -625,6 +622,16 @@ __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int6
     const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + static_cast<int64_t>(c) * kRowBytes + unit * 16;
     wgmma::Copy16(stage + wgmma::SwizzledOffset(row, unit), src, valid, true);
   }
+}
+
+// Queues chunk c (64 columns) of weight rows n0.. (zeros past p.n) and x's first `tokens` token
+// rows t0.. into `stage` (cp.async; the caller commits). Token rows from `tokens` on are not
+// copied: ConvertXParts writes zeros for them.
+template <int kTok>
+__device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int64_t t0, int tokens, int c,
+                                               uint8_t* stage) {
+  LoadDenseWeightTile(p, n0, c, stage);
+  const int tid = threadIdx.x;
   const float* x = p.x + static_cast<int64_t>(c) * kChunkCols;
   constexpr int kXUnits = kTok * kXRawRowBytes / 16;
 #pragma unroll
@@ -885,14 +892,8 @@ static_assert(kPartsSmemBytes <= 227 * 1024, "Hopper's shared memory per block")
 // padded planes hold every row of the tile) into `stage` (cp.async; the caller commits).
 __device__ __forceinline__ void LoadPartsStage(const Params& p, const uint16_t* parts, int64_t m_pad, int64_t n0,
                                                int64_t t0, int c, uint8_t* stage) {
+  LoadDenseWeightTile(p, n0, c, stage);
   const int tid = threadIdx.x;
-#pragma unroll
-  for (int i = 0; i < kDenseWBytes / 16 / kThreads; ++i) {  // 4: row id / 8, 16-byte unit id % 8
-    const int id = tid + i * kThreads, row = id / 8, unit = id % 8;
-    const bool valid = n0 + row < p.n;
-    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + static_cast<int64_t>(c) * kRowBytes + unit * 16;
-    wgmma::Copy16(stage + wgmma::SwizzledOffset(row, unit), src, valid, true);
-  }
   const int64_t plane = m_pad * p.k;
 #pragma unroll
   for (int i = 0; i < 3 * kTokens * 8 / kThreads; ++i) {  // 6: part id / 512, token row (id / 8) % 64, unit id % 8
