@@ -644,6 +644,20 @@ __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int6
   }
 }
 
+// In the overlapped dense loops, after chunk c's MMAs are issued: this warpgroup's MMAs of chunk
+// c - 1 awaited (chunk c's may still run); where chunk c + 1 exists (`next`), this thread's copies
+// of it (the group S - 3 back) landed and fenced for the MMAs; then a barrier: chunk c - 1's MMAs
+// done in both warpgroups, everyone's copies of chunk c + 1 in.
+template <int S>
+__device__ __forceinline__ void AwaitOverlappedChunk(bool next) {
+  wgmma::WgmmaWait<1>();
+  if (next) {
+    CpAsyncWait<S - 3>();
+    wgmma::FenceProxyAsyncShared();
+  }
+  __syncthreads();
+}
+
 // The overlapped chunk loop of the dense kernels over chunks [c_begin, c_end) (c_begin a multiple
 // of kSliceChunks), slice by slice: each chunk's MMAs issued (IssueDenseChunk on
 // w_addr_of(c), x_addr_of(c); a slice's first ignores d), then step(c) while they run; at the
@@ -715,12 +729,7 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
     auto x_addr_of = [&](int c) { return static_cast<uint32_t>(__cvta_generic_to_shared(xset_of(c))); };
     // After chunk c's MMAs are issued: chunk c - 1's done, then its stage and x set refilled.
     auto step = [&](int c) {
-      wgmma::WgmmaWait<1>();  // this warpgroup's MMAs of chunk c - 1 (chunk c's may still run)
-      if (c + 1 < c_end) {
-        CpAsyncWait<S - 3>();  // chunk c + 1's group (this thread's copies)
-        wgmma::FenceProxyAsyncShared();
-      }
-      __syncthreads();  // chunk c - 1's MMAs done in both warpgroups; everyone's copies of chunk c + 1
+      AwaitOverlappedChunk<S>(c + 1 < c_end);
       if (c + S - 1 < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
       if (c + 1 < c_end) {
@@ -940,12 +949,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // After chunk c's MMAs are issued: chunk c - 1's done, chunk c + 1's copies landed, chunk
   // c + S - 1 queued into chunk c - 1's stage.
   auto step = [&](int c) {
-    wgmma::WgmmaWait<1>();  // this warpgroup's MMAs of chunk c - 1 (chunk c's may still run)
-    if (c + 1 < chunks) {
-      CpAsyncWait<S - 3>();  // chunk c + 1's group (this thread's copies)
-      wgmma::FenceProxyAsyncShared();
-    }
-    __syncthreads();  // chunk c - 1's MMAs done in both warpgroups; everyone's copies of chunk c + 1
+    AwaitOverlappedChunk<S>(c + 1 < chunks);
     if (c + S - 1 < chunks) LoadPartsStage(p, parts, m_pad, n0, t0, c + S - 1, stage_of(c + S - 1));
     CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
   };
