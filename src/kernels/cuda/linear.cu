@@ -1213,7 +1213,8 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // registers (linear_wgmma_rs.cuh): items of 64 weight rows (ep.blocks_per_tile = ceil(N / 64)),
 // one warpgroup per block, the same bits as ExpertsWgmmaKernel<kFp4, kTok>. kMinBlocks: blocks per
 // SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
-// bytes of spills; 16 tokens: 2, 172 registers, none; ptxas, CUDA 13.0, since version 31).
+// bytes of spills; 16 tokens: 2, 172 registers, none, or 3, 168 registers, none; ptxas, CUDA 13.0,
+// since version 31).
 template <int kTok, int kMinBlocks>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
@@ -2519,6 +2520,14 @@ int RegisterABlocksPerSm() {
   return blocks;
 }
 
+// ExpertsFp4RegistersKernel<16, *>'s register bound: 2 or 3 blocks per SM
+// (DEEPINFER_EXPERTS_REGISTER_A16_BLOCKS, read once; unset: 3). 3 applies where shared memory lets 3
+// blocks fit (K up to 2048: Flash's w2), 2 elsewhere.
+int RegisterA16BlocksPerSm() {
+  static const int blocks = EnvEither("DEEPINFER_EXPERTS_REGISTER_A16_BLOCKS", 3, 2);
+  return blocks;
+}
+
 // ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
 // (ep as LaunchExpertsWgmma built it, for 128-row items): persistent blocks, at most as many as fit
 // on the device at once. Returns false, launching nothing, where fewer than `required` blocks fit
@@ -2580,7 +2589,10 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   bool registers16 = false, registers8 = false;
   if constexpr (K == Kind::kFp4) {
     if (g_experts_register_a.On() && wgmma::rs::Usable(b.k)) {
-      registers16 = g_experts_register_a16.On() && LaunchExpertsFp4Registers<16, 2>(l, ep, a, 1);
+      if (g_experts_register_a16.On()) {
+        registers16 = RegisterA16BlocksPerSm() == 3 && LaunchExpertsFp4Registers<16, 3>(l, ep, a, 3);
+        registers16 = registers16 || LaunchExpertsFp4Registers<16, 2>(l, ep, a, 1);
+      }
       registers8 = RegisterABlocksPerSm() == 4 && LaunchExpertsFp4Registers<8, 4>(l, ep, a, 4);
       registers8 = registers8 || LaunchExpertsFp4Registers<8, 3>(l, ep, a, 1);
     }
