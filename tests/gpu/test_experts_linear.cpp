@@ -524,7 +524,9 @@ TEST(CudaExpertsLinearFp8, FoldedExpertsEqualLinear) {
 // tiles of 64 tokens and of 128 (the plan then cut in 128-row tiles): the same codes and adds, so
 // Linear's bits per expert; the cases of PreFoldedFp4EqualsLinear at 1, 3 and 8 chunks (fewer, as
 // many as and more loads than the rings' 6 or 8 stages over a block's items), later passes
-// included; 130 and 200 rows make full and partial 128-row tiles.
+// included; 130 and 200 rows make full and partial 128-row tiles. Both forms of the kernel: thread
+// 0 issuing the copies in its MMA loop, and warp-specialized (a producer warpgroup; later passes
+// on a named barrier of the MMA warpgroups).
 TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -533,21 +535,27 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   const int64_t experts = static_cast<int64_t>(counts.size()), bound = 520;
   uint64_t seed = 5350;
   for (const int tokens : {64, 128}) {
-    ScopedTmaKernels tma(1, tokens);
-    for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
-      for (const bool wide_scales : {false, true}) {
-        const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
-                                                             : std::pair<uint8_t, uint8_t>{0, 0};
-        ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
-        for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
-          SCOPED_TRACE(testing::Message() << "TMA at " << tokens << " tokens, group of " << group
-                                          << (wide_scales ? ", 18 binades" : ""));
-          const uint64_t launches = cuda::TmaLaunchesForTesting();
-          CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
-          EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
-          if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
+    for (const int warp_specialized : {0, 1}) {
+      ScopedTmaKernels tma(1, tokens);
+      ScopedTmaWarpSpecialized ws(warp_specialized);
+      const uint64_t ws_launches = cuda::TmaWarpSpecializedLaunchesForTesting();
+      for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+        for (const bool wide_scales : {false, true}) {
+          const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
+                                                               : std::pair<uint8_t, uint8_t>{0, 0};
+          ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+          for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
+            SCOPED_TRACE(testing::Message() << "TMA at " << tokens << " tokens, group of " << group
+                                            << (wide_scales ? ", 18 binades" : ""));
+            const uint64_t launches = cuda::TmaLaunchesForTesting();
+            CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
+            EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
+            if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
+          }
         }
       }
+      EXPECT_EQ(cuda::TmaWarpSpecializedLaunchesForTesting() > ws_launches, warp_specialized == 1)
+          << tokens << " tokens";
     }
   }
 }

@@ -959,18 +959,29 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     std::vector<float> x = RandomFloats(static_cast<size_t>(c.m * c.in), ++seed);
     for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
     DeviceArray<float> dx(x);
-    std::vector<float> tma, other;
+    std::vector<float> tma, tma_ws, other;
     {
       ScopedTmaKernels on(1);
+      ScopedTmaWarpSpecialized plain(0);
       const uint64_t launches = cuda::TmaLaunchesForTesting();
       tma = RunRows(w, dx, 0, c.m);
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
+    }
+    {
+      // The persistent, warp-specialized kernel: each block walks several tiles where the grid
+      // holds more tiles than SMs (the last two cases), one or two where it does not.
+      ScopedTmaKernels on(1);
+      ScopedTmaWarpSpecialized ws(1);
+      const uint64_t launches = cuda::TmaWarpSpecializedLaunchesForTesting();
+      tma_ws = RunRows(w, dx, 0, c.m);
+      EXPECT_GT(cuda::TmaWarpSpecializedLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
     }
     {
       ScopedTmaKernels off(0);
       other = RunRows(w, dx, 0, c.m);
     }
     EXPECT_TRUE(AllEqual(tma, other, what));
+    EXPECT_TRUE(AllEqual(tma_ws, other, what + ": warp-specialized"));
     EXPECT_TRUE(AllEqual(RunRows(w, dx, c.m - 1, 1), Rows(tma, c.out, c.m - 1, 1), what + ": the last row alone"));
   }
 }

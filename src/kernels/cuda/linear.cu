@@ -1376,9 +1376,11 @@ struct ExpertsTmaSmem {
 // the ring is the j-th (item, chunk) of the block's walk. w_map: the group's pre-folded codes,
 // UINT8 [experts of the group][n][k], boxes of 1 × 128 × 128 bytes, 128-byte swizzle; x_map,
 // xs_map: XTensorMaps at kTok tokens. Thread 0 walks the items a second time to issue the loads
-// kStages ahead of the consumers, across item boundaries.
-template <int kTok>
-__global__ void __launch_bounds__(tma::kThreads, 1)
+// kStages ahead of the consumers, across item boundaries: in the MMA loop of its warpgroup, or
+// (kWarpSpecialized) as the only working thread of a third, producer warpgroup
+// (tma::TmaLinearWsKernel's scheme: stages released per warp, setmaxnreg, named barriers).
+template <int kTok, bool kWarpSpecialized>
+__global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThreads, 1)
     ExpertsPreFoldedTmaKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                               const __grid_constant__ CUtensorMap xs_map, const ExpertsParams ep,
                               const TileLists lists, int32_t e0, int32_t e_end, const PreFoldLayout lay,
@@ -1400,16 +1402,17 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  constexpr wgmma::Barrier kSync = kWarpSpecialized ? wgmma::Barrier::kMmaThreads : wgmma::Barrier::kWhole;
   if (tid == 0) {
     tma::PrefetchTensorMap(&w_map);
     tma::PrefetchTensorMap(&x_map);
     tma::PrefetchTensorMap(&xs_map);
-    ring.Init();
+    ring.Init(kWarpSpecialized ? tma::kWsConsumerWarps : tma::kThreads);
   }
   if (tid < 18) tables[tid] = wgmma::kFoldedTables[tid / 2][tid % 2];  // read by later passes only
   __syncthreads();
 
-  // Thread 0's walk: the next load is chunk pc of item (pt, pn0), none when p_done.
+  // The producer's walk: the next load is chunk pc of item (pt, pn0), none when p_done.
   GroupItemWalk producer(ep, lists, e0, e_end);
   ExpertTile pt{};
   int64_t pn0 = 0;
@@ -1424,7 +1427,20 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
       p_done = !producer.Next(lists, pt, pn0);
     }
   };
-  if (tid == 0) {
+  if constexpr (kWarpSpecialized) {
+    if (tid >= tma::kThreads) {  // the producer warpgroup
+      tma::SetMaxRegistersDec<tma::kWsProducerRegisters>();
+      if (tid == tma::kThreads) {
+        p_done = chunks == 0 || !producer.Next(lists, pt, pn0);
+        while (!p_done) {
+          if (issued >= R::kStages) ring.WaitReleased(issued - R::kStages);
+          issue();
+        }
+      }
+      return;
+    }
+    tma::SetMaxRegistersInc<tma::kWsConsumerRegisters>();
+  } else if (tid == 0) {
     p_done = chunks == 0 || !producer.Next(lists, pt, pn0);
     while (!p_done && issued < R::kStages) issue();
   }
@@ -1448,7 +1464,7 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
       const uint32_t x_addr = tma::SmemAddress(stage + R::kX);
       wgmma::ChunkChainIssue(acc, w_addr, x_addr);
       // While the MMAs run: the next load into the stage load j - 1 used, once it is released.
-      if (tid == 0 && j >= 1 && !p_done && issued == j - 1 + R::kStages) {
+      if (!kWarpSpecialized && tid == 0 && j >= 1 && !p_done && issued == j - 1 + R::kStages) {
         ring.WaitReleased(j - 1);
         issue();
       }
@@ -1463,9 +1479,14 @@ __global__ void __launch_bounds__(tma::kThreads, 1)
       if (again) {
         const Params fp4 = TileParams<Kind::kFp4>(ep, t);
         wgmma::LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it
-        wgmma::FoldedLaterPasses(fp4, raw, stage, tables, n0, c, w_addr, x_addr, xs, q, ra, true, acc, part);
+        wgmma::FoldedLaterPasses<R::kElems, kSync>(fp4, raw, stage, tables, n0, c, w_addr, x_addr, xs, q, ra, true,
+                                                   acc, part);
       }
-      ring.Release(j);  // this thread's last read of the stage
+      if constexpr (kWarpSpecialized) {
+        ring.ReleaseByWarp(j, lane);
+      } else {
+        ring.Release(j);  // this thread's last read of the stage
+      }
       wgmma::EndChunk(total, part, c, 0, chunks);
     }
     const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
@@ -1803,6 +1824,13 @@ std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_
 }
 
 // tma::TmaLinearKernel for p (FP8 weights, tma::Usable) over the codes and scales in a.
+// DEEPINFER_TMA_WS (read once; unset or 1: on, 0: off) runs Linear's TMA-fed products on
+// TmaLinearWsKernel (persistent blocks, a producer warpgroup; the same bits) instead of
+// TmaLinearKernel, and the pre-folded experts' TMA-fed kernel in its warp-specialized form
+// (ExpertsPreFoldedTmaKernel<kTok, true>). Tests override it (SetTmaWarpSpecializedForTesting).
+KernelSwitch g_tma_warp_specialized{"DEEPINFER_TMA_WS", 1};
+std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
+
 void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream_t stream) {
   const int64_t tok_blocks = CeilDiv(a.m_pad, tma::kLinearTokens);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
@@ -1812,10 +1840,22 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
   const CUtensorMap w_map =
       TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
   const auto [x_map, xs_map] = XTensorMaps(a, p.k, tma::kLinearTokens);
-  AllowDynamicSmem<tma::TmaLinearKernel>(device, tma::kLinearSmemBytes);
-  const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, tma::kBlockRows)), static_cast<unsigned>(tok_blocks));
-  tma::TmaLinearKernel<<<grid, tma::kThreads, tma::kLinearSmemBytes, stream>>>(w_map, x_map, xs_map, p);
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA");
+  const int64_t n_blocks = CeilDiv(p.n, tma::kBlockRows);
+  if (g_tma_warp_specialized.On() && n_blocks * tok_blocks <= 0x7fffffff) {
+    AllowDynamicSmem<tma::TmaLinearWsKernel>(device, tma::kLinearSmemBytes);
+    const int sms = CurrentDeviceSms().second;
+    const int64_t tiles = n_blocks * tok_blocks;
+    tma::TmaLinearWsKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads,
+                             tma::kLinearSmemBytes, stream>>>(w_map, x_map, xs_map, p, static_cast<int>(n_blocks),
+                                                              static_cast<int>(tiles));
+    DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, warp-specialized");
+    g_tma_ws_launches.fetch_add(1);
+  } else {
+    AllowDynamicSmem<tma::TmaLinearKernel>(device, tma::kLinearSmemBytes);
+    const dim3 grid(static_cast<unsigned>(n_blocks), static_cast<unsigned>(tok_blocks));
+    tma::TmaLinearKernel<<<grid, tma::kThreads, tma::kLinearSmemBytes, stream>>>(w_map, x_map, xs_map, p);
+    DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA");
+  }
   g_tma_launches.fetch_add(1);
 }
 
@@ -2380,21 +2420,25 @@ void LaunchPreFoldedGemm(const ExpertsLaunch& l, const ExpertsParams& ep, const 
 
 // DEEPINFER_TMA_EXPERTS = 64 or 128 (read once) runs the pre-folded experts on
 // ExpertsPreFoldedTmaKernel with tiles of that many tokens (version 14b, the same bits; 128 cuts
-// the plan in 128-row tiles); 0 or unset: ExpertsPreFoldedKernel, whose 8- and 16-token launches
-// the TMA kernel lacks (docs/performance.md version 23: experts kept folded at batch 64, 8.67 ms
-// on the TMA kernel against 5.55 on these; at the 8k prefill 37.9 against 39.3). The tests' choice
-// (tma::TestOverride, tma::TestExpertTokens) comes first.
-int ExpertsTmaTokens() {
+// the plan in 128-row tiles), 0 on ExpertsPreFoldedKernel. Unset: 64 for experts pre-folded per
+// call where the kernel is warp-specialized (DEEPINFER_TMA_WS; version 32: the 8k prefill's
+// experts 50.6 -> 40.0 ms), else 0, and 0 for experts kept folded, whose 8- and 16-token launches
+// the TMA kernel lacks (docs/performance.md version 23: at batch 64, 8.67 ms on the TMA kernel
+// against 5.55). The tests' choice (tma::TestOverride, tma::TestExpertTokens) comes first.
+int ExpertsTmaTokens(bool folded) {
   static const int from_environment = [] {
     const char* v = std::getenv("DEEPINFER_TMA_EXPERTS");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "0") == 0) return 0;
+    if (v == nullptr || *v == '\0') return -1;
+    if (std::strcmp(v, "0") == 0) return 0;
     if (std::strcmp(v, "64") == 0) return 64;
     if (std::strcmp(v, "128") == 0) return 128;
     const std::string message = std::string("DEEPINFER_TMA_EXPERTS must be 0, 64 or 128, got '") + v + "'";
     ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear", message.c_str());
   }();
+  const int unset = !folded && g_tma_warp_specialized.On() ? 64 : 0;
+  const int chosen = from_environment < 0 ? unset : from_environment;
   const int mode = tma::TestOverride().load();
-  const int tokens = mode < 0 ? from_environment : mode == 1 ? tma::TestExpertTokens().load() : 0;
+  const int tokens = mode < 0 ? chosen : mode == 1 ? tma::TestExpertTokens().load() : 0;
   return tokens > 0 && EncodeTiled() != nullptr ? tokens : 0;
 }
 
@@ -2420,7 +2464,7 @@ int ExpertsTmaTokensFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound
                   PreFoldGroup(MakePreFoldLayout(n, k), rows_bound, k, num_experts, codes_bytes) == 0)) {
     return 0;
   }
-  return ExpertsTmaTokens();
+  return ExpertsTmaTokens(folded);
 }
 
 // ExpertsPreFoldedTmaKernel<kTok> over the items of experts [first, end) (PreFoldKernel has
@@ -2438,11 +2482,19 @@ void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, 
   const CUtensorMap w_map =
       TensorMap(pre, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
   constexpr int kSmem = ExpertsTmaSmem<kTok>::kBytes;
-  AllowDynamicSmem<ExpertsPreFoldedTmaKernel<kTok>>(l.device, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsPreFoldedTmaKernel<kTok><<<static_cast<unsigned>(grid), tma::kThreads, kSmem, l.stream>>>(
-      w_map, x_map, xs_map, ep, l.lists, first, end, lay, pre);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded");
+  if (g_tma_warp_specialized.On()) {
+    AllowDynamicSmem<ExpertsPreFoldedTmaKernel<kTok, true>>(l.device, kSmem);
+    ExpertsPreFoldedTmaKernel<kTok, true><<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
+        w_map, x_map, xs_map, ep, l.lists, first, end, lay, pre);
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded, warp-specialized");
+    g_tma_ws_launches.fetch_add(1);
+  } else {
+    AllowDynamicSmem<ExpertsPreFoldedTmaKernel<kTok, false>>(l.device, kSmem);
+    ExpertsPreFoldedTmaKernel<kTok, false><<<static_cast<unsigned>(grid), tma::kThreads, kSmem, l.stream>>>(
+        w_map, x_map, xs_map, ep, l.lists, first, end, lay, pre);
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear TMA pre-folded");
+  }
   g_tma_launches.fetch_add(1);
 }
 
@@ -2899,6 +2951,12 @@ void SetGroupedSlicesForTesting(int mode) { g_grouped_slices.SetForTesting(mode,
 
 uint64_t GroupedSlicedLaunchesForTesting() { return g_grouped_sliced_launches.load(); }
 
+void SetTmaWarpSpecializedForTesting(int mode) {
+  g_tma_warp_specialized.SetForTesting(mode, "SetTmaWarpSpecializedForTesting");
+}
+
+uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
+
 void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "SetDenseOverlapForTesting"); }
 
 void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetDensePartsForTesting"); }
@@ -2995,7 +3053,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
   // first product, not at the first one that would take them.
   static const bool switches_read =
-      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(), g_staged_slices.Mode(), g_dense_split.Mode(),
+      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(), g_dense_split.Mode(),
        SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(), g_dense_overlap.Mode(), true);
   (void)switches_read;
   Params p{};

@@ -140,6 +140,11 @@ uint64_t GroupedHalfBlocksLaunchesForTesting();
 // process has made.
 void SetGroupedSlicesForTesting(int mode);
 uint64_t GroupedSlicedLaunchesForTesting();
+// Linear's TMA-fed products on the persistent, warp-specialized kernel (TmaLinearWsKernel; the same
+// bits) on (1), off (0: TmaLinearKernel), or as DEEPINFER_TMA_WS says (-1, the default: on unless
+// 0); and how many such launches this process has made.
+void SetTmaWarpSpecializedForTesting(int mode);
+uint64_t TmaWarpSpecializedLaunchesForTesting();
 // Tests only: the 64-token dense split-BF16 kernels with each chunk's MMAs overlapping the next
 // chunk's conversion (the same bits) on (1), off (0), or as DEEPINFER_DENSE_OVERLAP says (-1, the
 // default: on unless 0).

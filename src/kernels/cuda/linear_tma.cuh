@@ -149,11 +149,12 @@ struct Ring {
       : base(smem),
         full(reinterpret_cast<uint64_t*>(smem + kBarriers)),
         empty(reinterpret_cast<uint64_t*>(smem + kBarriers) + kStages) {}
-  // Thread 0, before the block's first barrier.
-  __device__ __forceinline__ void Init() const {
+  // Thread 0, before the block's first barrier. `releases`: the arrivals that free a stage (every
+  // consumer thread, or one per consumer warp: ReleaseByWarp).
+  __device__ __forceinline__ void Init(int releases = kThreads) const {
     for (int s = 0; s < kStages; ++s) {
       BarrierInit(&full[s], 1);
-      BarrierInit(&empty[s], kThreads);
+      BarrierInit(&empty[s], releases);
     }
     FenceBarrierInit();
   }
@@ -171,6 +172,12 @@ struct Ring {
   // Returns once every consumer has released load j (its stage may take load j + kStages).
   __device__ __forceinline__ void WaitReleased(int64_t j) const { BarrierWait(&empty[j % kStages], Parity(j)); }
   __device__ __forceinline__ void Release(int64_t j) const { BarrierArrive(&empty[j % kStages]); }
+  // The warp's one release of load j (Init(consumer warps)): every lane's reads of the stage are
+  // done before lane 0 arrives.
+  __device__ __forceinline__ void ReleaseByWarp(int64_t j, int lane) const {
+    __syncwarp();
+    if (lane == 0) Release(j);
+  }
   // Thread 0: load j's three boxes (its stage free): the weight box at (column, w_row[, w_slab])
   // of w_map, the codes at (column, x_row), the scales at (x_row, chunk).
   __device__ __forceinline__ void Load(int64_t j, const CUtensorMap* w_map, int column, int w_row, int w_slab,
@@ -259,6 +266,103 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::EndChunk(total, part, c, 0, chunks);
   }
   wgmma::StoreBlockResult<kLinearTokens>(p, ra, t0, q, [&](int j) { return total[j]; });
+#endif
+}
+
+// TmaLinearKernel's tiles, products and order (the same bits) on persistent, warp-specialized
+// blocks: kWsThreads threads, two consumer warpgroups as TmaLinearKernel's and one producer
+// warpgroup whose thread 0 alone issues the copies. grid: at most one block per SM; block b takes tiles b,
+// b + gridDim.x, ... of the n_blocks × token blocks (weight row blocks fastest), and load j of the
+// ring is the j-th (tile, chunk) of that walk, so the producer runs up to kStages chunks ahead across
+// tile ends (a tile's stores overlap the next tile's first copies). A stage is free once each of
+// the 8 consumer warps released it (ReleaseByWarp): the producer waits for that, not the consumers'
+// thread 0, so neither warpgroup's MMAs wait for the other's scaling. setmaxnreg gives the producer's
+// registers to the consumers (ptxas holds the kernel to 168 at 384 threads).
+constexpr int kWsConsumerWarps = kThreads / kWarpSize;
+constexpr int kWsThreads = kThreads + 128;  // + the producer warpgroup (registers go by warpgroups)
+
+// setmaxnreg: the registers per thread of the calling warpgroup from here on (a multiple of 8 in
+// 24..256; every warp of the warpgroup executes it).
+template <int kRegisters>
+__device__ __forceinline__ void SetMaxRegistersInc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void SetMaxRegistersDec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+// The block's registers at launch: ptxas holds a kWsThreads-thread kernel to 168 a thread, and
+// setmaxnreg.inc takes its registers from what the block's own .dec released: an increase beyond
+// that waits for registers of the SM that another resident block may hold for good (a hang,
+// measured: 32 and 240 deadlocked beside a programmatic-dependent launch's next kernel).
+constexpr int kWsLaunchRegisters = 168;
+constexpr int kWsProducerRegisters = 24, kWsConsumerRegisters = 240;
+static_assert(kWsProducerRegisters * 128 + kWsConsumerRegisters * kThreads <= kWsLaunchRegisters * kWsThreads,
+              "setmaxnreg within the block's own registers");
+
+__global__ void __launch_bounds__(kWsThreads, 1)
+    TmaLinearWsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                      const __grid_constant__ CUtensorMap xs_map, const Params p, int n_blocks, int tiles) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
+#else
+  using R = LinearRing;
+  extern __shared__ uint8_t smem_raw[];
+  const R ring(wgmma::AlignedSmem(smem_raw));
+  const int tid = threadIdx.x;
+  const int chunks = static_cast<int>(p.k / kChunk);
+  if (tid == 0) {
+    PrefetchTensorMap(&w_map);
+    PrefetchTensorMap(&x_map);
+    PrefetchTensorMap(&xs_map);
+    ring.Init(kWsConsumerWarps);
+  }
+  __syncthreads();
+  if (tid >= kThreads) {  // the producer warpgroup
+    SetMaxRegistersDec<kWsProducerRegisters>();
+    if (tid == kThreads) {
+      int64_t j = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int n0 = tile % n_blocks * kBlockRows, t0 = tile / n_blocks * kLinearTokens;
+        for (int c = 0; c < chunks; ++c, ++j) {
+          if (j >= R::kStages) ring.WaitReleased(j - R::kStages);
+          ring.Load(j, &w_map, c * kChunk, n0, -1, &x_map, &xs_map, t0);
+        }
+      }
+    }
+    return;
+  }
+  SetMaxRegistersInc<kWsConsumerRegisters>();
+  const int group = tid / 128;  // consumer warpgroup: weight rows 64·group ..
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  // acc: one chunk's k32 chain; part: the current 512-column slice; total: over slices. part ends
+  // every tile at +0 (EndChunk), and total's first slice overwrites it.
+  float acc[R::kElems], part[R::kElems], total[R::kElems];
+#pragma unroll
+  for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
+  int64_t j = 0;  // loads consumed
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t n0 = static_cast<int64_t>(tile % n_blocks) * kBlockRows;
+    const int64_t t0 = static_cast<int64_t>(tile / n_blocks) * kLinearTokens;
+    const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows ra, ra + 8
+    const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
+    for (int c = 0; c < chunks; ++c, ++j) {
+      ring.WaitLoaded(j);
+      uint8_t* stage = ring.Stage(j);
+      wgmma::ChunkChainIssue(acc, SmemAddress(stage + group * wgmma::kRowsPerGroup * kChunk),
+                             SmemAddress(stage + R::kX));
+      const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c)
+                                   : DecodeE8m0(__ldg(p.scale + scale_row + c));
+      wgmma::WgmmaWaitAll();
+      wgmma::PinAll(acc);
+      wgmma::AddScaledRows(part, acc, sw, sw, R::XScales(stage, static_cast<int>(t0)), q);
+      ring.ReleaseByWarp(j, lane);  // the warp's last reads of the stage (the MMAs' reads are complete)
+      wgmma::EndChunk(total, part, c, 0, chunks);
+    }
+    wgmma::StoreBlockResult<kLinearTokens>(p, ra, t0, q, [&](int e) { return total[e]; });
+  }
 #endif
 }
 

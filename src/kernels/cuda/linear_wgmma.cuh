@@ -650,21 +650,54 @@ __device__ __forceinline__ void ChunkChain(float (&acc)[kElems], uint32_t w_addr
   ChunkChainWait(acc);
 }
 
+// A barrier of the block's first kThreads threads (its two MMA warpgroups): the whole block's
+// where that is all of it (kWhole), else named barrier 1 (a warp-specialized block's producer does
+// not take part).
+enum class Barrier : uint8_t { kWhole, kMmaThreads };
+template <Barrier B>
+__device__ __forceinline__ void SyncMmaThreads() {
+  if constexpr (B == Barrier::kWhole) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+  }
+}
+// SyncMmaThreads, returning whether `pred` held on any of those threads.
+template <Barrier B>
+__device__ __forceinline__ bool SyncMmaThreadsOr(bool pred) {
+  if constexpr (B == Barrier::kWhole) {
+    return __syncthreads_or(pred);
+  } else {
+    uint32_t any = 0;
+    asm volatile(
+        "{\n"
+        ".reg .pred pin, pout;\n"
+        "setp.ne.u32 pin, %1, 0;\n"
+        "bar.red.or.pred pout, 1, %2, pin;\n"
+        "selp.u32 %0, 1, 0, pout;\n"
+        "}\n"
+        : "=r"(any)
+        : "r"(static_cast<uint32_t>(pred)), "n"(kThreads)
+        : "memory");
+    return any != 0;
+  }
+}
+
 // A folded FP4 chunk's passes 1, 2, ... after pass 0's scaling, while `again` (the block's choice,
 // every thread or none: only where a row of the block spans more than 8 binades of group scale in
 // chunk c): each rewrites `tile` after a barrier, chains its MMAs and scales them into part (rows
-// ra and ra + 8). All threads call it. Inline, on the caller's registers: a call here would make
-// ptxas serialize every wgmma of the kernel (C7510).
-template <int kElems>
+// ra and ra + 8). All kThreads MMA threads call it (B: their barrier). Inline, on the caller's
+// registers: a call here would make ptxas serialize every wgmma of the kernel (C7510).
+template <int kElems, Barrier B = Barrier::kWhole>
 __device__ __forceinline__ void FoldedLaterPasses(const Params& p, const uint8_t* stage, uint8_t* tile,
                                                   const uint32_t* tables, int64_t n0, int c, uint32_t w_addr,
                                                   uint32_t x_addr, const float* xs, int q, int64_t ra, bool again,
                                                   float (&acc)[kElems], float (&part)[kElems]) {
   for (int pass = 1; again; ++pass) {
-    __syncthreads();  // both warpgroups' MMAs have read the tile before this pass rewrites it
+    SyncMmaThreads<B>();  // both warpgroups' MMAs have read the tile before this pass rewrites it
     const bool later = ConvertFp4Folded(p, stage, tile, tables, n0, c, pass);
     FenceProxyAsyncShared();
-    again = __syncthreads_or(later);
+    again = SyncMmaThreadsOr<B>(later);
     ChunkChain(acc, w_addr, x_addr);
     AddScaledRows(part, acc, FoldedRowScale(p, ra, c, pass), FoldedRowScale(p, ra + 8, c, pass), xs, q);
   }
