@@ -1823,7 +1823,6 @@ std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_
                     CU_TENSOR_MAP_SWIZZLE_NONE)};
 }
 
-// tma::TmaLinearKernel for p (FP8 weights, tma::Usable) over the codes and scales in a.
 // DEEPINFER_TMA_WS (read once; unset or 1: on, 0: off) runs Linear's TMA-fed products on
 // TmaLinearWsKernel (persistent blocks, a producer warpgroup; the same bits) instead of
 // TmaLinearKernel, and the pre-folded experts' TMA-fed kernel in its warp-specialized form
@@ -1831,6 +1830,8 @@ std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_
 KernelSwitch g_tma_warp_specialized{"DEEPINFER_TMA_WS", 1};
 std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
 
+// tma::TmaLinearWsKernel (or TmaLinearKernel) for p (FP8 weights, tma::Usable) over the codes and
+// scales in a.
 void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream_t stream) {
   const int64_t tok_blocks = CeilDiv(a.m_pad, tma::kLinearTokens);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
@@ -3053,8 +3054,9 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
   // first product, not at the first one that would take them.
   static const bool switches_read =
-      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(), g_dense_split.Mode(),
-       SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(), g_dense_overlap.Mode(), true);
+      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(),
+       g_dense_split.Mode(), SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(),
+       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);

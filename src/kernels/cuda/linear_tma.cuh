@@ -271,13 +271,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // TmaLinearKernel's tiles, products and order (the same bits) on persistent, warp-specialized
 // blocks: kWsThreads threads, two consumer warpgroups as TmaLinearKernel's and one producer
-// warpgroup whose thread 0 alone issues the copies. grid: at most one block per SM; block b takes tiles b,
-// b + gridDim.x, ... of the n_blocks × token blocks (weight row blocks fastest), and load j of the
-// ring is the j-th (tile, chunk) of that walk, so the producer runs up to kStages chunks ahead across
-// tile ends (a tile's stores overlap the next tile's first copies). A stage is free once each of
-// the 8 consumer warps released it (ReleaseByWarp): the producer waits for that, not the consumers'
-// thread 0, so neither warpgroup's MMAs wait for the other's scaling. setmaxnreg gives the producer's
-// registers to the consumers (ptxas holds the kernel to 168 at 384 threads).
+// warpgroup whose thread 0 alone issues the copies. grid: at most one block per SM; block b takes
+// tiles b, b + gridDim.x, ... of the n_blocks × token blocks (weight row blocks fastest), and load
+// j of the ring is the j-th (tile, chunk) of that walk, so the producer runs up to kStages chunks
+// ahead across tile ends (a tile's stores overlap the next tile's first copies). A stage is free
+// once each of the 8 consumer warps released it (ReleaseByWarp): the producer waits for that, not
+// the consumers' thread 0, so neither warpgroup's MMAs wait for the other's scaling. setmaxnreg
+// gives the producer's registers to the consumers (ptxas holds the kernel to 168 at 384 threads).
 constexpr int kWsConsumerWarps = kThreads / kWarpSize;
 constexpr int kWsThreads = kThreads + 128;  // + the producer warpgroup (registers go by warpgroups)
 
