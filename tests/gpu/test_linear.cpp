@@ -968,8 +968,8 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
     }
     {
-      // The persistent, warp-specialized kernel: each block walks several tiles where the grid
-      // holds more tiles than SMs (the last two cases), one or two where it does not.
+      // The persistent, warp-specialized kernel: blocks walk two tiles where the grid holds more
+      // tiles than SMs (the last two cases: 162 and 192 tiles), one where it does not.
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized ws(1);
       const uint64_t launches = cuda::TmaWarpSpecializedLaunchesForTesting();
