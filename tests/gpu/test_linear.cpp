@@ -968,7 +968,7 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
     }
     {
-      // The persistent, warp-specialized kernel: blocks walk two tiles where the grid holds more
+      // The persistent, warp-specialized kernel: blocks walk up to two tiles where the grid holds more
       // tiles than SMs (the last two cases: 162 and 192 tiles), one where it does not.
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized ws(1);
