@@ -68,7 +68,9 @@ if [[ ${quick:-0} -eq 1 ]]; then
   quick_filter='CudaLinearFp8.*:CudaLinearMma.*:CudaLinear.Grouped*:CudaExpertsLinear*:CudaAttentionSplitBf16.*'
   quick_filter+=':GpuModel.*:ReferenceGoldens/GpuGolden.*:GpuEngine.*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
   quick_filter=${tests_filter:-$quick_filter}
-  OUT=$final timeout 170 bash scripts/gpu-run.sh --no-reruns --filter "$quick_filter" 2>&1 | tail -16
+  # QUICK_TESTS_TIMEOUT: seconds for the tests (170 unless set; the whole label, --tests '*', wants ~260).
+  OUT=$final timeout "${QUICK_TESTS_TIMEOUT:-170}" bash scripts/gpu-run.sh --no-reruns --filter "$quick_filter" 2>&1 |
+    tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   source scripts/gpu-env.sh
   timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \

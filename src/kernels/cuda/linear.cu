@@ -1457,7 +1457,25 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
     float acc[R::kElems], part[R::kElems], total[R::kElems];
 #pragma unroll
     for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
+    // Warp-specialized: the fold words of rows ra, ra + 8 and the later-pass flag of chunk c + 1,
+    // loaded during chunk c (their latency out of the path from the MMAs' end to the scaling).
+    uint32_t next_a = 0u, next_b = 0u;
+    uint8_t next_more = 0;
+    if (kWarpSpecialized && chunks > 0) {
+      next_a = __ldg(words + ra);
+      next_b = __ldg(words + ra + 8);
+      next_more = __ldg(more);
+    }
     for (int c = 0; c < chunks; ++c, ++j) {
+      uint32_t word_a = next_a, word_b = next_b;
+      uint8_t chunk_more = next_more;
+      if constexpr (kWarpSpecialized) {
+        if (c + 1 < chunks) {
+          next_a = __ldg(words + (c + 1) * lay.n_pad + ra);
+          next_b = __ldg(words + (c + 1) * lay.n_pad + ra + 8);
+          next_more = __ldg(more + c + 1);
+        }
+      }
       ring.WaitLoaded(j);
       uint8_t* stage = ring.Stage(j);
       const uint32_t w_addr = tma::SmemAddress(stage + group * wgmma::kRowsPerGroup * wgmma::kChunk);
@@ -1469,9 +1487,14 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
         issue();
       }
       __syncwarp();
-      const float sa = wgmma::FoldedRowScaleOf(__ldg(words + c * lay.n_pad + ra));
-      const float sb = wgmma::FoldedRowScaleOf(__ldg(words + c * lay.n_pad + ra + 8));
-      const bool again = __ldg(more + c) != 0;  // uniform over the block
+      if constexpr (!kWarpSpecialized) {
+        word_a = __ldg(words + c * lay.n_pad + ra);
+        word_b = __ldg(words + c * lay.n_pad + ra + 8);
+        chunk_more = __ldg(more + c);
+      }
+      const float sa = wgmma::FoldedRowScaleOf(word_a);
+      const float sb = wgmma::FoldedRowScaleOf(word_b);
+      const bool again = chunk_more != 0;  // uniform over the block
       wgmma::WgmmaWaitAll();
       wgmma::PinAll(acc);
       const float* xs = R::XScales(stage, t.row0);
