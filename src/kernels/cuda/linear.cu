@@ -1403,12 +1403,7 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
   const int g = lane / 4, q = lane % 4;
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   constexpr wgmma::Barrier kSync = kWarpSpecialized ? wgmma::Barrier::kMmaThreads : wgmma::Barrier::kWhole;
-  if (tid == 0) {
-    tma::PrefetchTensorMap(&w_map);
-    tma::PrefetchTensorMap(&x_map);
-    tma::PrefetchTensorMap(&xs_map);
-    ring.Init(kWarpSpecialized ? tma::kWsConsumerWarps : tma::kThreads);
-  }
+  if (tid == 0) ring.Setup(&w_map, &x_map, &xs_map, kWarpSpecialized ? tma::kWsConsumerWarps : tma::kThreads);
   if (tid < 18) tables[tid] = wgmma::kFoldedTables[tid / 2][tid % 2];  // read by later passes only
   __syncthreads();
 

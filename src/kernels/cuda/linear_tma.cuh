@@ -158,6 +158,15 @@ struct Ring {
     }
     FenceBarrierInit();
   }
+  // Thread 0, before the block's first barrier: the three tensor maps Load reads prefetched, then
+  // Init(releases).
+  __device__ __forceinline__ void Setup(const CUtensorMap* w_map, const CUtensorMap* x_map, const CUtensorMap* xs_map,
+                                        int releases = kThreads) const {
+    PrefetchTensorMap(w_map);
+    PrefetchTensorMap(x_map);
+    PrefetchTensorMap(xs_map);
+    Init(releases);
+  }
   __device__ __forceinline__ uint8_t* Stage(int64_t j) const { return base + (j % kStages) * kStageBytes; }
   __device__ __forceinline__ uint32_t Parity(int64_t j) const { return static_cast<uint32_t>(j / kStages) & 1u; }
   // The scales of rows x_row .. x_row + kTok - 1 in `stage`, as Load(.., x_row) wrote them.
@@ -226,12 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows ra, ra + 8
   const int chunks = static_cast<int>(p.k / kChunk);
 
-  if (tid == 0) {
-    PrefetchTensorMap(&w_map);
-    PrefetchTensorMap(&x_map);
-    PrefetchTensorMap(&xs_map);
-    ring.Init();
-  }
+  if (tid == 0) ring.Setup(&w_map, &x_map, &xs_map);
   __syncthreads();
   auto load = [&](int c) {  // thread 0: chunk c, its stage free
     ring.Load(c, &w_map, c * kChunk, static_cast<int>(n0), -1, &x_map, &xs_map, static_cast<int>(t0));
@@ -312,12 +316,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   const R ring(wgmma::AlignedSmem(smem_raw));
   const int tid = threadIdx.x;
   const int chunks = static_cast<int>(p.k / kChunk);
-  if (tid == 0) {
-    PrefetchTensorMap(&w_map);
-    PrefetchTensorMap(&x_map);
-    PrefetchTensorMap(&xs_map);
-    ring.Init(kWsConsumerWarps);
-  }
+  if (tid == 0) ring.Setup(&w_map, &x_map, &xs_map, kWsConsumerWarps);
   __syncthreads();
   if (tid >= kThreads) {  // the producer warpgroup
     SetMaxRegistersDec<kWsProducerRegisters>();
