@@ -113,10 +113,23 @@ bool QuantizesFp8InputInKernel(const OpContext& ctx, const LinearWeight& w) {
   return false;
 }
 
+size_t GroupedLinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, int64_t num_groups,
+                                 LinearInput input) {
+#if DEEPINFER_HAS_CUDA
+  if (ctx.on_cuda()) {
+    return cuda::GroupedLinearScratchBytes(rows, num_groups, ToDevice(w), MathOf(ctx), input == LinearInput::kBf16);
+  }
+#else
+  (void)rows, (void)w, (void)num_groups, (void)input;
+#endif
+  (void)ctx;
+  return 0;
+}
+
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
-                   const TensorView& y, LinearInput input) {
+                   const TensorView& y, LinearInput input, const TensorView& scratch) {
   DI_CHECK(input != LinearInput::kFp8Blocks, "grouped linear: no FP8-block input (its products are split-BF16)");
-  CheckDevice(ctx, "grouped_linear", {&x, &w.data, &y});
+  CheckDevice(ctx, "grouped_linear", {&x, &w.data, &y, &scratch});
   DI_CHECK(x.is_contiguous() && y.is_contiguous() && x.ndim() == 3 && x.size(1) == num_groups,
            "grouped linear: x {} y {}", x.ShapeString(), y.ShapeString());
   bool round_in_kernel = false;
@@ -129,7 +142,8 @@ void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight
   }
   DI_ON_CUDA(ctx, "grouped_linear",
              cuda::GroupedLinear(x.data<float>(), x.size(0), num_groups, ToDevice(w), y.data<float>(), ctx.stream,
-                                 MathOf(ctx), round_in_kernel));
+                                 MathOf(ctx), round_in_kernel, scratch.empty() ? nullptr : scratch.raw(),
+                                 scratch.empty() ? 0 : scratch.nbytes()));
   cpu::GroupedLinear(x, w, num_groups, y);
 }
 

@@ -53,8 +53,14 @@ size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight
 // round x as they read it, on one BF16 part instead of three (cuda::GroupedRoundsXToBf16); elsewhere
 // x is rounded in place first. So x is consumed: afterwards it holds either its values or their
 // rounding.
+// scratch: device bytes (GroupedLinearScratchBytes; may be empty, unused on the CPU) where the GPU
+// converts the weight to BF16 and splits x once for a prefill's product (the same bits as without).
 void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, int64_t num_groups,
-                   const TensorView& y, LinearInput input = LinearInput::kAsIs);
+                   const TensorView& y, LinearInput input = LinearInput::kAsIs,
+                   const TensorView& scratch = TensorView());
+// Scratch bytes GroupedLinear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).
+size_t GroupedLinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, int64_t num_groups,
+                                 LinearInput input);
 
 struct RopeTable {
   std::vector<float> inv_freq;  // [rope_dim / 2]

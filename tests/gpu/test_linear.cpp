@@ -532,6 +532,76 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   }
 }
 
+// cuda::SetGroupedBf16ForTesting(mode, piece_rows) for the scope, then back to the environment's.
+class ScopedGroupedBf16 {
+ public:
+  explicit ScopedGroupedBf16(int mode, int64_t piece_rows = 0) { cuda::SetGroupedBf16ForTesting(mode, piece_rows); }
+  ~ScopedGroupedBf16() { cuda::SetGroupedBf16ForTesting(-1); }
+  ScopedGroupedBf16(const ScopedGroupedBf16&) = delete;
+  ScopedGroupedBf16& operator=(const ScopedGroupedBf16&) = delete;
+};
+
+// GroupedLinear given scratch at 256 rows or more converts the weight to BF16 once and splits x's
+// parts once, then multiplies them on GroupedBf16WsKernel: the bits of the kernels it replaces (run
+// without scratch), with x as is (three parts) and rounded to BF16 (one), on the Flash output
+// projection (8 groups of [4096 -> 1024], 8 slices), 3 groups of [192 -> 128] (3 chunks: one short
+// slice, fewer chunks than the ring's stages) and 8 groups of [1152 -> 128] (the last slice short),
+// at 256 rows (two whole token tiles) and 300 (a partial third); and in pieces of 128 rows of x
+// (one GEMM launch a piece). Too little scratch, or fewer rows, take the other kernels.
+TEST(CudaLinearMma, GroupedBf16KernelEqualsTheOther) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  struct Case {
+    int64_t groups, r, k;
+  };
+  uint64_t seed = 3950;
+  for (const Case& c : {Case{8, 1024, 4096}, Case{3, 128, 192}, Case{8, 128, 1152}}) {
+    TestWeight w = RandomWeight(kFp8E8m0, c.groups * c.r, c.k, ++seed);
+    ASSERT_TRUE(cuda::GroupedSplitOnWarpgroupMma(w.Device(), c.groups));
+    for (const int64_t m : {int64_t{256}, int64_t{300}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.groups * c.k), ++seed));
+      for (const bool round : {false, true}) {
+        const std::string what = "G=" + std::to_string(c.groups) + " [" + std::to_string(c.k) + " -> " +
+                                 std::to_string(c.r) + "] M=" + std::to_string(m) + (round ? " rounded" : " as is");
+        auto run = [&](int mode, int64_t piece_rows, size_t scratch_bytes) {
+          ScopedGroupedBf16 scoped(mode, piece_rows);
+          DeviceArray<uint8_t> scratch(std::max<size_t>(scratch_bytes, 1));
+          DeviceArray<float> dy(static_cast<size_t>(m * c.groups * c.r));
+          dy.Fill(0xff);  // NaN: an output a kernel skips does not pass for one a previous run left
+          cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath(), round,
+                              scratch_bytes == 0 ? nullptr : scratch.get(), scratch_bytes);
+          return dy.ToHost();
+        };
+        const std::vector<float> other = run(0, 0, 0);
+        size_t bytes = 0;
+        {
+          ScopedGroupedBf16 on(1);
+          bytes = cuda::GroupedLinearScratchBytes(m, c.groups, w.Device(), TestLinearMath(), round);
+        }
+        const size_t weight_bytes = static_cast<size_t>(c.groups * c.r * c.k * 2);
+        ASSERT_EQ(bytes, weight_bytes + static_cast<size_t>((round ? 1 : 3) * m * c.groups * c.k * 2)) << what;
+        uint64_t launches = cuda::GroupedBf16LaunchesForTesting();
+        EXPECT_TRUE(AllEqual(run(1, 0, bytes), other, what));
+        EXPECT_EQ(cuda::GroupedBf16LaunchesForTesting(), launches + 1) << what << ": one launch";
+        launches = cuda::GroupedBf16LaunchesForTesting();
+        EXPECT_TRUE(AllEqual(run(1, 128, bytes), other, what + ", pieces of 128 rows"));
+        EXPECT_EQ(cuda::GroupedBf16LaunchesForTesting(), launches + static_cast<uint64_t>((m + 127) / 128))
+            << what << ": a launch a piece";
+        launches = cuda::GroupedBf16LaunchesForTesting();
+        EXPECT_TRUE(AllEqual(run(1, 0, bytes - 256), other, what + ", scratch short"));
+        EXPECT_TRUE(AllEqual(run(0, 0, bytes), other, what + ", switched off"));
+        EXPECT_EQ(cuda::GroupedBf16LaunchesForTesting(), launches) << what << ": short scratch or off takes the others";
+      }
+    }
+  }
+  // Below 256 rows the path asks for no scratch.
+  TestWeight w = RandomWeight(kFp8E8m0, 8 * 128, 512, ++seed);
+  ScopedGroupedBf16 on(1);
+  EXPECT_EQ(cuda::GroupedLinearScratchBytes(255, 8, w.Device(), TestLinearMath(), true), 0u);
+  EXPECT_GT(cuda::GroupedLinearScratchBytes(256, 8, w.Device(), TestLinearMath(), true), 0u);
+}
+
 // Split-BF16 products of 1-256 rows whose one-block staged grid would leave SMs idle take K's
 // slices over a cluster (linear_mma.cuh's StagedSlicesBlock) with the one-block kernels' bits
 // (the staged one past 32 rows, the register-fed one up to 32): weights of 2 (the last one

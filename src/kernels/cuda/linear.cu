@@ -1973,9 +1973,98 @@ void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cu
   g_grouped_sliced_launches.fetch_add(1);
 }
 
+// DEEPINFER_GROUPED_BF16 (read once; unset or 1: on, 0: off): GroupedLinear's split-BF16 products
+// of at least kGroupedBf16MinRows rows, where the caller gives scratch (GroupedLinearScratchBytes),
+// on the weight converted to BF16 once per call and x's parts split once, then
+// wgmma_split::GroupedBf16WsKernel (the same bits as the kernels it replaces). Tests override it
+// (SetGroupedBf16ForTesting).
+KernelSwitch g_grouped_bf16{"DEEPINFER_GROUPED_BF16", 1};
+std::atomic<uint64_t> g_grouped_bf16_launches{0};  // launches of GroupedBf16WsKernel (tests)
+std::atomic<int64_t> g_grouped_bf16_piece_rows{0};  // tests: rows per piece of x (0: the budget's)
+constexpr int64_t kGroupedBf16MinRows = 256;
+// x's parts are split and multiplied in pieces of rows whose parts take at most this many bytes.
+constexpr int64_t kGroupedBf16PartsBudget = int64_t{512} << 20;
+
+// Rows of x per piece: the budget's (a multiple of 128 tokens, at least one tile), at most m.
+int64_t GroupedBf16PieceRows(int64_t m, int64_t groups, int64_t k, int parts) {
+  const int64_t test = g_grouped_bf16_piece_rows.load();
+  if (test > 0) return std::min(m, test);
+  const int64_t tile = wgmma_split::GroupedBf16Layout<1>::kTok;
+  const int64_t rows = std::max(tile, kGroupedBf16PartsBudget / (parts * groups * k * 2) / tile * tile);
+  return std::min(m, rows);
+}
+
+// The path's scratch: the BF16 weight [groups · n][k] (256-byte multiple), then one piece's parts
+// [parts][rows][groups · k].
+int64_t GroupedBf16WeightBytes(int64_t groups, int64_t n, int64_t k) {
+  return CeilDiv(groups * n * k * 2, int64_t{256}) * 256;
+}
+size_t GroupedBf16Bytes(int64_t m, int64_t groups, int64_t n, int64_t k, int parts) {
+  return static_cast<size_t>(GroupedBf16WeightBytes(groups, n, k) +
+                             parts * GroupedBf16PieceRows(m, groups, k, parts) * groups * k * 2);
+}
+
+// Whether LaunchSplitGroupedParts<parts> takes LaunchGroupedBf16 for p (Usable already holds):
+// the switch, enough rows, the scratch, x contiguous [m][groups][k], 32-bit TMA coordinates, the
+// driver's tensor-map encoder.
+bool GroupedBf16Runs(const Params& p, int64_t groups, int parts) {
+  return g_grouped_bf16.On() && p.m >= kGroupedBf16MinRows && p.scratch != nullptr &&
+         reinterpret_cast<uintptr_t>(p.scratch) % 256 == 0 && p.ldx == groups * p.k && p.x_group_stride == p.k &&
+         groups * p.k < (int64_t{1} << 31) && groups * p.n < (int64_t{1} << 31) && p.m < (int64_t{1} << 31) &&
+         p.scratch_bytes >= GroupedBf16Bytes(p.m, groups, p.n, p.k, parts) && EncodeTiled() != nullptr;
+}
+
+// The weight converted into the scratch once, then per piece of x's rows its parts split and
+// GroupedBf16WsKernel<kParts> on at most one block per SM.
+template <int kParts>
+void LaunchGroupedBf16(const Params& p, int64_t groups, cudaStream_t stream) {
+  using L = wgmma_split::GroupedBf16Layout<kParts>;
+  const auto [device, sms] = CurrentDeviceSms();
+  const int64_t rows = groups * p.n, gk = groups * p.k;
+  uint8_t* base = static_cast<uint8_t*>(p.scratch);
+  uint16_t* w16 = reinterpret_cast<uint16_t*>(base);
+  uint16_t* parts = reinterpret_cast<uint16_t*>(base + GroupedBf16WeightBytes(groups, p.n, p.k));
+  const int64_t w_units = rows * (p.k / 16);
+  wgmma_split::ConvertGroupedWeightKernel<<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(w_units, 256), sms * 8)),
+                                            256, 0, stream>>>(p.w, p.w_row_bytes, p.scale, p.scale_row_stride, rows,
+                                                              p.k, w16);
+  DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear BF16 weight");
+  const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(rows)};
+  const uint64_t w_strides[1] = {static_cast<uint64_t>(p.k) * 2};
+  const uint32_t w_box[2] = {wgmma_split::kChunkCols, wgmma_split::kBlockRows};
+  const CUtensorMap w_map =
+      TensorMap(w16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  AllowDynamicSmem<wgmma_split::GroupedBf16WsKernel<kParts>>(device, L::kBytes);
+  const int64_t piece = GroupedBf16PieceRows(p.m, groups, p.k, kParts);
+  for (int64_t r0 = 0; r0 < p.m; r0 += piece) {
+    const int64_t m = std::min(piece, p.m - r0);
+    const int64_t x_units = m * (gk / 8);
+    wgmma_split::SplitXPartsKernel<kParts><<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(x_units, 256), sms * 8)),
+                                             256, 0, stream>>>(p.x + r0 * p.ldx, p.ldx, m, m, gk, parts);
+    DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear BF16 x parts");
+    const uint64_t x_dims[3] = {static_cast<uint64_t>(gk), static_cast<uint64_t>(m), uint64_t{kParts}};
+    const uint64_t x_strides[2] = {static_cast<uint64_t>(gk) * 2, static_cast<uint64_t>(m * gk) * 2};
+    const uint32_t x_box[3] = {wgmma_split::kChunkCols, L::kTok, 1};
+    const CUtensorMap x_map =
+        TensorMap(parts, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_128B);
+    Params pp = p;
+    pp.y = p.y + r0 * p.ldy;
+    pp.m = m;
+    const int64_t n_blocks = p.n / wgmma_split::kBlockRows, tok_blocks = CeilDiv(m, int64_t{L::kTok});
+    const int64_t tiles = groups * n_blocks * tok_blocks;
+    if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
+    wgmma_split::GroupedBf16WsKernel<kParts>
+        <<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads, L::kBytes, stream>>>(
+            w_map, x_map, pp, static_cast<int>(n_blocks), static_cast<int>(tok_blocks), static_cast<int>(tiles));
+    DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear BF16 wgmma, warp-specialized");
+    g_grouped_bf16_launches.fetch_add(1);
+  }
+}
+
 // LaunchSplitGrouped's kernels on kParts = 3 BF16 parts of x (hi, mid, lo) or 1 (x rounded).
 template <int kParts>
 void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t stream) {
+  if (GroupedBf16Runs(p, groups, kParts)) return LaunchGroupedBf16<kParts>(p, groups, stream);
   const int64_t tok_blocks = CeilDiv(p.m, wgmma::kTokens);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
   const auto [device, sms] = CurrentDeviceSms();
@@ -2089,8 +2178,8 @@ void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, 
   uint16_t* parts = static_cast<uint16_t*>(p.scratch);
   const int64_t units = m_pad * (p.k / 8);
   const int64_t split_blocks = std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8);
-  wgmma_split::SplitXPartsKernel<<<static_cast<unsigned>(split_blocks), 256, 0, stream>>>(p.x, p.ldx, p.m, m_pad, p.k,
-                                                                                          parts);
+  wgmma_split::SplitXPartsKernel<3>
+      <<<static_cast<unsigned>(split_blocks), 256, 0, stream>>>(p.x, p.ldx, p.m, m_pad, p.k, parts);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 x parts");
   AllowDynamicSmem<wgmma_split::DensePartsKernel>(device, wgmma_split::kPartsSmemBytes);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(m_pad / wgmma::kTokens));
@@ -2970,6 +3059,14 @@ void SetGroupedSlicesForTesting(int mode) { g_grouped_slices.SetForTesting(mode,
 
 uint64_t GroupedSlicedLaunchesForTesting() { return g_grouped_sliced_launches.load(); }
 
+void SetGroupedBf16ForTesting(int mode, int64_t piece_rows) {
+  if (piece_rows < 0) Fail("SetGroupedBf16ForTesting: negative piece rows");
+  g_grouped_bf16.SetForTesting(mode, "SetGroupedBf16ForTesting");
+  g_grouped_bf16_piece_rows.store(piece_rows);
+}
+
+uint64_t GroupedBf16LaunchesForTesting() { return g_grouped_bf16_launches.load(); }
+
 void SetTmaWarpSpecializedForTesting(int mode) {
   g_tma_warp_specialized.SetForTesting(mode, "SetTmaWarpSpecializedForTesting");
 }
@@ -3096,8 +3193,19 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   Launch(p, kind, 1, stream, math);
 }
 
+size_t GroupedLinearScratchBytes(int64_t m, int64_t num_groups, const DeviceWeight& w, LinearMath math,
+                                 bool round_x_to_bf16) {
+  if (m < kGroupedBf16MinRows || num_groups <= 0 || w.out_features % num_groups != 0 || !g_grouped_bf16.On()) return 0;
+  Params p{};
+  const Kind kind = SetWeight(w, p);
+  p.n = w.out_features / num_groups;
+  p.x_vec = true;  // the launch checks x's alignment
+  if (!SplitGroupedRuns(p, kind, num_groups, math)) return 0;
+  return GroupedBf16Bytes(m, num_groups, p.n, p.k, round_x_to_bf16 ? 1 : 3);
+}
+
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
-                   cudaStream_t stream, LinearMath math, bool round_x_to_bf16) {
+                   cudaStream_t stream, LinearMath math, bool round_x_to_bf16, void* scratch, size_t scratch_bytes) {
   Params p{};
   const Kind kind = SetWeight(w, p);
   if (m < 0) Fail("negative row count");
@@ -3115,6 +3223,8 @@ void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWe
   p.n = r;
   p.x_vec = Aligned(x, k * 4, 16);  // k % 4 == 0 makes every row and group start aligned too
   p.x_bf16 = round_x_to_bf16;
+  p.scratch = scratch;
+  p.scratch_bytes = scratch == nullptr ? 0 : scratch_bytes;
   if (round_x_to_bf16 && !SplitGroupedRuns(p, kind, num_groups, math)) {  // no other kernel rounds x
     Fail("grouped linear: x rounded to BF16 is taken by the warpgroup-MMA split-BF16 kernels only");
   }

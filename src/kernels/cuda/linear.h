@@ -140,6 +140,13 @@ uint64_t GroupedHalfBlocksLaunchesForTesting();
 // process has made.
 void SetGroupedSlicesForTesting(int mode);
 uint64_t GroupedSlicedLaunchesForTesting();
+// Tests only: GroupedLinear's products of at least 256 rows given scratch on the weight converted
+// to BF16 once per call and x's parts split once (GroupedBf16WsKernel; the same bits) on (1), off
+// (0), or as DEEPINFER_GROUPED_BF16 says (-1, the default: on unless 0); piece_rows > 0 splits x
+// into pieces of that many rows (0: the 512 MiB budget's); and how many such GEMM launches (one per
+// piece) this process has made.
+void SetGroupedBf16ForTesting(int mode, int64_t piece_rows = 0);
+uint64_t GroupedBf16LaunchesForTesting();
 // Linear's TMA-fed products on the persistent, warp-specialized kernel (TmaLinearWsKernel; the same
 // bits) on (1), off (0: TmaLinearKernel), or as DEEPINFER_TMA_WS says (-1, the default: on unless
 // 0); and how many such launches this process has made.
@@ -176,8 +183,16 @@ void CheckWeight(const DeviceWeight& w);
 // (linear_wgmma_split.cuh), at every M. round_x_to_bf16: y = W · bf16(x), x rounded to nearest
 // even as those kernels read it, on one BF16 part instead of three (the bits of the three-part
 // kernels on Bf16RoundRows(x)); only where they run (GroupedRoundsXToBf16), an error elsewhere.
+// scratch (DEVICE, 256-byte aligned, GroupedLinearScratchBytes bytes; may be null): where given,
+// products of at least 256 rows on the warpgroup-MMA path convert the weight to BF16 once and
+// split x's parts once into it, then multiply them (the same bits as without).
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
-                   cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool round_x_to_bf16 = false);
+                   cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool round_x_to_bf16 = false,
+                   void* scratch = nullptr, size_t scratch_bytes = 0);
+// Scratch bytes GroupedLinear can use for m rows (0 where no kernel uses any): the BF16 weight and
+// x's parts (one BF16 part with round_x_to_bf16, else three) for at most 512 MiB of rows at once.
+size_t GroupedLinearScratchBytes(int64_t m, int64_t num_groups, const DeviceWeight& w, LinearMath math,
+                                 bool round_x_to_bf16);
 // Whether GroupedLinear takes round_x_to_bf16 for `w` in `num_groups` groups under `math` (x at a
 // 16-byte aligned address): the warpgroup-MMA split-BF16 kernels run.
 bool GroupedRoundsXToBf16(const DeviceWeight& w, int64_t num_groups, LinearMath math);

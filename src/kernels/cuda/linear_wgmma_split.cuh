@@ -537,6 +537,215 @@ inline bool Usable(const Params& p, Kind kind, int64_t groups) {
          p.n % kBlockRows == 0 && p.k > 0 && p.k % kChunkCols == 0 && wgmma::DeviceHasWgmma();
 }
 
+// ---- prefill: the weight converted to BF16 once per call, x's parts split once (version 34) ------
+//
+// At prefill sizes the kernels above convert each 64-column chunk of the FP8 weight to BF16 again
+// in every token tile (64 tiles at the 8k prefill), and x's f32 chunk in every row block (8 for
+// wo_a): ncu put `wo_a` at 3.86 ms a layer, 143 TF/s, L1 76% busy with the raw bytes' round trip.
+// Where the caller gives scratch (GroupedBf16Bytes), ConvertGroupedWeightKernel writes the weight
+// once as BF16 (FP8 value × block scale: exact, ConvertSplitStage's values), SplitXPartsKernel x's
+// parts once (ConvertXParts' values), and GroupedBf16WsKernel multiplies the two with no
+// conversion: persistent blocks of two MMA warpgroups and a producer warpgroup (TmaLinearWsKernel's
+// scheme), tiles of 128 weight rows × 128 tokens written by TMA in the 128-byte swizzle, wgmma
+// m64n128k16 (each output the dot product m64n64k16 forms). Order of every output: the grouped
+// kernels' (per 512-column slice an accumulator from +0, per chunk the k16 steps, per step the
+// parts hi, mid, lo; total = P_0, total += P_1, ...): the same bits.
+
+// d += A·B for one k16 step, m64n128k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 128 token columns).
+__device__ __forceinline__ void MmaBf16M64N128K16(float (&d)[64], uint32_t a_lo, uint32_t b_lo) {
+  asm volatile(
+      "{\n"
+      ".reg .b64 da, db;\n"
+      "mov.b64 da, {%64, %66};\n"
+      "mov.b64 db, {%65, %66};\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "da, db, 1, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()));
+}
+
+// Thread per 16 weight columns: row r of the FP8 weight [rows][k] (rows 16-byte aligned,
+// w_row_bytes apart) times its e8m0 block scale (scale[(r / 128) · scale_row_stride + col / 128])
+// into BF16 [rows][k], contiguous. Exact: an e4m3 value times a power of two within BF16's range.
+__global__ void __launch_bounds__(256) ConvertGroupedWeightKernel(const uint8_t* __restrict__ w, int64_t w_row_bytes,
+                                                                  const uint8_t* __restrict__ scale,
+                                                                  int64_t scale_row_stride, int64_t rows, int64_t k,
+                                                                  uint16_t* __restrict__ out) {
+  PdlPrologue();
+  const int64_t units = rows * (k / 16);
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
+       u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = u / (k / 16), col = 16 * (u % (k / 16));
+    const uint4 codes = __ldg(reinterpret_cast<const uint4*>(w + row * w_row_bytes + col));
+    const float s = DecodeE8m0(__ldg(scale + (row / kFp8Block) * scale_row_stride + col / kFp8Block));
+    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+    uint32_t pairs[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 v = E4m3PairValues(words[j / 2] >> (16 * (j % 2)));
+      pairs[j] = mma::PackBf16(__fmul_rn(v.x, s), __fmul_rn(v.y, s));
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out + row * k + col);
+    dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
+    dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+  }
+}
+
+// Shared memory of GroupedBf16WsKernel<kParts>: kStages stages of the weight tile (128 rows × 64
+// BF16) and x's kParts part tiles (128 token rows × 64 BF16 each), every tile 128-byte swizzled by
+// the TMA; then full[kStages] and empty[kStages].
+template <int kParts>
+struct GroupedBf16Layout {
+  static constexpr int kTok = 128;
+  static constexpr int kElems = kTok / 2;  // D fragment elements per thread
+  static constexpr int kWBytes = kBlockRows * kRowBytes;  // 16 KiB
+  static constexpr int kPartBytes = kTok * kRowBytes;     // 16 KiB
+  static constexpr int kStageBytes = kWBytes + kParts * kPartBytes;
+  static constexpr int kStages = kParts == 1 ? 6 : 3;
+  static constexpr int kBarriers = kStages * kStageBytes;
+  static constexpr int kBytes = kBarriers + 2 * kStages * 8 + 1024;  // + base alignment
+  static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
+  static_assert(kStageBytes % 1024 == 0, "the swizzle's 1024-byte period");
+  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
+};
+
+// Issues one chunk's MMAs into acc (IssueSplitChunk's order at 128 tokens): w_addr the warpgroup's
+// 64 weight rows, x_addr the first part tile (the others kPartBytes apart).
+template <int kParts>
+__device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[64], uint32_t w_addr, uint32_t x_addr) {
+  const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
+  wgmma::WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int part = 0; part < kParts; ++part) {
+      MmaBf16M64N128K16(acc, w_lo + 2 * kk, x_lo + (part * GroupedBf16Layout<kParts>::kPartBytes + 32 * kk) / 16);
+    }
+  }
+  wgmma::WgmmaCommit();
+}
+
+// setmaxnreg of GroupedBf16WsKernel: the producer's thread walks the tiles (its counters in
+// registers), the MMA warpgroups hold 2 × 64 accumulator floats; within the block's own registers.
+constexpr int kGroupedBf16ProducerRegisters = 40, kGroupedBf16ConsumerRegisters = 232;
+static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegisters * tma::kThreads <=
+                  tma::kWsLaunchRegisters * tma::kWsThreads,
+              "setmaxnreg within the block's own registers");
+
+// Grid: at most one block per SM; tma::kWsThreads threads; GroupedBf16Layout<kParts>::kBytes of
+// dynamic shared memory. Block b takes tiles b, b + gridDim.x, ... of groups × tok_blocks × n_blocks
+// (weight row blocks fastest, then token blocks: a wave shares x's tiles and one group's weight
+// in L2); load j of the ring is the j-th (tile, chunk) of that walk.
+// w_map: the BF16 weight [groups · n rows][K], boxes of 128 rows × 64 values; x_map: the parts,
+// BF16 [kParts][m][groups · K], boxes of 1 × 128 rows × 64 values (zeros past m); both 128-byte
+// swizzle. p: y, ldy, y_group_stride, m, n (rows per group), k.
+template <int kParts>
+__global__ void __launch_bounds__(tma::kWsThreads, 1)
+    GroupedBf16WsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                        const Params p, int n_blocks, int tok_blocks, int tiles) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
+#else
+  using L = GroupedBf16Layout<kParts>;
+  constexpr int S = L::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
+  uint64_t* empty = full + S;
+  const int tid = threadIdx.x;
+  const int chunks = static_cast<int>(p.k / kChunkCols);
+  if (tid == 0) {
+    tma::PrefetchTensorMap(&w_map);
+    tma::PrefetchTensorMap(&x_map);
+    for (int s = 0; s < S; ++s) {
+      tma::BarrierInit(&full[s], 1);
+      tma::BarrierInit(&empty[s], tma::kWsConsumerWarps);
+    }
+    tma::FenceBarrierInit();
+  }
+  __syncthreads();
+  if (tid >= tma::kThreads) {  // the producer warpgroup
+    tma::SetMaxRegistersDec<kGroupedBf16ProducerRegisters>();
+    if (tid == tma::kThreads) {
+      int64_t j = 0;
+      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int nb = tile % n_blocks, rest = tile / n_blocks;
+        const int t0 = rest % tok_blocks * L::kTok, g = rest / tok_blocks;
+        const int w_row = g * static_cast<int>(p.n) + nb * kBlockRows, x_col = g * static_cast<int>(p.k);
+        for (int c = 0; c < chunks; ++c, ++j) {
+          if (j >= S) tma::BarrierWait(&empty[(j - S) % S], static_cast<uint32_t>((j - S) / S) & 1u);
+          uint64_t* bar = &full[j % S];
+          uint8_t* stage = smem + (j % S) * L::kStageBytes;
+          tma::BarrierArriveExpectTx(bar, L::kStageBytes);
+          tma::TmaLoad2d(stage, &w_map, bar, c * kChunkCols, w_row);
+#pragma unroll
+          for (int part = 0; part < kParts; ++part) {
+            tma::TmaLoad3d(stage + L::kWBytes + part * L::kPartBytes, &x_map, bar, x_col + c * kChunkCols, t0, part);
+          }
+        }
+      }
+    }
+    return;
+  }
+  tma::SetMaxRegistersInc<kGroupedBf16ConsumerRegisters>();
+  const int group = tid / 128;  // consumer warpgroup: weight rows 64·group ..
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  // acc: the current slice, from +0 (zeroed again at each slice's end); total: over slices.
+  float acc[L::kElems], total[L::kElems];
+#pragma unroll
+  for (int i = 0; i < L::kElems; ++i) total[i] = 0.f;
+  wgmma::ZeroForWgmma(acc);
+  int64_t j = 0;  // loads consumed
+  auto wait_and_issue = [&](int64_t load) {  // the stage of `load` landed; its MMAs issued into acc
+    tma::BarrierWait(&full[load % S], static_cast<uint32_t>(load / S) & 1u);
+    __syncwarp();
+    const uint32_t stage = wgmma::SharedAddress(smem + (load % S) * L::kStageBytes);
+    IssueGroupedBf16Chunk<kParts>(acc, stage + group * kRowsPerGroup * kRowBytes, stage + L::kWBytes);
+  };
+  auto release = [&](int64_t load) {  // the warp's MMAs of `load` complete: its stage is free
+    __syncwarp();
+    if (lane == 0) tma::BarrierArrive(&empty[load % S]);
+  };
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int nb = tile % n_blocks, rest = tile / n_blocks;
+    const int64_t t0 = static_cast<int64_t>(rest % tok_blocks) * L::kTok, g = rest / tok_blocks;
+    for (int s0 = 0; s0 < chunks; s0 += kSliceChunks) {
+      // The slice's chunks: chunk c's MMAs issued while chunk c - 1's may run; no register of acc
+      // is written between them (ptxas would wait for every MMA at the back edge: C7517).
+      const int s1 = min(chunks, s0 + kSliceChunks);
+      wait_and_issue(j++);
+      for (int c = s0 + 1; c < s1; ++c) {
+        wait_and_issue(j++);
+        wgmma::WgmmaWait<1>();
+        release(j - 2);
+      }
+      wgmma::WgmmaWaitAll();
+      wgmma::PinAll(acc);
+      release(j - 1);
+#pragma unroll
+      for (int i = 0; i < L::kElems; ++i) total[i] = s0 == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
+      wgmma::ZeroForWgmma(acc);
+    }
+    Params pg = p;
+    pg.y = p.y + g * p.y_group_stride;
+    const int64_t ra = static_cast<int64_t>(nb) * kBlockRows + group * kRowsPerGroup + 16 * warp + lane / 4;
+    wgmma::StoreBlockResult<L::kTok>(pg, ra, t0, lane % 4, [&](int e) { return total[e]; });
+  }
+#endif
+}
+
 
 // ---- Linear's split-BF16 products of BF16 weights (the head, compressors, indexer) -------------
 //
@@ -863,12 +1072,15 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
 // Parts bytes for m rows of K columns: three planes of PaddedRows(m) rows.
 inline int64_t DensePartsBytes(int64_t m, int64_t k) { return 3 * wgmma::PaddedRows(m) * k * 2; }
 
-// Thread per 8 consecutive columns of one row of the padded plane: its three parts' 16 bytes.
+// Thread per 8 consecutive columns of one row of the padded plane: its three parts' 16 bytes; or
+// (kParts = 1) x rounded to nearest even alone (ConvertXParts' values), one plane.
+template <int kParts = 3>
 __global__ void __launch_bounds__(256) SplitXPartsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
                                                          int64_t m_pad, int64_t k, uint16_t* __restrict__ parts) {
+  static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
   PdlPrologue();
   const int64_t units = m_pad * (k / 8);
-  const int64_t plane = m_pad * k;
+  [[maybe_unused]] const int64_t plane = m_pad * k;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
        u += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = u / (k / 8), col = 8 * (u % (k / 8));
@@ -878,15 +1090,20 @@ __global__ void __launch_bounds__(256) SplitXPartsKernel(const float* __restrict
       v0 = __ldg(src);
       v1 = __ldg(src + 1);
     }
-    uint32_t hi[4], mid[4], lo[4];
-    SplitPair(v0.x, v0.y, hi[0], mid[0], lo[0]);
-    SplitPair(v0.z, v0.w, hi[1], mid[1], lo[1]);
-    SplitPair(v1.x, v1.y, hi[2], mid[2], lo[2]);
-    SplitPair(v1.z, v1.w, hi[3], mid[3], lo[3]);
     uint16_t* dst = parts + row * k + col;
-    *reinterpret_cast<uint4*>(dst) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    *reinterpret_cast<uint4*>(dst + plane) = make_uint4(mid[0], mid[1], mid[2], mid[3]);
-    *reinterpret_cast<uint4*>(dst + 2 * plane) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    if constexpr (kParts == 1) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(mma::PackBf16(v0.x, v0.y), mma::PackBf16(v0.z, v0.w),
+                                                  mma::PackBf16(v1.x, v1.y), mma::PackBf16(v1.z, v1.w));
+    } else {
+      uint32_t hi[4], mid[4], lo[4];
+      SplitPair(v0.x, v0.y, hi[0], mid[0], lo[0]);
+      SplitPair(v0.z, v0.w, hi[1], mid[1], lo[1]);
+      SplitPair(v1.x, v1.y, hi[2], mid[2], lo[2]);
+      SplitPair(v1.z, v1.w, hi[3], mid[3], lo[3]);
+      *reinterpret_cast<uint4*>(dst) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      *reinterpret_cast<uint4*>(dst + plane) = make_uint4(mid[0], mid[1], mid[2], mid[3]);
+      *reinterpret_cast<uint4*>(dst + 2 * plane) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
   }
 }
 

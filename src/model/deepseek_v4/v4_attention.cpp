@@ -95,8 +95,12 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   ops::Rope(ctx.op, o, pos, table, true);
   const int64_t groups = c.o_groups;
   const TensorView z = ws.Alloc(DType::kF32, {tokens, groups, c.o_lora_rank});
-  ops::GroupedLinear(ctx.op, o.Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups, z,
-                     numerics_.bf16_attention_output ? ops::LinearInput::kBf16 : ops::LinearInput::kAsIs);
+  const ops::LinearInput o_input = numerics_.bf16_attention_output ? ops::LinearInput::kBf16 : ops::LinearInput::kAsIs;
+  const size_t wo_a_bytes = ops::GroupedLinearScratchBytes(ctx.op, tokens, aw.wo_a, groups, o_input);
+  const TensorView wo_a_scratch =
+      wo_a_bytes == 0 ? TensorView() : ws.Alloc(DType::kI8, {static_cast<int64_t>(wo_a_bytes)});
+  ops::GroupedLinear(ctx.op, o.Reshape({tokens, groups, heads * hd / groups}), aw.wo_a, groups, z, o_input,
+                     wo_a_scratch);
   const TensorView z2 = z.Reshape({tokens, groups * c.o_lora_rank});
   QuantizeLinearInput(ctx, z2);
   QuantizedLinear(ctx, z2, aw.wo_b, out);
