@@ -1490,10 +1490,19 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
       const float sa = wgmma::FoldedRowScaleOf(word_a);
       const float sb = wgmma::FoldedRowScaleOf(word_b);
       const bool again = chunk_more != 0;  // uniform over the block
-      wgmma::WgmmaWaitAll();
-      wgmma::PinAll(acc);
       const float* xs = R::XScales(stage, t.row0);
-      wgmma::AddScaledRows(part, acc, sa, sb, xs, q);
+      if constexpr (kWarpSpecialized) {
+        // The scale products before the wait (the stage's x scales landed with its codes).
+        float s[R::kElems];
+        wgmma::ScaleProducts(s, sa, sb, tma::SmemAddress(xs), q);
+        wgmma::WgmmaWaitAll();
+        wgmma::PinAll(acc);
+        wgmma::AddScaledProducts(part, acc, s);
+      } else {
+        wgmma::WgmmaWaitAll();
+        wgmma::PinAll(acc);
+        wgmma::AddScaledRows(part, acc, sa, sb, xs, q);
+      }
       if (again) {
         const Params fp4 = TileParams<Kind::kFp4>(ep, t);
         wgmma::LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it

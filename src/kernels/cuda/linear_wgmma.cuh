@@ -602,6 +602,30 @@ __device__ __forceinline__ void AddScaledRows(float (&part)[kElems], const float
   }
 }
 
+// AddScaledRows in two halves, so that the scale products are formed while the MMAs run:
+// ScaleProducts reads the x scales at shared address xs_addr (ld.shared: a generic pointer to
+// shared memory costs a generic load a column) and writes s[e], the factor AddScaledRows applies
+// to acc[e] (sa·x0, sa·x1, sb·x0, sb·x1, the same roundings); AddScaledProducts, after the wait,
+// part[e] = fma(acc[e], s[e], part[e]). The same bits as AddScaledRows.
+template <int kElems>
+__device__ __forceinline__ void ScaleProducts(float (&s)[kElems], float sa, float sb, uint32_t xs_addr, int q) {
+#pragma unroll
+  for (int i = 0; i < kElems / 4; ++i) {
+    const float x0 = __uint_as_float(LdShared32(xs_addr + 4 * (8 * i + 2 * q)));
+    const float x1 = __uint_as_float(LdShared32(xs_addr + 4 * (8 * i + 2 * q + 1)));
+    s[4 * i + 0] = __fmul_rn(sa, x0);
+    s[4 * i + 1] = __fmul_rn(sa, x1);
+    s[4 * i + 2] = __fmul_rn(sb, x0);
+    s[4 * i + 3] = __fmul_rn(sb, x1);
+  }
+}
+template <int kElems>
+__device__ __forceinline__ void AddScaledProducts(float (&part)[kElems], const float (&acc)[kElems],
+                                                  const float (&s)[kElems]) {
+#pragma unroll
+  for (int e = 0; e < kElems; ++e) part[e] = __fmaf_rn(acc[e], s[e], part[e]);
+}
+
 template <int kElems>
 __device__ __forceinline__ void ZeroForWgmma(float (&acc)[kElems]) {
 #pragma unroll
