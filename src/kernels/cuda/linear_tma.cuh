@@ -354,12 +354,9 @@ __global__ void __launch_bounds__(kWsThreads, 1)
                              SmemAddress(stage + R::kX));
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c)
                                    : DecodeE8m0(__ldg(p.scale + scale_row + c));
-      // The scale products before the wait (the stage's x scales landed with its codes).
-      float s[R::kElems];
-      wgmma::ScaleProducts(s, sw, sw, SmemAddress(R::XScales(stage, static_cast<int>(t0))), q);
       wgmma::WgmmaWaitAll();
       wgmma::PinAll(acc);
-      wgmma::AddScaledProducts(part, acc, s);
+      wgmma::AddScaledRows(part, acc, sw, sw, R::XScales(stage, static_cast<int>(t0)), q);
       ring.ReleaseByWarp(j, lane);  // the warp's last reads of the stage (the MMAs' reads are complete)
       wgmma::EndChunk(total, part, c, 0, chunks);
     }
