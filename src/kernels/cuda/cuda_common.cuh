@@ -66,6 +66,31 @@ __device__ inline float WarpSum(float v) {
   return v;
 }
 
+// WarpSum of 32 values at once (v[k] this lane's k-th value): lane L returns value L's sum over
+// the warp. At the step of xor offset o each lane keeps the half of its values whose index agrees
+// with its own bit o, sends the other half to lane L ^ o and adds what it receives: every value
+// sees WarpSum's additions (own partial + the partial of lane L ^ o, offsets 16 .. 1), so the same
+// bits, in 31 shuffles instead of 160. v is consumed.
+template <int kHalf>
+__device__ __forceinline__ void TransposedWarpSumStep(float (&v)[kWarpSize], int lane) {
+  const bool upper = (lane & kHalf) != 0;
+#pragma unroll
+  for (int j = 0; j < kHalf; ++j) {
+    const float send = upper ? v[j] : v[j + kHalf];
+    const float keep = upper ? v[j + kHalf] : v[j];
+    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kHalf);
+  }
+}
+__device__ __forceinline__ float TransposedWarpSum(float (&v)[kWarpSize], int lane) {
+  static_assert(kWarpSize == 32, "five steps");
+  TransposedWarpSumStep<16>(v, lane);
+  TransposedWarpSumStep<8>(v, lane);
+  TransposedWarpSumStep<4>(v, lane);
+  TransposedWarpSumStep<2>(v, lane);
+  TransposedWarpSumStep<1>(v, lane);
+  return v[0];
+}
+
 __device__ inline float WarpMax(float v) {
   for (int offset = kWarpSize / 2; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;

@@ -207,14 +207,26 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
         for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
       }
     }
+    if constexpr (kTok * kRowChunk >= 24) {
+      // 24 or 32 sums of the pass at once (the same bits as WarpSum of each): lane L's is sum L.
+      float v[kWarpSize];
 #pragma unroll
-    for (int t = 0; t < kTok; ++t) {
+      for (int e = 0; e < kWarpSize; ++e) v[e] = e < kTok * kRowChunk ? acc[e / kRowChunk][e % kRowChunk] : 0.f;
+      const float sum = TransposedWarpSum(v, lane);
+      if (lane < kTok * kRowChunk) red[warp][lane] = sum;
+    } else {
 #pragma unroll
-      for (int k = 0; k < kRowChunk; ++k) {
-        const float v = WarpSum(acc[t][k]);
-        if (lane == 0) red[warp][t * kRowChunk + k] = v;
+      for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+        for (int k = 0; k < kRowChunk; ++k) {
+          const float v = WarpSum(acc[t][k]);
+          if (lane == 0) red[warp][t * kRowChunk + k] = v;
+        }
       }
-      if (r0 == 0) {
+    }
+    if (r0 == 0) {
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
         const float v = WarpSum(ss[t]);
         if (lane == 0) ss_red[warp][t] = v;
       }
