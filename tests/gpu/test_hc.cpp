@@ -128,6 +128,14 @@ TEST(CudaHc, PreBatchInvariant) {
   }
 }
 
+// The mix kernels reduce a pass's 24 or 32 sums with one transposed butterfly: the bits of WarpSum
+// on each, over 262,144 sums; and the check sees a one-ulp change of one input.
+TEST(CudaHc, TransposedWarpSumEqualsWarpSum) {
+  DI_REQUIRE_GPU();
+  EXPECT_EQ(cuda::TransposedWarpSumMismatchesForTesting(), 0u);
+  EXPECT_GT(cuda::TransposedWarpSumMismatchesForTesting(true), 0u);
+}
+
 TEST(CudaHc, ZeroTokens) {
   DI_REQUIRE_GPU();
   cuda::HcParams p{nullptr, nullptr, nullptr, 20, 1e-6f, 1e-6f};

@@ -494,4 +494,49 @@ void HcPost(const float* o, int64_t ldo, const float* x, const float* post, cons
   DI_CUDA_LAUNCH_CHECK("hc_post");
 }
 
+namespace {
+
+// One warp per block: 32 values a lane from a hash of (salt, block, lane, value), over 2^-20 .. 2^20
+// with either sign (sums that cancel, sums that round); counts the values whose TransposedWarpSum
+// differs in any bit from their WarpSum (with `perturb`, lane 0's value 0 is one ulp off in the
+// transposed sum's input: the count must then be nonzero).
+__global__ void __launch_bounds__(kWarpSize) TransposedWarpSumCheckKernel(uint32_t salt, bool perturb,
+                                                                          unsigned long long* mismatches) {
+  const int lane = static_cast<int>(threadIdx.x);
+  float v[kWarpSize], expected[kWarpSize];
+#pragma unroll
+  for (int k = 0; k < kWarpSize; ++k) {
+    uint32_t h = salt ^ (blockIdx.x * 0x9e3779b9u) ^ (static_cast<uint32_t>(lane * kWarpSize + k) * 0x85ebca6bu);
+    h ^= h >> 15;
+    h *= 0x2c1b3c6du;
+    h ^= h >> 12;
+    const float mantissa = 1.f + static_cast<float>(h & 0xffffu) / 65536.f;
+    const float value = ldexpf(h & 0x80000000u ? -mantissa : mantissa, static_cast<int>((h >> 16) % 41) - 20);
+    expected[k] = WarpSum(value);
+    v[k] = perturb && lane == 0 && k == 0 ? nextafterf(value, INFINITY) : value;
+  }
+  const float got = TransposedWarpSum(v, lane);
+  if (__float_as_uint(got) != __float_as_uint(expected[lane])) atomicAdd(mismatches, 1ull);
+}
+
+}  // namespace
+
+uint64_t TransposedWarpSumMismatchesForTesting(bool perturb) {
+  unsigned long long* count = nullptr;
+  DI_CUDA_CHECK(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
+  unsigned long long host = 0;
+  const cudaError_t status = [&] {
+    cudaError_t e = cudaMemset(count, 0, sizeof(*count));
+    for (const uint32_t salt : {1u, 0x7f4a7c15u}) {
+      if (e == cudaSuccess) TransposedWarpSumCheckKernel<<<4096, kWarpSize>>>(salt, perturb, count);
+      if (e == cudaSuccess) e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
+    return e;
+  }();
+  cudaFree(count);
+  DI_CUDA_CHECK(status, "TransposedWarpSumMismatchesForTesting");
+  return host;
+}
+
 }  // namespace deepinfer::cuda

@@ -47,4 +47,9 @@ void HcPost(const float* o, int64_t ldo, const float* x, const float* post, cons
 void HcHead(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* y, int64_t ldy,
             cudaStream_t stream);
 
+// Tests only: how many of 2 · 4096 · 32 sums of 32 lanes' values (random magnitudes over 2^±20, both
+// signs) the mix kernels' TransposedWarpSum gives other bits for than WarpSum (0 expected; with
+// perturb, one input per warp is one ulp off and the count must not be 0). Synchronizes the device.
+uint64_t TransposedWarpSumMismatchesForTesting(bool perturb = false);
+
 }  // namespace deepinfer::cuda
