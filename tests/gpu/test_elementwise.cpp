@@ -1,8 +1,10 @@
 // CUDA row-wise kernels against their CPU twins (src/kernels/cpu/elementwise.h, moe.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
@@ -220,6 +222,36 @@ TEST(CudaSwiGlu, MatchesCpu) {
     cuda::ClampedSwiGlu(dg.get(), n, du.get(), n, m, n, limit, dw.get(), nullptr);
     // expf and the host's exp differ by ≤ 1–2 ulp; the products add a few more.
     EXPECT_TRUE(AllClose(dg.ToHost(), want, 1e-6f, 1e-6f, "swiglu"));
+  }
+}
+
+// Aligned rows of a multiple of 4 columns take the four-column kernel: bit for bit the one-column
+// kernel's values (taken here through rows of n + 1 floats), and with a device row count the rows
+// from it on are left as they were.
+TEST(CudaSwiGlu, FourColumnsEqualOne) {
+  DI_REQUIRE_GPU();
+  const int64_t m = 37, n = 2048, ld = n + 1;
+  std::vector<float> g = RandomFloats(m * n, 14, -12.f, 12.f), u = RandomFloats(m * n, 15, -12.f, 12.f);
+  std::vector<float> w = RandomFloats(m, 16, 0.f, 1.f);
+  std::vector<float> g_wide(static_cast<size_t>(m * ld)), u_wide(static_cast<size_t>(m * ld));
+  for (int64_t r = 0; r < m; ++r) {
+    std::copy(g.begin() + r * n, g.begin() + (r + 1) * n, g_wide.begin() + r * ld);
+    std::copy(u.begin() + r * n, u.begin() + (r + 1) * n, u_wide.begin() + r * ld);
+  }
+  const int32_t rows = 30;
+  DeviceArray<int32_t> count(std::vector<int32_t>{rows});
+  for (float limit : {0.f, 10.f}) {
+    DeviceArray<float> dg(g), du(u), dw(w), dg_wide(g_wide), du_wide(u_wide);
+    cuda::ClampedSwiGlu(dg.get(), n, du.get(), n, m, n, limit, dw.get(), count.get(), nullptr);
+    cuda::ClampedSwiGlu(dg_wide.get(), ld, du_wide.get(), ld, m, n, limit, dw.get(), count.get(), nullptr);
+    const std::vector<float> four = dg.ToHost(), wide = dg_wide.ToHost();
+    std::vector<float> one(static_cast<size_t>(m * n));
+    for (int64_t r = 0; r < m; ++r) std::copy(wide.begin() + r * ld, wide.begin() + r * ld + n, one.begin() + r * n);
+    EXPECT_TRUE(AllEqual(four, one, "limit " + std::to_string(limit)));
+    EXPECT_TRUE(AllEqual(std::vector<float>(four.begin() + rows * n, four.end()),
+                         std::vector<float>(g.begin() + rows * n, g.end()), "rows past the count"));
+    const std::vector<float> first(four.begin(), four.begin() + n), first_in(g.begin(), g.begin() + n);
+    EXPECT_FALSE(AllEqual(first, first_in)) << "the first row was not written";
   }
 }
 

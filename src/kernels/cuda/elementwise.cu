@@ -305,6 +305,40 @@ __global__ void SwiGluKernel(float* g, int64_t ldg, const float* u, int64_t ldu,
   }
 }
 
+// SwiGluKernel's values four columns at a time (n, ldg and ldu multiples of 4, g and u 16-byte
+// aligned): a thread per (row, 4 columns) over all rows, 16-byte loads and stores, each value by
+// SwiGluKernel's operations (the same bits). SwiGluKernel's grid of one block per row and 256
+// columns kept one value a thread in flight (the 8k prefill's experts: 0.94 ms a layer for 1.2 GB).
+__global__ void __launch_bounds__(256) SwiGluVec4Kernel(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m,
+                                                        int64_t n, float limit, const float* row_weights,
+                                                        const int32_t* row_count) {
+  PdlPrologue();
+  int64_t rows = m;
+  if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
+  const int64_t quads = n / 4, total = rows * quads;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / quads, c = 4 * (e % quads);
+    const float weight = row_weights != nullptr ? row_weights[r] : 1.f;
+    float4* gp = reinterpret_cast<float4*>(g + r * ldg + c);
+    float4 gate = *gp;
+    float4 up = *reinterpret_cast<const float4*>(u + r * ldu + c);
+    float* gv = &gate.x;
+    const float* uv = &up.x;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float gk = gv[k], uk = uv[k];
+      if (limit > 0.f) {
+        gk = fminf(gk, limit);
+        uk = fminf(fmaxf(uk, -limit), limit);
+      }
+      const float silu = gk / (1.f + expf(-gk));
+      gv[k] = silu * uk * weight;
+    }
+    *gp = gate;
+  }
+}
+
 __global__ void FillKernel(float* x, int64_t n, float value) {
   PdlPrologue();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -429,6 +463,14 @@ void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m
 void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
                    const float* row_weights, const int32_t* row_count, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (n % 4 == 0 && ldg % 4 == 0 && ldu % 4 == 0 && aligned(g) && aligned(u)) {
+    const int64_t blocks = std::min<int64_t>(CeilDiv(m * (n / 4), int64_t{256}), 8192);
+    SwiGluVec4Kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(g, ldg, u, ldu, m, n, limit, row_weights,
+                                                                         row_count);
+    DI_CUDA_LAUNCH_CHECK("clamped_swiglu");
+    return;
+  }
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>(CeilDiv(n, kRowThreads), 64)),
                   static_cast<unsigned>(std::min<int64_t>(m, 65535)));
   SwiGluKernel<<<grid, kRowThreads, 0, stream>>>(g, ldg, u, ldu, m, n, limit, row_weights, row_count);
