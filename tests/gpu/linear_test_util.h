@@ -116,6 +116,14 @@ class ScopedTmaKernels {
   ScopedTmaKernels(const ScopedTmaKernels&) = delete;
   ScopedTmaKernels& operator=(const ScopedTmaKernels&) = delete;
 };
+// cuda::SetGroupedBf16ForTesting(mode, piece_rows) for the scope, then back to the environment's.
+class ScopedGroupedBf16 {
+ public:
+  explicit ScopedGroupedBf16(int mode, int64_t piece_rows = 0) { cuda::SetGroupedBf16ForTesting(mode, piece_rows); }
+  ~ScopedGroupedBf16() { cuda::SetGroupedBf16ForTesting(-1); }
+  ScopedGroupedBf16(const ScopedGroupedBf16&) = delete;
+  ScopedGroupedBf16& operator=(const ScopedGroupedBf16&) = delete;
+};
 // kSet(mode) for the scope, then kSet(-1): one of linear.h's switch hooks (a kernel choice on (1)
 // or off (0) for the whole process, then back to the environment's).
 template <void (*kSet)(int)>

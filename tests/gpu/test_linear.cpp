@@ -532,15 +532,6 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   }
 }
 
-// cuda::SetGroupedBf16ForTesting(mode, piece_rows) for the scope, then back to the environment's.
-class ScopedGroupedBf16 {
- public:
-  explicit ScopedGroupedBf16(int mode, int64_t piece_rows = 0) { cuda::SetGroupedBf16ForTesting(mode, piece_rows); }
-  ~ScopedGroupedBf16() { cuda::SetGroupedBf16ForTesting(-1); }
-  ScopedGroupedBf16(const ScopedGroupedBf16&) = delete;
-  ScopedGroupedBf16& operator=(const ScopedGroupedBf16&) = delete;
-};
-
 // GroupedLinear given scratch at 256 rows or more converts the weight to BF16 once and splits x's
 // parts once, then multiplies them on GroupedBf16WsKernel: the bits of the kernels it replaces (run
 // without scratch), with x as is (three parts) and rounded to BF16 (one), on the Flash output
