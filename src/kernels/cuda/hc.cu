@@ -502,6 +502,7 @@ namespace {
 // transposed sum's input: the count must then be nonzero).
 __global__ void __launch_bounds__(kWarpSize) TransposedWarpSumCheckKernel(uint32_t salt, bool perturb,
                                                                           unsigned long long* mismatches) {
+  PdlPrologue();
   const int lane = static_cast<int>(threadIdx.x);
   float v[kWarpSize], expected[kWarpSize];
 #pragma unroll

@@ -1077,8 +1077,8 @@ inline int64_t DensePartsBytes(int64_t m, int64_t k) { return 3 * wgmma::PaddedR
 template <int kParts = 3>
 __global__ void __launch_bounds__(256) SplitXPartsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
                                                          int64_t m_pad, int64_t k, uint16_t* __restrict__ parts) {
-  static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
   PdlPrologue();
+  static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
   const int64_t units = m_pad * (k / 8);
   [[maybe_unused]] const int64_t plane = m_pad * k;
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units;
