@@ -3180,7 +3180,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(),
        g_dense_split.Mode(), SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(),
-       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), true);
+       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), true);
   (void)switches_read;
   Params p{};
   const Kind kind = SetWeight(w, p);
