@@ -602,11 +602,12 @@ __device__ __forceinline__ void AddScaledRows(float (&part)[kElems], const float
   }
 }
 
-// AddScaledRows in two halves, so that the scale products are formed while the MMAs run:
-// ScaleProducts reads the x scales at shared address xs_addr (ld.shared: a generic pointer to
-// shared memory costs a generic load a column) and writes s[e], the factor AddScaledRows applies
-// to acc[e] (sa·x0, sa·x1, sb·x0, sb·x1, the same roundings); AddScaledProducts, after the wait,
-// part[e] = fma(acc[e], s[e], part[e]). The same bits as AddScaledRows.
+// AddScaledRows in two halves, the first callable before the MMAs' wait (ptxas then keeps the
+// loads ahead of it): ScaleProducts reads the x scales at shared address xs_addr (ld.shared: a
+// generic pointer to shared memory costs a generic load a column) and writes s[e], the factor
+// AddScaledRows applies to acc[e] (sa·x0, sa·x1, sb·x0, sb·x1, the same roundings);
+// AddScaledProducts, after the wait, part[e] = fma(acc[e], s[e], part[e]). The same bits as
+// AddScaledRows.
 template <int kElems>
 __device__ __forceinline__ void ScaleProducts(float (&s)[kElems], float sa, float sb, uint32_t xs_addr, int q) {
 #pragma unroll
