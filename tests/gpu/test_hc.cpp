@@ -128,12 +128,12 @@ TEST(CudaHc, PreBatchInvariant) {
   }
 }
 
-// The mix kernels reduce a pass's 24 or 32 sums with one transposed butterfly: the bits of WarpSum
-// on each, over 262,144 sums; and the check sees a one-ulp change of one input.
-TEST(CudaHc, TransposedWarpSumEqualsWarpSum) {
+// The mix kernels reduce a pass's 24 or 32 sums with one reduce-scatter (WarpReduceScatter<32>):
+// the bits of WarpSum on each, over 262,144 sums; and the check sees a one-ulp change of one input.
+TEST(CudaHc, WarpReduceScatterEqualsWarpSum) {
   DI_REQUIRE_GPU();
-  EXPECT_EQ(cuda::TransposedWarpSumMismatchesForTesting(), 0u);
-  EXPECT_GT(cuda::TransposedWarpSumMismatchesForTesting(true), 0u);
+  EXPECT_EQ(cuda::WarpReduceScatterMismatchesForTesting(), 0u);
+  EXPECT_GT(cuda::WarpReduceScatterMismatchesForTesting(true), 0u);
 }
 
 TEST(CudaHc, ZeroTokens) {

@@ -66,29 +66,46 @@ __device__ inline float WarpSum(float v) {
   return v;
 }
 
-// WarpSum of 32 values at once (v[k] this lane's k-th value): lane L returns value L's sum over
-// the warp. At the step of xor offset o each lane keeps the half of its values whose index agrees
-// with its own bit o, sends the other half to lane L ^ o and adds what it receives: every value
-// sees WarpSum's additions (own partial + the partial of lane L ^ o, offsets 16 .. 1), so the same
-// bits, in 31 shuffles instead of 160. v is consumed.
-template <int kHalf>
-__device__ __forceinline__ void TransposedWarpSumStep(float (&v)[kWarpSize], int lane) {
-  const bool upper = (lane & kHalf) != 0;
+// Sums N per-lane partial vectors over the warp with WarpSum's butterfly tree (levels lane^16,
+// ^8, ^4, ^2, ^1; the order linear.h states for the GEMVs), as a reduce-scatter: while more than
+// one value is left, a level sends half of them to the partner and adds the received half to the
+// kept one (the pairs added are exactly the butterfly's, and a + b == b + a bit for bit); once one
+// value is left, the remaining levels are a plain butterfly. Afterwards v[0, max(N/32, 1)) hold
+// finished sums; ReducedIndex names which. N is a power of two. (The GEMVs' reduction, and the hc
+// mix's 24-32 sums of a pass: 31 shuffles where 32 WarpSums take 160.)
+template <int N, int D = 16>
+__device__ __forceinline__ void WarpReduceScatter(float* v, int lane) {
+  if constexpr (D >= 1) {
+    if constexpr (N > 1) {
+      constexpr int kHalf = N / 2;
+      const bool upper = (lane & D) != 0;
 #pragma unroll
-  for (int j = 0; j < kHalf; ++j) {
-    const float send = upper ? v[j] : v[j + kHalf];
-    const float keep = upper ? v[j + kHalf] : v[j];
-    v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kHalf);
+      for (int i = 0; i < kHalf; ++i) {
+        const float send = upper ? v[i] : v[i + kHalf];
+        const float keep = upper ? v[i + kHalf] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, D);
+      }
+      WarpReduceScatter<kHalf, D / 2>(v, lane);
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], D);
+      WarpReduceScatter<1, D / 2>(v, lane);
+    }
   }
 }
-__device__ __forceinline__ float TransposedWarpSum(float (&v)[kWarpSize], int lane) {
-  static_assert(kWarpSize == 32, "five steps");
-  TransposedWarpSumStep<16>(v, lane);
-  TransposedWarpSumStep<8>(v, lane);
-  TransposedWarpSumStep<4>(v, lane);
-  TransposedWarpSumStep<2>(v, lane);
-  TransposedWarpSumStep<1>(v, lane);
-  return v[0];
+
+// The input index of v[i] after WarpReduceScatter<N> on `lane`.
+template <int N>
+__device__ __forceinline__ int ReducedIndex(int lane, int i) {
+  int idx = i;
+  int n = N;
+#pragma unroll
+  for (int d = 16; d >= 1; d >>= 1) {
+    if (n > 1) {
+      n /= 2;
+      if (lane & d) idx += n;
+    }
+  }
+  return idx;
 }
 
 __device__ inline float WarpMax(float v) {

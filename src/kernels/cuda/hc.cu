@@ -208,12 +208,13 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
       }
     }
     if constexpr (kTok * kRowChunk >= 24) {
-      // 24 or 32 sums of the pass at once (the same bits as WarpSum of each): lane L's is sum L.
+      // 24 or 32 sums of the pass by one reduce-scatter (the same bits as WarpSum of each): v[0]
+      // is then sum ReducedIndex<32>(lane, 0) = lane.
       float v[kWarpSize];
 #pragma unroll
       for (int e = 0; e < kWarpSize; ++e) v[e] = e < kTok * kRowChunk ? acc[e / kRowChunk][e % kRowChunk] : 0.f;
-      const float sum = TransposedWarpSum(v, lane);
-      if (lane < kTok * kRowChunk) red[warp][lane] = sum;
+      WarpReduceScatter<kWarpSize>(v, lane);
+      if (lane < kTok * kRowChunk) red[warp][lane] = v[0];
     } else {
 #pragma unroll
       for (int t = 0; t < kTok; ++t) {
@@ -497,10 +498,10 @@ void HcPost(const float* o, int64_t ldo, const float* x, const float* post, cons
 namespace {
 
 // One warp per block: 32 values a lane from a hash of (salt, block, lane, value), over 2^-20 .. 2^20
-// with either sign (sums that cancel, sums that round); counts the values whose TransposedWarpSum
-// differs in any bit from their WarpSum (with `perturb`, lane 0's value 0 is one ulp off in the
+// with either sign (sums that cancel, sums that round); counts the values whose sum by
+// WarpReduceScatter<32> differs in any bit from their WarpSum (with `perturb`, lane 0's value 0 is one ulp off in the
 // transposed sum's input: the count must then be nonzero).
-__global__ void __launch_bounds__(kWarpSize) TransposedWarpSumCheckKernel(uint32_t salt, bool perturb,
+__global__ void __launch_bounds__(kWarpSize) WarpReduceScatterCheckKernel(uint32_t salt, bool perturb,
                                                                           unsigned long long* mismatches) {
   PdlPrologue();
   const int lane = static_cast<int>(threadIdx.x);
@@ -516,27 +517,27 @@ __global__ void __launch_bounds__(kWarpSize) TransposedWarpSumCheckKernel(uint32
     expected[k] = WarpSum(value);
     v[k] = perturb && lane == 0 && k == 0 ? nextafterf(value, INFINITY) : value;
   }
-  const float got = TransposedWarpSum(v, lane);
-  if (__float_as_uint(got) != __float_as_uint(expected[lane])) atomicAdd(mismatches, 1ull);
+  WarpReduceScatter<kWarpSize>(v, lane);  // v[0]: value ReducedIndex<32>(lane, 0) = lane's sum
+  if (__float_as_uint(v[0]) != __float_as_uint(expected[lane])) atomicAdd(mismatches, 1ull);
 }
 
 }  // namespace
 
-uint64_t TransposedWarpSumMismatchesForTesting(bool perturb) {
+uint64_t WarpReduceScatterMismatchesForTesting(bool perturb) {
   unsigned long long* count = nullptr;
   DI_CUDA_CHECK(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
   unsigned long long host = 0;
   const cudaError_t status = [&] {
     cudaError_t e = cudaMemset(count, 0, sizeof(*count));
     for (const uint32_t salt : {1u, 0x7f4a7c15u}) {
-      if (e == cudaSuccess) TransposedWarpSumCheckKernel<<<4096, kWarpSize>>>(salt, perturb, count);
+      if (e == cudaSuccess) WarpReduceScatterCheckKernel<<<4096, kWarpSize>>>(salt, perturb, count);
       if (e == cudaSuccess) e = cudaGetLastError();
     }
     if (e == cudaSuccess) e = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
     return e;
   }();
   cudaFree(count);
-  DI_CUDA_CHECK(status, "TransposedWarpSumMismatchesForTesting");
+  DI_CUDA_CHECK(status, "WarpReduceScatterMismatchesForTesting");
   return host;
 }
 

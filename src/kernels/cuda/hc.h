@@ -48,8 +48,9 @@ void HcHead(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, 
             cudaStream_t stream);
 
 // Tests only: how many of 2 · 4096 · 32 sums of 32 lanes' values (random magnitudes over 2^±20, both
-// signs) the mix kernels' TransposedWarpSum gives other bits for than WarpSum (0 expected; with
-// perturb, one input per warp is one ulp off and the count must not be 0). Synchronizes the device.
-uint64_t TransposedWarpSumMismatchesForTesting(bool perturb = false);
+// signs) the mix kernels' reduce-scatter (WarpReduceScatter<32>) gives other bits for than WarpSum
+// (0 expected; with perturb, one input per warp is one ulp off and the count must not be 0).
+// Synchronizes the device.
+uint64_t WarpReduceScatterMismatchesForTesting(bool perturb = false);
 
 }  // namespace deepinfer::cuda

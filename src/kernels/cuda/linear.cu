@@ -271,47 +271,6 @@ __device__ __forceinline__ void LoadXChunk(const Params& p, const float* row, in
   }
 }
 
-// Sums N per-lane partial vectors over the warp with the butterfly tree of linear.h (levels
-// lane^16, ^8, ^4, ^2, ^1), as a reduce-scatter: while more than one value is left, a level sends
-// half of them to the partner and adds the received half to the kept one (the pairs added are
-// exactly the butterfly's, and a + b == b + a bit for bit); once one value is left, the remaining
-// levels are a plain butterfly. Afterwards v[0, max(N/32, 1)) hold finished sums; ReducedIndex
-// names which. N is a power of two.
-template <int N, int D = 16>
-__device__ __forceinline__ void WarpReduceScatter(float* v, int lane) {
-  if constexpr (D >= 1) {
-    if constexpr (N > 1) {
-      constexpr int kHalf = N / 2;
-      const bool upper = (lane & D) != 0;
-#pragma unroll
-      for (int i = 0; i < kHalf; ++i) {
-        const float send = upper ? v[i] : v[i + kHalf];
-        const float keep = upper ? v[i + kHalf] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, D);
-      }
-      WarpReduceScatter<kHalf, D / 2>(v, lane);
-    } else {
-      v[0] += __shfl_xor_sync(0xffffffffu, v[0], D);
-      WarpReduceScatter<1, D / 2>(v, lane);
-    }
-  }
-}
-
-// The input index of v[i] after WarpReduceScatter<N> on `lane`.
-template <int N>
-__device__ __forceinline__ int ReducedIndex(int lane, int i) {
-  int idx = i;
-  int n = N;
-#pragma unroll
-  for (int d = 16; d >= 1; d >>= 1) {
-    if (n > 1) {
-      n /= 2;
-      if (lane & d) idx += n;
-    }
-  }
-  return idx;
-}
-
 // Finished sums per lane after WarpReduceScatter<N>, and the low lane bits that only duplicate
 // them (a lane writes iff those bits are zero).
 template <int N>
