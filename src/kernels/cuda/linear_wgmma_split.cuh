@@ -180,6 +180,18 @@ __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_t
   }
 }
 
+// 16 e4m3 codes (little-endian, column order) times `scale` (a power of two: exact) as 8 BF16
+// pairs, column order: the weight values of every split-BF16 grouped kernel (ConvertSplitStage's
+// tiles, ConvertGroupedWeightKernel's BF16 weight).
+__device__ __forceinline__ void ScaledE4m3ToBf16Pairs(uint4 codes, float scale, uint32_t (&pairs)[8]) {
+  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 v = E4m3PairValues(words[j / 2] >> (16 * (j % 2)));
+    pairs[j] = mma::PackBf16(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale));
+  }
+}
+
 // The stage's raw chunk (the FP8 codes, 64 bytes per weight row, then x's f32 rows of 256 bytes)
 // into the BF16 tiles at `tiles`: weights times `scale` (the chunk's block scale, a power of two:
 // exact), x's three parts, or (kParts = 1) x rounded to nearest even alone (IssueSplitChunk reads
@@ -196,13 +208,8 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
   for (int i = 0; i < kRows * kChunkCols / 16 / kConvThreads; ++i) {  // 2: 16 codes of row id / 4 → BF16 units 2u, 2u + 1
     const int id = tid + i * kConvThreads, row = id / 4, unit = id % 4;
     const uint4 codes = wgmma::LdShared128(wgmma::SharedAddress(stage + row * kChunkCols + unit * 16));
-    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
     uint32_t pairs[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 v = E4m3PairValues(words[j / 2] >> (16 * (j % 2)));
-      pairs[j] = mma::PackBf16(__fmul_rn(v.x, scale), __fmul_rn(v.y, scale));
-    }
+    ScaledE4m3ToBf16Pairs(codes, scale, pairs);
     const uint32_t tile = wgmma::SharedAddress(tiles + kTileW);
     wgmma::StShared128(tile + wgmma::SwizzledOffset(row, 2 * unit),
                            make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]));
@@ -543,9 +550,9 @@ inline bool Usable(const Params& p, Kind kind, int64_t groups) {
 // in every token tile (64 tiles at the 8k prefill), and x's f32 chunk in every row block (8 for
 // wo_a): ncu put `wo_a` at 3.86 ms a layer, 143 TF/s, L1 76% busy with the raw bytes' round trip.
 // Where the caller gives scratch (GroupedBf16Bytes), ConvertGroupedWeightKernel writes the weight
-// once as BF16 (FP8 value × block scale: exact, ConvertSplitStage's values), SplitXPartsKernel x's
-// parts once (ConvertXParts' values), and GroupedBf16WsKernel multiplies the two with no
-// conversion: persistent blocks of two MMA warpgroups and a producer warpgroup (TmaLinearWsKernel's
+// once as BF16 (FP8 value × block scale: exact, ScaledE4m3ToBf16Pairs as in ConvertSplitStage),
+// SplitXPartsKernel x's parts once (ConvertXParts' values), and GroupedBf16WsKernel multiplies the
+// two with no conversion: persistent blocks of two MMA warpgroups and a producer warpgroup (TmaLinearWsKernel's
 // scheme), tiles of 128 weight rows × 128 tokens written by TMA in the 128-byte swizzle, wgmma
 // m64n128k16 (each output the dot product m64n64k16 forms). Order of every output: the grouped
 // kernels' (per 512-column slice an accumulator from +0, per chunk the k16 steps, per step the
@@ -589,13 +596,8 @@ __global__ void __launch_bounds__(256) ConvertGroupedWeightKernel(const uint8_t*
     const int64_t row = u / (k / 16), col = 16 * (u % (k / 16));
     const uint4 codes = __ldg(reinterpret_cast<const uint4*>(w + row * w_row_bytes + col));
     const float s = DecodeE8m0(__ldg(scale + (row / kFp8Block) * scale_row_stride + col / kFp8Block));
-    const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
     uint32_t pairs[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 v = E4m3PairValues(words[j / 2] >> (16 * (j % 2)));
-      pairs[j] = mma::PackBf16(__fmul_rn(v.x, s), __fmul_rn(v.y, s));
-    }
+    ScaledE4m3ToBf16Pairs(codes, s, pairs);
     uint4* dst = reinterpret_cast<uint4*>(out + row * k + col);
     dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
     dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
