@@ -106,25 +106,70 @@ TEST(CudaHc, PreFlash) {
   for (const int64_t m : {1, 5, 64, 300, 1100}) CheckHcPre(m, 4, 4096, seed += 10);
 }
 
-// A token's outputs do not depend on the batch (nor on the 1- or 4-token block path): bit-exact.
-// 64 (the threshold), 65, 300 and 1,100 tokens take 4 per block (65's last block
-// partly filled), their slices of 1 and 5 tokens 1 per block.
+// HcPre's mix kernel choice for a scope (SetHcPersistentMixForTesting), -1 again after it.
+class ScopedPersistentMix {
+ public:
+  explicit ScopedPersistentMix(int mode) { cuda::SetHcPersistentMixForTesting(mode); }
+  ~ScopedPersistentMix() { cuda::SetHcPersistentMixForTesting(-1); }
+  ScopedPersistentMix(const ScopedPersistentMix&) = delete;
+  ScopedPersistentMix& operator=(const ScopedPersistentMix&) = delete;
+};
+
+// A token's outputs do not depend on the batch (nor on the 1- or 4-token block path, nor on the
+// persistent kernel that takes 4-token groups by default): bit-exact. 64 (the threshold), 65, 300
+// and 1,100 tokens take 4 per block or group (65's last partly filled), their slices of 1 and 5
+// tokens 1 per block; with the persistent kernel off and on.
 TEST(CudaHc, PreBatchInvariant) {
   DI_REQUIRE_GPU();
-  for (const int64_t tokens : {int64_t{64}, int64_t{65}, int64_t{300}, int64_t{1100}}) {
-    SCOPED_TRACE(testing::Message() << tokens << " tokens");
-    const HcInputs in = MakeInputs(tokens, 4, 4096, false, 300);
-    const HcPreOut all = GpuHcPre(in, 0, tokens, 4096);
-    for (const int64_t t0 : {int64_t{0}, int64_t{7}, tokens - 1}) {
-      const int64_t m = t0 == 7 ? 5 : 1;
-      const HcPreOut part = GpuHcPre(in, t0, m, 4096);
-      auto slice = [&](const std::vector<float>& v, int64_t per) {
-        return std::vector<float>(v.begin() + t0 * per, v.begin() + (t0 + m) * per);
-      };
-      EXPECT_TRUE(AllEqual(part.a, slice(all.a, 4096), "a"));
-      EXPECT_TRUE(AllEqual(part.post, slice(all.post, 4), "post"));
-      EXPECT_TRUE(AllEqual(part.comb, slice(all.comb, 16), "comb"));
+  for (const int persistent : {0, 1}) {
+    const ScopedPersistentMix mode(persistent);
+    for (const int64_t tokens : {int64_t{64}, int64_t{65}, int64_t{300}, int64_t{1100}}) {
+      SCOPED_TRACE(testing::Message() << tokens << " tokens, persistent mix " << persistent);
+      const HcInputs in = MakeInputs(tokens, 4, 4096, false, 300);
+      const uint64_t launches = cuda::HcPersistentMixLaunchesForTesting();
+      const HcPreOut all = GpuHcPre(in, 0, tokens, 4096);
+      EXPECT_EQ(cuda::HcPersistentMixLaunchesForTesting() - launches, static_cast<uint64_t>(persistent));
+      for (const int64_t t0 : {int64_t{0}, int64_t{7}, tokens - 1}) {
+        const int64_t m = t0 == 7 ? 5 : 1;
+        const HcPreOut part = GpuHcPre(in, t0, m, 4096);
+        auto slice = [&](const std::vector<float>& v, int64_t per) {
+          return std::vector<float>(v.begin() + t0 * per, v.begin() + (t0 + m) * per);
+        };
+        EXPECT_TRUE(AllEqual(part.a, slice(all.a, 4096), "a"));
+        EXPECT_TRUE(AllEqual(part.post, slice(all.post, 4), "post"));
+        EXPECT_TRUE(AllEqual(part.comb, slice(all.comb, 16), "comb"));
+      }
     }
+  }
+}
+
+// The persistent kernel where clusters take several groups each (more groups than clusters fit
+// the GPU), odd widths (W not a multiple of the 8 slices or of 256), and the padding of a: the
+// same bits as the per-group kernel.
+TEST(CudaHc, PrePersistentEqualsPerGroup) {
+  DI_REQUIRE_GPU();
+  struct Shape {
+    int64_t m, d;
+  };
+  uint64_t seed = 400;
+  for (const Shape& shape : {Shape{4097, 4096}, Shape{130, 37}, Shape{999, 1000}, Shape{70, 64}}) {
+    SCOPED_TRACE(testing::Message() << shape.m << " tokens, D " << shape.d);
+    const HcInputs in = MakeInputs(shape.m, 4, shape.d, false, seed += 10);
+    const int64_t lda = shape.d + 3;
+    HcPreOut per_group, persistent;
+    {
+      const ScopedPersistentMix mode(0);
+      per_group = GpuHcPre(in, 0, shape.m, lda);
+    }
+    {
+      const ScopedPersistentMix mode(1);
+      const uint64_t launches = cuda::HcPersistentMixLaunchesForTesting();
+      persistent = GpuHcPre(in, 0, shape.m, lda);
+      EXPECT_EQ(cuda::HcPersistentMixLaunchesForTesting() - launches, 1u);
+    }
+    EXPECT_TRUE(AllEqual(persistent.a, per_group.a, "a"));  // padding 7 on both
+    EXPECT_TRUE(AllEqual(persistent.post, per_group.post, "post"));
+    EXPECT_TRUE(AllEqual(persistent.comb, per_group.comb, "comb"));
   }
 }
 

@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "device/cuda_error.h"
 #include "tensor/dtype.h"
@@ -153,6 +156,16 @@ __device__ inline float DecodeE4m3(uint8_t v) {
     mag = __uint_as_float(((exp + 120u) << 23) | (man << 20));
   }
   return sign ? -mag : mag;
+}
+
+// A switch of the environment: `unset` where it is unset or empty, else 0 or 1; any other value
+// throws, naming `what` (the operation that read it).
+inline bool EnvSwitch(const char* name, bool unset, const char* what) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return unset;
+  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0) return *v == '1';
+  const std::string message = std::string(name) + " must be 0 or 1, got '" + v + "'";
+  ThrowCudaError(__FILE__, __LINE__, what, message.c_str());
 }
 
 // Programmatic dependent launch: every kernel of this project begins with PdlPrologue(). Where a

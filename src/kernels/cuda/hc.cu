@@ -2,8 +2,12 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
@@ -314,6 +318,178 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
   }
 }
 
+// HcPre at S = 4 from M >= MultiTokenMin() on, persistent: the sums, order and outputs of
+// HcMixKernel<4, false, true> (so the same bits as both HcMixKernel forms). A cluster of
+// kMixCluster blocks takes token groups g = cluster, cluster + clusters, ... of kPersistTok
+// tokens; block q keeps its slice of fn in shared memory for the whole launch (24 rows × up to
+// kPersistSteps · kMixThreads values, 192 KiB at Flash's W = 16384) instead of reading it from L2
+// once per group (HcMixKernel's 1.5 MiB per 4 tokens; ~3 GB a call at the 8k prefill). Thread j's
+// chain for (token, row) is HcMixKernel's: fmaf over i = i_begin + j + 256·k in k order, then the
+// same reduce-scatter, warp-order and rank-order sums. The next group's x values are loaded while
+// the group's sums are exchanged. part_mix is double-buffered by group parity, so one cluster
+// barrier a group orders both its exchange and the reuse of the buffer two groups later.
+constexpr int kPersistTok = 4;
+constexpr int kPersistRows = 24;  // (2 + S)·S at S = 4
+constexpr int kPersistSteps = 8;  // values of the W slice per thread (slice <= 2,048)
+constexpr int kPersistSmem = kPersistSteps * kPersistRows * kMixThreads * 4;  // fn slice, bytes
+
+__global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, 1)
+    HcPreMixPersistentKernel(const float* __restrict__ x, int64_t m, int d, HcParams p, float* __restrict__ out,
+                             int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
+  PdlPrologue();
+  constexpr int kS = 4, kRows = kPersistRows, kTok = kPersistTok, kSums = kTok * kRows;
+  namespace cg = cooperative_groups;
+  extern __shared__ float4 fn_slice[];  // [k][row / 4][thread]: rows 4r..4r+3 at i_begin + thread + 256k
+  __shared__ float red[kMixWarps][kSums];
+  __shared__ float ss_red[kMixWarps][kTok];
+  __shared__ float part_mix[2][kTok][kRows];  // by group parity, read by the whole cluster
+  __shared__ float part_ss[2][kTok];
+  __shared__ float mix[kTok][kRows];
+  __shared__ float ss_tok[kTok];
+  __shared__ float weights[kTok][kS];
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int w = kS * d;
+  const int lane = threadIdx.x % kWarpSize;
+  const int warp = threadIdx.x / kWarpSize;
+  const int slice = static_cast<int>(CeilDiv(w, kMixCluster));
+  const int i_begin = min(w, rank * slice);
+  const int i_end = min(w, i_begin + slice);
+  const int i0 = i_begin + static_cast<int>(threadIdx.x);  // this thread's k-th value: i0 + 256k
+  const int64_t groups = CeilDiv(m, int64_t{kTok});
+  const int64_t clusters = gridDim.x / kMixCluster;
+
+#pragma unroll
+  for (int k = 0; k < kPersistSteps; ++k) {
+    const bool valid = i0 + k * kMixThreads < i_end;
+#pragma unroll
+    for (int r4 = 0; r4 < kRows / 4; ++r4) {
+      float v[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) v[c] = valid ? __ldg(p.fn + static_cast<int64_t>(4 * r4 + c) * w + i0 + k * kMixThreads) : 0.f;
+      fn_slice[(k * (kRows / 4) + r4) * kMixThreads + threadIdx.x] = make_float4(v[0], v[1], v[2], v[3]);
+    }
+  }
+  // x values of group g (tokens past m alias the last one: their sums are computed and dropped).
+  float xv[kTok][kPersistSteps];
+  auto load_x = [&](int64_t g) {
+    const int64_t t0 = g * kTok;
+    const int ntok = static_cast<int>(min(int64_t{kTok}, m - t0));
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      const float* xt = x + (t0 + min(t, ntok - 1)) * w + i0;
+#pragma unroll
+      for (int k = 0; k < kPersistSteps; ++k) xv[t][k] = i0 + k * kMixThreads < i_end ? __ldg(xt + k * kMixThreads) : 0.f;
+    }
+  };
+  int64_t g = blockIdx.x / kMixCluster;
+  if (g < groups) load_x(g);
+  __syncthreads();  // fn_slice complete
+
+  for (int parity = 0; g < groups; g += clusters, parity ^= 1) {
+    const int64_t t0 = g * kTok;
+    const int ntok = static_cast<int>(min(int64_t{kTok}, m - t0));
+    float acc[kTok][kRows], ss[kTok];
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      ss[t] = 0.f;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc[t][r] = 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < kPersistSteps; ++k) {
+      if (i0 + k * kMixThreads < i_end) {
+#pragma unroll
+        for (int r4 = 0; r4 < kRows / 4; ++r4) {
+          const float4 f4 = fn_slice[(k * (kRows / 4) + r4) * kMixThreads + threadIdx.x];
+          const float fv[4] = {f4.x, f4.y, f4.z, f4.w};
+#pragma unroll
+          for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[t][4 * r4 + c] = fmaf(xv[t][k], fv[c], acc[t][4 * r4 + c]);
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) ss[t] = fmaf(xv[t][k], xv[t][k], ss[t]);
+      }
+    }
+    if (g + clusters < groups) load_x(g + clusters);  // in flight during the exchange and the output
+
+    // The sums 32 at a time by one reduce-scatter each: v[0] is then sum 32·b + lane.
+#pragma unroll
+    for (int b = 0; b < kSums / kWarpSize; ++b) {
+      float v[kWarpSize];
+#pragma unroll
+      for (int e = 0; e < kWarpSize; ++e) v[e] = acc[(b * kWarpSize + e) / kRows][(b * kWarpSize + e) % kRows];
+      WarpReduceScatter<kWarpSize>(v, lane);
+      red[warp][b * kWarpSize + lane] = v[0];
+    }
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      const float v = WarpSum(ss[t]);
+      if (lane == 0) ss_red[warp][t] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x < kSums) {
+      float sum = 0.f;
+      for (int wp = 0; wp < kMixWarps; ++wp) sum += red[wp][threadIdx.x];
+      part_mix[parity][threadIdx.x / kRows][threadIdx.x % kRows] = sum;
+    } else if (threadIdx.x < kSums + kTok) {
+      const int t = static_cast<int>(threadIdx.x) - kSums;
+      float sum = 0.f;
+      for (int wp = 0; wp < kMixWarps; ++wp) sum += ss_red[wp][t];
+      part_ss[parity][t] = sum;
+    }
+    cluster.sync();  // every block's part_mix[parity] and part_ss[parity] are complete
+    if (threadIdx.x < kTok * (kRows + 1)) {
+      const int t = threadIdx.x / (kRows + 1), r = threadIdx.x % (kRows + 1);
+      float sum = 0.f;
+      for (int q = 0; q < kMixCluster; ++q) {
+        const float* remote = r < kRows ? cluster.map_shared_rank(&part_mix[parity][t][r], q)
+                                        : cluster.map_shared_rank(&part_ss[parity][t], q);
+        sum += *remote;
+      }
+      if (r < kRows) {
+        mix[t][r] = sum;
+      } else {
+        ss_tok[t] = sum;
+      }
+    }
+    __syncthreads();
+    if (warp < ntok) {  // HcMixKernel's epilogue at S = 4 with the Sinkhorn deferred
+      const int t = warp;
+      const int64_t tok = t0 + t;
+      const float inv = 1.f / sqrtf(ss_tok[t] / static_cast<float>(w) + p.norm_eps);
+      const float mt = lane < kRows ? __fmul_rn(mix[t][lane], inv) : 0.f;
+      const float pre_mix = __shfl_sync(0xffffffffu, mt, lane % kS);
+      const float post_mix = __shfl_sync(0xffffffffu, mt, kS + lane % kS);
+      if (lane < kS) {
+        weights[t][lane] = Sigmoid(Affine(pre_mix, p.scale[0], p.base[lane])) + p.hc_eps;
+        if (rank == 0) post[tok * kS + lane] = __fmul_rn(2.f, Sigmoid(Affine(post_mix, p.scale[1], p.base[kS + lane])));
+      }
+      if (rank == 0 && lane >= 2 * kS && lane < kRows) {
+        comb[tok * kS * kS + lane - 2 * kS] = Affine(mt, p.scale[2], p.base[lane]);
+      }
+    }
+    __syncthreads();
+    const int d_slice = static_cast<int>(CeilDiv(d, kMixCluster));
+    const int o_begin = min(d, rank * d_slice);
+    const int o_end = min(d, o_begin + d_slice);
+    for (int t = 0; t < ntok; ++t) {
+      const float* xr = x + (t0 + t) * w;
+      float* o = out + (t0 + t) * ldo;
+      for (int i = o_begin + static_cast<int>(threadIdx.x); i < o_end; i += kMixThreads) {
+        float a = 0.f;
+#pragma unroll
+        for (int j = 0; j < kS; ++j) a = __fadd_rn(a, __fmul_rn(weights[t][j], __ldg(xr + static_cast<int64_t>(j) * d + i)));
+        o[i] = a;
+      }
+    }
+  }
+  cluster.sync();  // no block leaves (freeing its shared memory) while another may still read it
+}
+
 // SinkhornWarp on each token's S×S matrix in comb (in place), one thread per token, the matrix in
 // registers: every element sees the same operations in the same order (expf, IEEE divisions, the
 // row and column sums left to right), so the same bits as SinkhornWarp.
@@ -436,6 +612,44 @@ void CheckShape(const char* what, int64_t m, int64_t s, int64_t d, int64_t ld) {
   if (ld < d) ThrowCudaError(__FILE__, __LINE__, what, "row stride smaller than the width");
 }
 
+// DEEPINFER_HC_PERSISTENT (read once; unset or 1: on, 0: off) runs HcPre from MultiTokenMin()
+// tokens on at S = 4 on HcPreMixPersistentKernel where W fits its shared memory (the same bits as
+// HcMixKernel<4, false, true>). Tests override it (SetHcPersistentMixForTesting).
+std::atomic<int> g_persistent_mix_test{-1};
+std::atomic<uint64_t> g_persistent_mix_launches{0};
+
+bool PersistentMixUsable(int64_t s, int64_t d) {
+  static const bool from_environment = EnvSwitch("DEEPINFER_HC_PERSISTENT", true, "cuda::HcPre");
+  const int test = g_persistent_mix_test.load();
+  const bool on = test >= 0 ? test == 1 : from_environment;
+  return on && s == 4 && CeilDiv(s * d, int64_t{kMixCluster}) <= int64_t{kPersistSteps} * kMixThreads;
+}
+
+// Clusters of HcPreMixPersistentKernel resident at once on the current device (its grid), once
+// per device.
+int64_t PersistentMixClusters() {
+  static std::mutex mutex;
+  static std::map<int, int64_t> by_device;
+  int device = 0;
+  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = by_device.find(device);
+  if (found != by_device.end()) return found->second;
+  DI_CUDA_CHECK(cudaFuncSetAttribute(HcPreMixPersistentKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     kPersistSmem),
+                "cudaFuncSetAttribute");
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(kMixCluster);
+  config.blockDim = dim3(kMixThreads);
+  config.dynamicSmemBytes = kPersistSmem;
+  int clusters = 0;
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, HcPreMixPersistentKernel, &config),
+                "cudaOccupancyMaxActiveClusters");
+  if (clusters < 1) ThrowCudaError(__FILE__, __LINE__, "cuda::HcPre", "no cluster of the persistent mix fits an SM set");
+  by_device[device] = clusters;
+  return clusters;
+}
+
 template <bool kHead>
 void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* out,
                int64_t ldo, float* post, float* comb, cudaStream_t stream) {
@@ -444,8 +658,15 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
   }
   const int64_t multi_min = MultiTokenMin();
   if (m >= multi_min && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
-    HcMixKernel<4, false, true><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
-        x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
+    if (PersistentMixUsable(s, d)) {
+      const int64_t clusters = std::min(CeilDiv(m, int64_t{kPersistTok}), PersistentMixClusters());
+      HcPreMixPersistentKernel<<<static_cast<unsigned>(clusters * kMixCluster), kMixThreads, kPersistSmem, stream>>>(
+          x, m, static_cast<int>(d), p, out, ldo, post, comb);
+      g_persistent_mix_launches.fetch_add(1);
+    } else {
+      HcMixKernel<4, false, true><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
+          x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
+    }
     DI_CUDA_LAUNCH_CHECK(what);
     HcSinkhornKernel<4><<<static_cast<unsigned>(CeilDiv(m, 128)), 128, 0, stream>>>(comb, m, p.sinkhorn_iters,
                                                                                    p.hc_eps);
@@ -522,6 +743,13 @@ __global__ void __launch_bounds__(kWarpSize) WarpReduceScatterCheckKernel(uint32
 }
 
 }  // namespace
+
+void SetHcPersistentMixForTesting(int mode) {
+  if (mode < -1 || mode > 1) ThrowCudaError(__FILE__, __LINE__, "SetHcPersistentMixForTesting", "takes -1, 0 or 1");
+  g_persistent_mix_test.store(mode);
+}
+
+uint64_t HcPersistentMixLaunchesForTesting() { return g_persistent_mix_launches.load(); }
 
 uint64_t WarpReduceScatterMismatchesForTesting(bool perturb) {
   unsigned long long* count = nullptr;

@@ -47,6 +47,12 @@ void HcPost(const float* o, int64_t ldo, const float* x, const float* post, cons
 void HcHead(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* y, int64_t ldy,
             cudaStream_t stream);
 
+// Tests only: HcPre's persistent mix kernel at S = 4 from 64 tokens on (-1: DEEPINFER_HC_PERSISTENT
+// again, 0: the per-group cluster kernel, 1: the persistent one where W fits it), for the whole
+// process; and how many HcPre calls it has run.
+void SetHcPersistentMixForTesting(int mode);
+uint64_t HcPersistentMixLaunchesForTesting();
+
 // Tests only: how many of 2 · 4096 · 32 sums of 32 lanes' values (random magnitudes over 2^±20, both
 // signs) the mix kernels' reduce-scatter (WarpReduceScatter<32>) gives other bits for than WarpSum
 // (0 expected; with perturb, one input per warp is one ulp off and the count must not be 0).

@@ -1535,7 +1535,7 @@ class KernelSwitch {
     int v = env_.load();
     if (v == kUnread) {  // concurrent first reads compute the same value
       const char* text = std::getenv(name_);
-      v = text == nullptr || *text == '\0' ? unset_ : tma::EnvSwitch(name_, false) ? 1 : 0;
+      v = text == nullptr || *text == '\0' ? unset_ : EnvSwitch(name_, false, "cuda::Linear") ? 1 : 0;
       env_.store(v);
     }
     return v;

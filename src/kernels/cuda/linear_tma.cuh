@@ -377,16 +377,6 @@ inline std::atomic<int>& TestExpertTokens() {
   return tokens;
 }
 
-// A switch of the environment: `unset` where it is unset or empty, else 0 or 1; any other value
-// throws.
-inline bool EnvSwitch(const char* name, bool unset) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return unset;
-  if (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0) return *v == '1';
-  const std::string message = std::string(name) + " must be 0 or 1, got '" + v + "'";
-  ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", message.c_str());
-}
-
 // Whether the tests or, where they do not choose, the environment's switch (DEEPINFER_TMA or
 // DEEPINFER_TMA_GROUPED, read once by the caller's static) turn a TMA-fed kernel on.
 inline bool Chosen(bool from_environment) {
@@ -397,7 +387,7 @@ inline bool Chosen(bool from_environment) {
 // DEEPINFER_TMA=0 in the environment keeps Linear on WgmmaLinearKernel at every M (the same bits):
 // the benchmarks' side-by-side (scripts/gpu-bench.sh).
 inline bool TurnedOff() {
-  static const bool on = EnvSwitch("DEEPINFER_TMA", true);
+  static const bool on = EnvSwitch("DEEPINFER_TMA", true, "cuda::Linear");
   return !Chosen(on);
 }
 

@@ -519,7 +519,7 @@ inline TmaMode GroupedTmaMode() {
   static const int env = [] {
     const char* v = std::getenv("DEEPINFER_TMA_GROUPED");
     if (v == nullptr || *v == '\0') return -1;
-    return tma::EnvSwitch("DEEPINFER_TMA_GROUPED", false) ? 1 : 0;
+    return EnvSwitch("DEEPINFER_TMA_GROUPED", false, "cuda::Linear") ? 1 : 0;
   }();
   const int test = tma::TestOverride().load();
   const int mode = test >= 0 ? test : env;
