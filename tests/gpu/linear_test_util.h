@@ -142,6 +142,7 @@ using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;
 using ScopedDenseParts = ScopedSwitch<cuda::SetDensePartsForTesting>;
+using ScopedDenseWs = ScopedSwitch<cuda::SetDenseWsForTesting>;
 using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>;
 using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,

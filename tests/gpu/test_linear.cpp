@@ -716,6 +716,42 @@ TEST(CudaLinearMma, DenseSplitOnWarpgroupMma) {
   EXPECT_GT(differ, 0u) << "the switch did not reach the kernels";
 }
 
+// Dense split-BF16 products of 256 rows or more whose grid fills the GPU take x's parts and the
+// warp-specialized TMA kernel (GroupedBf16WsKernel over the BF16 weight): the bits of the 64-token
+// kernels in both loop forms (zeroed slices, and the overlapped loop's slices begun by an MMA that
+// ignores d), with rows past n in the last block (4300) and K of one slice (512); and a span of 8
+// rows (the 8-token kernel) equals its rows of the whole batch.
+TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  struct Case {
+    int64_t out, in;
+  };
+  uint64_t seed = 5900;
+  for (const Case& c : {Case{8192, 4096}, Case{4300, 1536}, Case{8192, 512}}) {
+    TestWeight w = RandomWeight(kBf16, c.out, c.in, ++seed);
+    for (const int64_t m : {int64_t{256}, int64_t{300}, int64_t{520}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.in), ++seed));
+      for (const int overlap : {0, 1}) {
+        SCOPED_TRACE(testing::Message() << "[" << c.in << " -> " << c.out << "] M=" << m << " overlap " << overlap);
+        ScopedDenseOverlap loop(overlap);
+        std::vector<float> other;
+        {
+          ScopedDenseWs off(0);
+          other = RunRows(w, dx, 0, m);
+        }
+        const uint64_t launches = cuda::DenseWsLaunchesForTesting();
+        const std::vector<float> ws = RunRows(w, dx, 0, m);
+        EXPECT_EQ(cuda::DenseWsLaunchesForTesting() - launches, 1u) << "the warp-specialized kernel did not run";
+        EXPECT_TRUE(AllEqual(ws, other, "warp-specialized against the 64-token kernel"));
+        EXPECT_TRUE(AllEqual(RunRows(w, dx, 3, 8), Rows(ws, c.out, 3, 8), "rows 3..10 alone"));
+      }
+    }
+  }
+}
+
 // round_x_to_bf16 (the attention output under Numerics::bf16_attention_output): the grouped
 // kernels round x to BF16 as they read it and multiply that one part, on both the cp.async and the
 // TMA-fed kernel. Their outputs must be the three-part kernels' on x rounded by the CPU's

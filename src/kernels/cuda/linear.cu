@@ -2156,6 +2156,53 @@ void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, 
   g_dense_parts_launches.fetch_add(1);
 }
 
+// DEEPINFER_DENSE_WS (read once; unset or 1: on, 0: off): the 64-token dense split-BF16 products
+// of at least kDenseWsMinRows rows whose grid fills the GPU, where the scratch holds x's parts
+// (DensePartsBytes), on x's parts split once and wgmma_split::GroupedBf16WsKernel<3> over the BF16
+// weight as it is (one group; TMA zero-fills weight rows past n, the store skips them): the same
+// MMAs in the same order, each slice begun as the dense loop begins it (kFreshSlices where the
+// overlapped loop runs), so the same bits. Tests override it (SetDenseWsForTesting).
+KernelSwitch g_dense_ws{"DEEPINFER_DENSE_WS", 1};
+std::atomic<uint64_t> g_dense_ws_launches{0};  // launches of the dense GroupedBf16WsKernel (tests)
+constexpr int64_t kDenseWsMinRows = 256;
+
+bool DenseWsRuns(const Params& p) {
+  return g_dense_ws.On() && p.m >= kDenseWsMinRows && p.scratch != nullptr &&
+         reinterpret_cast<uintptr_t>(p.scratch) % 256 == 0 &&
+         p.scratch_bytes >= static_cast<size_t>(3 * p.m * p.k * 2) && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
+         p.w_row_bytes % 16 == 0 && p.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+         p.m < (int64_t{1} << 31) && p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && EncodeTiled() != nullptr;
+}
+
+template <bool kOverlap>
+void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
+  using L = wgmma_split::GroupedBf16Layout<3>;
+  uint16_t* parts = static_cast<uint16_t*>(p.scratch);
+  const int64_t x_units = p.m * (p.k / 8);
+  wgmma_split::SplitXPartsKernel<3><<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(x_units, 256), sms * 8)), 256, 0,
+                                      stream>>>(p.x, p.ldx, p.m, p.m, p.k, parts);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 x parts");
+  const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.n)};
+  const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
+  const uint32_t w_box[2] = {wgmma_split::kChunkCols, wgmma_split::kBlockRows};
+  const CUtensorMap w_map = TensorMap(const_cast<void*>(static_cast<const void*>(p.w)), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                                      2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  const uint64_t x_dims[3] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.m), uint64_t{3}};
+  const uint64_t x_strides[2] = {static_cast<uint64_t>(p.k) * 2, static_cast<uint64_t>(p.m * p.k) * 2};
+  const uint32_t x_box[3] = {wgmma_split::kChunkCols, L::kTok, 1};
+  const CUtensorMap x_map =
+      TensorMap(parts, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows}), tok_blocks = CeilDiv(p.m, int64_t{L::kTok});
+  const int64_t tiles = n_blocks * tok_blocks;
+  if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
+  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<3, kOverlap>;
+  AllowDynamicSmem<kKernel>(device, L::kBytes);
+  kKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads, L::kBytes, stream>>>(
+      w_map, x_map, p, static_cast<int>(n_blocks), static_cast<int>(tok_blocks), static_cast<int>(tiles));
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, warp-specialized");
+  g_dense_ws_launches.fetch_add(1);
+}
+
 template <int kTok, int kCluster, bool kOverlap>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
   using wgmma_split::DenseSplitSlicesKernel;
@@ -2183,6 +2230,9 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
     if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap>(p, row_blocks, tok_blocks, device, stream);
     if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap>(p, row_blocks, tok_blocks, device, stream);
     return LaunchDenseSplitSlices<kTok, 8, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+  }
+  if constexpr (kTok == 64) {
+    if (DenseWsRuns(p)) return LaunchDenseWs<kOverlap>(p, device, sms, stream);
   }
   if constexpr (kTok == 64 && kOverlap) {
     if (DensePartsOn(p)) return LaunchDenseParts(p, row_blocks, device, sms, stream);
@@ -3042,6 +3092,10 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
 
 void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "SetDenseOverlapForTesting"); }
+
+void SetDenseWsForTesting(int mode) { g_dense_ws.SetForTesting(mode, "SetDenseWsForTesting"); }
+
+uint64_t DenseWsLaunchesForTesting() { return g_dense_ws_launches.load(); }
 
 void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetDensePartsForTesting"); }
 

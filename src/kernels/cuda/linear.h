@@ -161,6 +161,11 @@ void SetDenseOverlapForTesting(int mode);
 // default: on unless 0); and how many such launches this process has made.
 void SetDensePartsForTesting(int mode);
 uint64_t DensePartsLaunchesForTesting();
+// Tests only: the dense split-BF16 products of at least 256 rows on x's parts and the
+// warp-specialized TMA kernel (the same bits) on (1), off (0), or as DEEPINFER_DENSE_WS says (-1,
+// the default: on unless 0); and how many such launches this process has made.
+void SetDenseWsForTesting(int mode);
+uint64_t DenseWsLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

@@ -558,18 +558,21 @@ inline bool Usable(const Params& p, Kind kind, int64_t groups) {
 // kernels' (per 512-column slice an accumulator from +0, per chunk the k16 steps, per step the
 // parts hi, mid, lo; total = P_0, total += P_1, ...): the same bits.
 
-// d += A·B for one k16 step, m64n128k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 128 token columns).
-__device__ __forceinline__ void MmaBf16M64N128K16(float (&d)[64], uint32_t a_lo, uint32_t b_lo) {
+// d += A·B for one k16 step, m64n128k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 128 token columns);
+// accumulate = 0: d = A·B (scale-d = 0).
+__device__ __forceinline__ void MmaBf16M64N128K16(float (&d)[64], uint32_t a_lo, uint32_t b_lo, int accumulate = 1) {
   asm volatile(
       "{\n"
+      ".reg .pred p;\n"
       ".reg .b64 da, db;\n"
       "mov.b64 da, {%64, %66};\n"
       "mov.b64 db, {%65, %66};\n"
+      "setp.ne.b32 p, %67, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
       "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
       "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "da, db, 1, 1, 1, 0, 0;\n"
+      "da, db, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
@@ -579,7 +582,7 @@ __device__ __forceinline__ void MmaBf16M64N128K16(float (&d)[64], uint32_t a_lo,
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()));
+      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
 }
 
 // Thread per 16 weight columns: row r of the FP8 weight [rows][k] (rows 16-byte aligned,
@@ -623,16 +626,19 @@ struct GroupedBf16Layout {
 };
 
 // Issues one chunk's MMAs into acc (IssueSplitChunk's order at 128 tokens): w_addr the warpgroup's
-// 64 weight rows, x_addr the first part tile (the others kPartBytes apart).
+// 64 weight rows, x_addr the first part tile (the others kPartBytes apart); `fresh`: the first MMA
+// ignores acc (IssueDenseChunk's slice start).
 template <int kParts>
-__device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[64], uint32_t w_addr, uint32_t x_addr) {
+__device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[64], uint32_t w_addr, uint32_t x_addr,
+                                                      bool fresh = false) {
   const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
   wgmma::WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
     for (int part = 0; part < kParts; ++part) {
-      MmaBf16M64N128K16(acc, w_lo + 2 * kk, x_lo + (part * GroupedBf16Layout<kParts>::kPartBytes + 32 * kk) / 16);
+      MmaBf16M64N128K16(acc, w_lo + 2 * kk, x_lo + (part * GroupedBf16Layout<kParts>::kPartBytes + 32 * kk) / 16,
+                        !fresh || kk + part > 0);
     }
   }
   wgmma::WgmmaCommit();
@@ -652,7 +658,9 @@ static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegister
 // w_map: the BF16 weight [groups · n rows][K], boxes of 128 rows × 64 values; x_map: the parts,
 // BF16 [kParts][m][groups · K], boxes of 1 × 128 rows × 64 values (zeros past m); both 128-byte
 // swizzle. p: y, ldy, y_group_stride, m, n (rows per group), k.
-template <int kParts>
+// kFreshSlices: each slice begins with an MMA that ignores d instead of zeroed registers (the
+// dense kernels' overlapped order, OverlappedSlices: the same bits as theirs, -0 included).
+template <int kParts, bool kFreshSlices = false>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
     GroupedBf16WsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                         const Params p, int n_blocks, int tok_blocks, int tiles) {
@@ -710,11 +718,12 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
   for (int i = 0; i < L::kElems; ++i) total[i] = 0.f;
   wgmma::ZeroForWgmma(acc);
   int64_t j = 0;  // loads consumed
-  auto wait_and_issue = [&](int64_t load) {  // the stage of `load` landed; its MMAs issued into acc
+  // The stage of `load` landed; its MMAs issued into acc (`fresh`: the first ignores acc).
+  auto wait_and_issue = [&](int64_t load, bool fresh) {
     tma::BarrierWait(&full[load % S], static_cast<uint32_t>(load / S) & 1u);
     __syncwarp();
     const uint32_t stage = wgmma::SharedAddress(smem + (load % S) * L::kStageBytes);
-    IssueGroupedBf16Chunk<kParts>(acc, stage + group * kRowsPerGroup * kRowBytes, stage + L::kWBytes);
+    IssueGroupedBf16Chunk<kParts>(acc, stage + group * kRowsPerGroup * kRowBytes, stage + L::kWBytes, fresh);
   };
   auto release = [&](int64_t load) {  // the warp's MMAs of `load` complete: its stage is free
     __syncwarp();
@@ -727,9 +736,9 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       // The slice's chunks: chunk c's MMAs issued while chunk c - 1's may run; no register of acc
       // is written between them (ptxas would wait for every MMA at the back edge: C7517).
       const int s1 = min(chunks, s0 + kSliceChunks);
-      wait_and_issue(j++);
+      wait_and_issue(j++, kFreshSlices);
       for (int c = s0 + 1; c < s1; ++c) {
-        wait_and_issue(j++);
+        wait_and_issue(j++, false);
         wgmma::WgmmaWait<1>();
         release(j - 2);
       }
@@ -738,7 +747,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       release(j - 1);
 #pragma unroll
       for (int i = 0; i < L::kElems; ++i) total[i] = s0 == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
-      wgmma::ZeroForWgmma(acc);
+      if constexpr (!kFreshSlices) wgmma::ZeroForWgmma(acc);
     }
     Params pg = p;
     pg.y = p.y + g * p.y_group_stride;
