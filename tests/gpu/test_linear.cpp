@@ -667,6 +667,7 @@ TEST(CudaLinearMma, DenseSplitOnWarpgroupMma) {
   ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
   const int64_t out = 18 * 128, in = 4096, m = 64 * ((sms + 1 + 17) / 18);
+  ScopedDenseWs ws_off(0);  // the 64-token kernels at every M (DenseWsKernelEqualsTheOther compares the two)
   TestWeight w = RandomWeight(kBf16, out, in, ++seed);
   DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
   const uint64_t parts_launches = cuda::DensePartsLaunchesForTesting();

@@ -318,7 +318,7 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
   }
 }
 
-// HcPre at S = 4 from M >= MultiTokenMin() on, persistent: the sums, order and outputs of
+// HcPre at S = 4 from kPersistentMixMinTokens on, persistent: the sums, order and outputs of
 // HcMixKernel<4, false, true> (so the same bits as both HcMixKernel forms). A cluster of
 // kMixCluster blocks takes token groups g = cluster, cluster + clusters, ... of kPersistTok
 // tokens; block q keeps its slice of fn in shared memory for the whole launch (24 rows × up to
@@ -367,7 +367,9 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
     for (int r4 = 0; r4 < kRows / 4; ++r4) {
       float v[4];
 #pragma unroll
-      for (int c = 0; c < 4; ++c) v[c] = valid ? __ldg(p.fn + static_cast<int64_t>(4 * r4 + c) * w + i0 + k * kMixThreads) : 0.f;
+      for (int c = 0; c < 4; ++c) {
+        v[c] = valid ? __ldg(p.fn + static_cast<int64_t>(4 * r4 + c) * w + i0 + k * kMixThreads) : 0.f;
+      }
       fn_slice[(k * (kRows / 4) + r4) * kMixThreads + threadIdx.x] = make_float4(v[0], v[1], v[2], v[3]);
     }
   }
@@ -380,7 +382,9 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
     for (int t = 0; t < kTok; ++t) {
       const float* xt = x + (t0 + min(t, ntok - 1)) * w + i0;
 #pragma unroll
-      for (int k = 0; k < kPersistSteps; ++k) xv[t][k] = i0 + k * kMixThreads < i_end ? __ldg(xt + k * kMixThreads) : 0.f;
+      for (int k = 0; k < kPersistSteps; ++k) {
+        xv[t][k] = i0 + k * kMixThreads < i_end ? __ldg(xt + k * kMixThreads) : 0.f;
+      }
     }
   };
   int64_t g = blockIdx.x / kMixCluster;
@@ -473,17 +477,28 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
       }
     }
     __syncthreads();
+    // out[t, i] = Σ_j weight_j · X[t, j, i] on block q's slice of the D channels, all tokens' and
+    // streams' values of a channel loaded before any is used (one L2 latency, not one per token).
     const int d_slice = static_cast<int>(CeilDiv(d, kMixCluster));
     const int o_begin = min(d, rank * d_slice);
     const int o_end = min(d, o_begin + d_slice);
-    for (int t = 0; t < ntok; ++t) {
-      const float* xr = x + (t0 + t) * w;
-      float* o = out + (t0 + t) * ldo;
-      for (int i = o_begin + static_cast<int>(threadIdx.x); i < o_end; i += kMixThreads) {
-        float a = 0.f;
+    for (int i = o_begin + static_cast<int>(threadIdx.x); i < o_end; i += kMixThreads) {
+      float xo[kTok][kS];
 #pragma unroll
-        for (int j = 0; j < kS; ++j) a = __fadd_rn(a, __fmul_rn(weights[t][j], __ldg(xr + static_cast<int64_t>(j) * d + i)));
-        o[i] = a;
+      for (int t = 0; t < kTok; ++t) {
+#pragma unroll
+        for (int j = 0; j < kS; ++j) {
+          xo[t][j] = t < ntok ? __ldg(x + (t0 + t) * w + static_cast<int64_t>(j) * d + i) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < kTok; ++t) {
+        if (t < ntok) {
+          float a = 0.f;
+#pragma unroll
+          for (int j = 0; j < kS; ++j) a = __fadd_rn(a, __fmul_rn(weights[t][j], xo[t][j]));
+          out[(t0 + t) * ldo + i] = a;
+        }
       }
     }
   }
@@ -612,17 +627,24 @@ void CheckShape(const char* what, int64_t m, int64_t s, int64_t d, int64_t ld) {
   if (ld < d) ThrowCudaError(__FILE__, __LINE__, what, "row stride smaller than the width");
 }
 
-// DEEPINFER_HC_PERSISTENT (read once; unset or 1: on, 0: off) runs HcPre from MultiTokenMin()
-// tokens on at S = 4 on HcPreMixPersistentKernel where W fits its shared memory (the same bits as
-// HcMixKernel<4, false, true>). Tests override it (SetHcPersistentMixForTesting).
+// DEEPINFER_HC_PERSISTENT (read once; unset or 1: on, 0: off) runs HcPre from
+// kPersistentMixMinTokens tokens on at S = 4 on HcPreMixPersistentKernel where W fits its shared
+// memory (the same bits as HcMixKernel<4, false, true>). Tests override it
+// (SetHcPersistentMixForTesting).
 std::atomic<int> g_persistent_mix_test{-1};
 std::atomic<uint64_t> g_persistent_mix_launches{0};
 
-bool PersistentMixUsable(int64_t s, int64_t d) {
+// From this many tokens on (measured 2026-12-03: hc_pre at batch 64 0.267 -> 0.282 ms a step on
+// the persistent kernel, 16 groups for ~16 clusters; batch 256 0.460 -> 0.401; the 8k prefill
+// 7.07 -> 5.57).
+constexpr int64_t kPersistentMixMinTokens = 256;
+
+bool PersistentMixUsable(int64_t m, int64_t s, int64_t d) {
   static const bool from_environment = EnvSwitch("DEEPINFER_HC_PERSISTENT", true, "cuda::HcPre");
   const int test = g_persistent_mix_test.load();
   const bool on = test >= 0 ? test == 1 : from_environment;
-  return on && s == 4 && CeilDiv(s * d, int64_t{kMixCluster}) <= int64_t{kPersistSteps} * kMixThreads;
+  return on && m >= kPersistentMixMinTokens && s == 4 &&
+         CeilDiv(s * d, int64_t{kMixCluster}) <= int64_t{kPersistSteps} * kMixThreads;
 }
 
 // Clusters of HcPreMixPersistentKernel resident at once on the current device (its grid), once
@@ -645,7 +667,9 @@ int64_t PersistentMixClusters() {
   int clusters = 0;
   DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, HcPreMixPersistentKernel, &config),
                 "cudaOccupancyMaxActiveClusters");
-  if (clusters < 1) ThrowCudaError(__FILE__, __LINE__, "cuda::HcPre", "no cluster of the persistent mix fits an SM set");
+  if (clusters < 1) {
+    ThrowCudaError(__FILE__, __LINE__, "cuda::HcPre", "no cluster of the persistent mix fits the device's SMs");
+  }
   by_device[device] = clusters;
   return clusters;
 }
@@ -658,7 +682,7 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
   }
   const int64_t multi_min = MultiTokenMin();
   if (m >= multi_min && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
-    if (PersistentMixUsable(s, d)) {
+    if (PersistentMixUsable(m, s, d)) {
       const int64_t clusters = std::min(CeilDiv(m, int64_t{kPersistTok}), PersistentMixClusters());
       HcPreMixPersistentKernel<<<static_cast<unsigned>(clusters * kMixCluster), kMixThreads, kPersistSmem, stream>>>(
           x, m, static_cast<int>(d), p, out, ldo, post, comb);

@@ -47,7 +47,7 @@ void HcPost(const float* o, int64_t ldo, const float* x, const float* post, cons
 void HcHead(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* y, int64_t ldy,
             cudaStream_t stream);
 
-// Tests only: HcPre's persistent mix kernel at S = 4 from 64 tokens on (-1: DEEPINFER_HC_PERSISTENT
+// Tests only: HcPre's persistent mix kernel at S = 4 from 256 tokens on (-1: DEEPINFER_HC_PERSISTENT
 // again, 0: the per-group cluster kernel, 1: the persistent one where W fits it), for the whole
 // process; and how many HcPre calls it has run.
 void SetHcPersistentMixForTesting(int mode);

@@ -2185,8 +2185,8 @@ void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
   const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.n)};
   const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
   const uint32_t w_box[2] = {wgmma_split::kChunkCols, wgmma_split::kBlockRows};
-  const CUtensorMap w_map = TensorMap(const_cast<void*>(static_cast<const void*>(p.w)), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                                      2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
+  const CUtensorMap w_map =
+      TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
   const uint64_t x_dims[3] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.m), uint64_t{3}};
   const uint64_t x_strides[2] = {static_cast<uint64_t>(p.k) * 2, static_cast<uint64_t>(p.m * p.k) * 2};
   const uint32_t x_box[3] = {wgmma_split::kChunkCols, L::kTok, 1};
