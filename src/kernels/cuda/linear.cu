@@ -1434,7 +1434,11 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
       uint8_t* stage = ring.Stage(j);
       const uint32_t w_addr = tma::SmemAddress(stage + group * wgmma::kRowsPerGroup * wgmma::kChunk);
       const uint32_t x_addr = tma::SmemAddress(stage + R::kX);
-      wgmma::ChunkChainIssue(acc, w_addr, x_addr);
+      if constexpr (kWarpSpecialized) {
+        wgmma::ChunkChainIssueLow(acc, w_addr, x_addr);
+      } else {
+        wgmma::ChunkChainIssue(acc, w_addr, x_addr);
+      }
       // While the MMAs run: the next load into the stage load j - 1 used, once it is released.
       if (!kWarpSpecialized && tid == 0 && j >= 1 && !p_done && issued == j - 1 + R::kStages) {
         ring.WaitReleased(j - 1);

@@ -662,6 +662,22 @@ __device__ __forceinline__ void ChunkChainIssue(float (&acc)[kElems], uint32_t w
   WgmmaCommit();
 }
 
+// ChunkChainIssue's MMAs with each step's descriptors as DescriptorLow of the tile plus 2 per k32
+// step (32 bytes) and DescriptorHigh(): the same descriptors (the address field never carries) in
+// fewer instructions than SwizzledDescriptor of each step's address.
+template <int kElems>
+__device__ __forceinline__ void ChunkChainIssueLow(float (&acc)[kElems], uint32_t w_addr, uint32_t x_addr) {
+  ZeroForWgmma(acc);
+  const uint32_t w_lo = DescriptorLow(w_addr), x_lo = DescriptorLow(x_addr);
+  const uint64_t high = static_cast<uint64_t>(DescriptorHigh()) << 32;
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < kChunk / 32; ++kk) {
+    MmaK32(acc, high | (w_lo + 2 * kk), high | (x_lo + 2 * kk));
+  }
+  WgmmaCommit();
+}
+
 template <int kElems>
 __device__ __forceinline__ void ChunkChainWait(float (&acc)[kElems]) {
   WgmmaWaitAll();
