@@ -92,4 +92,15 @@ bool SanitizerSizes();
     }                                                                           \
   } while (0)
 
+// kSet(mode) for the scope, then kSet(-1): one of the kernels' switch hooks (a kernel choice on
+// (1) or off (0) for the whole process, then back to the environment's).
+template <void (*kSet)(int)>
+class ScopedSwitch {
+ public:
+  explicit ScopedSwitch(int mode) { kSet(mode); }
+  ~ScopedSwitch() { kSet(-1); }
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
+};
+
 }  // namespace deepinfer::test

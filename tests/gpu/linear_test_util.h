@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_test_util.h"
 #include "kernels/cuda/linear.h"
 #include "tensor/linear_weight.h"
 
@@ -123,16 +124,6 @@ class ScopedGroupedBf16 {
   ~ScopedGroupedBf16() { cuda::SetGroupedBf16ForTesting(-1); }
   ScopedGroupedBf16(const ScopedGroupedBf16&) = delete;
   ScopedGroupedBf16& operator=(const ScopedGroupedBf16&) = delete;
-};
-// kSet(mode) for the scope, then kSet(-1): one of linear.h's switch hooks (a kernel choice on (1)
-// or off (0) for the whole process, then back to the environment's).
-template <void (*kSet)(int)>
-class ScopedSwitch {
- public:
-  explicit ScopedSwitch(int mode) { kSet(mode); }
-  ~ScopedSwitch() { kSet(-1); }
-  ScopedSwitch(const ScopedSwitch&) = delete;
-  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
 };
 using ScopedStagedSlices = ScopedSwitch<cuda::SetStagedSlicesForTesting>;
 using ScopedDenseSplit = ScopedSwitch<cuda::SetDenseSplitForTesting>;

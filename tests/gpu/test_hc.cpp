@@ -107,13 +107,7 @@ TEST(CudaHc, PreFlash) {
 }
 
 // HcPre's mix kernel choice for a scope (SetHcPersistentMixForTesting), -1 again after it.
-class ScopedPersistentMix {
- public:
-  explicit ScopedPersistentMix(int mode) { cuda::SetHcPersistentMixForTesting(mode); }
-  ~ScopedPersistentMix() { cuda::SetHcPersistentMixForTesting(-1); }
-  ScopedPersistentMix(const ScopedPersistentMix&) = delete;
-  ScopedPersistentMix& operator=(const ScopedPersistentMix&) = delete;
-};
+using ScopedPersistentMix = ScopedSwitch<cuda::SetHcPersistentMixForTesting>;
 
 // A token's outputs do not depend on the batch (nor on the 1- or 4-token block path, nor on the
 // persistent kernel that takes 4-token groups from 256 tokens on): bit-exact. 64 (the threshold),

@@ -168,6 +168,21 @@ inline bool EnvSwitch(const char* name, bool unset, const char* what) {
   ThrowCudaError(__FILE__, __LINE__, what, message.c_str());
 }
 
+// Tests: a device counter from 0, launch(counter) (kernels that add to it; returns the first error),
+// then the counter's value. Synchronizes the device; `what` names the caller in its error.
+template <class Launch>
+uint64_t DeviceCountForTesting(const char* what, const Launch& launch) {
+  unsigned long long* count = nullptr;
+  DI_CUDA_CHECK(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
+  unsigned long long host = 0;
+  cudaError_t e = cudaMemset(count, 0, sizeof(*count));
+  if (e == cudaSuccess) e = launch(count);
+  if (e == cudaSuccess) e = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
+  cudaFree(count);
+  DI_CUDA_CHECK(e, what);
+  return host;
+}
+
 // Programmatic dependent launch: every kernel of this project begins with PdlPrologue(). Where a
 // CUDA graph made the kernel a programmatic dependent of the one before it (CudaGraph, unless
 // DEEPINFER_PDL=0; docs/cuda-backend.md), griddepcontrol.wait holds the whole block until that grid

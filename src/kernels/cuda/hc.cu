@@ -776,21 +776,14 @@ void SetHcPersistentMixForTesting(int mode) {
 uint64_t HcPersistentMixLaunchesForTesting() { return g_persistent_mix_launches.load(); }
 
 uint64_t WarpReduceScatterMismatchesForTesting(bool perturb) {
-  unsigned long long* count = nullptr;
-  DI_CUDA_CHECK(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
-  unsigned long long host = 0;
-  const cudaError_t status = [&] {
-    cudaError_t e = cudaMemset(count, 0, sizeof(*count));
+  return DeviceCountForTesting("WarpReduceScatterMismatchesForTesting", [&](unsigned long long* count) {
+    cudaError_t e = cudaSuccess;
     for (const uint32_t salt : {1u, 0x7f4a7c15u}) {
       if (e == cudaSuccess) WarpReduceScatterCheckKernel<<<4096, kWarpSize>>>(salt, perturb, count);
       if (e == cudaSuccess) e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
     return e;
-  }();
-  cudaFree(count);
-  DI_CUDA_CHECK(status, "WarpReduceScatterMismatchesForTesting");
-  return host;
+  });
 }
 
 }  // namespace deepinfer::cuda

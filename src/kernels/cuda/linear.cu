@@ -3138,21 +3138,14 @@ __global__ void Fp4CodesCheckKernel(uint32_t salt, unsigned long long* mismatche
 }  // namespace
 
 uint64_t Fp4CodeMismatchesForTesting() {
-  unsigned long long* count = nullptr;
-  DI_CUDA_CHECK(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
-  unsigned long long host = 0;
-  const cudaError_t status = [&] {
-    cudaError_t e = cudaMemset(count, 0, sizeof(*count));
+  return DeviceCountForTesting("Fp4CodeMismatchesForTesting", [](unsigned long long* count) {
+    cudaError_t e = cudaSuccess;
     for (const uint32_t salt : {0u, 0x9e3779b9u, 0x7f4a7c15u}) {
       if (e == cudaSuccess) Fp4CodesCheckKernel<<<256, 256>>>(salt, count);
       if (e == cudaSuccess) e = cudaGetLastError();
     }
-    if (e == cudaSuccess) e = cudaMemcpy(&host, count, sizeof(host), cudaMemcpyDeviceToHost);
     return e;
-  }();
-  cudaFree(count);
-  DI_CUDA_CHECK(status, "Fp4CodeMismatchesForTesting");
-  return host;
+  });
 }
 
 bool QuantizesFp8Input(const DeviceWeight& w) {
