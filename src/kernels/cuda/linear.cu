@@ -1986,11 +1986,51 @@ bool GroupedBf16Runs(const Params& p, int64_t groups, int parts) {
          p.scratch_bytes >= GroupedBf16Bytes(p.m, groups, p.n, p.k, parts) && EncodeTiled() != nullptr;
 }
 
+// A BF16 weight [rows][k], rows row_bytes apart, as GroupedBf16WsKernel reads it: boxes of 128 rows
+// × 64 values, 128-byte swizzle (TMA zero-fills rows past `rows`).
+CUtensorMap Bf16WeightMap(const void* w, int64_t rows, int64_t k, int64_t row_bytes) {
+  const uint64_t dims[2] = {static_cast<uint64_t>(k), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(row_bytes)};
+  const uint32_t box[2] = {wgmma_split::kChunkCols, wgmma_split::kBlockRows};
+  return TensorMap(w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// SplitXPartsKernel<kParts> on rows [0, m) of x (gk columns, ldx apart) into `parts`, [kParts][m][gk]
+// BF16, and the tensor map GroupedBf16WsKernel reads them by (boxes of 1 × 128 rows × 64 values,
+// zeros past m). `what` names the split launch in its error.
+template <int kParts>
+CUtensorMap SplitXPartsForWs(const float* x, int64_t ldx, int64_t m, int64_t gk, uint16_t* parts, int sms,
+                             cudaStream_t stream, const char* what) {
+  const int64_t units = m * (gk / 8);
+  wgmma_split::SplitXPartsKernel<kParts><<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(units, 256), sms * 8)), 256,
+                                           0, stream>>>(x, ldx, m, m, gk, parts);
+  DI_CUDA_LAUNCH_CHECK(what);
+  const uint64_t dims[3] = {static_cast<uint64_t>(gk), static_cast<uint64_t>(m), uint64_t{kParts}};
+  const uint64_t strides[2] = {static_cast<uint64_t>(gk) * 2, static_cast<uint64_t>(m * gk) * 2};
+  const uint32_t box[3] = {wgmma_split::kChunkCols, wgmma_split::GroupedBf16Layout<kParts>::kTok, 1};
+  return TensorMap(parts, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// GroupedBf16WsKernel<kParts, kFreshSlices> over p's groups × token tiles × ceil(p.n / 128) row
+// blocks, at most one block per SM. `what` names the launch in its error.
+template <int kParts, bool kFreshSlices>
+void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Params& p, int64_t groups, int device,
+                  int sms, cudaStream_t stream, const char* what) {
+  using L = wgmma_split::GroupedBf16Layout<kParts>;
+  const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows}), tok_blocks = CeilDiv(p.m, int64_t{L::kTok});
+  const int64_t tiles = groups * n_blocks * tok_blocks;
+  if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
+  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices>;
+  AllowDynamicSmem<kKernel>(device, L::kBytes);
+  kKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads, L::kBytes, stream>>>(
+      w_map, x_map, p, static_cast<int>(n_blocks), static_cast<int>(tok_blocks), static_cast<int>(tiles));
+  DI_CUDA_LAUNCH_CHECK(what);
+}
+
 // The weight converted into the scratch once, then per piece of x's rows its parts split and
 // GroupedBf16WsKernel<kParts> on at most one block per SM.
 template <int kParts>
 void LaunchGroupedBf16(const Params& p, int64_t groups, cudaStream_t stream) {
-  using L = wgmma_split::GroupedBf16Layout<kParts>;
   const auto [device, sms] = CurrentDeviceSms();
   const int64_t rows = groups * p.n, gk = groups * p.k;
   uint8_t* base = static_cast<uint8_t*>(p.scratch);
@@ -2001,34 +2041,17 @@ void LaunchGroupedBf16(const Params& p, int64_t groups, cudaStream_t stream) {
                                             256, 0, stream>>>(p.w, p.w_row_bytes, p.scale, p.scale_row_stride, rows,
                                                               p.k, w16);
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear BF16 weight");
-  const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(rows)};
-  const uint64_t w_strides[1] = {static_cast<uint64_t>(p.k) * 2};
-  const uint32_t w_box[2] = {wgmma_split::kChunkCols, wgmma_split::kBlockRows};
-  const CUtensorMap w_map =
-      TensorMap(w16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
-  AllowDynamicSmem<wgmma_split::GroupedBf16WsKernel<kParts>>(device, L::kBytes);
+  const CUtensorMap w_map = Bf16WeightMap(w16, rows, p.k, p.k * 2);
   const int64_t piece = GroupedBf16PieceRows(p.m, groups, p.k, kParts);
   for (int64_t r0 = 0; r0 < p.m; r0 += piece) {
     const int64_t m = std::min(piece, p.m - r0);
-    const int64_t x_units = m * (gk / 8);
-    wgmma_split::SplitXPartsKernel<kParts><<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(x_units, 256), sms * 8)),
-                                             256, 0, stream>>>(p.x + r0 * p.ldx, p.ldx, m, m, gk, parts);
-    DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear BF16 x parts");
-    const uint64_t x_dims[3] = {static_cast<uint64_t>(gk), static_cast<uint64_t>(m), uint64_t{kParts}};
-    const uint64_t x_strides[2] = {static_cast<uint64_t>(gk) * 2, static_cast<uint64_t>(m * gk) * 2};
-    const uint32_t x_box[3] = {wgmma_split::kChunkCols, L::kTok, 1};
-    const CUtensorMap x_map =
-        TensorMap(parts, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_128B);
+    const CUtensorMap x_map = SplitXPartsForWs<kParts>(p.x + r0 * p.ldx, p.ldx, m, gk, parts, sms, stream,
+                                                       "cuda::GroupedLinear BF16 x parts");
     Params pp = p;
     pp.y = p.y + r0 * p.ldy;
     pp.m = m;
-    const int64_t n_blocks = p.n / wgmma_split::kBlockRows, tok_blocks = CeilDiv(m, int64_t{L::kTok});
-    const int64_t tiles = groups * n_blocks * tok_blocks;
-    if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
-    wgmma_split::GroupedBf16WsKernel<kParts>
-        <<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads, L::kBytes, stream>>>(
-            w_map, x_map, pp, static_cast<int>(n_blocks), static_cast<int>(tok_blocks), static_cast<int>(tiles));
-    DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear BF16 wgmma, warp-specialized");
+    LaunchBf16Ws<kParts, false>(w_map, x_map, pp, groups, device, sms, stream,
+                                "cuda::GroupedLinear BF16 wgmma, warp-specialized");
     g_grouped_bf16_launches.fetch_add(1);
   }
 }
@@ -2180,30 +2203,10 @@ bool DenseWsRuns(const Params& p) {
 
 template <bool kOverlap>
 void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
-  using L = wgmma_split::GroupedBf16Layout<3>;
-  uint16_t* parts = static_cast<uint16_t*>(p.scratch);
-  const int64_t x_units = p.m * (p.k / 8);
-  wgmma_split::SplitXPartsKernel<3><<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(x_units, 256), sms * 8)), 256, 0,
-                                      stream>>>(p.x, p.ldx, p.m, p.m, p.k, parts);
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 x parts");
-  const uint64_t w_dims[2] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.n)};
-  const uint64_t w_strides[1] = {static_cast<uint64_t>(p.w_row_bytes)};
-  const uint32_t w_box[2] = {wgmma_split::kChunkCols, wgmma_split::kBlockRows};
-  const CUtensorMap w_map =
-      TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
-  const uint64_t x_dims[3] = {static_cast<uint64_t>(p.k), static_cast<uint64_t>(p.m), uint64_t{3}};
-  const uint64_t x_strides[2] = {static_cast<uint64_t>(p.k) * 2, static_cast<uint64_t>(p.m * p.k) * 2};
-  const uint32_t x_box[3] = {wgmma_split::kChunkCols, L::kTok, 1};
-  const CUtensorMap x_map =
-      TensorMap(parts, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, x_dims, x_strides, x_box, CU_TENSOR_MAP_SWIZZLE_128B);
-  const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows}), tok_blocks = CeilDiv(p.m, int64_t{L::kTok});
-  const int64_t tiles = n_blocks * tok_blocks;
-  if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
-  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<3, kOverlap>;
-  AllowDynamicSmem<kKernel>(device, L::kBytes);
-  kKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads, L::kBytes, stream>>>(
-      w_map, x_map, p, static_cast<int>(n_blocks), static_cast<int>(tok_blocks), static_cast<int>(tiles));
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, warp-specialized");
+  const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms, stream,
+                                                "cuda::Linear split-BF16 x parts");
+  LaunchBf16Ws<3, kOverlap>(Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes), x_map, p, 1, device, sms, stream,
+                            "cuda::Linear split-BF16 wgmma, warp-specialized");
   g_dense_ws_launches.fetch_add(1);
 }
 
