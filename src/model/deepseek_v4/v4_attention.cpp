@@ -61,8 +61,8 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   if (aw.compressor) {
     const int64_t width = aw.compressor->wkv.out_features;
     const TensorView ckv = ws.Alloc(DType::kF32, {tokens, width}), cscore = ws.Alloc(DType::kF32, {tokens, width});
-    ops::Linear(ctx.op, x, aw.compressor->wkv, ckv);
-    ops::Linear(ctx.op, x, aw.compressor->wgate, cscore);
+    DenseLinear(ctx, x, aw.compressor->wkv, ckv);
+    DenseLinear(ctx, x, aw.compressor->wgate, cscore);
     Compress(ctx, w, false, ckv, cscore);
   }
   if (aw.indexer) {
@@ -74,12 +74,12 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
     ops::HadamardRows(ctx.op, index_q.Reshape({tokens * ih, id}));
     if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, index_q.Reshape({tokens * ih, id}), 32);
     index_w = ws.Alloc(DType::kF32, {tokens, ih});
-    ops::Linear(ctx.op, x, iw.weights_proj, index_w);
+    DenseLinear(ctx, x, iw.weights_proj, index_w);
     ops::Scale(ctx.op, index_w, 1.f / std::sqrt(static_cast<float>(id) * static_cast<float>(ih)));
     const int64_t width = iw.compressor.wkv.out_features;
     const TensorView ikv = ws.Alloc(DType::kF32, {tokens, width}), iscore = ws.Alloc(DType::kF32, {tokens, width});
-    ops::Linear(ctx.op, x, iw.compressor.wkv, ikv);
-    ops::Linear(ctx.op, x, iw.compressor.wgate, iscore);
+    DenseLinear(ctx, x, iw.compressor.wkv, ikv);
+    DenseLinear(ctx, x, iw.compressor.wgate, iscore);
     Compress(ctx, w, true, ikv, iscore);
   }
 

@@ -312,6 +312,13 @@ void V4Model::QuantizedLinear(const StepContext& ctx, const TensorView& x, const
   ops::Linear(ctx.op, x, w, y, input, scratch);
 }
 
+void V4Model::DenseLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w,
+                          const TensorView& y) const {
+  const size_t bytes = ops::LinearScratchBytes(ctx.op, x.size(0), w, ops::LinearInput::kAsIs);
+  const TensorView scratch = bytes == 0 ? TensorView() : ctx.ws->Alloc(DType::kI8, {static_cast<int64_t>(bytes)});
+  ops::Linear(ctx.op, x, w, y, ops::LinearInput::kAsIs, scratch);
+}
+
 void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const {
   const auto& c = config_;
   const int64_t tokens = ctx.num_tokens(), d = c.hidden_size, s = c.hc_mult;
@@ -342,7 +349,7 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   Workspace& ws = *ctx.ws;
 
   const TensorView gate_logits = ws.Alloc(DType::kF32, {tokens, num_experts});
-  ops::Linear(ctx.op, x, m.gate, gate_logits);
+  DenseLinear(ctx, x, m.gate, gate_logits);
   ops::RouterParams rp;
   rp.score = c.scoring_func == ScoringFunc::kSqrtSoftplus ? ops::RouterScore::kSqrtSoftplus
              : c.scoring_func == ScoringFunc::kSigmoid    ? ops::RouterScore::kSigmoid

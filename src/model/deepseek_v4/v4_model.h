@@ -94,6 +94,10 @@ class V4Model : public Model {
   // ops::Linear of an input rounded as above (QuantizedInput), with the scratch the GPU's FP8 GEMM
   // quantizes it into, from the step's workspace.
   void QuantizedLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y) const;
+  // ops::Linear of an input taken as it is (the compressors', the indexer's BF16 weights), with the
+  // scratch a GPU kernel uses where it wants one (x's BF16 parts, split once per call for the
+  // warp-specialized GEMM: the same bits as without), from the step's workspace.
+  void DenseLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y) const;
   void UploadWeights();
   // The routed experts of every block as ops::ExpertsWeight, pointing at the weights where they
   // live (after UploadWeights on a CUDA device).
