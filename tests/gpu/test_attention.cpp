@@ -253,49 +253,6 @@ TEST(CudaAttentionSplitBf16, EveryBlockCount) {
   ExpectSplitBf16MatchesCpu(small);
 }
 
-// Every block form gives the same bits: one or two head groups a block with the rows staged by
-// cp.async (small batches), and up to four groups with the register loads (large ones). Counts
-// cover a tile of at most half a stage (1, 17, 32), a second half (33, 63), several tiles and
-// ranks (128, 377, 640) and no rows (0); H = 64 (Flash), 20 (a padded second group) and 3.
-TEST(CudaAttentionSplitBf16, EveryBlockFormSameBits) {
-  DI_REQUIRE_GPU();
-  const std::vector<AttentionCase> cases = {
-      {9, 64, 512, 4096, 640, {640, 1, 17, 32, 33, 63, 128, 377, 0}, 0, 0, 0, 2.f, false, 101},
-      {4, 20, 256, 400, 300, {300, 0, 1, 257}, 0, 0, 0, 1.f, true, 102},
-      {3, 3, 64, 200, 70, {70, 15, 65}, 4, 8, 4, 1.f, false, 103},
-  };
-  int device = 0, sms = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
-  for (AttentionCase c : cases) {
-    c.kv_rows = true;
-    const AttentionInputs in = MakeInputs(c);
-    for (int blocks : {1, 2, 8}) {
-      c.blocks_per_query = blocks;
-      std::vector<float> unstaged;
-      {
-        ScopedSwitch<cuda::SetAttentionHeadGroupsForTesting> form(0);
-        unstaged = GpuAttentionSplitBf16(c, in);
-      }
-      for (int groups : {-1, 1, 2, 4}) {
-        SCOPED_TRACE(testing::Message() << "H " << c.heads << ", d " << c.head_dim << ", " << blocks
-                                        << " blocks per query, groups " << groups);
-        ScopedSwitch<cuda::SetAttentionHeadGroupsForTesting> form(groups);
-        const uint64_t staged_before = cuda::AttentionStagedLaunchesForTesting();
-        const std::vector<float> got = GpuAttentionSplitBf16(c, in);
-        ASSERT_EQ(got.size(), unstaged.size());
-        size_t differ = 0;
-        for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &unstaged[i], sizeof(float)) != 0;
-        EXPECT_EQ(differ, 0u) << "outputs whose bits differ from the unstaged form's";
-        // The default stages where one block per query, rank and pair of head groups fits the SMs.
-        const int64_t pairs = (c.heads + 31) / 32;
-        const bool staged = groups == 1 || groups == 2 || (groups == -1 && c.queries * blocks * pairs <= sms);
-        EXPECT_EQ(cuda::AttentionStagedLaunchesForTesting() - staged_before, staged ? 1u : 0u);
-      }
-    }
-  }
-}
-
 TEST(CudaAttentionSplitBf16, RejectsWhatItCannotRun) {
   DI_REQUIRE_GPU();
   DeviceArray<float> buf(std::vector<float>(4096, 0.f));

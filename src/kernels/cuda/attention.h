@@ -59,12 +59,5 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
 // throws) or 2, chosen from docs/performance.md's sweep after version 11. For experiments: every
 // query of a run must take the same value, which the process-wide default guarantees.
 int AttentionSplitBf16Blocks();
-// Tests only: AttentionWithSinkSplitBf16's blocks of 16·groups heads: -1 its own choice (one or two
-// head groups a block with staged row loads where that grid fits one wave on the SMs, unless
-// DEEPINFER_ATTENTION_STAGED is 0; else up to four groups, unstaged), 0 always the unstaged form,
-// 1 or 2 groups staged and 4 unstaged, each forced (every form gives the same bits); and how many
-// staged launches this process has made.
-void SetAttentionHeadGroupsForTesting(int groups);
-uint64_t AttentionStagedLaunchesForTesting();
 
 }  // namespace deepinfer::cuda

@@ -17,10 +17,6 @@
 // group g = w % kGroups (16 heads, the MMA's M) and half = w / kGroups: for S the tile's rows
 // [32·half, 32·half + 32), for O the columns [half·d/2, (half + 1)·d/2). The two warps of a group
 // exchange their row maxima and probabilities through shared memory (a named barrier per group).
-// A block holds kGroups = 1, 2 or 4 head groups (ChooseBlockForm): at small grids one or two,
-// whose tiles come in through an f32 stage by cp.async (kStaged), so that a batch of a few queries
-// spreads over up to four times the SMs; else up to four, loading each tile once for 64 heads.
-// Each head's sums are the same in every form (below), so the form never changes a bit.
 //
 // Order of every sum (fixed by d and the query's row count; the same for every batch and grid):
 //   score(h, t) = scale · (Σ over k-steps of 16 columns, ascending, of the MMAs of Q's hi, mid,
@@ -32,8 +28,6 @@
 //   S = Σ_r f_r·sum_r + e^{sink − M}, out = Σ_r f_r·O_r / S (ranks in order, fmaf from +0).
 #include <cooperative_groups.h>
 
-#include <algorithm>
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -54,24 +48,7 @@ constexpr int kQPad = 8;                 // floats after each q row in shared me
 constexpr int kRPad = 8;                 // BF16 values after each tile row
 constexpr int kPStride = kTileRows + 8;  // floats per head of the probabilities
 
-// SetAttentionHeadGroupsForTesting: -1 ChooseBlockForm's choice, 0 its unstaged form, 1, 2 or 4
-// groups forced (1 and 2 staged, 4 not).
-std::atomic<int> g_head_groups_for_testing{-1};
-std::atomic<uint64_t> g_staged_launches{0};
-
-// DEEPINFER_ATTENTION_STAGED=0 keeps every launch on blocks of up to four head groups with the
-// register loads (the form before the staged one); read once.
-bool AttentionStagedEnabled() {
-  static const bool on = EnvSwitch("DEEPINFER_ATTENTION_STAGED", true, "cuda::AttentionWithSinkSplitBf16");
-  return on;
-}
-
-// kStaged: a tile's rows reach shared memory by cp.async into an f32 stage of kStageRows rows
-// (every copy of a half tile in flight at once, the next tile's first half during this tile's
-// MMAs) and are converted to BF16 from there, instead of through registers a few rows per warp.
-// Blocks of one or two head groups (2 or 4 warps) take it: with few warps the register path keeps
-// too few bytes in flight. Either way rs holds the same values, so the bits are the same.
-template <int kGroups, int kD, int kSplit, bool kStaged = false>
+template <int kGroups, int kD, int kSplit>
 struct Shape {
   static_assert(kD % 64 == 0, "d: whole n8 tiles per half (16-column pairs), 16-column k-steps");
   static_assert(kD % (4 * kSplit) == 0, "d: a float4-wide output slice per block of the cluster");
@@ -86,9 +63,7 @@ struct Shape {
   static constexpr size_t kQBytes = size_t{4} * kHeads * kQStride;
   static constexpr size_t kRBytes = size_t{2} * kTileRows * kRStride;
   static constexpr size_t kPBytes = size_t{4} * kHeads * kPStride;
-  static constexpr int kStageRows = kTileRows / 2;
-  static constexpr size_t kStageBytes = kStaged ? size_t{4} * kStageRows * kD : 0;
-  static constexpr size_t kSmemBytes = kQBytes + kRBytes + kPBytes + size_t{4} * kStatFloats + kStageBytes;
+  static constexpr size_t kSmemBytes = kQBytes + kRBytes + kPBytes + size_t{4} * kStatFloats;
 };
 
 __device__ __forceinline__ uint32_t SmemAddress(const void* p) {
@@ -190,47 +165,12 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
   }
 }
 
-// Staged loads (kStaged): the f32 values of tile rows [r0, r0 + kStageRows) ∩ [0, tile_n) into
-// `stage` ([kStageRows][kD], unpadded), one cp.async of 16 bytes per float4, none awaited here.
-template <int kThreads, int kD>
-__device__ __forceinline__ void IssueStage(const AttentionArgs& a, const int32_t* ids, int tile_n, int r0, float* stage,
-                                           int tid) {
-  constexpr int kF4 = kD / 4;
-  const int rows = min(kTileRows / 2, tile_n - r0);
-  for (int e = tid; e < rows * kF4; e += kThreads) {
-    const int r = e / kF4, c4 = e % kF4;
-    const int32_t id = __ldg(ids + r0 + r);
-    CpAsync16(stage + r * kD + 4 * c4, a.rows + static_cast<int64_t>(id) * a.row_stride + 4 * c4);
-  }
-}
-
-// The staged rows into rs as BF16 (round to nearest, as LoadTile), tile rows [r0, r0 +
-// kStageRows) ∩ [0, padded): rows at or past tile_n become zeros, as in LoadTile.
-template <int kThreads, int kD, int kRStride>
-__device__ __forceinline__ void ConvertStage(const float* stage, int tile_n, int r0, __nv_bfloat16* rs, int tid) {
-  constexpr int kF4 = kD / 4;
-  const int padded = min(kTileRows, (tile_n + 15) / 16 * 16);
-  const int rows = min(kTileRows / 2, padded - r0);
-#pragma unroll 4
-  for (int e = tid; e < rows * kF4; e += kThreads) {
-    const int r = e / kF4, c4 = e % kF4;
-    const float4 v = r0 + r < tile_n ? *reinterpret_cast<const float4*>(stage + r * kD + 4 * c4)
-                                     : make_float4(0.f, 0.f, 0.f, 0.f);
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(rs + (r0 + r) * kRStride + 4 * c4) = packed;
-  }
-}
-
-template <int kGroups, int kD, int kSplit, bool kStaged>
-__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD, kSplit, kStaged>::kThreads, 1)
+template <int kGroups, int kD, int kSplit>
+__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD, kSplit>::kThreads, 1)
     AttentionSplitBf16Kernel(AttentionArgs a) {
   PdlPrologue();
   namespace cg = cooperative_groups;
-  using S = Shape<kGroups, kD, kSplit, kStaged>;
+  using S = Shape<kGroups, kD, kSplit>;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
   float* qs = reinterpret_cast<float*>(smem);                                  // [kHeads][kQStride]
@@ -242,7 +182,6 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
   float* sum_s = max_s + S::kHeads;                                            // [kHeads]
   float* factor_s = sum_s + S::kHeads;                                         // [kHeads][kSplit]
   float* total_s = factor_s + S::kHeads * kSplit;                              // [kHeads]
-  float* stage = total_s + S::kHeads;  // kStaged: [kStageRows][kD] (16-byte aligned: kStatFloats % 4 == 0)
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -279,7 +218,6 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
         *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
-    if constexpr (kStaged) IssueStage<S::kThreads, kD>(a, a.row_ids + m * a.max_rows + row_begin, min(kTileRows, row_end - row_begin), 0, stage, tid);
   }
 
   // This thread's two heads (MMA rows gq and gq + 8 of its group) and their softmax state: the
@@ -307,28 +245,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
 
   for (int t0 = row_begin; t0 < row_end; t0 += kTileRows) {
     const int tile_n = min(kTileRows, row_end - t0);
-    if constexpr (kStaged) {
-      // The first half was issued before this tile (above, or at the end of the last tile's
-      // loads); the second half's copies wait for the stage to be free.
-      CpAsyncWaitAll();
-      __syncthreads();
-      ConvertStage<S::kThreads, kD, S::kRStride>(stage, tile_n, 0, rs, tid);
-      __syncthreads();
-      if (tile_n > S::kStageRows) {
-        IssueStage<S::kThreads, kD>(a, ids + t0, tile_n, S::kStageRows, stage, tid);
-        CpAsyncWaitAll();
-        __syncthreads();
-        ConvertStage<S::kThreads, kD, S::kRStride>(stage, tile_n, S::kStageRows, rs, tid);
-        __syncthreads();
-      }
-      if (t0 + kTileRows < row_end) {
-        IssueStage<S::kThreads, kD>(a, ids + t0 + kTileRows, min(kTileRows, row_end - t0 - kTileRows), 0, stage, tid);
-      }
-    } else {
-      LoadTile<kGroups, kD, kSplit>(a, ids + t0, tile_n, rs, warp, lane);
-      CpAsyncWaitAll();
-      __syncthreads();
-    }
+    LoadTile<kGroups, kD, kSplit>(a, ids + t0, tile_n, rs, warp, lane);
+    CpAsyncWaitAll();
+    __syncthreads();
 
     // 1. Scores of the group's 16 heads against this warp's 32 tile rows (4 n8 tiles; a pair of
     // them per ldmatrix), skipping pairs wholly past tile_n.
@@ -519,12 +438,12 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
-template <int kGroups, int kD, int kSplit, bool kStaged>
+template <int kGroups, int kD, int kSplit>
 void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
-  using S = Shape<kGroups, kD, kSplit, kStaged>;
+  using S = Shape<kGroups, kD, kSplit>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
   const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
-  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit, kStaged>;
+  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit>;
   if (S::kSmemBytes > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(S::kSmemBytes)),
@@ -532,46 +451,17 @@ void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t strea
   }
   kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(a);
   DI_CUDA_LAUNCH_CHECK("AttentionWithSinkSplitBf16");
-  if constexpr (kStaged) g_staged_launches.fetch_add(1, std::memory_order_relaxed);
-}
-
-// Head groups (16 heads each) per block, and whether the block stages its loads: one group (or two)
-// per staged block where the grid of one block per query, rank and head group still fits one wave
-// on the device's SMs (small decode batches: up to four times the blocks, each with its own SM's
-// bandwidth and tensor cores); else the fewest of 1, 2 or 4 that hold every head, unstaged
-// (prefill and large batches: a tile's rows loaded once for up to 64 heads). A query's bits do
-// not depend on either (attention_mma.cu's order of sums).
-struct BlockForm {
-  int groups;
-  bool staged;
-};
-
-BlockForm ChooseBlockForm(const AttentionArgs& a, int64_t num_queries, int split) {
-  const int64_t needed = std::max<int64_t>(1, CeilDiv(a.num_heads, kGroupHeads));
-  const int unstaged = needed <= 1 ? 1 : needed <= 2 ? 2 : 4;
-  const int forced = g_head_groups_for_testing.load();
-  if (forced > 0) return {forced, forced <= 2};
-  if (forced == 0) return {unstaged, false};
-  if (!AttentionStagedEnabled()) return {unstaged, false};
-  int device = 0, sms = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  for (const int groups : {1, 2}) {
-    if (num_queries * split * CeilDiv(needed, groups) <= sms) return {groups, true};
-  }
-  return {unstaged, false};
 }
 
 template <int kD, int kSplit>
 void LaunchGroups(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
-  const BlockForm form = ChooseBlockForm(a, num_queries, kSplit);
-  if (form.staged) {
-    if (form.groups == 1) return LaunchSplit<1, kD, kSplit, true>(a, num_queries, stream);
-    return LaunchSplit<2, kD, kSplit, true>(a, num_queries, stream);
+  if (a.num_heads <= kGroupHeads) {
+    LaunchSplit<1, kD, kSplit>(a, num_queries, stream);
+  } else if (a.num_heads <= 2 * kGroupHeads) {
+    LaunchSplit<2, kD, kSplit>(a, num_queries, stream);
+  } else {
+    LaunchSplit<4, kD, kSplit>(a, num_queries, stream);
   }
-  if (form.groups == 1) return LaunchSplit<1, kD, kSplit, false>(a, num_queries, stream);
-  if (form.groups == 2) return LaunchSplit<2, kD, kSplit, false>(a, num_queries, stream);
-  return LaunchSplit<4, kD, kSplit, false>(a, num_queries, stream);
 }
 
 template <int kD>
@@ -585,14 +475,6 @@ void LaunchBlocks(const AttentionArgs& a, int64_t num_queries, int blocks, cudaS
 }
 
 }  // namespace
-
-void SetAttentionHeadGroupsForTesting(int groups) {
-  if (groups != -1 && groups != 0 && groups != 1 && groups != 2 && groups != 4) {
-    ThrowCudaError(__FILE__, __LINE__, "cuda::SetAttentionHeadGroupsForTesting", "groups must be -1, 0, 1, 2 or 4");
-  }
-  g_head_groups_for_testing.store(groups);
-}
-uint64_t AttentionStagedLaunchesForTesting() { return g_staged_launches.load(); }
 
 int AttentionSplitBf16Blocks() {
   static const int blocks = [] {
