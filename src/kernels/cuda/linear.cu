@@ -90,6 +90,9 @@ struct Params {
   // floats, zeros past K) and the weights through the per-warp cp.async rings.
   bool gemv_staged;
   int64_t x_smem_ld;
+  // The decode-sized kernels ask L2 for their weight slices before the PDL wait (PdlPrologueAfterL2Prefetch;
+  // SetWeight sets it from DEEPINFER_L2_PREFETCH).
+  bool l2_prefetch;
   // Host side only: Linear's scratch (linear_wgmma.cuh), null elsewhere.
   void* scratch;
   size_t scratch_bytes;
@@ -1566,8 +1569,16 @@ Kind KindOf(const DeviceWeight& w) {
 }
 
 // Validates `w` and fills the weight part of `p`.
+// DEEPINFER_L2_PREFETCH (read once; unset or 1: on, 0: off): the decode-sized kernels of one token
+// tile (Linear's 8- and 64-token wgmma tiles, the dense split-BF16 K slices, GroupedLinear's K
+// slices) ask L2 for their weight rows before the programmatic-dependent-launch wait, so that
+// under CUDA graphs the weights stream in while the kernel before still runs. A hint: no bit
+// changes. Tests override it (SetL2PrefetchForTesting).
+KernelSwitch g_l2_prefetch{"DEEPINFER_L2_PREFETCH", 1};
+
 Kind SetWeight(const DeviceWeight& w, Params& p) {
   const Kind kind = KindOf(w);
+  p.l2_prefetch = g_l2_prefetch.On();
   const int64_t in = w.in_features, out = w.out_features;
   if (in < 0 || out < 0) Fail("negative weight shape");
   if (w.data == nullptr && in > 0 && out > 0) Fail("weight data is null");
@@ -3067,6 +3078,8 @@ uint64_t StagedSlicesLaunchesForTesting() { return g_staged_slices_launches.load
 void SetDenseSplitForTesting(int mode) { g_dense_split.SetForTesting(mode, "SetDenseSplitForTesting"); }
 
 uint64_t DenseSplitLaunchesForTesting() { return g_dense_split_launches.load(); }
+
+void SetL2PrefetchForTesting(int mode) { g_l2_prefetch.SetForTesting(mode, "SetL2PrefetchForTesting"); }
 
 void SetLinearSmallTilesForTesting(int mode) {
   g_linear_small_tiles.SetForTesting(mode, "SetLinearSmallTilesForTesting");
