@@ -104,6 +104,46 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
   cpu::Linear(x, w, y);
 }
 
+size_t LinearsOfOneInputScratchBytes(const OpContext& ctx, int64_t rows, const std::vector<LinearProduct>& products) {
+  size_t bytes = 0;
+  for (const LinearProduct& product : products) {
+    bytes = std::max(bytes, LinearScratchBytes(ctx, rows, *product.w, LinearInput::kAsIs));
+  }
+  return bytes;
+}
+
+void LinearsOfOneInput(const OpContext& ctx, const TensorView& x, const std::vector<LinearProduct>& products,
+                       const TensorView& scratch) {
+  for (const LinearProduct& product : products) {
+    DI_CHECK(product.w != nullptr, "linears of one input: a null weight");
+    CheckDevice(ctx, "linear", {&x, &product.w->data, &product.y, &scratch});
+    DI_CHECK(x.ndim() == 2 && product.y.ndim() == 2 && x.size(1) == product.w->in_features &&
+                 product.y.size(1) == product.w->out_features && x.size(0) == product.y.size(0),
+             "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), product.y.ShapeString(),
+             product.w->out_features, product.w->in_features);
+  }
+  const bool dense = std::all_of(products.begin(), products.end(),
+                                 [](const LinearProduct& pr) { return pr.w->format == WeightFormat::kDense; });
+#if DEEPINFER_HAS_CUDA
+  std::vector<cuda::DeviceWeight> weights;  // reserved: outputs point into it
+  std::vector<cuda::LinearOutput> outputs;
+  if (ctx.on_cuda()) {
+    weights.reserve(products.size());
+    for (const LinearProduct& product : products) {
+      weights.push_back(ToDevice(*product.w));
+      outputs.push_back({&weights.back(), product.y.data<float>(), product.y.stride(0)});
+    }
+  }
+#endif
+  // Profiled as Linear names its products: dense (BF16 / F32) weights apart from quantized ones.
+  DI_ON_CUDA(ctx, dense ? "dense_linear" : "linear",
+             cuda::LinearsOfOneInput(x.data<float>(), x.stride(0), x.size(0), outputs.data(),
+                                     static_cast<int>(outputs.size()), ctx.stream, MathOf(ctx, LinearInput::kAsIs),
+                                     scratch.empty() ? nullptr : scratch.raw(),
+                                     scratch.empty() ? 0 : scratch.nbytes()));
+  for (const LinearProduct& product : products) cpu::Linear(x, *product.w, product.y);
+}
+
 bool QuantizesFp8InputInKernel(const OpContext& ctx, const LinearWeight& w) {
 #if DEEPINFER_HAS_CUDA
   if (ctx.on_cuda() && ctx.tensor_core_linears) return cuda::QuantizesFp8Input(ToDevice(w));

@@ -49,6 +49,16 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
             LinearInput input = LinearInput::kAsIs, const TensorView& scratch = TensorView());
 // Scratch bytes Linear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).
 size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input);
+// Linear (input kAsIs) of one x for each product, in list order, with each product's bits. scratch
+// (LinearsOfOneInputScratchBytes; may be empty): where two or more products run the GPU's dense
+// warp-specialized GEMM, x's BF16 parts are split into it once for all of them.
+struct LinearProduct {
+  const LinearWeight* w;
+  TensorView y;
+};
+void LinearsOfOneInput(const OpContext& ctx, const TensorView& x, const std::vector<LinearProduct>& products,
+                       const TensorView& scratch = TensorView());
+size_t LinearsOfOneInputScratchBytes(const OpContext& ctx, int64_t rows, const std::vector<LinearProduct>& products);
 // y[r, g, :] = W_g · x[r, g, :]. With input kBf16, y = W · bf16(x): the CUDA warpgroup-MMA kernels
 // round x as they read it, on one BF16 part instead of three (cuda::GroupedRoundsXToBf16); elsewhere
 // x is rounded in place first. So x is consumed: afterwards it holds either its values or their

@@ -753,6 +753,49 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
   }
 }
 
+// Products of one x (the compressors' and the indexer's BF16 weights at a prefill) through
+// LinearsOfOneInput: each with the bits Linear gives it alone; x's parts split once for the two
+// whose grids fill the GPU ([4096 -> 1024] and [2048 -> 1024] at 1024 rows), while the narrow one
+// (64 outputs: its K slices over clusters) reads x itself; and with one such product nothing is
+// shared.
+TEST(CudaLinearMma, LinearsOfOneInputEqualLinear) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  constexpr int64_t kIn = 1024, kRows = 1024;
+  uint64_t seed = 6100;
+  std::vector<TestWeight> weights;
+  for (const int64_t out : {int64_t{4096}, int64_t{64}, int64_t{2048}}) {
+    weights.push_back(RandomWeight(kBf16, out, kIn, ++seed));
+  }
+  DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kRows * kIn), ++seed));
+  for (const size_t count : {size_t{3}, size_t{2}}) {  // 2: [1024 -> 4096] and [1024 -> 64], one wide product
+    SCOPED_TRACE(testing::Message() << count << " products");
+    std::vector<DeviceArray<float>> ys;
+    std::vector<cuda::DeviceWeight> device_weights;
+    std::vector<cuda::LinearOutput> outputs;
+    size_t scratch_bytes = 0;
+    device_weights.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      ys.emplace_back(static_cast<size_t>(kRows * weights[i].out));
+      ys.back().Fill(0xff);
+      device_weights.push_back(weights[i].Device());
+      scratch_bytes = std::max(scratch_bytes, cuda::LinearScratchBytes(kRows, device_weights.back(), TestLinearMath()));
+    }
+    for (size_t i = 0; i < count; ++i) outputs.push_back({&device_weights[i], ys[i].get(), weights[i].out});
+    DeviceArray<uint8_t> scratch(scratch_bytes);
+    const uint64_t shared = cuda::SharedXPartsLaunchesForTesting();
+    cuda::LinearsOfOneInput(dx.get(), kIn, kRows, outputs.data(), static_cast<int>(count), nullptr, TestLinearMath(),
+                            scratch.get(), scratch_bytes);
+    EXPECT_EQ(cuda::SharedXPartsLaunchesForTesting() - shared, count == 3 ? 2u : 0u);
+    for (size_t i = 0; i < count; ++i) {
+      EXPECT_TRUE(AllEqual(ys[i].ToHost(), RunRows(weights[i], dx, 0, kRows),
+                           "product " + std::to_string(i) + " against Linear alone"));
+    }
+  }
+}
+
 // round_x_to_bf16 (the attention output under Numerics::bf16_attention_output): the grouped
 // kernels round x to BF16 as they read it and multiply that one part, on both the cp.async and the
 // TMA-fed kernel. Their outputs must be the three-part kernels' on x rounded by the CPU's

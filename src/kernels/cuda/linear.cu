@@ -2201,6 +2201,7 @@ void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, 
 // MMAs in the same order, each slice begun as the dense loop begins it (kFreshSlices where the
 // overlapped loop runs), so the same bits. Tests override it (SetDenseWsForTesting).
 KernelSwitch g_dense_ws{"DEEPINFER_DENSE_WS", 1};
+std::atomic<uint64_t> g_shared_x_launches{0};  // LinearsOfOneInput's products on shared parts (tests)
 std::atomic<uint64_t> g_dense_ws_launches{0};  // launches of the dense GroupedBf16WsKernel (tests)
 constexpr int64_t kDenseWsMinRows = 256;
 
@@ -2231,6 +2232,17 @@ void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blo
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
 }
 
+// Whether LaunchDenseSplitTiles<kTok> spreads p's K slices over clusters: its one-block grid leaves
+// SMs idle and K has 2-8 slices of 512 columns.
+template <int kTok>
+bool DenseTakesSlices(const Params& p, int device, int sms) {
+  const int64_t row_blocks = CeilDiv(p.n, wgmma::kBlockRows), tok_blocks = CeilDiv(p.m, int64_t{kTok});
+  const int64_t slices = CeilDiv(p.k, int64_t{512});
+  const int64_t slots = sms * wgmma_split::DenseSmem<kTok>::kBlocksPerSm;  // blocks resident at once
+  return row_blocks * tok_blocks < slots && slices >= 2 && slices <= wgmma_split::kMaxDenseCluster &&
+         DeviceLaunchesClusters(device);
+}
+
 // One block per 128 weight rows × kTok tokens, over all of K; where that grid leaves SMs idle and
 // K has 2-8 slices, K's slices over a cluster instead (the same bits).
 template <int kTok, bool kOverlap>
@@ -2242,9 +2254,7 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   const auto [device, sms] = CurrentDeviceSms();
   const int64_t slices = CeilDiv(p.k, int64_t{512});
   g_dense_split_launches.fetch_add(1);
-  const int64_t slots = sms * wgmma_split::DenseSmem<kTok>::kBlocksPerSm;  // blocks resident at once
-  if (row_blocks * tok_blocks < slots && slices >= 2 && slices <= wgmma_split::kMaxDenseCluster &&
-      DeviceLaunchesClusters(device)) {
+  if (DenseTakesSlices<kTok>(p, device, sms)) {
     if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap>(p, row_blocks, tok_blocks, device, stream);
     if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap>(p, row_blocks, tok_blocks, device, stream);
     return LaunchDenseSplitSlices<kTok, 8, kOverlap>(p, row_blocks, tok_blocks, device, stream);
@@ -3079,6 +3089,8 @@ void SetDenseSplitForTesting(int mode) { g_dense_split.SetForTesting(mode, "SetD
 
 uint64_t DenseSplitLaunchesForTesting() { return g_dense_split_launches.load(); }
 
+uint64_t SharedXPartsLaunchesForTesting() { return g_shared_x_launches.load(); }
+
 void SetL2PrefetchForTesting(int mode) { g_l2_prefetch.SetForTesting(mode, "SetL2PrefetchForTesting"); }
 
 void SetLinearSmallTilesForTesting(int mode) {
@@ -3199,19 +3211,12 @@ size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   return MakeWgmmaLinearLayout(m, w.out_features, w.in_features).bytes;
 }
 
-void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
-            cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
-  // The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
-  // first product, not at the first one that would take them.
-  static const bool switches_read =
-      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(),
-       g_dense_split.Mode(), SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(),
-       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), true);
-  (void)switches_read;
-  Params p{};
+namespace {
+
+// Linear's Params for one product (its checks; m > 0 and out_features > 0 are the caller's).
+Kind SetLinearParams(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+                     void* scratch, size_t scratch_bytes, Params& p) {
   const Kind kind = SetWeight(w, p);
-  if (m < 0) Fail("negative row count");
-  if (m == 0 || w.out_features == 0) return;
   if (ldx < w.in_features || ldy < w.out_features) Fail("row stride of x or y below its row length");
   if (x == nullptr || y == nullptr) Fail("x or y is null");
   p.x = x;
@@ -3225,7 +3230,99 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   p.x_vec = Aligned(x, ldx * 4, 16);
   p.scratch = scratch;
   p.scratch_bytes = scratch_bytes;
+  return kind;
+}
+
+// The environment's switches of the TMA-fed kernels are read (and a bad value reported) at the
+// first product, not at the first one that would take them.
+void ReadSwitches() {
+  static const bool switches_read =
+      (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(),
+       g_dense_split.Mode(), SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(),
+       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), g_l2_prefetch.Mode(), true);
+  (void)switches_read;
+}
+
+// Whether Launch(p, kind, 1, stream, math) ends in LaunchDenseWs (the one path on x's parts split
+// into the scratch as SplitXPartsForWs<3> lays them out).
+bool TakesDenseWs(const Params& p, Kind kind, LinearMath math, int device, int sms) {
+  return kind == Kind::kBF16 && PathFor(math, kind, p.scale_f32, p.k) == Path::kSplitBf16 && g_dense_split.On() &&
+         wgmma_split::DenseUsable(p, 1) && p.m > 8 && !DenseTakesSlices<wgmma::kTokens>(p, device, sms) &&
+         DenseWsRuns(p);
+}
+
+}  // namespace
+
+void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+            cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
+  ReadSwitches();
+  if (m < 0) Fail("negative row count");
+  if (m == 0 || w.out_features == 0) {
+    Params p{};
+    SetWeight(w, p);  // its checks
+    return;
+  }
+  Params p{};
+  const Kind kind = SetLinearParams(x, ldx, m, w, y, ldy, scratch, scratch_bytes, p);
   Launch(p, kind, 1, stream, math);
+}
+
+void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutput* outputs, int count,
+                       cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
+  ReadSwitches();
+  if (m < 0) Fail("negative row count");
+  if (count < 0 || (count > 0 && outputs == nullptr)) Fail("bad product list");
+  for (int i = 0; i < count; ++i) {
+    if (outputs[i].w == nullptr) Fail("null weight in the product list");
+    if (outputs[i].w->in_features != outputs[0].w->in_features) Fail("the products of one x differ in in_features");
+  }
+  std::vector<Params> params(static_cast<size_t>(count));
+  std::vector<Kind> kinds(static_cast<size_t>(count));
+  std::vector<char> shared(static_cast<size_t>(count), 0);
+  int sharing = 0;
+  const auto [device, sms] = m > 0 ? CurrentDeviceSms() : std::pair<int, int>{0, 0};
+  for (int i = 0; i < count; ++i) {
+    Params& p = params[static_cast<size_t>(i)];
+    p = Params{};
+    if (m == 0 || outputs[i].w->out_features == 0) {
+      SetWeight(*outputs[i].w, p);  // its checks; nothing to launch
+      continue;
+    }
+    kinds[i] = SetLinearParams(x, ldx, m, *outputs[i].w, outputs[i].y, outputs[i].ldy, scratch, scratch_bytes, p);
+    shared[i] = TakesDenseWs(p, kinds[i], math, device, sms);
+    sharing += shared[i];
+  }
+  if (sharing < 2) {  // nothing to share: each as Linear runs it
+    for (int i = 0; i < count; ++i) {
+      if (m > 0 && outputs[i].w->out_features > 0) Launch(params[i], kinds[i], 1, stream, math);
+    }
+    return;
+  }
+  // x's parts once; the other products run without the scratch (their paths read x itself: the
+  // same bits), so that nothing overwrites the parts before the last product has read them.
+  const int64_t k = outputs[0].w->in_features;
+  const CUtensorMap x_map = SplitXPartsForWs<3>(x, ldx, m, k, static_cast<uint16_t*>(scratch), sms, stream,
+                                                "cuda::LinearsOfOneInput split-BF16 x parts");
+  for (int i = 0; i < count; ++i) {
+    Params& p = params[i];
+    if (m == 0 || outputs[i].w->out_features == 0) continue;
+    if (!shared[i]) {
+      p.scratch = nullptr;
+      p.scratch_bytes = 0;
+      Launch(p, kinds[i], 1, stream, math);
+      continue;
+    }
+    const CUtensorMap w_map = Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
+    const char* what = "cuda::LinearsOfOneInput split-BF16 wgmma, warp-specialized";
+    if (g_dense_overlap.On()) {
+      LaunchBf16Ws<3, true>(w_map, x_map, p, 1, device, sms, stream, what);
+    } else {
+      LaunchBf16Ws<3, false>(w_map, x_map, p, 1, device, sms, stream, what);
+    }
+    g_dense_split_launches.fetch_add(1);
+    g_dense_ws_launches.fetch_add(1);
+    g_shared_x_launches.fetch_add(1);
+  }
 }
 
 size_t GroupedLinearScratchBytes(int64_t m, int64_t num_groups, const DeviceWeight& w, LinearMath math,

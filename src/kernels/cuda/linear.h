@@ -88,6 +88,20 @@ inline constexpr int64_t kGemvMaxRows = 16;
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
             size_t scratch_bytes = 0);
+// Several products of one x, y_i = x·W_i^T over m rows (every weight of the same in_features),
+// each with the bits Linear gives it, launched in list order on `stream`. Where two or more of them
+// take the dense warp-specialized path (BF16 weights under kSplitBf16, m >= 256, a grid that fills
+// the GPU, scratch of LinearScratchBytes for each), x's BF16 parts are split into the scratch once
+// for all of them; the others then run without scratch (their kernels read x: the same bits).
+struct LinearOutput {
+  const DeviceWeight* w;
+  float* y;
+  int64_t ldy;
+};
+void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutput* outputs, int count,
+                       cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes);
+// Tests only: how many of LinearsOfOneInput's products ran on x's parts split once for several.
+uint64_t SharedXPartsLaunchesForTesting();
 // Scratch bytes Linear can use for m rows of x (0 where no path uses scratch): for FP8 and FP4
 // weights under kFp8Act, x's codes (above); for BF16 weights under kSplitBf16 past 8 rows, x's
 // three BF16 parts, split once per call for the 64-token dense kernel (the same bits as without).

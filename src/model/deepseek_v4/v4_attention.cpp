@@ -57,14 +57,29 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
     ops::Bf16RoundRows(ctx.op, kv, nope, hd);
   }
 
-  TensorView index_q, index_w;
+  // x's products (the compressors' wkv and wgate, the indexer's weights_proj) in one call, so that
+  // the GPU splits x into its BF16 parts once for all of them.
+  std::vector<ops::LinearProduct> x_products;
+  TensorView ckv, cscore, ikv, iscore, index_q, index_w;
   if (aw.compressor) {
     const int64_t width = aw.compressor->wkv.out_features;
-    const TensorView ckv = ws.Alloc(DType::kF32, {tokens, width}), cscore = ws.Alloc(DType::kF32, {tokens, width});
-    DenseLinear(ctx, x, aw.compressor->wkv, ckv);
-    DenseLinear(ctx, x, aw.compressor->wgate, cscore);
-    Compress(ctx, w, false, ckv, cscore);
+    ckv = ws.Alloc(DType::kF32, {tokens, width});
+    cscore = ws.Alloc(DType::kF32, {tokens, width});
+    x_products.push_back({&aw.compressor->wkv, ckv});
+    x_products.push_back({&aw.compressor->wgate, cscore});
   }
+  if (aw.indexer) {
+    const IndexerWeights& iw = *aw.indexer;
+    const int64_t width = iw.compressor.wkv.out_features;
+    index_w = ws.Alloc(DType::kF32, {tokens, c.index_n_heads});
+    ikv = ws.Alloc(DType::kF32, {tokens, width});
+    iscore = ws.Alloc(DType::kF32, {tokens, width});
+    x_products.push_back({&iw.weights_proj, index_w});
+    x_products.push_back({&iw.compressor.wkv, ikv});
+    x_products.push_back({&iw.compressor.wgate, iscore});
+  }
+  DenseLinearsOfOneInput(ctx, x, x_products);
+  if (aw.compressor) Compress(ctx, w, false, ckv, cscore);
   if (aw.indexer) {
     const IndexerWeights& iw = *aw.indexer;
     const int64_t ih = c.index_n_heads, id = c.index_head_dim;
@@ -73,13 +88,7 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
     ops::Rope(ctx.op, index_q, pos, table, false);
     ops::HadamardRows(ctx.op, index_q.Reshape({tokens * ih, id}));
     if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, index_q.Reshape({tokens * ih, id}), 32);
-    index_w = ws.Alloc(DType::kF32, {tokens, ih});
-    DenseLinear(ctx, x, iw.weights_proj, index_w);
     ops::Scale(ctx.op, index_w, 1.f / std::sqrt(static_cast<float>(id) * static_cast<float>(ih)));
-    const int64_t width = iw.compressor.wkv.out_features;
-    const TensorView ikv = ws.Alloc(DType::kF32, {tokens, width}), iscore = ws.Alloc(DType::kF32, {tokens, width});
-    DenseLinear(ctx, x, iw.compressor.wkv, ikv);
-    DenseLinear(ctx, x, iw.compressor.wgate, iscore);
     Compress(ctx, w, true, ikv, iscore);
   }
 

@@ -319,6 +319,14 @@ void V4Model::DenseLinear(const StepContext& ctx, const TensorView& x, const Lin
   ops::Linear(ctx.op, x, w, y, ops::LinearInput::kAsIs, scratch);
 }
 
+void V4Model::DenseLinearsOfOneInput(const StepContext& ctx, const TensorView& x,
+                                     const std::vector<ops::LinearProduct>& products) const {
+  if (products.empty()) return;
+  const size_t bytes = ops::LinearsOfOneInputScratchBytes(ctx.op, x.size(0), products);
+  const TensorView scratch = bytes == 0 ? TensorView() : ctx.ws->Alloc(DType::kI8, {static_cast<int64_t>(bytes)});
+  ops::LinearsOfOneInput(ctx.op, x, products, scratch);
+}
+
 void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const {
   const auto& c = config_;
   const int64_t tokens = ctx.num_tokens(), d = c.hidden_size, s = c.hc_mult;

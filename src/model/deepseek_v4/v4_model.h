@@ -98,6 +98,10 @@ class V4Model : public Model {
   // scratch a GPU kernel uses where it wants one (x's BF16 parts, split once per call for the
   // warp-specialized GEMM: the same bits as without), from the step's workspace.
   void DenseLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y) const;
+  // DenseLinear of one x for several weights (ops::LinearsOfOneInput: x's parts split once for the
+  // products that use them).
+  void DenseLinearsOfOneInput(const StepContext& ctx, const TensorView& x,
+                              const std::vector<ops::LinearProduct>& products) const;
   void UploadWeights();
   // The routed experts of every block as ops::ExpertsWeight, pointing at the weights where they
   // live (after UploadWeights on a CUDA device).
