@@ -197,29 +197,6 @@ __device__ __forceinline__ void PdlPrologue() {
 #endif
 }
 
-// PdlPrologue after a hint to L2: when `enabled`, thread r < rows of the (one-dimensional) block
-// asks L2 for bytes [begin, end) of row r of the matrix at `base` (rows row_bytes apart) in one
-// bulk prefetch (cp.async.bulk.prefetch.L2; nothing waits for it, and a span that is not 16-byte
-// aligned or is empty is skipped). Under programmatic dependent launch the block runs this while
-// the kernel before it still works, so the weights a decode-sized product streams come from DRAM
-// meanwhile instead of after the wait. A prefetch reads nothing into the kernel, so it cannot see
-// a stale value; name only the block's own weights all the same, bytes it is about to read.
-__device__ __forceinline__ void PdlPrologueAfterL2Prefetch(bool enabled, const void* base, int64_t row_bytes, int rows,
-                                                          int64_t begin, int64_t end) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int r = static_cast<int>(threadIdx.x);
-  if (enabled && r < rows && end > begin) {
-    const uint64_t address = reinterpret_cast<uint64_t>(base) + static_cast<uint64_t>(r * row_bytes + begin);
-    const uint64_t bytes = static_cast<uint64_t>(end - begin);
-    if (((address | bytes) & 15u) == 0 && bytes < (uint64_t{1} << 32)) {
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(address), "r"(static_cast<uint32_t>(bytes))
-                   : "memory");
-    }
-  }
-#endif
-  PdlPrologue();
-}
-
 // e8m0: a bare biased exponent, 2^(e-127); 0xff is NaN.
 __device__ inline float DecodeE8m0(uint8_t e) {
   if (e == 0xffu) return __int_as_float(0x7fc00000);

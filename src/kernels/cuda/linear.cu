@@ -90,9 +90,6 @@ struct Params {
   // floats, zeros past K) and the weights through the per-warp cp.async rings.
   bool gemv_staged;
   int64_t x_smem_ld;
-  // The decode-sized kernels ask L2 for their weight slices before the PDL wait (PdlPrologueAfterL2Prefetch;
-  // SetWeight sets it from DEEPINFER_L2_PREFETCH).
-  bool l2_prefetch;
   // Host side only: Linear's scratch (linear_wgmma.cuh), null elsewhere.
   void* scratch;
   size_t scratch_bytes;
@@ -1569,16 +1566,8 @@ Kind KindOf(const DeviceWeight& w) {
 }
 
 // Validates `w` and fills the weight part of `p`.
-// DEEPINFER_L2_PREFETCH (read once; unset or 1: on, 0: off): the decode-sized kernels of one token
-// tile (Linear's 8- and 64-token wgmma tiles, the dense split-BF16 K slices, GroupedLinear's K
-// slices) ask L2 for their weight rows before the programmatic-dependent-launch wait, so that
-// under CUDA graphs the weights stream in while the kernel before still runs. A hint: no bit
-// changes. Tests override it (SetL2PrefetchForTesting).
-KernelSwitch g_l2_prefetch{"DEEPINFER_L2_PREFETCH", 1};
-
 Kind SetWeight(const DeviceWeight& w, Params& p) {
   const Kind kind = KindOf(w);
-  p.l2_prefetch = g_l2_prefetch.On();
   const int64_t in = w.in_features, out = w.out_features;
   if (in < 0 || out < 0) Fail("negative weight shape");
   if (w.data == nullptr && in > 0 && out > 0) Fail("weight data is null");
@@ -3091,8 +3080,6 @@ uint64_t DenseSplitLaunchesForTesting() { return g_dense_split_launches.load(); 
 
 uint64_t SharedXPartsLaunchesForTesting() { return g_shared_x_launches.load(); }
 
-void SetL2PrefetchForTesting(int mode) { g_l2_prefetch.SetForTesting(mode, "SetL2PrefetchForTesting"); }
-
 void SetLinearSmallTilesForTesting(int mode) {
   g_linear_small_tiles.SetForTesting(mode, "SetLinearSmallTilesForTesting");
 }
@@ -3239,7 +3226,7 @@ void ReadSwitches() {
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(),
        g_dense_split.Mode(), SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(),
-       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), g_l2_prefetch.Mode(), true);
+       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), true);
   (void)switches_read;
 }
 

@@ -137,11 +137,6 @@ uint64_t StagedSlicesLaunchesForTesting();
 // and how many such launches this process has made.
 void SetDenseSplitForTesting(int mode);
 uint64_t DenseSplitLaunchesForTesting();
-// Tests only: the decode-sized kernels' L2 prefetch of their weight slices before the
-// programmatic-dependent-launch wait (one token tile: Linear's wgmma tiles, the dense split-BF16 K
-// slices, GroupedLinear's K slices; a hint, the same bits) on (1), off (0), or as
-// DEEPINFER_L2_PREFETCH says (-1, the default: on unless 0).
-void SetL2PrefetchForTesting(int mode);
 // Tests only: Linear's FP8-input warpgroup-MMA products of at most 8 rows on 8-token tiles (the
 // same bits) on (1), off (0), or as DEEPINFER_LINEAR_SMALL_TILES says (-1, the default: on unless
 // 0); and how many such launches this process has made.

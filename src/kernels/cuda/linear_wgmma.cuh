@@ -1024,19 +1024,6 @@ __device__ __forceinline__ void WgmmaBlockPreFolded(const Params& p, const GemmA
   __syncthreads();  // shared memory free for the caller's next block
 }
 
-// The first byte of K slice z of a weight row (FP8 one byte a column, FP4 two columns a byte) in a
-// grid of gridDim.z slices of mma::kSliceChunks chunks; gridDim.z == 1: the whole row as slice 0.
-template <Kind K>
-__device__ __forceinline__ int64_t SliceStartByte(int64_t k, unsigned z) {
-  const int64_t col = gridDim.z == 1 ? (z == 0 ? 0 : k) : min(k, int64_t{z} * mma::kSliceChunks * kChunk);
-  return K == Kind::kFp4 ? col / 2 : col;
-}
-
-// Weight rows of row block blockIdx.x: kBlockRows, fewer in the last.
-__device__ __forceinline__ int BlockRowCount(int64_t n) {
-  return static_cast<int>(min(int64_t{kBlockRows}, n - int64_t{blockIdx.x} * kBlockRows));
-}
-
 __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
 }
@@ -1047,14 +1034,10 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 // SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
 // kTok = 8 (products of at most 8 rows: grid (ceil(n / 128), 1, slices)) runs m64n8k32 on the
 // same codes: each output column the same dot product, so the same bits.
-// One token tile (gridDim.y == 1: decode-sized m) asks L2 for the block's weight rows and slice
-// before the wait (PdlPrologueAfterL2Prefetch): each weight byte is read by one block only.
 template <Kind K, int kTok = kTokens>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
-  PdlPrologueAfterL2Prefetch(p.l2_prefetch && gridDim.y == 1, p.w + int64_t{blockIdx.x} * kBlockRows * p.w_row_bytes,
-                             p.w_row_bytes, BlockRowCount(p.n), SliceStartByte<K>(p.k, blockIdx.z),
-                             SliceStartByte<K>(p.k, blockIdx.z + 1));
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else

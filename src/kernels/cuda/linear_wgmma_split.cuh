@@ -224,17 +224,6 @@ __device__ __forceinline__ void ConvertSplitStage(const uint8_t* stage, float sc
 // tokens t0..; this thread's warpgroup, its D fragment rows ra and ra + 8 and column pair q; the
 // chunks of K and the weight rows' 128 × 128 scale blocks (row block (g·n + n0) / 128, column
 // block c / 2 for chunk c).
-// The first byte of rank r's 512-column slice of a weight row of `element_bytes` a column (K's end
-// past the last slice).
-__device__ __forceinline__ int64_t RankSliceByte(int64_t k, unsigned r, int element_bytes) {
-  return min(k, int64_t{r} * 512) * element_bytes;
-}
-
-// Weight rows of the row block of blockIdx.x / cluster (rows each): `rows`, fewer in the last.
-__device__ __forceinline__ int SlicedBlockRows(int64_t n, int rows, int cluster) {
-  return static_cast<int>(min(int64_t{rows}, n - int64_t{blockIdx.x / cluster} * rows));
-}
-
 struct BlockPlace {
   int64_t n0, t0, g, ra;
   int group, q, chunks;
@@ -470,17 +459,11 @@ __global__ void __launch_bounds__(2 * kRows, 1)
 // (K has at most kCluster slices; ranks past the last slice idle): each rank's slice sum goes to
 // its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
 // (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster.
-// One token tile (gridDim.y == 1) asks L2 for the rank's slice of its group's FP8 weight rows before
-// the wait (PdlPrologueAfterL2Prefetch).
 template <int kParts, int kRows, int kTok, int kCluster>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
     SplitBf16GroupedTmaSlicesKernel(const __grid_constant__ CUtensorMap w_map,
                                     const __grid_constant__ CUtensorMap x_map, const Params p) {
-  PdlPrologueAfterL2Prefetch(p.l2_prefetch && gridDim.y == 1,
-                             p.w + (int64_t{blockIdx.z} * p.n + int64_t{blockIdx.x / kCluster} * kRows) * p.w_row_bytes,
-                             p.w_row_bytes, SlicedBlockRows(p.n, kRows, kCluster),
-                             RankSliceByte(p.k, blockIdx.x % kCluster, 1),
-                             RankSliceByte(p.k, blockIdx.x % kCluster + 1, 1));
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
 #else
@@ -1041,15 +1024,10 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 // DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
 // at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
 // ceil(m / kTok)); row block blockIdx.x / kCluster.
-// One token tile (gridDim.y == 1) asks L2 for the rank's slice of its weight rows before the wait
-// (PdlPrologueAfterL2Prefetch).
 template <int kTok, int kCluster, bool kOverlap = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm)
     DenseSplitSlicesKernel(const Params p) {
-  PdlPrologueAfterL2Prefetch(p.l2_prefetch && gridDim.y == 1,
-                             p.w + int64_t{blockIdx.x / kCluster} * kBlockRows * p.w_row_bytes, p.w_row_bytes,
-                             SlicedBlockRows(p.n, kBlockRows, kCluster), RankSliceByte(p.k, blockIdx.x % kCluster, 2),
-                             RankSliceByte(p.k, blockIdx.x % kCluster + 1, 2));
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
