@@ -49,9 +49,10 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
             LinearInput input = LinearInput::kAsIs, const TensorView& scratch = TensorView());
 // Scratch bytes Linear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).
 size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input);
-// Linear (input kAsIs) of one x for each product, in list order, with each product's bits. scratch
-// (LinearsOfOneInputScratchBytes; may be empty): where two or more products run the GPU's dense
-// warp-specialized GEMM, x's BF16 parts are split into it once for all of them.
+// Linear (input kAsIs) of one x for each product, with the bits Linear gives each with the same
+// scratch (LinearsOfOneInputScratchBytes; may be empty): where two or more products run the GPU's
+// dense warp-specialized GEMM, x's BF16 parts are split into it once for all of them
+// (cuda::LinearsOfOneInput; the products then run in another order than the list's).
 struct LinearProduct {
   const LinearWeight* w;
   TensorView y;

@@ -3285,20 +3285,17 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
     }
     return;
   }
-  // x's parts once; the other products run without the scratch (their paths read x itself: the
-  // same bits), so that nothing overwrites the parts before the last product has read them.
+  // The other products first, each as Linear runs it (with the scratch, which it may use), then
+  // x's parts once and the products that share them.
+  for (int i = 0; i < count; ++i) {
+    if (m > 0 && outputs[i].w->out_features > 0 && !shared[i]) Launch(params[i], kinds[i], 1, stream, math);
+  }
   const int64_t k = outputs[0].w->in_features;
   const CUtensorMap x_map = SplitXPartsForWs<3>(x, ldx, m, k, static_cast<uint16_t*>(scratch), sms, stream,
                                                 "cuda::LinearsOfOneInput split-BF16 x parts");
   for (int i = 0; i < count; ++i) {
-    Params& p = params[i];
-    if (m == 0 || outputs[i].w->out_features == 0) continue;
-    if (!shared[i]) {
-      p.scratch = nullptr;
-      p.scratch_bytes = 0;
-      Launch(p, kinds[i], 1, stream, math);
-      continue;
-    }
+    const Params& p = params[i];
+    if (!shared[i]) continue;
     const CUtensorMap w_map = Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
     const char* what = "cuda::LinearsOfOneInput split-BF16 wgmma, warp-specialized";
     if (g_dense_overlap.On()) {

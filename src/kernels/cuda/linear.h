@@ -89,10 +89,11 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
             cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
             size_t scratch_bytes = 0);
 // Several products of one x, y_i = x·W_i^T over m rows (every weight of the same in_features),
-// each with the bits Linear gives it, launched in list order on `stream`. Where two or more of them
+// each with the bits Linear gives it with the same scratch, on `stream`. Where two or more of them
 // take the dense warp-specialized path (BF16 weights under kSplitBf16, m >= 256, a grid that fills
-// the GPU, scratch of LinearScratchBytes for each), x's BF16 parts are split into the scratch once
-// for all of them; the others then run without scratch (their kernels read x: the same bits).
+// the GPU, scratch of LinearScratchBytes for each), the others run first (as Linear would), then
+// x's BF16 parts are split into the scratch once for all of those; else each runs as Linear, in
+// list order.
 struct LinearOutput {
   const DeviceWeight* w;
   float* y;
