@@ -58,6 +58,14 @@ cuda::HcParams ToDevice(const HcParams& p) {
 }
 #endif
 
+// The CUDA path's shape check of y = x·W^T (the CPU kernels check their own).
+void CheckLinearShapes(const TensorView& x, const LinearWeight& w, const TensorView& y) {
+  DI_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.size(1) == w.in_features && y.size(1) == w.out_features &&
+               x.size(0) == y.size(0),
+           "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), y.ShapeString(), w.out_features,
+           w.in_features);
+}
+
 }  // namespace
 
 void Embedding(const OpContext& ctx, const TensorView& ids, const TensorView& table, const TensorView& y) {
@@ -93,11 +101,7 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
   CheckDevice(ctx, "linear", {&x, &w.data, &y, &scratch});
   // The profile names quantized (FP8 / FP4) and dense (BF16 / F32) weights apart: their kernels and
   // ceilings differ (bench/step_bench.cpp counts both as linear layers).
-  DI_ON_CUDA(ctx, w.format == WeightFormat::kDense ? "dense_linear" : "linear",
-             DI_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.size(1) == w.in_features && y.size(1) == w.out_features &&
-                          x.size(0) == y.size(0),
-                      "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), y.ShapeString(), w.out_features,
-                      w.in_features);
+  DI_ON_CUDA(ctx, w.format == WeightFormat::kDense ? "dense_linear" : "linear", CheckLinearShapes(x, w, y);
              cuda::Linear(x.data<float>(), x.stride(0), x.size(0), ToDevice(w), y.data<float>(), y.stride(0),
                           ctx.stream, MathOf(ctx, input), scratch.empty() ? nullptr : scratch.raw(),
                           scratch.empty() ? 0 : scratch.nbytes()));
@@ -117,10 +121,7 @@ void LinearsOfOneInput(const OpContext& ctx, const TensorView& x, const std::vec
   for (const LinearProduct& product : products) {
     DI_CHECK(product.w != nullptr, "linears of one input: a null weight");
     CheckDevice(ctx, "linear", {&x, &product.w->data, &product.y, &scratch});
-    DI_CHECK(x.ndim() == 2 && product.y.ndim() == 2 && x.size(1) == product.w->in_features &&
-                 product.y.size(1) == product.w->out_features && x.size(0) == product.y.size(0),
-             "linear: x {} y {} for a [{}, {}] weight", x.ShapeString(), product.y.ShapeString(),
-             product.w->out_features, product.w->in_features);
+    CheckLinearShapes(x, *product.w, product.y);
   }
   const bool dense = std::all_of(products.begin(), products.end(),
                                  [](const LinearProduct& pr) { return pr.w->format == WeightFormat::kDense; });

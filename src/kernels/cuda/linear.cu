@@ -3266,12 +3266,12 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
   std::vector<Params> params(static_cast<size_t>(count));
   std::vector<Kind> kinds(static_cast<size_t>(count));
   std::vector<char> shared(static_cast<size_t>(count), 0);
+  auto has_work = [&](int i) { return m > 0 && outputs[i].w->out_features > 0; };
   int sharing = 0;
   const auto [device, sms] = m > 0 ? CurrentDeviceSms() : std::pair<int, int>{0, 0};
   for (int i = 0; i < count; ++i) {
     Params& p = params[static_cast<size_t>(i)];
-    p = Params{};
-    if (m == 0 || outputs[i].w->out_features == 0) {
+    if (!has_work(i)) {
       SetWeight(*outputs[i].w, p);  // its checks; nothing to launch
       continue;
     }
@@ -3279,17 +3279,13 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
     shared[i] = TakesDenseWs(p, kinds[i], math, device, sms);
     sharing += shared[i];
   }
-  if (sharing < 2) {  // nothing to share: each as Linear runs it
-    for (int i = 0; i < count; ++i) {
-      if (m > 0 && outputs[i].w->out_features > 0) Launch(params[i], kinds[i], 1, stream, math);
-    }
-    return;
-  }
-  // The other products first, each as Linear runs it (with the scratch, which it may use), then
-  // x's parts once and the products that share them.
+  // With fewer than two sharing, each runs as Linear runs it, in list order. Else the others
+  // first (with the scratch, which they may use), then x's parts once and the products that share
+  // them.
   for (int i = 0; i < count; ++i) {
-    if (m > 0 && outputs[i].w->out_features > 0 && !shared[i]) Launch(params[i], kinds[i], 1, stream, math);
+    if (has_work(i) && (sharing < 2 || !shared[i])) Launch(params[i], kinds[i], 1, stream, math);
   }
+  if (sharing < 2) return;
   const int64_t k = outputs[0].w->in_features;
   const CUtensorMap x_map = SplitXPartsForWs<3>(x, ldx, m, k, static_cast<uint16_t*>(scratch), sms, stream,
                                                 "cuda::LinearsOfOneInput split-BF16 x parts");
