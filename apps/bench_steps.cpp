@@ -131,6 +131,7 @@ void RunSteps(StepsArgs& a) {
                      {"kv_fp8", a.numerics.kv_fp8},
                      {"indexer_fp4", a.numerics.indexer_fp4},
                      {"bf16_attention_output", a.numerics.bf16_attention_output},
+                     {"bf16_attention_inputs", a.numerics.bf16_attention_inputs},
                      {"fold_fp4_experts", a.numerics.fold_fp4_experts}};
   report["layer_mix"] = nlohmann::json::object();
   for (const auto& [ratio, count] : mix) report["layer_mix"][std::to_string(ratio)] = count;

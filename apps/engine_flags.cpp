@@ -38,6 +38,10 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
   app->add_flag("--attn-out-bf16", n.bf16_attention_output,
                 "round the attention output to BF16 ahead of wo_a, as the reference's BF16 einsum takes it (with "
                 "--tensor-cores, wo_a on one BF16 part instead of three)");
+  app->add_flag("--attn-in-bf16", n.bf16_attention_inputs,
+                "round q and the attention's probabilities to BF16, as the reference's attention kernel takes them "
+                "(with --kv-fp8 --tensor-cores, one BF16 MMA per step of the scores and of the weighted sums instead "
+                "of three)");
   app->add_flag("--fp8-activations", n.fp8_activations,
                 "round the inputs of the FP8/FP4 linears through FP8 per 128 (the reference's act_quant)");
   app->add_flag("--tensor-cores", n.tensor_core_linears,

@@ -28,6 +28,12 @@ struct Numerics {
   // reference runs as a BF16 einsum on its BF16 attention output. With tensor_core_linears on CUDA,
   // wo_a then multiplies one BF16 part of it instead of three (docs/numerics.md).
   bool bf16_attention_output = false;
+  // BF16 rounding of the attention's inputs as the reference's attention kernel takes them: q
+  // (BF16 activations in the reference) as the attention reads it, and the probabilities
+  // e^{s − max} ahead of their weighted sum of rows (the denominators sum them unrounded). With
+  // kv_fp8 and tensor_core_linears on CUDA, the scores and the weighted sums then take one BF16
+  // MMA per step instead of three (docs/numerics.md).
+  bool bf16_attention_inputs = false;
   // CUDA: BF16 / FP8 / FP4 linears on tensor cores, activations split into three BF16 parts
   // (exact products; only the rounding of the f32 sums changes); with kv_fp8 sparse attention
   // too (its rows are exact in BF16). No effect on the CPU.

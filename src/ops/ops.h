@@ -146,12 +146,16 @@ void AppendSelectedRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, con
 // (Numerics::kv_fp8's rows), lets the CUDA op run on tensor cores with ctx.tensor_core_linears
 // (cuda::AttentionWithSinkSplitBf16: exact products, f32 sums rounded differently).
 enum class AttentionRows { kF32, kExactInBf16 };
+// What the attention rounds (Numerics::bf16_attention_inputs): kBf16 rounds q to BF16 (nearest
+// even) as it reads it, and each probability e^{s − max} before it weights its row; the softmax
+// denominators sum the unrounded probabilities (cpu::AttentionWithSink has the exact rule).
+enum class AttentionInputs { kF32, kBf16 };
 
 // out[t] = AttentionWithSink(q[t], rows base[row_ids[t, j]·d], j < counts[t]) for every token.
-// q, out: [T, H, d] f32; row_ids I32 [T, max_rows]; counts I32 [T]; sinks F32 [H].
+// q, out: [T, H, d] f32; row_ids I32 [T, max_rows]; counts I32 [T]; sinks F32 [H]. q is not written.
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
                      const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out,
-                     AttentionRows rows_format);
+                     AttentionRows rows_format, AttentionInputs inputs);
 // The lightning indexer for every token: scores of its candidate index rows (base rows of width
 // dk at index_ids[t, j], j < num_visible[t]) and the top_k of them as candidate positions in
 // ascending order (selected I32 [T, top_k], selected_counts I32 [T]). Both backends break ties

@@ -136,10 +136,11 @@ void AppendSelectedRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, con
 
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
                      const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out,
-                     AttentionRows rows_format) {
+                     AttentionRows rows_format, AttentionInputs inputs) {
   CheckDevice(ctx, "sparse_attention", {&q, &base, &row_ids, &counts, &sinks, &out});
   const int64_t tokens = q.size(0), heads = q.size(1), d = q.size(2), max_rows = row_ids.size(1);
   DI_CHECK(q.is_contiguous() && out.is_contiguous() && out.numel() == q.numel(), "sparse_attention: layout");
+  const bool bf16_inputs = inputs == AttentionInputs::kBf16;
   // The kernel depends on the numerics, the shapes and the buffers' alignment, never on the
   // batch, so every step of a run takes the same one.
   DI_ON_CUDA(ctx, "sparse_attention",
@@ -147,11 +148,11 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
                  cuda::AttentionSplitBf16Usable(q.data<float>(), heads * d, base.data<float>(), d, heads, d)) {
                cuda::AttentionWithSinkSplitBf16(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids),
                                                 I32(counts), max_rows, sinks.data<float>(), tokens, heads, d, scale,
-                                                out.data<float>(), heads * d, ctx.stream);
+                                                out.data<float>(), heads * d, ctx.stream, 0, bf16_inputs);
              } else {
                cuda::AttentionWithSink(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids), I32(counts),
                                        max_rows, sinks.data<float>(), tokens, heads, d, scale, out.data<float>(),
-                                       heads * d, ctx.stream);
+                                       heads * d, ctx.stream, bf16_inputs);
              });
   const float* rows = base.data<float>();
   // One task per token: each token's result depends on its own rows only.
@@ -164,7 +165,7 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
         std::memcpy(keys.data() + j * d, rows + static_cast<int64_t>(ids[j]) * d, d * sizeof(float));
       }
       cpu::AttentionWithSink(q.data<float>() + t * heads * d, heads, keys.data(), n, d, sinks.data<float>(), scale,
-                             scores.data(), out.data<float>() + t * heads * d);
+                             scores.data(), out.data<float>() + t * heads * d, bf16_inputs);
     }
   });
 }

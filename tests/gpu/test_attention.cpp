@@ -34,6 +34,7 @@ struct AttentionCase {
   // through BF16, values spread over several binades.
   bool kv_rows = false;
   int blocks_per_query = 0;  // split-BF16 kernel: 0 (the default), 1, 2, 4 or 8
+  bool bf16_inputs = false;  // q and the probabilities rounded to BF16 (every kernel and the CPU)
 };
 
 struct AttentionInputs {
@@ -84,7 +85,7 @@ std::vector<float> CpuAttention(const AttentionCase& c, const AttentionInputs& i
       std::copy(src, src + d, kv.data() + j * d);
     }
     cpu::AttentionWithSink(in.q.data() + m * in.q_stride, h, kv.data(), n, d, in.sinks.data(), in.scale,
-                           scores.data(), want.data() + m * in.out_stride);
+                           scores.data(), want.data() + m * in.out_stride, c.bf16_inputs);
   }
   return want;
 }
@@ -94,7 +95,8 @@ std::vector<float> GpuAttention(const AttentionCase& c, const AttentionInputs& i
   DeviceArray<int32_t> ids(in.row_ids), counts(c.counts);
   DeviceArray<float> out(std::vector<float>(c.queries * in.out_stride, kSentinel));
   cuda::AttentionWithSink(q.get(), in.q_stride, rows.get(), in.row_stride, ids.get(), counts.get(), c.max_rows,
-                          sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(), in.out_stride, nullptr);
+                          sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(), in.out_stride, nullptr,
+                          c.bf16_inputs);
   return out.ToHost();
 }
 
@@ -105,7 +107,7 @@ std::vector<float> GpuAttentionSplitBf16(const AttentionCase& c, const Attention
   EXPECT_TRUE(cuda::AttentionSplitBf16Usable(q.get(), in.q_stride, rows.get(), in.row_stride, c.heads, c.head_dim));
   cuda::AttentionWithSinkSplitBf16(q.get(), in.q_stride, rows.get(), in.row_stride, ids.get(), counts.get(),
                                    c.max_rows, sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(),
-                                   in.out_stride, nullptr, c.blocks_per_query);
+                                   in.out_stride, nullptr, c.blocks_per_query, c.bf16_inputs);
   return out.ToHost();
 }
 
@@ -268,6 +270,136 @@ TEST(CudaAttentionSplitBf16, RejectsWhatItCannotRun) {
                                                 128, 1.f, buf.get(), 128, nullptr, 3),
                std::exception)
       << "3 blocks per query";
+}
+
+// ---- bf16_inputs: q and the probabilities rounded to BF16 ---------------------------------------
+//
+// Both rounded values of a probability (the CPU's, e^{s − M} with the final maximum M, and a
+// kernel's, e^{s − m} with its run's maximum m at that tile, later scaled by e^{m − M}) lie within
+// 2^-9 of e^{s − M} relatively, so they differ by at most 2^-8 of it, and an output column c by at
+// most 2^-8 · A_c with A_c = Σ_j p_j·|row_j[c]| (p_j the normalized probabilities); the f32 sums'
+// bounds above come on top. RoundingScale gives A_c per output (double, q rounded as the kernels
+// round it), 0 on the padding.
+std::vector<double> RoundingScale(const AttentionCase& c, const AttentionInputs& in) {
+  const int64_t h = c.heads, d = c.head_dim;
+  std::vector<double> scale(c.queries * in.out_stride, 0.0);
+  for (int64_t m = 0; m < c.queries; ++m) {
+    const int64_t n = c.counts[m];
+    std::vector<float> q(in.q.begin() + m * in.q_stride, in.q.begin() + m * in.q_stride + h * d);
+    cpu::Bf16Round(q.data(), h * d);
+    for (int64_t hh = 0; hh < h; ++hh) {
+      std::vector<double> s(n);
+      double mx = in.sinks[hh];
+      for (int64_t j = 0; j < n; ++j) {
+        const float* row = in.rows.data() + in.row_ids[m * c.max_rows + j] * in.row_stride;
+        double dot = 0;
+        for (int64_t k = 0; k < d; ++k) dot += static_cast<double>(q[hh * d + k]) * row[k];
+        s[j] = in.scale * dot;
+        mx = std::max(mx, s[j]);
+      }
+      double denom = std::exp(in.sinks[hh] - mx);
+      for (int64_t j = 0; j < n; ++j) denom += (s[j] = std::exp(s[j] - mx));
+      double* out = scale.data() + m * in.out_stride + hh * d;
+      for (int64_t j = 0; j < n; ++j) {
+        const float* row = in.rows.data() + in.row_ids[m * c.max_rows + j] * in.row_stride;
+        for (int64_t k = 0; k < d; ++k) out[k] += s[j] / denom * std::fabs(row[k]);
+      }
+    }
+  }
+  return scale;
+}
+
+// got within the CPU's bf16_inputs result by the rounding bound plus the f32 bounds (atol, rtol).
+void ExpectWithinRoundingBound(const AttentionCase& c, GpuKernel kernel, float atol, float rtol) {
+  ASSERT_TRUE(c.bf16_inputs);
+  const AttentionInputs in = MakeInputs(c);
+  const std::vector<float> got = kernel(c, in), want = CpuAttention(c, in);
+  const std::vector<double> scale = RoundingScale(c, in);
+  size_t bad = 0;
+  double worst = 0;  // the largest |got − want| over its bound
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double bound = std::ldexp(scale[i], -8) + atol + rtol * std::fabs(want[i]);
+    const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+    worst = std::max(worst, diff / bound);
+    if (!(diff <= bound) && bad++ < 5) {
+      ADD_FAILURE() << "output " << i << ": got " << got[i] << ", the CPU " << want[i] << ", bound " << bound;
+    }
+  }
+  std::printf("BF16 q and p, %ld queries x %ld heads x %ld: worst |gpu - cpu| / bound %.3g\n",
+              static_cast<long>(c.queries), static_cast<long>(c.heads), static_cast<long>(c.head_dim), worst);
+  EXPECT_EQ(bad, 0u);
+}
+
+// The kernel rounds q itself: q rounded by the CPU first gives the same bits, the raw q's result
+// differs from the f32 form's.
+void ExpectRoundsQ(AttentionCase c, GpuKernel kernel) {
+  c.bf16_inputs = true;
+  const AttentionInputs in = MakeInputs(c);
+  AttentionInputs rounded = in;
+  cpu::Bf16Round(rounded.q.data(), static_cast<int64_t>(rounded.q.size()));
+  const std::vector<float> got = kernel(c, in);
+  EXPECT_TRUE(AllEqual(kernel(c, rounded), got, "q rounded by the CPU first"));
+  c.bf16_inputs = false;
+  EXPECT_FALSE(AllEqual(kernel(c, in), got, "f32 inputs")) << "bf16_inputs changed nothing";
+}
+
+// The kernel rounds the probabilities: with sinks above every score the running maximum is the
+// sink from the first tile on, so a kernel rounds the very values the CPU rounds, and its result
+// lies far closer to the CPU's with bf16_inputs than to the CPU's with only q rounded (measured
+// by the mean absolute difference; the outputs are ~e^-8 of the rows).
+void ExpectRoundsProbabilities(AttentionCase c, GpuKernel kernel) {
+  c.bf16_inputs = true;
+  AttentionInputs in = MakeInputs(c);
+  std::fill(in.sinks.begin(), in.sinks.end(), 8.f);
+  cpu::Bf16Round(in.q.data(), static_cast<int64_t>(in.q.size()));
+  const std::vector<float> got = kernel(c, in), rounded = CpuAttention(c, in);
+  c.bf16_inputs = false;
+  const std::vector<float> unrounded = CpuAttention(c, in);
+  double to_rounded = 0, to_unrounded = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    to_rounded += std::fabs(static_cast<double>(got[i]) - rounded[i]);
+    to_unrounded += std::fabs(static_cast<double>(got[i]) - unrounded[i]);
+  }
+  std::printf("BF16 p under dominant sinks: mean |gpu - cpu| %.3g with the CPU's rounding, %.3g without\n",
+              to_rounded / got.size(), to_unrounded / got.size());
+  EXPECT_LT(to_rounded, 0.25 * to_unrounded);
+}
+
+TEST(CudaAttention, Bf16InputsWithinTheRoundingBound) {
+  DI_REQUIRE_GPU();
+  AttentionCase c{4, 64, 512, 4096, 640, {640, 128, 1, 377}, 0, 0, 0, 4.f, false, 101};
+  c.bf16_inputs = true;
+  ExpectWithinRoundingBound(c, GpuAttention, kAtol, kRtol);
+  AttentionCase odd{3, 5, 100, 120, 64, {33, 5, 64}, 3, 3, 5, 1.f, true, 102};  // scalar paths, −inf sinks
+  odd.bf16_inputs = true;
+  ExpectWithinRoundingBound(odd, GpuAttention, kAtol, kRtol);
+  ExpectRoundsQ({2, 64, 512, 2048, 640, {640, 300}, 0, 0, 0, 2.f, false, 103}, GpuAttention);
+  ExpectRoundsProbabilities({2, 64, 512, 2048, 640, {640, 300}, 0, 0, 0, 1.f, false, 104}, GpuAttention);
+}
+
+TEST(CudaAttentionSplitBf16, Bf16InputsWithinTheRoundingBound) {
+  DI_REQUIRE_GPU();
+  for (int blocks : {1, 2, 8}) {
+    SCOPED_TRACE(testing::Message() << blocks << " blocks per query");
+    AttentionCase c{5, 64, 512, 4096, 640, {640, 128, 1, 377, 576}, 0, 0, 0, 4.f, false, 111};
+    c.kv_rows = c.bf16_inputs = true;
+    c.blocks_per_query = blocks;
+    ExpectWithinRoundingBound(c, GpuAttentionSplitBf16, kSplitAtol, kSplitRtol);
+    ExpectDeterministicAndBatchInvariant(c, GpuAttentionSplitBf16);
+  }
+  // One and two head groups, padded heads, the 16-row step edges, −inf sinks.
+  AttentionCase small{8, 3, 64, 200, 70, {0, 1, 15, 16, 17, 63, 64, 65}, 4, 8, 4, 1.f, true, 112};
+  small.kv_rows = small.bf16_inputs = true;
+  ExpectWithinRoundingBound(small, GpuAttentionSplitBf16, kSplitAtol, kSplitRtol);
+  AttentionCase two{4, 20, 256, 400, 300, {300, 0, 1, 257}, 0, 0, 0, 1.f, false, 113};
+  two.kv_rows = two.bf16_inputs = true;
+  ExpectWithinRoundingBound(two, GpuAttentionSplitBf16, kSplitAtol, kSplitRtol);
+  AttentionCase q_case{2, 64, 512, 2048, 640, {640, 300}, 0, 0, 0, 2.f, false, 114};
+  q_case.kv_rows = true;
+  ExpectRoundsQ(q_case, GpuAttentionSplitBf16);
+  AttentionCase p_case{2, 64, 512, 2048, 640, {640, 300}, 0, 0, 0, 1.f, false, 115};
+  p_case.kv_rows = true;
+  ExpectRoundsProbabilities(p_case, GpuAttentionSplitBf16);
 }
 
 TEST(CudaAttention, NoQueriesLaunchesNothing) {

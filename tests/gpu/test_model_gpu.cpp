@@ -152,7 +152,7 @@ TEST(GpuModel, StaticShapesEqualDynamicShapes) {
   ExpectStaticShapesMatchDynamic(*gpu.model);
 }
 
-// With every reference rounding on (FP8 activations, FP8 KV, FP4 indexer, BF16 attention output)
+// With every reference rounding on (FP8 activations, FP8 KV, FP4 indexer, BF16 attention output and inputs)
 // the GPU forward stays batch invariant: chunked prefill equals one-shot bit for bit, and static
 // shapes (the experts' w2 inputs rounded up to the device row count) equal dynamic ones. GPU
 // against CPU is not compared bit for bit here: an fp32 summation-order difference ahead of a
@@ -163,6 +163,7 @@ LoadOptions OnGpuQuantized() {
   o.numerics.kv_fp8 = true;
   o.numerics.indexer_fp4 = true;
   o.numerics.bf16_attention_output = true;
+  o.numerics.bf16_attention_inputs = true;
   return o;
 }
 
@@ -265,9 +266,9 @@ std::vector<int32_t> FlashPrompt(int64_t vocab) {
 }
 
 // The reference's roundings: FP8 activations, FP8 KV rows (BF16 rope), FP4 indexer, the attention
-// output in BF16.
+// output, q and the probabilities in BF16.
 void SetReferenceRoundings(Numerics& n, bool on) {
-  n.fp8_activations = n.kv_fp8 = n.indexer_fp4 = n.bf16_attention_output = on;
+  n.fp8_activations = n.kv_fp8 = n.indexer_fp4 = n.bf16_attention_output = n.bf16_attention_inputs = on;
 }
 
 const CpuFlashTrack& CpuFlashLogits(bool reference_roundings) {

@@ -64,6 +64,7 @@ TEST(Chunking, AnyChunkingEqualsOneShotWithTheReferenceQuantization) {
   options.numerics.kv_fp8 = true;
   options.numerics.indexer_fp4 = true;
   options.numerics.bf16_attention_output = true;
+  options.numerics.bf16_attention_inputs = true;
   LoadedModel loaded = LoadModel(config, g.dir, options);
   const std::vector<int32_t> forced(g.greedy.begin(), g.greedy.begin() + 8);
   const auto reference = Trajectory(*loaded.model, g.prompt_ids, 0, forced);
@@ -135,6 +136,7 @@ TEST(StaticShapes, EqualDynamicShapesWithTheReferenceQuantization) {
   options.numerics.kv_fp8 = true;
   options.numerics.indexer_fp4 = true;
   options.numerics.bf16_attention_output = true;
+  options.numerics.bf16_attention_inputs = true;
   LoadedModel demo = LoadModel(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-v4-demo", options);
   EXPECT_EQ(CheckStaticShapesMatchDynamic(*demo.model), 12);
 }

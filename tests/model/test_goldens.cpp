@@ -121,6 +121,20 @@ TEST_P(GoldenTest, Bf16AttentionOutputEffect) {
   EXPECT_LT(e.rms_ratio, 0.01f) << "but far less than FP8 activations do";
 }
 
+// bf16_attention_inputs (q and the probabilities rounded to BF16, as the reference's attention
+// kernel takes them) against the exact goldens: each rounding leaves a relative error under 2^-9, as
+// bf16_attention_output's does, so the same bounds (measured: see docs/numerics.md).
+TEST_P(GoldenTest, Bf16AttentionInputsEffect) {
+  Numerics n;
+  n.bf16_attention_inputs = true;
+  const SimulationEffect e = MeasureEffect(LoadGolden(GetParam()), n);
+  std::printf("[%s] with q and the probabilities in BF16: last logits max |diff| %.3g (max |logit| %.3g), RMS ratio "
+              "%.3g; greedy argmax agrees on %d of %zu steps\n",
+              GetParam().c_str(), e.logits.max_abs, e.max_ref, e.rms_ratio, e.agree, e.steps);
+  EXPECT_GT(e.logits.max_abs, 1e-3f) << "the rounding must change something";
+  EXPECT_LT(e.rms_ratio, 0.01f) << "but far less than FP8 activations do";
+}
+
 INSTANTIATE_TEST_SUITE_P(ReferenceGoldens, GoldenTest, ::testing::ValuesIn(GoldenNames()),
                          [](const auto& info) {
                            std::string n = info.param;

@@ -1,6 +1,7 @@
 #include "kernels/cuda/attention.h"
 
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
 
 #include <climits>
 
@@ -19,6 +20,9 @@ constexpr int kMaxHeadDim = 1024;
 // Per-head softmax bookkeeping slots in shared memory (alpha, denominator); at least kMaxHeads
 // and a multiple of 4 floats so that what follows stays 16-byte aligned.
 constexpr int kMaxHeads = 8;
+
+// x rounded to the nearest BF16 (ties to even), as f32.
+__device__ __forceinline__ float RoundToBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 // Blocks per (query, head group): a thread-block cluster whose blocks take consecutive runs of
 // the query's row tiles and merge their softmax states through distributed shared memory.
 constexpr int kSplit = 8;
@@ -79,7 +83,11 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) Atten
 
   const float* q_m = a.q + m * a.q_stride;
   if (row_begin < row_end) {  // uniform over the block; an empty run reads no q
-    if (a.vec_q) {
+    if (a.bf16_inputs) {
+      for (int e = tid; e < kHeads * d; e += kThreads) {
+        qs[e] = head0 + e / d < a.num_heads ? RoundToBf16(q_m[static_cast<int64_t>(head0) * d + e]) : 0.f;
+      }
+    } else if (a.vec_q) {
       // Asynchronous: the first tile's wait completes these copies too.
       const int d4 = d / 4;
       for (int e4 = tid; e4 < kHeads * d4; e4 += kThreads) {
@@ -171,7 +179,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) Atten
       const float p = lane < tile_n ? expf(s - new_max) : 0.f;
       run_sum = run_sum * alpha + WarpSum(p);
       run_max = new_max;
-      probs[lane * kHeads + warp] = p;
+      probs[lane * kHeads + warp] = a.bf16_inputs ? RoundToBf16(p) : p;
       if (lane == 0) alpha_s[warp] = alpha;
     }
     __syncthreads();
@@ -313,7 +321,7 @@ void LaunchCols(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream
 void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                        const int32_t* row_ids, const int32_t* counts, int64_t max_rows,
                        const float* sinks, int64_t num_queries, int64_t num_heads, int64_t head_dim,
-                       float scale, float* out, int64_t out_stride, cudaStream_t stream) {
+                       float scale, float* out, int64_t out_stride, cudaStream_t stream, bool bf16_inputs) {
   static_assert(kMaxHeadDim <= 4 * kThreads, "kCols = 4 covers the largest head_dim");
   const char* name = "cuda::AttentionWithSink";
   if (num_queries < 0 || num_queries > INT_MAX / kSplit) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
@@ -334,7 +342,7 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
   const bool vec_rows = d % 4 == 0 && Aligned(rows, row_stride * 4, 16);
   const bool vec_q = d % 4 == 0 && Aligned(q, q_stride * 4, 16);
   const AttentionArgs a{q, q_stride, rows, row_stride, row_ids, counts, max_rows, sinks,
-                        static_cast<int>(num_heads), d, scale, out, out_stride, vec_rows, vec_q};
+                        static_cast<int>(num_heads), d, scale, out, out_stride, vec_rows, vec_q, bf16_inputs};
   // Heads per block: the smallest of 1, 2, 4, 8 that covers min(H, 8). The result of a head does
   // not depend on this choice.
   if (num_heads >= 5) {

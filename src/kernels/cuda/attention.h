@@ -33,10 +33,15 @@ namespace deepinfer::cuda {
 // (differences of a few fp32 ulps of the output scale).
 // Limits: 1 <= d <= 1024, H >= 1, max_rows >= 0. No scratch; nothing is allocated or synchronized.
 // Launches on `stream`; M == 0 launches nothing.
+// bf16_inputs (Numerics::bf16_attention_inputs), as cpu::AttentionWithSink's: q rounded to BF16
+// (nearest even) as it is read, each probability e^{s − max} rounded to BF16 before it weights its
+// row, the sums of the probabilities unrounded. Here max is the run's running maximum at the
+// probability's tile, where the CPU takes the final one: where they differ, the two round
+// different values (1 BF16 unit of the probability at most), otherwise they agree as above.
 void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                        const int32_t* row_ids, const int32_t* counts, int64_t max_rows,
                        const float* sinks, int64_t num_queries, int64_t num_heads, int64_t head_dim,
-                       float scale, float* out, int64_t out_stride, cudaStream_t stream);
+                       float scale, float* out, int64_t out_stride, cudaStream_t stream, bool bf16_inputs = false);
 
 // The same attention on BF16 tensor cores (attention_mma.cu): the scores and the weighted sums as
 // mma.sync MMAs, q and the probabilities entering as their three BF16 parts, the rows as BF16.
@@ -49,12 +54,16 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
 // (attention_mma.cu has the order of every sum): deterministic and batch invariant for a given
 // blocks_per_query, whose value changes the order of the sums. Shapes as AttentionWithSink;
 // limits in AttentionSplitBf16Usable (anything else throws).
+// bf16_inputs: AttentionWithSink's rounding rule; q and the probabilities are then one BF16 part
+// each, so the scores and the weighted sums take one MMA per step instead of three (the two parts
+// dropped are zero), and q is converted once per block instead of split in every tile.
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                               int64_t num_heads, int64_t head_dim);  // d ∈ {64, 128, 256, 512}; 16-byte rows
 void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                                 const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
-                                int64_t out_stride, cudaStream_t stream, int blocks_per_query = 0);
+                                int64_t out_stride, cudaStream_t stream, int blocks_per_query = 0,
+                                bool bf16_inputs = false);
 // The default blocks per query: DEEPINFER_ATTENTION_SPLIT (1, 2, 4 or 8; read once, anything else
 // throws) or 2, chosen from docs/performance.md's sweep after version 11. For experiments: every
 // query of a run must take the same value, which the process-wide default guarantees.

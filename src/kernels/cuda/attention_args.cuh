@@ -22,6 +22,7 @@ struct AttentionArgs {
   int64_t out_stride;
   bool vec_rows;  // SIMT: rows may be copied as float4 (d, row_stride multiples of 4, base 16-aligned)
   bool vec_q;     // SIMT: q rows may be copied as float4 (d, q_stride multiples of 4, base 16-aligned)
+  bool bf16_inputs;  // q and the probabilities rounded to BF16 (attention.h)
 };
 
 }  // namespace deepinfer::cuda

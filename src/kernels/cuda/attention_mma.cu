@@ -26,6 +26,10 @@
 //   (half 0 + half 1) at the end of the run; O = O·α + Σ over 16-row steps of P's hi, mid, lo MMAs.
 //   The runs merge as in attention.cu: M = max_r max_r, f_r = e^{max_r − M} (1 when equal),
 //   S = Σ_r f_r·sum_r + e^{sink − M}, out = Σ_r f_r·O_r / S (ranks in order, fmaf from +0).
+//
+// bf16_inputs (kBf16): q is rounded to BF16 once per block into shared memory and each p to BF16
+// as the softmax stores it (the running sums take p unrounded); both then enter the MMAs as their
+// one part (the order above with the mid and lo MMAs left out: they would add zeros).
 #include <cooperative_groups.h>
 
 #include <climits>
@@ -46,9 +50,11 @@ constexpr int kTileRows = 64;            // rows per tile
 constexpr int kGroupHeads = 16;          // heads per warp: the MMA's M
 constexpr int kQPad = 8;                 // floats after each q row in shared memory
 constexpr int kRPad = 8;                 // BF16 values after each tile row
-constexpr int kPStride = kTileRows + 8;  // floats per head of the probabilities
+constexpr int kPStride = kTileRows + 8;  // floats (or BF16 values) per head of the probabilities
 
-template <int kGroups, int kD, int kSplit>
+// kBf16: q and the probabilities rounded to BF16 (bf16_inputs), held as BF16 in shared memory and
+// fed to the MMAs by ldmatrix; otherwise f32, split into three parts per fragment.
+template <int kGroups, int kD, int kSplit, bool kBf16>
 struct Shape {
   static_assert(kD % 64 == 0, "d: whole n8 tiles per half (16-column pairs), 16-column k-steps");
   static_assert(kD % (4 * kSplit) == 0, "d: a float4-wide output slice per block of the cluster");
@@ -60,10 +66,14 @@ struct Shape {
   static constexpr int kHalf = kD / 2;          // output columns per warp
   static constexpr int kHalfTiles = kHalf / 8;  // n8 tiles per warp in P·R
   static constexpr int kStatFloats = kHeads * (2 + 2 + 1 + 1 + kSplit + 1);
-  static constexpr size_t kQBytes = size_t{4} * kHeads * kQStride;
+  static constexpr size_t kValueBytes = kBf16 ? 2 : 4;  // of q and of the probabilities
+  static constexpr size_t kQBytes = kValueBytes * kHeads * (kBf16 ? kRStride : kQStride);
   static constexpr size_t kRBytes = size_t{2} * kTileRows * kRStride;
-  static constexpr size_t kPBytes = size_t{4} * kHeads * kPStride;
+  static constexpr size_t kPBytes = kValueBytes * kHeads * kPStride;
   static constexpr size_t kSmemBytes = kQBytes + kRBytes + kPBytes + size_t{4} * kStatFloats;
+  // The merge's f32 O [kHeads][kQStride] overwrites q and, if BF16 q is smaller, the row tile.
+  static_assert(size_t{4} * kHeads * kQStride <= kQBytes + kRBytes, "O fits the memory of q and the row tile");
+  static_assert(kQBytes % 16 == 0 && kRBytes % 16 == 0 && kPBytes % 16 == 0, "16-byte aligned regions");
 };
 
 __device__ __forceinline__ uint32_t SmemAddress(const void* p) {
@@ -122,10 +132,10 @@ __device__ __forceinline__ void ScoreStep(float (&s)[4][4], const uint32_t (&par
 // The tile's rows ids[0 .. tile_n) into rs as BF16 (round to nearest: exact for BF16-exact rows),
 // zero rows up to the next multiple of 16 (the P·R k-steps read them against p = 0). Each warp
 // takes kBatch rows at a time with all their loads in flight before the conversions.
-template <int kGroups, int kD, int kSplit>
+template <int kGroups, int kD, int kSplit, bool kBf16>
 __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* ids, int tile_n, __nv_bfloat16* rs,
                                          int warp, int lane) {
-  using S = Shape<kGroups, kD, kSplit>;
+  using S = Shape<kGroups, kD, kSplit, kBf16>;
   constexpr int kF4 = kD / 4;                     // float4 per row
   constexpr int kPerLane = (kF4 + kWarpSize - 1) / kWarpSize;
   constexpr int kBatch = kPerLane >= 8 ? 1 : 8 / kPerLane;
@@ -165,18 +175,20 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
   }
 }
 
-template <int kGroups, int kD, int kSplit>
-__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD, kSplit>::kThreads, 1)
+template <int kGroups, int kD, int kSplit, bool kBf16>
+__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD, kSplit, kBf16>::kThreads, 1)
     AttentionSplitBf16Kernel(AttentionArgs a) {
   PdlPrologue();
   namespace cg = cooperative_groups;
-  using S = Shape<kGroups, kD, kSplit>;
+  using S = Shape<kGroups, kD, kSplit, kBf16>;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
-  float* qs = reinterpret_cast<float*>(smem);                                  // [kHeads][kQStride]
+  float* qs = reinterpret_cast<float*>(smem);  // [kHeads][kQStride] f32, or kBf16: [kHeads][kRStride] BF16
+  __nv_bfloat16* qs_bf16 = reinterpret_cast<__nv_bfloat16*>(smem);
   __nv_bfloat16* rs = reinterpret_cast<__nv_bfloat16*>(smem + S::kQBytes);     // [kTileRows][kRStride]
-  float* ps = reinterpret_cast<float*>(smem + S::kQBytes + S::kRBytes);        // [kHeads][kPStride]
-  float* red_max = ps + S::kHeads * kPStride;                                  // [2][kHeads]
+  float* ps = reinterpret_cast<float*>(smem + S::kQBytes + S::kRBytes);  // [kHeads][kPStride] f32, or kBf16: BF16
+  __nv_bfloat16* ps_bf16 = reinterpret_cast<__nv_bfloat16*>(ps);
+  float* red_max = reinterpret_cast<float*>(smem + S::kQBytes + S::kRBytes + S::kPBytes);  // [2][kHeads]
   float* red_sum = red_max + 2 * S::kHeads;                                    // [2][kHeads]
   float* max_s = red_sum + 2 * S::kHeads;                                      // [kHeads]
   float* sum_s = max_s + S::kHeads;                                            // [kHeads]
@@ -211,11 +223,21 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
     constexpr int kD4 = kD / 4;
     for (int e4 = tid; e4 < S::kHeads * kD4; e4 += S::kThreads) {
       const int h = e4 / kD4, c4 = e4 % kD4;
-      float* dst = qs + h * S::kQStride + 4 * c4;
-      if (head0 + h < a.num_heads) {
-        CpAsync16(dst, q_m + static_cast<int64_t>(h) * kD + 4 * c4);
+      if constexpr (kBf16) {  // rounded to nearest once per block; the first tile's barrier covers it
+        const float4 v = head0 + h < a.num_heads ? __ldg(reinterpret_cast<const float4*>(q_m + h * kD) + c4)
+                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(qs_bf16 + h * S::kRStride + 4 * c4) = packed;
       } else {
-        *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+        float* dst = qs + h * S::kQStride + 4 * c4;
+        if (head0 + h < a.num_heads) {
+          CpAsync16(dst, q_m + static_cast<int64_t>(h) * kD + 4 * c4);
+        } else {
+          *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
       }
     }
   }
@@ -242,10 +264,15 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
   const uint32_t rs_s = SmemAddress(rs + (r_half + lane % 8 + 8 * (lane / 16)) * S::kRStride + 8 * ((lane / 8) % 2));
   const uint32_t rs_o =
       SmemAddress(rs + (lane % 8 + 8 * ((lane / 8) % 2)) * S::kRStride + half * S::kHalf + 8 * (lane / 16));
+  // kBf16: the A fragments (the group's 16 heads × 16 columns) by ldmatrix: lane l reads head
+  // 16·group + (l % 8) + 8·((l / 8) % 2) at column k + 8·(l / 16) (q) or tile row 16ks + 8·(l / 16) (p).
+  const int a_row = kGroupHeads * group + lane % 8 + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
+  const uint32_t qa = SmemAddress(qs_bf16 + a_row * S::kRStride + a_col);
+  const uint32_t pa = SmemAddress(ps_bf16 + a_row * kPStride + a_col);
 
   for (int t0 = row_begin; t0 < row_end; t0 += kTileRows) {
     const int tile_n = min(kTileRows, row_end - t0);
-    LoadTile<kGroups, kD, kSplit>(a, ids + t0, tile_n, rs, warp, lane);
+    LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
     CpAsyncWaitAll();
     __syncthreads();
 
@@ -260,26 +287,41 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
       // take each part in turn, so four MMA chains are in flight instead of two; each accumulator
       // still takes hi, mid, lo in that order, as in the loop below: the same bits.
       for (int k = 0; k < kD; k += 16) {
-        uint32_t hi[4], mid[4], lo[4];
-        SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
         uint32_t b0[4], b1[4];
         LdMatrixX4(b0, rs_s + static_cast<uint32_t>(k * 2));
         LdMatrixX4(b1, rs_s + static_cast<uint32_t>((16 * S::kRStride + k) * 2));
-        ScoreStep(s, hi, b0, b1);
-        ScoreStep(s, mid, b0, b1);
-        ScoreStep(s, lo, b0, b1);
+        if constexpr (kBf16) {
+          uint32_t q16[4];
+          LdMatrixX4(q16, qa + static_cast<uint32_t>(k * 2));
+          ScoreStep(s, q16, b0, b1);
+        } else {
+          uint32_t hi[4], mid[4], lo[4];
+          SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
+          ScoreStep(s, hi, b0, b1);
+          ScoreStep(s, mid, b0, b1);
+          ScoreStep(s, lo, b0, b1);
+        }
       }
     } else {
       for (int k = 0; k < kD; k += 16) {
         uint32_t hi[4], mid[4], lo[4];
-        SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
+        if constexpr (kBf16) {
+          LdMatrixX4(hi, qa + static_cast<uint32_t>(k * 2));
+        } else {
+          SplitFragment(q_top + k, q_bottom + k, hi, mid, lo);
+        }
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
           if (p < pairs) {
             uint32_t b[4];
             LdMatrixX4(b, rs_s + static_cast<uint32_t>((16 * p * S::kRStride + k) * 2));
-            MmaParts(s[2 * p], hi, mid, lo, b[0], b[1]);
-            MmaParts(s[2 * p + 1], hi, mid, lo, b[2], b[3]);
+            if constexpr (kBf16) {
+              MmaBf16(s[2 * p], hi[0], hi[1], hi[2], hi[3], b[0], b[1]);
+              MmaBf16(s[2 * p + 1], hi[0], hi[1], hi[2], hi[3], b[2], b[3]);
+            } else {
+              MmaParts(s[2 * p], hi, mid, lo, b[0], b[1]);
+              MmaParts(s[2 * p + 1], hi, mid, lo, b[2], b[3]);
+            }
           }
         }
       }
@@ -323,8 +365,13 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
       part_lo = part_lo + p0 + p1;
       part_hi = part_hi + p2 + p3;
       const int c = r_half + 8 * j + 2 * tq;
-      *reinterpret_cast<float2*>(ps + h_lo * kPStride + c) = make_float2(p0, p1);
-      *reinterpret_cast<float2*>(ps + h_hi * kPStride + c) = make_float2(p2, p3);
+      if constexpr (kBf16) {  // rounded to nearest; the sums above take them unrounded
+        *reinterpret_cast<__nv_bfloat162*>(ps_bf16 + h_lo * kPStride + c) = __floats2bfloat162_rn(p0, p1);
+        *reinterpret_cast<__nv_bfloat162*>(ps_bf16 + h_hi * kPStride + c) = __floats2bfloat162_rn(p2, p3);
+      } else {
+        *reinterpret_cast<float2*>(ps + h_lo * kPStride + c) = make_float2(p0, p1);
+        *reinterpret_cast<float2*>(ps + h_hi * kPStride + c) = make_float2(p2, p3);
+      }
     }
 #pragma unroll
     for (int x = 1; x < 4; x <<= 1) {
@@ -346,13 +393,22 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
     const int steps = (tile_n + 15) / 16;
     for (int ks = 0; ks < steps; ++ks) {
       uint32_t hi[4], mid[4], lo[4];
-      SplitFragment(p_top + 16 * ks, p_bottom + 16 * ks, hi, mid, lo);
+      if constexpr (kBf16) {
+        LdMatrixX4(hi, pa + static_cast<uint32_t>(16 * ks * 2));
+      } else {
+        SplitFragment(p_top + 16 * ks, p_bottom + 16 * ks, hi, mid, lo);
+      }
 #pragma unroll
       for (int p = 0; p < S::kHalfTiles / 2; ++p) {
         uint32_t b[4];
         LdMatrixX4Trans(b, rs_o + static_cast<uint32_t>((16 * ks * S::kRStride + 16 * p) * 2));
-        MmaParts(o[2 * p], hi, mid, lo, b[0], b[1]);
-        MmaParts(o[2 * p + 1], hi, mid, lo, b[2], b[3]);
+        if constexpr (kBf16) {
+          MmaBf16(o[2 * p], hi[0], hi[1], hi[2], hi[3], b[0], b[1]);
+          MmaBf16(o[2 * p + 1], hi[0], hi[1], hi[2], hi[3], b[2], b[3]);
+        } else {
+          MmaParts(o[2 * p], hi, mid, lo, b[0], b[1]);
+          MmaParts(o[2 * p + 1], hi, mid, lo, b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // the next tile overwrites rs, ps and red_max
@@ -438,12 +494,12 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, 
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
-template <int kGroups, int kD, int kSplit>
+template <int kGroups, int kD, int kSplit, bool kBf16>
 void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
-  using S = Shape<kGroups, kD, kSplit>;
+  using S = Shape<kGroups, kD, kSplit, kBf16>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
   const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
-  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit>;
+  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit, kBf16>;
   if (S::kSmemBytes > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(S::kSmemBytes)),
@@ -453,24 +509,33 @@ void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t strea
   DI_CUDA_LAUNCH_CHECK("AttentionWithSinkSplitBf16");
 }
 
-template <int kD, int kSplit>
+template <int kD, int kSplit, bool kBf16>
 void LaunchGroups(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
   if (a.num_heads <= kGroupHeads) {
-    LaunchSplit<1, kD, kSplit>(a, num_queries, stream);
+    LaunchSplit<1, kD, kSplit, kBf16>(a, num_queries, stream);
   } else if (a.num_heads <= 2 * kGroupHeads) {
-    LaunchSplit<2, kD, kSplit>(a, num_queries, stream);
+    LaunchSplit<2, kD, kSplit, kBf16>(a, num_queries, stream);
   } else {
-    LaunchSplit<4, kD, kSplit>(a, num_queries, stream);
+    LaunchSplit<4, kD, kSplit, kBf16>(a, num_queries, stream);
+  }
+}
+
+template <int kD, int kSplit>
+void LaunchInputs(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
+  if (a.bf16_inputs) {
+    LaunchGroups<kD, kSplit, true>(a, num_queries, stream);
+  } else {
+    LaunchGroups<kD, kSplit, false>(a, num_queries, stream);
   }
 }
 
 template <int kD>
 void LaunchBlocks(const AttentionArgs& a, int64_t num_queries, int blocks, cudaStream_t stream) {
   switch (blocks) {
-    case 1: return LaunchGroups<kD, 1>(a, num_queries, stream);
-    case 2: return LaunchGroups<kD, 2>(a, num_queries, stream);
-    case 4: return LaunchGroups<kD, 4>(a, num_queries, stream);
-    default: return LaunchGroups<kD, 8>(a, num_queries, stream);
+    case 1: return LaunchInputs<kD, 1>(a, num_queries, stream);
+    case 2: return LaunchInputs<kD, 2>(a, num_queries, stream);
+    case 4: return LaunchInputs<kD, 4>(a, num_queries, stream);
+    default: return LaunchInputs<kD, 8>(a, num_queries, stream);
   }
 }
 
@@ -498,7 +563,7 @@ bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* row
 void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                                 const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
-                                int64_t out_stride, cudaStream_t stream, int blocks_per_query) {
+                                int64_t out_stride, cudaStream_t stream, int blocks_per_query, bool bf16_inputs) {
   const char* name = "cuda::AttentionWithSinkSplitBf16";
   const int blocks = blocks_per_query == 0 ? AttentionSplitBf16Blocks() : blocks_per_query;
   if (blocks != 1 && blocks != 2 && blocks != 4 && blocks != 8) {
@@ -520,7 +585,8 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
     ThrowCudaError(__FILE__, __LINE__, name, "null pointer");
   }
   const AttentionArgs a{q,     q_stride, rows, row_stride, row_ids, counts, max_rows, sinks, static_cast<int>(num_heads),
-                        static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true};
+                        static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true,
+                        bf16_inputs};
   switch (head_dim) {
     case 64: return LaunchBlocks<64>(a, num_queries, blocks, stream);
     case 128: return LaunchBlocks<128>(a, num_queries, blocks, stream);

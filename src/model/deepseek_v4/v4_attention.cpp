@@ -250,7 +250,8 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
   // With kv_fp8 every row value (fresh, ring and compressed) is an e4m3 code times a power of two or
   // a BF16 value: exact in BF16.
   ops::SparseAttention(ctx.op, q, ctx.state->base(), row_ids, counts, w.attn.attn_sink, scale, out,
-                       numerics_.kv_fp8 ? ops::AttentionRows::kExactInBf16 : ops::AttentionRows::kF32);
+                       numerics_.kv_fp8 ? ops::AttentionRows::kExactInBf16 : ops::AttentionRows::kF32,
+                       numerics_.bf16_attention_inputs ? ops::AttentionInputs::kBf16 : ops::AttentionInputs::kF32);
 }
 
 }  // namespace deepinfer::v4
