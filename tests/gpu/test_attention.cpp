@@ -35,6 +35,7 @@ struct AttentionCase {
   bool kv_rows = false;
   int blocks_per_query = 0;  // split-BF16 kernel: 0 (the default), 1, 2, 4 or 8
   bool bf16_inputs = false;  // q and the probabilities rounded to BF16 (every kernel and the CPU)
+  int heads_per_block = 0;   // split-BF16 kernel: 0 (the default), 32 or 64
 };
 
 struct AttentionInputs {
@@ -107,7 +108,7 @@ std::vector<float> GpuAttentionSplitBf16(const AttentionCase& c, const Attention
   EXPECT_TRUE(cuda::AttentionSplitBf16Usable(q.get(), in.q_stride, rows.get(), in.row_stride, c.heads, c.head_dim));
   cuda::AttentionWithSinkSplitBf16(q.get(), in.q_stride, rows.get(), in.row_stride, ids.get(), counts.get(),
                                    c.max_rows, sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(),
-                                   in.out_stride, nullptr, c.blocks_per_query, c.bf16_inputs);
+                                   in.out_stride, nullptr, c.blocks_per_query, c.bf16_inputs, c.heads_per_block);
   return out.ToHost();
 }
 
@@ -400,6 +401,30 @@ TEST(CudaAttentionSplitBf16, Bf16InputsWithinTheRoundingBound) {
   AttentionCase p_case{2, 64, 512, 2048, 640, {640, 300}, 0, 0, 0, 1.f, false, 115};
   p_case.kv_rows = true;
   ExpectRoundsProbabilities(p_case, GpuAttentionSplitBf16);
+}
+
+// Blocks of 32 heads (two per SM with BF16 inputs) give each head the bits of blocks of 64, in
+// both forms and for H = 64 and 70 (a padded last block either way).
+TEST(CudaAttentionSplitBf16, HeadsPerBlockKeepTheBits) {
+  DI_REQUIRE_GPU();
+  for (bool bf16 : {false, true}) {
+    for (int64_t heads : {64, 70}) {
+      SCOPED_TRACE(testing::Message() << heads << " heads, bf16_inputs " << bf16);
+      AttentionCase c{3, heads, 512, 2048, 640, {640, 200, 1}, 0, 0, 0, 2.f, false, 121};
+      c.kv_rows = true;
+      c.bf16_inputs = bf16;
+      const AttentionInputs in = MakeInputs(c);
+      c.heads_per_block = 64;
+      const std::vector<float> wide = GpuAttentionSplitBf16(c, in);
+      c.heads_per_block = 32;
+      EXPECT_TRUE(AllEqual(GpuAttentionSplitBf16(c, in), wide, "32 heads per block"));
+    }
+  }
+  DeviceArray<float> buf(std::vector<float>(4096, 0.f));
+  EXPECT_THROW(cuda::AttentionWithSinkSplitBf16(buf.get(), 128, buf.get(), 128, nullptr, nullptr, 0, buf.get(), 1, 1,
+                                                128, 1.f, buf.get(), 128, nullptr, 0, false, 16),
+               std::exception)
+      << "16 heads per block";
 }
 
 TEST(CudaAttention, NoQueriesLaunchesNothing) {

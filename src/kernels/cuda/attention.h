@@ -63,10 +63,15 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
                                 const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
                                 int64_t out_stride, cudaStream_t stream, int blocks_per_query = 0,
-                                bool bf16_inputs = false);
+                                bool bf16_inputs = false, int heads_per_block = 0);
 // The default blocks per query: DEEPINFER_ATTENTION_SPLIT (1, 2, 4 or 8; read once, anything else
 // throws) or 2, chosen from docs/performance.md's sweep after version 11. For experiments: every
 // query of a run must take the same value, which the process-wide default guarantees.
 int AttentionSplitBf16Blocks();
+// Heads per block where H > 32: 64 (four head groups, one block an SM) or 32 (two groups; with
+// bf16_inputs two blocks fit an SM, each reading the rows itself). A head's bits do not depend on
+// it. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (32 or 64; read once, anything else
+// throws) or 64.
+int AttentionSplitBf16BlockHeads();
 
 }  // namespace deepinfer::cuda

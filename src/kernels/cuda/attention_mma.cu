@@ -175,9 +175,11 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
   }
 }
 
+// Blocks of one or two head groups may share an SM (where their shared memory fits: BF16 q and p).
 template <int kGroups, int kD, int kSplit, bool kBf16>
-__global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(Shape<kGroups, kD, kSplit, kBf16>::kThreads, 1)
-    AttentionSplitBf16Kernel(AttentionArgs a) {
+__global__ void __cluster_dims__(kSplit, 1, 1)
+    __launch_bounds__(Shape<kGroups, kD, kSplit, kBf16>::kThreads, kGroups <= 2 ? 2 : 1)
+        AttentionSplitBf16Kernel(AttentionArgs a) {
   PdlPrologue();
   namespace cg = cooperative_groups;
   using S = Shape<kGroups, kD, kSplit, kBf16>;
@@ -504,16 +506,19 @@ void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t strea
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(S::kSmemBytes)),
                   "AttentionWithSinkSplitBf16: shared memory opt-in");
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       cudaSharedmemCarveoutMaxShared),
+                  "AttentionWithSinkSplitBf16: shared memory carveout");
   }
   kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(a);
   DI_CUDA_LAUNCH_CHECK("AttentionWithSinkSplitBf16");
 }
 
 template <int kD, int kSplit, bool kBf16>
-void LaunchGroups(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
+void LaunchGroups(const AttentionArgs& a, int64_t num_queries, int heads_per_block, cudaStream_t stream) {
   if (a.num_heads <= kGroupHeads) {
     LaunchSplit<1, kD, kSplit, kBf16>(a, num_queries, stream);
-  } else if (a.num_heads <= 2 * kGroupHeads) {
+  } else if (a.num_heads <= 2 * kGroupHeads || heads_per_block == 2 * kGroupHeads) {
     LaunchSplit<2, kD, kSplit, kBf16>(a, num_queries, stream);
   } else {
     LaunchSplit<4, kD, kSplit, kBf16>(a, num_queries, stream);
@@ -521,21 +526,21 @@ void LaunchGroups(const AttentionArgs& a, int64_t num_queries, cudaStream_t stre
 }
 
 template <int kD, int kSplit>
-void LaunchInputs(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
+void LaunchInputs(const AttentionArgs& a, int64_t num_queries, int heads_per_block, cudaStream_t stream) {
   if (a.bf16_inputs) {
-    LaunchGroups<kD, kSplit, true>(a, num_queries, stream);
+    LaunchGroups<kD, kSplit, true>(a, num_queries, heads_per_block, stream);
   } else {
-    LaunchGroups<kD, kSplit, false>(a, num_queries, stream);
+    LaunchGroups<kD, kSplit, false>(a, num_queries, heads_per_block, stream);
   }
 }
 
 template <int kD>
-void LaunchBlocks(const AttentionArgs& a, int64_t num_queries, int blocks, cudaStream_t stream) {
+void LaunchBlocks(const AttentionArgs& a, int64_t num_queries, int blocks, int heads_per_block, cudaStream_t stream) {
   switch (blocks) {
-    case 1: return LaunchInputs<kD, 1>(a, num_queries, stream);
-    case 2: return LaunchInputs<kD, 2>(a, num_queries, stream);
-    case 4: return LaunchInputs<kD, 4>(a, num_queries, stream);
-    default: return LaunchInputs<kD, 8>(a, num_queries, stream);
+    case 1: return LaunchInputs<kD, 1>(a, num_queries, heads_per_block, stream);
+    case 2: return LaunchInputs<kD, 2>(a, num_queries, heads_per_block, stream);
+    case 4: return LaunchInputs<kD, 4>(a, num_queries, heads_per_block, stream);
+    default: return LaunchInputs<kD, 8>(a, num_queries, heads_per_block, stream);
   }
 }
 
@@ -553,6 +558,18 @@ int AttentionSplitBf16Blocks() {
   return blocks;
 }
 
+int AttentionSplitBf16BlockHeads() {
+  static const int heads = [] {
+    const char* v = std::getenv("DEEPINFER_ATTENTION_HEADS");
+    if (v == nullptr || *v == '\0') return 64;
+    const std::string s(v);
+    if (s == "32" || s == "64") return std::stoi(s);
+    const std::string message = "DEEPINFER_ATTENTION_HEADS must be 32 or 64 (heads per block), got '" + s + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16", message.c_str());
+  }();
+  return heads;
+}
+
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                               int64_t num_heads, int64_t head_dim) {
   const bool shape = (head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512) && num_heads >= 1 &&
@@ -563,11 +580,16 @@ bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* row
 void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                                 const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
-                                int64_t out_stride, cudaStream_t stream, int blocks_per_query, bool bf16_inputs) {
+                                int64_t out_stride, cudaStream_t stream, int blocks_per_query, bool bf16_inputs,
+                                int heads_per_block) {
   const char* name = "cuda::AttentionWithSinkSplitBf16";
   const int blocks = blocks_per_query == 0 ? AttentionSplitBf16Blocks() : blocks_per_query;
   if (blocks != 1 && blocks != 2 && blocks != 4 && blocks != 8) {
     ThrowCudaError(__FILE__, __LINE__, name, "blocks_per_query must be 0 (the default), 1, 2, 4 or 8");
+  }
+  const int block_heads = heads_per_block == 0 ? AttentionSplitBf16BlockHeads() : heads_per_block;
+  if (block_heads != 32 && block_heads != 64) {
+    ThrowCudaError(__FILE__, __LINE__, name, "heads_per_block must be 0 (the default), 32 or 64");
   }
   if (num_queries < 0 || num_queries > INT_MAX / blocks) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
   if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
@@ -588,10 +610,10 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
                         static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true,
                         bf16_inputs};
   switch (head_dim) {
-    case 64: return LaunchBlocks<64>(a, num_queries, blocks, stream);
-    case 128: return LaunchBlocks<128>(a, num_queries, blocks, stream);
-    case 256: return LaunchBlocks<256>(a, num_queries, blocks, stream);
-    default: return LaunchBlocks<512>(a, num_queries, blocks, stream);
+    case 64: return LaunchBlocks<64>(a, num_queries, blocks, block_heads, stream);
+    case 128: return LaunchBlocks<128>(a, num_queries, blocks, block_heads, stream);
+    case 256: return LaunchBlocks<256>(a, num_queries, blocks, block_heads, stream);
+    default: return LaunchBlocks<512>(a, num_queries, blocks, block_heads, stream);
   }
 }
 
