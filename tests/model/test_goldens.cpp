@@ -105,9 +105,9 @@ TEST_P(GoldenTest, Fp8ActivationsEffect) {
 }
 
 // bf16_attention_output (the attention output rounded to BF16 ahead of wo_a, as the reference's
-// BF16 einsum takes it) against the exact goldens. BF16 leaves each value a relative error under
-// 2^-9 (about 0.1% RMS), far finer than FP8's 2^-4: the change must be visible, ten times the 1e-4
-// fp32 noise floor of the exact forward's comparison, and its RMS an order of magnitude under FP8
+// BF16 einsum takes it) against the exact goldens. BF16 leaves each value a relative error of at
+// most 2^-8 (about 0.1% RMS), far finer than FP8's 2^-4: the change must be visible, ten times the
+// 1e-4 fp32 noise floor of the exact forward's comparison, and its RMS an order of magnitude under FP8
 // activations' 6-11% (measured: max |diff| 0.011-0.035, RMS ratio 0.09-0.24%, every greedy step
 // agreeing).
 TEST_P(GoldenTest, Bf16AttentionOutputEffect) {
@@ -122,8 +122,8 @@ TEST_P(GoldenTest, Bf16AttentionOutputEffect) {
 }
 
 // bf16_attention_inputs (q and the probabilities rounded to BF16, as the reference's attention
-// kernel takes them) against the exact goldens: each rounding leaves a relative error under 2^-9, as
-// bf16_attention_output's does, so the same bounds (measured: see docs/numerics.md).
+// kernel takes them) against the exact goldens: each rounding leaves a relative error of at most
+// 2^-8, as bf16_attention_output's does, so the same bounds (measured: see docs/numerics.md).
 TEST_P(GoldenTest, Bf16AttentionInputsEffect) {
   Numerics n;
   n.bf16_attention_inputs = true;
