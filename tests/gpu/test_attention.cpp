@@ -279,8 +279,8 @@ TEST(CudaAttentionSplitBf16, RejectsWhatItCannotRun) {
 // kernel's, e^{s − m} with its run's maximum m at that tile, later scaled by e^{m − M}) lie within
 // 2^-8 of e^{s − M} relatively (half a unit of BF16's 8-bit significand), so they differ by at
 // most 2^-7 of it, and an output column c by at most 2^-7 · A_c with A_c = Σ_j p_j·|row_j[c]| (p_j
-// the normalized probabilities); the f32 sums' bounds above come on top. RoundingScale gives A_c per output (double, q rounded as the kernels
-// round it), 0 on the padding.
+// the normalized probabilities); the f32 sums' bounds above come on top. RoundingScale gives A_c
+// per output (double, q rounded as the kernels round it), 0 on the padding.
 std::vector<double> RoundingScale(const AttentionCase& c, const AttentionInputs& in) {
   const int64_t h = c.heads, d = c.head_dim;
   std::vector<double> scale(c.queries * in.out_stride, 0.0);
