@@ -74,7 +74,7 @@ if [[ ${quick:-0} -eq 1 ]]; then
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   source scripts/gpu-env.sh
   timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
-    --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
+    --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
     --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1
   grep -vE "^\[v4" "$final/bench.txt" | tail -14
   if [[ ${#variants[@]} -gt 0 ]]; then
@@ -87,7 +87,7 @@ if [[ ${quick:-0} -eq 1 ]]; then
         (DEEPINFER_DIST=$variant_dist; source scripts/gpu-env.sh) && binary=$variant_dist/deepinfer
       fi
       env $environment timeout 120 "$binary" bench steps bench/configs/v4-flash-3layer --load-format dummy \
-        --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --no-ceilings --batches 1 64 256 \
+        --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --no-ceilings --batches 1 64 256 \
         --contexts 8192 --prompts 8192 --json "$work/steps-$name.json" $flags "${bench_args[@]}" \
         >>"$final/bench.txt" 2>&1 || status=1
       columns+=("$name=$work/steps-$name.json")
@@ -122,14 +122,14 @@ if [[ $profile -eq 1 ]]; then
   # Every kernel of a batch-1 decode step at 8k with every reference rounding (~110 launches a
   # step: which of them hold the step's 2.5 ms against its 0.41 ms floor).
   OUT=$work timeout 200 bash scripts/gpu-profile.sh d1ref '.' 130 -- --batches 1 --contexts 8192 --no-prefill \
-    --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
+    --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 2>&1 | cut -c1-32,88-
   # The row kernels of an 8k prefill's first layer (hc mixes and posts, norms, round trips).
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-rows 'HcMix|HcSinkhorn|HcPost|RmsNorm|RoundTrip' 12 -- \
-    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
+    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 2>&1 | cut -c1-32,88-
   # The dense-weight linears (`dense_linear`: the compressors' and the indexer's BF16 linears)
   # on warpgroup-MMA split-BF16 (DenseSplitKernel, version 22), layers 0-1.
   OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-dense 'DenseSplit' 8 -- \
-    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 2>&1 | cut -c1-32,88-
+    --no-decode --prompts 8192 --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 2>&1 | cut -c1-32,88-
   # The TMA-fed pre-folded experts at 128-token tiles (14b, off by default: slower, 51.6 against
   # 46.6 ms; where its time goes: stalls, occupancy at 255 registers and spills).
   DEEPINFER_TMA_EXPERTS=128 OUT=$work timeout 90 bash scripts/gpu-profile.sh pf8k-experts128 \

@@ -6,7 +6,7 @@
 #
 #   bash scripts/gpu-stalls.sh NAME KERNEL_REGEX SKIP -- BENCH_STEPS_ARGS...
 #   e.g. bash scripts/gpu-stalls.sh rs64 ExpertsFp4Registers 7 -- --batches 64 --contexts 8192 --no-prefill \
-#          --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16
+#          --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16
 # SKIP matching launches are passed over (warm-up), then one is profiled. The regex sees the
 # function name without template arguments: ExpertsFp4RegistersKernel<16, 2> and <8, 3> both
 # match, each ExpertsLinear call launching the 16-token form first (empty at batch 64), so an odd
