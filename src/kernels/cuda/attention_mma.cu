@@ -119,6 +119,20 @@ __device__ __forceinline__ void MmaParts(float (&acc)[4], const uint32_t (&hi)[4
   MmaBf16(acc, lo[0], lo[1], lo[2], lo[3], b0, b1);
 }
 
+// d0 += A·B over b[0..1] and d1 += A·B over b[2..3] (one ldmatrix's two n8 tiles): A's three parts
+// (MmaParts), or with kOnePart its one BF16 part in `hi` (mid and lo are not read).
+template <bool kOnePart>
+__device__ __forceinline__ void MmaTwoTiles(float (&d0)[4], float (&d1)[4], const uint32_t (&hi)[4],
+                                            const uint32_t (&mid)[4], const uint32_t (&lo)[4], const uint32_t (&b)[4]) {
+  if constexpr (kOnePart) {
+    MmaBf16(d0, hi[0], hi[1], hi[2], hi[3], b[0], b[1]);
+    MmaBf16(d1, hi[0], hi[1], hi[2], hi[3], b[2], b[3]);
+  } else {
+    MmaParts(d0, hi, mid, lo, b[0], b[1]);
+    MmaParts(d1, hi, mid, lo, b[2], b[3]);
+  }
+}
+
 // s[j] += part·B_j for the four n8 tiles of a warp's 32 score rows: tiles 0 and 1 from the first
 // ldmatrix (b0: rows 0-7 in b0[0..1], rows 8-15 in b0[2..3]), tiles 2 and 3 from the second.
 __device__ __forceinline__ void ScoreStep(float (&s)[4][4], const uint32_t (&part)[4], const uint32_t (&b0)[4],
@@ -317,13 +331,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
           if (p < pairs) {
             uint32_t b[4];
             LdMatrixX4(b, rs_s + static_cast<uint32_t>((16 * p * S::kRStride + k) * 2));
-            if constexpr (kBf16) {
-              MmaBf16(s[2 * p], hi[0], hi[1], hi[2], hi[3], b[0], b[1]);
-              MmaBf16(s[2 * p + 1], hi[0], hi[1], hi[2], hi[3], b[2], b[3]);
-            } else {
-              MmaParts(s[2 * p], hi, mid, lo, b[0], b[1]);
-              MmaParts(s[2 * p + 1], hi, mid, lo, b[2], b[3]);
-            }
+            MmaTwoTiles<kBf16>(s[2 * p], s[2 * p + 1], hi, mid, lo, b);
           }
         }
       }
@@ -404,13 +412,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
       for (int p = 0; p < S::kHalfTiles / 2; ++p) {
         uint32_t b[4];
         LdMatrixX4Trans(b, rs_o + static_cast<uint32_t>((16 * ks * S::kRStride + 16 * p) * 2));
-        if constexpr (kBf16) {
-          MmaBf16(o[2 * p], hi[0], hi[1], hi[2], hi[3], b[0], b[1]);
-          MmaBf16(o[2 * p + 1], hi[0], hi[1], hi[2], hi[3], b[2], b[3]);
-        } else {
-          MmaParts(o[2 * p], hi, mid, lo, b[0], b[1]);
-          MmaParts(o[2 * p + 1], hi, mid, lo, b[2], b[3]);
-        }
+        MmaTwoTiles<kBf16>(o[2 * p], o[2 * p + 1], hi, mid, lo, b);
       }
     }
     __syncthreads();  // the next tile overwrites rs, ps and red_max
