@@ -148,7 +148,8 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
                  cuda::AttentionSplitBf16Usable(q.data<float>(), heads * d, base.data<float>(), d, heads, d)) {
                cuda::AttentionWithSinkSplitBf16(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids),
                                                 I32(counts), max_rows, sinks.data<float>(), tokens, heads, d, scale,
-                                                out.data<float>(), heads * d, ctx.stream, 0, bf16_inputs);
+                                                out.data<float>(), heads * d, ctx.stream, /*blocks_per_query=*/0,
+                                                bf16_inputs);
              } else {
                cuda::AttentionWithSink(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids), I32(counts),
                                        max_rows, sinks.data<float>(), tokens, heads, d, scale, out.data<float>(),
