@@ -117,6 +117,15 @@ class ScopedTmaKernels {
   ScopedTmaKernels(const ScopedTmaKernels&) = delete;
   ScopedTmaKernels& operator=(const ScopedTmaKernels&) = delete;
 };
+// cuda::SetFp4InBlockForTesting(mode) for the scope: the FP4 experts converted in the GEMM's blocks
+// (1) or pre-folded (0), then back to the environment's choice.
+class ScopedFp4InBlock {
+ public:
+  explicit ScopedFp4InBlock(int mode) { cuda::SetFp4InBlockForTesting(mode); }
+  ~ScopedFp4InBlock() { cuda::SetFp4InBlockForTesting(-1); }
+  ScopedFp4InBlock(const ScopedFp4InBlock&) = delete;
+  ScopedFp4InBlock& operator=(const ScopedFp4InBlock&) = delete;
+};
 // cuda::SetGroupedBf16ForTesting(mode, piece_rows) for the scope, then back to the environment's.
 class ScopedGroupedBf16 {
  public:

@@ -523,10 +523,11 @@ TEST(CudaExpertsLinearFp8, FoldedExpertsEqualLinear) {
 // The pre-folded experts on the TMA-fed kernel (DEEPINFER_TMA_EXPERTS's kernel, forced on) on
 // tiles of 64 tokens and of 128 (the plan then cut in 128-row tiles): the same codes and adds, so
 // Linear's bits per expert; the cases of PreFoldedFp4EqualsLinear at 1, 3 and 8 chunks (fewer, as
-// many as and more loads than the rings' 6 or 8 stages over a block's items), later passes
-// included; 130 and 200 rows make full and partial 128-row tiles. Both forms of the kernel: thread
-// 0 issuing the copies in its MMA loop, and warp-specialized (a producer warpgroup; later passes
-// on a named barrier of the MMA warpgroups).
+// many as and more loads than the rings' 5, 6 or 8 stages over a block's items), later passes
+// included; 130 and 200 rows make full and partial 96- and 128-row tiles. Both forms of the
+// pre-folded kernel: thread 0 issuing the copies in its MMA loop, and warp-specialized (a producer
+// warpgroup; later passes on a named barrier of the MMA warpgroups); and the experts converted in
+// the blocks (ExpertsFp4InBlockKernel: each pass a load of its ring).
 TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -534,29 +535,33 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
   const int64_t experts = static_cast<int64_t>(counts.size()), bound = 520;
   uint64_t seed = 5350;
-  for (const int tokens : {64, 128}) {
-    for (const int warp_specialized : {0, 1}) {
-      ScopedTmaKernels tma(1, tokens);
-      ScopedTmaWarpSpecialized ws(warp_specialized);
-      const uint64_t ws_launches = cuda::TmaWarpSpecializedLaunchesForTesting();
-      for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
-        for (const bool wide_scales : {false, true}) {
-          const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
-                                                               : std::pair<uint8_t, uint8_t>{0, 0};
-          ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
-          for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
-            SCOPED_TRACE(testing::Message() << "TMA at " << tokens << " tokens, group of " << group
-                                            << (wide_scales ? ", 18 binades" : ""));
-            const uint64_t launches = cuda::TmaLaunchesForTesting();
-            CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
-            EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
-            if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
-          }
+  // {converted in the blocks, pre-folded tile tokens, warp-specialized}
+  for (const auto& [in_block, tokens, warp_specialized] :
+       std::vector<std::tuple<int, int, int>>{{0, 64, 0}, {0, 64, 1}, {0, 128, 0}, {0, 128, 1}, {1, 64, 1}}) {
+    ScopedFp4InBlock converted(in_block);
+    ScopedTmaKernels tma(1, tokens);
+    ScopedTmaWarpSpecialized ws(warp_specialized);
+    const uint64_t ws_launches = cuda::TmaWarpSpecializedLaunchesForTesting();
+    const uint64_t in_block_launches = cuda::Fp4InBlockLaunchesForTesting();
+    for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+      for (const bool wide_scales : {false, true}) {
+        const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
+                                                             : std::pair<uint8_t, uint8_t>{0, 0};
+        ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+        for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
+          SCOPED_TRACE(testing::Message() << (in_block == 1 ? "converted in the blocks" : "pre-folded") << ", TMA at "
+                                          << tokens << " tokens, group of " << group
+                                          << (wide_scales ? ", 18 binades" : ""));
+          const uint64_t launches = cuda::TmaLaunchesForTesting();
+          CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
+          EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
+          if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
         }
       }
-      EXPECT_EQ(cuda::TmaWarpSpecializedLaunchesForTesting() > ws_launches, warp_specialized == 1)
-          << tokens << " tokens";
     }
+    EXPECT_EQ(cuda::TmaWarpSpecializedLaunchesForTesting() > ws_launches, warp_specialized == 1)
+        << tokens << " tokens";
+    EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block_launches, in_block == 1) << "in the blocks";
   }
 }
 
@@ -634,13 +639,16 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
   }
   const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
   CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5402, {busiest, experts - 1});
-  if (cuda::TmaKernelsAvailable()) {  // and on the TMA-fed kernel (32 chunks per item), both tile sizes
-    for (const int tile_tokens : {64, 128}) {
-      ScopedTmaKernels tma(1, tile_tokens);
-      SCOPED_TRACE(testing::Message() << "TMA at " << tile_tokens << " tokens");
-      const uint64_t launches = cuda::TmaLaunchesForTesting();
+  if (cuda::TmaKernelsAvailable()) {  // and on the TMA-fed kernels (32 chunks per item): pre-folded at
+    // both tile sizes, converted in the blocks (tile_tokens 0)
+    for (const int tile_tokens : {64, 128, 0}) {
+      ScopedFp4InBlock converted(tile_tokens == 0 ? 1 : 0);
+      ScopedTmaKernels tma(1, tile_tokens == 0 ? 64 : tile_tokens);
+      SCOPED_TRACE(testing::Message() << "TMA at " << tile_tokens << " tokens (0: converted in the blocks)");
+      const uint64_t launches = cuda::TmaLaunchesForTesting(), in_block = cuda::Fp4InBlockLaunchesForTesting();
       CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5403 + tile_tokens, {busiest});
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
+      EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block, tile_tokens == 0);
     }
   }
 }

@@ -112,18 +112,29 @@ TEST(Fp4Fold, OnePassWithinEightBinades) {
   EXPECT_EQ(FoldPassOf(wide, 1).top, 118);
 }
 
-// The packed pass-0 word the CUDA kernel reads per row says what FoldPassOf(e, 0) says, for every
+// The packed word of each pass the CUDA kernels read per row (pass 0: FirstFoldPassWord; every
+// pass: FoldPassWord, the in-block conversion's) says what FoldPassOf(e, pass) says, for every
 // exponent 4-tuple in 0..40 and at the ends of e8m0's range (254 is its largest finite exponent).
 TEST(Fp4Fold, FirstPassWordMatchesFoldPass) {
   const auto check = [](const int (&e)[4]) {
-    const FoldPass f = FoldPassOf(e, 0);
-    const uint32_t word = FirstFoldPassWord(e);
-    ASSERT_EQ(FoldWordAny(word), f.any);
-    ASSERT_EQ(FoldWordMore(word), f.more);
-    ASSERT_EQ(FoldWordTop(word), f.top);
+    ASSERT_EQ(FirstFoldPassWord(e), FoldPassWord(e, 0));
+    for (int pass = 0; pass < 4; ++pass) {
+      const FoldPass f = FoldPassOf(e, pass);
+      const uint32_t word = FoldPassWord(e, pass);
+      ASSERT_EQ(FoldWordAny(word), f.any);
+      ASSERT_EQ(FoldWordMore(word), f.more);
+      if (f.any) ASSERT_EQ(FoldWordTop(word), f.top);
+      for (int g = 0; g < 4; ++g) {
+        const uint32_t want = FoldPassTakes(f, e[g]) ? static_cast<uint32_t>(f.top - e[g]) : kFoldGroupLeft;
+        ASSERT_EQ(FoldWordShift(word, g), want)
+            << e[0] << " " << e[1] << " " << e[2] << " " << e[3] << " group " << g << " pass " << pass;
+      }
+    }
+    // Every group is taken by exactly one of the passes (four groups: four passes at most).
     for (int g = 0; g < 4; ++g) {
-      const uint32_t want = FoldPassTakes(f, e[g]) ? static_cast<uint32_t>(f.top - e[g]) : kFoldGroupLeft;
-      ASSERT_EQ(FoldWordShift(word, g), want) << e[0] << " " << e[1] << " " << e[2] << " " << e[3] << " group " << g;
+      int taken = 0;
+      for (int pass = 0; pass < 4; ++pass) taken += FoldWordShift(FoldPassWord(e, pass), g) != kFoldGroupLeft;
+      ASSERT_EQ(taken, 1) << "group " << g;
     }
   };
   for (int a = 0; a <= 40; ++a) {

@@ -104,8 +104,10 @@ DI_HOST_DEVICE inline bool FoldPassTakes(const FoldPass& f, int e_g) {
 inline constexpr uint32_t kFoldGroupLeft = 0xfu;
 inline constexpr uint32_t kFoldNoRowWord = 0xffffu;
 
-DI_HOST_DEVICE inline uint32_t FirstFoldPassWord(const int (&e)[4]) {
-  const FoldPass f = FoldPassOf(e, 0);
+// FoldPassWord: the same word for pass `pass` (shifts from that pass's top; "left" for the groups it
+// does not take, those of earlier passes included).
+DI_HOST_DEVICE inline uint32_t FoldPassWord(const int (&e)[4], int pass) {
+  const FoldPass f = FoldPassOf(e, pass);
   uint32_t word = 0u;
   for (int j = 0; j < 4; ++j) {
     word |= (FoldPassTakes(f, e[j]) ? static_cast<uint32_t>(f.top - e[j]) : kFoldGroupLeft) << (4 * j);
@@ -113,6 +115,7 @@ DI_HOST_DEVICE inline uint32_t FirstFoldPassWord(const int (&e)[4]) {
   return word | (static_cast<uint32_t>(f.top) & 0xffu) << 16 | static_cast<uint32_t>(f.any) << 24 |
          static_cast<uint32_t>(f.more) << 25;
 }
+DI_HOST_DEVICE inline uint32_t FirstFoldPassWord(const int (&e)[4]) { return FoldPassWord(e, 0); }
 DI_HOST_DEVICE inline uint32_t FoldWordShift(uint32_t word, int group) { return (word >> (4 * group)) & 0xfu; }
 DI_HOST_DEVICE inline int FoldWordTop(uint32_t word) { return static_cast<int>((word >> 16) & 0xffu); }
 DI_HOST_DEVICE inline bool FoldWordAny(uint32_t word) { return ((word >> 24) & 1u) != 0u; }

@@ -1485,6 +1485,296 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
 #endif
 }
 
+// ---- FP4 experts converted in the block (no pre-fold) -------------------------------------------
+//
+// ExpertsFp4InBlockKernel: every item (96-token tile, 128 weight rows) of every expert in one
+// launch, on persistent blocks of kWsThreads threads: two MMA warpgroups as
+// ExpertsPreFoldedTmaKernel<128, true>'s, and a converting warpgroup whose thread i takes weight
+// row n0 + i of each (item, chunk). It copies the row's 64 bytes of nibbles and 4 group exponents
+// (cp.async) kInBlockRaw - 1 chunks ahead into a raw ring of its own, then per FoldPass writes the
+// pass's folded codes (FP4 order, swizzled: StoreFoldedUnit's bytes) and the row's scale for the
+// pass into a stage of the ring, whose x codes and scales its thread 0 has the TMA load. Each pass
+// is a load of the ring (a chunk with later passes takes several; the converting warpgroup's OR
+// vote after each pass decides, and the stage says whether it is the chunk's last), so the MMA
+// warpgroups run one loop: chain, scale into part, and at a chunk's last pass EndChunk. The same
+// codes, passes, products and adds as ExpertsPreFoldedTmaKernel (and so as Linear): the same bits.
+// Each FP4 weight chunk is converted once per 96-token tile instead of once per call into memory
+// and read back per 64-token tile.
+constexpr int kInBlockTokens = 96;  // three 48-float fragments a consumer thread (acc, part, total)
+constexpr int kInBlockStages = 5;  // stages of the TMA ring
+constexpr int kInBlockRaw = 5;     // chunks of the raw ring: copies kInBlockRaw - 1 chunks ahead
+using InBlockRing = tma::Ring<kInBlockTokens, kInBlockStages>;
+// setmaxnreg's split (ptxas: no spills).
+constexpr int kInBlockProducerRegisters = 80, kInBlockConsumerRegisters = 208;
+static_assert(kInBlockProducerRegisters * 128 + kInBlockConsumerRegisters * tma::kThreads <=
+                  tma::kWsLaunchRegisters * tma::kWsThreads,
+              "setmaxnreg within the block's own registers");
+
+// Shared memory: the TMA ring; per stage of it the rows' scales for the stage's pass (f32 [128])
+// and whether the pass is its chunk's last (a word; 16 bytes); the raw ring (per chunk: nibbles as
+// [16-byte piece v][row], conflict-free for one thread a row, then the rows' exponent words, then
+// each converting thread's own note of what the chunk is: InBlockUnit); the byte_perm tables (18
+// words).
+struct InBlockSmem {
+  using R = InBlockRing;
+  static constexpr int kPassBytes = wgmma::kBlockRows * 4 + 16;
+  static constexpr int kPass = R::kEnd;  // the stages' pass areas
+  static constexpr int kLast = wgmma::kBlockRows * 4;  // within a pass area
+  static constexpr int kRawNibbles = wgmma::kBlockRows * wgmma::kChunk / 2;  // 8 KiB
+  static constexpr int kRawMeta = kRawNibbles + wgmma::kBlockRows * 4;  // per row: InBlockUnit
+  static constexpr int kRawBytes = kRawMeta + wgmma::kBlockRows * 8;
+  static constexpr int kRaw = kPass + R::kStages * kPassBytes;
+  static constexpr int kTables = kRaw + kInBlockRaw * kRawBytes;
+  static constexpr int kBytes = kTables + 128 + 1024;  // + base alignment
+  static_assert(kRaw % 16 == 0 && kRawBytes % 16 == 0, "16-byte copies");
+  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
+};
+
+// bar.red.or over the converting warpgroup's 128 threads (named barrier 2: the MMA warpgroups use 1).
+__device__ __forceinline__ bool ConvertersOr(bool pred) {
+  uint32_t any = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred pin, pout;\n"
+      "setp.ne.u32 pin, %1, 0;\n"
+      "bar.red.or.pred pout, 2, 128, pin;\n"
+      "selp.u32 %0, 1, 0, pout;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(pred))
+      : "memory");
+  return any != 0;
+}
+
+// The converting thread's row of one (item, chunk): where its nibbles and exponents are.
+struct InBlockRow {
+  const uint8_t* nibbles = nullptr;  // the row's chunk 0 (null: the row is past n)
+  const uint8_t* exponents = nullptr;
+  bool vec = false;  // 16-byte aligned nibbles and 4-byte aligned exponents (cp.async); else bytes
+
+  InBlockRow() = default;  // no row: copies nothing
+  __device__ __forceinline__ InBlockRow(const ExpertsParams& ep, const ExpertTile& t, int64_t row) {
+    const DeviceWeight& w = ep.weights[t.expert];
+    if (row >= ep.base.n) return;
+    const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
+    nibbles = static_cast<const uint8_t*>(w.data) + row * row_bytes;
+    exponents = static_cast<const uint8_t*>(w.scale) + row * w.scale_row_stride;
+    vec = Aligned(w.data, row_bytes, 16) && Aligned(w.scale, w.scale_row_stride, 4);
+  }
+  // Chunk c's 64 bytes of nibbles and 4 exponents into `raw` (InBlockSmem's raw layout, row `slot`):
+  // cp.async where aligned, else loaded and stored by this thread (which alone reads them).
+  __device__ __forceinline__ void Copy(uint8_t* raw, int slot, int c) const {
+    if (nibbles == nullptr) return;
+    const uint8_t* src = nibbles + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
+    uint8_t* exps = raw + InBlockSmem::kRawNibbles + 4 * slot;
+    if (vec) {
+#pragma unroll
+      for (int v = 0; v < 4; ++v) CpAsyncOrZero<16>(raw + (v * wgmma::kBlockRows + slot) * 16, src + 16 * v, true);
+      CpAsyncOrZero<4>(exps, exponents + 4 * c, true);
+    } else {
+      for (int v = 0; v < 4; ++v) {
+        for (int b = 0; b < 16; ++b) raw[(v * wgmma::kBlockRows + slot) * 16 + b] = __ldg(src + 16 * v + b);
+      }
+      for (int b = 0; b < 4; ++b) exps[b] = __ldg(exponents + 4 * c + b);
+    }
+  }
+};
+
+// What a converting thread notes of unit u beside its copies: the chunk and whether its row
+// exists (word x), the tile's first x row (word y); kEnd past the walk's end.
+struct InBlockUnit {
+  static constexpr uint32_t kEnd = 0xffffffffu;
+  __device__ __forceinline__ static uint32_t Word(int c, bool valid) {
+    return static_cast<uint32_t>(c) | (valid ? 0x80000000u : 0u);
+  }
+  __device__ __forceinline__ static int Chunk(uint32_t word) { return static_cast<int>(word & 0x7fffffffu); }
+  __device__ __forceinline__ static bool Valid(uint32_t word) { return (word & 0x80000000u) != 0u; }
+};
+
+// One pass of one row's chunk (FoldPassWord `word`) from the raw ring's copy (raw_addr: the
+// chunk's raw area) into the stage's tile (tile_addr): 16-byte unit 4a + t of the row (swizzled)
+// holds, at byte 4b, word t of 16-column unit 2b + a (Fp4OrderUnit16 / Fp4OrderByteIn16), whose
+// 32-column group is b; words 2h and 2h + 1 of a unit come from its nibble word h. Groups the pass
+// leaves get zero codes (nibbles zeroed: every table maps magnitude 0 to +0). StoreFoldedUnit's
+// bytes, stored 16 at a time.
+__device__ __forceinline__ void ConvertRowPass(uint32_t raw_addr, int row, uint32_t word, const uint32_t* tables,
+                                               uint32_t tile_addr) {
+  uint32_t lo[4], hi[4];
+  uint32_t taken = 0u;  // bit b: group b
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uint32_t shift = cpu::FoldWordShift(word, b);
+    const bool take = shift != cpu::kFoldGroupLeft;
+    taken |= take ? 1u << b : 0u;
+    const uint32_t d = take ? shift : 0u;
+    lo[b] = tables[2 * d];
+    hi[b] = tables[2 * d + 1];
+  }
+  const uint32_t nibbles_addr = raw_addr + 16 * row;
+  const uint32_t row_addr = tile_addr + row * wgmma::kChunk;
+  const int x = row & 7;
+#pragma unroll
+  for (int a = 0; a < 2; ++a) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t even[4], odd[4];  // words 2h and 2h + 1 of unit 2b + a
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        uint32_t nib = wgmma::LdShared32(nibbles_addr + b * wgmma::kBlockRows * 16 + 8 * a + 4 * h);
+        nib = (taken >> b) & 1u ? nib : 0u;
+        mma::fp8::E2m1x8ToE4m3x8Table(nib, lo[b], hi[b], even[b], odd[b]);
+      }
+      wgmma::StShared128(row_addr + (((4 * a + 2 * h) ^ x) << 4), make_uint4(even[0], even[1], even[2], even[3]));
+      wgmma::StShared128(row_addr + (((4 * a + 2 * h + 1) ^ x) << 4), make_uint4(odd[0], odd[1], odd[2], odd[3]));
+    }
+  }
+}
+
+// part += acc · (row scale · x scale) as wgmma::AddScaledRows (the same roundings), the x scales
+// read at shared address xs_addr.
+template <int kElems>
+__device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const float (&acc)[kElems], float sa,
+                                                    float sb, uint32_t xs_addr, int q) {
+#pragma unroll
+  for (int i = 0; i < kElems / 4; ++i) {
+    const float x0 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q)));
+    const float x1 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q + 1)));
+    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], __fmul_rn(sa, x0), part[4 * i + 0]);
+    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x1), part[4 * i + 1]);
+    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], __fmul_rn(sb, x0), part[4 * i + 2]);
+    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], __fmul_rn(sb, x1), part[4 * i + 3]);
+  }
+}
+
+// grid: at most one block per SM; kWsThreads threads, InBlockSmem::kBytes of dynamic shared memory.
+// x_map, xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales, K % 128 == 0;
+// the plan cut in kInBlockTokens-row tiles; experts [0, e_end).
+__global__ void __launch_bounds__(tma::kWsThreads, 1)
+    ExpertsFp4InBlockKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
+                            const ExpertsParams ep, const TileLists lists, int32_t e_end) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
+#else
+  using R = InBlockRing;
+  using S = InBlockSmem;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const R ring(smem);
+  uint32_t* tables = reinterpret_cast<uint32_t*>(smem + S::kTables);
+  CheckPlan(ep);
+  const int tid = threadIdx.x;
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  if (tid == 0) {
+    tma::PrefetchTensorMap(&x_map);
+    tma::PrefetchTensorMap(&xs_map);
+    ring.Init(tma::kWsConsumerWarps, 1 + 128);
+  }
+  if (tid < 18) tables[tid] = wgmma::kFoldedTables[tid / 2][tid % 2];
+  __syncthreads();
+
+  if (tid >= tma::kThreads) {  // the converting warpgroup: row `row` of every (item, chunk)
+    tma::SetMaxRegistersDec<kInBlockProducerRegisters>();
+    const int row = tid - tma::kThreads;
+    // Unit u = the u-th (item, chunk) of the block's walk. Its copies run kInBlockRaw - 1 units
+    // ahead of its conversion, as cp.async group u of this thread (one group per unit, empty past
+    // the walk's end), with the thread's note of the unit beside them (InBlockUnit), so that the
+    // conversion needs no walk of its own.
+    GroupItemWalk walk(ep, lists, 0, e_end);
+    ExpertTile ft{};
+    int64_t fn0 = 0;
+    int fc = 0;
+    bool fetching = chunks > 0 && walk.Next(lists, ft, fn0);
+    InBlockRow from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
+    uint32_t fetched = 0;
+    auto fetch = [&] {
+      uint8_t* raw = smem + S::kRaw + (fetched % kInBlockRaw) * S::kRawBytes;
+      wgmma::StShared64(tma::SmemAddress(raw + S::kRawMeta) + 8 * row,
+                        fetching ? InBlockUnit::Word(fc, from.nibbles != nullptr) : InBlockUnit::kEnd,
+                        static_cast<uint32_t>(ft.row0));
+      if (fetching) {
+        from.Copy(raw, row, fc);
+        if (++fc == chunks) {
+          fc = 0;
+          fetching = walk.Next(lists, ft, fn0);
+          if (fetching) from = InBlockRow(ep, ft, fn0 + row);
+        }
+      }
+      CpAsyncCommit();
+      ++fetched;
+    };
+    for (int u = 0; u < kInBlockRaw - 1; ++u) fetch();
+
+    int64_t j = 0;  // loads of the TMA ring filled
+    for (uint32_t unit = 0;; ++unit) {
+      fetch();  // unit + kInBlockRaw - 1
+      CpAsyncWait<kInBlockRaw - 1>();  // unit's copies (this thread's own) have landed
+      const uint8_t* raw = smem + S::kRaw + (unit % kInBlockRaw) * S::kRawBytes;
+      const uint32_t raw_addr = tma::SmemAddress(raw);
+      const uint2 note = wgmma::LdShared64(raw_addr + S::kRawMeta + 8 * row);
+      if (note.x == InBlockUnit::kEnd) break;  // uniform: every thread walks the same units
+      const int c = InBlockUnit::Chunk(note.x);
+      const uint32_t exps = wgmma::LdShared32(raw_addr + S::kRawNibbles + 4 * row);
+      int e[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) e[b] = static_cast<int>((exps >> (8 * b)) & 0xffu);
+      for (int pass = 0;; ++pass) {
+        const uint32_t word = InBlockUnit::Valid(note.x) ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord;
+        if (j >= R::kStages) ring.WaitReleased(j - R::kStages);
+        uint8_t* stage = ring.Stage(j);
+        if (row == 0) ring.LoadX(j, c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(note.y));
+        const uint32_t pass_addr = tma::SmemAddress(smem + S::kPass + (j % R::kStages) * S::kPassBytes);
+        ConvertRowPass(raw_addr, row, word, tables, tma::SmemAddress(stage));
+        wgmma::StShared32(pass_addr + 4 * row, __float_as_uint(wgmma::FoldedRowScaleOf(word)));
+        const bool more = ConvertersOr(cpu::FoldWordMore(word));
+        if (row == 0) wgmma::StShared32(pass_addr + S::kLast, more ? 0u : 1u);
+        wgmma::FenceProxyAsyncShared();  // the codes, for the MMAs' reads
+        tma::BarrierArrive(&ring.full[j % R::kStages]);
+        ++j;
+        if (!more) break;
+      }
+    }
+    CpAsyncWaitAll();
+    return;
+  }
+  tma::SetMaxRegistersInc<kInBlockConsumerRegisters>();
+  const int group = tid / 128;
+  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int local_a = group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows: local_a, + 8
+  float acc[R::kElems], part[R::kElems], total[R::kElems];
+#pragma unroll
+  for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
+  GroupItemWalk items(ep, lists, 0, e_end);
+  ExpertTile t{};
+  int64_t n0 = 0;
+  int64_t j = 0;  // loads consumed
+  while (chunks > 0 && items.Next(lists, t, n0)) {
+    for (int c = 0; c < chunks; ++j) {
+      ring.WaitLoaded(j);
+      uint8_t* stage = ring.Stage(j);
+      const uint32_t stage_addr = tma::SmemAddress(stage);
+      wgmma::ChunkChainIssueLow(acc, stage_addr + group * wgmma::kRowsPerGroup * wgmma::kChunk, stage_addr + R::kX);
+      const uint32_t pass_addr = tma::SmemAddress(smem + S::kPass + (j % R::kStages) * S::kPassBytes);
+      const float sa = __uint_as_float(wgmma::LdShared32(pass_addr + 4 * local_a));
+      const float sb = __uint_as_float(wgmma::LdShared32(pass_addr + 4 * (local_a + 8)));
+      const bool last = wgmma::LdShared32(pass_addr + S::kLast) != 0u;  // uniform over the block
+      const uint32_t xs_addr = tma::SmemAddress(R::XScales(stage, t.row0));
+      wgmma::WgmmaWaitAll();
+      wgmma::PinAll(acc);
+      AddScaledRowsShared(part, acc, sa, sb, xs_addr, q);
+      ring.ReleaseByWarp(j, lane);
+      if (last) {
+        wgmma::EndChunk(total, part, c, 0, chunks);
+        ++c;
+      }
+    }
+    const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
+    wgmma::StoreBlockResult<kInBlockTokens>(tp, n0 + local_a, 0, q, [&](int i) { return total[i]; });
+  }
+#endif
+}
+
 // ---- host side ---------------------------------------------------------------------------------
 
 enum class Path : uint8_t { kSimt, kSplitBf16, kFp8 };
@@ -2394,6 +2684,7 @@ struct ExpertsLaunch {
   const int32_t* offsets = nullptr;  // the experts' row ranges (device)
   int64_t num_experts = 0;
   int tma_tokens = 0;  // the pre-folded experts on the TMA-fed kernel at 64 or 128 tokens (0: not)
+  bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (128)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
 };
@@ -2641,6 +2932,29 @@ void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, 
   g_tma_launches.fetch_add(1);
 }
 
+// DEEPINFER_FP4_IN_BLOCK (read once; unset or 1: on, 0: off): where the FP4 experts would be
+// pre-folded per call for the warp-specialized TMA kernel (ExpertsTmaTokensFor), convert them in
+// the blocks of ExpertsFp4InBlockKernel instead (the same bits; 96-token tiles). Tests override
+// it (SetFp4InBlockForTesting).
+KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
+std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
+
+// ExpertsFp4InBlockKernel over every item of the plan (cut in kInBlockTokens-row tiles), once.
+void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
+  const Params& b = l.params.base;
+  if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
+  const auto [x_map, xs_map] = XTensorMaps(a, b.k, kInBlockTokens);
+  constexpr int kSmem = InBlockSmem::kBytes;
+  AllowDynamicSmem<ExpertsFp4InBlockKernel>(l.device, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  ExpertsFp4InBlockKernel<<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
+      x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
+  g_tma_launches.fetch_add(1);
+  g_tma_ws_launches.fetch_add(1);
+  g_fp4_in_block_launches.fetch_add(1);
+}
+
 // FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
 // codes: per group PreFoldKernel, then the GEMM over the items of the group's experts (every block
 // walks all items and skips the others'): ExpertsPreFoldedTmaKernel where l.tma_tokens says so,
@@ -2774,6 +3088,7 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
   if constexpr (K == Kind::kFp4) {
     if (l.folded != nullptr) return LaunchExpertsFolded(l, ep, a);
+    if (l.fp4_in_block) return LaunchExpertsFp4InBlock(l, ep, a);
     if (LaunchExpertsPreFolded(l, ep, a)) return;
     // A plan cut for the TMA-fed kernel (128-row tiles) must not reach the 64-token kernels.
     if (l.tma_tokens != 0) Fail("the pre-folded experts' TMA path was planned but cannot run");
@@ -2916,9 +3231,14 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   }
   l.tma_tokens = ExpertsTmaTokensFor(kind, l.path, layout.scale_dtype == DType::kF32, rows_bound, num_experts, n, k,
                                      codes, codes_bytes, l.folded != nullptr);
-  // The FP8-input path's tiles are 64 rows (its kernels' token tiles), 128 for the TMA-fed
-  // pre-folded kernel at 128 tokens, which is then certain to run (ExpertsTmaTokensFor).
-  const int32_t tile_rows = l.path != Path::kFp8 ? kTileM : l.tma_tokens == 128 ? 128 : mma::fp8::kTiledTok;
+  l.fp4_in_block = l.tma_tokens != 0 && l.folded == nullptr && g_tma_warp_specialized.On() && g_fp4_in_block.On();
+  // The FP8-input path's tiles are 64 rows (its kernels' token tiles), kInBlockTokens for the FP4
+  // experts converted in the blocks, 128 for the TMA-fed pre-folded kernel at 128 tokens: either is
+  // then certain to run (ExpertsTmaTokensFor).
+  const int32_t tile_rows = l.path != Path::kFp8 ? kTileM
+                            : l.fp4_in_block      ? kInBlockTokens
+                            : l.tma_tokens == 128 ? 128
+                                                  : mma::fp8::kTiledTok;
   l.params.plan_tile_rows = l.lists.counts + kTileKinds;
   l.params.tile_rows = tile_rows;
   if (!plan_in_scratch) {
@@ -3109,6 +3429,10 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 }
 
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
+
+void SetFp4InBlockForTesting(int mode) { g_fp4_in_block.SetForTesting(mode, "SetFp4InBlockForTesting"); }
+
+uint64_t Fp4InBlockLaunchesForTesting() { return g_fp4_in_block_launches.load(); }
 
 void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "SetDenseOverlapForTesting"); }
 

@@ -128,7 +128,7 @@ __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
 // be 16-byte aligned (the TMA faults with an illegal instruction otherwise; the experts' tiles start
 // at any row). full[s] completes when a load's bytes have arrived; empty[s] when all kThreads
 // consumers have released it.
-template <int kTok>
+template <int kTok, int kStageCount = kTok == 128 ? 6 : 8>
 struct Ring {
   static constexpr int kElems = kTok / 2;  // D fragment elements per thread
   static constexpr int kX = kBlockRows * kChunk;
@@ -136,10 +136,10 @@ struct Ring {
   static constexpr int kXsBox = kTok + kXsAlign;  // the scales box (XTensorMaps)
   static constexpr int kTxBytes = kXs + kXsBox * 4;  // bytes the TMA writes per load (a box's every byte)
   static constexpr int kStageBytes = (kTxBytes + 1023) / 1024 * 1024;  // the swizzle's 1024-byte period
-  static constexpr int kStages = kTok == 128 ? 6 : 8;
+  static constexpr int kStages = kStageCount;
   static constexpr int kBarriers = kStages * kStageBytes;  // full[kStages], then empty[kStages]
   static constexpr int kEnd = kBarriers + 2 * kStages * 8;  // the kernel's own shared memory from here
-  static_assert(kTok == 64 || kTok == 128, "64- or 128-token tiles");
+  static_assert(kTok == 64 || kTok == 96 || kTok == 128, "64-, 96- or 128-token tiles");
 
   uint8_t* base;
   uint64_t* full;
@@ -150,10 +150,11 @@ struct Ring {
         full(reinterpret_cast<uint64_t*>(smem + kBarriers)),
         empty(reinterpret_cast<uint64_t*>(smem + kBarriers) + kStages) {}
   // Thread 0, before the block's first barrier. `releases`: the arrivals that free a stage (every
-  // consumer thread, or one per consumer warp: ReleaseByWarp).
-  __device__ __forceinline__ void Init(int releases = kThreads) const {
+  // consumer thread, or one per consumer warp: ReleaseByWarp); `fills`: those that complete its
+  // load (the thread announcing the TMA's bytes, and any threads writing part of it themselves).
+  __device__ __forceinline__ void Init(int releases = kThreads, int fills = 1) const {
     for (int s = 0; s < kStages; ++s) {
-      BarrierInit(&full[s], 1);
+      BarrierInit(&full[s], fills);
       BarrierInit(&empty[s], releases);
     }
     FenceBarrierInit();
@@ -186,6 +187,16 @@ struct Ring {
   __device__ __forceinline__ void ReleaseByWarp(int64_t j, int lane) const {
     __syncwarp();
     if (lane == 0) Release(j);
+  }
+  // One thread: load j's x codes and scales alone (its stage free; other threads write the weight
+  // tile and arrive themselves): column and x_row as Load's.
+  __device__ __forceinline__ void LoadX(int64_t j, int column, const CUtensorMap* x_map, const CUtensorMap* xs_map,
+                                        int x_row) const {
+    uint64_t* bar = &full[j % kStages];
+    uint8_t* stage = Stage(j);
+    BarrierArriveExpectTx(bar, kTxBytes - kX);
+    TmaLoad2d(stage + kX, x_map, bar, column, x_row);
+    TmaLoad2d(stage + kXs, xs_map, bar, x_row - x_row % kXsAlign, column / kChunk);
   }
   // Thread 0: load j's three boxes (its stage free): the weight box at (column, w_row[, w_slab])
   // of w_map, the codes at (column, x_row), the scales at (x_row, chunk).

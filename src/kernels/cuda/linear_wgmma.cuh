@@ -154,6 +154,14 @@ __device__ __forceinline__ uint4 LdShared128(uint32_t addr) {
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
   return v;
 }
+__device__ __forceinline__ uint2 LdShared64(uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void StShared64(uint32_t addr, uint32_t x, uint32_t y) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};\n" ::"r"(addr), "r"(x), "r"(y) : "memory");
+}
 __device__ __forceinline__ void StShared32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
@@ -242,17 +250,41 @@ __device__ __forceinline__ void MmaM64N128K32(float (&d)[64], uint64_t desc_a, u
       : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
 }
 
+// d (+)= A·B for one k32 step, m64n96k32, e4m3 × e4m3 → f32, as MmaM64N64K32 for 96 tokens.
+__device__ __forceinline__ void MmaM64N96K32(float (&d)[48], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22,"
+      " %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43,"
+      " %44, %45, %46, %47}, "
+      "%48, %49, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
+}
+
 // d (+)= A·B for one k32 step on a tile of 2·kElems tokens (4: m64n8k32, 8: m64n16k32, 32:
-// m64n64k32, 64: m64n128k32), the accumulator's previous value added.
+// m64n64k32, 48: m64n96k32, 64: m64n128k32), the accumulator's previous value added.
 template <int kElems>
 __device__ __forceinline__ void MmaK32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(kElems == 4 || kElems == 8 || kElems == 32 || kElems == 64, "8-, 16-, 64- or 128-token tiles");
+  static_assert(kElems == 4 || kElems == 8 || kElems == 32 || kElems == 48 || kElems == 64,
+                "8-, 16-, 64-, 96- or 128-token tiles");
   if constexpr (kElems == 4) {
     MmaM64N8K32(d, desc_a, desc_b);
   } else if constexpr (kElems == 8) {
     MmaM64N16K32(d, desc_a, desc_b);
   } else if constexpr (kElems == 32) {
     MmaM64N64K32(d, desc_a, desc_b, 1);
+  } else if constexpr (kElems == 48) {
+    MmaM64N96K32(d, desc_a, desc_b);
   } else {
     MmaM64N128K32(d, desc_a, desc_b);
   }
