@@ -535,10 +535,10 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
   const int64_t experts = static_cast<int64_t>(counts.size()), bound = 520;
   uint64_t seed = 5350;
-  // {converted in the blocks, pre-folded tile tokens, warp-specialized}
-  for (const auto& [in_block, tokens, warp_specialized] :
-       std::vector<std::tuple<int, int, int>>{{0, 64, 0}, {0, 64, 1}, {0, 128, 0}, {0, 128, 1}, {1, 64, 1}}) {
-    ScopedFp4InBlock converted(in_block);
+  // {converted in the blocks by 1 or 2 warpgroups (0: pre-folded), pre-folded tile tokens, warp-specialized}
+  for (const auto& [in_block, tokens, warp_specialized] : std::vector<std::tuple<int, int, int>>{
+           {0, 64, 0}, {0, 64, 1}, {0, 128, 0}, {0, 128, 1}, {1, 64, 1}, {2, 64, 1}}) {
+    ScopedFp4InBlock converted(in_block > 0 ? 1 : 0, in_block);
     ScopedTmaKernels tma(1, tokens);
     ScopedTmaWarpSpecialized ws(warp_specialized);
     const uint64_t ws_launches = cuda::TmaWarpSpecializedLaunchesForTesting();
@@ -549,8 +549,9 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
                                                              : std::pair<uint8_t, uint8_t>{0, 0};
         ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
         for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
-          SCOPED_TRACE(testing::Message() << (in_block == 1 ? "converted in the blocks" : "pre-folded") << ", TMA at "
-                                          << tokens << " tokens, group of " << group
+          SCOPED_TRACE(testing::Message() << (in_block > 0 ? "converted in the blocks by " : "pre-folded, ")
+                                          << (in_block > 0 ? std::to_string(in_block) + " warpgroups" : "")
+                                          << ", TMA at " << tokens << " tokens, group of " << group
                                           << (wide_scales ? ", 18 binades" : ""));
           const uint64_t launches = cuda::TmaLaunchesForTesting();
           CheckExperts(pool, counts, bound, k, 200, ++seed, {}, group);
@@ -561,7 +562,7 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
     }
     EXPECT_EQ(cuda::TmaWarpSpecializedLaunchesForTesting() > ws_launches, warp_specialized == 1)
         << tokens << " tokens";
-    EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block_launches, in_block == 1) << "in the blocks";
+    EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block_launches, in_block > 0) << "in the blocks";
   }
 }
 
@@ -640,15 +641,16 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
   const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
   CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5402, {busiest, experts - 1});
   if (cuda::TmaKernelsAvailable()) {  // and on the TMA-fed kernels (32 chunks per item): pre-folded at
-    // both tile sizes, converted in the blocks (tile_tokens 0)
-    for (const int tile_tokens : {64, 128, 0}) {
-      ScopedFp4InBlock converted(tile_tokens == 0 ? 1 : 0);
-      ScopedTmaKernels tma(1, tile_tokens == 0 ? 64 : tile_tokens);
-      SCOPED_TRACE(testing::Message() << "TMA at " << tile_tokens << " tokens (0: converted in the blocks)");
-      const uint64_t launches = cuda::TmaLaunchesForTesting(), in_block = cuda::Fp4InBlockLaunchesForTesting();
+    // both tile sizes, converted in the blocks by 1 and 2 warpgroups (tile_tokens 1, 2)
+    for (const int tile_tokens : {64, 128, 1, 2}) {
+      const bool in_block = tile_tokens <= 2;
+      ScopedFp4InBlock converted(in_block ? 1 : 0, in_block ? tile_tokens : 0);
+      ScopedTmaKernels tma(1, in_block ? 64 : tile_tokens);
+      SCOPED_TRACE(testing::Message() << "TMA at " << tile_tokens << " tokens (1, 2: converted in the blocks)");
+      const uint64_t launches = cuda::TmaLaunchesForTesting(), in_blocks = cuda::Fp4InBlockLaunchesForTesting();
       CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5403 + tile_tokens, {busiest});
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
-      EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block, tile_tokens == 0);
+      EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_blocks, in_block);
     }
   }
 }

@@ -1487,61 +1487,69 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
 
 // ---- FP4 experts converted in the block (no pre-fold) -------------------------------------------
 //
-// ExpertsFp4InBlockKernel: every item (96-token tile, 128 weight rows) of every expert in one
-// launch, on persistent blocks of kWsThreads threads: two MMA warpgroups as
-// ExpertsPreFoldedTmaKernel<128, true>'s, and a converting warpgroup whose thread i takes weight
-// row n0 + i of each (item, chunk). It copies the row's 64 bytes of nibbles and 4 group exponents
-// (cp.async) kInBlockRaw - 1 chunks ahead into a raw ring of its own, then per FoldPass writes the
-// pass's folded codes (FP4 order, swizzled: StoreFoldedUnit's bytes) and the row's scale for the
-// pass into a stage of the ring, whose x codes and scales its thread 0 has the TMA load. Each pass
-// is a load of the ring (a chunk with later passes takes several; the converting warpgroup's OR
-// vote after each pass decides, and the stage says whether it is the chunk's last), so the MMA
-// warpgroups run one loop: chain, scale into part, and at a chunk's last pass EndChunk. The same
-// codes, passes, products and adds as ExpertsPreFoldedTmaKernel (and so as Linear): the same bits.
-// Each FP4 weight chunk is converted once per 96-token tile instead of once per call into memory
-// and read back per 64-token tile.
+// ExpertsFp4InBlockKernel<kP>: every item (96-token tile, 128 weight rows) of every expert in one
+// launch, on persistent blocks: two MMA warpgroups as ExpertsPreFoldedTmaKernel<128, true>'s, and
+// kP converting warpgroups. Unit u = the u-th (item, chunk) of the block's walk; converting
+// warpgroup u % kP takes it, its thread i weight row n0 + i: it copies the row's 64 bytes of
+// nibbles and 4 group exponents (cp.async) a few units ahead into a raw ring of its own, then per
+// FoldPass writes the pass's folded codes (FP4 order, swizzled: StoreFoldedUnit's bytes) and the
+// row's scale for the pass into the next stage of its own TMA ring, whose x codes and scales its
+// thread 0 has the TMA load. Each pass is a load of that ring (a chunk with later passes takes
+// several: the warpgroup's OR vote after each pass decides, and the stage says whether it is the
+// chunk's last), so the MMA warpgroups run one loop over the units, taking unit u's loads from ring
+// u % kP: chain, scale into part, and at a chunk's last pass EndChunk. The same codes, passes,
+// products and adds as ExpertsPreFoldedTmaKernel (and so as Linear): the same bits. Each FP4
+// weight chunk is converted once per 96-token tile instead of once per call into memory and read
+// back per 64-token tile; kP = 2 converts two units at once (a converting warp's chain of
+// dependent instructions, one warp a scheduler, set the pace at kP = 1: docs/performance.md
+// version 38).
 constexpr int kInBlockTokens = 96;  // three 48-float fragments a consumer thread (acc, part, total)
-constexpr int kInBlockStages = 5;  // stages of the TMA ring
-constexpr int kInBlockRaw = 5;     // chunks of the raw ring: copies kInBlockRaw - 1 chunks ahead
-using InBlockRing = tma::Ring<kInBlockTokens, kInBlockStages>;
-// setmaxnreg's split (ptxas: no spills).
-constexpr int kInBlockProducerRegisters = 80, kInBlockConsumerRegisters = 208;
-static_assert(kInBlockProducerRegisters * 128 + kInBlockConsumerRegisters * tma::kThreads <=
-                  tma::kWsLaunchRegisters * tma::kWsThreads,
-              "setmaxnreg within the block's own registers");
 
-// Shared memory: the TMA ring; per stage of it the rows' scales for the stage's pass (f32 [128])
-// and whether the pass is its chunk's last (a word; 16 bytes); the raw ring (per chunk: nibbles as
-// [16-byte piece v][row], conflict-free for one thread a row, then the rows' exponent words, then
-// each converting thread's own note of what the chunk is: InBlockUnit); the byte_perm tables (18
-// words).
-struct InBlockSmem {
-  using R = InBlockRing;
+template <int kP>
+struct InBlock {
+  static_assert(kP == 1 || kP == 2, "one or two converting warpgroups");
+  static constexpr int kThreads = tma::kThreads + 128 * kP;
+  static constexpr int kLaunchRegisters = kP == 1 ? tma::kWsLaunchRegisters : 128;  // ptxas's bound
+  // setmaxnreg's split (ptxas: no spills at kP = 1; kP = 2 spills 344 bytes, measured as it is).
+  static constexpr int kProducerRegisters = kP == 1 ? 80 : 72;
+  static constexpr int kConsumerRegisters = kP == 1 ? 208 : 184;
+  static_assert(kProducerRegisters * 128 * kP + kConsumerRegisters * tma::kThreads <= kLaunchRegisters * kThreads,
+                "setmaxnreg within the block's own registers");
+  static constexpr int kRingStages = 4 / kP;  // per converting warpgroup
+  static constexpr int kRawSlots = 8 / kP;    // units of a raw ring: copies kRawSlots - 1 of its units ahead
+  using R = tma::Ring<kInBlockTokens, kRingStages>;
+  // Shared memory: the kP TMA rings; per ring and stage the rows' scales for the stage's pass (f32
+  // [128]) and whether the pass is its chunk's last (a word; 16 bytes); the kP raw rings (per unit:
+  // nibbles as [16-byte piece v][row], conflict-free for one thread a row, then the rows' exponent
+  // words, then each converting thread's own note of what the unit is: InBlockUnit); the byte_perm
+  // tables (18 words).
+  static constexpr int kRingBytes = (R::kEnd + 1023) / 1024 * 1024;  // the swizzle's alignment
   static constexpr int kPassBytes = wgmma::kBlockRows * 4 + 16;
-  static constexpr int kPass = R::kEnd;  // the stages' pass areas
+  static constexpr int kPass = kP * kRingBytes;
   static constexpr int kLast = wgmma::kBlockRows * 4;  // within a pass area
   static constexpr int kRawNibbles = wgmma::kBlockRows * wgmma::kChunk / 2;  // 8 KiB
-  static constexpr int kRawMeta = kRawNibbles + wgmma::kBlockRows * 4;  // per row: InBlockUnit
+  static constexpr int kRawMeta = kRawNibbles + wgmma::kBlockRows * 4;
   static constexpr int kRawBytes = kRawMeta + wgmma::kBlockRows * 8;
-  static constexpr int kRaw = kPass + R::kStages * kPassBytes;
-  static constexpr int kTables = kRaw + kInBlockRaw * kRawBytes;
+  static constexpr int kRaw = kPass + kP * kRingStages * kPassBytes;
+  static constexpr int kTables = kRaw + kP * kRawSlots * kRawBytes;
   static constexpr int kBytes = kTables + 128 + 1024;  // + base alignment
   static_assert(kRaw % 16 == 0 && kRawBytes % 16 == 0, "16-byte copies");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// bar.red.or over the converting warpgroup's 128 threads (named barrier 2: the MMA warpgroups use 1).
-__device__ __forceinline__ bool ConvertersOr(bool pred) {
+// bar.red.or over one converting warpgroup's 128 threads (named barrier 2 + its index: the MMA
+// warpgroups use 1).
+__device__ __forceinline__ bool ConvertersOr(bool pred, int producer) {
   uint32_t any = 0;
   asm volatile(
       "{\n"
       ".reg .pred pin, pout;\n"
       "setp.ne.u32 pin, %1, 0;\n"
-      "bar.red.or.pred pout, 2, 128, pin;\n"
+      "bar.red.or.pred pout, %2, 128, pin;\n"
       "selp.u32 %0, 1, 0, pout;\n"
       "}\n"
       : "=r"(any)
-      : "r"(static_cast<uint32_t>(pred))
+      : "r"(static_cast<uint32_t>(pred)), "r"(2 + producer)
       : "memory");
   return any != 0;
 }
@@ -1561,12 +1569,12 @@ struct InBlockRow {
     exponents = static_cast<const uint8_t*>(w.scale) + row * w.scale_row_stride;
     vec = Aligned(w.data, row_bytes, 16) && Aligned(w.scale, w.scale_row_stride, 4);
   }
-  // Chunk c's 64 bytes of nibbles and 4 exponents into `raw` (InBlockSmem's raw layout, row `slot`):
+  // Chunk c's 64 bytes of nibbles and 4 exponents into `raw` (InBlock's raw layout, row `slot`):
   // cp.async where aligned, else loaded and stored by this thread (which alone reads them).
   __device__ __forceinline__ void Copy(uint8_t* raw, int slot, int c) const {
     if (nibbles == nullptr) return;
     const uint8_t* src = nibbles + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
-    uint8_t* exps = raw + InBlockSmem::kRawNibbles + 4 * slot;
+    uint8_t* exps = raw + InBlock<1>::kRawNibbles + 4 * slot;
     if (vec) {
 #pragma unroll
       for (int v = 0; v < 4; ++v) CpAsyncOrZero<16>(raw + (v * wgmma::kBlockRows + slot) * 16, src + 16 * v, true);
@@ -1597,7 +1605,7 @@ struct InBlockUnit {
 // 32-column group is b; words 2h and 2h + 1 of a unit come from its nibble word h. Groups the pass
 // leaves get zero codes (nibbles zeroed: every table maps magnitude 0 to +0). StoreFoldedUnit's
 // bytes, stored 16 at a time.
-__device__ __forceinline__ void ConvertRowPass(uint32_t raw_addr, int row, uint32_t word, const uint32_t* tables,
+__device__ __forceinline__ void ConvertRowPass(uint32_t raw_addr, int row, uint32_t word, uint32_t tables_addr,
                                                uint32_t tile_addr) {
   uint32_t lo[4], hi[4];
   uint32_t taken = 0u;  // bit b: group b
@@ -1606,9 +1614,9 @@ __device__ __forceinline__ void ConvertRowPass(uint32_t raw_addr, int row, uint3
     const uint32_t shift = cpu::FoldWordShift(word, b);
     const bool take = shift != cpu::kFoldGroupLeft;
     taken |= take ? 1u << b : 0u;
-    const uint32_t d = take ? shift : 0u;
-    lo[b] = tables[2 * d];
-    hi[b] = tables[2 * d + 1];
+    const uint2 table = wgmma::LdShared64(tables_addr + 8 * (take ? shift : 0u));
+    lo[b] = table.x;
+    hi[b] = table.y;
   }
   const uint32_t nibbles_addr = raw_addr + 16 * row;
   const uint32_t row_addr = tile_addr + row * wgmma::kChunk;
@@ -1646,88 +1654,95 @@ __device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const
   }
 }
 
-// grid: at most one block per SM; kWsThreads threads, InBlockSmem::kBytes of dynamic shared memory.
-// x_map, xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales, K % 128 == 0;
-// the plan cut in kInBlockTokens-row tiles; experts [0, e_end).
-__global__ void __launch_bounds__(tma::kWsThreads, 1)
+// grid: at most one block per SM; InBlock<kP>::kThreads threads, InBlock<kP>::kBytes of dynamic
+// shared memory. x_map, xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales,
+// K % 128 == 0; the plan cut in kInBlockTokens-row tiles; experts [0, e_end).
+template <int kP>
+__global__ void __launch_bounds__(InBlock<kP>::kThreads, 1)
     ExpertsFp4InBlockKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                             const ExpertsParams ep, const TileLists lists, int32_t e_end) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
-  using R = InBlockRing;
-  using S = InBlockSmem;
+  using L = InBlock<kP>;
+  using R = typename L::R;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  const R ring(smem);
-  uint32_t* tables = reinterpret_cast<uint32_t*>(smem + S::kTables);
   CheckPlan(ep);
   const int tid = threadIdx.x;
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   if (tid == 0) {
     tma::PrefetchTensorMap(&x_map);
     tma::PrefetchTensorMap(&xs_map);
-    ring.Init(tma::kWsConsumerWarps, 1 + 128);
+#pragma unroll
+    for (int p = 0; p < kP; ++p) R(smem + p * L::kRingBytes).Init(tma::kWsConsumerWarps, 1 + 128);
   }
-  if (tid < 18) tables[tid] = wgmma::kFoldedTables[tid / 2][tid % 2];
+  if (tid < 18) reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] = wgmma::kFoldedTables[tid / 2][tid % 2];
   __syncthreads();
 
-  if (tid >= tma::kThreads) {  // the converting warpgroup: row `row` of every (item, chunk)
-    tma::SetMaxRegistersDec<kInBlockProducerRegisters>();
-    const int row = tid - tma::kThreads;
-    // Unit u = the u-th (item, chunk) of the block's walk. Its copies run kInBlockRaw - 1 units
-    // ahead of its conversion, as cp.async group u of this thread (one group per unit, empty past
-    // the walk's end), with the thread's note of the unit beside them (InBlockUnit), so that the
-    // conversion needs no walk of its own.
+  if (tid >= tma::kThreads) {  // converting warpgroup `producer`: row `row` of each of its units
+    tma::SetMaxRegistersDec<L::kProducerRegisters>();
+    const int producer = (tid - tma::kThreads) / 128, row = (tid - tma::kThreads) % 128;
+    const R ring(smem + producer * L::kRingBytes);
+    uint8_t* const raw_ring = smem + L::kRaw + producer * L::kRawSlots * L::kRawBytes;
+    const uint32_t pass_ring = tma::SmemAddress(smem + L::kPass + producer * L::kRingStages * L::kPassBytes);
+    const uint32_t tables_addr = tma::SmemAddress(smem + L::kTables);
+    // This warpgroup's units (u = producer, producer + kP, ...): their copies run kRawSlots - 1 of
+    // them ahead of their conversion, as this thread's cp.async groups (one per unit, empty past
+    // the walk's end), with its note of the unit beside them (InBlockUnit), so that the conversion
+    // needs no walk of its own.
     GroupItemWalk walk(ep, lists, 0, e_end);
     ExpertTile ft{};
     int64_t fn0 = 0;
     int fc = 0;
     bool fetching = chunks > 0 && walk.Next(lists, ft, fn0);
     InBlockRow from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
+    auto advance = [&] {  // the walk's next unit
+      if (fetching && ++fc == chunks) {
+        fc = 0;
+        fetching = walk.Next(lists, ft, fn0);
+        from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
+      }
+    };
+    for (int p = 0; p < producer; ++p) advance();
     uint32_t fetched = 0;
-    auto fetch = [&] {
-      uint8_t* raw = smem + S::kRaw + (fetched % kInBlockRaw) * S::kRawBytes;
-      wgmma::StShared64(tma::SmemAddress(raw + S::kRawMeta) + 8 * row,
+    auto fetch = [&] {  // this warpgroup's next unit, then the walk past the others' units
+      uint8_t* raw = raw_ring + (fetched % L::kRawSlots) * L::kRawBytes;
+      wgmma::StShared64(tma::SmemAddress(raw + L::kRawMeta) + 8 * row,
                         fetching ? InBlockUnit::Word(fc, from.nibbles != nullptr) : InBlockUnit::kEnd,
                         static_cast<uint32_t>(ft.row0));
-      if (fetching) {
-        from.Copy(raw, row, fc);
-        if (++fc == chunks) {
-          fc = 0;
-          fetching = walk.Next(lists, ft, fn0);
-          if (fetching) from = InBlockRow(ep, ft, fn0 + row);
-        }
-      }
+      if (fetching) from.Copy(raw, row, fc);
       CpAsyncCommit();
       ++fetched;
+#pragma unroll
+      for (int p = 0; p < kP; ++p) advance();
     };
-    for (int u = 0; u < kInBlockRaw - 1; ++u) fetch();
+    for (int u = 0; u < L::kRawSlots - 1; ++u) fetch();
 
-    int64_t j = 0;  // loads of the TMA ring filled
+    uint32_t j = 0;  // loads of this warpgroup's TMA ring filled
     for (uint32_t unit = 0;; ++unit) {
-      fetch();  // unit + kInBlockRaw - 1
-      CpAsyncWait<kInBlockRaw - 1>();  // unit's copies (this thread's own) have landed
-      const uint8_t* raw = smem + S::kRaw + (unit % kInBlockRaw) * S::kRawBytes;
-      const uint32_t raw_addr = tma::SmemAddress(raw);
-      const uint2 note = wgmma::LdShared64(raw_addr + S::kRawMeta + 8 * row);
+      fetch();  // unit + kRawSlots - 1
+      CpAsyncWait<L::kRawSlots - 1>();  // unit's copies (this thread's own) have landed
+      const uint32_t raw_addr = tma::SmemAddress(raw_ring + (unit % L::kRawSlots) * L::kRawBytes);
+      const uint2 note = wgmma::LdShared64(raw_addr + L::kRawMeta + 8 * row);
       if (note.x == InBlockUnit::kEnd) break;  // uniform: every thread walks the same units
       const int c = InBlockUnit::Chunk(note.x);
-      const uint32_t exps = wgmma::LdShared32(raw_addr + S::kRawNibbles + 4 * row);
+      const uint32_t exps = wgmma::LdShared32(raw_addr + L::kRawNibbles + 4 * row);
       int e[4];
 #pragma unroll
       for (int b = 0; b < 4; ++b) e[b] = static_cast<int>((exps >> (8 * b)) & 0xffu);
+      const bool valid = InBlockUnit::Valid(note.x);
+      const uint32_t first_word = valid ? cpu::FirstFoldPassWord(e) : cpu::kFoldNoRowWord;
       for (int pass = 0;; ++pass) {
-        const uint32_t word = InBlockUnit::Valid(note.x) ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord;
+        const uint32_t word = pass == 0 ? first_word : valid ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord;
         if (j >= R::kStages) ring.WaitReleased(j - R::kStages);
-        uint8_t* stage = ring.Stage(j);
+        const uint32_t pass_addr = pass_ring + (j % R::kStages) * L::kPassBytes;
         if (row == 0) ring.LoadX(j, c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(note.y));
-        const uint32_t pass_addr = tma::SmemAddress(smem + S::kPass + (j % R::kStages) * S::kPassBytes);
-        ConvertRowPass(raw_addr, row, word, tables, tma::SmemAddress(stage));
+        ConvertRowPass(raw_addr, row, word, tables_addr, tma::SmemAddress(ring.Stage(j)));
         wgmma::StShared32(pass_addr + 4 * row, __float_as_uint(wgmma::FoldedRowScaleOf(word)));
-        const bool more = ConvertersOr(cpu::FoldWordMore(word));
-        if (row == 0) wgmma::StShared32(pass_addr + S::kLast, more ? 0u : 1u);
+        const bool more = ConvertersOr(cpu::FoldWordMore(word), producer);
+        if (row == 0) wgmma::StShared32(pass_addr + L::kLast, more ? 0u : 1u);
         wgmma::FenceProxyAsyncShared();  // the codes, for the MMAs' reads
         tma::BarrierArrive(&ring.full[j % R::kStages]);
         ++j;
@@ -1737,7 +1752,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     CpAsyncWaitAll();
     return;
   }
-  tma::SetMaxRegistersInc<kInBlockConsumerRegisters>();
+  tma::SetMaxRegistersInc<L::kConsumerRegisters>();
   const int group = tid / 128;
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;
@@ -1748,25 +1763,36 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
   GroupItemWalk items(ep, lists, 0, e_end);
   ExpertTile t{};
   int64_t n0 = 0;
-  int64_t j = 0;  // loads consumed
+  // Unit u's loads come from ring u % kP: `ring` the current one, j its loads consumed, j_next the
+  // other's (kP = 2: the two swap after each unit).
+  int producer = 0;
+  uint32_t j = 0, j_next = 0;
   while (chunks > 0 && items.Next(lists, t, n0)) {
-    for (int c = 0; c < chunks; ++j) {
+    for (int c = 0; c < chunks;) {
+      const R ring(smem + producer * L::kRingBytes);
+      const uint32_t pass_ring = tma::SmemAddress(smem + L::kPass + producer * L::kRingStages * L::kPassBytes);
       ring.WaitLoaded(j);
-      uint8_t* stage = ring.Stage(j);
-      const uint32_t stage_addr = tma::SmemAddress(stage);
+      const uint32_t stage_addr = tma::SmemAddress(ring.Stage(j));
       wgmma::ChunkChainIssueLow(acc, stage_addr + group * wgmma::kRowsPerGroup * wgmma::kChunk, stage_addr + R::kX);
-      const uint32_t pass_addr = tma::SmemAddress(smem + S::kPass + (j % R::kStages) * S::kPassBytes);
+      const uint32_t pass_addr = pass_ring + (j % R::kStages) * L::kPassBytes;
       const float sa = __uint_as_float(wgmma::LdShared32(pass_addr + 4 * local_a));
       const float sb = __uint_as_float(wgmma::LdShared32(pass_addr + 4 * (local_a + 8)));
-      const bool last = wgmma::LdShared32(pass_addr + S::kLast) != 0u;  // uniform over the block
-      const uint32_t xs_addr = tma::SmemAddress(R::XScales(stage, t.row0));
+      const bool last = wgmma::LdShared32(pass_addr + L::kLast) != 0u;  // uniform over the block
+      const uint32_t xs_addr = tma::SmemAddress(R::XScales(ring.Stage(j), t.row0));
       wgmma::WgmmaWaitAll();
       wgmma::PinAll(acc);
       AddScaledRowsShared(part, acc, sa, sb, xs_addr, q);
       ring.ReleaseByWarp(j, lane);
+      ++j;
       if (last) {
         wgmma::EndChunk(total, part, c, 0, chunks);
         ++c;
+        if constexpr (kP == 2) {
+          const uint32_t swap = j;
+          j = j_next;
+          j_next = swap;
+          producer ^= 1;
+        }
       }
     }
     const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
@@ -2939,17 +2965,37 @@ void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, 
 KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
 std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 
-// ExpertsFp4InBlockKernel over every item of the plan (cut in kInBlockTokens-row tiles), once.
+// DEEPINFER_FP4_IN_BLOCK_CONVERTERS = 1 or 2 (read once; unset: 2): ExpertsFp4InBlockKernel's
+// converting warpgroups.
+// The tests' choice (SetFp4InBlockForTesting) comes first.
+std::atomic<int> g_in_block_converters_for_testing{0};
+int InBlockConverters() {
+  static const int converters = EnvEither("DEEPINFER_FP4_IN_BLOCK_CONVERTERS", 2, 1);
+  const int chosen = g_in_block_converters_for_testing.load();
+  return chosen != 0 ? chosen : converters;
+}
+
+// ExpertsFp4InBlockKernel<kP> over every item of the plan (cut in kInBlockTokens-row tiles), once.
+template <int kP>
+void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
+                               const CUtensorMap& xs_map) {
+  constexpr int kSmem = InBlock<kP>::kBytes;
+  AllowDynamicSmem<ExpertsFp4InBlockKernel<kP>>(l.device, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  ExpertsFp4InBlockKernel<kP><<<static_cast<unsigned>(grid), InBlock<kP>::kThreads, kSmem, l.stream>>>(
+      x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
+}
+
 void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, kInBlockTokens);
-  constexpr int kSmem = InBlockSmem::kBytes;
-  AllowDynamicSmem<ExpertsFp4InBlockKernel>(l.device, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4InBlockKernel<<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
-      x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
+  if (InBlockConverters() == 2) {
+    LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
+  } else {
+    LaunchExpertsFp4InBlockOf<1>(l, ep, x_map, xs_map);
+  }
   g_tma_launches.fetch_add(1);
   g_tma_ws_launches.fetch_add(1);
   g_fp4_in_block_launches.fetch_add(1);
@@ -3430,7 +3476,11 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
 
-void SetFp4InBlockForTesting(int mode) { g_fp4_in_block.SetForTesting(mode, "SetFp4InBlockForTesting"); }
+void SetFp4InBlockForTesting(int mode, int converters) {
+  if (converters != 0 && converters != 1 && converters != 2) Fail("SetFp4InBlockForTesting: 1 or 2 converters");
+  g_fp4_in_block.SetForTesting(mode, "SetFp4InBlockForTesting");
+  g_in_block_converters_for_testing.store(converters);
+}
 
 uint64_t Fp4InBlockLaunchesForTesting() { return g_fp4_in_block_launches.load(); }
 
