@@ -1510,8 +1510,8 @@ struct InBlock {
   static_assert(kP == 1 || kP == 2, "one or two converting warpgroups");
   static constexpr int kThreads = tma::kThreads + 128 * kP;
   static constexpr int kLaunchRegisters = kP == 1 ? tma::kWsLaunchRegisters : 128;  // ptxas's bound
-  // setmaxnreg's split (ptxas: no spills at kP = 1; kP = 2 spills 344 bytes, measured as it is).
-  static constexpr int kProducerRegisters = kP == 1 ? 80 : 72;
+  // setmaxnreg's split (ptxas: 8 bytes of spills at kP = 1; kP = 2 spills ~400 bytes wherever the split).
+  static constexpr int kProducerRegisters = kP == 1 ? 88 : 72;
   static constexpr int kConsumerRegisters = kP == 1 ? 208 : 184;
   static_assert(kProducerRegisters * 128 * kP + kConsumerRegisters * tma::kThreads <= kLaunchRegisters * kThreads,
                 "setmaxnreg within the block's own registers");
@@ -1522,7 +1522,7 @@ struct InBlock {
   // [128]) and whether the pass is its chunk's last (a word; 16 bytes); the kP raw rings (per unit:
   // nibbles as [16-byte piece v][row], conflict-free for one thread a row, then the rows' exponent
   // words, then each converting thread's own note of what the unit is: InBlockUnit); the byte_perm
-  // tables (18 words).
+  // tables (18 words) and a table of zeros.
   static constexpr int kRingBytes = (R::kEnd + 1023) / 1024 * 1024;  // the swizzle's alignment
   static constexpr int kPassBytes = wgmma::kBlockRows * 4 + 16;
   static constexpr int kPass = kP * kRingBytes;
@@ -1603,22 +1603,33 @@ struct InBlockUnit {
 // chunk's raw area) into the stage's tile (tile_addr): 16-byte unit 4a + t of the row (swizzled)
 // holds, at byte 4b, word t of 16-column unit 2b + a (Fp4OrderUnit16 / Fp4OrderByteIn16), whose
 // 32-column group is b; words 2h and 2h + 1 of a unit come from its nibble word h. Groups the pass
-// leaves get zero codes (nibbles zeroed: every table maps magnitude 0 to +0). StoreFoldedUnit's
-// bytes, stored 16 at a time.
+// leaves get zero codes (table kInBlockZeroTable and no signs). StoreFoldedUnit's bytes, stored 16
+// at a time; the row's 16 nibble words are read before the first store (the stores' "memory"
+// clobber would keep later reads behind them).
+constexpr int kInBlockZeroTable = 9;  // byte_perm tables 0-8 (shifts), then zeros
 __device__ __forceinline__ void ConvertRowPass(uint32_t raw_addr, int row, uint32_t word, uint32_t tables_addr,
                                                uint32_t tile_addr) {
-  uint32_t lo[4], hi[4];
-  uint32_t taken = 0u;  // bit b: group b
+  uint32_t lo[4], hi[4], signs[4];
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     const uint32_t shift = cpu::FoldWordShift(word, b);
     const bool take = shift != cpu::kFoldGroupLeft;
-    taken |= take ? 1u << b : 0u;
-    const uint2 table = wgmma::LdShared64(tables_addr + 8 * (take ? shift : 0u));
+    const uint2 table = wgmma::LdShared64(tables_addr + 8 * (take ? shift : kInBlockZeroTable));
     lo[b] = table.x;
     hi[b] = table.y;
+    signs[b] = take ? 0x80808080u : 0u;
   }
   const uint32_t nibbles_addr = raw_addr + 16 * row;
+  uint32_t nib[2][2][4];  // [a][h][b]: nibble word h of 16-column unit 2b + a
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+#pragma unroll
+    for (int a = 0; a < 2; ++a) {
+      const uint2 v = wgmma::LdShared64(nibbles_addr + b * wgmma::kBlockRows * 16 + 8 * a);
+      nib[a][0][b] = v.x;
+      nib[a][1][b] = v.y;
+    }
+  }
   const uint32_t row_addr = tile_addr + row * wgmma::kChunk;
   const int x = row & 7;
 #pragma unroll
@@ -1628,9 +1639,7 @@ __device__ __forceinline__ void ConvertRowPass(uint32_t raw_addr, int row, uint3
       uint32_t even[4], odd[4];  // words 2h and 2h + 1 of unit 2b + a
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        uint32_t nib = wgmma::LdShared32(nibbles_addr + b * wgmma::kBlockRows * 16 + 8 * a + 4 * h);
-        nib = (taken >> b) & 1u ? nib : 0u;
-        mma::fp8::E2m1x8ToE4m3x8Table(nib, lo[b], hi[b], even[b], odd[b]);
+        mma::fp8::E2m1x8ToE4m3x8Table(nib[a][h][b], lo[b], hi[b], even[b], odd[b], signs[b]);
       }
       wgmma::StShared128(row_addr + (((4 * a + 2 * h) ^ x) << 4), make_uint4(even[0], even[1], even[2], even[3]));
       wgmma::StShared128(row_addr + (((4 * a + 2 * h + 1) ^ x) << 4), make_uint4(odd[0], odd[1], odd[2], odd[3]));
@@ -1678,7 +1687,10 @@ __global__ void __launch_bounds__(InBlock<kP>::kThreads, 1)
 #pragma unroll
     for (int p = 0; p < kP; ++p) R(smem + p * L::kRingBytes).Init(tma::kWsConsumerWarps, 1 + 128);
   }
-  if (tid < 18) reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] = wgmma::kFoldedTables[tid / 2][tid % 2];
+  if (tid < 2 * (kInBlockZeroTable + 1)) {
+    reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] =
+        tid < 2 * kInBlockZeroTable ? wgmma::kFoldedTables[tid / 2][tid % 2] : 0u;
+  }
   __syncthreads();
 
   if (tid >= tma::kThreads) {  // converting warpgroup `producer`: row `row` of each of its units
@@ -1705,6 +1717,7 @@ __global__ void __launch_bounds__(InBlock<kP>::kThreads, 1)
         from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
       }
     };
+#pragma unroll 1
     for (int p = 0; p < producer; ++p) advance();
     uint32_t fetched = 0;
     auto fetch = [&] {  // this warpgroup's next unit, then the walk past the others' units
@@ -1715,7 +1728,7 @@ __global__ void __launch_bounds__(InBlock<kP>::kThreads, 1)
       if (fetching) from.Copy(raw, row, fc);
       CpAsyncCommit();
       ++fetched;
-#pragma unroll
+#pragma unroll 1  // one copy of the walk's code (registers)
       for (int p = 0; p < kP; ++p) advance();
     };
     for (int u = 0; u < L::kRawSlots - 1; ++u) fetch();
@@ -2965,12 +2978,12 @@ void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, 
 KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
 std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 
-// DEEPINFER_FP4_IN_BLOCK_CONVERTERS = 1 or 2 (read once; unset: 2): ExpertsFp4InBlockKernel's
-// converting warpgroups.
+// DEEPINFER_FP4_IN_BLOCK_CONVERTERS = 1 or 2 (read once; unset: 1): ExpertsFp4InBlockKernel's
+// converting warpgroups (version 38: 2 measured slower, its 512-thread form spilling).
 // The tests' choice (SetFp4InBlockForTesting) comes first.
 std::atomic<int> g_in_block_converters_for_testing{0};
 int InBlockConverters() {
-  static const int converters = EnvEither("DEEPINFER_FP4_IN_BLOCK_CONVERTERS", 2, 1);
+  static const int converters = EnvEither("DEEPINFER_FP4_IN_BLOCK_CONVERTERS", 1, 2);
   const int chosen = g_in_block_converters_for_testing.load();
   return chosen != 0 ? chosen : converters;
 }
