@@ -1678,7 +1678,8 @@ __global__ void __launch_bounds__(InBlock<kP>::kThreads, 1)
   using R = typename L::R;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  CheckPlan(ep);
+  // Any plan of tiles up to kInBlockTokens rows will do (a reused one may have 64-row tiles).
+  if (threadIdx.x == 0 && *ep.plan_tile_rows > kInBlockTokens) __trap();
   const int tid = threadIdx.x;
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   if (tid == 0) {
@@ -2922,6 +2923,26 @@ int64_t PreFoldGroup(const PreFoldLayout& lay, int64_t rows_bound, int64_t k, in
   return room < lay.ExpertBytes() ? 0 : std::min(num_experts, room / lay.ExpertBytes());
 }
 
+// DEEPINFER_FP4_IN_BLOCK (read once; unset or 1: on, 0: off): FP4 experts at prefill sizes
+// converted in the blocks of ExpertsFp4InBlockKernel (Fp4InBlockFor; the same bits; 96-token
+// tiles) instead of pre-folded per call. Tests override it (SetFp4InBlockForTesting).
+KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
+std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
+
+// Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
+// on warpgroup MMAs with codes scratch for x (wgmma::ExpertsUsable), not kept folded, at prefill
+// sizes (PreFoldWanted's rule; no pre-fold room needed), the TMA-fed experts kernels on
+// (ExpertsTmaTokens) and warp-specialized, DEEPINFER_FP4_IN_BLOCK on. The MoE's w2 (K = its w1's
+// N) then decides as its w1 whenever w1's K needs at least its codes: a plan w1 cut for this kernel
+// (96-row tiles) reaches no other, and this kernel takes a reused plan of 64-row tiles too.
+bool Fp4InBlockFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound, int64_t num_experts, int64_t k,
+                   const void* codes, size_t codes_bytes, bool folded) {
+  return kind == Kind::kFp4 && path == Path::kFp8 && !folded &&
+         wgmma::ExpertsUsable(kind, scale_f32, k, codes, codes_bytes, rows_bound) &&
+         PreFoldWanted(rows_bound, num_experts) && ExpertsTmaTokens(false) != 0 && g_tma_warp_specialized.On() &&
+         g_fp4_in_block.On();
+}
+
 // The TMA-fed pre-folded GEMM's tile tokens for an ExpertsLinear call (0: it does not run), fixed
 // before the plan is cut, since at 128 the plan's tiles are 128 rows: FP4 experts on the FP8-input
 // path on warpgroup MMAs with codes scratch (wgmma::ExpertsUsable), kept folded for the run
@@ -2970,13 +2991,6 @@ void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, 
   }
   g_tma_launches.fetch_add(1);
 }
-
-// DEEPINFER_FP4_IN_BLOCK (read once; unset or 1: on, 0: off): where the FP4 experts would be
-// pre-folded per call for the warp-specialized TMA kernel (ExpertsTmaTokensFor), convert them in
-// the blocks of ExpertsFp4InBlockKernel instead (the same bits; 96-token tiles). Tests override
-// it (SetFp4InBlockForTesting).
-KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
-std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 
 // DEEPINFER_FP4_IN_BLOCK_CONVERTERS = 1 or 2 (read once; unset: 1): ExpertsFp4InBlockKernel's
 // converting warpgroups (version 38: 2 measured slower, its 512-thread form spilling).
@@ -3288,9 +3302,12 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     if (reinterpret_cast<uintptr_t>(chunk_words) % 256 != 0) Fail("FP4 chunk words not 256-byte aligned");
     l.chunk_words = static_cast<const uint32_t*>(chunk_words);
   }
-  l.tma_tokens = ExpertsTmaTokensFor(kind, l.path, layout.scale_dtype == DType::kF32, rows_bound, num_experts, n, k,
-                                     codes, codes_bytes, l.folded != nullptr);
-  l.fp4_in_block = l.tma_tokens != 0 && l.folded == nullptr && g_tma_warp_specialized.On() && g_fp4_in_block.On();
+  const bool scale_f32 = layout.scale_dtype == DType::kF32;
+  l.fp4_in_block = Fp4InBlockFor(kind, l.path, scale_f32, rows_bound, num_experts, k, codes, codes_bytes,
+                                 l.folded != nullptr);
+  l.tma_tokens = l.fp4_in_block ? 0
+                                : ExpertsTmaTokensFor(kind, l.path, scale_f32, rows_bound, num_experts, n, k, codes,
+                                                      codes_bytes, l.folded != nullptr);
   // The FP8-input path's tiles are 64 rows (its kernels' token tiles), kInBlockTokens for the FP4
   // experts converted in the blocks, 128 for the TMA-fed pre-folded kernel at 128 tokens: either is
   // then certain to run (ExpertsTmaTokensFor).
