@@ -535,7 +535,7 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
   const int64_t experts = static_cast<int64_t>(counts.size()), bound = 520;
   uint64_t seed = 5350;
-  // {converted in the blocks by 1 or 2 warpgroups (0: pre-folded), pre-folded tile tokens, warp-specialized}
+  // {converted in the blocks, 1 or 2 units side by side (0: pre-folded), tile tokens, warp-specialized}
   for (const auto& [in_block, tokens, warp_specialized] : std::vector<std::tuple<int, int, int>>{
            {0, 64, 0}, {0, 64, 1}, {0, 128, 0}, {0, 128, 1}, {1, 64, 1}, {2, 64, 1}}) {
     ScopedFp4InBlock converted(in_block > 0 ? 1 : 0, in_block);
@@ -549,8 +549,8 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
                                                              : std::pair<uint8_t, uint8_t>{0, 0};
         ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
         for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
-          SCOPED_TRACE(testing::Message() << (in_block > 0 ? "converted in the blocks by " : "pre-folded, ")
-                                          << (in_block > 0 ? std::to_string(in_block) + " warpgroups" : "")
+          SCOPED_TRACE(testing::Message() << (in_block > 0 ? "converted in the blocks, " : "pre-folded, ")
+                                          << (in_block > 0 ? std::to_string(in_block) + " units at once" : "")
                                           << ", TMA at " << tokens << " tokens, group of " << group
                                           << (wide_scales ? ", 18 binades" : ""));
           const uint64_t launches = cuda::TmaLaunchesForTesting();
@@ -641,7 +641,7 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
   const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
   CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5402, {busiest, experts - 1});
   if (cuda::TmaKernelsAvailable()) {  // and on the TMA-fed kernels (32 chunks per item): pre-folded at
-    // both tile sizes, converted in the blocks by 1 and 2 warpgroups (tile_tokens 1, 2)
+    // both tile sizes, converted in the blocks 1 and 2 units at once (tile_tokens 1, 2)
     for (const int tile_tokens : {64, 128, 1, 2}) {
       const bool in_block = tile_tokens <= 2;
       ScopedFp4InBlock converted(in_block ? 1 : 0, in_block ? tile_tokens : 0);

@@ -1488,38 +1488,37 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
 // ---- FP4 experts converted in the block (no pre-fold) -------------------------------------------
 //
 // ExpertsFp4InBlockKernel<kP>: every item (96-token tile, 128 weight rows) of every expert in one
-// launch, on persistent blocks: two MMA warpgroups as ExpertsPreFoldedTmaKernel<128, true>'s, and
-// kP converting warpgroups. Unit u = the u-th (item, chunk) of the block's walk; converting
-// warpgroup u % kP takes it, its thread i weight row n0 + i: it copies the row's 64 bytes of
-// nibbles and 4 group exponents (cp.async) a few units ahead into a raw ring of its own, then per
-// FoldPass writes the pass's folded codes (FP4 order, swizzled: StoreFoldedUnit's bytes) and the
-// row's scale for the pass into the next stage of its own TMA ring, whose x codes and scales its
-// thread 0 has the TMA load. Each pass is a load of that ring (a chunk with later passes takes
-// several: the warpgroup's OR vote after each pass decides, and the stage says whether it is the
-// chunk's last), so the MMA warpgroups run one loop over the units, taking unit u's loads from ring
-// u % kP: chain, scale into part, and at a chunk's last pass EndChunk. The same codes, passes,
-// products and adds as ExpertsPreFoldedTmaKernel (and so as Linear): the same bits. Each FP4
-// weight chunk is converted once per 96-token tile instead of once per call into memory and read
-// back per 64-token tile; kP = 2 converts two units at once (a converting warp's chain of
-// dependent instructions, one warp a scheduler, set the pace at kP = 1: docs/performance.md
-// version 38).
+// launch, on persistent blocks: two MMA warpgroups as ExpertsPreFoldedTmaKernel<128, true>'s, and a
+// converting warpgroup. Unit u = the u-th (item, chunk) of the block's walk; thread i of the
+// converting warpgroup takes weight row n0 + i of each: it copies the row's 64 bytes of nibbles and
+// 4 group exponents (cp.async) a few units ahead into a raw ring, then per FoldPass writes the
+// pass's folded codes (FP4 order, swizzled: StoreFoldedUnit's bytes) and the row's scale for the
+// pass into the next stage of TMA ring u % kP, whose x codes and scales its thread 0 has the TMA
+// load. kP = 2 converts units u and u + 1 side by side (their independent chains hide each other's
+// latency: at kP = 1 the warpgroup's one warp a scheduler set the pace, docs/performance.md
+// version 38). Each pass is a load of its ring (a chunk with later passes takes several: the
+// warpgroup's OR vote after each pass decides, and the stage says whether it is the chunk's last),
+// so the MMA warpgroups run one loop over the units, taking unit u's loads from ring u % kP:
+// chain, scale into part, and at a chunk's last pass EndChunk. The same codes, passes, products and
+// adds as ExpertsPreFoldedTmaKernel (and so as Linear): the same bits. Each FP4 weight chunk is
+// converted once per 96-token tile instead of once per call into memory and read back per 64-token
+// tile.
 constexpr int kInBlockTokens = 96;  // three 48-float fragments a consumer thread (acc, part, total)
 
 template <int kP>
 struct InBlock {
-  static_assert(kP == 1 || kP == 2, "one or two converting warpgroups");
-  static constexpr int kThreads = tma::kThreads + 128 * kP;
-  static constexpr int kLaunchRegisters = kP == 1 ? tma::kWsLaunchRegisters : 128;  // ptxas's bound
-  // setmaxnreg's split (ptxas: 8 bytes of spills at kP = 1; kP = 2 spills ~400 bytes wherever the split).
-  static constexpr int kProducerRegisters = kP == 1 ? 88 : 72;
-  static constexpr int kConsumerRegisters = kP == 1 ? 208 : 184;
-  static_assert(kProducerRegisters * 128 * kP + kConsumerRegisters * tma::kThreads <= kLaunchRegisters * kThreads,
+  static_assert(kP == 1 || kP == 2, "one or two units in flight");
+  // setmaxnreg's split (ptxas: 8 bytes of spills in the walk).
+  static constexpr int kProducerRegisters = kP == 1 ? 88 : 104;
+  static constexpr int kConsumerRegisters = kP == 1 ? 208 : 200;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * tma::kThreads <=
+                    tma::kWsLaunchRegisters * tma::kWsThreads,
                 "setmaxnreg within the block's own registers");
-  static constexpr int kRingStages = 4 / kP;  // per converting warpgroup
-  static constexpr int kRawSlots = 8 / kP;    // units of a raw ring: copies kRawSlots - 1 of its units ahead
+  static constexpr int kRingStages = 4 / kP;  // per TMA ring
+  static constexpr int kRawSlots = 8;         // units of the raw ring: copies 8 - kP units ahead
   using R = tma::Ring<kInBlockTokens, kRingStages>;
   // Shared memory: the kP TMA rings; per ring and stage the rows' scales for the stage's pass (f32
-  // [128]) and whether the pass is its chunk's last (a word; 16 bytes); the kP raw rings (per unit:
+  // [128]) and whether the pass is its chunk's last (a word; 16 bytes); the raw ring (per unit:
   // nibbles as [16-byte piece v][row], conflict-free for one thread a row, then the rows' exponent
   // words, then each converting thread's own note of what the unit is: InBlockUnit); the byte_perm
   // tables (18 words) and a table of zeros.
@@ -1531,25 +1530,24 @@ struct InBlock {
   static constexpr int kRawMeta = kRawNibbles + wgmma::kBlockRows * 4;
   static constexpr int kRawBytes = kRawMeta + wgmma::kBlockRows * 8;
   static constexpr int kRaw = kPass + kP * kRingStages * kPassBytes;
-  static constexpr int kTables = kRaw + kP * kRawSlots * kRawBytes;
+  static constexpr int kTables = kRaw + kRawSlots * kRawBytes;
   static constexpr int kBytes = kTables + 128 + 1024;  // + base alignment
   static_assert(kRaw % 16 == 0 && kRawBytes % 16 == 0, "16-byte copies");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// bar.red.or over one converting warpgroup's 128 threads (named barrier 2 + its index: the MMA
-// warpgroups use 1).
-__device__ __forceinline__ bool ConvertersOr(bool pred, int producer) {
+// bar.red.or over the converting warpgroup's 128 threads (named barrier 2: the MMA warpgroups use 1).
+__device__ __forceinline__ bool ConvertersOr(bool pred) {
   uint32_t any = 0;
   asm volatile(
       "{\n"
       ".reg .pred pin, pout;\n"
       "setp.ne.u32 pin, %1, 0;\n"
-      "bar.red.or.pred pout, %2, 128, pin;\n"
+      "bar.red.or.pred pout, 2, 128, pin;\n"
       "selp.u32 %0, 1, 0, pout;\n"
       "}\n"
       : "=r"(any)
-      : "r"(static_cast<uint32_t>(pred)), "r"(2 + producer)
+      : "r"(static_cast<uint32_t>(pred))
       : "memory");
   return any != 0;
 }
@@ -1599,50 +1597,54 @@ struct InBlockUnit {
   __device__ __forceinline__ static bool Valid(uint32_t word) { return (word & 0x80000000u) != 0u; }
 };
 
-// One pass of one row's chunk (FoldPassWord `word`) from the raw ring's copy (raw_addr: the
-// chunk's raw area) into the stage's tile (tile_addr): 16-byte unit 4a + t of the row (swizzled)
-// holds, at byte 4b, word t of 16-column unit 2b + a (Fp4OrderUnit16 / Fp4OrderByteIn16), whose
-// 32-column group is b; words 2h and 2h + 1 of a unit come from its nibble word h. Groups the pass
-// leaves get zero codes (table kInBlockZeroTable and no signs). StoreFoldedUnit's bytes, stored 16
-// at a time; the row's 16 nibble words are read before the first store (the stores' "memory"
-// clobber would keep later reads behind them).
+// One pass of one row's chunk for each of kUnits units (FoldPassWord word[p]) from the raw ring's
+// copy (raw_addr[p]: the unit's raw area) into its stage's tile (tile_addr[p]; unit 1 only where
+// `second`): 16-byte unit 4a + t of the row (swizzled) holds, at byte 4b, word t of 16-column
+// unit 2b + a (Fp4OrderUnit16 / Fp4OrderByteIn16), whose 32-column group is b; words 2h and
+// 2h + 1 of a unit come from its nibble word h. Groups the pass leaves get zero codes (table
+// kInBlockZeroTable and no signs). StoreFoldedUnit's bytes, stored 16 at a time; two units'
+// independent chains side by side hide each other's latency.
 constexpr int kInBlockZeroTable = 9;  // byte_perm tables 0-8 (shifts), then zeros
-__device__ __forceinline__ void ConvertRowPass(uint32_t raw_addr, int row, uint32_t word, uint32_t tables_addr,
-                                               uint32_t tile_addr) {
-  uint32_t lo[4], hi[4], signs[4];
+template <int kUnits>
+__device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUnits], int row,
+                                                 const uint32_t (&word)[kUnits], uint32_t tables_addr,
+                                                 const uint32_t (&tile_addr)[kUnits], bool second) {
+  uint32_t lo[kUnits][4], hi[kUnits][4], signs[kUnits][4];
 #pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    const uint32_t shift = cpu::FoldWordShift(word, b);
-    const bool take = shift != cpu::kFoldGroupLeft;
-    const uint2 table = wgmma::LdShared64(tables_addr + 8 * (take ? shift : kInBlockZeroTable));
-    lo[b] = table.x;
-    hi[b] = table.y;
-    signs[b] = take ? 0x80808080u : 0u;
-  }
-  const uint32_t nibbles_addr = raw_addr + 16 * row;
-  uint32_t nib[2][2][4];  // [a][h][b]: nibble word h of 16-column unit 2b + a
+  for (int p = 0; p < kUnits; ++p) {
 #pragma unroll
-  for (int b = 0; b < 4; ++b) {
-#pragma unroll
-    for (int a = 0; a < 2; ++a) {
-      const uint2 v = wgmma::LdShared64(nibbles_addr + b * wgmma::kBlockRows * 16 + 8 * a);
-      nib[a][0][b] = v.x;
-      nib[a][1][b] = v.y;
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t shift = cpu::FoldWordShift(word[p], b);
+      const bool take = shift != cpu::kFoldGroupLeft;
+      const uint2 table = wgmma::LdShared64(tables_addr + 8 * (take ? shift : kInBlockZeroTable));
+      lo[p][b] = table.x;
+      hi[p][b] = table.y;
+      signs[p][b] = take ? 0x80808080u : 0u;
     }
   }
-  const uint32_t row_addr = tile_addr + row * wgmma::kChunk;
   const int x = row & 7;
 #pragma unroll
   for (int a = 0; a < 2; ++a) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      uint32_t even[4], odd[4];  // words 2h and 2h + 1 of unit 2b + a
+      uint32_t even[kUnits][4], odd[kUnits][4];  // words 2h and 2h + 1 of unit 2b + a
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        mma::fp8::E2m1x8ToE4m3x8Table(nib[a][h][b], lo[b], hi[b], even[b], odd[b], signs[b]);
+      for (int p = 0; p < kUnits; ++p) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          const uint32_t nib = wgmma::LdShared32(raw_addr[p] + 16 * row + b * wgmma::kBlockRows * 16 + 8 * a + 4 * h);
+          mma::fp8::E2m1x8ToE4m3x8Table(nib, lo[p][b], hi[p][b], even[p][b], odd[p][b], signs[p][b]);
+        }
       }
-      wgmma::StShared128(row_addr + (((4 * a + 2 * h) ^ x) << 4), make_uint4(even[0], even[1], even[2], even[3]));
-      wgmma::StShared128(row_addr + (((4 * a + 2 * h + 1) ^ x) << 4), make_uint4(odd[0], odd[1], odd[2], odd[3]));
+#pragma unroll
+      for (int p = 0; p < kUnits; ++p) {
+        if (p == 1 && !second) continue;  // uniform
+        const uint32_t row_addr = tile_addr[p] + row * wgmma::kChunk;
+        wgmma::StShared128(row_addr + (((4 * a + 2 * h) ^ x) << 4),
+                           make_uint4(even[p][0], even[p][1], even[p][2], even[p][3]));
+        wgmma::StShared128(row_addr + (((4 * a + 2 * h + 1) ^ x) << 4),
+                           make_uint4(odd[p][0], odd[p][1], odd[p][2], odd[p][3]));
+      }
     }
   }
 }
@@ -1663,11 +1665,11 @@ __device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const
   }
 }
 
-// grid: at most one block per SM; InBlock<kP>::kThreads threads, InBlock<kP>::kBytes of dynamic
-// shared memory. x_map, xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales,
+// grid: at most one block per SM; tma::kWsThreads threads, InBlock<kP>::kBytes of dynamic shared
+// memory. x_map, xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales,
 // K % 128 == 0; the plan cut in kInBlockTokens-row tiles; experts [0, e_end).
 template <int kP>
-__global__ void __launch_bounds__(InBlock<kP>::kThreads, 1)
+__global__ void __launch_bounds__(tma::kWsThreads, 1)
     ExpertsFp4InBlockKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                             const ExpertsParams ep, const TileLists lists, int32_t e_end) {
   PdlPrologue();
@@ -1694,74 +1696,108 @@ __global__ void __launch_bounds__(InBlock<kP>::kThreads, 1)
   }
   __syncthreads();
 
-  if (tid >= tma::kThreads) {  // converting warpgroup `producer`: row `row` of each of its units
+  if (tid >= tma::kThreads) {  // the converting warpgroup: row `row` of every unit
     tma::SetMaxRegistersDec<L::kProducerRegisters>();
-    const int producer = (tid - tma::kThreads) / 128, row = (tid - tma::kThreads) % 128;
-    const R ring(smem + producer * L::kRingBytes);
-    uint8_t* const raw_ring = smem + L::kRaw + producer * L::kRawSlots * L::kRawBytes;
-    const uint32_t pass_ring = tma::SmemAddress(smem + L::kPass + producer * L::kRingStages * L::kPassBytes);
+    const int row = tid - tma::kThreads;
     const uint32_t tables_addr = tma::SmemAddress(smem + L::kTables);
-    // This warpgroup's units (u = producer, producer + kP, ...): their copies run kRawSlots - 1 of
-    // them ahead of their conversion, as this thread's cp.async groups (one per unit, empty past
-    // the walk's end), with its note of the unit beside them (InBlockUnit), so that the conversion
-    // needs no walk of its own.
+    const uint32_t raw_base = tma::SmemAddress(smem + L::kRaw);
+    // The units' copies run kRawSlots - kP units ahead of their conversion, as this thread's
+    // cp.async groups (one per unit, empty past the walk's end), with its note of the unit beside
+    // them (InBlockUnit), so that the conversion needs no walk of its own.
     GroupItemWalk walk(ep, lists, 0, e_end);
     ExpertTile ft{};
     int64_t fn0 = 0;
     int fc = 0;
     bool fetching = chunks > 0 && walk.Next(lists, ft, fn0);
     InBlockRow from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
-    auto advance = [&] {  // the walk's next unit
-      if (fetching && ++fc == chunks) {
-        fc = 0;
-        fetching = walk.Next(lists, ft, fn0);
-        from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
-      }
-    };
-#pragma unroll 1
-    for (int p = 0; p < producer; ++p) advance();
     uint32_t fetched = 0;
-    auto fetch = [&] {  // this warpgroup's next unit, then the walk past the others' units
-      uint8_t* raw = raw_ring + (fetched % L::kRawSlots) * L::kRawBytes;
+    auto fetch = [&] {  // the walk's next unit
+      uint8_t* raw = smem + L::kRaw + (fetched % L::kRawSlots) * L::kRawBytes;
       wgmma::StShared64(tma::SmemAddress(raw + L::kRawMeta) + 8 * row,
                         fetching ? InBlockUnit::Word(fc, from.nibbles != nullptr) : InBlockUnit::kEnd,
                         static_cast<uint32_t>(ft.row0));
-      if (fetching) from.Copy(raw, row, fc);
+      if (fetching) {
+        from.Copy(raw, row, fc);
+        if (++fc == chunks) {
+          fc = 0;
+          fetching = walk.Next(lists, ft, fn0);
+          from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
+        }
+      }
       CpAsyncCommit();
       ++fetched;
-#pragma unroll 1  // one copy of the walk's code (registers)
-      for (int p = 0; p < kP; ++p) advance();
     };
-    for (int u = 0; u < L::kRawSlots - 1; ++u) fetch();
+    for (int u = 0; u < L::kRawSlots - kP; ++u) fetch();
 
-    uint32_t j = 0;  // loads of this warpgroup's TMA ring filled
-    for (uint32_t unit = 0;; ++unit) {
-      fetch();  // unit + kRawSlots - 1
-      CpAsyncWait<L::kRawSlots - 1>();  // unit's copies (this thread's own) have landed
-      const uint32_t raw_addr = tma::SmemAddress(raw_ring + (unit % L::kRawSlots) * L::kRawBytes);
-      const uint2 note = wgmma::LdShared64(raw_addr + L::kRawMeta + 8 * row);
-      if (note.x == InBlockUnit::kEnd) break;  // uniform: every thread walks the same units
-      const int c = InBlockUnit::Chunk(note.x);
-      const uint32_t exps = wgmma::LdShared32(raw_addr + L::kRawNibbles + 4 * row);
-      int e[4];
+    // Pass `pass` of unit `p` of the pair: its stage of ring p (load j[p]) filled, its vote returned.
+    uint32_t j[kP] = {};  // loads of ring p filled
+    auto begin_pass = [&](int p, int c, uint32_t x_row) {  // ring p's next stage free, x loading
+      const R ring(smem + p * L::kRingBytes);
+      if (j[p] >= R::kStages) ring.WaitReleased(j[p] - R::kStages);
+      if (row == 0) ring.LoadX(j[p], c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(x_row));
+      return tma::SmemAddress(ring.Stage(j[p]));
+    };
+    auto pass_area = [&](int p) {
+      return tma::SmemAddress(smem + L::kPass + (p * L::kRingStages + j[p] % R::kStages) * L::kPassBytes);
+    };
+    auto end_pass = [&](int p, bool more) {  // after the codes and the row's scale: flag, fence, arrive
+      if (row == 0) wgmma::StShared32(pass_area(p) + L::kLast, more ? 0u : 1u);
+      wgmma::FenceProxyAsyncShared();  // the codes, for the MMAs' reads
+      tma::BarrierArrive(&R(smem + p * L::kRingBytes).full[j[p] % R::kStages]);
+      ++j[p];
+    };
+    for (uint32_t unit = 0;; unit += kP) {  // units unit .. unit + kP - 1: unit + p on ring p
 #pragma unroll
-      for (int b = 0; b < 4; ++b) e[b] = static_cast<int>((exps >> (8 * b)) & 0xffu);
-      const bool valid = InBlockUnit::Valid(note.x);
-      const uint32_t first_word = valid ? cpu::FirstFoldPassWord(e) : cpu::kFoldNoRowWord;
-      for (int pass = 0;; ++pass) {
-        const uint32_t word = pass == 0 ? first_word : valid ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord;
-        if (j >= R::kStages) ring.WaitReleased(j - R::kStages);
-        const uint32_t pass_addr = pass_ring + (j % R::kStages) * L::kPassBytes;
-        if (row == 0) ring.LoadX(j, c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(note.y));
-        ConvertRowPass(raw_addr, row, word, tables_addr, tma::SmemAddress(ring.Stage(j)));
-        wgmma::StShared32(pass_addr + 4 * row, __float_as_uint(wgmma::FoldedRowScaleOf(word)));
-        const bool more = ConvertersOr(cpu::FoldWordMore(word), producer);
-        if (row == 0) wgmma::StShared32(pass_addr + L::kLast, more ? 0u : 1u);
-        wgmma::FenceProxyAsyncShared();  // the codes, for the MMAs' reads
-        tma::BarrierArrive(&ring.full[j % R::kStages]);
-        ++j;
-        if (!more) break;
+      for (int p = 0; p < kP; ++p) fetch();  // up to unit + kRawSlots - 1
+      CpAsyncWait<L::kRawSlots - kP>();       // the pair's copies (this thread's own) have landed
+      uint32_t raw_addr[kP], word[kP], exps[kP], tile[kP];
+      uint2 note[kP];
+#pragma unroll
+      for (int p = 0; p < kP; ++p) {
+        raw_addr[p] = raw_base + ((unit + p) % L::kRawSlots) * L::kRawBytes;
+        note[p] = wgmma::LdShared64(raw_addr[p] + L::kRawMeta + 8 * row);
       }
+      if (note[0].x == InBlockUnit::kEnd) break;  // uniform: every thread walks the same units
+      const bool second = kP == 2 && note[kP - 1].x != InBlockUnit::kEnd;  // uniform
+#pragma unroll
+      for (int p = 0; p < kP; ++p) {
+        exps[p] = wgmma::LdShared32(raw_addr[p] + L::kRawNibbles + 4 * row);
+        int e[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) e[b] = static_cast<int>((exps[p] >> (8 * b)) & 0xffu);
+        const bool live = p == 0 || second;
+        word[p] = live && InBlockUnit::Valid(note[p].x) ? cpu::FirstFoldPassWord(e) : cpu::kFoldNoRowWord;
+        tile[p] = live ? begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y) : 0u;
+      }
+      ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, second);
+      bool more[kP];
+#pragma unroll
+      for (int p = 0; p < kP; ++p) {
+        if (p == 1 && !second) {
+          more[p] = false;
+          continue;
+        }
+        wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(wgmma::FoldedRowScaleOf(word[p])));
+        more[p] = ConvertersOr(cpu::FoldWordMore(word[p]));
+        end_pass(p, more[p]);
+      }
+      // Later passes (rare), unit by unit: each its own load of the unit's ring.
+#pragma unroll
+      for (int p = 0; p < kP; ++p) {
+        for (int pass = 1; more[p]; ++pass) {
+          int e[4];
+#pragma unroll
+          for (int b = 0; b < 4; ++b) e[b] = static_cast<int>((exps[p] >> (8 * b)) & 0xffu);
+          const uint32_t w[1] = {InBlockUnit::Valid(note[p].x) ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord};
+          const uint32_t t[1] = {begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y)};
+          const uint32_t r[1] = {raw_addr[p]};
+          ConvertRowPasses<1>(r, row, w, tables_addr, t, false);
+          wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(wgmma::FoldedRowScaleOf(w[0])));
+          more[p] = ConvertersOr(cpu::FoldWordMore(w[0]));
+          end_pass(p, more[p]);
+        }
+      }
+      if (kP == 2 && !second) break;  // the walk ended within the pair
     }
     CpAsyncWaitAll();
     return;
@@ -2992,14 +3028,14 @@ void LaunchExpertsPreFoldedTma(const ExpertsLaunch& l, const ExpertsParams& ep, 
   g_tma_launches.fetch_add(1);
 }
 
-// DEEPINFER_FP4_IN_BLOCK_CONVERTERS = 1 or 2 (read once; unset: 1): ExpertsFp4InBlockKernel's
-// converting warpgroups (version 38: 2 measured slower, its 512-thread form spilling).
-// The tests' choice (SetFp4InBlockForTesting) comes first.
-std::atomic<int> g_in_block_converters_for_testing{0};
-int InBlockConverters() {
-  static const int converters = EnvEither("DEEPINFER_FP4_IN_BLOCK_CONVERTERS", 1, 2);
-  const int chosen = g_in_block_converters_for_testing.load();
-  return chosen != 0 ? chosen : converters;
+// DEEPINFER_FP4_IN_BLOCK_UNITS = 1 or 2 (read once; unset: 2): the units ExpertsFp4InBlockKernel's
+// converting warpgroup converts side by side. The tests' choice (SetFp4InBlockForTesting) comes
+// first.
+std::atomic<int> g_in_block_units_for_testing{0};
+int InBlockUnits() {
+  static const int units = EnvEither("DEEPINFER_FP4_IN_BLOCK_UNITS", 2, 1);
+  const int chosen = g_in_block_units_for_testing.load();
+  return chosen != 0 ? chosen : units;
 }
 
 // ExpertsFp4InBlockKernel<kP> over every item of the plan (cut in kInBlockTokens-row tiles), once.
@@ -3009,7 +3045,7 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
   constexpr int kSmem = InBlock<kP>::kBytes;
   AllowDynamicSmem<ExpertsFp4InBlockKernel<kP>>(l.device, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4InBlockKernel<kP><<<static_cast<unsigned>(grid), InBlock<kP>::kThreads, kSmem, l.stream>>>(
+  ExpertsFp4InBlockKernel<kP><<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
       x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
 }
@@ -3018,7 +3054,7 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, kInBlockTokens);
-  if (InBlockConverters() == 2) {
+  if (InBlockUnits() == 2) {
     LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
   } else {
     LaunchExpertsFp4InBlockOf<1>(l, ep, x_map, xs_map);
@@ -3506,10 +3542,10 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
 
-void SetFp4InBlockForTesting(int mode, int converters) {
-  if (converters != 0 && converters != 1 && converters != 2) Fail("SetFp4InBlockForTesting: 1 or 2 converters");
+void SetFp4InBlockForTesting(int mode, int units) {
+  if (units != 0 && units != 1 && units != 2) Fail("SetFp4InBlockForTesting: 1 or 2 units");
   g_fp4_in_block.SetForTesting(mode, "SetFp4InBlockForTesting");
-  g_in_block_converters_for_testing.store(converters);
+  g_in_block_units_for_testing.store(units);
 }
 
 uint64_t Fp4InBlockLaunchesForTesting() { return g_fp4_in_block_launches.load(); }
