@@ -1680,8 +1680,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
   using R = typename L::R;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  // Any plan of tiles up to kInBlockTokens rows will do (a reused one may have 64-row tiles).
-  if (threadIdx.x == 0 && *ep.plan_tile_rows > kInBlockTokens) __trap();
+  CheckPlan(ep);
   const int tid = threadIdx.x;
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   if (tid == 0) {
@@ -2968,9 +2967,9 @@ std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
 // on warpgroup MMAs with codes scratch for x (wgmma::ExpertsUsable), not kept folded, at prefill
 // sizes (PreFoldWanted's rule; no pre-fold room needed), the TMA-fed experts kernels on
-// (ExpertsTmaTokens) and warp-specialized, DEEPINFER_FP4_IN_BLOCK on. The MoE's w2 (K = its w1's
-// N) then decides as its w1 whenever w1's K needs at least its codes: a plan w1 cut for this kernel
-// (96-row tiles) reaches no other, and this kernel takes a reused plan of 64-row tiles too.
+// (ExpertsTmaTokens) and warp-specialized, DEEPINFER_FP4_IN_BLOCK on. It depends on K, so the
+// MoE's w1 and w2 may decide differently (the tiny FP4 golden's w2 has K = 64): such calls cut
+// their own plan (ExpertsLinear) instead of reusing one cut for the other's tile height.
 bool Fp4InBlockFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound, int64_t num_experts, int64_t k,
                    const void* codes, size_t codes_bytes, bool folded) {
   return kind == Kind::kFp4 && path == Path::kFp8 && !folded &&
@@ -3353,7 +3352,10 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
                                                   : mma::fp8::kTiledTok;
   l.params.plan_tile_rows = l.lists.counts + kTileKinds;
   l.params.tile_rows = tile_rows;
-  if (!plan_in_scratch) {
+  // FP4 experts at prefill sizes on the FP8-input path cut their own plan: the in-block kernel's
+  // 96-row tiles or the others' 64 depend on K (Fp4InBlockFor), which w1 and w2 need not share.
+  const bool own_plan = kind == Kind::kFp4 && l.path == Path::kFp8 && PreFoldWanted(rows_bound, num_experts);
+  if (!plan_in_scratch || own_plan) {
     ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
                                                       static_cast<int32_t>(rows_bound), tile_rows, l.lists);
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");
