@@ -1508,7 +1508,7 @@ constexpr int kInBlockTokens = 96;  // three 48-float fragments a consumer threa
 template <int kP>
 struct InBlock {
   static_assert(kP == 1 || kP == 2, "one or two units in flight");
-  // setmaxnreg's split (ptxas: 8 bytes of spills in the walk).
+  // setmaxnreg's split (ptxas: at most 8 bytes of spills, in the walk).
   static constexpr int kProducerRegisters = kP == 1 ? 88 : 104;
   static constexpr int kConsumerRegisters = kP == 1 ? 208 : 200;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * tma::kThreads <=
@@ -1572,7 +1572,7 @@ struct InBlockRow {
   __device__ __forceinline__ void Copy(uint8_t* raw, int slot, int c) const {
     if (nibbles == nullptr) return;
     const uint8_t* src = nibbles + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
-    uint8_t* exps = raw + InBlock<1>::kRawNibbles + 4 * slot;
+    uint8_t* exps = raw + InBlock<1>::kRawNibbles + 4 * slot;  // the same raw layout at every kP
     if (vec) {
 #pragma unroll
       for (int v = 0; v < 4; ++v) CpAsyncOrZero<16>(raw + (v * wgmma::kBlockRows + slot) * 16, src + 16 * v, true);
@@ -1728,7 +1728,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     };
     for (int u = 0; u < L::kRawSlots - kP; ++u) fetch();
 
-    // Pass `pass` of unit `p` of the pair: its stage of ring p (load j[p]) filled, its vote returned.
+    // A pass of unit p of the pair fills load j[p] of ring p: begin_pass (its stage free, x on its
+    // way), the codes and the rows' scales, then end_pass (the last-pass flag, fence, arrival).
     uint32_t j[kP] = {};  // loads of ring p filled
     auto begin_pass = [&](int p, int c, uint32_t x_row) {  // ring p's next stage free, x loading
       const R ring(smem + p * L::kRingBytes);
@@ -1812,14 +1813,14 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
   GroupItemWalk items(ep, lists, 0, e_end);
   ExpertTile t{};
   int64_t n0 = 0;
-  // Unit u's loads come from ring u % kP: `ring` the current one, j its loads consumed, j_next the
-  // other's (kP = 2: the two swap after each unit).
-  int producer = 0;
+  // Unit u's loads come from ring u % kP: `ring_index` the current one, j its loads consumed,
+  // j_next the other's (kP = 2: the two swap after each unit).
+  int ring_index = 0;
   uint32_t j = 0, j_next = 0;
   while (chunks > 0 && items.Next(lists, t, n0)) {
     for (int c = 0; c < chunks;) {
-      const R ring(smem + producer * L::kRingBytes);
-      const uint32_t pass_ring = tma::SmemAddress(smem + L::kPass + producer * L::kRingStages * L::kPassBytes);
+      const R ring(smem + ring_index * L::kRingBytes);
+      const uint32_t pass_ring = tma::SmemAddress(smem + L::kPass + ring_index * L::kRingStages * L::kPassBytes);
       ring.WaitLoaded(j);
       const uint32_t stage_addr = tma::SmemAddress(ring.Stage(j));
       wgmma::ChunkChainIssueLow(acc, stage_addr + group * wgmma::kRowsPerGroup * wgmma::kChunk, stage_addr + R::kX);
@@ -1840,7 +1841,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
           const uint32_t swap = j;
           j = j_next;
           j_next = swap;
-          producer ^= 1;
+          ring_index ^= 1;
         }
       }
     }
@@ -2759,7 +2760,7 @@ struct ExpertsLaunch {
   const int32_t* offsets = nullptr;  // the experts' row ranges (device)
   int64_t num_experts = 0;
   int tma_tokens = 0;  // the pre-folded experts on the TMA-fed kernel at 64 or 128 tokens (0: not)
-  bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (128)
+  bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (96)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
 };
