@@ -2959,10 +2959,11 @@ int64_t PreFoldGroup(const PreFoldLayout& lay, int64_t rows_bound, int64_t k, in
   return room < lay.ExpertBytes() ? 0 : std::min(num_experts, room / lay.ExpertBytes());
 }
 
-// DEEPINFER_FP4_IN_BLOCK (read once; unset or 1: on, 0: off): FP4 experts at prefill sizes
+// DEEPINFER_FP4_IN_BLOCK (read once; 1: on; unset or 0: off): FP4 experts at prefill sizes
 // converted in the blocks of ExpertsFp4InBlockKernel (Fp4InBlockFor; the same bits; 96-token
-// tiles) instead of pre-folded per call. Tests override it (SetFp4InBlockForTesting).
-KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
+// tiles) instead of pre-folded per call. Off by default until the whole GPU label has run with it
+// after version 38's plan fix (docs/performance.md). Tests override it (SetFp4InBlockForTesting).
+KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 0};
 std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
@@ -3353,9 +3354,11 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
                                                   : mma::fp8::kTiledTok;
   l.params.plan_tile_rows = l.lists.counts + kTileKinds;
   l.params.tile_rows = tile_rows;
-  // FP4 experts at prefill sizes on the FP8-input path cut their own plan: the in-block kernel's
-  // 96-row tiles or the others' 64 depend on K (Fp4InBlockFor), which w1 and w2 need not share.
-  const bool own_plan = kind == Kind::kFp4 && l.path == Path::kFp8 && PreFoldWanted(rows_bound, num_experts);
+  // With the in-block kernel on, FP4 experts at prefill sizes on the FP8-input path cut their own
+  // plan: its 96-row tiles or the others' 64 depend on K (Fp4InBlockFor), which w1 and w2 need not
+  // share.
+  const bool own_plan = g_fp4_in_block.On() && kind == Kind::kFp4 && l.path == Path::kFp8 &&
+                        PreFoldWanted(rows_bound, num_experts);
   if (!plan_in_scratch || own_plan) {
     ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
                                                       static_cast<int32_t>(rows_bound), tile_rows, l.lists);
