@@ -100,6 +100,17 @@ if [[ $reruns -eq 1 ]]; then
   rc=$?
   echo "DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=128: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-tma-experts.log" | head -3 | tr '\n' ' ')"
   [[ $rc -eq 0 ]] || status=1
+  # The FP4 experts converted in the GEMM's blocks at prefill sizes (DEEPINFER_FP4_IN_BLOCK=1,
+  # version 38, off by default until this rerun has passed): the experts' suites, every model test
+  # (the tiny goldens' long prompts reach it; their w2 plans apart from w1) and the Flash-shaped
+  # check on FP8 tensor cores.
+  in_block_filter='CudaExpertsLinearFp8.*:OpsExpertsLinear.*:GpuModel.*:GpuRunner.*:GpuEngine.*:StepBench.*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
+  DEEPINFER_FP4_IN_BLOCK=1 $dist/deepinfer_gpu_tests \
+    --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$in_block_filter"; else echo "$filter"; fi)" \
+    >"$out/gpu-tests-in-block.log" 2>&1
+  rc=$?
+  echo "DEEPINFER_FP4_IN_BLOCK=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-in-block.log" | head -3 | tr '\n' ' ')"
+  [[ $rc -eq 0 ]] || status=1
   # Linear's FP8 and GroupedLinear's split-BF16 tests and the models on tensor cores again with
   # DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=1: Linear on the cp.async kernel the TMA-fed one replaces,
   # GroupedLinear on its TMA-fed kernel at every size (by default only where its grid is one wave),

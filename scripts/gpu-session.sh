@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, build/gpu-dist carried: a version's whole check in one device call. Runs
 #   1. scripts/gpu-run.sh: the gpu label, then its reruns under the switches (DEEPINFER_GEMV=register,
-#      DEEPINFER_WGMMA=0, DEEPINFER_FP4_PREFOLD=1, with DEEPINFER_TMA_EXPERTS=128, DEEPINFER_TMA=0 with
-#      DEEPINFER_TMA_GROUPED=1);
+#      DEEPINFER_WGMMA=0, DEEPINFER_FP4_PREFOLD=1, with DEEPINFER_TMA_EXPERTS=128,
+#      DEEPINFER_FP4_IN_BLOCK=1, DEEPINFER_TMA=0 with DEEPINFER_TMA_GROUPED=1);
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations, its
 #      mma.sync column and all of the reference's roundings, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
