@@ -641,16 +641,18 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
   const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
   CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5402, {busiest, experts - 1});
   if (cuda::TmaKernelsAvailable()) {  // and on the TMA-fed kernels (32 chunks per item): pre-folded at
-    // both tile sizes, converted in the blocks 1 and 2 units at once (tile_tokens 1, 2)
-    for (const int tile_tokens : {64, 128, 1, 2}) {
-      const bool in_block = tile_tokens <= 2;
-      ScopedFp4InBlock converted(in_block ? 1 : 0, in_block ? tile_tokens : 0);
-      ScopedTmaKernels tma(1, in_block ? 64 : tile_tokens);
-      SCOPED_TRACE(testing::Message() << "TMA at " << tile_tokens << " tokens (1, 2: converted in the blocks)");
+    // both tile sizes, converted in the blocks 1 and 2 units at once
+    // {units converted at once (0: pre-folded), pre-folded tile tokens, seed}
+    for (const auto& [units, tile_tokens, seed] :
+         std::vector<std::tuple<int, int, uint64_t>>{{0, 64, 5467}, {0, 128, 5531}, {1, 64, 5404}, {2, 64, 5405}}) {
+      ScopedFp4InBlock converted(units > 0 ? 1 : 0, units);
+      ScopedTmaKernels tma(1, tile_tokens);
+      SCOPED_TRACE(testing::Message() << (units > 0 ? "converted in the blocks, units at once: " : "pre-folded at ")
+                                      << (units > 0 ? units : tile_tokens));
       const uint64_t launches = cuda::TmaLaunchesForTesting(), in_blocks = cuda::Fp4InBlockLaunchesForTesting();
-      CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5403 + tile_tokens, {busiest});
+      CheckExperts(pool, counts, tokens * 6, 4096, 2048, seed, {busiest});
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
-      EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_blocks, in_block);
+      EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_blocks, units > 0);
     }
   }
 }

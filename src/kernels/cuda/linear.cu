@@ -1505,6 +1505,17 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
 // tile.
 constexpr int kInBlockTokens = 96;  // three 48-float fragments a consumer thread (acc, part, total)
 
+// One unit's area of the raw ring, the same at every kP: nibbles as [16-byte piece v][row]
+// (conflict-free for one thread a row), then the rows' exponent words, then each converting
+// thread's own note of what the unit is (InBlockUnit).
+struct InBlockRaw {
+  static constexpr int kNibbles = 0;
+  static constexpr int kExponents = wgmma::kBlockRows * wgmma::kChunk / 2;  // after 8 KiB of nibbles
+  static constexpr int kMeta = kExponents + wgmma::kBlockRows * 4;
+  static constexpr int kBytes = kMeta + wgmma::kBlockRows * 8;
+  static_assert(kBytes % 16 == 0, "16-byte copies");
+};
+
 template <int kP>
 struct InBlock {
   static_assert(kP == 1 || kP == 2, "one or two units in flight");
@@ -1518,21 +1529,16 @@ struct InBlock {
   static constexpr int kRawSlots = 8;         // units of the raw ring: copies 8 - kP units ahead
   using R = tma::Ring<kInBlockTokens, kRingStages>;
   // Shared memory: the kP TMA rings; per ring and stage the rows' scales for the stage's pass (f32
-  // [128]) and whether the pass is its chunk's last (a word; 16 bytes); the raw ring (per unit:
-  // nibbles as [16-byte piece v][row], conflict-free for one thread a row, then the rows' exponent
-  // words, then each converting thread's own note of what the unit is: InBlockUnit); the byte_perm
-  // tables (18 words) and a table of zeros.
+  // [128]) and whether the pass is its chunk's last (a word; 16 bytes); the raw ring (kRawSlots
+  // units of InBlockRaw); the byte_perm tables (18 words) and a table of zeros.
   static constexpr int kRingBytes = (R::kEnd + 1023) / 1024 * 1024;  // the swizzle's alignment
   static constexpr int kPassBytes = wgmma::kBlockRows * 4 + 16;
   static constexpr int kPass = kP * kRingBytes;
   static constexpr int kLast = wgmma::kBlockRows * 4;  // within a pass area
-  static constexpr int kRawNibbles = wgmma::kBlockRows * wgmma::kChunk / 2;  // 8 KiB
-  static constexpr int kRawMeta = kRawNibbles + wgmma::kBlockRows * 4;
-  static constexpr int kRawBytes = kRawMeta + wgmma::kBlockRows * 8;
   static constexpr int kRaw = kPass + kP * kRingStages * kPassBytes;
-  static constexpr int kTables = kRaw + kRawSlots * kRawBytes;
+  static constexpr int kTables = kRaw + kRawSlots * InBlockRaw::kBytes;
   static constexpr int kBytes = kTables + 128 + 1024;  // + base alignment
-  static_assert(kRaw % 16 == 0 && kRawBytes % 16 == 0, "16-byte copies");
+  static_assert(kRaw % 16 == 0, "16-byte copies");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
@@ -1567,19 +1573,23 @@ struct InBlockRow {
     exponents = static_cast<const uint8_t*>(w.scale) + row * w.scale_row_stride;
     vec = Aligned(w.data, row_bytes, 16) && Aligned(w.scale, w.scale_row_stride, 4);
   }
-  // Chunk c's 64 bytes of nibbles and 4 exponents into `raw` (InBlock's raw layout, row `slot`):
+  // Chunk c's 64 bytes of nibbles and 4 exponents into `raw` (an InBlockRaw area, row `slot`):
   // cp.async where aligned, else loaded and stored by this thread (which alone reads them).
   __device__ __forceinline__ void Copy(uint8_t* raw, int slot, int c) const {
     if (nibbles == nullptr) return;
     const uint8_t* src = nibbles + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
-    uint8_t* exps = raw + InBlock<1>::kRawNibbles + 4 * slot;  // the same raw layout at every kP
+    uint8_t* exps = raw + InBlockRaw::kExponents + 4 * slot;
     if (vec) {
 #pragma unroll
-      for (int v = 0; v < 4; ++v) CpAsyncOrZero<16>(raw + (v * wgmma::kBlockRows + slot) * 16, src + 16 * v, true);
+      for (int v = 0; v < 4; ++v) {
+        CpAsyncOrZero<16>(raw + InBlockRaw::kNibbles + (v * wgmma::kBlockRows + slot) * 16, src + 16 * v, true);
+      }
       CpAsyncOrZero<4>(exps, exponents + 4 * c, true);
     } else {
       for (int v = 0; v < 4; ++v) {
-        for (int b = 0; b < 16; ++b) raw[(v * wgmma::kBlockRows + slot) * 16 + b] = __ldg(src + 16 * v + b);
+        for (int b = 0; b < 16; ++b) {
+          raw[InBlockRaw::kNibbles + (v * wgmma::kBlockRows + slot) * 16 + b] = __ldg(src + 16 * v + b);
+        }
       }
       for (int b = 0; b < 4; ++b) exps[b] = __ldg(exponents + 4 * c + b);
     }
@@ -1596,6 +1606,12 @@ struct InBlockUnit {
   __device__ __forceinline__ static int Chunk(uint32_t word) { return static_cast<int>(word & 0x7fffffffu); }
   __device__ __forceinline__ static bool Valid(uint32_t word) { return (word & 0x80000000u) != 0u; }
 };
+
+// The four e8m0 group exponents of one row's chunk from their word (byte g: group g, as stored).
+__device__ __forceinline__ void UnpackGroupExponents(uint32_t word, int (&e)[4]) {
+#pragma unroll
+  for (int b = 0; b < 4; ++b) e[b] = static_cast<int>((word >> (8 * b)) & 0xffu);
+}
 
 // One pass of one row's chunk for each of kUnits units (FoldPassWord word[p]) from the raw ring's
 // copy (raw_addr[p]: the unit's raw area) into its stage's tile (tile_addr[p]; unit 1 only where
@@ -1711,8 +1727,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     InBlockRow from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
     uint32_t fetched = 0;
     auto fetch = [&] {  // the walk's next unit
-      uint8_t* raw = smem + L::kRaw + (fetched % L::kRawSlots) * L::kRawBytes;
-      wgmma::StShared64(tma::SmemAddress(raw + L::kRawMeta) + 8 * row,
+      uint8_t* raw = smem + L::kRaw + (fetched % L::kRawSlots) * InBlockRaw::kBytes;
+      wgmma::StShared64(tma::SmemAddress(raw + InBlockRaw::kMeta) + 8 * row,
                         fetching ? InBlockUnit::Word(fc, from.nibbles != nullptr) : InBlockUnit::kEnd,
                         static_cast<uint32_t>(ft.row0));
       if (fetching) {
@@ -1754,17 +1770,16 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       uint2 note[kP];
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
-        raw_addr[p] = raw_base + ((unit + p) % L::kRawSlots) * L::kRawBytes;
-        note[p] = wgmma::LdShared64(raw_addr[p] + L::kRawMeta + 8 * row);
+        raw_addr[p] = raw_base + ((unit + p) % L::kRawSlots) * InBlockRaw::kBytes;
+        note[p] = wgmma::LdShared64(raw_addr[p] + InBlockRaw::kMeta + 8 * row);
       }
       if (note[0].x == InBlockUnit::kEnd) break;  // uniform: every thread walks the same units
       const bool second = kP == 2 && note[kP - 1].x != InBlockUnit::kEnd;  // uniform
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
-        exps[p] = wgmma::LdShared32(raw_addr[p] + L::kRawNibbles + 4 * row);
+        exps[p] = wgmma::LdShared32(raw_addr[p] + InBlockRaw::kExponents + 4 * row);
         int e[4];
-#pragma unroll
-        for (int b = 0; b < 4; ++b) e[b] = static_cast<int>((exps[p] >> (8 * b)) & 0xffu);
+        UnpackGroupExponents(exps[p], e);
         const bool live = p == 0 || second;
         word[p] = live && InBlockUnit::Valid(note[p].x) ? cpu::FirstFoldPassWord(e) : cpu::kFoldNoRowWord;
         tile[p] = live ? begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y) : 0u;
@@ -1786,8 +1801,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       for (int p = 0; p < kP; ++p) {
         for (int pass = 1; more[p]; ++pass) {
           int e[4];
-#pragma unroll
-          for (int b = 0; b < 4; ++b) e[b] = static_cast<int>((exps[p] >> (8 * b)) & 0xffu);
+          UnpackGroupExponents(exps[p], e);
           const uint32_t w[1] = {InBlockUnit::Valid(note[p].x) ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord};
           const uint32_t t[1] = {begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y)};
           const uint32_t r[1] = {raw_addr[p]};
@@ -2972,12 +2986,16 @@ std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 // (ExpertsTmaTokens) and warp-specialized, DEEPINFER_FP4_IN_BLOCK on. It depends on K, so the
 // MoE's w1 and w2 may decide differently (the tiny FP4 golden's w2 has K = 64): such calls cut
 // their own plan (ExpertsLinear) instead of reusing one cut for the other's tile height.
+// Fp4InBlockMayRun: its conditions that the MoE's w1, w3 and w2 share (all but K's and the
+// folded experts'): where it holds, a call cuts its own plan.
+bool Fp4InBlockMayRun(Kind kind, Path path, int64_t rows_bound, int64_t num_experts) {
+  return g_fp4_in_block.On() && kind == Kind::kFp4 && path == Path::kFp8 && PreFoldWanted(rows_bound, num_experts);
+}
 bool Fp4InBlockFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound, int64_t num_experts, int64_t k,
                    const void* codes, size_t codes_bytes, bool folded) {
-  return kind == Kind::kFp4 && path == Path::kFp8 && !folded &&
-         wgmma::ExpertsUsable(kind, scale_f32, k, codes, codes_bytes, rows_bound) &&
-         PreFoldWanted(rows_bound, num_experts) && ExpertsTmaTokens(false) != 0 && g_tma_warp_specialized.On() &&
-         g_fp4_in_block.On();
+  return Fp4InBlockMayRun(kind, path, rows_bound, num_experts) && !folded &&
+         wgmma::ExpertsUsable(kind, scale_f32, k, codes, codes_bytes, rows_bound) && ExpertsTmaTokens(false) != 0 &&
+         g_tma_warp_specialized.On();
 }
 
 // The TMA-fed pre-folded GEMM's tile tokens for an ExpertsLinear call (0: it does not run), fixed
@@ -3354,12 +3372,9 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
                                                   : mma::fp8::kTiledTok;
   l.params.plan_tile_rows = l.lists.counts + kTileKinds;
   l.params.tile_rows = tile_rows;
-  // With the in-block kernel on, FP4 experts at prefill sizes on the FP8-input path cut their own
-  // plan: its 96-row tiles or the others' 64 depend on K (Fp4InBlockFor), which w1 and w2 need not
-  // share.
-  const bool own_plan = g_fp4_in_block.On() && kind == Kind::kFp4 && l.path == Path::kFp8 &&
-                        PreFoldWanted(rows_bound, num_experts);
-  if (!plan_in_scratch || own_plan) {
+  // Where the in-block kernel may run, a call cuts its own plan: its 96-row tiles or the others' 64
+  // depend on K (Fp4InBlockFor), which the MoE's w1 and w2 need not share.
+  if (!plan_in_scratch || Fp4InBlockMayRun(kind, l.path, rows_bound, num_experts)) {
     ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
                                                       static_cast<int32_t>(rows_bound), tile_rows, l.lists);
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear tiles");
