@@ -14,7 +14,8 @@
 # DEEPINFER_WGMMA=0 (the mma.sync kernels that the warpgroup-MMA ones replace on sm_90a), and with
 # all of the reference's roundings (--kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 too: sparse attention on
 # tensor cores, wo_a on one BF16 part),
-# that at batch 64 and the prefills with the FP4 experts never pre-folded (DEEPINFER_FP4_PREFOLD=0),
+# that at batch 64 and the prefills with the FP4 experts pre-folded instead of converted in the
+# GEMM's blocks (DEEPINFER_FP4_IN_BLOCK=0) and never pre-folded (DEEPINFER_FP4_PREFOLD=0),
 # with the dense FP8 linears never on the TMA kernel (DEEPINFER_TMA=0: version 14's comparison)
 # and without --attn-out-bf16 (wo_a on three BF16 parts: version 17's comparison). The columns of
 # the TMA-fed grouped kernel at every size and of the TMA-fed experts (versions 15 and 14b,
@@ -56,14 +57,16 @@ if [[ ${1:-} == --steps ]]; then
   # (The split-BF16 attention's blocks per query, DEEPINFER_ATTENTION_SPLIT=1/8 against the default 2,
   # were swept in the runs of 2026-12-01/02: docs/performance.md, version 11's follow-ups.)
   variants=()
-  # name;environment;flags: the FP4 experts pre-folded at prefill sizes (version 12; the default
-  # from 64 rows per expert) against never (version 8's kernel, folding per chunk and token tile);
+  # name;environment;flags: the FP4 experts converted in the GEMM's blocks at prefill sizes
+  # (version 38; the default from 64 rows per expert) against pre-folded per call (version 12) and
+  # against never (version 8's kernel, folding per chunk and token tile);
   # Linear's unsplit FP8 products on the TMA kernel (version 14; the default) against the 64-token
   # cp.async kernel; wo_a's input rounded to BF16 (version 17) against f32 (three BF16 parts); the
   # dense split-BF16 linears' K slices over clusters at decode batches (version 20, off by default
   # until measured) against one block per tile; the FP4 experts kept folded for the run
   # (--fold-fp4-experts, version 21, off by default: twice their bytes) against converted per call.
-  for variant in "prefold0;DEEPINFER_FP4_PREFOLD=0;--attn-out-bf16" "tma0;DEEPINFER_TMA=0;--attn-out-bf16" \
+  for variant in "inblock0;DEEPINFER_FP4_IN_BLOCK=0;--attn-out-bf16" "prefold0;DEEPINFER_FP4_PREFOLD=0;--attn-out-bf16" \
+    "tma0;DEEPINFER_TMA=0;--attn-out-bf16" \
     "attnf32;;" "slices1;DEEPINFER_STAGED_SLICES=1;--attn-out-bf16" "fold;;--attn-out-bf16 --fold-fp4-experts"; do
     IFS=';' read -r name environment flags <<<"$variant"
     echo "== every reference rounding, ${environment:-$name} $flags"

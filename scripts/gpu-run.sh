@@ -66,13 +66,15 @@ if [[ $reruns -eq 1 ]]; then
   rc=$?
   echo "DEEPINFER_WGMMA=0: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-mma-sync.log" | head -3 | tr '\n' ' ')"
   [[ $rc -eq 0 ]] || status=1
-  # The FP4 experts pre-folded (version 12) at every row count (DEEPINFER_FP4_PREFOLD=1: the FP4
-  # experts' suites and the models on FP8 tensor cores, batch invariance included).
+  # The FP4 experts pre-folded (version 12) at every row count (DEEPINFER_FP4_PREFOLD=1, with
+  # DEEPINFER_FP4_IN_BLOCK=0: by default since 2026-12-04 prefill sizes convert in the GEMM's blocks,
+  # version 38; the FP4 experts' suites and the models on FP8 tensor cores, batch invariance
+  # included).
   prefold_filter='CudaExpertsLinearFp8.*:OpsExpertsLinear.*:GpuModel.*Fp8TensorCores*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
-  DEEPINFER_FP4_PREFOLD=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$prefold_filter"; else echo "$filter"; fi)" \
+  DEEPINFER_FP4_IN_BLOCK=0 DEEPINFER_FP4_PREFOLD=1 $dist/deepinfer_gpu_tests --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$prefold_filter"; else echo "$filter"; fi)" \
     >"$out/gpu-tests-prefold.log" 2>&1
   rc=$?
-  echo "DEEPINFER_FP4_PREFOLD=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-prefold.log" | head -3 | tr '\n' ' ')"
+  echo "DEEPINFER_FP4_IN_BLOCK=0 DEEPINFER_FP4_PREFOLD=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-prefold.log" | head -3 | tr '\n' ' ')"
   [[ $rc -eq 0 ]] || status=1
   # The linears, the experts and the models on tensor cores with the switches of versions 20 and
   # 23-26 flipped: the staged products' K slices over clusters also up to 32 rows
@@ -94,22 +96,11 @@ if [[ $reruns -eq 1 ]]; then
   # The same with the pre-folded experts on the TMA-fed kernel at 128-token tiles (the plan cut in
   # 128-row tiles; DEEPINFER_TMA_EXPERTS=128, version 14b, off by default until measured; the tests
   # themselves run 64 and 128 against the other kernels).
-  DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=128 $dist/deepinfer_gpu_tests \
+  DEEPINFER_FP4_IN_BLOCK=0 DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=128 $dist/deepinfer_gpu_tests \
     --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$prefold_filter"; else echo "$filter"; fi)" \
     >"$out/gpu-tests-tma-experts.log" 2>&1
   rc=$?
-  echo "DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=128: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-tma-experts.log" | head -3 | tr '\n' ' ')"
-  [[ $rc -eq 0 ]] || status=1
-  # The FP4 experts converted in the GEMM's blocks at prefill sizes (DEEPINFER_FP4_IN_BLOCK=1,
-  # version 38, off by default until this rerun has passed): the experts' suites, every model test
-  # (the tiny goldens' long prompts reach it; their w2 plans apart from w1) and the Flash-shaped
-  # check on FP8 tensor cores.
-  in_block_filter='CudaExpertsLinearFp8.*:OpsExpertsLinear.*:GpuModel.*:GpuRunner.*:GpuEngine.*:StepBench.*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
-  DEEPINFER_FP4_IN_BLOCK=1 $dist/deepinfer_gpu_tests \
-    --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$in_block_filter"; else echo "$filter"; fi)" \
-    >"$out/gpu-tests-in-block.log" 2>&1
-  rc=$?
-  echo "DEEPINFER_FP4_IN_BLOCK=1: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-in-block.log" | head -3 | tr '\n' ' ')"
+  echo "DEEPINFER_FP4_IN_BLOCK=0 DEEPINFER_FP4_PREFOLD=1 DEEPINFER_TMA_EXPERTS=128: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-tma-experts.log" | head -3 | tr '\n' ' ')"
   [[ $rc -eq 0 ]] || status=1
   # Linear's FP8 and GroupedLinear's split-BF16 tests and the models on tensor cores again with
   # DEEPINFER_TMA=0 DEEPINFER_TMA_GROUPED=1: Linear on the cp.async kernel the TMA-fed one replaces,

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU machine, build/gpu-dist carried: a version's whole check in one device call. Runs
 #   1. scripts/gpu-run.sh: the gpu label, then its reruns under the switches (DEEPINFER_GEMV=register,
-#      DEEPINFER_WGMMA=0, DEEPINFER_FP4_PREFOLD=1, with DEEPINFER_TMA_EXPERTS=128,
-#      DEEPINFER_FP4_IN_BLOCK=1, DEEPINFER_TMA=0 with DEEPINFER_TMA_GROUPED=1);
+#      DEEPINFER_WGMMA=0, DEEPINFER_FP4_IN_BLOCK=0 with DEEPINFER_FP4_PREFOLD=1, and with
+#      DEEPINFER_TMA_EXPERTS=128, DEEPINFER_TMA=0 with DEEPINFER_TMA_GROUPED=1);
 #   2. scripts/gpu-bench.sh --steps: bench steps with f32 SIMT, tensor cores, FP8 activations, its
 #      mma.sync column and all of the reference's roundings, side by side, and HF transformers;
 #   3. scripts/gpu-profile.sh (ncu) over the warpgroup-MMA GEMMs of an 8k prefill's first layer
-#      with FP8 activations (dense, FP4 experts pre-folded, grouped split-BF16), every kernel of a
+#      with FP8 activations (dense, FP4 experts converted in the blocks, grouped split-BF16), every kernel of a
 #      batch-1 decode step, the prefill's row kernels and dense-weight linears with all of the
 #      reference's roundings, and the TMA-fed experts at 128-token tiles, unless --no-profile.
 #      (The batch-1 GEMVs: `gpu-profile.sh b1 'Gemv' 24 -- --batches 1 --contexts 8192
@@ -117,7 +117,7 @@ if [[ $bench -eq 1 ]]; then
 fi
 if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
-  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'TmaLinearKernel|WgmmaLinearKernel|ExpertsWgmmaKernel|ExpertsPreFoldedKernel|ExpertsPreFoldedTmaKernel|PreFoldKernel|SplitBf16GroupedKernel|SplitBf16GroupedTmaKernel' 16 -- \
+  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'TmaLinearKernel|WgmmaLinearKernel|ExpertsWgmmaKernel|ExpertsPreFoldedKernel|ExpertsPreFoldedTmaKernel|ExpertsFp4InBlockKernel|PreFoldKernel|SplitBf16GroupedKernel|SplitBf16GroupedTmaKernel' 16 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   # Every kernel of a batch-1 decode step at 8k with every reference rounding (~110 launches a
   # step: which of them hold the step's 2.5 ms against its 0.41 ms floor).

@@ -2973,11 +2973,11 @@ int64_t PreFoldGroup(const PreFoldLayout& lay, int64_t rows_bound, int64_t k, in
   return room < lay.ExpertBytes() ? 0 : std::min(num_experts, room / lay.ExpertBytes());
 }
 
-// DEEPINFER_FP4_IN_BLOCK (read once; 1: on; unset or 0: off): FP4 experts at prefill sizes
+// DEEPINFER_FP4_IN_BLOCK (read once; unset or 1: on; 0: off): FP4 experts at prefill sizes
 // converted in the blocks of ExpertsFp4InBlockKernel (Fp4InBlockFor; the same bits; 96-token
-// tiles) instead of pre-folded per call. Off by default until the whole GPU label has run with it
-// after version 38's plan fix (docs/performance.md). Tests override it (SetFp4InBlockForTesting).
-KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 0};
+// tiles) instead of pre-folded per call (docs/performance.md, version 38). Tests override it
+// (SetFp4InBlockForTesting).
+KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
 std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path

@@ -169,7 +169,7 @@ void SetTmaWarpSpecializedForTesting(int mode);
 uint64_t TmaWarpSpecializedLaunchesForTesting();
 // The FP4 experts at prefill sizes converted in the GEMM's blocks (ExpertsFp4InBlockKernel: no
 // per-call pre-fold; the same bits) on (1), off (0: pre-folded), or as DEEPINFER_FP4_IN_BLOCK says
-// (-1, the default: off unless 1), converting `units` chunks side by side (1 or 2; 0: as
+// (-1, the default: on unless 0), converting `units` chunks side by side (1 or 2; 0: as
 // DEEPINFER_FP4_IN_BLOCK_UNITS says, unset 2); and how many such launches this process has made.
 void SetFp4InBlockForTesting(int mode, int units = 0);
 uint64_t Fp4InBlockLaunchesForTesting();
