@@ -1531,8 +1531,8 @@ struct InBlock {
   static constexpr int kTokens = kCw == 2 ? 64 : kInBlockTokens;
   static constexpr int kLaunchRegisters = kCw == 2 ? 128 : tma::kWsLaunchRegisters;
   // setmaxnreg's split (ptxas: at most 8 bytes of spills, in the walk).
-  static constexpr int kProducerRegisters = kCw == 2 ? 104 : kP == 1 ? 88 : 104;
-  static constexpr int kConsumerRegisters = kCw == 2 ? 152 : kP == 1 ? 208 : 200;
+  static constexpr int kProducerRegisters = kCw == 2 ? 104 : kP == 1 ? 88 : 120;
+  static constexpr int kConsumerRegisters = kCw == 2 ? 152 : kP == 1 ? 208 : 192;
   static_assert(kProducerRegisters * 128 * kCw + kConsumerRegisters * tma::kThreads <= kLaunchRegisters * kThreads,
                 "setmaxnreg within the block's own registers");
   static constexpr int kRingStages = 4 / kRings;  // per TMA ring
@@ -1651,6 +1651,12 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
     }
   }
   const int x = row & 7;
+  uint4 pieces[kUnits][4];  // the row's 16-byte pieces (group b: piece b), one load each
+#pragma unroll
+  for (int p = 0; p < kUnits; ++p) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) pieces[p][b] = wgmma::LdShared128(raw_addr[p] + 16 * row + b * wgmma::kBlockRows * 16);
+  }
 #pragma unroll
   for (int a = 0; a < 2; ++a) {
 #pragma unroll
@@ -1660,7 +1666,8 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
       for (int p = 0; p < kUnits; ++p) {
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
-          const uint32_t nib = wgmma::LdShared32(raw_addr[p] + 16 * row + b * wgmma::kBlockRows * 16 + 8 * a + 4 * h);
+          const uint4& piece = pieces[p][b];
+          const uint32_t nib = 2 * a + h == 0 ? piece.x : 2 * a + h == 1 ? piece.y : 2 * a + h == 2 ? piece.z : piece.w;
           mma::fp8::E2m1x8ToE4m3x8Table(nib, lo[p][b], hi[p][b], even[p][b], odd[p][b], signs[p][b]);
         }
       }
@@ -1845,7 +1852,7 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
   const int local_a = group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows: local_a, + 8
   float acc[R::kElems], part[R::kElems], total[R::kElems];
 #pragma unroll
-  for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
+  for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = 0.f;
   GroupItemWalk items(ep, lists, 0, e_end);
   ExpertTile t{};
   int64_t n0 = 0;
@@ -1854,31 +1861,44 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
   int ring_index = 0;
   uint32_t j = 0, j_next = 0;
   while (chunks > 0 && items.Next(lists, t, n0)) {
+    // wgmma::EndChunk's sums with no branch on the slice: total starts from -0, which adds to the
+    // first slice's part exactly (-0 + x = x for every x, ±0 included), and the units' loop runs
+    // per slice, so that part keeps its registers over it (a branch at each chunk end had the
+    // compiler move all of part, ~100 instructions a unit).
+#pragma unroll
+    for (int i = 0; i < R::kElems; ++i) total[i] = -0.f;
     for (int c = 0; c < chunks;) {
-      const R ring(smem + ring_index * L::kRingBytes);
-      const uint32_t pass_ring = tma::SmemAddress(smem + L::kPass + ring_index * L::kRingStages * L::kPassBytes);
-      ring.WaitLoaded(j);
-      const uint32_t stage_addr = tma::SmemAddress(ring.Stage(j));
-      wgmma::ChunkChainIssueLow(acc, stage_addr + group * wgmma::kRowsPerGroup * wgmma::kChunk, stage_addr + R::kX);
-      const uint32_t pass_addr = pass_ring + (j % R::kStages) * L::kPassBytes;
-      const float sa = __uint_as_float(wgmma::LdShared32(pass_addr + 4 * local_a));
-      const float sb = __uint_as_float(wgmma::LdShared32(pass_addr + 4 * (local_a + 8)));
-      const bool last = wgmma::LdShared32(pass_addr + L::kLast) != 0u;  // uniform over the block
-      const uint32_t xs_addr = tma::SmemAddress(R::XScales(ring.Stage(j), t.row0));
-      wgmma::WgmmaWaitAll();
-      wgmma::PinAll(acc);
-      AddScaledRowsShared(part, acc, sa, sb, xs_addr, q);
-      ring.ReleaseByWarp(j, lane);
-      ++j;
-      if (last) {
-        wgmma::EndChunk(total, part, c, 0, chunks);
-        ++c;
-        if constexpr (L::kRings == 2) {
-          const uint32_t swap = j;
-          j = j_next;
-          j_next = swap;
-          ring_index ^= 1;
+      const int slice_end = std::min(c + mma::kSliceChunks, chunks);
+      while (c < slice_end) {
+        const R ring(smem + ring_index * L::kRingBytes);
+        const uint32_t pass_ring = tma::SmemAddress(smem + L::kPass + ring_index * L::kRingStages * L::kPassBytes);
+        ring.WaitLoaded(j);
+        const uint32_t stage_addr = tma::SmemAddress(ring.Stage(j));
+        wgmma::ChunkChainIssueLow(acc, stage_addr + group * wgmma::kRowsPerGroup * wgmma::kChunk, stage_addr + R::kX);
+        const uint32_t pass_addr = pass_ring + (j % R::kStages) * L::kPassBytes;
+        const float sa = __uint_as_float(wgmma::LdShared32(pass_addr + 4 * local_a));
+        const float sb = __uint_as_float(wgmma::LdShared32(pass_addr + 4 * (local_a + 8)));
+        const bool last = wgmma::LdShared32(pass_addr + L::kLast) != 0u;  // uniform over the block
+        const uint32_t xs_addr = tma::SmemAddress(R::XScales(ring.Stage(j), t.row0));
+        wgmma::WgmmaWaitAll();
+        wgmma::PinAll(acc);
+        AddScaledRowsShared(part, acc, sa, sb, xs_addr, q);
+        ring.ReleaseByWarp(j, lane);
+        ++j;
+        if (last) {
+          ++c;
+          if constexpr (L::kRings == 2) {
+            const uint32_t swap = j;
+            j = j_next;
+            j_next = swap;
+            ring_index ^= 1;
+          }
         }
+      }
+#pragma unroll
+      for (int i = 0; i < R::kElems; ++i) {
+        total[i] = __fadd_rn(total[i], part[i]);
+        part[i] = 0.f;
       }
     }
     const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
