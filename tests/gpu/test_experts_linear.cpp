@@ -562,6 +562,13 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
           EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
           if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
         }
+        if (in_block > 0) {  // pass 0 from the chunk words written at load (the model's case)
+          SCOPED_TRACE(testing::Message() << "converted in the blocks from chunk words, " << in_block << " units by "
+                                          << converters << " warpgroups" << (wide_scales ? ", 18 binades" : ""));
+          const uint64_t word_launches = cuda::Fp4ChunkWordsLaunchesForTesting();
+          CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true);
+          EXPECT_GT(cuda::Fp4ChunkWordsLaunchesForTesting(), word_launches) << "no launch read chunk words";
+        }
       }
     }
     EXPECT_EQ(cuda::TmaWarpSpecializedLaunchesForTesting() > ws_launches, warp_specialized == 1)
@@ -656,6 +663,11 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
                                       << converters);
       const uint64_t launches = cuda::TmaLaunchesForTesting(), in_blocks = cuda::Fp4InBlockLaunchesForTesting();
       CheckExperts(pool, counts, tokens * 6, 4096, 2048, seed, {busiest});
+      if (units > 0) {  // and with the chunk words written at load, as the model runs it
+        const uint64_t word_launches = cuda::Fp4ChunkWordsLaunchesForTesting();
+        CheckExperts(pool, counts, tokens * 6, 4096, 2048, seed + 100, {busiest}, 0, false, /*chunk_words=*/true);
+        EXPECT_GT(cuda::Fp4ChunkWordsLaunchesForTesting(), word_launches) << "no launch read chunk words";
+      }
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
       EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_blocks, units > 0);
     }

@@ -1506,13 +1506,17 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
 constexpr int kInBlockTokens = 96;  // three 48-float fragments a consumer thread (acc, part, total)
 
 // One unit's area of the raw ring, the same at every kP: nibbles as [16-byte piece v][row]
-// (conflict-free for one thread a row), then the rows' exponent words, then each converting
-// thread's own note of what the unit is (InBlockUnit).
+// (conflict-free for one thread a row), then the rows' exponent words, their chunk words (where
+// the experts have them: WriteFp4ChunkWords), then each converting thread's own 16 bytes: its
+// note of what the unit is (InBlockUnit) and the later-pass mask words of the block's two 64-row
+// halves (chunk words only).
 struct InBlockRaw {
   static constexpr int kNibbles = 0;
   static constexpr int kExponents = wgmma::kBlockRows * wgmma::kChunk / 2;  // after 8 KiB of nibbles
-  static constexpr int kMeta = kExponents + wgmma::kBlockRows * 4;
-  static constexpr int kBytes = kMeta + wgmma::kBlockRows * 8;
+  static constexpr int kWords = kExponents + wgmma::kBlockRows * 4;
+  static constexpr int kMeta = kWords + wgmma::kBlockRows * 4;
+  static constexpr int kMasks = 8;  // within a row's 16 bytes of kMeta
+  static constexpr int kBytes = kMeta + wgmma::kBlockRows * 16;
   static_assert(kBytes % 16 == 0, "16-byte copies");
 };
 
@@ -1531,8 +1535,8 @@ struct InBlock {
   static constexpr int kTokens = kCw == 2 ? 64 : kInBlockTokens;
   static constexpr int kLaunchRegisters = kCw == 2 ? 128 : tma::kWsLaunchRegisters;
   // setmaxnreg's split (ptxas: at most 8 bytes of spills, in the walk).
-  static constexpr int kProducerRegisters = kCw == 2 ? 104 : kP == 1 ? 88 : 120;
-  static constexpr int kConsumerRegisters = kCw == 2 ? 152 : kP == 1 ? 208 : 192;
+  static constexpr int kProducerRegisters = kCw == 2 ? 104 : kP == 1 ? 96 : 120;
+  static constexpr int kConsumerRegisters = kCw == 2 ? 152 : kP == 1 ? 200 : 192;
   static_assert(kProducerRegisters * 128 * kCw + kConsumerRegisters * tma::kThreads <= kLaunchRegisters * kThreads,
                 "setmaxnreg within the block's own registers");
   static constexpr int kRingStages = 4 / kRings;  // per TMA ring
@@ -1574,21 +1578,39 @@ __device__ __forceinline__ bool ConvertersOr(bool pred, int w) {
 struct InBlockRow {
   const uint8_t* nibbles = nullptr;  // the row's chunk 0 (null: the row is past n)
   const uint8_t* exponents = nullptr;
+  const uint32_t* words = nullptr;  // the row's chunk words (null: none, or the row is past n)
+  const uint32_t* masks = nullptr;  // the block's first 64-row half's later-pass mask words (null: no words)
+  bool second_half = false;         // the block has rows in its second 64-row half
   bool vec = false;  // 16-byte aligned nibbles and 4-byte aligned exponents (cp.async); else bytes
 
   InBlockRow() = default;  // no row: copies nothing
-  __device__ __forceinline__ InBlockRow(const ExpertsParams& ep, const ExpertTile& t, int64_t row) {
+  // Row n0 + i of tile t's expert, i < 128 (n0 a multiple of 128).
+  __device__ __forceinline__ InBlockRow(const ExpertsParams& ep, const ExpertTile& t, int64_t n0, int i) {
     const DeviceWeight& w = ep.weights[t.expert];
-    if (row >= ep.base.n) return;
+    const int64_t n = ep.base.n, chunks = ep.base.k / wgmma::kChunk, row = n0 + i;
+    if (ep.chunk_words != nullptr) {
+      const uint32_t* expert_words = ep.chunk_words + t.expert * ep.chunk_words_stride;
+      masks = expert_words + wgmma::rs::ChunkWordsOfRows(n, chunks) + 2 * (n0 / wgmma::rs::kRows);
+      second_half = n0 + wgmma::rs::kRows < n;
+      if (row < n) words = expert_words + row * chunks;
+    }
+    if (row >= n) return;
     const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
     nibbles = static_cast<const uint8_t*>(w.data) + row * row_bytes;
     exponents = static_cast<const uint8_t*>(w.scale) + row * w.scale_row_stride;
     vec = Aligned(w.data, row_bytes, 16) && Aligned(w.scale, w.scale_row_stride, 4);
   }
-  // Chunk c's 64 bytes of nibbles and 4 exponents into `raw` (an InBlockRaw area, row `slot`):
-  // cp.async where aligned, else loaded and stored by this thread (which alone reads them).
+  // Chunk c's 64 bytes of nibbles, 4 exponents and chunk word into `raw` (an InBlockRaw area, row
+  // `slot`), and the block's later-pass mask words for c (every row, past n included): cp.async
+  // where aligned, else loaded and stored by this thread (which alone reads them).
   __device__ __forceinline__ void Copy(uint8_t* raw, int slot, int c) const {
+    if (masks != nullptr) {
+      uint8_t* mask = raw + InBlockRaw::kMeta + 16 * slot + InBlockRaw::kMasks;
+      CpAsyncOrZero<4>(mask, masks + c / 32, true);
+      CpAsyncOrZero<4>(mask + 4, masks + 2 + c / 32, second_half);  // zeros where no second half
+    }
     if (nibbles == nullptr) return;
+    if (words != nullptr) CpAsyncOrZero<4>(raw + InBlockRaw::kWords + 4 * slot, words + c, true);
     const uint8_t* src = nibbles + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
     uint8_t* exps = raw + InBlockRaw::kExponents + 4 * slot;
     if (vec) {
@@ -1745,19 +1767,22 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
     int64_t fn0 = 0;
     int fc = 0;
     bool fetching = chunks > 0 && walk.Next(lists, ft, fn0);
-    InBlockRow from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
+    InBlockRow from = fetching ? InBlockRow(ep, ft, fn0, row) : InBlockRow();
     auto advance = [&] {  // past the walk's current unit
       if (fetching && ++fc == chunks) {
         fc = 0;
         fetching = walk.Next(lists, ft, fn0);
-        from = fetching ? InBlockRow(ep, ft, fn0 + row) : InBlockRow();
+        from = fetching ? InBlockRow(ep, ft, fn0, row) : InBlockRow();
       }
     };
+    // With chunk words (uniform), pass 0's shifts and row scale come from the row's chunk word and
+    // whether the block needs later passes from the masks: no fold word to work out and no vote.
+    const bool chunk_words = ep.chunk_words != nullptr;
     for (int u = 0; u < cw * kP; ++u) advance();
     uint32_t fetched = 0;
     auto fetch = [&] {  // the walk's current unit (this converter's), then past it
       uint8_t* raw = smem + L::kRaw + (cw * L::kOwnSlots + fetched % L::kOwnSlots) * InBlockRaw::kBytes;
-      wgmma::StShared64(tma::SmemAddress(raw + InBlockRaw::kMeta) + 8 * row,
+      wgmma::StShared64(tma::SmemAddress(raw + InBlockRaw::kMeta) + 16 * row,
                         fetching ? InBlockUnit::Word(fc, from.nibbles != nullptr) : InBlockUnit::kEnd,
                         static_cast<uint32_t>(ft.row0));
       if (fetching) from.Copy(raw, row, fc);
@@ -1796,33 +1821,44 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
       fetch_group();                        // up to own + kOwnSlots - 1
       CpAsyncWait<L::kOwnSlots - kP>();     // the group's copies (this thread's own) have landed
       uint32_t raw_addr[kP], word[kP], exps[kP], tile[kP];
+      float scale[kP];
+      bool more[kP];
       uint2 note[kP];
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
         raw_addr[p] = raw_base + ((own + p) % L::kOwnSlots) * InBlockRaw::kBytes;
-        note[p] = wgmma::LdShared64(raw_addr[p] + InBlockRaw::kMeta + 8 * row);
+        note[p] = wgmma::LdShared64(raw_addr[p] + InBlockRaw::kMeta + 16 * row);
       }
       if (note[0].x == InBlockUnit::kEnd) break;  // uniform: every thread walks the same units
       const bool second = kP == 2 && note[kP - 1].x != InBlockUnit::kEnd;  // uniform
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
         exps[p] = wgmma::LdShared32(raw_addr[p] + InBlockRaw::kExponents + 4 * row);
-        int e[4];
-        UnpackGroupExponents(exps[p], e);
         const bool live = p == 0 || second;
-        word[p] = live && InBlockUnit::Valid(note[p].x) ? cpu::FirstFoldPassWord(e) : cpu::kFoldNoRowWord;
+        const bool valid = live && InBlockUnit::Valid(note[p].x);
+        if (chunk_words) {
+          const uint32_t chunk_word = wgmma::LdShared32(raw_addr[p] + InBlockRaw::kWords + 4 * row);
+          const uint2 masks = wgmma::LdShared64(raw_addr[p] + InBlockRaw::kMeta + 16 * row + InBlockRaw::kMasks);
+          word[p] = valid ? chunk_word : cpu::kFoldNoRowWord;  // ConvertRowPasses reads the shifts only
+          scale[p] = valid ? wgmma::rs::ChunkWordScale(chunk_word) : 1.f;
+          more[p] = live && (((masks.x | masks.y) >> (InBlockUnit::Chunk(note[p].x) % 32)) & 1u) != 0u;
+        } else {
+          int e[4];
+          UnpackGroupExponents(exps[p], e);
+          word[p] = valid ? cpu::FirstFoldPassWord(e) : cpu::kFoldNoRowWord;
+          scale[p] = wgmma::FoldedRowScaleOf(word[p]);
+        }
         tile[p] = live ? begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y) : 0u;
       }
       ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, second);
-      bool more[kP];
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
         if (p == 1 && !second) {
           more[p] = false;
           continue;
         }
-        wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(wgmma::FoldedRowScaleOf(word[p])));
-        more[p] = ConvertersOr(cpu::FoldWordMore(word[p]), cw);
+        wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(scale[p]));
+        if (!chunk_words) more[p] = ConvertersOr(cpu::FoldWordMore(word[p]), cw);
         end_pass(p, more[p]);
       }
       // Later passes (rare), unit by unit: each its own load of the unit's ring.
@@ -3021,6 +3057,7 @@ int64_t PreFoldGroup(const PreFoldLayout& lay, int64_t rows_bound, int64_t k, in
 // (SetFp4InBlockForTesting).
 KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
 std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
+std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-block launches reading them (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
 // on warpgroup MMAs with codes scratch for x (wgmma::ExpertsUsable), not kept folded, at prefill
@@ -3124,9 +3161,12 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
 }
 
-void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
+void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& params, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
+  ExpertsParams ep = params;
+  ep.chunk_words = l.chunk_words;  // Fp4ChunkWordsBytes: K within wgmma::rs::kMaxChunks chunks
+  ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(b.n, b.k / wgmma::kChunk);
   if (InBlockConverters() == 2) {
     LaunchExpertsFp4InBlockOf<1, 2>(l, ep, a);
   } else if (InBlockUnits() == 2) {
@@ -3137,6 +3177,7 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   g_tma_launches.fetch_add(1);
   g_tma_ws_launches.fetch_add(1);
   g_fp4_in_block_launches.fetch_add(1);
+  if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
 }
 
 // FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
@@ -3203,7 +3244,6 @@ KernelSwitch g_experts_register_a16{"DEEPINFER_EXPERTS_REGISTER_A16", 1};
 // of the nibbles), so that an item copies them instead of folding its rows' group exponents
 // (docs/performance.md, version 30). Tests override it (SetFp4ChunkWordsForTesting).
 KernelSwitch g_fp4_chunk_words{"DEEPINFER_FP4_CHUNK_WORDS", 1};
-std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed launches that read them (tests)
 
 // ExpertsFp4RegistersKernel's register bound: 3 or 4 blocks per SM (DEEPINFER_EXPERTS_REGISTER_A_BLOCKS,
 // read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; at Flash's

@@ -304,7 +304,7 @@ size_t Fp4ChunkWordsBytes(const DeviceWeight& layout, int64_t num_experts, Linea
 void WriteFp4ChunkWords(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
                         size_t bytes, cudaStream_t stream);
 // Tests only: Fp4ChunkWordsBytes's switch on (1), off (0), or as DEEPINFER_FP4_CHUNK_WORDS says (-1,
-// the default: on unless 0); and how many register-fed launches have read chunk words.
+// the default: on unless 0); and how many register-fed or in-block launches have read chunk words.
 void SetFp4ChunkWordsForTesting(int mode);
 uint64_t Fp4ChunkWordsLaunchesForTesting();
 // Codes bytes with which ExpertsLinear pre-folds FP4 experts (0 where it cannot): x's codes, then
