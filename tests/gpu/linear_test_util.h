@@ -117,14 +117,12 @@ class ScopedTmaKernels {
   ScopedTmaKernels(const ScopedTmaKernels&) = delete;
   ScopedTmaKernels& operator=(const ScopedTmaKernels&) = delete;
 };
-// cuda::SetFp4InBlockForTesting(mode, units, converters) for the scope: the FP4 experts converted
-// in the GEMM's blocks (1; 1 or 2 units side by side, by 1 or 2 converting warpgroups, 0: the
-// environment's counts) or pre-folded (0), then back to the environment's choice.
+// cuda::SetFp4InBlockForTesting(mode, units) for the scope: the FP4 experts converted in the
+// GEMM's blocks (1; 1 or 2 units side by side, 0: the environment's count) or pre-folded (0), then
+// back to the environment's choice.
 class ScopedFp4InBlock {
  public:
-  explicit ScopedFp4InBlock(int mode, int units = 0, int converters = 0) {
-    cuda::SetFp4InBlockForTesting(mode, units, converters);
-  }
+  explicit ScopedFp4InBlock(int mode, int units = 0) { cuda::SetFp4InBlockForTesting(mode, units); }
   ~ScopedFp4InBlock() { cuda::SetFp4InBlockForTesting(-1); }
   ScopedFp4InBlock(const ScopedFp4InBlock&) = delete;
   ScopedFp4InBlock& operator=(const ScopedFp4InBlock&) = delete;

@@ -527,8 +527,8 @@ TEST(CudaExpertsLinearFp8, FoldedExpertsEqualLinear) {
 // included; 130 and 200 rows make full and partial 96- and 128-row tiles. Both forms of the
 // pre-folded kernel: thread 0 issuing the copies in its MMA loop, and warp-specialized (a producer
 // warpgroup; later passes on a named barrier of the MMA warpgroups); and the experts converted in
-// the blocks (ExpertsFp4InBlockKernel: each pass a load of its ring; one converting warpgroup
-// converting 1 or 2 units side by side, or two converting one each).
+// the blocks (ExpertsFp4InBlockKernel: each pass a load of its ring; 1 or 2 units side by side;
+// pass 0 from the fold words it works out and from the chunk words written at load).
 TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -536,11 +536,10 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
   const int64_t experts = static_cast<int64_t>(counts.size()), bound = 520;
   uint64_t seed = 5350;
-  // {converted in the blocks, 1 or 2 units side by side (0: pre-folded), converting warpgroups,
-  //  tile tokens, warp-specialized}
-  for (const auto& [in_block, converters, tokens, warp_specialized] : std::vector<std::tuple<int, int, int, int>>{
-           {0, 1, 64, 0}, {0, 1, 64, 1}, {0, 1, 128, 0}, {0, 1, 128, 1}, {1, 1, 64, 1}, {2, 1, 64, 1}, {1, 2, 64, 1}}) {
-    ScopedFp4InBlock converted(in_block > 0 ? 1 : 0, in_block, converters);
+  // {converted in the blocks, 1 or 2 units side by side (0: pre-folded), tile tokens, warp-specialized}
+  for (const auto& [in_block, tokens, warp_specialized] : std::vector<std::tuple<int, int, int>>{
+           {0, 64, 0}, {0, 64, 1}, {0, 128, 0}, {0, 128, 1}, {1, 64, 1}, {2, 64, 1}}) {
+    ScopedFp4InBlock converted(in_block > 0 ? 1 : 0, in_block);
     ScopedTmaKernels tma(1, tokens);
     ScopedTmaWarpSpecialized ws(warp_specialized);
     const uint64_t ws_launches = cuda::TmaWarpSpecializedLaunchesForTesting();
@@ -552,9 +551,7 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
         ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
         for (const int64_t group : {int64_t{1}, int64_t{3}, experts}) {
           SCOPED_TRACE(testing::Message() << (in_block > 0 ? "converted in the blocks, " : "pre-folded, ")
-                                          << (in_block > 0 ? std::to_string(in_block) + " units at once by " +
-                                                                 std::to_string(converters) + " warpgroups"
-                                                           : "")
+                                          << (in_block > 0 ? std::to_string(in_block) + " units at once" : "")
                                           << ", TMA at " << tokens << " tokens, group of " << group
                                           << (wide_scales ? ", 18 binades" : ""));
           const uint64_t launches = cuda::TmaLaunchesForTesting();
@@ -563,8 +560,8 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
           if (group == 3) CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, group);
         }
         if (in_block > 0) {  // pass 0 from the chunk words written at load (the model's case)
-          SCOPED_TRACE(testing::Message() << "converted in the blocks from chunk words, " << in_block << " units by "
-                                          << converters << " warpgroups" << (wide_scales ? ", 18 binades" : ""));
+          SCOPED_TRACE(testing::Message() << "converted in the blocks from chunk words, " << in_block
+                                          << " units at once" << (wide_scales ? ", 18 binades" : ""));
           const uint64_t word_launches = cuda::Fp4ChunkWordsLaunchesForTesting();
           CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true);
           EXPECT_GT(cuda::Fp4ChunkWordsLaunchesForTesting(), word_launches) << "no launch read chunk words";
@@ -652,15 +649,15 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
   const int64_t busiest = std::max_element(counts.begin(), counts.end()) - counts.begin();
   CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5402, {busiest, experts - 1});
   if (cuda::TmaKernelsAvailable()) {  // and on the TMA-fed kernels (32 chunks per item): pre-folded at
-    // both tile sizes, converted in the blocks 1 and 2 units at once by one warpgroup and by two
-    // {units converted at once (0: pre-folded), converting warpgroups, pre-folded tile tokens, seed}
-    for (const auto& [units, converters, tile_tokens, seed] : std::vector<std::tuple<int, int, int, uint64_t>>{
-             {0, 1, 64, 5467}, {0, 1, 128, 5531}, {1, 1, 64, 5404}, {2, 1, 64, 5405}, {1, 2, 64, 5406}}) {
-      ScopedFp4InBlock converted(units > 0 ? 1 : 0, units, converters);
+    // both tile sizes, converted in the blocks 1 and 2 units at once (from the fold words and from
+    // the chunk words written at load)
+    // {units converted at once (0: pre-folded), pre-folded tile tokens, seed}
+    for (const auto& [units, tile_tokens, seed] :
+         std::vector<std::tuple<int, int, uint64_t>>{{0, 64, 5467}, {0, 128, 5531}, {1, 64, 5404}, {2, 64, 5405}}) {
+      ScopedFp4InBlock converted(units > 0 ? 1 : 0, units);
       ScopedTmaKernels tma(1, tile_tokens);
       SCOPED_TRACE(testing::Message() << (units > 0 ? "converted in the blocks, units at once: " : "pre-folded at ")
-                                      << (units > 0 ? units : tile_tokens) << ", converting warpgroups "
-                                      << converters);
+                                      << (units > 0 ? units : tile_tokens));
       const uint64_t launches = cuda::TmaLaunchesForTesting(), in_blocks = cuda::Fp4InBlockLaunchesForTesting();
       CheckExperts(pool, counts, tokens * 6, 4096, 2048, seed, {busiest});
       if (units > 0) {  // and with the chunk words written at load, as the model runs it

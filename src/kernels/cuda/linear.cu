@@ -1520,56 +1520,48 @@ struct InBlockRaw {
   static_assert(kBytes % 16 == 0, "16-byte copies");
 };
 
-// kCw converting warpgroups (1 or 2), each converting kP units side by side (kP = 2 only with
-// kCw = 1): kRings = kP·kCw TMA rings, unit u on ring u % kRings, converted by warpgroup
-// (u % kRings) / kP.
-template <int kP, int kCw>
+template <int kP>
 struct InBlock {
-  static_assert((kP == 1 || kP == 2) && (kCw == 1 || kCw == 2) && kP * kCw <= 2,
-                "one or two units in flight, by one converting warpgroup or two");
-  static constexpr int kRings = kP * kCw;
-  static constexpr int kThreads = tma::kThreads + 128 * kCw;
-  // Token tiles: 96 (three 48-float fragments a consumer thread: acc, part, total), 64 at kCw = 2,
-  // where ptxas holds the whole 512-thread kernel to 128 registers a thread (setmaxnreg's split
-  // below moves registers between warpgroups at run time; it does not raise that limit).
-  static constexpr int kTokens = kCw == 2 ? 64 : kInBlockTokens;
-  static constexpr int kLaunchRegisters = kCw == 2 ? 128 : tma::kWsLaunchRegisters;
-  // setmaxnreg's split (ptxas: at most 8 bytes of spills, in the walk).
-  static constexpr int kProducerRegisters = kCw == 2 ? 104 : kP == 1 ? 96 : 120;
-  static constexpr int kConsumerRegisters = kCw == 2 ? 152 : kP == 1 ? 200 : 192;
-  static_assert(kProducerRegisters * 128 * kCw + kConsumerRegisters * tma::kThreads <= kLaunchRegisters * kThreads,
+  static_assert(kP == 1 || kP == 2, "one or two units in flight");
+  // setmaxnreg's split (ptxas: at most 8 bytes of spills, in the walk). ptxas holds the whole
+  // kernel to tma::kWsLaunchRegisters (168) a thread whatever the consumers' count: the split
+  // moves registers between warpgroups at run time, it does not raise that limit (a
+  // 512-thread form with two converting warpgroups had 128 registers and needed 64-token tiles:
+  // docs/performance.md, version 39).
+  static constexpr int kProducerRegisters = kP == 1 ? 96 : 120;
+  static constexpr int kConsumerRegisters = kP == 1 ? 200 : 192;
+  static_assert(kProducerRegisters * 128 + kConsumerRegisters * tma::kThreads <=
+                    tma::kWsLaunchRegisters * tma::kWsThreads,
                 "setmaxnreg within the block's own registers");
-  static constexpr int kRingStages = 4 / kRings;  // per TMA ring
-  static constexpr int kRawSlots = 8;             // units of the raw ring, kRawSlots / kCw per converter
-  static constexpr int kOwnSlots = kRawSlots / kCw;  // a converter copies kOwnSlots - kP of its units ahead
-  using R = tma::Ring<kTokens, kRingStages>;
-  // Shared memory: the kRings TMA rings; per ring and stage the rows' scales for the stage's pass
-  // (f32 [128]) and whether the pass is its chunk's last (a word; 16 bytes); the raw ring
-  // (kRawSlots units of InBlockRaw); the byte_perm tables (18 words) and a table of zeros.
+  static constexpr int kRingStages = 4 / kP;  // per TMA ring
+  static constexpr int kRawSlots = 8;         // units of the raw ring: copies 8 - kP units ahead
+  using R = tma::Ring<kInBlockTokens, kRingStages>;
+  // Shared memory: the kP TMA rings; per ring and stage the rows' scales for the stage's pass (f32
+  // [128]) and whether the pass is its chunk's last (a word; 16 bytes); the raw ring (kRawSlots
+  // units of InBlockRaw); the byte_perm tables (18 words) and a table of zeros.
   static constexpr int kRingBytes = (R::kEnd + 1023) / 1024 * 1024;  // the swizzle's alignment
   static constexpr int kPassBytes = wgmma::kBlockRows * 4 + 16;
-  static constexpr int kPass = kRings * kRingBytes;
+  static constexpr int kPass = kP * kRingBytes;
   static constexpr int kLast = wgmma::kBlockRows * 4;  // within a pass area
-  static constexpr int kRaw = kPass + kRings * kRingStages * kPassBytes;
+  static constexpr int kRaw = kPass + kP * kRingStages * kPassBytes;
   static constexpr int kTables = kRaw + kRawSlots * InBlockRaw::kBytes;
   static constexpr int kBytes = kTables + 128 + 1024;  // + base alignment
   static_assert(kRaw % 16 == 0, "16-byte copies");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// bar.red.or over converting warpgroup w's 128 threads (named barrier 2 + w: the MMA warpgroups
-// use 1).
-__device__ __forceinline__ bool ConvertersOr(bool pred, int w) {
+// bar.red.or over the converting warpgroup's 128 threads (named barrier 2: the MMA warpgroups use 1).
+__device__ __forceinline__ bool ConvertersOr(bool pred) {
   uint32_t any = 0;
   asm volatile(
       "{\n"
       ".reg .pred pin, pout;\n"
       "setp.ne.u32 pin, %1, 0;\n"
-      "bar.red.or.pred pout, %2, 128, pin;\n"
+      "bar.red.or.pred pout, 2, 128, pin;\n"
       "selp.u32 %0, 1, 0, pout;\n"
       "}\n"
       : "=r"(any)
-      : "r"(static_cast<uint32_t>(pred)), "r"(2 + w)
+      : "r"(static_cast<uint32_t>(pred))
       : "memory");
   return any != 0;
 }
@@ -1722,18 +1714,19 @@ __device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const
   }
 }
 
-// grid: at most one block per SM; InBlock<kP, kCw>::kThreads threads, InBlock<kP, kCw>::kBytes of
-// dynamic shared memory. x_map, xs_map: XTensorMaps at InBlock<kP, kCw>::kTokens; ep: FP4 experts
-// with e8m0 scales, K % 128 == 0; the plan cut in kTokens-row tiles; experts [0, e_end).
-template <int kP, int kCw>
-__global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
+// grid: at most one block per SM; tma::kWsThreads threads, InBlock<kP>::kBytes of dynamic shared
+// memory. x_map, xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales,
+// K % 128 == 0 (chunk words, where given, as WriteFp4ChunkWords wrote them, chunk_words_stride
+// apart); the plan cut in kInBlockTokens-row tiles; experts [0, e_end).
+template <int kP>
+__global__ void __launch_bounds__(tma::kWsThreads, 1)
     ExpertsFp4InBlockKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                             const ExpertsParams ep, const TileLists lists, int32_t e_end) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
-  using L = InBlock<kP, kCw>;
+  using L = InBlock<kP>;
   using R = typename L::R;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
@@ -1744,7 +1737,7 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
     tma::PrefetchTensorMap(&x_map);
     tma::PrefetchTensorMap(&xs_map);
 #pragma unroll
-    for (int r = 0; r < L::kRings; ++r) R(smem + r * L::kRingBytes).Init(tma::kWsConsumerWarps, 1 + 128);
+    for (int p = 0; p < kP; ++p) R(smem + p * L::kRingBytes).Init(tma::kWsConsumerWarps, 1 + 128);
   }
   if (tid < 2 * (kInBlockZeroTable + 1)) {
     reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] =
@@ -1752,16 +1745,14 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
   }
   __syncthreads();
 
-  if (tid >= tma::kThreads) {  // converting warpgroup `cw`: row `row` of its units
+  if (tid >= tma::kThreads) {  // the converting warpgroup: row `row` of every unit
     tma::SetMaxRegistersDec<L::kProducerRegisters>();
-    const int cw = (tid - tma::kThreads) / 128;
-    const int row = (tid - tma::kThreads) % 128;
+    const int row = tid - tma::kThreads;
     const uint32_t tables_addr = tma::SmemAddress(smem + L::kTables);
-    const uint32_t raw_base = tma::SmemAddress(smem + L::kRaw) + cw * L::kOwnSlots * InBlockRaw::kBytes;
-    // Its units, kP at a time, are cw·kP .. cw·kP + kP - 1 of every kRings of the walk. Their copies
-    // run kOwnSlots - kP units ahead of their conversion, as this thread's cp.async groups (one per
-    // unit, empty past the walk's end), with its note of the unit beside them (InBlockUnit), so
-    // that the conversion needs no walk of its own.
+    const uint32_t raw_base = tma::SmemAddress(smem + L::kRaw);
+    // The units' copies run kRawSlots - kP units ahead of their conversion, as this thread's
+    // cp.async groups (one per unit, empty past the walk's end), with its note of the unit beside
+    // them (InBlockUnit), so that the conversion needs no walk of its own.
     GroupItemWalk walk(ep, lists, 0, e_end);
     ExpertTile ft{};
     int64_t fn0 = 0;
@@ -1778,10 +1769,9 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
     // With chunk words (uniform), pass 0's shifts and row scale come from the row's chunk word and
     // whether the block needs later passes from the masks: no fold word to work out and no vote.
     const bool chunk_words = ep.chunk_words != nullptr;
-    for (int u = 0; u < cw * kP; ++u) advance();
     uint32_t fetched = 0;
-    auto fetch = [&] {  // the walk's current unit (this converter's), then past it
-      uint8_t* raw = smem + L::kRaw + (cw * L::kOwnSlots + fetched % L::kOwnSlots) * InBlockRaw::kBytes;
+    auto fetch = [&] {  // the walk's current unit, then past it
+      uint8_t* raw = smem + L::kRaw + (fetched % L::kRawSlots) * InBlockRaw::kBytes;
       wgmma::StShared64(tma::SmemAddress(raw + InBlockRaw::kMeta) + 16 * row,
                         fetching ? InBlockUnit::Word(fc, from.nibbles != nullptr) : InBlockUnit::kEnd,
                         static_cast<uint32_t>(ft.row0));
@@ -1790,18 +1780,12 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
       CpAsyncCommit();
       ++fetched;
     };
-    auto fetch_group = [&] {  // this converter's next kP units, then past the other's
-#pragma unroll
-      for (int p = 0; p < kP; ++p) fetch();
-      for (int u = 0; u < (kCw - 1) * kP; ++u) advance();
-    };
-    for (int g = 0; g < L::kOwnSlots / kP - 1; ++g) fetch_group();
+    for (int u = 0; u < L::kRawSlots - kP; ++u) fetch();
 
-    // A pass of unit p of the group fills load j[p] of ring cw·kP + p: begin_pass (its stage free,
-    // x on its way), the codes and the rows' scales, then end_pass (the last-pass flag, fence,
-    // arrival).
-    uint32_t j[kP] = {};  // loads of ring cw·kP + p filled
-    auto ring_of = [&](int p) { return R(smem + (cw * kP + p) * L::kRingBytes); };
+    // A pass of unit p of the pair fills load j[p] of ring p: begin_pass (its stage free, x on its
+    // way), the codes and the rows' scales, then end_pass (the last-pass flag, fence, arrival).
+    uint32_t j[kP] = {};  // loads of ring p filled
+    auto ring_of = [&](int p) { return R(smem + p * L::kRingBytes); };
     auto begin_pass = [&](int p, int c, uint32_t x_row) {  // the ring's next stage free, x loading
       const R ring = ring_of(p);
       if (j[p] >= R::kStages) ring.WaitReleased(j[p] - R::kStages);
@@ -1809,7 +1793,7 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
       return tma::SmemAddress(ring.Stage(j[p]));
     };
     auto pass_area = [&](int p) {
-      return tma::SmemAddress(smem + L::kPass + ((cw * kP + p) * L::kRingStages + j[p] % R::kStages) * L::kPassBytes);
+      return tma::SmemAddress(smem + L::kPass + (p * L::kRingStages + j[p] % R::kStages) * L::kPassBytes);
     };
     auto end_pass = [&](int p, bool more) {  // after the codes and the row's scale: flag, fence, arrive
       if (row == 0) wgmma::StShared32(pass_area(p) + L::kLast, more ? 0u : 1u);
@@ -1817,16 +1801,17 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
       tma::BarrierArrive(&ring_of(p).full[j[p] % R::kStages]);
       ++j[p];
     };
-    for (uint32_t own = 0;; own += kP) {  // this converter's units own .. own + kP - 1: unit own + p on ring p
-      fetch_group();                        // up to own + kOwnSlots - 1
-      CpAsyncWait<L::kOwnSlots - kP>();     // the group's copies (this thread's own) have landed
+    for (uint32_t unit = 0;; unit += kP) {  // units unit .. unit + kP - 1: unit + p on ring p
+#pragma unroll
+      for (int p = 0; p < kP; ++p) fetch();  // up to unit + kRawSlots - 1
+      CpAsyncWait<L::kRawSlots - kP>();       // the pair's copies (this thread's own) have landed
       uint32_t raw_addr[kP], word[kP], exps[kP], tile[kP];
       float scale[kP];
       bool more[kP];
       uint2 note[kP];
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
-        raw_addr[p] = raw_base + ((own + p) % L::kOwnSlots) * InBlockRaw::kBytes;
+        raw_addr[p] = raw_base + ((unit + p) % L::kRawSlots) * InBlockRaw::kBytes;
         note[p] = wgmma::LdShared64(raw_addr[p] + InBlockRaw::kMeta + 16 * row);
       }
       if (note[0].x == InBlockUnit::kEnd) break;  // uniform: every thread walks the same units
@@ -1858,7 +1843,7 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
           continue;
         }
         wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(scale[p]));
-        if (!chunk_words) more[p] = ConvertersOr(cpu::FoldWordMore(word[p]), cw);
+        if (!chunk_words) more[p] = ConvertersOr(cpu::FoldWordMore(word[p]));
         end_pass(p, more[p]);
       }
       // Later passes (rare), unit by unit: each its own load of the unit's ring.
@@ -1872,7 +1857,7 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
           const uint32_t r[1] = {raw_addr[p]};
           ConvertRowPasses<1>(r, row, w, tables_addr, t, false);
           wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(wgmma::FoldedRowScaleOf(w[0])));
-          more[p] = ConvertersOr(cpu::FoldWordMore(w[0]), cw);
+          more[p] = ConvertersOr(cpu::FoldWordMore(w[0]));
           end_pass(p, more[p]);
         }
       }
@@ -1892,8 +1877,8 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
   GroupItemWalk items(ep, lists, 0, e_end);
   ExpertTile t{};
   int64_t n0 = 0;
-  // Unit u's loads come from ring u % kRings: `ring_index` the current one, j its loads consumed,
-  // j_next the other's (kRings = 2: the two swap after each unit).
+  // Unit u's loads come from ring u % kP: `ring_index` the current one, j its loads consumed,
+  // j_next the other's (kP = 2: the two swap after each unit).
   int ring_index = 0;
   uint32_t j = 0, j_next = 0;
   while (chunks > 0 && items.Next(lists, t, n0)) {
@@ -1923,7 +1908,7 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
         ++j;
         if (last) {
           ++c;
-          if constexpr (L::kRings == 2) {
+          if constexpr (kP == 2) {
             const uint32_t swap = j;
             j = j_next;
             j_next = swap;
@@ -1938,7 +1923,7 @@ __global__ void __launch_bounds__(InBlock<kP, kCw>::kThreads, 1)
       }
     }
     const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
-    wgmma::StoreBlockResult<L::kTokens>(tp, n0 + local_a, 0, q, [&](int i) { return total[i]; });
+    wgmma::StoreBlockResult<kInBlockTokens>(tp, n0 + local_a, 0, q, [&](int i) { return total[i]; });
   }
 #endif
 }
@@ -2852,7 +2837,7 @@ struct ExpertsLaunch {
   const int32_t* offsets = nullptr;  // the experts' row ranges (device)
   int64_t num_experts = 0;
   int tma_tokens = 0;  // the pre-folded experts on the TMA-fed kernel at 64 or 128 tokens (0: not)
-  bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (InBlockTokens)
+  bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (96)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
 };
@@ -3136,27 +3121,14 @@ int InBlockUnits() {
   return chosen != 0 ? chosen : units;
 }
 
-// DEEPINFER_FP4_IN_BLOCK_CONVERTERS = 1 or 2 (read once; unset: 1): ExpertsFp4InBlockKernel's
-// converting warpgroups; with 2, each converts one unit at a time (DEEPINFER_FP4_IN_BLOCK_UNITS
-// aside) on 64-token tiles (InBlock<1, 2>::kTokens). The tests' choice comes first.
-std::atomic<int> g_in_block_converters_for_testing{0};
-int InBlockConverters() {
-  static const int converters = EnvEither("DEEPINFER_FP4_IN_BLOCK_CONVERTERS", 1, 2);
-  const int chosen = g_in_block_converters_for_testing.load();
-  return chosen != 0 ? chosen : converters;
-}
-// The token tiles the in-block kernel chosen now takes (the plan's tile rows).
-int InBlockTokens() { return InBlockConverters() == 2 ? InBlock<1, 2>::kTokens : InBlock<1, 1>::kTokens; }
-
-// ExpertsFp4InBlockKernel<kP, kCw> over every item of the plan (cut in InBlockTokens()-row tiles),
-// once.
-template <int kP, int kCw>
-void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
-  using L = InBlock<kP, kCw>;
-  const auto [x_map, xs_map] = XTensorMaps(a, l.params.base.k, L::kTokens);
-  AllowDynamicSmem<ExpertsFp4InBlockKernel<kP, kCw>>(l.device, L::kBytes);
+// ExpertsFp4InBlockKernel<kP> over every item of the plan (cut in kInBlockTokens-row tiles), once.
+template <int kP>
+void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
+                               const CUtensorMap& xs_map) {
+  constexpr int kSmem = InBlock<kP>::kBytes;
+  AllowDynamicSmem<ExpertsFp4InBlockKernel<kP>>(l.device, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4InBlockKernel<kP, kCw><<<static_cast<unsigned>(grid), L::kThreads, L::kBytes, l.stream>>>(
+  ExpertsFp4InBlockKernel<kP><<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
       x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
 }
@@ -3167,12 +3139,11 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& params
   ExpertsParams ep = params;
   ep.chunk_words = l.chunk_words;  // Fp4ChunkWordsBytes: K within wgmma::rs::kMaxChunks chunks
   ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(b.n, b.k / wgmma::kChunk);
-  if (InBlockConverters() == 2) {
-    LaunchExpertsFp4InBlockOf<1, 2>(l, ep, a);
-  } else if (InBlockUnits() == 2) {
-    LaunchExpertsFp4InBlockOf<2, 1>(l, ep, a);
+  const auto [x_map, xs_map] = XTensorMaps(a, b.k, kInBlockTokens);
+  if (InBlockUnits() == 2) {
+    LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
   } else {
-    LaunchExpertsFp4InBlockOf<1, 1>(l, ep, a);
+    LaunchExpertsFp4InBlockOf<1>(l, ep, x_map, xs_map);
   }
   g_tma_launches.fetch_add(1);
   g_tma_ws_launches.fetch_add(1);
@@ -3463,12 +3434,12 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   // experts converted in the blocks, 128 for the TMA-fed pre-folded kernel at 128 tokens: either is
   // then certain to run (ExpertsTmaTokensFor).
   const int32_t tile_rows = l.path != Path::kFp8 ? kTileM
-                            : l.fp4_in_block      ? InBlockTokens()
+                            : l.fp4_in_block      ? kInBlockTokens
                             : l.tma_tokens == 128 ? 128
                                                   : mma::fp8::kTiledTok;
   l.params.plan_tile_rows = l.lists.counts + kTileKinds;
   l.params.tile_rows = tile_rows;
-  // Where the in-block kernel may run, a call cuts its own plan: its 96- (or 64-) row tiles or the others' 64
+  // Where the in-block kernel may run, a call cuts its own plan: its 96-row tiles or the others' 64
   // depend on K (Fp4InBlockFor), which the MoE's w1 and w2 need not share.
   if (!plan_in_scratch || Fp4InBlockMayRun(kind, l.path, rows_bound, num_experts)) {
     ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),
@@ -3659,12 +3630,10 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
 
-void SetFp4InBlockForTesting(int mode, int units, int converters) {
+void SetFp4InBlockForTesting(int mode, int units) {
   if (units != 0 && units != 1 && units != 2) Fail("SetFp4InBlockForTesting: 1 or 2 units");
-  if (converters != 0 && converters != 1 && converters != 2) Fail("SetFp4InBlockForTesting: 1 or 2 converters");
   g_fp4_in_block.SetForTesting(mode, "SetFp4InBlockForTesting");
   g_in_block_units_for_testing.store(units);
-  g_in_block_converters_for_testing.store(converters);
 }
 
 uint64_t Fp4InBlockLaunchesForTesting() { return g_fp4_in_block_launches.load(); }

@@ -170,10 +170,8 @@ uint64_t TmaWarpSpecializedLaunchesForTesting();
 // The FP4 experts at prefill sizes converted in the GEMM's blocks (ExpertsFp4InBlockKernel: no
 // per-call pre-fold; the same bits) on (1), off (0: pre-folded), or as DEEPINFER_FP4_IN_BLOCK says
 // (-1, the default: on unless 0), converting `units` chunks side by side (1 or 2; 0: as
-// DEEPINFER_FP4_IN_BLOCK_UNITS says, unset 2) in `converters` warpgroups (1 or 2, the latter one
-// unit each whatever `units`; 0: as DEEPINFER_FP4_IN_BLOCK_CONVERTERS says, unset 1); and how many
-// such launches this process has made.
-void SetFp4InBlockForTesting(int mode, int units = 0, int converters = 0);
+// DEEPINFER_FP4_IN_BLOCK_UNITS says, unset 2); and how many such launches this process has made.
+void SetFp4InBlockForTesting(int mode, int units = 0);
 uint64_t Fp4InBlockLaunchesForTesting();
 // Tests only: the 64-token dense split-BF16 kernels with each chunk's MMAs overlapping the next
 // chunk's conversion (the same bits) on (1), off (0), or as DEEPINFER_DENSE_OVERLAP says (-1, the
