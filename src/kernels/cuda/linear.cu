@@ -947,11 +947,6 @@ struct ExpertsParams {
   int32_t tile_rows;              // the height these kernels were launched for
   const uint32_t* chunk_words;    // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   int64_t chunk_words_stride;     // words from one expert's to the next's
-
-  // Expert e's chunk words, or null where there are none.
-  __device__ __forceinline__ const uint32_t* ExpertChunkWords(int32_t e) const {
-    return chunk_words != nullptr ? chunk_words + e * chunk_words_stride : nullptr;
-  }
 };
 
 // A plan reused from the scratch (plan_in_scratch) must have been cut for this launch's kernels;
@@ -1188,7 +1183,7 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
 #else
   ForEachExpertsWgmmaItem<kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0, uint8_t* smem,
                                                                  int chunks) {
-    const uint32_t* words = ep.ExpertChunkWords(t.expert);
+    const uint32_t* words = ep.chunk_words != nullptr ? ep.chunk_words + t.expert * ep.chunk_words_stride : nullptr;
     wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
   });
 #endif
@@ -1585,8 +1580,9 @@ struct InBlockRow {
   __device__ __forceinline__ InBlockRow(const ExpertsParams& ep, const ExpertTile& t, int64_t n0, int i) {
     const DeviceWeight& w = ep.weights[t.expert];
     const int64_t n = ep.base.n, chunks = ep.base.k / wgmma::kChunk, row = n0 + i;
-    if (const uint32_t* expert_words = ep.ExpertChunkWords(t.expert); expert_words != nullptr) {
-      masks = wgmma::rs::LaterPassMasks(expert_words, n, chunks, n0);
+    if (ep.chunk_words != nullptr) {
+      const uint32_t* expert_words = ep.chunk_words + t.expert * ep.chunk_words_stride;
+      masks = expert_words + wgmma::rs::ChunkWordsOfRows(n, chunks) + 2 * (n0 / wgmma::rs::kRows);
       second_half = n0 + wgmma::rs::kRows < n;
       if (row < n) words = expert_words + row * chunks;
     }
@@ -3137,9 +3133,12 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
 }
 
-void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
+void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& params, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
+  ExpertsParams ep = params;
+  ep.chunk_words = l.chunk_words;  // Fp4ChunkWordsBytes: K within wgmma::rs::kMaxChunks chunks
+  ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(b.n, b.k / wgmma::kChunk);
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, kInBlockTokens);
   if (InBlockUnits() == 2) {
     LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
@@ -3247,6 +3246,8 @@ bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const w
   const int64_t tiles = TilesInRange<kTok>(l);
   if (tiles == 0) return true;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
+  ep.chunk_words = l.chunk_words;
+  ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(l.params.base.n, l.params.base.k / wgmma::kChunk);
   if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
   const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
@@ -3281,10 +3282,6 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
   if constexpr (K == Kind::kFp4) {
-    // Read by the in-block and register-fed kernels (Fp4ChunkWordsBytes: K within
-    // wgmma::rs::kMaxChunks chunks).
-    ep.chunk_words = l.chunk_words;
-    ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(b.n, b.k / wgmma::kChunk);
     if (l.folded != nullptr) return LaunchExpertsFolded(l, ep, a);
     if (l.fp4_in_block) return LaunchExpertsFp4InBlock(l, ep, a);
     if (LaunchExpertsPreFolded(l, ep, a)) return;
@@ -3551,7 +3548,7 @@ __global__ void __launch_bounds__(256) Fp4ChunkWordsKernel(const DeviceWeight* w
     if (cpu::FoldWordMore(fold)) atomicOr(&mask[c / 32], 1u << (c % 32));
   }
   __syncthreads();
-  if (threadIdx.x < 2) wgmma::rs::LaterPassMasks(words, n, chunks, row0)[threadIdx.x] = mask[threadIdx.x];
+  if (threadIdx.x < 2) words[wgmma::rs::ChunkWordsOfRows(n, chunks) + 2 * blockIdx.x + threadIdx.x] = mask[threadIdx.x];
 }
 
 size_t Fp4ChunkWordsBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {
