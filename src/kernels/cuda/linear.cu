@@ -3133,12 +3133,9 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
 }
 
-void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& params, const wgmma::GemmArgs& a) {
+void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
-  ExpertsParams ep = params;
-  ep.chunk_words = l.chunk_words;  // Fp4ChunkWordsBytes: K within wgmma::rs::kMaxChunks chunks
-  ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(b.n, b.k / wgmma::kChunk);
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, kInBlockTokens);
   if (InBlockUnits() == 2) {
     LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
@@ -3246,8 +3243,6 @@ bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const w
   const int64_t tiles = TilesInRange<kTok>(l);
   if (tiles == 0) return true;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
-  ep.chunk_words = l.chunk_words;
-  ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(l.params.base.n, l.params.base.k / wgmma::kChunk);
   if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
   const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
@@ -3282,6 +3277,10 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
   if constexpr (K == Kind::kFp4) {
+    // Read by the in-block and register-fed kernels (Fp4ChunkWordsBytes: K within
+    // wgmma::rs::kMaxChunks chunks).
+    ep.chunk_words = l.chunk_words;
+    ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(b.n, b.k / wgmma::kChunk);
     if (l.folded != nullptr) return LaunchExpertsFolded(l, ep, a);
     if (l.fp4_in_block) return LaunchExpertsFp4InBlock(l, ep, a);
     if (LaunchExpertsPreFolded(l, ep, a)) return;
