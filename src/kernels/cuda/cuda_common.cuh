@@ -40,13 +40,12 @@ __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src) 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(__cvta_generic_to_global(gmem_src))
                : "memory");
 }
-// kBytes (4, 8 or 16) bytes, both addresses kBytes-aligned; when !fill the destination gets zeros
-// and gmem_src (still a valid address) is not read.
+// kBytes (4, 8 or 16) bytes to the shared address `dst`, both addresses kBytes-aligned: src_bytes
+// (kBytes or 0) of them read from gmem_src, the rest zeros (gmem_src, still a valid address, is not
+// read where src_bytes is 0).
 template <int kBytes>
-__device__ __forceinline__ void CpAsyncOrZero(void* smem_dst, const void* gmem_src, bool fill) {
+__device__ __forceinline__ void CpAsyncSharedOrZero(unsigned dst, const void* gmem_src, unsigned src_bytes) {
   static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "cp.async copies 4, 8 or 16 bytes");
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  const unsigned src_bytes = fill ? kBytes : 0u;
   if constexpr (kBytes == 16) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                  "l"(__cvta_generic_to_global(gmem_src)), "r"(src_bytes)
@@ -56,6 +55,11 @@ __device__ __forceinline__ void CpAsyncOrZero(void* smem_dst, const void* gmem_s
                  "l"(__cvta_generic_to_global(gmem_src)), "n"(kBytes), "r"(src_bytes)
                  : "memory");
   }
+}
+// The same to a generic pointer into shared memory, all of it read where `fill`, else zeros.
+template <int kBytes>
+__device__ __forceinline__ void CpAsyncOrZero(void* smem_dst, const void* gmem_src, bool fill) {
+  CpAsyncSharedOrZero<kBytes>(static_cast<unsigned>(__cvta_generic_to_shared(smem_dst)), gmem_src, fill ? kBytes : 0u);
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>

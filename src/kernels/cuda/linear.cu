@@ -1528,8 +1528,8 @@ struct InBlock {
   // moves registers between warpgroups at run time, it does not raise that limit (a
   // 512-thread form with two converting warpgroups had 128 registers and needed 64-token tiles:
   // docs/performance.md, version 39).
-  static constexpr int kProducerRegisters = kP == 1 ? 96 : 120;
-  static constexpr int kConsumerRegisters = kP == 1 ? 200 : 192;
+  static constexpr int kProducerRegisters = kP == 1 ? 96 : 128;
+  static constexpr int kConsumerRegisters = kP == 1 ? 200 : 184;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * tma::kThreads <=
                     tma::kWsLaunchRegisters * tma::kWsThreads,
                 "setmaxnreg within the block's own registers");
@@ -1538,15 +1538,15 @@ struct InBlock {
   using R = tma::Ring<kInBlockTokens, kRingStages>;
   // Shared memory: the kP TMA rings; per ring and stage the rows' scales for the stage's pass (f32
   // [128]) and whether the pass is its chunk's last (a word; 16 bytes); the raw ring (kRawSlots
-  // units of InBlockRaw); the byte_perm tables (18 words) and a table of zeros.
+  // units of InBlockRaw); the tables (wgmma::rs::TableWord's 16 entries).
   static constexpr int kRingBytes = (R::kEnd + 1023) / 1024 * 1024;  // the swizzle's alignment
   static constexpr int kPassBytes = wgmma::kBlockRows * 4 + 16;
   static constexpr int kPass = kP * kRingBytes;
   static constexpr int kLast = wgmma::kBlockRows * 4;  // within a pass area
   static constexpr int kRaw = kPass + kP * kRingStages * kPassBytes;
   static constexpr int kTables = kRaw + kRawSlots * InBlockRaw::kBytes;
-  static constexpr int kBytes = kTables + 128 + 1024;  // + base alignment
-  static_assert(kRaw % 16 == 0, "16-byte copies");
+  static constexpr int kBytes = kTables + wgmma::rs::kTableEntries * 16 + 1024;  // + base alignment
+  static_assert(kRaw % 16 == 0 && kTables % 16 == 0, "16-byte copies and table entries");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
@@ -1566,58 +1566,69 @@ __device__ __forceinline__ bool ConvertersOr(bool pred) {
   return any != 0;
 }
 
-// The converting thread's row of one (item, chunk): where its nibbles and exponents are.
+// The converting thread's row of one item: where its chunk 0's nibbles, exponents and chunk word
+// are. A row past n keeps row 0's addresses (valid, never read: its copies zero-fill, so that it
+// converts to zero codes with scale 0 and no select).
 struct InBlockRow {
-  const uint8_t* nibbles = nullptr;  // the row's chunk 0 (null: the row is past n)
+  const uint8_t* nibbles = nullptr;
   const uint8_t* exponents = nullptr;
-  const uint32_t* words = nullptr;  // the row's chunk words (null: none, or the row is past n)
+  const uint32_t* words = nullptr;  // the row's chunk words (null: none)
   const uint32_t* masks = nullptr;  // the block's first 64-row half's later-pass mask words (null: no words)
+  uint32_t fill = 0;                // 16 where the row exists, 0 past n: the 16-byte copies' source bytes
   bool second_half = false;         // the block has rows in its second 64-row half
   bool vec = false;  // 16-byte aligned nibbles and 4-byte aligned exponents (cp.async); else bytes
 
-  InBlockRow() = default;  // no row: copies nothing
+  InBlockRow() = default;  // no item: Copy is not called
   // Row n0 + i of tile t's expert, i < 128 (n0 a multiple of 128).
   __device__ __forceinline__ InBlockRow(const ExpertsParams& ep, const ExpertTile& t, int64_t n0, int i) {
     const DeviceWeight& w = ep.weights[t.expert];
-    const int64_t n = ep.base.n, chunks = ep.base.k / wgmma::kChunk, row = n0 + i;
+    const int64_t n = ep.base.n, chunks = ep.base.k / wgmma::kChunk;
+    const bool exists = n0 + i < n;
+    const int64_t row = exists ? n0 + i : 0;
+    fill = exists ? 16u : 0u;
     if (ep.chunk_words != nullptr) {
       const uint32_t* expert_words = ep.chunk_words + t.expert * ep.chunk_words_stride;
       masks = expert_words + wgmma::rs::ChunkWordsOfRows(n, chunks) + 2 * (n0 / wgmma::rs::kRows);
       second_half = n0 + wgmma::rs::kRows < n;
-      if (row < n) words = expert_words + row * chunks;
+      words = expert_words + row * chunks;
     }
-    if (row >= n) return;
     const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
     nibbles = static_cast<const uint8_t*>(w.data) + row * row_bytes;
     exponents = static_cast<const uint8_t*>(w.scale) + row * w.scale_row_stride;
     vec = Aligned(w.data, row_bytes, 16) && Aligned(w.scale, w.scale_row_stride, 4);
   }
-  // Chunk c's 64 bytes of nibbles, 4 exponents and chunk word into `raw` (an InBlockRaw area, row
-  // `slot`), and the block's later-pass mask words for c (every row, past n included): cp.async
-  // where aligned, else loaded and stored by this thread (which alone reads them).
-  __device__ __forceinline__ void Copy(uint8_t* raw, int slot, int c) const {
+  __device__ __forceinline__ bool exists() const { return fill != 0u; }
+  // Chunk c's 64 bytes of nibbles, 4 exponents and chunk word into the InBlockRaw area at shared
+  // address `raw`, row `slot` (zeros past n), and the block's later-pass mask words for c (zeros
+  // for a missing second half): cp.async where aligned, else loaded and stored by this thread
+  // (which alone reads them).
+  __device__ __forceinline__ void Copy(uint32_t raw, int slot, int c) const {
+    const uint32_t fill4 = fill / 4;
     if (masks != nullptr) {
-      uint8_t* mask = raw + InBlockRaw::kMeta + 16 * slot + InBlockRaw::kMasks;
-      CpAsyncOrZero<4>(mask, masks + c / 32, true);
-      CpAsyncOrZero<4>(mask + 4, masks + 2 + c / 32, second_half);  // zeros where no second half
+      const uint32_t mask = raw + InBlockRaw::kMeta + 16 * slot + InBlockRaw::kMasks;
+      CpAsyncSharedOrZero<4>(mask, masks + c / 32, 4u);
+      CpAsyncSharedOrZero<4>(mask + 4, masks + 2 + c / 32, second_half ? 4u : 0u);
     }
-    if (nibbles == nullptr) return;
-    if (words != nullptr) CpAsyncOrZero<4>(raw + InBlockRaw::kWords + 4 * slot, words + c, true);
+    if (words != nullptr) CpAsyncSharedOrZero<4>(raw + InBlockRaw::kWords + 4 * slot, words + c, fill4);
     const uint8_t* src = nibbles + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
-    uint8_t* exps = raw + InBlockRaw::kExponents + 4 * slot;
+    const uint32_t exps = raw + InBlockRaw::kExponents + 4 * slot;
     if (vec) {
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
-        CpAsyncOrZero<16>(raw + InBlockRaw::kNibbles + (v * wgmma::kBlockRows + slot) * 16, src + 16 * v, true);
+        CpAsyncSharedOrZero<16>(raw + InBlockRaw::kNibbles + (v * wgmma::kBlockRows + slot) * 16, src + 16 * v, fill);
       }
-      CpAsyncOrZero<4>(exps, exponents + 4 * c, true);
+      CpAsyncSharedOrZero<4>(exps, exponents + 4 * c, fill4);
     } else {
-      for (int v = 0; v < 4; ++v) {
-        for (int b = 0; b < 16; ++b) {
-          raw[InBlockRaw::kNibbles + (v * wgmma::kBlockRows + slot) * 16 + b] = __ldg(src + 16 * v + b);
-        }
+      auto word_at = [&](const uint8_t* bytes) {
+        uint32_t v = 0u;
+        for (int b = 0; b < 4 && fill != 0u; ++b) v |= static_cast<uint32_t>(__ldg(bytes + b)) << (8 * b);
+        return v;
+      };
+      for (int w = 0; w < 16; ++w) {
+        wgmma::StShared32(raw + InBlockRaw::kNibbles + ((w / 4) * wgmma::kBlockRows + slot) * 16 + 4 * (w % 4),
+                          word_at(src + 4 * w));
       }
-      for (int b = 0; b < 4; ++b) exps[b] = __ldg(exponents + 4 * c + b);
+      wgmma::StShared32(exps, word_at(exponents + 4 * c));
     }
   }
 };
@@ -1643,10 +1654,10 @@ __device__ __forceinline__ void UnpackGroupExponents(uint32_t word, int (&e)[4])
 // copy (raw_addr[p]: the unit's raw area) into its stage's tile (tile_addr[p]; unit 1 only where
 // `second`): 16-byte unit 4a + t of the row (swizzled) holds, at byte 4b, word t of 16-column
 // unit 2b + a (Fp4OrderUnit16 / Fp4OrderByteIn16), whose 32-column group is b; words 2h and
-// 2h + 1 of a unit come from its nibble word h. Groups the pass leaves get zero codes (table
-// kInBlockZeroTable and no signs). StoreFoldedUnit's bytes, stored 16 at a time; two units'
-// independent chains side by side hide each other's latency.
-constexpr int kInBlockZeroTable = 9;  // byte_perm tables 0-8 (shifts), then zeros
+// 2h + 1 of a unit come from its nibble word h. Groups the pass leaves get zero codes (their
+// shift field kFoldGroupLeft reads a zero entry of the tables, wgmma::rs::TableWord).
+// StoreFoldedUnit's bytes, stored 16 at a time; two units' independent chains side by side hide
+// each other's latency.
 template <int kUnits>
 __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUnits], int row,
                                                  const uint32_t (&word)[kUnits], uint32_t tables_addr,
@@ -1656,12 +1667,10 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
   for (int p = 0; p < kUnits; ++p) {
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      const uint32_t shift = cpu::FoldWordShift(word[p], b);
-      const bool take = shift != cpu::kFoldGroupLeft;
-      const uint2 table = wgmma::LdShared64(tables_addr + 8 * (take ? shift : kInBlockZeroTable));
+      const uint4 table = wgmma::LdShared128(tables_addr + 16 * cpu::FoldWordShift(word[p], b));
       lo[p][b] = table.x;
       hi[p][b] = table.y;
-      signs[p][b] = take ? 0x80808080u : 0u;
+      signs[p][b] = table.z;
     }
   }
   const int x = row & 7;
@@ -1739,17 +1748,19 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 #pragma unroll
     for (int p = 0; p < kP; ++p) R(smem + p * L::kRingBytes).Init(tma::kWsConsumerWarps, 1 + 128);
   }
-  if (tid < 2 * (kInBlockZeroTable + 1)) {
-    reinterpret_cast<uint32_t*>(smem + L::kTables)[tid] =
-        tid < 2 * kInBlockZeroTable ? wgmma::kFoldedTables[tid / 2][tid % 2] : 0u;
+  if (tid < wgmma::rs::kTableEntries * 4) {
+    wgmma::StShared32(tma::SmemAddress(smem + L::kTables) + 4 * tid, wgmma::rs::TableWord(tid));
   }
   __syncthreads();
 
   if (tid >= tma::kThreads) {  // the converting warpgroup: row `row` of every unit
     tma::SetMaxRegistersDec<L::kProducerRegisters>();
+    // Shared memory by 32-bit address throughout (no generic pointers to convert per unit).
     const int row = tid - tma::kThreads;
-    const uint32_t tables_addr = tma::SmemAddress(smem + L::kTables);
-    const uint32_t raw_base = tma::SmemAddress(smem + L::kRaw);
+    const uint32_t smem_addr = tma::SmemAddress(smem);
+    const uint32_t tables_addr = smem_addr + L::kTables;
+    const uint32_t raw_base = smem_addr + L::kRaw;
+    const uint32_t meta = InBlockRaw::kMeta + 16 * row;  // this thread's note and masks in a raw area
     // The units' copies run kRawSlots - kP units ahead of their conversion, as this thread's
     // cp.async groups (one per unit, empty past the walk's end), with its note of the unit beside
     // them (InBlockUnit), so that the conversion needs no walk of its own.
@@ -1759,109 +1770,113 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     int fc = 0;
     bool fetching = chunks > 0 && walk.Next(lists, ft, fn0);
     InBlockRow from = fetching ? InBlockRow(ep, ft, fn0, row) : InBlockRow();
-    auto advance = [&] {  // past the walk's current unit
-      if (fetching && ++fc == chunks) {
-        fc = 0;
-        fetching = walk.Next(lists, ft, fn0);
-        from = fetching ? InBlockRow(ep, ft, fn0, row) : InBlockRow();
-      }
-    };
     // With chunk words (uniform), pass 0's shifts and row scale come from the row's chunk word and
     // whether the block needs later passes from the masks: no fold word to work out and no vote.
     const bool chunk_words = ep.chunk_words != nullptr;
     uint32_t fetched = 0;
     auto fetch = [&] {  // the walk's current unit, then past it
-      uint8_t* raw = smem + L::kRaw + (fetched % L::kRawSlots) * InBlockRaw::kBytes;
-      wgmma::StShared64(tma::SmemAddress(raw + InBlockRaw::kMeta) + 16 * row,
-                        fetching ? InBlockUnit::Word(fc, from.nibbles != nullptr) : InBlockUnit::kEnd,
+      const uint32_t raw = raw_base + (fetched % L::kRawSlots) * InBlockRaw::kBytes;
+      wgmma::StShared64(raw + meta, fetching ? InBlockUnit::Word(fc, from.exists()) : InBlockUnit::kEnd,
                         static_cast<uint32_t>(ft.row0));
-      if (fetching) from.Copy(raw, row, fc);
-      advance();
+      if (fetching) {
+        from.Copy(raw, row, fc);
+        if (++fc == chunks) {
+          fc = 0;
+          fetching = walk.Next(lists, ft, fn0);
+          if (fetching) from = InBlockRow(ep, ft, fn0, row);
+        }
+      }
       CpAsyncCommit();
       ++fetched;
     };
     for (int u = 0; u < L::kRawSlots - kP; ++u) fetch();
 
     // A pass of unit p of the pair fills load j[p] of ring p: begin_pass (its stage free, x on its
-    // way), the codes and the rows' scales, then end_pass (the last-pass flag, fence, arrival).
+    // way), the codes and the rows' scales, then the last-pass flag, one fence for the pair's
+    // codes, and the arrivals.
     uint32_t j[kP] = {};  // loads of ring p filled
-    auto ring_of = [&](int p) { return R(smem + p * L::kRingBytes); };
+    auto ring_addr = [&](int p) { return smem_addr + p * L::kRingBytes; };
     auto begin_pass = [&](int p, int c, uint32_t x_row) {  // the ring's next stage free, x loading
-      const R ring = ring_of(p);
-      if (j[p] >= R::kStages) ring.WaitReleased(j[p] - R::kStages);
-      if (row == 0) ring.LoadX(j[p], c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(x_row));
-      return tma::SmemAddress(ring.Stage(j[p]));
+      const uint32_t stage = j[p] % R::kStages;
+      if (j[p] >= R::kStages) {
+        tma::BarrierWaitAt(ring_addr(p) + R::kBarriers + 8 * (R::kStages + stage), (j[p] / R::kStages - 1) & 1u);
+      }
+      if (row == 0) R(smem + p * L::kRingBytes).LoadX(j[p], c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(x_row));
+      return ring_addr(p) + stage * R::kStageBytes;
     };
     auto pass_area = [&](int p) {
-      return tma::SmemAddress(smem + L::kPass + (p * L::kRingStages + j[p] % R::kStages) * L::kPassBytes);
+      return smem_addr + L::kPass + (p * L::kRingStages + j[p] % R::kStages) * L::kPassBytes;
     };
-    auto end_pass = [&](int p, bool more) {  // after the codes and the row's scale: flag, fence, arrive
-      if (row == 0) wgmma::StShared32(pass_area(p) + L::kLast, more ? 0u : 1u);
-      wgmma::FenceProxyAsyncShared();  // the codes, for the MMAs' reads
-      tma::BarrierArrive(&ring_of(p).full[j[p] % R::kStages]);
-      ++j[p];
-    };
-    for (uint32_t unit = 0;; unit += kP) {  // units unit .. unit + kP - 1: unit + p on ring p
+    auto end_passes = [&](const bool (&live)[kP], const float (&scale)[kP], const bool (&more)[kP]) {
 #pragma unroll
-      for (int p = 0; p < kP; ++p) fetch();  // up to unit + kRawSlots - 1
+      for (int p = 0; p < kP; ++p) {
+        if (!live[p]) continue;
+        wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(scale[p]));
+        if (row == 0) wgmma::StShared32(pass_area(p) + L::kLast, more[p] ? 0u : 1u);
+      }
+      wgmma::FenceProxyAsyncShared();  // the codes, for the MMAs' reads
+#pragma unroll
+      for (int p = 0; p < kP; ++p) {
+        if (!live[p]) continue;
+        tma::BarrierArriveAt(ring_addr(p) + R::kBarriers + 8 * (j[p] % R::kStages));
+        ++j[p];
+      }
+    };
+    for (;;) {  // units u .. u + kP - 1 (u = 0, kP, 2 kP, ...): u + p on ring p
+#pragma unroll
+      for (int p = 0; p < kP; ++p) fetch();  // up to u + kRawSlots - 1: fetched = u + kRawSlots
       CpAsyncWait<L::kRawSlots - kP>();       // the pair's copies (this thread's own) have landed
-      uint32_t raw_addr[kP], word[kP], exps[kP], tile[kP];
+      uint32_t raw_addr[kP], word[kP], tile[kP];
       float scale[kP];
-      bool more[kP];
+      bool more[kP], live[kP];
       uint2 note[kP];
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
-        raw_addr[p] = raw_base + ((unit + p) % L::kRawSlots) * InBlockRaw::kBytes;
-        note[p] = wgmma::LdShared64(raw_addr[p] + InBlockRaw::kMeta + 16 * row);
+        raw_addr[p] = raw_base + ((fetched + p) % L::kRawSlots) * InBlockRaw::kBytes;  // unit u + p's
+        note[p] = wgmma::LdShared64(raw_addr[p] + meta);
       }
       if (note[0].x == InBlockUnit::kEnd) break;  // uniform: every thread walks the same units
-      const bool second = kP == 2 && note[kP - 1].x != InBlockUnit::kEnd;  // uniform
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
-        exps[p] = wgmma::LdShared32(raw_addr[p] + InBlockRaw::kExponents + 4 * row);
-        const bool live = p == 0 || second;
-        const bool valid = live && InBlockUnit::Valid(note[p].x);
-        if (chunk_words) {
-          const uint32_t chunk_word = wgmma::LdShared32(raw_addr[p] + InBlockRaw::kWords + 4 * row);
-          const uint2 masks = wgmma::LdShared64(raw_addr[p] + InBlockRaw::kMeta + 16 * row + InBlockRaw::kMasks);
-          word[p] = valid ? chunk_word : cpu::kFoldNoRowWord;  // ConvertRowPasses reads the shifts only
-          scale[p] = valid ? wgmma::rs::ChunkWordScale(chunk_word) : 1.f;
-          more[p] = live && (((masks.x | masks.y) >> (InBlockUnit::Chunk(note[p].x) % 32)) & 1u) != 0u;
+        live[p] = p == 0 || note[p].x != InBlockUnit::kEnd;  // uniform
+        if (chunk_words) {  // rows past n: a zero word (shifts 0 over zero nibbles: zero codes), scale 0
+          word[p] = wgmma::LdShared32(raw_addr[p] + InBlockRaw::kWords + 4 * row);
+          const uint2 masks = wgmma::LdShared64(raw_addr[p] + meta + InBlockRaw::kMasks);
+          scale[p] = wgmma::rs::ChunkWordScale(word[p]);
+          more[p] = live[p] && (((masks.x | masks.y) >> (InBlockUnit::Chunk(note[p].x) % 32)) & 1u) != 0u;
         } else {
           int e[4];
-          UnpackGroupExponents(exps[p], e);
-          word[p] = valid ? cpu::FirstFoldPassWord(e) : cpu::kFoldNoRowWord;
+          UnpackGroupExponents(wgmma::LdShared32(raw_addr[p] + InBlockRaw::kExponents + 4 * row), e);
+          word[p] = live[p] && InBlockUnit::Valid(note[p].x) ? cpu::FirstFoldPassWord(e) : cpu::kFoldNoRowWord;
           scale[p] = wgmma::FoldedRowScaleOf(word[p]);
         }
-        tile[p] = live ? begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y) : 0u;
+        tile[p] = live[p] ? begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y) : 0u;
       }
-      ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, second);
+      ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, live[kP - 1]);
+      if (!chunk_words) {
 #pragma unroll
-      for (int p = 0; p < kP; ++p) {
-        if (p == 1 && !second) {
-          more[p] = false;
-          continue;
-        }
-        wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(scale[p]));
-        if (!chunk_words) more[p] = ConvertersOr(cpu::FoldWordMore(word[p]));
-        end_pass(p, more[p]);
+        for (int p = 0; p < kP; ++p) more[p] = live[p] && ConvertersOr(cpu::FoldWordMore(word[p]));
       }
+      end_passes(live, scale, more);
       // Later passes (rare), unit by unit: each its own load of the unit's ring.
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
         for (int pass = 1; more[p]; ++pass) {
           int e[4];
-          UnpackGroupExponents(exps[p], e);
+          UnpackGroupExponents(wgmma::LdShared32(raw_addr[p] + InBlockRaw::kExponents + 4 * row), e);
           const uint32_t w[1] = {InBlockUnit::Valid(note[p].x) ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord};
           const uint32_t t[1] = {begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y)};
           const uint32_t r[1] = {raw_addr[p]};
           ConvertRowPasses<1>(r, row, w, tables_addr, t, false);
-          wgmma::StShared32(pass_area(p) + 4 * row, __float_as_uint(wgmma::FoldedRowScaleOf(w[0])));
-          more[p] = ConvertersOr(cpu::FoldWordMore(w[0]));
-          end_pass(p, more[p]);
+          bool live_p[kP] = {}, more_p[kP] = {};  // unit p alone
+          float scale_p[kP] = {};
+          live_p[p] = true;
+          scale_p[p] = wgmma::FoldedRowScaleOf(w[0]);
+          more_p[p] = more[p] = ConvertersOr(cpu::FoldWordMore(w[0]));
+          end_passes(live_p, scale_p, more_p);
         }
       }
-      if (kP == 2 && !second) break;  // the walk ended within the pair
+      if (kP == 2 && !live[kP - 1]) break;  // the walk ended within the pair
     }
     CpAsyncWaitAll();
     return;

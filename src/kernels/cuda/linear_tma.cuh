@@ -57,13 +57,16 @@ __device__ __forceinline__ void BarrierArriveExpectTx(uint64_t* bar, uint32_t by
                : "memory");
 }
 
-__device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SmemAddress(bar)) : "memory");
+// The *At forms take the barrier's shared address (a kernel that keeps 32-bit shared addresses
+// saves the generic-to-shared conversion).
+__device__ __forceinline__ void BarrierArriveAt(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+__device__ __forceinline__ void BarrierArrive(uint64_t* bar) { BarrierArriveAt(SmemAddress(bar)); }
 
 // Whether the phase of parity `parity` has completed (the barrier's current phase parity differs
 // from it); may wait a while for it inside the instruction.
-__device__ __forceinline__ bool BarrierTryWait(uint64_t* bar, uint32_t parity) {
+__device__ __forceinline__ bool BarrierTryWaitAt(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;
   asm volatile(
       "{\n"
@@ -72,9 +75,12 @@ __device__ __forceinline__ bool BarrierTryWait(uint64_t* bar, uint32_t parity) {
       "selp.u32 %0, 1, 0, p;\n"
       "}\n"
       : "=r"(done)
-      : "r"(SmemAddress(bar)), "r"(parity)
+      : "r"(bar), "r"(parity)
       : "memory");
   return done != 0;
+}
+__device__ __forceinline__ bool BarrierTryWait(uint64_t* bar, uint32_t parity) {
+  return BarrierTryWaitAt(SmemAddress(bar), parity);
 }
 
 // A wait that ends the kernel (__trap: the launch fails) instead of hanging: a barrier that 20 s
@@ -89,13 +95,14 @@ __device__ __forceinline__ uint64_t GlobalTimerNs() {
 }
 
 // Returns once the phase of parity `parity` has completed.
-__device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) {
-  if (BarrierTryWait(bar, parity)) return;
+__device__ __forceinline__ void BarrierWaitAt(uint32_t bar, uint32_t parity) {
+  if (BarrierTryWaitAt(bar, parity)) return;
   const uint64_t start = GlobalTimerNs();
-  while (!BarrierTryWait(bar, parity)) {
+  while (!BarrierTryWaitAt(bar, parity)) {
     if (GlobalTimerNs() - start > kBarrierTimeoutNs) __trap();
   }
 }
+__device__ __forceinline__ void BarrierWait(uint64_t* bar, uint32_t parity) { BarrierWaitAt(SmemAddress(bar), parity); }
 
 // The box at (inner, outer) of the tensor `map` into shared memory at dst, completing `bar`'s
 // transaction bytes. Elements outside the tensor are written as zeros.

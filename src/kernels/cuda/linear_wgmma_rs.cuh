@@ -58,6 +58,17 @@ struct Smem {
   __host__ __device__ constexpr int Bytes() const { return Mask() + 8 + 1024; }  // + base alignment
 };
 
+// Word w (0 <= w < 4·kTableEntries) of the tables: entry w / 4 is {the byte_perm words of magnitudes
+// 0-3 and 4-7, the sign mask, 0} for shifts 0-8 (kFoldedTables) and all zeros after them (a group
+// the pass leaves: zero codes, no signs), so that an entry read with a word's 4-bit shift field
+// converts without a select.
+static_assert(cpu::kFoldGroupLeft > cpu::kFp4FoldMaxShift && cpu::kFoldGroupLeft < kTableEntries, "a zero entry");
+__device__ __forceinline__ uint32_t TableWord(int w) {
+  const int entry = w / 4, field = w % 4;
+  if (entry > cpu::kFp4FoldMaxShift) return 0u;
+  return field < 2 ? kFoldedTables[entry][field] : field == 2 ? 0x80808080u : 0u;
+}
+
 // d (+)= A·B for one k32 step, m64n8k32, e4m3 × e4m3 → f32, A from registers (this thread's
 // fragment: rows g and g + 8 of its warp's 16, columns 4q.. and 16 + 4q..), B from shared memory;
 // the accumulator's previous value added (zeroed first, as MmaM64N8K32).
@@ -330,12 +341,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     const int c = u / tokens, r = u % tokens;
     CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + c * a.m_pad + t_codes + r, true);
   }
-  if (tid < kTableEntries * 4) {
-    const int entry = tid / 4, field = tid % 4;
-    uint32_t v = 0u;
-    if (entry <= cpu::kFp4FoldMaxShift) v = field < 2 ? kFoldedTables[entry][field] : field == 2 ? 0x80808080u : 0u;
-    StShared32(tables + 4 * tid, v);
-  }
+  if (tid < kTableEntries * 4) StShared32(tables + 4 * tid, TableWord(tid));
   if (tid < 2) StShared32(mask + 4 * tid, 0u);
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
