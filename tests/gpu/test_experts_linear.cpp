@@ -572,6 +572,26 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
         << tokens << " tokens";
     EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block_launches, in_block > 0) << "in the blocks";
   }
+  // Converted in the MMA warpgroups' registers (ExpertsFp4RegistersTmaKernel), which takes the
+  // chunk words written at load; without them the in-block kernel runs instead.
+  ScopedFp4InBlock converted(1, 2);
+  ScopedFp4InBlockRegisters registers(1);
+  ScopedTmaKernels tma(1, 64);
+  ScopedTmaWarpSpecialized ws(1);
+  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+    for (const bool wide_scales : {false, true}) {
+      const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
+                                                           : std::pair<uint8_t, uint8_t>{0, 0};
+      ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+      SCOPED_TRACE(testing::Message() << "converted in registers, K " << k << (wide_scales ? ", 18 binades" : ""));
+      const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
+      CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true);
+      EXPECT_GT(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel did not run";
+      const uint64_t after = cuda::Fp4InBlockRegistersLaunchesForTesting();
+      CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0);
+      EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), after) << "it ran without chunk words";
+    }
+  }
 }
 
 // The experts' kernels quantize x themselves (the model then skips its act_quant pass:
@@ -668,6 +688,14 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the TMA kernel did not run";
       EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_blocks, units > 0);
     }
+    // converted in the MMA warpgroups' registers, from the chunk words
+    ScopedFp4InBlock converted(1, 2);
+    ScopedFp4InBlockRegisters registers(1);
+    ScopedTmaKernels tma(1, 64);
+    SCOPED_TRACE("converted in registers");
+    const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
+    CheckExperts(pool, counts, tokens * 6, 4096, 2048, 5606, {busiest}, 0, false, /*chunk_words=*/true);
+    EXPECT_GT(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel did not run";
   }
 }
 

@@ -1943,6 +1943,259 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 #endif
 }
 
+// ---- FP4 experts converted in registers at prefill sizes ---------------------------------------
+//
+// ExpertsFp4RegistersTmaKernel: ExpertsFp4InBlockKernel's items (kInBlockTokens-token tiles × 128
+// weight rows of every expert, one launch, persistent blocks) on two warpgroups that feed their
+// MMAs from registers (wgmma's RS form) as rs::Fp4RegistersBlock does at decode, instead of a
+// converting warpgroup writing a shared tile: warpgroup w takes rows n0 + 64w .. n0 + 64w + 63, each
+// thread the group q of its two rows (one table entry a row and chunk). Unit u = the u-th (item,
+// chunk) of the block's walk:
+//   - each warp copies its 16 rows' nibbles and chunk words of unit u + kRsAhead into a ring of its
+//     own (cp.async; rows past n zero-filled: zero codes, scale 0), and thread 0 has the TMA load
+//     that unit's x codes and scales into the block's x ring (kRsXStages stages, each freed by one
+//     arrival per warp);
+//   - unit u + 1 is converted while unit u's MMAs (m64n96k32) run; then u's products are scaled into
+//     part, its later passes run (its 64-row block's mask from the chunk words, rs::LaterFold, the
+//     warpgroup's vote on a named barrier of its own), its x stage is released, and at a 512-column
+//     slice's end total += part (total from -0, as in ExpertsFp4InBlockKernel).
+// The experts' chunk words are required (WriteFp4ChunkWords). The same codes, passes, products and
+// adds as ExpertsFp4InBlockKernel, so Linear's bits.
+constexpr int kRsAhead = 5;    // units whose copies are in flight ahead of the one converted
+constexpr int kRsSlots = 8;    // a warp's copy ring
+constexpr int kRsXStages = 8;  // the x ring
+// Unit v's copies are issued while unit v - kRsAhead - 1 is in its MMAs: its copy slot was last read
+// by unit v - kRsSlots (finished before), and its x load waits for unit v - kRsXStages's release by
+// every warp, which a warp one unit behind thread 0's has given (v - kRsAhead - 2 or earlier).
+static_assert(kRsSlots >= kRsAhead + 2 && kRsXStages >= kRsAhead + 2, "rings deep enough for the copies ahead");
+
+struct RsPrefill {
+  static constexpr int kXCodes = kInBlockTokens * wgmma::kChunk;  // a stage's codes, then its scales
+  static constexpr int kXTx = kXCodes + (kInBlockTokens + tma::kXsAlign) * 4;  // bytes a load writes
+  static constexpr int kXStageBytes = (kXTx + 1023) / 1024 * 1024;           // the swizzle's alignment
+  static constexpr int kBarriers = kRsXStages * kXStageBytes;                // full[], then empty[]
+  static constexpr int kCopies = kBarriers + 2 * kRsXStages * 8;
+  static constexpr int kWordsAt = wgmma::rs::kWarpStageBytes;  // a slot: 16 rows' nibbles, then their words
+  static constexpr int kSlotBytes = kWordsAt + wgmma::rs::kWarpRows * 4;
+  static constexpr int kWarpRingBytes = kRsSlots * kSlotBytes;
+  static constexpr int kWarps = 2 * wgmma::rs::kThreads / kWarpSize;
+  static constexpr int kTables = kCopies + kWarps * kWarpRingBytes;
+  static constexpr int kBytes = kTables + wgmma::rs::kTableEntries * 16 + 1024;  // + base alignment
+  static_assert(kCopies % 16 == 0 && kSlotBytes % 16 == 0 && kTables % 16 == 0, "16-byte copies and entries");
+  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
+};
+
+// bar.red.or over one warpgroup's 128 threads on named barrier `id`.
+__device__ __forceinline__ bool WarpgroupOr(uint32_t id, bool pred) {
+  uint32_t any = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred pin, pout;\n"
+      "setp.ne.u32 pin, %2, 0;\n"
+      "bar.red.or.pred pout, %1, 128, pin;\n"
+      "selp.u32 %0, 1, 0, pout;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(id), "r"(static_cast<uint32_t>(pred))
+      : "memory");
+  return any != 0;
+}
+
+// grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map,
+// xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales and chunk words,
+// K % 128 == 0 within rs::kMaxChunks chunks; the plan cut in kInBlockTokens-row tiles; experts
+// [0, e_end).
+__global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
+    ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
+                                 const ExpertsParams ep, const TileLists lists, int32_t e_end) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
+#else
+  using L = RsPrefill;
+  namespace rs = wgmma::rs;
+  constexpr int kElems = kInBlockTokens / 2;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  CheckPlan(ep);
+  const int tid = threadIdx.x;
+  const int wg = tid / rs::kThreads, warp = (tid % rs::kThreads) / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  const int64_t n = ep.base.n;
+  const uint32_t base = tma::SmemAddress(smem);
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
+  auto full_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (u % kRsXStages); };
+  auto empty_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (kRsXStages + u % kRsXStages); };
+  auto x_stage = [&](uint32_t u) { return base + (u % kRsXStages) * L::kXStageBytes; };
+  const uint32_t ring = base + L::kCopies + (tid / kWarpSize) * L::kWarpRingBytes;
+  auto slot = [&](uint32_t u) { return ring + (u % kRsSlots) * L::kSlotBytes; };
+  const uint32_t tables = base + L::kTables;
+  const uint32_t x_desc_hi = wgmma::DescriptorHigh();
+  if (tid == 0) {
+    tma::PrefetchTensorMap(&x_map);
+    tma::PrefetchTensorMap(&xs_map);
+    for (int s = 0; s < kRsXStages; ++s) {
+      tma::BarrierInit(&bars[s], 1);
+      tma::BarrierInit(&bars[kRsXStages + s], L::kWarps);
+    }
+    tma::FenceBarrierInit();
+  }
+  if (tid < rs::kTableEntries * 4) wgmma::StShared32(tables + 4 * tid, rs::TableWord(tid));
+  __syncthreads();
+
+  // ---- the copies: this warp's rows of the fetch walk's unit, and thread 0's x loads
+  GroupItemWalk fetch_walk(ep, lists, 0, e_end);
+  ExpertTile ft{};
+  int64_t fn0 = 0;
+  int fc = 0;
+  bool fetching = chunks > 0 && fetch_walk.Next(lists, ft, fn0);
+  auto copies_of = [&] { return rs::WarpCopies(TileParams<Kind::kFp4>(ep, ft), fn0 + 64 * wg, warp, lane); };
+  rs::WarpCopies copies = copies_of();
+  const uint8_t* any_valid = static_cast<const uint8_t*>(ep.weights[ft.expert].data);
+  const uint32_t* word_src = nullptr;  // lanes 0-15: their row's chunk words (row 0's past n)
+  uint32_t word_fill = 0;
+  auto begin_fetch_item = [&] {
+    copies = copies_of();
+    any_valid = static_cast<const uint8_t*>(ep.weights[ft.expert].data);
+    const int64_t row = fn0 + 64 * wg + 16 * warp + lane % 16;
+    word_fill = row < n ? 4u : 0u;
+    word_src = ep.chunk_words + ft.expert * ep.chunk_words_stride + (row < n ? row : 0) * chunks;
+  };
+  if (fetching) begin_fetch_item();
+  uint32_t fetched = 0, units = 0;  // fetch calls; units the walk had (uniform)
+  auto fetch = [&] {
+    if (fetching) {
+      const uint32_t to = slot(fetched);
+      copies.Load(to, fc, lane, any_valid);
+      if (lane < 16) CpAsyncSharedOrZero<4>(to + L::kWordsAt + 4 * lane, word_src + fc, word_fill);
+      if (tid == 0) {
+        if (fetched >= kRsXStages) tma::BarrierWaitAt(empty_at(fetched), (fetched / kRsXStages - 1) & 1u);
+        uint64_t* full = &bars[fetched % kRsXStages];
+        uint8_t* stage = smem + (fetched % kRsXStages) * L::kXStageBytes;
+        tma::BarrierArriveExpectTx(full, L::kXTx);
+        tma::TmaLoad2d(stage, &x_map, full, fc * wgmma::kChunk, ft.row0);
+        tma::TmaLoad2d(stage + L::kXCodes, &xs_map, full, ft.row0 - ft.row0 % tma::kXsAlign, fc);
+      }
+      ++units;
+      if (++fc == chunks) {
+        fc = 0;
+        fetching = fetch_walk.Next(lists, ft, fn0);
+        if (fetching) begin_fetch_item();
+      }
+    }
+    CpAsyncCommit();
+    ++fetched;
+  };
+  for (int i = 0; i < kRsAhead; ++i) fetch();
+  if (units == 0) {  // uniform
+    CpAsyncWaitAll();
+    return;
+  }
+
+  // ---- the MMAs: unit u of the compute walk's item (t, n0), chunk c
+  GroupItemWalk walk(ep, lists, 0, e_end);
+  ExpertTile t{};
+  int64_t n0 = 0;
+  walk.Next(lists, t, n0);
+  int c = 0;
+  // The warpgroup's 64-row block's later-pass mask words of the item (none past n).
+  auto item_masks = [&] {
+    const int64_t r0 = n0 + 64 * wg;
+    if (r0 >= n) return make_uint2(0u, 0u);
+    const uint32_t* m = ep.chunk_words + t.expert * ep.chunk_words_stride + rs::ChunkWordsOfRows(n, chunks) +
+                        2 * (r0 / rs::kRows);
+    return make_uint2(__ldg(m), __ldg(m + 1));
+  };
+  uint2 masks = item_masks();
+  float acc[kElems], part[kElems], total[kElems];
+  uint32_t frag0[16], frag1[16];
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) {
+    acc[i] = part[i] = 0.f;
+    total[i] = -0.f;  // -0 + x = x for every x, ±0 included: the first slice's part exactly
+  }
+  const uint32_t row_a = (g * rs::kRowBytes) + 16 * q;  // this thread's group of its row g in a slot
+  // Unit v's A fragment (its copies landed: kRsAhead - 1 later groups may fly) and row scales.
+  auto convert = [&](uint32_t v, uint32_t (&f)[16], float& sa, float& sb) {
+    CpAsyncWait<kRsAhead - 1>();
+    __syncwarp();
+    const uint32_t from = slot(v);
+    const uint32_t wa = wgmma::LdShared32(from + L::kWordsAt + 4 * g);
+    const uint32_t wb = wgmma::LdShared32(from + L::kWordsAt + 4 * (g + 8));
+    rs::RowFragment(from + row_a, rs::GroupShift(wa, q), tables, f, 0);
+    rs::RowFragment(from + row_a + 8 * rs::kRowBytes, rs::GroupShift(wb, q), tables, f, 1);
+    sa = rs::ChunkWordScale(wa);
+    sb = rs::ChunkWordScale(wb);
+  };
+  auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
+    tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
+    __syncwarp();
+    rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(v)), x_desc_hi);
+  };
+  // Unit u's MMAs complete in acc (its fragment f free): scaled into part, later passes, x stage
+  // released, the slice's and the item's ends.
+  auto finish = [&](uint32_t u, uint32_t (&f)[16], float sa, float sb) {
+    const uint32_t xs = x_stage(u) + L::kXCodes + 4 * (t.row0 % tma::kXsAlign);
+    AddScaledRowsShared(part, acc, sa, sb, xs, q);
+    if ((((c < 32 ? masks.x : masks.y) >> (c % 32)) & 1u) != 0u) {  // uniform over the warpgroup
+      const Params p = TileParams<Kind::kFp4>(ep, t);
+      const int64_t ra = n0 + 64 * wg + 16 * warp + g, rb = ra + 8;
+      const uint32_t from = slot(u);
+      for (int pass = 1;; ++pass) {
+        const rs::RowFold none{0xffffu, 1.f, false};  // a row past n: every group left
+        const rs::RowFold fa = ra < n ? rs::LaterFold(p, ra, c, pass) : none;
+        const rs::RowFold fb = rb < n ? rs::LaterFold(p, rb, c, pass) : none;
+        rs::RowFragment(from + row_a, rs::GroupShift(fa.shifts, q), tables, f, 0);
+        rs::RowFragment(from + row_a + 8 * rs::kRowBytes, rs::GroupShift(fb.shifts, q), tables, f, 1);
+        rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(u)), x_desc_hi);
+        wgmma::WgmmaWaitAll();
+        wgmma::PinAll(acc);
+        AddScaledRowsShared(part, acc, fa.scale, fb.scale, xs, q);
+        if (!WarpgroupOr(1 + wg, fa.more || fb.more)) break;
+      }
+    }
+    __syncwarp();  // the warp's reads of the stage done
+    if (lane == 0) tma::BarrierArriveAt(empty_at(u));
+    if (c % mma::kSliceChunks == mma::kSliceChunks - 1 || c == chunks - 1) {
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) {
+        total[i] = __fadd_rn(total[i], part[i]);
+        part[i] = 0.f;
+      }
+    }
+    if (++c == chunks) {
+      const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
+      wgmma::StoreBlockResult<kInBlockTokens>(tp, n0 + 64 * wg + 16 * warp + g, 0, q,
+                                             [&](int i) { return total[i]; });
+#pragma unroll
+      for (int i = 0; i < kElems; ++i) total[i] = -0.f;
+      c = 0;
+      if (walk.Next(lists, t, n0)) masks = item_masks();
+    }
+  };
+  // Unit u in its MMAs with fragment f: fetch ahead, convert u + 1 into h, finish u, start u + 1.
+  uint32_t u = 0;
+  float sa0 = 0.f, sb0 = 0.f, sa1 = 0.f, sb1 = 0.f;
+  auto step = [&](uint32_t (&f)[16], float sa, float sb, uint32_t (&h)[16], float& sa_next, float& sb_next) {
+    fetch();
+    const bool next = u + 1 < units;  // uniform; known, the fetch walk being kRsAhead units ahead
+    if (next) convert(u + 1, h, sa_next, sb_next);
+    wgmma::WgmmaWaitAll();
+    wgmma::PinAll(acc);
+    finish(u, f, sa, sb);
+    if (next) issue(u + 1, h);
+    ++u;
+    return next;
+  };
+  convert(0, frag0, sa0, sb0);
+  issue(0, frag0);
+  while (step(frag0, sa0, sb0, frag1, sa1, sb1) && step(frag1, sa1, sb1, frag0, sa0, sb0)) {
+  }
+  CpAsyncWaitAll();
+#endif
+}
+
 // ---- host side ---------------------------------------------------------------------------------
 
 enum class Path : uint8_t { kSimt, kSplitBf16, kFp8 };
@@ -3057,6 +3310,11 @@ int64_t PreFoldGroup(const PreFoldLayout& lay, int64_t rows_bound, int64_t k, in
 // (SetFp4InBlockForTesting).
 KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
 std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
+// DEEPINFER_FP4_IN_BLOCK_RS (read once; unset or 0: off; 1: on): those calls, where the experts have
+// chunk words, on ExpertsFp4RegistersTmaKernel (the A fragments converted in the MMA warpgroups'
+// registers; the same bits). Tests override it (SetFp4InBlockRegistersForTesting).
+KernelSwitch g_fp4_in_block_rs{"DEEPINFER_FP4_IN_BLOCK_RS", 0};
+std::atomic<uint64_t> g_fp4_in_block_rs_launches{0};  // launches of it (tests)
 std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-block launches reading them (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
@@ -3152,7 +3410,15 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, kInBlockTokens);
-  if (InBlockUnits() == 2) {
+  if (g_fp4_in_block_rs.On() && ep.chunk_words != nullptr && wgmma::rs::Usable(b.k)) {
+    constexpr int kSmem = RsPrefill::kBytes;
+    AllowDynamicSmem<ExpertsFp4RegistersTmaKernel>(l.device, kSmem);
+    const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+    ExpertsFp4RegistersTmaKernel<<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+        x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
+    g_fp4_in_block_rs_launches.fetch_add(1);
+  } else if (InBlockUnits() == 2) {
     LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
   } else {
     LaunchExpertsFp4InBlockOf<1>(l, ep, x_map, xs_map);
@@ -3643,6 +3909,12 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 }
 
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
+
+void SetFp4InBlockRegistersForTesting(int mode) {
+  g_fp4_in_block_rs.SetForTesting(mode, "SetFp4InBlockRegistersForTesting");
+}
+
+uint64_t Fp4InBlockRegistersLaunchesForTesting() { return g_fp4_in_block_rs_launches.load(); }
 
 void SetFp4InBlockForTesting(int mode, int units) {
   if (units != 0 && units != 1 && units != 2) Fail("SetFp4InBlockForTesting: 1 or 2 units");
