@@ -59,13 +59,15 @@ if [[ ${1:-} == --steps ]]; then
   variants=()
   # name;environment;flags: the FP4 experts converted in the GEMM's blocks at prefill sizes
   # (version 38; the default from 64 rows per expert) against pre-folded per call (version 12) and
-  # against never (version 8's kernel, folding per chunk and token tile);
+  # against never (version 8's kernel, folding per chunk and token tile), and converted in the MMA
+  # warpgroups' registers (version 40, the default) against by a converting warpgroup (rs0);
   # Linear's unsplit FP8 products on the TMA kernel (version 14; the default) against the 64-token
   # cp.async kernel; wo_a's input rounded to BF16 (version 17) against f32 (three BF16 parts); the
   # dense split-BF16 linears' K slices over clusters at decode batches (version 20, off by default
   # until measured) against one block per tile; the FP4 experts kept folded for the run
   # (--fold-fp4-experts, version 21, off by default: twice their bytes) against converted per call.
-  for variant in "inblock0;DEEPINFER_FP4_IN_BLOCK=0;--attn-out-bf16" "prefold0;DEEPINFER_FP4_PREFOLD=0;--attn-out-bf16" \
+  for variant in "inblock0;DEEPINFER_FP4_IN_BLOCK=0;--attn-out-bf16" "rs0;DEEPINFER_FP4_IN_BLOCK_RS=0;--attn-out-bf16" \
+    "prefold0;DEEPINFER_FP4_PREFOLD=0;--attn-out-bf16" \
     "tma0;DEEPINFER_TMA=0;--attn-out-bf16" \
     "attnf32;;" "slices1;DEEPINFER_STAGED_SLICES=1;--attn-out-bf16" "fold;;--attn-out-bf16 --fold-fp4-experts"; do
     IFS=';' read -r name environment flags <<<"$variant"

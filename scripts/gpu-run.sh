@@ -83,15 +83,16 @@ if [[ $reruns -eq 1 ]]; then
   # (DEEPINFER_LINEAR_SMALL_TILES=0), `wo_a` on 128-row blocks at decode
   # (DEEPINFER_GROUPED_HALF_BLOCKS=0), the dense kernels' MMAs not overlapped
   # (DEEPINFER_DENSE_OVERLAP=0), the FP4 experts' 1-8-row tiles back on the shared-memory kernel
-  # (DEEPINFER_EXPERTS_REGISTER_A=0; the last four on by default since 2026-12-02). Each gives the
-  # same bits; the tests that compare both sides run both in one process.
+  # (DEEPINFER_EXPERTS_REGISTER_A=0; the last four on by default since 2026-12-02), the prefill's FP4
+  # experts on the converting warpgroup's kernel instead of in registers (DEEPINFER_FP4_IN_BLOCK_RS=0;
+  # version 40). Each gives the same bits; the tests that compare both sides run both in one process.
   slices_filter='CudaLinearMma.*:CudaLinearFp8.*:CudaLinear.Grouped*:CudaExpertsLinearFp8.*:GpuModel.*TensorCores*:Modes/GpuFlashShapedTwoLayers.MatchCpu/*tensor_cores:GpuEngine.TensorCore*'
   DEEPINFER_STAGED_SLICES=1 DEEPINFER_SMALL_TILE_BLOCKS=1 DEEPINFER_LINEAR_SMALL_TILES=0 DEEPINFER_GROUPED_HALF_BLOCKS=0 \
-    DEEPINFER_DENSE_OVERLAP=0 DEEPINFER_EXPERTS_REGISTER_A=0 $dist/deepinfer_gpu_tests \
+    DEEPINFER_DENSE_OVERLAP=0 DEEPINFER_EXPERTS_REGISTER_A=0 DEEPINFER_FP4_IN_BLOCK_RS=0 $dist/deepinfer_gpu_tests \
     --gtest_filter="$(if [[ $filter == '*' ]]; then echo "$slices_filter"; else echo "$filter"; fi)" \
     >"$out/gpu-tests-slices.log" 2>&1
   rc=$?
-  echo "DEEPINFER_STAGED_SLICES=1 DEEPINFER_SMALL_TILE_BLOCKS=1 DEEPINFER_LINEAR_SMALL_TILES=0 DEEPINFER_GROUPED_HALF_BLOCKS=0 DEEPINFER_DENSE_OVERLAP=0 DEEPINFER_EXPERTS_REGISTER_A=0: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-slices.log" | head -3 | tr '\n' ' ')"
+  echo "DEEPINFER_STAGED_SLICES=1 DEEPINFER_SMALL_TILE_BLOCKS=1 DEEPINFER_LINEAR_SMALL_TILES=0 DEEPINFER_GROUPED_HALF_BLOCKS=0 DEEPINFER_DENSE_OVERLAP=0 DEEPINFER_EXPERTS_REGISTER_A=0 DEEPINFER_FP4_IN_BLOCK_RS=0: exit $rc; $(grep -E '^\[  (PASSED|FAILED)  \]' "$out/gpu-tests-slices.log" | head -3 | tr '\n' ' ')"
   [[ $rc -eq 0 ]] || status=1
   # The same with the pre-folded experts on the TMA-fed kernel at 128-token tiles (the plan cut in
   # 128-row tiles; DEEPINFER_TMA_EXPERTS=128, version 14b, off by default until measured; the tests

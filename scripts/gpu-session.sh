@@ -117,7 +117,7 @@ if [[ $bench -eq 1 ]]; then
 fi
 if [[ $profile -eq 1 ]]; then
   work=$(mktemp -d)
-  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'TmaLinearKernel|WgmmaLinearKernel|ExpertsWgmmaKernel|ExpertsPreFoldedKernel|ExpertsPreFoldedTmaKernel|ExpertsFp4InBlockKernel|PreFoldKernel|SplitBf16GroupedKernel|SplitBf16GroupedTmaKernel' 16 -- \
+  OUT=$work timeout 120 bash scripts/gpu-profile.sh pf8k 'TmaLinearKernel|WgmmaLinearKernel|ExpertsWgmmaKernel|ExpertsPreFoldedKernel|ExpertsPreFoldedTmaKernel|ExpertsFp4InBlockKernel|ExpertsFp4RegistersTmaKernel|PreFoldKernel|SplitBf16GroupedKernel|SplitBf16GroupedTmaKernel' 16 -- \
     --no-decode --prompts 8192 --tensor-cores --fp8-activations 2>&1 | cut -c1-32,88-
   # Every kernel of a batch-1 decode step at 8k with every reference rounding (~110 launches a
   # step: which of them hold the step's 2.5 ms against its 0.41 ms floor).

@@ -540,6 +540,7 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   for (const auto& [in_block, tokens, warp_specialized] : std::vector<std::tuple<int, int, int>>{
            {0, 64, 0}, {0, 64, 1}, {0, 128, 0}, {0, 128, 1}, {1, 64, 1}, {2, 64, 1}}) {
     ScopedFp4InBlock converted(in_block > 0 ? 1 : 0, in_block);
+    ScopedFp4InBlockRegisters shared_tile(0);  // the converting warpgroup's kernel, chunk words or not
     ScopedTmaKernels tma(1, tokens);
     ScopedTmaWarpSpecialized ws(warp_specialized);
     const uint64_t ws_launches = cuda::TmaWarpSpecializedLaunchesForTesting();
@@ -675,6 +676,7 @@ TEST(CudaExpertsLinearFp8, PreFoldedPrefillFlash) {
     for (const auto& [units, tile_tokens, seed] :
          std::vector<std::tuple<int, int, uint64_t>>{{0, 64, 5467}, {0, 128, 5531}, {1, 64, 5404}, {2, 64, 5405}}) {
       ScopedFp4InBlock converted(units > 0 ? 1 : 0, units);
+      ScopedFp4InBlockRegisters shared_tile(0);  // the converting warpgroup's kernel, chunk words or not
       ScopedTmaKernels tma(1, tile_tokens);
       SCOPED_TRACE(testing::Message() << (units > 0 ? "converted in the blocks, units at once: " : "pre-folded at ")
                                       << (units > 0 ? units : tile_tokens));

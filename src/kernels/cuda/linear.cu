@@ -3310,10 +3310,11 @@ int64_t PreFoldGroup(const PreFoldLayout& lay, int64_t rows_bound, int64_t k, in
 // (SetFp4InBlockForTesting).
 KernelSwitch g_fp4_in_block{"DEEPINFER_FP4_IN_BLOCK", 1};
 std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
-// DEEPINFER_FP4_IN_BLOCK_RS (read once; unset or 0: off; 1: on): those calls, where the experts have
+// DEEPINFER_FP4_IN_BLOCK_RS (read once; unset or 1: on; 0: off): those calls, where the experts have
 // chunk words, on ExpertsFp4RegistersTmaKernel (the A fragments converted in the MMA warpgroups'
-// registers; the same bits). Tests override it (SetFp4InBlockRegistersForTesting).
-KernelSwitch g_fp4_in_block_rs{"DEEPINFER_FP4_IN_BLOCK_RS", 0};
+// registers; the same bits; docs/performance.md, version 40). Tests override it
+// (SetFp4InBlockRegistersForTesting).
+KernelSwitch g_fp4_in_block_rs{"DEEPINFER_FP4_IN_BLOCK_RS", 1};
 std::atomic<uint64_t> g_fp4_in_block_rs_launches{0};  // launches of it (tests)
 std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-block launches reading them (tests)
 

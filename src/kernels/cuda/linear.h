@@ -175,7 +175,7 @@ void SetFp4InBlockForTesting(int mode, int units = 0);
 uint64_t Fp4InBlockLaunchesForTesting();
 // Those launches, where the experts have chunk words, on ExpertsFp4RegistersTmaKernel (the weight
 // operand converted in the MMA warpgroups' registers; the same bits) on (1), off (0), or as
-// DEEPINFER_FP4_IN_BLOCK_RS says (-1, the default: off unless 1); and how many it has made.
+// DEEPINFER_FP4_IN_BLOCK_RS says (-1, the default: on unless 0); and how many it has made.
 void SetFp4InBlockRegistersForTesting(int mode);
 uint64_t Fp4InBlockRegistersLaunchesForTesting();
 // Tests only: the 64-token dense split-BF16 kernels with each chunk's MMAs overlapping the next
