@@ -1952,9 +1952,9 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 // thread the group q of its two rows (one table entry a row and chunk). Unit u = the u-th (item,
 // chunk) of the block's walk:
 //   - each warp copies its 16 rows' nibbles and chunk words of unit u + kRsAhead into a ring of its
-//     own (cp.async; rows past n zero-filled: zero codes, scale 0), and thread 0 has the TMA load
-//     that unit's x codes and scales into the block's x ring (kRsXStages stages, each freed by one
-//     arrival per warp);
+//     own (cp.async; rows past n zero-filled: zero codes, scale 0), and lane 0 of warp
+//     (u + kRsAhead) % 8 has the TMA load that unit's x codes and scales into the block's x ring
+//     (kRsXStages stages, each freed by one arrival per warp);
 //   - unit u + 1 is converted while unit u's MMAs (m64n96k32) run; then u's products are scaled into
 //     part, its later passes run (its 64-row block's mask from the chunk words, rs::LaterFold, the
 //     warpgroup's vote on a named barrier of its own), its x stage is released, and at a 512-column
@@ -1966,7 +1966,7 @@ constexpr int kRsSlots = 8;    // a warp's copy ring
 constexpr int kRsXStages = 8;  // the x ring
 // Unit v's copies are issued while unit v - kRsAhead - 1 is in its MMAs: its copy slot was last read
 // by unit v - kRsSlots (finished before), and its x load waits for unit v - kRsXStages's release by
-// every warp, which a warp one unit behind thread 0's has given (v - kRsAhead - 2 or earlier).
+// every warp, which a warp one unit behind the issuing one has given (v - kRsAhead - 2 or earlier).
 static_assert(kRsSlots >= kRsAhead + 2 && kRsXStages >= kRsAhead + 2, "rings deep enough for the copies ahead");
 
 struct RsPrefill {
@@ -2069,7 +2069,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
       const uint32_t to = slot(fetched);
       copies.Load(to, fc, lane, any_valid);
       if (lane < 16) CpAsyncSharedOrZero<4>(to + L::kWordsAt + 4 * lane, word_src + fc, word_fill);
-      if (tid == 0) {
+      if (lane == 0 && tid / kWarpSize == static_cast<int>(fetched % L::kWarps)) {  // the warps take turns
         if (fetched >= kRsXStages) tma::BarrierWaitAt(empty_at(fetched), (fetched / kRsXStages - 1) & 1u);
         uint64_t* full = &bars[fetched % kRsXStages];
         uint8_t* stage = smem + (fetched % kRsXStages) * L::kXStageBytes;
