@@ -1961,7 +1961,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 //     slice's end total += part (total from -0, as in ExpertsFp4InBlockKernel).
 // The experts' chunk words are required (WriteFp4ChunkWords). The same codes, passes, products and
 // adds as ExpertsFp4InBlockKernel, so Linear's bits.
-constexpr int kRsAhead = 5;    // units whose copies are in flight ahead of the one converted
+constexpr int kRsAhead = 5;    // units whose copies are in flight ahead (7, on 10-stage rings: no faster)
 constexpr int kRsSlots = 8;    // a warp's copy ring
 constexpr int kRsXStages = 8;  // the x ring
 // Unit v's copies are issued while unit v - kRsAhead - 1 is in its MMAs: its copy slot was last read
