@@ -1523,8 +1523,8 @@ struct InBlockRaw {
 template <int kP>
 struct InBlock {
   static_assert(kP == 1 || kP == 2, "one or two units in flight");
-  // setmaxnreg's split (ptxas: at most 8 bytes of spills, in the walk). ptxas holds the whole
-  // kernel to tma::kWsLaunchRegisters (168) a thread whatever the consumers' count: the split
+  // setmaxnreg's split (kP = 2: no spills at 128/184; kP = 1: 32 bytes, in the walk). ptxas holds
+  // the whole kernel to tma::kWsLaunchRegisters (168) a thread whatever the consumers' count: the split
   // moves registers between warpgroups at run time, it does not raise that limit (a
   // 512-thread form with two converting warpgroups had 128 registers and needed 64-token tiles:
   // docs/performance.md, version 39).
@@ -1801,7 +1801,9 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       if (j[p] >= R::kStages) {
         tma::BarrierWaitAt(ring_addr(p) + R::kBarriers + 8 * (R::kStages + stage), (j[p] / R::kStages - 1) & 1u);
       }
-      if (row == 0) R(smem + p * L::kRingBytes).LoadX(j[p], c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(x_row));
+      if (row == 0) {
+        R(smem + p * L::kRingBytes).LoadX(j[p], c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(x_row));
+      }
       return ring_addr(p) + stage * R::kStageBytes;
     };
     auto pass_area = [&](int p) {
