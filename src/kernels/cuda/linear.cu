@@ -947,6 +947,11 @@ struct ExpertsParams {
   int32_t tile_rows;              // the height these kernels were launched for
   const uint32_t* chunk_words;    // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   int64_t chunk_words_stride;     // words from one expert's to the next's
+
+  // Expert e's chunk words, or null where there are none.
+  __device__ __forceinline__ const uint32_t* ExpertChunkWords(int32_t e) const {
+    return chunk_words != nullptr ? chunk_words + e * chunk_words_stride : nullptr;
+  }
 };
 
 // A plan reused from the scratch (plan_in_scratch) must have been cut for this launch's kernels;
@@ -1183,7 +1188,7 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
 #else
   ForEachExpertsWgmmaItem<kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0, uint8_t* smem,
                                                                  int chunks) {
-    const uint32_t* words = ep.chunk_words != nullptr ? ep.chunk_words + t.expert * ep.chunk_words_stride : nullptr;
+    const uint32_t* words = ep.ExpertChunkWords(t.expert);
     wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
   });
 #endif
@@ -1586,9 +1591,8 @@ struct InBlockRow {
     const bool exists = n0 + i < n;
     const int64_t row = exists ? n0 + i : 0;
     fill = exists ? 16u : 0u;
-    if (ep.chunk_words != nullptr) {
-      const uint32_t* expert_words = ep.chunk_words + t.expert * ep.chunk_words_stride;
-      masks = expert_words + wgmma::rs::ChunkWordsOfRows(n, chunks) + 2 * (n0 / wgmma::rs::kRows);
+    if (const uint32_t* expert_words = ep.ExpertChunkWords(t.expert); expert_words != nullptr) {
+      masks = wgmma::rs::LaterPassMasks(expert_words, n, chunks, n0);
       second_half = n0 + wgmma::rs::kRows < n;
       words = expert_words + row * chunks;
     }
@@ -2062,7 +2066,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     any_valid = static_cast<const uint8_t*>(ep.weights[ft.expert].data);
     const int64_t row = fn0 + 64 * wg + 16 * warp + lane % 16;
     word_fill = row < n ? 4u : 0u;
-    word_src = ep.chunk_words + ft.expert * ep.chunk_words_stride + (row < n ? row : 0) * chunks;
+    word_src = ep.ExpertChunkWords(ft.expert) + (row < n ? row : 0) * chunks;
   };
   if (fetching) begin_fetch_item();
   uint32_t fetched = 0, units = 0;  // fetch calls; units the walk had (uniform)
@@ -2105,8 +2109,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   auto item_masks = [&] {
     const int64_t r0 = n0 + 64 * wg;
     if (r0 >= n) return make_uint2(0u, 0u);
-    const uint32_t* m = ep.chunk_words + t.expert * ep.chunk_words_stride + rs::ChunkWordsOfRows(n, chunks) +
-                        2 * (r0 / rs::kRows);
+    const uint32_t* m = rs::LaterPassMasks(ep.ExpertChunkWords(t.expert), n, chunks, r0);
     return make_uint2(__ldg(m), __ldg(m + 1));
   };
   uint2 masks = item_masks();
@@ -3831,7 +3834,7 @@ __global__ void __launch_bounds__(256) Fp4ChunkWordsKernel(const DeviceWeight* w
     if (cpu::FoldWordMore(fold)) atomicOr(&mask[c / 32], 1u << (c % 32));
   }
   __syncthreads();
-  if (threadIdx.x < 2) words[wgmma::rs::ChunkWordsOfRows(n, chunks) + 2 * blockIdx.x + threadIdx.x] = mask[threadIdx.x];
+  if (threadIdx.x < 2) wgmma::rs::LaterPassMasks(words, n, chunks, row0)[threadIdx.x] = mask[threadIdx.x];
 }
 
 size_t Fp4ChunkWordsBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {

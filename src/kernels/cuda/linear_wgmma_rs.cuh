@@ -300,6 +300,12 @@ struct WarpCopies {
 // row r's pass-0 fold word of chunk c at words[r·chunks + c], then per 64-row block b the chunks
 // some row of it needs later passes for at words[n·chunks + 2b] (chunks 0-31) and + 1 (32-63).
 __host__ __device__ constexpr int64_t ChunkWordsOfRows(int64_t n, int64_t chunks) { return n * chunks; }
+// The later-pass mask words (chunks 0-31, then 32-63) of the 64-row block holding row r0 (a
+// multiple of kRows) in an expert's chunk words (Word: uint32_t or const uint32_t).
+template <typename Word>
+__host__ __device__ constexpr Word* LaterPassMasks(Word* words, int64_t n, int64_t chunks, int64_t r0) {
+  return words + ChunkWordsOfRows(n, chunks) + 2 * (r0 / kRows);
+}
 __host__ __device__ constexpr int64_t ChunkWordsOfExpert(int64_t n, int64_t chunks) {
   return (n * chunks + 2 * ((n + kRows - 1) / kRows) + 63) / 64 * 64;  // 256-byte aligned
 }
@@ -379,7 +385,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   // warpgroup's); with `words`, both as written at load.
   uint32_t later_lo = 0u, later_hi = 0u;
   if (words != nullptr) {
-    const uint32_t* mask = words + ChunkWordsOfRows(p.n, chunks) + 2 * (n0 / kRows);
+    const uint32_t* mask = LaterPassMasks(words, p.n, chunks, n0);
     later_lo = __ldg(mask);
     later_hi = __ldg(mask + 1);
   } else {
