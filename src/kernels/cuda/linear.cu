@@ -1555,7 +1555,24 @@ struct InBlock {
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// bar.red.or over the converting warpgroup's 128 threads (named barrier 2: the MMA warpgroups use 1).
+// bar.red.or over one warpgroup's 128 threads on named barrier `id`.
+__device__ __forceinline__ bool WarpgroupOr(uint32_t id, bool pred) {
+  uint32_t any = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred pin, pout;\n"
+      "setp.ne.u32 pin, %2, 0;\n"
+      "bar.red.or.pred pout, %1, 128, pin;\n"
+      "selp.u32 %0, 1, 0, pout;\n"
+      "}\n"
+      : "=r"(any)
+      : "r"(id), "r"(static_cast<uint32_t>(pred))
+      : "memory");
+  return any != 0;
+}
+
+// WarpgroupOr over the converting warpgroup on named barrier 2 (the MMA warpgroups use 1), the id
+// an immediate (WarpgroupOr's register id has ptxas reserve all 16 barriers).
 __device__ __forceinline__ bool ConvertersOr(bool pred) {
   uint32_t any = 0;
   asm volatile(
@@ -1803,7 +1820,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     auto begin_pass = [&](int p, int c, uint32_t x_row) {  // the ring's next stage free, x loading
       const uint32_t stage = j[p] % R::kStages;
       if (j[p] >= R::kStages) {
-        tma::BarrierWaitAt(ring_addr(p) + R::kBarriers + 8 * (R::kStages + stage), (j[p] / R::kStages - 1) & 1u);
+        tma::BarrierWaitAt(R::EmptyAt(ring_addr(p), j[p]), (j[p] / R::kStages - 1) & 1u);
       }
       if (row == 0) {
         R(smem + p * L::kRingBytes).LoadX(j[p], c * wgmma::kChunk, &x_map, &xs_map, static_cast<int>(x_row));
@@ -1824,7 +1841,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 #pragma unroll
       for (int p = 0; p < kP; ++p) {
         if (!live[p]) continue;
-        tma::BarrierArriveAt(ring_addr(p) + R::kBarriers + 8 * (j[p] % R::kStages));
+        tma::BarrierArriveAt(R::FullAt(ring_addr(p), j[p]));
         ++j[p];
       }
     };
@@ -1991,22 +2008,6 @@ struct RsPrefill {
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// bar.red.or over one warpgroup's 128 threads on named barrier `id`.
-__device__ __forceinline__ bool WarpgroupOr(uint32_t id, bool pred) {
-  uint32_t any = 0;
-  asm volatile(
-      "{\n"
-      ".reg .pred pin, pout;\n"
-      "setp.ne.u32 pin, %2, 0;\n"
-      "bar.red.or.pred pout, %1, 128, pin;\n"
-      "selp.u32 %0, 1, 0, pout;\n"
-      "}\n"
-      : "=r"(any)
-      : "r"(id), "r"(static_cast<uint32_t>(pred))
-      : "memory");
-  return any != 0;
-}
-
 // grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map,
 // xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales and chunk words,
 // K % 128 == 0 within rs::kMaxChunks chunks; the plan cut in kInBlockTokens-row tiles; experts
@@ -2080,8 +2081,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
         uint64_t* full = &bars[fetched % kRsXStages];
         uint8_t* stage = smem + (fetched % kRsXStages) * L::kXStageBytes;
         tma::BarrierArriveExpectTx(full, L::kXTx);
-        tma::TmaLoad2d(stage, &x_map, full, fc * wgmma::kChunk, ft.row0);
-        tma::TmaLoad2d(stage + L::kXCodes, &xs_map, full, ft.row0 - ft.row0 % tma::kXsAlign, fc);
+        tma::LoadXBoxes(stage, stage + L::kXCodes, full, fc * wgmma::kChunk, &x_map, &xs_map, ft.row0);
       }
       ++units;
       if (++fc == chunks) {

@@ -128,6 +128,15 @@ __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+// x's boxes for one chunk: the codes at (column, x_row) into `codes`, and the scales of the
+// kXsAlign-aligned rows from x_row's (Ring::XScales finds x_row's) of chunk column / kChunk into
+// `scales`, completing `bar`'s transaction bytes.
+__device__ __forceinline__ void LoadXBoxes(void* codes, void* scales, uint64_t* bar, int column,
+                                           const CUtensorMap* x_map, const CUtensorMap* xs_map, int x_row) {
+  TmaLoad2d(codes, x_map, bar, column, x_row);
+  TmaLoad2d(scales, xs_map, bar, x_row - x_row % kXsAlign, column / kChunk);
+}
+
 // The ring of a block's loads: load j (j = 0, 1, ... over the block's life: one per chunk of each
 // of its tiles) lands in stage j % kStages: the weight tile (128 rows × 128 bytes, swizzled) at 0,
 // the x codes (kTok rows, swizzled) at kX, the x scales at kXs: kXsBox floats from row
@@ -202,8 +211,7 @@ struct Ring {
     uint64_t* bar = &full[j % kStages];
     uint8_t* stage = Stage(j);
     BarrierArriveExpectTx(bar, kTxBytes - kX);
-    TmaLoad2d(stage + kX, x_map, bar, column, x_row);
-    TmaLoad2d(stage + kXs, xs_map, bar, x_row - x_row % kXsAlign, column / kChunk);
+    LoadXBoxes(stage + kX, stage + kXs, bar, column, x_map, xs_map, x_row);
   }
   // Thread 0: load j's three boxes (its stage free): the weight box at (column, w_row[, w_slab])
   // of w_map, the codes at (column, x_row), the scales at (x_row, chunk).
@@ -217,8 +225,15 @@ struct Ring {
     } else {
       TmaLoad3d(stage, w_map, bar, column, w_row, w_slab);
     }
-    TmaLoad2d(stage + kX, x_map, bar, column, x_row);
-    TmaLoad2d(stage + kXs, xs_map, bar, x_row - x_row % kXsAlign, column / kChunk);
+    LoadXBoxes(stage + kX, stage + kXs, bar, column, x_map, xs_map, x_row);
+  }
+  // Shared-address forms (a kernel keeping 32-bit addresses; `ring` the ring's own): load j's
+  // full and empty barriers.
+  __device__ __forceinline__ static uint32_t FullAt(uint32_t ring, uint32_t j) {
+    return ring + kBarriers + 8 * (j % kStages);
+  }
+  __device__ __forceinline__ static uint32_t EmptyAt(uint32_t ring, uint32_t j) {
+    return ring + kBarriers + 8 * (kStages + j % kStages);
   }
 };
 
