@@ -127,15 +127,6 @@ class ScopedFp4InBlock {
   ScopedFp4InBlock(const ScopedFp4InBlock&) = delete;
   ScopedFp4InBlock& operator=(const ScopedFp4InBlock&) = delete;
 };
-// cuda::SetFp4InBlockRegistersForTesting(mode) for the scope: those experts converted in the MMA
-// warpgroups' registers where they have chunk words (1) or not (0), then the environment's choice.
-class ScopedFp4InBlockRegisters {
- public:
-  explicit ScopedFp4InBlockRegisters(int mode) { cuda::SetFp4InBlockRegistersForTesting(mode); }
-  ~ScopedFp4InBlockRegisters() { cuda::SetFp4InBlockRegistersForTesting(-1); }
-  ScopedFp4InBlockRegisters(const ScopedFp4InBlockRegisters&) = delete;
-  ScopedFp4InBlockRegisters& operator=(const ScopedFp4InBlockRegisters&) = delete;
-};
 // cuda::SetGroupedBf16ForTesting(mode, piece_rows) for the scope, then back to the environment's.
 class ScopedGroupedBf16 {
  public:
@@ -155,6 +146,8 @@ using ScopedDenseParts = ScopedSwitch<cuda::SetDensePartsForTesting>;
 using ScopedDenseWs = ScopedSwitch<cuda::SetDenseWsForTesting>;
 using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>;
 using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;
+// The in-block FP4 experts converted in the MMA warpgroups' registers where they have chunk words.
+using ScopedFp4InBlockRegisters = ScopedSwitch<cuda::SetFp4InBlockRegistersForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.
