@@ -1325,6 +1325,45 @@ struct GroupItemWalk {
   }
 };
 
+// GroupItemWalk's order over experts [0, e_end) for several walks of one block, each its own
+// Cursor (tile, block) over one set of the block's constants: a walk costs two registers.
+struct SharedItemWalk {
+  struct Cursor {
+    int32_t tile, block;
+  };
+  int32_t step_tiles, step_blocks, blocks_per_tile, tiles, e_end;
+
+  __device__ __forceinline__ SharedItemWalk(const ExpertsParams& ep, const TileLists& lists, int32_t end)
+      : step_tiles(static_cast<int32_t>(gridDim.x) / ep.blocks_per_tile),
+        step_blocks(static_cast<int32_t>(gridDim.x) % ep.blocks_per_tile),
+        blocks_per_tile(ep.blocks_per_tile),
+        tiles(0),
+        e_end(end) {
+#pragma unroll
+    for (int kind = 0; kind < kTileKinds; ++kind) tiles += lists.counts[kind];
+  }
+  __device__ __forceinline__ Cursor First(const ExpertsParams& ep) const {
+    return Cursor{static_cast<int32_t>(blockIdx.x) / ep.blocks_per_tile,
+                  static_cast<int32_t>(blockIdx.x) % ep.blocks_per_tile};
+  }
+  // GroupItemWalk::Next for cursor c.
+  __device__ __forceinline__ bool Next(const TileLists& lists, Cursor& c, ExpertTile& tile, int64_t& n0) const {
+    while (c.tile < tiles) {
+      const ExpertTile* t = WalkTile(lists, c.tile);
+      const int32_t block = c.block;
+      c.tile += step_tiles;
+      c.block += step_blocks;
+      if (c.block >= blocks_per_tile) c.block -= blocks_per_tile, ++c.tile;
+      if (t->expert < e_end) {
+        tile = *t;
+        n0 = static_cast<int64_t>(block) * wgmma::kBlockRows;
+        return true;
+      }
+    }
+    return false;
+  }
+};
+
 // Shared memory of ExpertsPreFoldedTmaKernel<kTok>: the ring, then the byte_perm tables (18 words)
 // and one chunk's nibbles of the block's rows (64 bytes per row) for later passes.
 template <int kTok>
@@ -1729,14 +1768,22 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
 }
 
 // part += acc · (row scale · x scale) as wgmma::AddScaledRows (the same roundings), the x scales
-// read at shared address xs_addr.
-template <int kElems>
+// read at shared address xs_addr; kPairs: a thread's two x scales of a step by one 8-byte load
+// (xs_addr 8-byte aligned).
+template <int kElems, bool kPairs = false>
 __device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const float (&acc)[kElems], float sa,
                                                     float sb, uint32_t xs_addr, int q) {
 #pragma unroll
   for (int i = 0; i < kElems / 4; ++i) {
-    const float x0 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q)));
-    const float x1 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q + 1)));
+    float x0, x1;
+    if constexpr (kPairs) {
+      const float2 x = wgmma::LdSharedF32x2(xs_addr + 4 * (8 * i + 2 * q));
+      x0 = x.x;
+      x1 = x.y;
+    } else {
+      x0 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q)));
+      x1 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q + 1)));
+    }
     part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], __fmul_rn(sa, x0), part[4 * i + 0]);
     part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x1), part[4 * i + 1]);
     part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], __fmul_rn(sb, x0), part[4 * i + 2]);
@@ -1968,7 +2015,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 
 // ---- FP4 experts converted in registers at prefill sizes ---------------------------------------
 //
-// ExpertsFp4RegistersTmaKernel: ExpertsFp4InBlockKernel's items (kInBlockTokens-token tiles × 128
+// ExpertsFp4RegistersTmaKernel: items as ExpertsFp4InBlockKernel's (but kRsTokens-token tiles × 128
 // weight rows of every expert, one launch, persistent blocks) on two warpgroups that feed their
 // MMAs from registers (wgmma's RS form) as rs::Fp4RegistersBlock does at decode, instead of a
 // converting warpgroup writing a shared tile: warpgroup w takes rows n0 + 64w .. n0 + 64w + 63, each
@@ -1978,12 +2025,16 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 //     own (cp.async; rows past n zero-filled: zero codes, scale 0), and lane 0 of warp
 //     (u + kRsAhead) % 8 has the TMA load that unit's x codes and scales into the block's x ring
 //     (kRsXStages stages, each freed by one arrival per warp);
-//   - unit u + 1 is converted while unit u's MMAs (m64n96k32) run; then u's products are scaled into
-//     part, its later passes run (its 64-row block's mask from the chunk words, rs::LaterFold, the
-//     warpgroup's vote on a named barrier of its own), its x stage is released, and at a 512-column
-//     slice's end total += part (total from -0, as in ExpertsFp4InBlockKernel).
+//   - while unit u's MMAs (m64n104k32) run the warp issues those copies; then u's products are
+//     scaled into part, its later passes run (its 64-row block's mask from the chunk words,
+//     rs::LaterFold, the warpgroup's vote on a named barrier of its own), its x stage is released,
+//     at a 512-column slice's end total += part (total from -0, as in ExpertsFp4InBlockKernel), and
+//     unit u + 1 is converted into the fragment u's MMAs have freed.
 // The experts' chunk words are required (WriteFp4ChunkWords). The same codes, passes, products and
 // adds as ExpertsFp4InBlockKernel, so Linear's bits.
+// 104-token tiles: at the 8k prefill an expert's ~192 ± 14 rows are two tiles where 96-token tiles
+// made half the experts three (its accumulators: 3 × 52 floats a thread).
+constexpr int kRsTokens = 104;
 constexpr int kRsAhead = 5;    // units whose copies are in flight ahead (7, on 10-stage rings: no faster)
 constexpr int kRsSlots = 8;    // a warp's copy ring
 constexpr int kRsXStages = 8;  // the x ring
@@ -1993,8 +2044,8 @@ constexpr int kRsXStages = 8;  // the x ring
 static_assert(kRsSlots >= kRsAhead + 2 && kRsXStages >= kRsAhead + 2, "rings deep enough for the copies ahead");
 
 struct RsPrefill {
-  static constexpr int kXCodes = kInBlockTokens * wgmma::kChunk;  // a stage's codes, then its scales
-  static constexpr int kXTx = kXCodes + (kInBlockTokens + tma::kXsAlign) * 4;  // bytes a load writes
+  static constexpr int kXCodes = kRsTokens * wgmma::kChunk;  // a stage's codes, then its scales
+  static constexpr int kXTx = kXCodes + (kRsTokens + tma::kXsAlign) * 4;  // bytes a load writes
   static constexpr int kXStageBytes = (kXTx + 1023) / 1024 * 1024;           // the swizzle's alignment
   static constexpr int kBarriers = kRsXStages * kXStageBytes;                // full[], then empty[]
   static constexpr int kCopies = kBarriers + 2 * kRsXStages * 8;
@@ -2009,9 +2060,9 @@ struct RsPrefill {
 };
 
 // grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map,
-// xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales and chunk words,
-// K % 128 == 0 within rs::kMaxChunks chunks; the plan cut in kInBlockTokens-row tiles; experts
-// [0, e_end).
+// xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk words,
+// K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
+// kRsTokens-row tiles; experts [0, e_end).
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                                  const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -2021,7 +2072,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
 #else
   using L = RsPrefill;
   namespace rs = wgmma::rs;
-  constexpr int kElems = kInBlockTokens / 2;
+  constexpr int kElems = kRsTokens / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   CheckPlan(ep);
@@ -2052,22 +2103,24 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   __syncthreads();
 
   // ---- the copies: this warp's rows of the fetch walk's unit, and thread 0's x loads
-  GroupItemWalk fetch_walk(ep, lists, 0, e_end);
+  const SharedItemWalk walks(ep, lists, e_end);
+  SharedItemWalk::Cursor fetch_at = walks.First(ep);
   ExpertTile ft{};
   int64_t fn0 = 0;
   int fc = 0;
-  bool fetching = chunks > 0 && fetch_walk.Next(lists, ft, fn0);
+  bool fetching = chunks > 0 && walks.Next(lists, fetch_at, ft, fn0);
   auto copies_of = [&] { return rs::WarpCopies(TileParams<Kind::kFp4>(ep, ft), fn0 + 64 * wg, warp, lane); };
   rs::WarpCopies copies = copies_of();
-  const uint8_t* any_valid = static_cast<const uint8_t*>(ep.weights[ft.expert].data);
-  const uint32_t* word_src = nullptr;  // lanes 0-15: their row's chunk words (row 0's past n)
+  // The source of the zero-filling copies (none of it read): any valid global address, here one
+  // held in the parameters rather than in registers.
+  const uint8_t* const any_valid = reinterpret_cast<const uint8_t*>(ep.chunk_words);
+  uint32_t word_at = 0;  // lanes 0-15: their row's chunk 0 word from ep.chunk_words (row 0's past n)
   uint32_t word_fill = 0;
   auto begin_fetch_item = [&] {
     copies = copies_of();
-    any_valid = static_cast<const uint8_t*>(ep.weights[ft.expert].data);
     const int64_t row = fn0 + 64 * wg + 16 * warp + lane % 16;
     word_fill = row < n ? 4u : 0u;
-    word_src = ep.ExpertChunkWords(ft.expert) + (row < n ? row : 0) * chunks;
+    word_at = static_cast<uint32_t>(ft.expert * ep.chunk_words_stride + (row < n ? row : 0) * chunks);
   };
   if (fetching) begin_fetch_item();
   uint32_t fetched = 0, units = 0;  // fetch calls; units the walk had (uniform)
@@ -2075,7 +2128,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     if (fetching) {
       const uint32_t to = slot(fetched);
       copies.Load(to, fc, lane, any_valid);
-      if (lane < 16) CpAsyncSharedOrZero<4>(to + L::kWordsAt + 4 * lane, word_src + fc, word_fill);
+      if (lane < 16) CpAsyncSharedOrZero<4>(to + L::kWordsAt + 4 * lane, ep.chunk_words + (word_at + fc), word_fill);
       if (lane == 0 && tid / kWarpSize == static_cast<int>(fetched % L::kWarps)) {  // the warps take turns
         if (fetched >= kRsXStages) tma::BarrierWaitAt(empty_at(fetched), (fetched / kRsXStages - 1) & 1u);
         uint64_t* full = &bars[fetched % kRsXStages];
@@ -2086,7 +2139,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
       ++units;
       if (++fc == chunks) {
         fc = 0;
-        fetching = fetch_walk.Next(lists, ft, fn0);
+        fetching = walks.Next(lists, fetch_at, ft, fn0);
         if (fetching) begin_fetch_item();
       }
     }
@@ -2100,10 +2153,10 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   }
 
   // ---- the MMAs: unit u of the compute walk's item (t, n0), chunk c
-  GroupItemWalk walk(ep, lists, 0, e_end);
+  SharedItemWalk::Cursor walk_at = walks.First(ep);
   ExpertTile t{};
   int64_t n0 = 0;
-  walk.Next(lists, t, n0);
+  walks.Next(lists, walk_at, t, n0);
   int c = 0;
   // The warpgroup's 64-row block's later-pass mask words of the item (none past n).
   auto item_masks = [&] {
@@ -2114,7 +2167,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   };
   uint2 masks = item_masks();
   float acc[kElems], part[kElems], total[kElems];
-  uint32_t frag0[16], frag1[16];
+  uint32_t frag[16];
 #pragma unroll
   for (int i = 0; i < kElems; ++i) {
     acc[i] = part[i] = 0.f;
@@ -2142,7 +2195,11 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   // released, the slice's and the item's ends.
   auto finish = [&](uint32_t u, uint32_t (&f)[16], float sa, float sb) {
     const uint32_t xs = x_stage(u) + L::kXCodes + 4 * (t.row0 % tma::kXsAlign);
-    AddScaledRowsShared(part, acc, sa, sb, xs, q);
+    if (t.row0 % 2 == 0) {  // uniform; the stage's scales 8-byte aligned from the tile's row 0
+      AddScaledRowsShared<kElems, true>(part, acc, sa, sb, xs, q);
+    } else {
+      AddScaledRowsShared(part, acc, sa, sb, xs, q);
+    }
     if ((((c < 32 ? masks.x : masks.y) >> (c % 32)) & 1u) != 0u) {  // uniform over the warpgroup
       const Params p = TileParams<Kind::kFp4>(ep, t);
       const int64_t ra = n0 + 64 * wg + 16 * warp + g, rb = ra + 8;
@@ -2171,31 +2228,30 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     }
     if (++c == chunks) {
       const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
-      wgmma::StoreBlockResult<kInBlockTokens>(tp, n0 + 64 * wg + 16 * warp + g, 0, q,
-                                             [&](int i) { return total[i]; });
+      wgmma::StoreBlockResult<kRsTokens>(tp, n0 + 64 * wg + 16 * warp + g, 0, q, [&](int i) { return total[i]; });
 #pragma unroll
       for (int i = 0; i < kElems; ++i) total[i] = -0.f;
       c = 0;
-      if (walk.Next(lists, t, n0)) masks = item_masks();
+      if (walks.Next(lists, walk_at, t, n0)) masks = item_masks();
     }
   };
-  // Unit u in its MMAs with fragment f: fetch ahead, convert u + 1 into h, finish u, start u + 1.
+  // Unit u in its MMAs: fetch ahead, finish u, then convert u + 1 into the fragment u's MMAs have
+  // freed and start it. (Converting u + 1 into a second fragment while u's MMAs run measured slower:
+  // its 16 registers more spill at 104 tokens; the other warpgroup issues while this one waits.)
   uint32_t u = 0;
-  float sa0 = 0.f, sb0 = 0.f, sa1 = 0.f, sb1 = 0.f;
-  auto step = [&](uint32_t (&f)[16], float sa, float sb, uint32_t (&h)[16], float& sa_next, float& sb_next) {
+  float sa = 0.f, sb = 0.f;
+  convert(0, frag, sa, sb);
+  issue(0, frag);
+  for (;;) {
     fetch();
     const bool next = u + 1 < units;  // uniform; known, the fetch walk being kRsAhead units ahead
-    if (next) convert(u + 1, h, sa_next, sb_next);
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
-    finish(u, f, sa, sb);
-    if (next) issue(u + 1, h);
+    finish(u, frag, sa, sb);
+    if (!next) break;
     ++u;
-    return next;
-  };
-  convert(0, frag0, sa0, sb0);
-  issue(0, frag0);
-  while (step(frag0, sa0, sb0, frag1, sa1, sb1) && step(frag1, sa1, sb1, frag0, sa0, sb0)) {
+    convert(u, frag, sa, sb);
+    issue(u, frag);
   }
   CpAsyncWaitAll();
 #endif
@@ -3111,6 +3167,7 @@ struct ExpertsLaunch {
   int64_t num_experts = 0;
   int tma_tokens = 0;  // the pre-folded experts on the TMA-fed kernel at 64 or 128 tokens (0: not)
   bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (96)
+  bool fp4_registers = false;  // of those, converted in registers (ExpertsFp4RegistersTmaKernel, 104)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
 };
@@ -3334,6 +3391,12 @@ std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-blo
 bool Fp4InBlockMayRun(Kind kind, Path path, int64_t rows_bound, int64_t num_experts) {
   return g_fp4_in_block.On() && kind == Kind::kFp4 && path == Path::kFp8 && PreFoldWanted(rows_bound, num_experts);
 }
+// Whether the FP4 experts converted in the blocks take ExpertsFp4RegistersTmaKernel: the switch,
+// the chunk words, K within rs::kMaxChunks chunks, and the chunk words' offsets within 32 bits.
+bool Fp4RegistersPrefillFor(bool chunk_words, int64_t num_experts, int64_t n, int64_t k) {
+  return g_fp4_in_block_rs.On() && chunk_words && wgmma::rs::Usable(k) &&
+         num_experts * wgmma::rs::ChunkWordsOfExpert(n, k / wgmma::kChunk) <= 0xffffffffLL;
+}
 bool Fp4InBlockFor(Kind kind, Path path, bool scale_f32, int64_t rows_bound, int64_t num_experts, int64_t k,
                    const void* codes, size_t codes_bytes, bool folded) {
   return Fp4InBlockMayRun(kind, path, rows_bound, num_experts) && !folded &&
@@ -3415,8 +3478,8 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
 void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
-  const auto [x_map, xs_map] = XTensorMaps(a, b.k, kInBlockTokens);
-  if (g_fp4_in_block_rs.On() && ep.chunk_words != nullptr && wgmma::rs::Usable(b.k)) {
+  const auto [x_map, xs_map] = XTensorMaps(a, b.k, l.fp4_registers ? kRsTokens : kInBlockTokens);
+  if (l.fp4_registers) {
     constexpr int kSmem = RsPrefill::kBytes;
     AllowDynamicSmem<ExpertsFp4RegistersTmaKernel>(l.device, kSmem);
     const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
@@ -3713,19 +3776,21 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   const bool scale_f32 = layout.scale_dtype == DType::kF32;
   l.fp4_in_block = Fp4InBlockFor(kind, l.path, scale_f32, rows_bound, num_experts, k, codes, codes_bytes,
                                  l.folded != nullptr);
+  l.fp4_registers = l.fp4_in_block && Fp4RegistersPrefillFor(l.chunk_words != nullptr, num_experts, n, k);
   l.tma_tokens = l.fp4_in_block ? 0
                                 : ExpertsTmaTokensFor(kind, l.path, scale_f32, rows_bound, num_experts, n, k, codes,
                                                       codes_bytes, l.folded != nullptr);
   // The FP8-input path's tiles are 64 rows (its kernels' token tiles), kInBlockTokens for the FP4
-  // experts converted in the blocks, 128 for the TMA-fed pre-folded kernel at 128 tokens: either is
-  // then certain to run (ExpertsTmaTokensFor).
+  // experts converted in the blocks (kRsTokens where in registers), 128 for the TMA-fed pre-folded
+  // kernel at 128 tokens: either is then certain to run (ExpertsTmaTokensFor).
   const int32_t tile_rows = l.path != Path::kFp8 ? kTileM
+                            : l.fp4_registers     ? kRsTokens
                             : l.fp4_in_block      ? kInBlockTokens
                             : l.tma_tokens == 128 ? 128
                                                   : mma::fp8::kTiledTok;
   l.params.plan_tile_rows = l.lists.counts + kTileKinds;
   l.params.tile_rows = tile_rows;
-  // Where the in-block kernel may run, a call cuts its own plan: its 96-row tiles or the others' 64
+  // Where the in-block kernel may run, a call cuts its own plan: its 96- or 104-row tiles or the others' 64
   // depend on K (Fp4InBlockFor), which the MoE's w1 and w2 need not share.
   if (!plan_in_scratch || Fp4InBlockMayRun(kind, l.path, rows_bound, num_experts)) {
     ExpertTilesKernel<<<1, kPlanThreads, 0, stream>>>(offsets, static_cast<int32_t>(num_experts),

@@ -104,26 +104,27 @@ __device__ __forceinline__ void MmaM64N16K32Rs(float (&d)[8], uint32_t a0, uint3
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(desc_lo), "r"(desc_hi), "r"(1));
 }
 
-// MmaM64N8K32Rs for 96 tokens (m64n96k32): the same A fragment, d as MmaM64N96K32's.
-__device__ __forceinline__ void MmaM64N96K32Rs(float (&d)[48], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint32_t desc_lo, uint32_t desc_hi) {
+// MmaM64N8K32Rs for 104 tokens (m64n104k32): the same A fragment, d as m64n104's 52 floats.
+__device__ __forceinline__ void MmaM64N104K32Rs(float (&d)[52], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                uint32_t desc_lo, uint32_t desc_hi) {
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
       ".reg .b64 desc;\n"
-      "mov.b64 desc, {%52, %53};\n"
-      "setp.ne.b32 p, %54, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+      "mov.b64 desc, {%56, %57};\n"
+      "setp.ne.b32 p, %58, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n104k32.f32.e4m3.e4m3 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22,"
       " %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43,"
-      " %44, %45, %46, %47}, {%48, %49, %50, %51}, desc, p, 1, 1;\n"
+      " %44, %45, %46, %47, %48, %49, %50, %51}, {%52, %53, %54, %55}, desc, p, 1, 1;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
         "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
-        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(desc_lo), "r"(desc_hi), "r"(1));
 }
 
@@ -217,7 +218,7 @@ __device__ __forceinline__ RowFold LaterFold(const Params& p, int64_t row, int c
 template <int kElems>
 __device__ __forceinline__ void IssueChunk(float (&acc)[kElems], const uint32_t (&frag)[16], uint32_t desc_lo,
                                            uint32_t desc_hi) {
-  static_assert(kElems == 4 || kElems == 8 || kElems == 48, "8-, 16- or 96-token tiles");
+  static_assert(kElems == 4 || kElems == 8 || kElems == 52, "8-, 16- or 104-token tiles");
   ZeroForWgmma(acc);
   WgmmaFence();
 #pragma unroll
@@ -227,7 +228,7 @@ __device__ __forceinline__ void IssueChunk(float (&acc)[kElems], const uint32_t 
     } else if constexpr (kElems == 8) {
       MmaM64N16K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc_lo + 2 * s, desc_hi);
     } else {
-      MmaM64N96K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc_lo + 2 * s, desc_hi);
+      MmaM64N104K32Rs(acc, frag[4 * s], frag[4 * s + 1], frag[4 * s + 2], frag[4 * s + 3], desc_lo + 2 * s, desc_hi);
     }
   }
   WgmmaCommit();
