@@ -2038,7 +2038,7 @@ constexpr int kRsTokens = 104;
 constexpr int kRsAhead = 5;    // units whose copies are in flight ahead (7, on 10-stage rings: no faster)
 constexpr int kRsSlots = 8;    // a warp's copy ring
 constexpr int kRsXStages = 8;  // the x ring
-// Unit v's copies are issued while unit v - kRsAhead - 1 is in its MMAs: its copy slot was last read
+// Unit v's copies are issued while unit v - kRsAhead is in its MMAs: its copy slot was last read
 // by unit v - kRsSlots (finished before), and its x load waits for unit v - kRsXStages's release by
 // every warp, which a warp one unit behind the issuing one has given (v - kRsAhead - 2 or earlier).
 static_assert(kRsSlots >= kRsAhead + 2 && kRsXStages >= kRsAhead + 2, "rings deep enough for the copies ahead");
