@@ -1768,22 +1768,14 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
 }
 
 // part += acc · (row scale · x scale) as wgmma::AddScaledRows (the same roundings), the x scales
-// read at shared address xs_addr; kPairs: a thread's two x scales of a step by one 8-byte load
-// (xs_addr 8-byte aligned).
-template <int kElems, bool kPairs = false>
+// read at shared address xs_addr (4-byte aligned; wgmma::rs::AddScaledShared where 8-byte aligned).
+template <int kElems>
 __device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const float (&acc)[kElems], float sa,
                                                     float sb, uint32_t xs_addr, int q) {
 #pragma unroll
   for (int i = 0; i < kElems / 4; ++i) {
-    float x0, x1;
-    if constexpr (kPairs) {
-      const float2 x = wgmma::LdSharedF32x2(xs_addr + 4 * (8 * i + 2 * q));
-      x0 = x.x;
-      x1 = x.y;
-    } else {
-      x0 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q)));
-      x1 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q + 1)));
-    }
+    const float x0 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q)));
+    const float x1 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q + 1)));
     part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], __fmul_rn(sa, x0), part[4 * i + 0]);
     part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x1), part[4 * i + 1]);
     part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], __fmul_rn(sb, x0), part[4 * i + 2]);
@@ -2196,7 +2188,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   auto finish = [&](uint32_t u, uint32_t (&f)[16], float sa, float sb) {
     const uint32_t xs = x_stage(u) + L::kXCodes + 4 * (t.row0 % tma::kXsAlign);
     if (t.row0 % 2 == 0) {  // uniform; the stage's scales 8-byte aligned from the tile's row 0
-      AddScaledRowsShared<kElems, true>(part, acc, sa, sb, xs, q);
+      rs::AddScaledShared(part, acc, sa, sb, xs, q, kRsTokens);  // every token group
     } else {
       AddScaledRowsShared(part, acc, sa, sb, xs, q);
     }
@@ -3478,7 +3470,7 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
 void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
-  const auto [x_map, xs_map] = XTensorMaps(a, b.k, l.fp4_registers ? kRsTokens : kInBlockTokens);
+  const auto [x_map, xs_map] = XTensorMaps(a, b.k, static_cast<uint32_t>(ep.tile_rows));  // the plan's tiles
   if (l.fp4_registers) {
     constexpr int kSmem = RsPrefill::kBytes;
     AllowDynamicSmem<ExpertsFp4RegistersTmaKernel>(l.device, kSmem);
