@@ -138,6 +138,7 @@ class ScopedGroupedBf16 {
 using ScopedStagedSlices = ScopedSwitch<cuda::SetStagedSlicesForTesting>;
 using ScopedDenseSplit = ScopedSwitch<cuda::SetDenseSplitForTesting>;
 using ScopedLinearSmallTiles = ScopedSwitch<cuda::SetLinearSmallTilesForTesting>;
+using ScopedLinearFused = ScopedSwitch<cuda::SetLinearFusedForTesting>;
 using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
 using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;

@@ -1078,6 +1078,54 @@ TEST(CudaLinearFp8, SmallTileKernelEqualsTheOther) {
   }
 }
 
+// Linear's products as one launch (DEEPINFER_LINEAR_FUSED: wgmma::WgmmaLinearFusedKernel) give the
+// bits of the launches they replace (act_quant, the GEMM, the slices' sum). At 1-8 rows the blocks
+// quantize x themselves: sliced grids of 2, 3 (K = 1536), 5 with a partial last slice (K = 2304),
+// 8 and 16 (K = 8192: a non-portable cluster size) blocks a cluster, an unsliced grid (N = 17000,
+// K = 1024: 133 row blocks, 8 chunks a block), a partial row block (N = 200), FP8 weights of both
+// scale dtypes and FP4 weights, and x with a row stride that is not a multiple of 4 floats (no
+// vector loads). At 17-130 rows the sliced grids take the codes scratch and 64-token tiles.
+TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  struct Case {
+    Spec spec;
+    int64_t out, in;
+    std::vector<int64_t> ms;
+    int64_t ldx_pad;  // floats past K between rows of x
+  };
+  uint64_t seed = 4800;
+  const std::vector<Case> cases = {
+      {kFp8E8m0, 4096, 4096, {1, 3, 8, 17, 130}, 0},  {kFp8E8m0, 1024, 8192, {1, 8, 64}, 0},
+      {kFp8F32, 200, 1536, {1, 5, 33}, 0},            {kFp8E8m0, 1000, 2304, {2, 8, 100}, 3},
+      {kFp8E8m0, 17000, 1024, {1, 8}, 0},             {kFp8E8m0, 512, 1024, {1, 7, 64}, 0},
+      {kFp4, 1024, 2048, {1, 8, 40}, 0}};
+  for (const Case& c : cases) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    const int64_t ldx = c.in + c.ldx_pad;
+    constexpr int64_t kRows = 130;
+    std::vector<float> x = RandomFloats(static_cast<size_t>(kRows * ldx), ++seed);
+    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
+    DeviceArray<float> dx(x);
+    for (const int64_t m : c.ms) {
+      const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
+                               std::to_string(c.out) + "] M=" + std::to_string(m) + " ldx=" + std::to_string(ldx);
+      std::vector<float> fused;
+      {
+        ScopedLinearFused on(1);
+        const uint64_t launches = cuda::LinearFusedLaunchesForTesting();
+        fused = RunRows(w, dx, 0, m, false, ldx);
+        EXPECT_GT(cuda::LinearFusedLaunchesForTesting(), launches) << what << ": the fused kernel did not run";
+      }
+      ScopedLinearFused off(0);
+      const uint64_t launches = cuda::LinearFusedLaunchesForTesting();
+      EXPECT_TRUE(AllEqual(fused, RunRows(w, dx, 0, m, false, ldx), what));
+      EXPECT_EQ(cuda::LinearFusedLaunchesForTesting(), launches) << what << ": the fused kernel ran while off";
+    }
+  }
+}
+
 // Linear's unsplit FP8 products of more than 64 rows on the TMA-fed kernel (linear_tma.cuh,
 // 128-token tiles) give the 64-token kernel's bits: one chunk (K = 128) and a partial slice (K =
 // 384, whose every M is unsplit), partial weight blocks (N = 200, 1100) and token tiles (M = 65,

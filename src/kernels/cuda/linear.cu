@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -2614,23 +2615,106 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
   g_tma_launches.fetch_add(1);
 }
 
+// DEEPINFER_LINEAR_FUSED (read once; unset or 0: off, 1: on) runs Linear's sliced wgmma products,
+// and its products of 1-8 rows, as one launch (wgmma::WgmmaLinearFusedKernel: x quantized in the
+// blocks at 1-8 rows, the slices summed within thread-block clusters; the same bits). Off until
+// measured on the device (docs/performance.md, version 42). Tests override it
+// (SetLinearFusedForTesting).
+std::atomic<uint64_t> g_linear_fused_launches{0};  // launches of it (tests)
+KernelSwitch g_linear_fused{"DEEPINFER_LINEAR_FUSED", 0};
+
+// Whether clusters of (1, 1, slices) blocks of kKernel at `smem` bytes of dynamic shared memory can
+// be resident on `device` (more than 8 blocks is a non-portable cluster size, which the kernel
+// is allowed here), asked once per (device, slices, smem).
+template <auto kKernel>
+bool ClustersFit(int device, int slices, int smem) {
+  static std::mutex mu;
+  static std::vector<std::array<int, 4>> known;  // (device, slices, smem, fits)
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& k : known) {
+    if (k[0] == device && k[1] == slices && k[2] == smem) return k[3] != 0;
+  }
+  if (slices > 8) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                  "cudaFuncSetAttribute");
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(1, 1, static_cast<unsigned>(slices));
+  config.blockDim = dim3(wgmma::kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 1;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = static_cast<unsigned>(slices);
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();
+    clusters = 0;
+  }
+  known.push_back({device, slices, smem, clusters > 0 ? 1 : 0});
+  return clusters > 0;
+}
+
+// WgmmaLinearFusedKernel<K, kTok> over `layout`'s slices (`a`: the codes scratch at kTok 64,
+// unused at 8). Returns false, launching nothing, where the slices exceed the kernel's cluster
+// bound or such clusters do not fit the device.
+template <Kind K, int kTok>
+bool LaunchWgmmaFused(const Params& p, const wgmma::GemmArgs& a, const WgmmaLinearLayout& layout,
+                      cudaStream_t stream) {
+  constexpr auto kKernel = wgmma::WgmmaLinearFusedKernel<K, kTok>;
+  constexpr int kSmem = kTok == wgmma::XPanel::kTokens ? wgmma::XPanel::Bytes<K>() : wgmma::SmemLayout<K>::kBytes;
+  if (layout.slices > wgmma::kMaxClusterSlices) return false;
+  AllowDynamicSmem<kKernel>(layout.device, kSmem);
+  if (layout.slices > 1 && !ClustersFit<kKernel>(layout.device, layout.slices, kSmem)) return false;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)),
+                        static_cast<unsigned>(CeilDiv(p.m, kTok)), static_cast<unsigned>(layout.slices));
+  config.blockDim = dim3(wgmma::kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 1;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = static_cast<unsigned>(layout.slices);
+  config.attrs = cluster;
+  config.numAttrs = layout.slices > 1 ? 1 : 0;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&config, kKernel, p, a), "cuda::Linear wgmma, fused");
+  g_linear_fused_launches.fetch_add(1);
+  return true;
+}
+
 // Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM (and the
 // slices' sum where the layout splits K). Unsplit FP8 products take the TMA kernel where it is
-// usable (linear_tma.cuh; the same bits).
+// usable (linear_tma.cuh; the same bits). With DEEPINFER_LINEAR_FUSED, products of 1-8 rows whose
+// blocks take at most XPanel::kMaxChunks chunks, and other sliced products, run as one launch
+// (after act_quant for the latter): the same bits.
 template <Kind K>
 void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t stream) {
   const int64_t m_pad = wgmma::PaddedRows(p.m);
   if (m_pad / wgmma::kTokens > 65535) Fail("too many rows for one launch");
+  const bool small_tiles = p.m <= 8 && g_linear_small_tiles.On();
+  const bool fused = g_linear_fused.On();
+  const int64_t block_chunks = layout.slices > 1 ? mma::kSliceChunks : p.k / wgmma::kChunk;
+  if (fused && small_tiles && block_chunks <= wgmma::XPanel::kMaxChunks &&
+      LaunchWgmmaFused<K, wgmma::XPanel::kTokens>(p, wgmma::GemmArgs{}, layout, stream)) {
+    g_linear_small_tile_launches.fetch_add(1);
+    return;
+  }
   const wgmma::GemmArgs a =
       QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch, stream);
   if (layout.slices == 1 && tma::Usable(p, K) && EncodeTiled() != nullptr) {
     return LaunchTma(p, a, layout.device, stream);
   }
+  if (fused && !small_tiles && layout.slices > 1 && LaunchWgmmaFused<K, wgmma::kTokens>(p, a, layout, stream)) return;
   float* partials =
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   const unsigned row_blocks = static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows));
-  if (p.m <= 8 && g_linear_small_tiles.On()) {
+  if (small_tiles) {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, 8>>(layout.device, kSmem);
     const dim3 grid(row_blocks, 1, static_cast<unsigned>(layout.slices));
     wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
@@ -3949,6 +4033,10 @@ void SetLinearSmallTilesForTesting(int mode) {
 
 uint64_t LinearSmallTilesLaunchesForTesting() { return g_linear_small_tile_launches.load(); }
 
+void SetLinearFusedForTesting(int mode) { g_linear_fused.SetForTesting(mode, "SetLinearFusedForTesting"); }
+
+uint64_t LinearFusedLaunchesForTesting() { return g_linear_fused_launches.load(); }
+
 void SetGroupedHalfBlocksForTesting(int mode) {
   g_grouped_half_blocks.SetForTesting(mode, "SetGroupedHalfBlocksForTesting");
 }
@@ -4103,7 +4191,7 @@ void ReadSwitches() {
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(),
        g_dense_split.Mode(), SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(),
-       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), true);
+       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), g_linear_fused.Mode(), true);
   (void)switches_read;
 }
 

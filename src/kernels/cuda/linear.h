@@ -143,6 +143,12 @@ uint64_t DenseSplitLaunchesForTesting();
 // 0); and how many such launches this process has made.
 void SetLinearSmallTilesForTesting(int mode);
 uint64_t LinearSmallTilesLaunchesForTesting();
+// Tests only: Linear's FP8-input warpgroup-MMA products of 1-8 rows and its K-sliced ones as one
+// launch each (x quantized in the GEMM's blocks, the slices summed in thread-block clusters; the
+// same bits) on (1), off (0), or as DEEPINFER_LINEAR_FUSED says (-1, the default: off unless 1);
+// and how many such launches this process has made.
+void SetLinearFusedForTesting(int mode);
+uint64_t LinearFusedLaunchesForTesting();
 // Tests only: GroupedLinear's TMA-fed split-BF16 kernel on blocks of 64 weight rows where twice
 // the 128-row grid fits one wave (the same bits) on (1), off (0), or as
 // DEEPINFER_GROUPED_HALF_BLOCKS says (-1, the default: on unless 0); and how many such launches

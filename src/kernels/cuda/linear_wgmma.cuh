@@ -77,16 +77,18 @@ static_assert(Fp4OrderUnit(0) == 0 && Fp4OrderUnit(1) == 4 && Fp4OrderUnit(2) ==
 //
 // One warp per (row, chunk): lane l quantizes columns 128·c + 4l .. +3, stored in column order, or
 // in the FP4 order (Fp4OrderUnit) for FP4 weights' products.
-__global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
-                                                          int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
-                                                          uint8_t* codes, float* scales) {
-  PdlPrologue();
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t chunks = k / kChunk;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (item >= m_pad * chunks) return;  // uniform per warp
-  const int64_t row = item / chunks, c = item % chunks;
-  const int64_t col = c * kChunk + 4 * lane;
+
+// A lane's four codes (little-endian, columns col..col + 3) of act_quant of row `row` of x (zeros
+// for row >= m) and the chunk's scale: every lane of the warp takes the same (row, chunk), col =
+// 128·c + 4·lane. The one act_quant of every FP8-input wgmma product.
+struct QuantizedUnit {
+  uint32_t codes;
+  float scale;
+};
+// The first half: the lane's four values (zeros for row >= m), a load that callers may issue for
+// several (row, chunk) pairs before the second half, QuantizeLoaded, takes the warp's amax.
+__device__ __forceinline__ float4 LoadUnit(const float* __restrict__ x, int64_t ldx, int64_t m, int64_t row,
+                                           int64_t col, bool x_vec) {
   float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
   if (row < m) {
     const float* src = x + row * ldx + col;
@@ -96,6 +98,9 @@ __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restric
       v = make_float4(__ldg(src), __ldg(src + 1), __ldg(src + 2), __ldg(src + 3));
     }
   }
+  return v;
+}
+__device__ __forceinline__ QuantizedUnit QuantizeLoaded(float4 v) {
   float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
   amax = WarpMax(amax);
   const float scale = cpu::Ue8m0BlockScale(amax, cpu::kE4m3AmaxFloor, cpu::kE4m3InvMax);
@@ -104,9 +109,22 @@ __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restric
                                                __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(v.z, inv), __fmul_rn(v.w, inv)), __NV_SATFINITE,
                                                __NV_E4M3);
+  return QuantizedUnit{lo | (hi << 16), scale};
+}
+
+__global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
+                                                          int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
+                                                          uint8_t* codes, float* scales) {
+  PdlPrologue();
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t chunks = k / kChunk;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (item >= m_pad * chunks) return;  // uniform per warp
+  const int64_t row = item / chunks, c = item % chunks;
+  const QuantizedUnit u = QuantizeLoaded(LoadUnit(x, ldx, m, row, c * kChunk + 4 * lane, x_vec));
   const int unit = fp4_order ? Fp4OrderUnit(lane) : lane;
-  *reinterpret_cast<uint32_t*>(codes + row * k + c * kChunk + 4 * unit) = lo | (hi << 16);
-  if (lane == 0) scales[c * m_pad + row] = scale;
+  *reinterpret_cast<uint32_t*>(codes + row * k + c * kChunk + 4 * unit) = u.codes;
+  if (lane == 0) scales[c * m_pad + row] = u.scale;
 }
 
 // ---- 2. the GEMM --------------------------------------------------------------------------------
@@ -418,8 +436,9 @@ struct StageCopies {
 // rows t_codes.. of the codes and their scales into stage buffer `stage` (cp.async; the caller
 // commits the group). Token rows from `tokens` on are left as they were: their columns of the
 // product are never stored (wgmma keeps the columns apart), so a 1-row expert tile reads 1 row.
-// A block whose 128 rows all exist, 16-byte aligned, copies without a test per unit.
-template <Kind K>
+// A block whose 128 rows all exist, 16-byte aligned, copies without a test per unit. kLoadX false:
+// the weight's bytes only (a block that quantizes x itself: XPanel).
+template <Kind K, bool kLoadX = true>
 __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, const StageCopies<K>& cp,
                                           uint8_t* stage, int64_t n0, int64_t t_codes, int tokens, int c) {
   using S = StageCopies<K>;
@@ -438,14 +457,18 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
       Copy16(stage + cp.w_dst + i * S::kPassBytes, src, valid, p.w_vec16);
     }
   }
-  const uint8_t* x_src = cp.x + c * kChunk;
+  if constexpr (kLoadX) {
+    const uint8_t* x_src = cp.x + c * kChunk;
 #pragma unroll
-  for (int i = 0; i < S::kXPasses; ++i) {
-    if (cp.x_row + i * S::kXRowsPerPass < tokens) {
-      CpAsync16(stage + cp.x_dst + i * S::kPassBytes, x_src + i * cp.x_pass_stride);
+    for (int i = 0; i < S::kXPasses; ++i) {
+      if (cp.x_row + i * S::kXRowsPerPass < tokens) {
+        CpAsync16(stage + cp.x_dst + i * S::kPassBytes, x_src + i * cp.x_pass_stride);
+      }
+    }
+    if (tid < tokens) {
+      CpAsyncOrZero<4>(stage + SmemLayout<K>::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
     }
   }
-  if (tid < tokens) CpAsyncOrZero<4>(stage + SmemLayout<K>::kXs + 4 * tid, a.xscales + c * a.m_pad + t_codes + tid, true);
   if constexpr (K == Kind::kFp4) {
     // Row tid's exponents of chunk c + 1 (where it exists): read by this thread alone
     // (WgmmaBlock's NextFoldRowInfo) after its wait for this group.
@@ -853,6 +876,63 @@ __device__ __forceinline__ void EndChunk(float (&total)[kElems], float (&part)[k
   }
 }
 
+// This thread's first weight row of a block at weight row n0 (D fragment rows ra and ra + 8).
+__device__ __forceinline__ int64_t BlockRow(int64_t n0) {
+  const int tid = static_cast<int>(threadIdx.x);
+  return n0 + (tid / 128) * kRowsPerGroup + 16 * ((tid % 128) / kWarpSize) + (tid % kWarpSize) / 4;
+}
+
+// x quantized by the block itself (Linear at 1-8 rows: WgmmaLinearFusedKernel), in place of
+// QuantizeRowsKernel and the codes scratch: per chunk i of the block's range (at most kMaxChunks),
+// the 8 token rows' codes as a swizzled tile (1 KiB, at CodesAddress(i)) and their 8 scales (at
+// Scales(i)); rows at or past p.m quantize zeros, as QuantizeRowsKernel pads. The same act_quant
+// (LoadUnit, QuantizeLoaded), so the same codes and scales. It sits after SmemLayout<K>'s bytes.
+struct XPanel {
+  static constexpr int kTokens = 8;
+  static constexpr int kMaxChunks = 8;
+  static constexpr int kTileBytes = kTokens * kChunk;  // one 8-row swizzle group
+  static_assert(kThreads / kWarpSize == kTokens, "warp w quantizes token row w");
+  template <Kind K>
+  static constexpr int Offset() {
+    return (SmemLayout<K>::kRowInfo + SmemLayout<K>::kRowInfoBytes + 1023) / 1024 * 1024;
+  }
+  // Dynamic shared memory of a block with a panel (+ base alignment).
+  template <Kind K>
+  static constexpr int Bytes() {
+    return Offset<K>() + kMaxChunks * (kTileBytes + kTokens * 4) + 1024;
+  }
+
+  uint8_t* base;
+  __device__ __forceinline__ explicit XPanel(uint8_t* panel) : base(panel) {}
+  __device__ __forceinline__ uint32_t CodesAddress(int i) const { return SharedAddress(base) + i * kTileBytes; }
+  __device__ __forceinline__ float* Scales(int i) const {
+    return reinterpret_cast<float*>(base + kMaxChunks * kTileBytes) + i * kTokens;
+  }
+  // act_quant of x's chunks [c_begin, c_end) (at most kMaxChunks) into the panel, every load issued
+  // before the first amax. Plain stores: the caller's fence and barrier publish them to wgmma.
+  template <Kind K>
+  __device__ __forceinline__ void Fill(const Params& p, int c_begin, int c_end) const {
+    const int row = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
+    const int chunks = c_end - c_begin;  // uniform
+    float4 v[kMaxChunks];
+#pragma unroll
+    for (int i = 0; i < kMaxChunks; ++i) {
+      const int64_t col = static_cast<int64_t>(c_begin + i) * kChunk + 4 * lane;
+      if (i < chunks) v[i] = LoadUnit(p.x, p.ldx, p.m, row, col, p.x_vec);
+    }
+    const int unit = K == Kind::kFp4 ? Fp4OrderUnit(lane) : lane;               // the lane's 4-byte unit of the row
+    const int offset = row * kChunk + (((unit >> 2) ^ row) << 4) + 4 * (unit & 3);  // SwizzledOffset, row < 8
+#pragma unroll
+    for (int i = 0; i < kMaxChunks; ++i) {
+      if (i < chunks) {
+        const QuantizedUnit u = QuantizeLoaded(v[i]);
+        *reinterpret_cast<uint32_t*>(base + i * kTileBytes + offset) = u.codes;
+        if (lane == 0) Scales(i)[row] = u.scale;
+      }
+    }
+  }
+};
+
 // One block's 128 weight rows n0.. × 64 tokens over chunks [c_begin, c_end) (c_begin a multiple of
 // mma::kSliceChunks): x rows t_codes.. of the codes, y rows t_y.. of p.y (rows at or past p.m
 // and columns at or past p.n are not written). The order of every output:
@@ -865,11 +945,17 @@ __device__ __forceinline__ void EndChunk(float (&total)[kElems], float (&part)[k
 //   part restarts from +0 at each 512-column slice; total = P_0, total += P_1, ... in slice order,
 // so a one-slice range stores that slice's P_s. All threads call it; it leaves no copies in flight
 // and shared memory free after a barrier.
-template <Kind K, int kTok = kTokens>
-__device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
-                                           int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
+// WgmmaBlockTotals is all of it but the store: it leaves each thread's outputs in total (D
+// fragment element j as StoreBlockResult numbers them) with no copies in flight, but other
+// threads may still read shared memory. kPanel (8-token tiles): x comes from the block's XPanel,
+// which it fills after queueing the first weight stages, instead of the codes scratch.
+template <Kind K, int kTok, bool kPanel = false, bool kStore = false>
+__device__ __forceinline__ void WgmmaBlockTotals(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
+                                                 int64_t t_y, int c_begin, int c_end, uint8_t* smem,
+                                                 float (&total)[kTok / 2]) {
   static_assert(K == Kind::kFp8 || K == Kind::kFp4, "FP8 or FP4 weights");
   static_assert(kTok == 8 || kTok == 16 || kTok == kTokens, "8-, 16- or 64-token tiles");
+  static_assert(!kPanel || kTok == XPanel::kTokens, "the panel holds 8 token rows");
   constexpr int kElems = kTok / 2;
   using L = SmemLayout<K>;
   const int tid = threadIdx.x;
@@ -892,15 +978,19 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     if (c_begin < c_end) block_scale = Fp8BlockScale(p, n0, c_begin);
   }
   // acc: one chunk's k32 chain; part: the current 512-column slice; total: over slices.
-  float acc[kElems], part[kElems], total[kElems];
+  float acc[kElems], part[kElems];
 #pragma unroll
   for (int i = 0; i < kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
 
 #pragma unroll
   for (int s = 0; s < L::kStages - 1; ++s) {
-    if (c_begin + s < c_end) LoadStage<K>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
+    if (c_begin + s < c_end) {
+      LoadStage<K, !kPanel>(p, a, copies, smem + s * L::kStage, n0, t_codes, tokens, c_begin + s);
+    }
     CpAsyncCommit();
   }
+  const XPanel panel(smem + XPanel::Offset<K>());
+  if constexpr (kPanel) panel.Fill<K>(p, c_begin, c_end);  // the loop's first barrier publishes it
   for (int c = c_begin; c < c_end; ++c) {
     CpAsyncWait<L::kStages - 2>();  // chunk c's group has landed (this thread's copies)
     FenceProxyAsyncShared();
@@ -908,13 +998,15 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     {
       const int next = c + L::kStages - 1;
       if (next < c_end) {
-        LoadStage<K>(p, a, copies, smem + ((next - c_begin) % L::kStages) * L::kStage, n0, t_codes, tokens, next);
+        LoadStage<K, !kPanel>(p, a, copies, smem + ((next - c_begin) % L::kStages) * L::kStage, n0, t_codes, tokens,
+                              next);
       }
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
     }
     uint8_t* stage = smem + ((c - c_begin) % L::kStages) * L::kStage;
-    const float* xs = reinterpret_cast<const float*>(stage + L::kXs);
-    const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
+    const float* xs = kPanel ? panel.Scales(c - c_begin) : reinterpret_cast<const float*>(stage + L::kXs);
+    const uint32_t x_addr = kPanel ? panel.CodesAddress(c - c_begin)
+                                   : static_cast<uint32_t>(__cvta_generic_to_shared(stage + L::kX));
     if constexpr (K == Kind::kFp8) {
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(stage + group * kRowsPerGroup * kChunk));
       const float sw = block_scale;
@@ -944,8 +1036,17 @@ __device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, i
     EndChunk(total, part, c, c_begin, c_end, tokens);
   }
   CpAsyncWaitAll();
-  StoreBlockResult<kTok>(p, ra, t_y, q, [&](int j) { return total[j]; });
-  __syncthreads();  // shared memory free for the caller's next block
+  if constexpr (kStore) {
+    StoreBlockResult<kTok>(p, ra, t_y, q, [&](int j) { return total[j]; });
+    __syncthreads();  // shared memory free for the caller's next block
+  }
+}
+
+template <Kind K, int kTok = kTokens>
+__device__ __forceinline__ void WgmmaBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
+                                           int64_t t_y, int c_begin, int c_end, uint8_t* smem) {
+  float total[kTok / 2];
+  WgmmaBlockTotals<K, kTok, false, true>(p, a, n0, t_codes, t_y, c_begin, c_end, smem, total);
 }
 
 // WgmmaBlock<kFp4>'s products and order for an FP4 expert pre-folded by linear.cu's PreFoldKernel:
@@ -1085,6 +1186,103 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     const int c0 = static_cast<int>(blockIdx.z) * mma::kSliceChunks;
     WgmmaBlock<K, kTok>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
   }
+#endif
+}
+
+// ---- thread-block clusters (PTX) ----------------------------------------------------------------
+
+// Every thread of every block of the cluster arrives, then waits: this block's shared-memory
+// writes before it are visible to the cluster's reads after it (release / acquire).
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+// ClusterSync without the arrival's release (no fence: ptxas makes the release a GPU-scope one),
+// for a barrier that orders no writes, only the reads already consumed before it.
+__device__ __forceinline__ void ClusterSyncRelaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
+}
+// A float at shared address `addr` of the cluster's block `rank` (addr: this block's address of
+// the same variable; every block of a kernel lays its shared memory out alike).
+__device__ __forceinline__ float LdClusterF32(uint32_t addr, int rank) {
+  uint32_t remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// Linear at decode sizes in one launch (DEEPINFER_LINEAR_FUSED): WgmmaLinearKernel's blocks,
+// products and order (the same bits as it with SumSlicesKernel), with
+//   - kTok = 8 (1-8 rows, grid y = 1): x quantized by each block into its XPanel instead of
+//     QuantizeRowsKernel's scratch (a block's range: at most XPanel::kMaxChunks chunks; `a` unused);
+//     kTok = 64: the codes scratch as WgmmaLinearKernel reads it;
+//   - slices > 1 (gridDim.z, K split in 512-column slices): launched in clusters of (1, 1, slices),
+//     so block z of a cluster (its rank) holds slice z. Each block leaves its P_z in its own shared
+//     memory; after a cluster barrier each block adds a share of the tile's outputs as
+//     SumSlicesKernel does, P_0 + P_1 + ... left to right, reading the cluster's shared memory,
+//     and stores y. No partials in global memory and no second launch.
+// grid (ceil(n / 128), ceil(m / kTok), slices); kThreads threads; XPanel::Bytes<K>() (kTok 8) or
+// SmemLayout<K>::kBytes (kTok 64) of dynamic shared memory; slices <= kMaxClusterSlices.
+constexpr int kMaxClusterSlices = 16;
+template <Kind K, int kTok>
+__global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
+    WgmmaLinearFusedKernel(const Params p, const GemmArgs a) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  static_assert(kTok == XPanel::kTokens || kTok == kTokens, "8-token tiles with a panel, 64 from scratch");
+  constexpr bool kPanel = kTok == XPanel::kTokens;
+  static_assert(kTok * kBlockRows * 4 <= SmemLayout<K>::kConverted, "a slice's partial tile fits the stages");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = AlignedSmem(smem_raw);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTok, n0 = static_cast<int64_t>(blockIdx.x) * kBlockRows;
+  const int chunks = static_cast<int>(p.k / kChunk);
+  const int slices = static_cast<int>(gridDim.z);  // uniform
+  const int slice = static_cast<int>(blockIdx.z);
+  const int c_begin = slices == 1 ? 0 : slice * mma::kSliceChunks;
+  const int c_end = slices == 1 ? chunks : min(chunks, c_begin + mma::kSliceChunks);
+  float total[kTok / 2];
+  WgmmaBlockTotals<K, kTok, kPanel>(p, a, n0, t0, t0, c_begin, c_end, smem, total);
+  const int q = tid % 4;
+  const int64_t ra = BlockRow(n0);
+  if (slices == 1) {
+    StoreBlockResult<kTok>(p, ra, t0, q, [&](int j) { return total[j]; });
+    return;
+  }
+  // P_z as [kTok tokens][kBlockRows rows] f32 over the stages, which every thread is done with.
+  __syncthreads();
+  float* mine = reinterpret_cast<float*>(smem);
+  const int r = static_cast<int>(ra - n0);
+#pragma unroll
+  for (int j = 0; j < kTok / 2; ++j) {
+    const int tok = 8 * (j / 4) + 2 * q + (j % 2), row = r + 8 * ((j % 4) / 2);  // StoreBlockResult's element j
+    mine[tok * kBlockRows + row] = total[j];
+  }
+  ClusterSync();
+  // This block's share of the tile's stored outputs (token-major, rows fastest: coalesced stores).
+  const int outputs = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t0)) * kBlockRows;
+  const int share = (outputs + slices - 1) / slices;
+  const int end = min(outputs, (slice + 1) * share);
+  const uint32_t mine_addr = SharedAddress(mine);
+  for (int o = slice * share + tid; o < end; o += kThreads) {
+    float v[kMaxClusterSlices];
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSlices; ++s) {
+      if (s < slices) v[s] = LdClusterF32(mine_addr + 4 * o, s);
+    }
+    float sum = v[0];
+#pragma unroll
+    for (int s = 1; s < kMaxClusterSlices; ++s) {
+      if (s < slices) sum = __fadd_rn(sum, v[s]);
+    }
+    const int64_t row = n0 + o % kBlockRows;
+    if (row < p.n) p.y[(t0 + o / kBlockRows) * p.ldy + row] = sum;
+  }
+  // No block leaves (its shared memory with it) while another still reads it: every read above
+  // was consumed by a store before this barrier.
+  ClusterSyncRelaxed();
 #endif
 }
 
