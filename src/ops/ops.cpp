@@ -1,6 +1,7 @@
 #include "ops/ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -348,6 +349,53 @@ void HadamardRows(const OpContext& ctx, const TensorView& x) {
   CheckDevice(ctx, "hadamard", {&x});
   DI_ON_CUDA(ctx, "hadamard", cuda::HadamardRows(x.data<float>(), x.stride(0), Rows(x), x.size(1), ctx.stream));
   for (int64_t r = 0; r < Rows(x); ++r) cpu::Hadamard(x.data<float>() + r * x.stride(0), x.size(1));
+}
+
+void ApplyRowSteps(const OpContext& ctx, const TensorView& x, const RowSteps& steps) {
+  DI_CHECK(x.ndim() == 3 && x.is_contiguous() && x.dtype() == DType::kF32,
+           "row_steps: x {} must be contiguous F32 [M, H, n]", x.ShapeString());
+  const int64_t n = x.size(2);
+  DI_CHECK(steps.fp8_end >= 0 && steps.fp8_end <= n && steps.fp4_block >= 0 &&
+               (steps.fp8_end == 0 || steps.fp8_block > 0),
+           "row_steps: e4m3 channels [0, {}) in blocks of {}, e2m1 blocks of {}, of rows of {}", steps.fp8_end,
+           steps.fp8_block, steps.fp4_block, n);
+#if DEEPINFER_HAS_CUDA
+  const bool fits = n <= cuda::kRowStepsMaxWidth && steps.fp8_block <= 128 && steps.fp4_block <= 128 &&
+                    (steps.rope == nullptr || !steps.rope->device_inv_freq.empty());
+  if (ctx.on_cuda() && fits && cuda::RowStepsOn()) {
+    CheckDevice(ctx, "row_steps", {&x, &steps.norm_weight, &steps.positions});
+    DI_CHECK(steps.rope == nullptr || (steps.positions.dtype() == DType::kI64 && steps.positions.numel() == x.size(0)),
+             "row_steps: x {} with {} positions", x.ShapeString(), steps.positions.numel());
+    cuda::RowStepsArgs a;
+    a.norm = steps.norm;
+    a.norm_weight = steps.norm_weight.empty() ? nullptr : steps.norm_weight.raw();
+    a.norm_weight_dtype = steps.norm_weight.empty() ? DType::kF32 : steps.norm_weight.dtype();
+    a.eps = steps.eps;
+    if (steps.rope != nullptr) {
+      a.positions = steps.positions.data<int64_t>();
+      a.inv_freq = steps.rope->device_inv_freq.data<float>();
+      a.rope_half = static_cast<int64_t>(steps.rope->inv_freq.size());
+      a.rope_inverse = steps.rope_inverse;
+    }
+    a.hadamard = steps.hadamard;
+    a.hadamard_scale = 1.f / std::sqrt(static_cast<float>(n));  // HadamardRows' scale
+    a.fp8_end = steps.fp8_end;
+    a.fp8_block = steps.fp8_block;
+    a.bf16_end = steps.fp8_end > 0 ? n : 0;
+    a.fp4_block = steps.fp4_block;
+    DI_ON_CUDA(ctx, "row_steps",
+               cuda::RowSteps(x.data<float>(), x.size(0), x.size(1), n, x.stride(0), x.stride(1), a, ctx.stream));
+  }
+#endif
+  const TensorView rows = x.Reshape({x.size(0) * x.size(1), n});
+  if (steps.norm) RmsNorm(ctx, rows, steps.norm_weight, steps.eps, rows);
+  if (steps.rope != nullptr) Rope(ctx, x, steps.positions, *steps.rope, steps.rope_inverse);
+  if (steps.hadamard) HadamardRows(ctx, rows);
+  if (steps.fp8_end > 0) {
+    Fp8RoundTripRows(ctx, rows, 0, steps.fp8_end, steps.fp8_block);
+    Bf16RoundRows(ctx, rows, steps.fp8_end, n);
+  }
+  if (steps.fp4_block > 0) Fp4RoundTripRows(ctx, rows, steps.fp4_block);
 }
 
 void HcPre(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& a,

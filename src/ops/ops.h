@@ -94,6 +94,27 @@ void Fp4RoundTripRows(const OpContext& ctx, const TensorView& x, int64_t block);
 void Bf16RoundRows(const OpContext& ctx, const TensorView& x, int64_t begin, int64_t end);
 void HadamardRows(const OpContext& ctx, const TensorView& x);
 
+// The per-row steps V4 takes on a head row (q's heads, the fresh kv row, the index queries, the
+// compressors' closed rows), in this order, each where asked: RmsNorm (norm_weight empty:
+// unweighted), Rope at positions (rope null: none), HadamardRows, then either the state row's
+// rounding (fp8_end > 0: Fp8RoundTripRows of channels [0, fp8_end) in blocks of fp8_block, then
+// Bf16RoundRows of [fp8_end, n)) or Fp4RoundTripRows in blocks of fp4_block (> 0).
+struct RowSteps {
+  bool norm = false;
+  TensorView norm_weight;
+  float eps = 0.f;
+  const RopeTable* rope = nullptr;
+  TensorView positions;  // I64 [M]
+  bool rope_inverse = false;
+  bool hadamard = false;
+  int64_t fp8_end = 0, fp8_block = 0;
+  int64_t fp4_block = 0;
+};
+// Applies `steps` in place to every row of x [M, H, n] (contiguous): the same results as those ops
+// one after another, which is how it runs on the CPU; on CUDA one launch (cuda::RowSteps) where
+// cuda::RowStepsOn() and the rows fit it (n <= 512, blocks of at most 128), else those ops.
+void ApplyRowSteps(const OpContext& ctx, const TensorView& x, const RowSteps& steps);
+
 void HcPre(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& a,
            const TensorView& post, const TensorView& comb);
 void HcPost(const OpContext& ctx, const TensorView& o, const TensorView& x, const TensorView& post,

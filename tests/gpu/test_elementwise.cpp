@@ -118,6 +118,103 @@ TEST(CudaRope, MatchesCpuWithYarnFrequencies) {
   }
 }
 
+// cuda::RowSteps (one launch) gives the bits of the kernels it stands for, launched one after
+// another: the q heads (unweighted norm, rope), the fresh kv row (BF16-weighted norm, rope, e4m3
+// nope channels in blocks of 64, BF16 rope channels), the index queries (rope, Hadamard, e2m1 in
+// blocks of 32), a compressor's index row (all four), the inverse rope alone, and a row of 200
+// values (not a multiple of 32; F32 weight; a partial last e4m3 block of 8).
+TEST(CudaRowSteps, EqualsTheStepsKernelByKernel) {
+  DI_REQUIRE_GPU();
+  const std::vector<float> inv = cpu::RopeInverseFrequencies(64, 160000.0, 65536, 16.0, 32.0, 1.0);
+  struct Case {
+    const char* name;
+    int64_t m, h, n;
+    bool norm;
+    DType weight;  // kI8: no weight
+    bool rope, inverse, hadamard;
+    int64_t fp8_end, fp8_block, fp4_block;
+  };
+  const Case cases[] = {{"q", 5, 64, 512, true, DType::kI8, true, false, false, 0, 0, 0},
+                        {"kv", 37, 1, 512, true, DType::kBF16, true, false, false, 448, 64, 0},
+                        {"index_q", 9, 64, 128, false, DType::kI8, true, false, true, 0, 0, 32},
+                        {"index row", 7, 1, 128, true, DType::kBF16, true, false, true, 0, 0, 32},
+                        {"inverse rope", 3, 16, 512, false, DType::kI8, true, true, false, 0, 0, 0},
+                        {"200 wide", 11, 2, 200, true, DType::kF32, true, false, false, 136, 64, 0}};
+  uint64_t seed = 90;
+  for (const Case& c : cases) {
+    const int64_t rows = c.m * c.h;
+    std::vector<float> x = RandomFloats(rows * c.n, ++seed, -3.f, 3.f);
+    for (size_t i = 0; i < x.size(); i += 17) x[i] *= 200.f;  // spread the rounding blocks' scales
+    std::vector<float> wf = RandomFloats(c.n, ++seed, 0.5f, 1.5f);
+    std::vector<uint16_t> w16(c.n);
+    for (int64_t i = 0; i < c.n; ++i) w16[i] = F32ToBf16(wf[i]);
+    std::vector<int64_t> pos(c.m);
+    for (int64_t i = 0; i < c.m; ++i) pos[i] = (i * 27449 + 5) % 1000000;
+    DeviceArray<float> dwf(wf), dinv(inv);
+    DeviceArray<uint16_t> dw16(w16);
+    DeviceArray<int64_t> dpos(pos);
+    const void* weight = c.weight == DType::kF32 ? static_cast<const void*>(dwf.get())
+                         : c.weight == DType::kBF16 ? static_cast<const void*>(dw16.get())
+                                                    : nullptr;
+    const int64_t half = static_cast<int64_t>(inv.size());
+
+    DeviceArray<float> steps(x);
+    if (c.norm) cuda::RmsNorm(steps.get(), c.n, rows, c.n, weight, c.weight, 1e-6f, steps.get(), c.n, nullptr);
+    if (c.rope) {
+      cuda::Rope(steps.get(), c.m, c.h, c.n, c.h * c.n, c.n, dpos.get(), dinv.get(), half, c.inverse, nullptr);
+    }
+    if (c.hadamard) cuda::HadamardRows(steps.get(), c.n, rows, c.n, nullptr);
+    if (c.fp8_end > 0) {
+      cuda::Fp8RoundTripRows(steps.get(), c.n, rows, 0, c.fp8_end, c.fp8_block, nullptr);
+      cuda::Bf16RoundRows(steps.get(), c.n, rows, c.fp8_end, c.n, nullptr);
+    }
+    if (c.fp4_block > 0) cuda::Fp4RoundTripRows(steps.get(), c.n, rows, c.n, c.fp4_block, nullptr);
+
+    cuda::RowStepsArgs a;
+    a.norm = c.norm;
+    a.norm_weight = weight;
+    a.norm_weight_dtype = c.weight;
+    a.eps = 1e-6f;
+    if (c.rope) {
+      a.positions = dpos.get();
+      a.inv_freq = dinv.get();
+      a.rope_half = half;
+      a.rope_inverse = c.inverse;
+    }
+    a.hadamard = c.hadamard;
+    a.hadamard_scale = 1.f / std::sqrt(static_cast<float>(c.n));
+    a.fp8_end = c.fp8_end;
+    a.fp8_block = c.fp8_block;
+    a.bf16_end = c.fp8_end > 0 ? c.n : 0;
+    a.fp4_block = c.fp4_block;
+    DeviceArray<float> fused(x);
+    const uint64_t launches = cuda::RowStepsLaunchesForTesting();
+    cuda::RowSteps(fused.get(), c.m, c.h, c.n, c.h * c.n, c.n, a, nullptr);
+    EXPECT_EQ(cuda::RowStepsLaunchesForTesting(), launches + 1) << c.name;
+    EXPECT_TRUE(AllEqual(fused.ToHost(), steps.ToHost(), c.name));
+  }
+}
+
+// RowSteps refuses what it cannot do, before launching anything.
+TEST(CudaRowSteps, RejectsRowsItCannotTake) {
+  DI_REQUIRE_GPU();
+  DeviceArray<float> x(std::vector<float>(1024, 1.f));
+  cuda::RowStepsArgs wide;
+  EXPECT_THROW(cuda::RowSteps(x.get(), 1, 1, 1024, 1024, 1024, wide, nullptr), std::exception);
+  cuda::RowStepsArgs hadamard;
+  hadamard.hadamard = true;
+  EXPECT_THROW(cuda::RowSteps(x.get(), 1, 1, 200, 200, 200, hadamard, nullptr), std::exception);
+  cuda::RowStepsArgs blocks;
+  blocks.fp8_end = 256;
+  blocks.fp8_block = 256;
+  blocks.bf16_end = 512;
+  EXPECT_THROW(cuda::RowSteps(x.get(), 1, 1, 512, 512, 512, blocks, nullptr), std::exception);
+  cuda::RowStepsArgs rope;
+  rope.inv_freq = x.get();
+  rope.rope_half = 32;
+  EXPECT_THROW(cuda::RowSteps(x.get(), 1, 1, 512, 512, 512, rope, nullptr), std::exception);  // no positions
+}
+
 TEST(CudaQuantRoundTrip, Fp8AndFp4BitExact) {
   DI_REQUIRE_GPU();
   // KV rows of Flash: 448 nope channels in blocks of 64 (rope tail untouched); indexer rows of

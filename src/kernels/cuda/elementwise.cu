@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace deepinfer::cuda {
@@ -109,6 +110,13 @@ __global__ void EmbeddingKernel(const int32_t* ids, const void* table, DType tab
 // thread rotates up to kRopeBatch pairs, loading them all before writing any.
 constexpr int kRopeBatch = 4;
 
+// The pair (a, b) rotated by (c, s) into p[0], p[1]: one expression for every kernel that rotates
+// (RopeKernel, RowStepsKernel), so that they round alike.
+__device__ __forceinline__ void RotatePair(float a, float b, float c, float s, float* p) {
+  p[0] = a * c - b * s;
+  p[1] = a * s + b * c;
+}
+
 __global__ void RopeKernel(float* x, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,
                            const int64_t* positions, const float* inv_freq, int64_t half, bool inverse) {
   PdlPrologue();
@@ -139,10 +147,8 @@ __global__ void RopeKernel(float* x, int64_t num_heads, int64_t head_dim, int64_
       const int64_t t = t0 + u * stride;
       if (t < pairs) {
         const int64_t i = t % half;
-        const float c = rope_cs[i], s = rope_cs[half + i];
         float* p = xt + (t / half) * ld_head + offset + 2 * i;
-        p[0] = a[u] * c - b[u] * s;
-        p[1] = a[u] * s + b[u] * c;
+        RotatePair(a[u], b[u], rope_cs[i], rope_cs[half + i], p);
       }
     }
   }
@@ -373,6 +379,119 @@ __global__ void ScaleKernel(float* x, int64_t n, float factor) {
   }
 }
 
+// RowSteps: one warp per head row (8 rows per block), the row in the warp's slice of shared memory
+// between the steps. Each step repeats its kernel's operations on each value: RmsNormWarpKernel's
+// sum (lane j over i = j, j + 32, ... by fmaf from +0, then WarpSum), RopeKernel's angles and
+// RotatePair, HadamardKernel's butterflies (each level's pairs (j, j + len) as a + b, a - b),
+// RoundTripWarpKernel's blocks (lane l holds channels b0 + 4l .. +3; the amax is a max, so any
+// order) and Bf16RoundKernel's rounding.
+constexpr int kRowStepsRows = kRowThreads / kWarpSize;
+std::atomic<int> g_row_steps_test{-1};          // SetRowStepsForTesting
+std::atomic<uint64_t> g_row_steps_launches{0};  // RowStepsLaunchesForTesting
+constexpr int kRowStepsPerLane = static_cast<int>(kRowStepsMaxWidth / kWarpSize);
+static_assert(kRowStepsMaxWidth == kWarpRowMax, "RowSteps' norm is RmsNormWarpKernel's");
+
+// e4m3 (kFp8) or e2m1 round trip of channels [0, end) of a row in shared memory, in blocks of
+// `block` (<= kWarpBlockMax) channels, one block at a time over the warp.
+template <bool kFp8>
+__device__ __forceinline__ void RoundTripRow(float* row, int64_t end, int64_t block, int lane) {
+  for (int64_t b0 = 0; b0 < end; b0 += block) {
+    const int64_t b1 = min(end, b0 + block);
+    float v[4];
+    float amax = 0.f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = b0 + 4 * lane + k;
+      v[k] = i < b1 ? row[i] : 0.f;
+      amax = fmaxf(amax, fabsf(v[k]));
+    }
+    const float scale = RoundTripScale<kFp8>(WarpMax(amax));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int64_t i = b0 + 4 * lane + k;
+      if (i < b1) row[i] = RoundTripValue<kFp8>(v[k], scale);
+    }
+    __syncwarp();
+  }
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    RowStepsKernel(float* x, int64_t m, int64_t num_heads, int64_t n, int64_t ld_token, int64_t ld_head,
+                   const RowStepsArgs a) {
+  PdlPrologue();
+  __shared__ float rows[kRowStepsRows][kRowStepsMaxWidth];
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowStepsRows + warp;
+  if (r >= m * num_heads) return;  // uniform per warp; no block barrier below
+  const int64_t t = r / num_heads;
+  float* xr = x + t * ld_token + (r % num_heads) * ld_head;
+  float* row = rows[warp];
+
+  float v[kRowStepsPerLane];
+#pragma unroll
+  for (int u = 0; u < kRowStepsPerLane; ++u) {
+    const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
+    v[u] = i < n ? xr[i] : 0.f;
+  }
+  if (a.norm) {
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < kRowStepsPerLane; ++u) {
+      if (lane + static_cast<int64_t>(u) * kWarpSize < n) ss = fmaf(v[u], v[u], ss);
+    }
+    ss = WarpSum(ss);
+    const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + a.eps);
+#pragma unroll
+    for (int u = 0; u < kRowStepsPerLane; ++u) {
+      const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
+      if (i < n) {
+        v[u] = (a.norm_weight != nullptr ? LoadAsFloat(a.norm_weight, a.norm_weight_dtype, i) : 1.f) * (v[u] * inv);
+      }
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < kRowStepsPerLane; ++u) {
+    const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
+    if (i < n) row[i] = v[u];
+  }
+  __syncwarp();
+  if (a.inv_freq != nullptr) {
+    const float pos = static_cast<float>(a.positions[t]);
+    const int64_t offset = n - 2 * a.rope_half;
+    for (int64_t i = lane; i < a.rope_half; i += kWarpSize) {
+      const float angle = pos * a.inv_freq[i];
+      const float c = cosf(angle), s = a.rope_inverse ? -sinf(angle) : sinf(angle);
+      float* p = row + offset + 2 * i;
+      RotatePair(p[0], p[1], c, s, p);
+    }
+    __syncwarp();
+  }
+  if (a.hadamard) {
+    const int half_n = static_cast<int>(n / 2);
+    for (int len = 1; len < n; len <<= 1) {
+      for (int j0 = lane; j0 < half_n; j0 += kWarpSize) {
+        const int j = (j0 / len) * 2 * len + (j0 % len);
+        const float p = row[j], q = row[j + len];
+        row[j] = p + q;
+        row[j + len] = p - q;
+      }
+      __syncwarp();
+    }
+    for (int64_t i = lane; i < n; i += kWarpSize) row[i] *= a.hadamard_scale;
+    __syncwarp();
+  }
+  if (a.fp8_end > 0) RoundTripRow<true>(row, a.fp8_end, a.fp8_block, lane);
+  for (int64_t i = a.fp8_end + lane; i < a.bf16_end; i += kWarpSize) {
+    row[i] = __bfloat162float(__float2bfloat16_rn(row[i]));
+  }
+  if (a.fp4_block > 0) {
+    __syncwarp();
+    RoundTripRow<false>(row, n, a.fp4_block, lane);
+  }
+  __syncwarp();
+  for (int64_t i = lane; i < n; i += kWarpSize) xr[i] = row[i];
+}
+
 void CheckRows(int64_t m, const char* what) {
   if (m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, what, "more than 2^31 rows");
 }
@@ -391,6 +510,39 @@ void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weig
   }
   DI_CUDA_LAUNCH_CHECK("rms_norm");
 }
+
+void RowSteps(float* x, int64_t m, int64_t num_heads, int64_t n, int64_t ld_token, int64_t ld_head,
+              const RowStepsArgs& args, cudaStream_t stream) {
+  if (m == 0 || num_heads == 0) return;
+  CheckRows(m * num_heads, "row_steps");
+  auto fail = [](const char* what) { ThrowCudaError(__FILE__, __LINE__, "row_steps", what); };
+  if (n <= 0 || n > kRowStepsMaxWidth) fail("rows of 1 to 512 values");
+  if (args.inv_freq != nullptr && (args.positions == nullptr || args.rope_half <= 0 || 2 * args.rope_half > n)) {
+    fail("rope needs positions and 1 <= 2·half <= n");
+  }
+  if (args.hadamard && (n & (n - 1)) != 0) fail("the Hadamard transform needs a power-of-two row");
+  if (args.fp8_end < 0 || args.fp8_end > args.bf16_end || args.bf16_end > n) fail("rounding channels out of order");
+  if (args.fp8_end > 0 && (args.fp8_block <= 0 || args.fp8_block > kWarpBlockMax)) fail("e4m3 blocks of 1-128");
+  if (args.fp4_block < 0 || args.fp4_block > kWarpBlockMax) fail("e2m1 blocks of 1-128");
+  const int64_t blocks = CeilDiv(m * num_heads, int64_t{kRowStepsRows});
+  RowStepsKernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(x, m, num_heads, n, ld_token, ld_head,
+                                                                          args);
+  DI_CUDA_LAUNCH_CHECK("row_steps");
+  g_row_steps_launches.fetch_add(1);
+}
+
+bool RowStepsOn() {
+  static const bool from_environment = EnvSwitch("DEEPINFER_ROW_STEPS", false, "row_steps");
+  const int test = g_row_steps_test.load();
+  return test >= 0 ? test == 1 : from_environment;
+}
+
+void SetRowStepsForTesting(int mode) {
+  if (mode < -1 || mode > 1) ThrowCudaError(__FILE__, __LINE__, "row_steps", "SetRowStepsForTesting takes -1, 0 or 1");
+  g_row_steps_test.store(mode);
+}
+
+uint64_t RowStepsLaunchesForTesting() { return g_row_steps_launches.load(); }
 
 void Embedding(const int32_t* ids, int64_t num_ids, const void* table, DType table_dtype, int64_t vocab,
                int64_t dim, int64_t ld_table, float* y, int64_t ldy, cudaStream_t stream) {

@@ -43,6 +43,40 @@ void Fp4RoundTripRows(float* x, int64_t ldx, int64_t m, int64_t n, int64_t block
 // butterfly order of cpu::Hadamard.
 void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stream);
 
+// V4's per-row steps on head rows of n <= kRowStepsMaxWidth values, in one launch, in place: row
+// (t, h) of x [M, H, n] (strides ld_token, ld_head, 1) takes, in this order and each where asked,
+//   RmsNorm (norm_weight may be null: unweighted) as RmsNorm above,
+//   Rope of the last 2·rope_half channels at positions[t] as Rope above (inv_freq null: none),
+//   the Hadamard transform times hadamard_scale as HadamardRows (n a power of two),
+//   channels [0, fp8_end) through e4m3 in blocks of fp8_block (<= 128) and [fp8_end, bf16_end)
+//   to BF16, as Fp8RoundTripRows and Bf16RoundRows,
+//   every channel through e2m1 in blocks of fp4_block (<= 128), as Fp4RoundTripRows.
+// Each value takes the operations of those kernels in their order: the same bits as launching them
+// one after another.
+constexpr int64_t kRowStepsMaxWidth = 512;
+struct RowStepsArgs {
+  bool norm = false;
+  const void* norm_weight = nullptr;
+  DType norm_weight_dtype = DType::kF32;
+  float eps = 0.f;
+  const int64_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  int64_t rope_half = 0;
+  bool rope_inverse = false;
+  bool hadamard = false;
+  float hadamard_scale = 1.f;
+  int64_t fp8_end = 0, fp8_block = 0, bf16_end = 0;
+  int64_t fp4_block = 0;
+};
+void RowSteps(float* x, int64_t m, int64_t num_heads, int64_t n, int64_t ld_token, int64_t ld_head,
+              const RowStepsArgs& args, cudaStream_t stream);
+// Whether ops::ApplyRowSteps takes RowSteps on CUDA: DEEPINFER_ROW_STEPS=1 (read once; unset or 0:
+// the steps' own kernels, one launch each), or the tests' choice (SetRowStepsForTesting: 1 on, 0
+// off, -1 the environment's). Launches of RowSteps by this process.
+bool RowStepsOn();
+void SetRowStepsForTesting(int mode);
+uint64_t RowStepsLaunchesForTesting();
+
 // g[r, i] = silu(min(g, limit)) · clamp(u, −limit, limit) · row_weights[r] (1 when null), in
 // place into g; limit <= 0 disables the clamp. g, u: [M, n] with row strides.
 void ClampedSwiGlu(float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,

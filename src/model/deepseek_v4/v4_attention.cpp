@@ -44,18 +44,27 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   QuantizeLinearInput(ctx, qr);
   const TensorView q = ws.Alloc(DType::kF32, {tokens, heads, hd});
   QuantizedLinear(ctx, qr, aw.wq_b, q.Reshape({tokens, heads * hd}));
-  ops::RmsNorm(ctx.op, q.Reshape({tokens * heads, hd}), TensorView(), eps, q.Reshape({tokens * heads, hd}));
-  ops::Rope(ctx.op, q, pos, table, false);
+  // The norm and rope of this layer's head rows (q's heads unweighted, kv by kv_norm).
+  auto norm_rope = [&](const TensorView& weight) {
+    ops::RowSteps steps;
+    steps.norm = true;
+    steps.norm_weight = weight;
+    steps.eps = eps;
+    steps.rope = &table;
+    steps.positions = pos;
+    return steps;
+  };
+  ops::ApplyRowSteps(ctx.op, q, norm_rope(TensorView()));
 
   // kv: one shared head, K = V, computed in place as this step's fresh rows.
   const TensorView& kv = ctx.fresh;
   QuantizedLinear(ctx, xq, aw.wkv, kv);
-  ops::RmsNorm(ctx.op, kv, aw.kv_norm, eps, kv);
-  ops::Rope(ctx.op, As3d(kv, 1, hd), pos, table, false);
+  ops::RowSteps kv_steps = norm_rope(aw.kv_norm);
   if (numerics_.kv_fp8) {  // the reference's stored row: e4m3 nope channels, BF16 rope channels
-    ops::Fp8RoundTripRows(ctx.op, kv, 0, nope, 64);
-    ops::Bf16RoundRows(ctx.op, kv, nope, hd);
+    kv_steps.fp8_end = nope;
+    kv_steps.fp8_block = 64;
   }
+  ops::ApplyRowSteps(ctx.op, As3d(kv, 1, hd), kv_steps);
 
   // x's products (the compressors' wkv and wgate, the indexer's weights_proj) in one call, so that
   // the GPU splits x into its BF16 parts once for all of them.
@@ -85,9 +94,12 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
     const int64_t ih = c.index_n_heads, id = c.index_head_dim;
     index_q = ws.Alloc(DType::kF32, {tokens, ih, id});
     QuantizedLinear(ctx, qr, iw.wq_b, index_q.Reshape({tokens, ih * id}));
-    ops::Rope(ctx.op, index_q, pos, table, false);
-    ops::HadamardRows(ctx.op, index_q.Reshape({tokens * ih, id}));
-    if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, index_q.Reshape({tokens * ih, id}), 32);
+    ops::RowSteps index_steps;
+    index_steps.rope = &table;
+    index_steps.positions = pos;
+    index_steps.hadamard = true;
+    index_steps.fp4_block = numerics_.indexer_fp4 ? 32 : 0;
+    ops::ApplyRowSteps(ctx.op, index_q, index_steps);
     ops::Scale(ctx.op, index_w, 1.f / std::sqrt(static_cast<float>(id) * static_cast<float>(ih)));
     Compress(ctx, w, true, ikv, iscore);
   }
@@ -168,17 +180,21 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool index
   // A row is normalized, rotated, then rounded like the reference: FP8 on the nope channels
   // (main rows) or Hadamard + FP4 (index rows).
   const TensorView out = rows.Slice(0, launch_rows);
-  ops::RmsNorm(ctx.op, out, cw.norm, static_cast<float>(c.rms_norm_eps), out);
   const TensorView row_positions = ws.Upload(ctx.op, positions.data(), DType::kI64, {launch_rows});
-  ops::Rope(ctx.op, TensorView(out.raw(), DType::kF32, {launch_rows, 1, cw.dim}, out.device()), row_positions,
-            RopeFor(w.layer), false);
+  ops::RowSteps steps;
+  steps.norm = true;
+  steps.norm_weight = cw.norm;
+  steps.eps = static_cast<float>(c.rms_norm_eps);
+  steps.rope = &RopeFor(w.layer);
+  steps.positions = row_positions;
   if (indexer) {
-    ops::HadamardRows(ctx.op, out);
-    if (numerics_.indexer_fp4) ops::Fp4RoundTripRows(ctx.op, out, 32);
+    steps.hadamard = true;
+    steps.fp4_block = numerics_.indexer_fp4 ? 32 : 0;
   } else if (numerics_.kv_fp8) {
-    ops::Fp8RoundTripRows(ctx.op, out, 0, cw.dim - c.qk_rope_head_dim, 64);
-    ops::Bf16RoundRows(ctx.op, out, cw.dim - c.qk_rope_head_dim, cw.dim);
+    steps.fp8_end = cw.dim - c.qk_rope_head_dim;
+    steps.fp8_block = 64;
   }
+  ops::ApplyRowSteps(ctx.op, TensorView(out.raw(), DType::kF32, {launch_rows, 1, cw.dim}, out.device()), steps);
   ops::ScatterRows(ctx.op, out, ctx.state->base(), ws.Upload(ctx.op, destinations.data(), DType::kI64, {launch_rows}));
 }
 
