@@ -2623,6 +2623,27 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
 std::atomic<uint64_t> g_linear_fused_launches{0};  // launches of it (tests)
 KernelSwitch g_linear_fused{"DEEPINFER_LINEAR_FUSED", 0};
 
+// A launch of wgmma::kThreads-thread blocks on `grid` in clusters of (1, 1, grid.z) (no cluster
+// where grid.z is 1), for cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters.
+struct SliceClusterLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster[1] = {};
+  SliceClusterLaunch(dim3 grid, int smem, cudaStream_t stream) {
+    config.gridDim = grid;
+    config.blockDim = dim3(wgmma::kThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 1;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = grid.z;
+    config.attrs = cluster;
+    config.numAttrs = grid.z > 1 ? 1 : 0;
+  }
+  SliceClusterLaunch(const SliceClusterLaunch&) = delete;  // config points at cluster
+  SliceClusterLaunch& operator=(const SliceClusterLaunch&) = delete;
+};
+
 // Whether clusters of (1, 1, slices) blocks of kKernel at `smem` bytes of dynamic shared memory can
 // be resident on `device` (more than 8 blocks is a non-portable cluster size, which the kernel
 // is allowed here), asked once per (device, slices, smem).
@@ -2638,19 +2659,9 @@ bool ClustersFit(int device, int slices, int smem) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                   "cudaFuncSetAttribute");
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(1, 1, static_cast<unsigned>(slices));
-  config.blockDim = dim3(wgmma::kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  cudaLaunchAttribute cluster[1];
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = 1;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = static_cast<unsigned>(slices);
-  config.attrs = cluster;
-  config.numAttrs = 1;
+  const SliceClusterLaunch launch(dim3(1, 1, static_cast<unsigned>(slices)), smem, nullptr);
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config) != cudaSuccess) {
     (void)cudaGetLastError();
     clusters = 0;
   }
@@ -2669,20 +2680,10 @@ bool LaunchWgmmaFused(const Params& p, const wgmma::GemmArgs& a, const WgmmaLine
   if (layout.slices > wgmma::kMaxClusterSlices) return false;
   AllowDynamicSmem<kKernel>(layout.device, kSmem);
   if (layout.slices > 1 && !ClustersFit<kKernel>(layout.device, layout.slices, kSmem)) return false;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)),
-                        static_cast<unsigned>(CeilDiv(p.m, kTok)), static_cast<unsigned>(layout.slices));
-  config.blockDim = dim3(wgmma::kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  cudaLaunchAttribute cluster[1];
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = 1;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = static_cast<unsigned>(layout.slices);
-  config.attrs = cluster;
-  config.numAttrs = layout.slices > 1 ? 1 : 0;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&config, kKernel, p, a), "cuda::Linear wgmma, fused");
+  const SliceClusterLaunch launch(dim3(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)),
+                                       static_cast<unsigned>(CeilDiv(p.m, kTok)), static_cast<unsigned>(layout.slices)),
+                                  kSmem, stream);
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kKernel, p, a), "cuda::Linear wgmma, fused");
   g_linear_fused_launches.fetch_add(1);
   return true;
 }

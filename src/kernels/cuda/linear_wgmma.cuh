@@ -947,8 +947,9 @@ struct XPanel {
 // and shared memory free after a barrier.
 // WgmmaBlockTotals is all of it but the store: it leaves each thread's outputs in total (D
 // fragment element j as StoreBlockResult numbers them) with no copies in flight, but other
-// threads may still read shared memory. kPanel (8-token tiles): x comes from the block's XPanel,
-// which it fills after queueing the first weight stages, instead of the codes scratch.
+// threads may still read shared memory. kStore (WgmmaBlock): it stores them too and ends with the
+// barrier (in-line: the same code as before the split). kPanel (8-token tiles): x comes from the
+// block's XPanel, which it fills after queueing the first weight stages, not the codes scratch.
 template <Kind K, int kTok, bool kPanel = false, bool kStore = false>
 __device__ __forceinline__ void WgmmaBlockTotals(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                  int64_t t_y, int c_begin, int c_end, uint8_t* smem,
@@ -1267,6 +1268,8 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
   const int end = min(outputs, (slice + 1) * share);
   const uint32_t mine_addr = SharedAddress(mine);
   for (int o = slice * share + tid; o < end; o += kThreads) {
+    const int64_t row = n0 + o % kBlockRows;
+    if (row >= p.n) continue;  // read nothing that is not stored (the barrier below relies on it)
     float v[kMaxClusterSlices];
 #pragma unroll
     for (int s = 0; s < kMaxClusterSlices; ++s) {
@@ -1277,11 +1280,10 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     for (int s = 1; s < kMaxClusterSlices; ++s) {
       if (s < slices) sum = __fadd_rn(sum, v[s]);
     }
-    const int64_t row = n0 + o % kBlockRows;
-    if (row < p.n) p.y[(t0 + o / kBlockRows) * p.ldy + row] = sum;
+    p.y[(t0 + o / kBlockRows) * p.ldy + row] = sum;
   }
-  // No block leaves (its shared memory with it) while another still reads it: every read above
-  // was consumed by a store before this barrier.
+  // No block leaves (its shared memory with it) while another still reads it. Relaxed: every
+  // value read above feeds a store issued before this barrier, so every read has completed.
   ClusterSyncRelaxed();
 #endif
 }
