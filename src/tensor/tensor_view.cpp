@@ -65,6 +65,16 @@ TensorView TensorView::Slice(int64_t begin, int64_t end) const {
   return v;
 }
 
+TensorView TensorView::Columns(int64_t begin, int64_t end) const {
+  DI_CHECK(ndim_ == 2 && 0 <= begin && begin <= end && end <= shape_[1], "columns [{}, {}) out of range {}", begin,
+           end, ShapeString());
+  TensorView v = *this;
+  v.data_ =
+      static_cast<char*>(data_) + begin * strides_[1] * static_cast<int64_t>(DTypeSize(dtype_));
+  v.shape_[1] = end - begin;
+  return v;
+}
+
 TensorView TensorView::Reshape(std::initializer_list<int64_t> shape) const {
   DI_CHECK(is_contiguous(), "reshape needs a contiguous tensor");
   TensorView v(data_, dtype_, shape, device_);

@@ -50,6 +50,9 @@ class TensorView {
   TensorView Row(int64_t r) const;
   // Rows [begin, end) of the leading dimension.
   TensorView Slice(int64_t begin, int64_t end) const;
+  // Columns [begin, end) of a 2-d view: the same rows and row stride (so not contiguous unless the
+  // range holds every column).
+  TensorView Columns(int64_t begin, int64_t end) const;
   // Same memory, new contiguous shape with the same number of elements.
   TensorView Reshape(std::initializer_list<int64_t> shape) const;
 

@@ -15,6 +15,7 @@
 #include "engine/workload.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/cuda/linear.h"
+#include "model/deepseek_v4/v4_model.h"
 #include "model/model_test_support.h"
 #include "model/workspace.h"
 
@@ -223,6 +224,37 @@ TEST(GpuModel, FoldedFp4ExpertsGiveTheSameLogits) {
   SequenceDriver plain_steps(*plain_model.model), kept_steps(*folded_model.model);
   EXPECT_TRUE(test::AllEqual(kept_steps.Prefill(prompt, 1), plain_steps.Prefill(prompt, 1), "token by token"));
   ExpectChunkedPrefillEqualsOneShot("v4-tiny-fp8fp4", folded, {1, 7, 128});
+}
+
+// DEEPINFER_JOIN_W13 (each routed expert's w1 and w3 uploaded side by side and taken as one
+// weight: one ExpertsLinear call for both) changes no bit: the FP8/FP4 golden's prompt with every
+// reference rounding on tensor cores, and the flash-like golden's on the default f32 path, give
+// the same logits one-shot and token by token, joined and not.
+TEST(GpuModel, JoinedW13GivesTheSameLogits) {
+  DI_REQUIRE_GPU();
+  struct Case {
+    const char* golden;
+    LoadOptions options;
+  };
+  for (const Case& c : {Case{"v4-tiny-fp8fp4", OnGpuQuantizedTensorCores()}, Case{"v4-tiny-flashlike", OnGpu()}}) {
+    SCOPED_TRACE(c.golden);
+    const Golden g = LoadGolden(c.golden);
+    std::vector<int32_t> prompt = g.prompt_ids;
+    if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
+    v4::SetJoinW13ForTesting(0);
+    LoadedModel plain_model = LoadModel(g.dir, c.options);
+    v4::SetJoinW13ForTesting(1);
+    LoadedModel joined_model = LoadModel(g.dir, c.options);
+    v4::SetJoinW13ForTesting(-1);
+    const auto* joined_v4 = dynamic_cast<const v4::V4Model*>(joined_model.model.get());
+    ASSERT_NE(joined_v4, nullptr);
+    EXPECT_GT(joined_v4->JoinedW13Blocks(), 0) << "no block took w1 and w3 as one weight";
+    EXPECT_EQ(dynamic_cast<const v4::V4Model&>(*plain_model.model).JoinedW13Blocks(), 0);
+    SequenceDriver plain(*plain_model.model), joined(*joined_model.model);
+    EXPECT_TRUE(test::AllEqual(joined.Prefill(prompt), plain.Prefill(prompt), "one-shot prefill"));
+    SequenceDriver plain_steps(*plain_model.model), joined_steps(*joined_model.model);
+    EXPECT_TRUE(test::AllEqual(joined_steps.Prefill(prompt, 1), plain_steps.Prefill(prompt, 1), "token by token"));
+  }
 }
 
 // Issue 8, acceptance 4: at DeepSeek-V4-Flash's shapes (bench/configs/v4-flash-2layer: hidden

@@ -1,7 +1,9 @@
 // DeepSeek-V4: top-level forward, blocks with mHC, and the MoE sublayer.
 #include "model/deepseek_v4/v4_model.h"
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -54,10 +56,82 @@ bool V4Model::ActQuantInKernels() const {
 
 V4Model::~V4Model() = default;
 
+namespace {
+
+// DEEPINFER_JOIN_W13=1 (read once; unset or 0: off) puts each routed expert's w1 and w3 side by
+// side on a CUDA device, so that the MoE takes them as one weight (ExpertWeights::w13): one
+// ExpertsLinear call instead of two, twice the items per launch, the same bits for every row. Off
+// until measured on the device (docs/performance.md, version 42c).
+std::atomic<int> g_join_w13_test{-1};  // SetJoinW13ForTesting
+bool JoinW13() {
+  static const bool from_environment = [] {
+    const char* v = std::getenv("DEEPINFER_JOIN_W13");
+    if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
+    if (std::string(v) == "1") return true;
+    throw Error(fmt::format("DEEPINFER_JOIN_W13 must be 0 or 1, got '{}'", v));
+  }();
+  const int test = g_join_w13_test.load();
+  return test >= 0 ? test == 1 : from_environment;
+}
+
+// Whether w1 and w3 can share one allocation as [w1; w3]: the same format, shape and dtypes,
+// contiguous 2-d data and scales, and for FP8 whole 128-row scale blocks (w3's rows must start one).
+bool JoinableW13(const LinearWeight& a, const LinearWeight& b) {
+  if (a.format == WeightFormat::kFp8 && a.out_features % kFp8BlockSize != 0) return false;
+  auto alike = [](const TensorView& x, const TensorView& y) {
+    return x.ndim() == 2 && y.ndim() == 2 && x.dtype() == y.dtype() && x.size(0) == y.size(0) &&
+           x.size(1) == y.size(1) && x.is_contiguous() && y.is_contiguous();
+  };
+  return !a.empty() && !b.empty() && a.format == b.format && a.out_features == b.out_features &&
+         a.in_features == b.in_features && alike(a.data, b.data) && a.scale.empty() == b.scale.empty() &&
+         (a.scale.empty() || alike(a.scale, b.scale));
+}
+
+}  // namespace
+
+void SetJoinW13ForTesting(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1, "SetJoinW13ForTesting takes -1, 0 or 1, got {}", mode);
+  g_join_w13_test.store(mode);
+}
+
+int64_t V4Model::JoinedW13Blocks() const {
+  int64_t joined = 0;
+  for (const ExpertTables& t : expert_tables_) joined += t.w13.experts.empty() ? 0 : 1;
+  return joined;
+}
+
 void V4Model::UploadWeights() {
   const ops::OpContext op{device_, nullptr};
+  // [w1; w3] per expert (JoinW13): the host tensors x then y in one device allocation; x and y
+  // become views of its halves, the whole is returned.
+  auto upload_pair = [&](TensorView& x, TensorView& y) {
+    const TensorView hx = x, hy = y;
+    Buffer& b = device_weights_.emplace_back(hx.nbytes() + hy.nbytes(), device_);
+    uint8_t* base = static_cast<uint8_t*>(b.data());
+    ops::CopyBytes(op, base, hx.raw(), hx.nbytes());
+    ops::CopyBytes(op, base + hx.nbytes(), hy.raw(), hy.nbytes());
+    x = TensorView(base, hx.dtype(), {hx.size(0), hx.size(1)}, device_);
+    y = TensorView(base + hx.nbytes(), hy.dtype(), {hy.size(0), hy.size(1)}, device_);
+    return TensorView(base, hx.dtype(), {hx.size(0) + hy.size(0), hx.size(1)}, device_);
+  };
+  auto join = [&](BlockWeights& block) {
+    for (ExpertWeights& e : block.ffn.experts) {
+      if (!JoinableW13(e.w1, e.w3)) continue;
+      LinearWeight w13;
+      w13.format = e.w1.format;
+      w13.out_features = e.w1.out_features + e.w3.out_features;
+      w13.in_features = e.w1.in_features;
+      w13.data = upload_pair(e.w1.data, e.w3.data);
+      if (!e.w1.scale.empty()) w13.scale = upload_pair(e.w1.scale, e.w3.scale);
+      e.w13 = w13;
+    }
+  };
+  if (JoinW13()) {
+    for (BlockWeights& b : weights_.layers) join(b);
+    for (MtpWeights& m : weights_.mtp) join(m.block);
+  }
   ForEachTensor(weights_, [&](TensorView& t) {
-    if (t.empty()) return;
+    if (t.empty() || t.device() == device_) return;  // none, or already uploaded (join)
     DI_CHECK(t.is_contiguous(), "weights must be contiguous to move to the device");
     Buffer& b = device_weights_.emplace_back(t.nbytes(), device_);
     ops::CopyBytes(op, b.data(), t.raw(), t.nbytes());
@@ -78,16 +152,25 @@ void V4Model::BuildExpertTables() {
   auto build = [&](const BlockWeights& b) {
     const size_t i = static_cast<size_t>(b.layer);
     if (expert_tables_.size() <= i) expert_tables_.resize(i + 1);
-    std::vector<LinearWeight> w1, w3, w2;
+    std::vector<LinearWeight> w1, w3, w2, w13;
+    bool joined = !b.ffn.experts.empty();
     for (const ExpertWeights& e : b.ffn.experts) {
       w1.push_back(e.w1);
       w3.push_back(e.w3);
       w2.push_back(e.w2);
+      w13.push_back(e.w13);
+      joined = joined && !e.w13.empty();
     }
     const bool fold = numerics_.fold_fp4_experts;
-    expert_tables_[i] = ExpertTables{ops::MakeExpertsWeight(op, std::move(w1), QuantizedInput(), fold),
-                                     ops::MakeExpertsWeight(op, std::move(w3), QuantizedInput(), fold),
-                                     ops::MakeExpertsWeight(op, std::move(w2), QuantizedInput(), fold)};
+    ExpertTables& t = expert_tables_[i];
+    t = ExpertTables{};
+    if (joined) {
+      t.w13 = ops::MakeExpertsWeight(op, std::move(w13), QuantizedInput(), fold);
+    } else {
+      t.w1 = ops::MakeExpertsWeight(op, std::move(w1), QuantizedInput(), fold);
+      t.w3 = ops::MakeExpertsWeight(op, std::move(w3), QuantizedInput(), fold);
+    }
+    t.w2 = ops::MakeExpertsWeight(op, std::move(w2), QuantizedInput(), fold);
   };
   for (const BlockWeights& b : weights_.layers) build(b);
   for (const MtpWeights& m : weights_.mtp) build(m.block);
@@ -391,7 +474,11 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
 
   const ExpertTables& experts = expert_tables_.at(static_cast<size_t>(w.layer));
   const TensorView xe = ws.Alloc(DType::kF32, {bound, d}), row_weights = ws.Alloc(DType::kF32, {bound});
-  const TensorView ge = ws.Alloc(DType::kF32, {bound, inter}), ue = ws.Alloc(DType::kF32, {bound, inter});
+  // gate and up; with w1 and w3 joined, the two column halves of one product.
+  const bool joined = !experts.w13.experts.empty();
+  const TensorView gu = joined ? ws.Alloc(DType::kF32, {bound, 2 * inter}) : TensorView();
+  const TensorView ge = joined ? gu.Columns(0, inter) : ws.Alloc(DType::kF32, {bound, inter});
+  const TensorView ue = joined ? gu.Columns(inter, 2 * inter) : ws.Alloc(DType::kF32, {bound, inter});
   const TensorView ye = ws.Alloc(DType::kF32, {bound, d});
   const TensorView experts_scratch =
       ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::ExpertsLinearScratchBytes(bound, num_experts))});
@@ -401,12 +488,17 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const TensorView routed_rows = offsets.Slice(num_experts, num_experts + 1);
   ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
   // Where the GPU quantizes each projection's input once (reused: the three calls run in order).
-  const size_t codes_bytes = std::max(ops::ExpertsLinearCodesBytes(ctx.op, bound, experts.w1, QuantizedInput()),
+  const ops::ExpertsWeight& first = joined ? experts.w13 : experts.w1;
+  const size_t codes_bytes = std::max(ops::ExpertsLinearCodesBytes(ctx.op, bound, first, QuantizedInput()),
                                       ops::ExpertsLinearCodesBytes(ctx.op, bound, experts.w2, QuantizedInput()));
   const TensorView codes =
       codes_bytes == 0 ? TensorView() : ws.Alloc(DType::kI8, {static_cast<int64_t>(codes_bytes)});
-  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch, QuantizedInput(), false, codes);
-  ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true, codes);
+  if (joined) {
+    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w13, gu, experts_scratch, QuantizedInput(), false, codes);
+  } else {
+    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch, QuantizedInput(), false, codes);
+    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true, codes);
+  }
   ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
   QuantizeLinearInput(ctx, ge, routed_rows);
   ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true, codes);

@@ -35,6 +35,10 @@ class V4State : public ModelState {
   StateStorage storage_;
 };
 
+// Tests: DEEPINFER_JOIN_W13's choice for the models built after the call (1: join, 0: not, -1:
+// the environment's).
+void SetJoinW13ForTesting(int mode);
+
 class V4Model : public Model {
  public:
   // With a CUDA `device` the weights are copied there and the forward runs there.
@@ -54,6 +58,9 @@ class V4Model : public Model {
                const ForwardHooks* hooks) const override;
 
   const ModelWeights& weights() const { return weights_; }
+  // Blocks (MTP blocks included) whose routed experts take w1 and w3 as one weight
+  // (ExpertWeights::w13, DEEPINFER_JOIN_W13).
+  int64_t JoinedW13Blocks() const;
 
  private:
   struct StepContext;  // per-step token metadata and scratch (v4_model.cpp)
@@ -118,6 +125,7 @@ class V4Model : public Model {
   Buffer device_rope_;                        // both rope tables' inverse frequencies there
   struct ExpertTables {
     ops::ExpertsWeight w1, w3, w2;
+    ops::ExpertsWeight w13;  // every expert's ExpertWeights::w13 where all have one (w1, w3 then empty)
   };
   std::vector<ExpertTables> expert_tables_;   // by BlockWeights::layer (MTP blocks after the layers)
   mutable std::unique_ptr<Workspace> workspace_;

@@ -66,8 +66,11 @@ class Loader {
 
   ExpertWeights Expert(const std::string& p, ShippedFormat format) {
     const int64_t d = c_.hidden_size, inter = c_.moe_intermediate_size;
-    return ExpertWeights{src_.Linear(p + "w1", inter, d, format), src_.Linear(p + "w2", d, inter, format),
-                         src_.Linear(p + "w3", inter, d, format)};
+    ExpertWeights e;
+    e.w1 = src_.Linear(p + "w1", inter, d, format);
+    e.w2 = src_.Linear(p + "w2", d, inter, format);
+    e.w3 = src_.Linear(p + "w3", inter, d, format);
+    return e;
   }
 
   MoeWeights Moe(const std::string& p, bool hash) {

@@ -48,6 +48,10 @@ struct AttentionWeights {
 
 struct ExpertWeights {
   LinearWeight w1, w2, w3;  // w1/w3 [inter, D], w2 [D, inter]
+  // w1's rows then w3's as one [2·inter, D] weight over the same memory, where the CUDA upload put
+  // them side by side (V4Model::UploadWeights, DEEPINFER_JOIN_W13); empty otherwise. Not visited by
+  // ForEachTensor: w1 and w3 are views of it.
+  LinearWeight w13;
 };
 
 struct MoeWeights {
