@@ -226,10 +226,11 @@ TEST(GpuModel, FoldedFp4ExpertsGiveTheSameLogits) {
   ExpectChunkedPrefillEqualsOneShot("v4-tiny-fp8fp4", folded, {1, 7, 128});
 }
 
-// DEEPINFER_JOIN_W13 (each routed expert's w1 and w3 uploaded side by side and taken as one
-// weight: one ExpertsLinear call for both) changes no bit: the FP8/FP4 golden's prompt with every
-// reference rounding on tensor cores, and the flash-like golden's on the default f32 path, give
-// the same logits one-shot and token by token, joined and not.
+// DEEPINFER_JOIN_W13 (each expert's w1 and w3 uploaded side by side and taken as one weight: one
+// ExpertsLinear call for the routed experts, one Linear for the shared one, where its rows allow)
+// changes no bit: the FP8/FP4 golden's prompt with every reference rounding on tensor cores, and
+// the flash-like golden's on the default f32 path (its shared expert joined too), give the same
+// logits one-shot and token by token, joined and not.
 TEST(GpuModel, JoinedW13GivesTheSameLogits) {
   DI_REQUIRE_GPU();
   struct Case {

@@ -58,10 +58,11 @@ V4Model::~V4Model() = default;
 
 namespace {
 
-// DEEPINFER_JOIN_W13=1 (read once; unset or 0: off) puts each routed expert's w1 and w3 side by
-// side on a CUDA device, so that the MoE takes them as one weight (ExpertWeights::w13): one
-// ExpertsLinear call instead of two, twice the items per launch, the same bits for every row. Off
-// until measured on the device (docs/performance.md, version 42c).
+// DEEPINFER_JOIN_W13=1 (read once; unset or 0: off) puts each expert's w1 and w3 (the routed
+// ones' and the shared one's) side by side on a CUDA device, so that the MoE takes them as one
+// weight (ExpertWeights::w13): one ExpertsLinear / Linear call instead of two, twice the blocks
+// per launch, the same bits for every row. Off until measured on the device
+// (docs/performance.md, version 42c).
 std::atomic<int> g_join_w13_test{-1};  // SetJoinW13ForTesting
 bool JoinW13() {
   static const bool from_environment = [] {
@@ -114,17 +115,19 @@ void V4Model::UploadWeights() {
     y = TensorView(base + hx.nbytes(), hy.dtype(), {hy.size(0), hy.size(1)}, device_);
     return TensorView(base, hx.dtype(), {hx.size(0) + hy.size(0), hx.size(1)}, device_);
   };
+  auto join_expert = [&](ExpertWeights& e) {
+    if (!JoinableW13(e.w1, e.w3)) return;
+    LinearWeight w13;
+    w13.format = e.w1.format;
+    w13.out_features = e.w1.out_features + e.w3.out_features;
+    w13.in_features = e.w1.in_features;
+    w13.data = upload_pair(e.w1.data, e.w3.data);
+    if (!e.w1.scale.empty()) w13.scale = upload_pair(e.w1.scale, e.w3.scale);
+    e.w13 = w13;
+  };
   auto join = [&](BlockWeights& block) {
-    for (ExpertWeights& e : block.ffn.experts) {
-      if (!JoinableW13(e.w1, e.w3)) continue;
-      LinearWeight w13;
-      w13.format = e.w1.format;
-      w13.out_features = e.w1.out_features + e.w3.out_features;
-      w13.in_features = e.w1.in_features;
-      w13.data = upload_pair(e.w1.data, e.w3.data);
-      if (!e.w1.scale.empty()) w13.scale = upload_pair(e.w1.scale, e.w3.scale);
-      e.w13 = w13;
-    }
+    for (ExpertWeights& e : block.ffn.experts) join_expert(e);
+    join_expert(block.ffn.shared);
   };
   if (JoinW13()) {
     for (BlockWeights& b : weights_.layers) join(b);
@@ -502,10 +505,20 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
   QuantizeLinearInput(ctx, ge, routed_rows);
   ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true, codes);
-  const TensorView g = ws.Alloc(DType::kF32, {tokens, inter}), u = ws.Alloc(DType::kF32, {tokens, inter}),
-                   ys = ws.Alloc(DType::kF32, {tokens, d});
-  QuantizedLinear(ctx, xq, m.shared.w1, g);
-  QuantizedLinear(ctx, xq, m.shared.w3, u);
+  const TensorView ys = ws.Alloc(DType::kF32, {tokens, d});
+  const int64_t shared_inter = m.shared.w1.out_features;
+  TensorView g, u;
+  if (!m.shared.w13.empty()) {  // w1 and w3 joined: one product, its two column halves
+    const TensorView gs = ws.Alloc(DType::kF32, {tokens, 2 * shared_inter});
+    QuantizedLinear(ctx, xq, m.shared.w13, gs);
+    g = gs.Columns(0, shared_inter);
+    u = gs.Columns(shared_inter, 2 * shared_inter);
+  } else {
+    g = ws.Alloc(DType::kF32, {tokens, shared_inter});
+    u = ws.Alloc(DType::kF32, {tokens, shared_inter});
+    QuantizedLinear(ctx, xq, m.shared.w1, g);
+    QuantizedLinear(ctx, xq, m.shared.w3, u);
+  }
   ops::ClampedSwiGlu(ctx.op, g, u, limit, TensorView());
   QuantizeLinearInput(ctx, g);
   QuantizedLinear(ctx, g, m.shared.w2, ys);
