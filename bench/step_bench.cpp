@@ -91,8 +91,10 @@ double TimeEager(const Model& model, Step& step, const ops::OpContext& op, int i
   return CudaEvent::ElapsedMs(start, end) * 1e-3 / iterations;
 }
 
-// The same step captured once as a CUDA graph (static launch shapes), replayed `iterations` times.
-double TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int iterations) {
+// The same step captured once as a CUDA graph (static launch shapes), replayed `iterations` times:
+// seconds per step into p.graph_seconds, the graph's kernels and nodes into p.graph_kernels and
+// p.graph_nodes.
+void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int iterations, StepPoint& p) {
   ForwardBatch& b = step.batch;
   b.static_max_context = b.seqs.front().start_pos + b.seqs.front().num_tokens;
   model.Forward(b, *step.state, step.logits_view);  // eagerly: the workspace takes its shape
@@ -122,7 +124,9 @@ double TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int i
   b.graph_staging = nullptr;
   b.graph_staging_bytes = 0;
   b.static_max_context = 0;
-  return CudaEvent::ElapsedMs(start, end) * 1e-3 / iterations;
+  p.graph_seconds = CudaEvent::ElapsedMs(start, end) * 1e-3 / iterations;
+  p.graph_kernels = static_cast<int64_t>(graph.KernelNodes());
+  p.graph_nodes = static_cast<int64_t>(graph.Nodes());
 }
 
 // One step with every op timed, queued whole behind a spinning kernel (the previous steps have
@@ -166,7 +170,7 @@ StepPoint RunPoint(const Model& model, const StepBenchOptions& o, CudaStream& st
   stream.Synchronize();
   p.eager_seconds = TimeEager(model, *step, op, iterations);
   p.workspace_peak_bytes = model.LastStepWorkspacePeakBytes();
-  if (o.cuda_graphs && kind == "decode") p.graph_seconds = TimeGraph(model, *step, op, iterations);
+  if (o.cuda_graphs && kind == "decode") TimeGraph(model, *step, op, iterations, p);
   if (o.profile) {
     p.profile = Profile(model, *step, op, host);
     p.busy_seconds = 0;
@@ -294,7 +298,11 @@ nlohmann::json ToJson(const StepPoint& p, const Rates& rates, const LayerMix* mi
   const StepCost& c = p.cost;
   j["eager_seconds"] = p.eager_seconds;
   if (p.busy_seconds > 0) j["busy_seconds"] = p.busy_seconds;
-  if (p.graph_seconds > 0) j["graph_seconds"] = p.graph_seconds;
+  if (p.graph_seconds > 0) {
+    j["graph_seconds"] = p.graph_seconds;
+    j["graph_kernels"] = p.graph_kernels;
+    j["graph_nodes"] = p.graph_nodes;
+  }
   j["step_seconds"] = best;
   j["tokens_per_s"] = static_cast<double>(p.batch * p.tokens_per_seq) / best;
   j["workspace_peak_bytes"] = p.workspace_peak_bytes;

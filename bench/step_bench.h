@@ -46,6 +46,8 @@ struct StepPoint {
   // as a replayed CUDA graph (< 0: not measured).
   double eager_seconds = -1;
   double graph_seconds = -1;
+  // The graph's kernel launches and nodes (kernels and copies) per step (< 0: no graph).
+  int64_t graph_kernels = -1, graph_nodes = -1;
   // The profiled step's op times summed: the device's busy time in one step (plus the events'
   // own cost), without the gaps between ops (< 0: not profiled).
   double busy_seconds = -1;

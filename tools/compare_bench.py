@@ -52,6 +52,12 @@ def main():
             return f"{ms:9.3f} ({floor:5.2f}x) [{speed:5.2f}x]" if floor else f"{ms:9.3f} [{speed:5.2f}x]"
 
         print(f"{key[0]:>8} {key[1]:>6} " + cells([d.get(key) for d in decode], step, 26))
+    if any(p.get("graph_kernels") is not None for d in decode for p in d.values()):
+        print("\ndecode: the CUDA graph's kernel launches per step")
+        for key in keys:
+            print(f"{key[0]:>8} {key[1]:>6} " +
+                  cells([d.get(key) if d.get(key, {}).get("graph_kernels") is not None else None for d in decode],
+                        lambda p: f"{p['graph_kernels']:>26}", 26))
     print("\ndecode scaled to 43 layers: ms per step / output tok/s")
     for key in keys:
         scaled = [d.get(key, {}).get("extrapolated", {}) for d in decode]

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -100,6 +101,21 @@ size_t MakeKernelEdgesProgrammatic(cudaGraph_t graph) {
   return replaced;
 }
 
+// The graph's nodes, and how many of them are kernels.
+std::pair<size_t, size_t> CountNodes(cudaGraph_t graph) {
+  size_t count = 0;
+  DI_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count), "cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(count);
+  DI_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count), "cudaGraphGetNodes");
+  size_t kernels = 0;
+  for (size_t i = 0; i < count; ++i) {
+    cudaGraphNodeType type;
+    DI_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type), "cudaGraphNodeGetType");
+    kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+  }
+  return {count, kernels};
+}
+
 // Programmatic dependent launch needs compute capability 9.0 (Hopper) or later; older devices keep
 // plain edges (their kernels' PdlPrologue compiles to nothing).
 bool CurrentDeviceLaunchesProgrammatically() {
@@ -118,6 +134,7 @@ void CudaGraph::EndCapture(cudaStream_t stream) {
   exec_ = nullptr;
   programmatic_edges_ = 0;
   try {
+    std::tie(nodes_, kernel_nodes_) = CountNodes(graph);
     if (ProgrammaticDependentLaunch() && CurrentDeviceLaunchesProgrammatically()) {
       programmatic_edges_ = MakeKernelEdgesProgrammatic(graph);
     }
