@@ -133,6 +133,7 @@ void CudaGraph::EndCapture(cudaStream_t stream) {
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
   exec_ = nullptr;
   programmatic_edges_ = 0;
+  nodes_ = kernel_nodes_ = 0;
   try {
     std::tie(nodes_, kernel_nodes_) = CountNodes(graph);
     if (ProgrammaticDependentLaunch() && CurrentDeviceLaunchesProgrammatically()) {

@@ -9,6 +9,9 @@
 
 #include "engine/workload.h"
 #include "gpu/gpu_test_util.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/linear.h"
+#include "model/deepseek_v4/v4_model.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -118,6 +121,56 @@ TEST(GpuEngine, CudaGraphsEqualEagerOnARandomizedWorkload) {
   // the check on graphs carrying a real share of the steps without failing on that timing.
   EXPECT_GT(graphed.stats.cuda_graph_steps, graphed.stats.steps / 6);
   EXPECT_GT(graphed.stats.num_preemptions, 5);
+}
+
+// Version 42's decode launch merges switched on for the scope: the fused Linear at decode sizes,
+// the per-row steps in one launch, each expert's w1 and w3 as one weight (models built in scope).
+struct ScopedDecodeLaunchMerges {
+  ScopedDecodeLaunchMerges() {
+    cuda::SetLinearFusedForTesting(1);
+    cuda::SetRowStepsForTesting(1);
+    v4::SetJoinW13ForTesting(1);
+  }
+  ~ScopedDecodeLaunchMerges() {
+    cuda::SetLinearFusedForTesting(-1);
+    cuda::SetRowStepsForTesting(-1);
+    v4::SetJoinW13ForTesting(-1);
+  }
+  ScopedDecodeLaunchMerges(const ScopedDecodeLaunchMerges&) = delete;
+  ScopedDecodeLaunchMerges& operator=(const ScopedDecodeLaunchMerges&) = delete;
+};
+
+// With those merges and every reference rounding on tensor cores (so that the FP8 products take
+// the fused Linear), decode steps replayed as CUDA graphs, whose kernel edges are programmatic,
+// give the eager synchronous loop's tokens and text: the fused Linear's thread-block clusters and
+// RowSteps captured and replayed. (That the merges change no bit of the forward is
+// GpuModel.DecodeLaunchMergesGiveTheSameLogits and JoinedW13GivesTheSameLogits.)
+TEST(GpuEngine, CudaGraphsEqualEagerWithTheDecodeLaunchMerges) {
+  DI_REQUIRE_GPU();
+  const ScopedDecodeLaunchMerges merges;
+  auto tok = Tokenizer::FromFile(DemoModelDir() + "/tokenizer.json");
+  const std::vector<WorkItem> items = Workload(2029, 60, tok->vocab_size());
+  EngineOptions o = DemoEngineOptions();
+  o.load.device = DeviceId{DeviceType::kCuda, 0};
+  o.load.numerics.tensor_core_linears = true;
+  o.load.numerics.fp8_activations = true;
+  o.load.numerics.kv_fp8 = true;
+  o.load.numerics.indexer_fp4 = true;
+  o.load.numerics.bf16_attention_output = true;
+  o.load.numerics.bf16_attention_inputs = true;
+  o.async_scheduling = false;
+  const uint64_t fused = cuda::LinearFusedLaunchesForTesting(), rows = cuda::RowStepsLaunchesForTesting();
+  const EngineRun eager = RunOnFreshEngine(o, items, *tok, IdleTimeout());
+  EXPECT_GT(cuda::LinearFusedLaunchesForTesting(), fused) << "no Linear took the fused kernel";
+  EXPECT_GT(cuda::RowStepsLaunchesForTesting(), rows) << "no row steps took RowSteps";
+  o.async_scheduling = true;
+  o.cuda_graphs = true;
+  const EngineRun graphed = RunOnFreshEngine(o, items, *tok, IdleTimeout());
+  for (size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ(eager.results[i].tokens, graphed.results[i].tokens) << "request " << i;
+    EXPECT_EQ(eager.results[i].text, graphed.results[i].text) << "request " << i;
+  }
+  if (!test::SanitizerSizes()) EXPECT_GT(graphed.stats.cuda_graph_steps, 0) << "no step replayed a graph";
 }
 
 }  // namespace

@@ -1083,8 +1083,9 @@ TEST(CudaLinearFp8, SmallTileKernelEqualsTheOther) {
 // quantize x themselves: sliced grids of 2, 3 (K = 1536), 5 with a partial last slice (K = 2304),
 // 8 and 16 (K = 8192: a non-portable cluster size) blocks a cluster, an unsliced grid (N = 17000,
 // K = 1024: 133 row blocks, 8 chunks a block), a partial row block (N = 200), FP8 weights of both
-// scale dtypes and FP4 weights, and x with a row stride that is not a multiple of 4 floats (no
-// vector loads). At 17-130 rows the sliced grids take the codes scratch and 64-token tiles.
+// scale dtypes and FP4 weights (sliced, unsliced, a partial last slice), and x with a row stride
+// that is not a multiple of 4 floats (no vector loads). At 17-130 rows the sliced grids take the
+// codes scratch and 64-token tiles.
 TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -1100,7 +1101,8 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
       {kFp8E8m0, 4096, 4096, {1, 3, 8, 17, 130}, 0},  {kFp8E8m0, 1024, 8192, {1, 8, 64}, 0},
       {kFp8F32, 200, 1536, {1, 5, 33}, 0},            {kFp8E8m0, 1000, 2304, {2, 8, 100}, 3},
       {kFp8E8m0, 17000, 1024, {1, 8}, 0},             {kFp8E8m0, 512, 1024, {1, 7, 64}, 0},
-      {kFp4, 1024, 2048, {1, 8, 40}, 0}};
+      {kFp4, 1024, 2048, {1, 8, 40}, 0},              {kFp4, 17000, 1024, {1, 8}, 0},
+      {kFp4, 1000, 2304, {3, 20}, 0}};
   for (const Case& c : cases) {
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
     const int64_t ldx = c.in + c.ldx_pad;

@@ -14,6 +14,7 @@
 
 #include "engine/workload.h"
 #include "gpu/gpu_test_util.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/linear.h"
 #include "model/deepseek_v4/v4_model.h"
 #include "model/model_test_support.h"
@@ -226,6 +227,35 @@ TEST(GpuModel, FoldedFp4ExpertsGiveTheSameLogits) {
   ExpectChunkedPrefillEqualsOneShot("v4-tiny-fp8fp4", folded, {1, 7, 128});
 }
 
+// DEEPINFER_LINEAR_FUSED and DEEPINFER_ROW_STEPS (read per call) change no bit of the forward:
+// the FP8/FP4 golden's prompt with every reference rounding on tensor cores gives the same logits
+// one-shot and token by token (the decode sizes the fused Linear takes), on and off, on one model;
+// both merged kernels did run.
+TEST(GpuModel, DecodeLaunchMergesGiveTheSameLogits) {
+  DI_REQUIRE_GPU();
+  const Golden g = LoadGolden("v4-tiny-fp8fp4");
+  std::vector<int32_t> prompt = g.prompt_ids;
+  if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
+  LoadedModel model = LoadModel(g.dir, OnGpuQuantizedTensorCores());
+  auto run = [&](int mode) {
+    cuda::SetLinearFusedForTesting(mode);
+    cuda::SetRowStepsForTesting(mode);
+    SequenceDriver one_shot(*model.model), steps(*model.model);
+    std::vector<float> logits = one_shot.Prefill(prompt);
+    const std::vector<float> stepped = steps.Prefill(prompt, 1);
+    logits.insert(logits.end(), stepped.begin(), stepped.end());
+    cuda::SetLinearFusedForTesting(-1);
+    cuda::SetRowStepsForTesting(-1);
+    return logits;
+  };
+  const std::vector<float> off = run(0);
+  const uint64_t fused = cuda::LinearFusedLaunchesForTesting(), rows = cuda::RowStepsLaunchesForTesting();
+  const std::vector<float> on = run(1);
+  EXPECT_GT(cuda::LinearFusedLaunchesForTesting(), fused) << "no Linear took the fused kernel";
+  EXPECT_GT(cuda::RowStepsLaunchesForTesting(), rows) << "no row steps took RowSteps";
+  EXPECT_TRUE(test::AllEqual(on, off, "one-shot then token-by-token logits"));
+}
+
 // DEEPINFER_JOIN_W13 (each expert's w1 and w3 uploaded side by side and taken as one weight: one
 // ExpertsLinear call for the routed experts, one Linear for the shared one, where its rows allow)
 // changes no bit: the FP8/FP4 golden's prompt with every reference rounding on tensor cores, and
@@ -236,8 +266,10 @@ TEST(GpuModel, JoinedW13GivesTheSameLogits) {
   struct Case {
     const char* golden;
     LoadOptions options;
+    bool shared_joins;  // the shared expert's rows allow it (dense; FP8 only in whole scale blocks)
   };
-  for (const Case& c : {Case{"v4-tiny-fp8fp4", OnGpuQuantizedTensorCores()}, Case{"v4-tiny-flashlike", OnGpu()}}) {
+  for (const Case& c : {Case{"v4-tiny-fp8fp4", OnGpuQuantizedTensorCores(), false},
+                        Case{"v4-tiny-flashlike", OnGpu(), true}}) {
     SCOPED_TRACE(c.golden);
     const Golden g = LoadGolden(c.golden);
     std::vector<int32_t> prompt = g.prompt_ids;
@@ -250,6 +282,7 @@ TEST(GpuModel, JoinedW13GivesTheSameLogits) {
     const auto* joined_v4 = dynamic_cast<const v4::V4Model*>(joined_model.model.get());
     ASSERT_NE(joined_v4, nullptr);
     EXPECT_GT(joined_v4->JoinedW13Blocks(), 0) << "no block took w1 and w3 as one weight";
+    EXPECT_EQ(!joined_v4->weights().layers.at(0).ffn.shared.w13.empty(), c.shared_joins);
     EXPECT_EQ(dynamic_cast<const v4::V4Model&>(*plain_model.model).JoinedW13Blocks(), 0);
     SequenceDriver plain(*plain_model.model), joined(*joined_model.model);
     EXPECT_TRUE(test::AllEqual(joined.Prefill(prompt), plain.Prefill(prompt), "one-shot prefill"));

@@ -110,11 +110,13 @@ __global__ void EmbeddingKernel(const int32_t* ids, const void* table, DType tab
 // thread rotates up to kRopeBatch pairs, loading them all before writing any.
 constexpr int kRopeBatch = 4;
 
-// The pair (a, b) rotated by (c, s) into p[0], p[1]: one expression for every kernel that rotates
-// (RopeKernel, RowStepsKernel), so that they round alike.
+// The pair (a, b) rotated by (c, s) into p[0], p[1] = (a·c − b·s, a·s + b·c), the roundings
+// spelled out (one product rounded, the other fused into the add: what nvcc chose for RopeKernel's
+// `a * c - b * s` before this helper), so that every kernel that rotates rounds alike whatever
+// the compiler would contract in its context.
 __device__ __forceinline__ void RotatePair(float a, float b, float c, float s, float* p) {
-  p[0] = a * c - b * s;
-  p[1] = a * s + b * c;
+  p[0] = __fmaf_rn(a, c, -__fmul_rn(b, s));
+  p[1] = __fmaf_rn(b, c, __fmul_rn(a, s));
 }
 
 __global__ void RopeKernel(float* x, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,

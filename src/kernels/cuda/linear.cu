@@ -2646,7 +2646,8 @@ struct SliceClusterLaunch {
 
 // Whether clusters of (1, 1, slices) blocks of kKernel at `smem` bytes of dynamic shared memory can
 // be resident on `device` (more than 8 blocks is a non-portable cluster size, which the kernel
-// is allowed here), asked once per (device, slices, smem).
+// is allowed here); the occupancy API's answers are kept per (device, slices, smem), a failed
+// query is not.
 template <auto kKernel>
 bool ClustersFit(int device, int slices, int smem) {
   static std::mutex mu;
@@ -2662,8 +2663,8 @@ bool ClustersFit(int device, int slices, int smem) {
   const SliceClusterLaunch launch(dim3(1, 1, static_cast<unsigned>(slices)), smem, nullptr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config) != cudaSuccess) {
-    (void)cudaGetLastError();
-    clusters = 0;
+    (void)cudaGetLastError();  // the query's own error (a size the device does not take): not kept
+    return false;              // nor the answer, so a later call asks again
   }
   known.push_back({device, slices, smem, clusters > 0 ? 1 : 0});
   return clusters > 0;
@@ -2678,6 +2679,7 @@ bool LaunchWgmmaFused(const Params& p, const wgmma::GemmArgs& a, const WgmmaLine
   constexpr auto kKernel = wgmma::WgmmaLinearFusedKernel<K, kTok>;
   constexpr int kSmem = kTok == wgmma::XPanel::kTokens ? wgmma::XPanel::Bytes<K>() : wgmma::SmemLayout<K>::kBytes;
   if (layout.slices > wgmma::kMaxClusterSlices) return false;
+  if (kTok == wgmma::XPanel::kTokens && p.m > kTok) Fail("the fused Linear's panel holds 8 rows");
   AllowDynamicSmem<kKernel>(layout.device, kSmem);
   if (layout.slices > 1 && !ClustersFit<kKernel>(layout.device, layout.slices, kSmem)) return false;
   const SliceClusterLaunch launch(dim3(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)),

@@ -410,7 +410,9 @@ struct StageCopies {
   const uint8_t* exps;     // FP4, tid < kBlockRows with row n0 + tid < n: the row's exponents, chunk 0
   bool exps_words;         // exps 4-byte aligned for every chunk: cp.async of one word
 
-  __device__ __forceinline__ StageCopies(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes) {
+  // with_x false: the block never copies x (XPanel), and a.codes may be null: x is left null.
+  __device__ __forceinline__ StageCopies(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
+                                         bool with_x = true) {
     const int tid = threadIdx.x;
     const int w_row = tid / kWUnits, w_unit = tid % kWUnits;
     x_row = tid / kXUnits;
@@ -420,7 +422,7 @@ struct StageCopies {
     w_pass_stride = kWRowsPerPass * p.w_row_bytes;
     // FP8 rows land swizzled (wgmma reads them); FP4 rows plainly (ConvertFp4Folded reads them).
     w_dst = K == Kind::kFp4 ? w_row * kRowBytes + w_unit * 16 : SwizzledOffset(w_row, w_unit);
-    x = a.codes + (t_codes + x_row) * p.k + x_unit * 16;
+    x = with_x ? a.codes + (t_codes + x_row) * p.k + x_unit * 16 : nullptr;
     x_pass_stride = kXRowsPerPass * p.k;
     x_dst = SmemLayout<K>::kX + SwizzledOffset(x_row, x_unit);
     exps = nullptr;
@@ -909,7 +911,8 @@ struct XPanel {
     return reinterpret_cast<float*>(base + kMaxChunks * kTileBytes) + i * kTokens;
   }
   // act_quant of x's chunks [c_begin, c_end) (at most kMaxChunks) into the panel, every load issued
-  // before the first amax. Plain stores: the caller's fence and barrier publish them to wgmma.
+  // before the first amax: rows 0-7 of x, the launch's only token tile (its host holds p.m <= 8).
+  // Plain stores: the caller's fence and barrier publish them to wgmma.
   template <Kind K>
   __device__ __forceinline__ void Fill(const Params& p, int c_begin, int c_end) const {
     const int row = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -965,7 +968,7 @@ __device__ __forceinline__ void WgmmaBlockTotals(const Params& p, const GemmArgs
   const int g = lane / 4, q = lane % 4;  // the D fragment's row group and column pair
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t_y));  // valid token rows of the tile
   const int64_t ra = n0 + group * kRowsPerGroup + 16 * warp + g;  // this thread's weight rows: ra, ra + 8
-  const StageCopies<K> copies(p, a, n0, t_codes);
+  const StageCopies<K> copies(p, a, n0, t_codes, !kPanel);
   uint32_t* row_infos = reinterpret_cast<uint32_t*>(smem + L::kRowInfo);  // FP4: [2][kBlockRows]
   if constexpr (K == Kind::kFp4) {
     // Read after the chunk loop's first barrier; the caller's previous block ended with one.
@@ -1197,11 +1200,6 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
 __device__ __forceinline__ void ClusterSync() {
   asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
 }
-// ClusterSync without the arrival's release (no fence: ptxas makes the release a GPU-scope one),
-// for a barrier that orders no writes, only the reads already consumed before it.
-__device__ __forceinline__ void ClusterSyncRelaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.aligned;\n" ::: "memory");
-}
 // A float at shared address `addr` of the cluster's block `rank` (addr: this block's address of
 // the same variable; every block of a kernel lays its shared memory out alike).
 __device__ __forceinline__ float LdClusterF32(uint32_t addr, int rank) {
@@ -1262,29 +1260,37 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     mine[tok * kBlockRows + row] = total[j];
   }
   ClusterSync();
-  // This block's share of the tile's stored outputs (token-major, rows fastest: coalesced stores).
+  // This block's share of the tile's stored outputs (token-major, rows fastest: coalesced stores),
+  // at most kMaxSums a thread (slices >= 2), summed into registers; the stores follow the closing
+  // barrier, so that every read of a peer's shared memory has completed before the peer may leave.
   const int outputs = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t0)) * kBlockRows;
   const int share = (outputs + slices - 1) / slices;
-  const int end = min(outputs, (slice + 1) * share);
+  const int begin = slice * share, end = min(outputs, begin + share);
+  constexpr int kMaxSums = (kTok * kBlockRows / 2 + kThreads - 1) / kThreads;
   const uint32_t mine_addr = SharedAddress(mine);
-  for (int o = slice * share + tid; o < end; o += kThreads) {
-    const int64_t row = n0 + o % kBlockRows;
-    if (row >= p.n) continue;  // read nothing that is not stored (the barrier below relies on it)
+  float sums[kMaxSums];
+#pragma unroll
+  for (int k = 0; k < kMaxSums; ++k) {
+    const int o = begin + tid + k * kThreads;
+    if (o >= end || n0 + o % kBlockRows >= p.n) continue;  // not stored: not read
     float v[kMaxClusterSlices];
 #pragma unroll
     for (int s = 0; s < kMaxClusterSlices; ++s) {
       if (s < slices) v[s] = LdClusterF32(mine_addr + 4 * o, s);
     }
-    float sum = v[0];
+    sums[k] = v[0];
 #pragma unroll
     for (int s = 1; s < kMaxClusterSlices; ++s) {
-      if (s < slices) sum = __fadd_rn(sum, v[s]);
+      if (s < slices) sums[k] = __fadd_rn(sums[k], v[s]);
     }
-    p.y[(t0 + o / kBlockRows) * p.ldy + row] = sum;
   }
-  // No block leaves (its shared memory with it) while another still reads it. Relaxed: every
-  // value read above feeds a store issued before this barrier, so every read has completed.
-  ClusterSyncRelaxed();
+  ClusterSync();  // no block leaves (its shared memory with it) while another still reads it
+#pragma unroll
+  for (int k = 0; k < kMaxSums; ++k) {
+    const int o = begin + tid + k * kThreads;
+    const int64_t row = n0 + o % kBlockRows;
+    if (o < end && row < p.n) p.y[(t0 + o / kBlockRows) * p.ldy + row] = sums[k];
+  }
 #endif
 }
 
