@@ -62,6 +62,26 @@ __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void
 // of 512 values, the per-head q norm of a prefill, left most threads idle behind two barriers.)
 constexpr int64_t kWarpRowMax = 512;
 constexpr int kWarpRowsPerBlock = kRowThreads / kWarpSize;
+constexpr int kWarpRowPerLane = static_cast<int>(kWarpRowMax / kWarpSize);
+
+// RmsNormWarpKernel's arithmetic on a row of n <= kWarpRowMax values held by the warp (lane j:
+// v[u] = x[j + 32u], zeros past n): emit(u, i, w[i] · (v[u] · inv)) for each i = j + 32u < n.
+template <class Emit>
+__device__ __forceinline__ void WarpRmsNorm(const float (&v)[kWarpRowPerLane], int64_t n, int lane,
+                                            const void* weight, DType weight_dtype, float eps, const Emit& emit) {
+  float ss = 0.f;
+#pragma unroll
+  for (int u = 0; u < kWarpRowPerLane; ++u) {
+    if (lane + static_cast<int64_t>(u) * kWarpSize < n) ss = fmaf(v[u], v[u], ss);
+  }
+  ss = WarpSum(ss);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int u = 0; u < kWarpRowPerLane; ++u) {
+    const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
+    if (i < n) emit(u, i, (weight != nullptr ? LoadAsFloat(weight, weight_dtype, i) : 1.f) * (v[u] * inv));
+  }
+}
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormWarpKernel(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
@@ -72,25 +92,13 @@ __global__ void __launch_bounds__(kRowThreads)
   if (row >= m) return;  // uniform per warp
   const float* xr = x + row * ldx;
   float* yr = y + row * ldy;
-  constexpr int kPerLane = kWarpRowMax / kWarpSize;
-  float v[kPerLane];
-  float ss = 0.f;
+  float v[kWarpRowPerLane];
 #pragma unroll
-  for (int u = 0; u < kPerLane; ++u) {
+  for (int u = 0; u < kWarpRowPerLane; ++u) {
     const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
     v[u] = i < n ? xr[i] : 0.f;
   }
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) {
-    if (lane + static_cast<int64_t>(u) * kWarpSize < n) ss = fmaf(v[u], v[u], ss);
-  }
-  ss = WarpSum(ss);
-  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
-#pragma unroll
-  for (int u = 0; u < kPerLane; ++u) {
-    const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
-    if (i < n) yr[i] = (weight != nullptr ? LoadAsFloat(weight, weight_dtype, i) : 1.f) * (v[u] * inv);
-  }
+  WarpRmsNorm(v, n, lane, weight, weight_dtype, eps, [&](int, int64_t i, float value) { yr[i] = value; });
 }
 
 __global__ void EmbeddingKernel(const int32_t* ids, const void* table, DType table_dtype, int64_t vocab,
@@ -119,15 +127,23 @@ __device__ __forceinline__ void RotatePair(float a, float b, float c, float s, f
   p[1] = __fmaf_rn(b, c, __fmul_rn(a, s));
 }
 
+// Pair i's rotation at position `pos`: cos and sin of pos·inv_freq_i (sin negated for the inverse).
+__device__ __forceinline__ void RopeCosSin(float pos, float inv_freq_i, bool inverse, float& c, float& s) {
+  const float angle = pos * inv_freq_i;
+  c = cosf(angle);
+  s = inverse ? -sinf(angle) : sinf(angle);
+}
+
 __global__ void RopeKernel(float* x, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,
                            const int64_t* positions, const float* inv_freq, int64_t half, bool inverse) {
   PdlPrologue();
   extern __shared__ float rope_cs[];  // [half] cos, then [half] sin (negated for the inverse)
   const float pos = static_cast<float>(positions[blockIdx.x]);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
-    const float angle = pos * inv_freq[i];
-    rope_cs[i] = cosf(angle);
-    rope_cs[half + i] = inverse ? -sinf(angle) : sinf(angle);
+    float c, s;
+    RopeCosSin(pos, inv_freq[i], inverse, c, s);
+    rope_cs[i] = c;
+    rope_cs[half + i] = s;
   }
   __syncthreads();
   const int64_t offset = head_dim - 2 * half;
@@ -200,19 +216,11 @@ __device__ void RoundTripBlock(float* xr, int64_t b0, int64_t b1, float* scratch
 // channels b0 + 4l .. b0 + 4l + 3, 8 warps per thread block; no block barrier. The same amax (a
 // max: any order) and the same per-value operations as RoundTripBlock, so the same bits.
 constexpr int64_t kWarpBlockMax = 4 * kWarpSize;
+
+// One quantization block, channels [b0, b1) of row xr (b1 - b0 <= kWarpBlockMax), by the warp:
+// lane l holds channels b0 + 4l .. +3.
 template <bool kFp8>
-__global__ void __launch_bounds__(256) RoundTripWarpKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
-                                                           int64_t end, int64_t block, int64_t blocks_per_row,
-                                                           const int32_t* row_count) {
-  PdlPrologue();
-  int64_t rows = m;
-  if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (item >= rows * blocks_per_row) return;  // uniform per warp
-  const int lane = threadIdx.x % kWarpSize;
-  const int64_t b0 = begin + (item % blocks_per_row) * block;
-  const int64_t b1 = min(end, b0 + block);
-  float* xr = x + (item / blocks_per_row) * ldx;
+__device__ __forceinline__ void RoundTripWarpBlock(float* xr, int64_t b0, int64_t b1, int lane) {
   float v[4];
   float amax = 0.f;
 #pragma unroll
@@ -227,6 +235,21 @@ __global__ void __launch_bounds__(256) RoundTripWarpKernel(float* x, int64_t ldx
     const int64_t i = b0 + 4 * lane + k;
     if (i < b1) xr[i] = RoundTripValue<kFp8>(v[k], scale);
   }
+}
+
+template <bool kFp8>
+__global__ void __launch_bounds__(256) RoundTripWarpKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
+                                                           int64_t end, int64_t block, int64_t blocks_per_row,
+                                                           const int32_t* row_count) {
+  PdlPrologue();
+  int64_t rows = m;
+  if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (item >= rows * blocks_per_row) return;  // uniform per warp
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t b0 = begin + (item % blocks_per_row) * block;
+  const int64_t b1 = min(end, b0 + block);
+  RoundTripWarpBlock<kFp8>(x + (item / blocks_per_row) * ldx, b0, b1, lane);
 }
 
 
@@ -273,6 +296,22 @@ __global__ void Bf16RoundKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
   }
 }
 
+// The Walsh–Hadamard butterflies of a row of n (a power of two) values in shared memory: at each
+// level len, the pairs (j, j + len) become a + b, a - b, pair t0, t0 + step, ... taken by the
+// caller's thread; sync() (every participant) after each level.
+template <class Sync>
+__device__ __forceinline__ void HadamardButterflies(float* row, int n, unsigned t0, unsigned step, const Sync& sync) {
+  for (int len = 1; len < n; len <<= 1) {
+    for (int t = t0; t < n / 2; t += step) {
+      const int j = (t / len) * 2 * len + (t % len);
+      const float a = row[j], b = row[j + len];
+      row[j] = a + b;
+      row[j + len] = a - b;
+    }
+    sync();
+  }
+}
+
 // One block per row; the row lives in shared memory during the butterflies.
 __global__ void HadamardKernel(float* x, int64_t ldx, int n, float scale) {
   PdlPrologue();
@@ -280,15 +319,7 @@ __global__ void HadamardKernel(float* x, int64_t ldx, int n, float scale) {
   float* xr = x + blockIdx.x * ldx;
   for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = xr[i];
   __syncthreads();
-  for (int len = 1; len < n; len <<= 1) {
-    for (int t = threadIdx.x; t < n / 2; t += blockDim.x) {
-      const int j = (t / len) * 2 * len + (t % len);
-      const float a = row[j], b = row[j + len];
-      row[j] = a + b;
-      row[j + len] = a - b;
-    }
-    __syncthreads();
-  }
+  HadamardButterflies(row, n, threadIdx.x, blockDim.x, [] { __syncthreads(); });
   for (int i = threadIdx.x; i < n; i += blockDim.x) xr[i] = row[i] * scale;
 }
 
@@ -382,37 +413,20 @@ __global__ void ScaleKernel(float* x, int64_t n, float factor) {
 }
 
 // RowSteps: one warp per head row (8 rows per block), the row in the warp's slice of shared memory
-// between the steps. Each step repeats its kernel's operations on each value: RmsNormWarpKernel's
-// sum (lane j over i = j, j + 32, ... by fmaf from +0, then WarpSum), RopeKernel's angles and
-// RotatePair, HadamardKernel's butterflies (each level's pairs (j, j + len) as a + b, a - b),
-// RoundTripWarpKernel's blocks (lane l holds channels b0 + 4l .. +3; the amax is a max, so any
-// order) and Bf16RoundKernel's rounding.
+// between the steps. Each step is its kernel's own code: WarpRmsNorm (RmsNormWarpKernel),
+// RopeCosSin and RotatePair (RopeKernel), HadamardButterflies (HadamardKernel), RoundTripWarpBlock
+// (RoundTripWarpKernel) and Bf16RoundKernel's rounding.
 constexpr int kRowStepsRows = kRowThreads / kWarpSize;
 std::atomic<int> g_row_steps_test{-1};          // SetRowStepsForTesting
 std::atomic<uint64_t> g_row_steps_launches{0};  // RowStepsLaunchesForTesting
-constexpr int kRowStepsPerLane = static_cast<int>(kRowStepsMaxWidth / kWarpSize);
-static_assert(kRowStepsMaxWidth == kWarpRowMax, "RowSteps' norm is RmsNormWarpKernel's");
+static_assert(kRowStepsMaxWidth == kWarpRowMax, "RowSteps' norm is RmsNormWarpKernel's (WarpRmsNorm)");
 
 // e4m3 (kFp8) or e2m1 round trip of channels [0, end) of a row in shared memory, in blocks of
 // `block` (<= kWarpBlockMax) channels, one block at a time over the warp.
 template <bool kFp8>
 __device__ __forceinline__ void RoundTripRow(float* row, int64_t end, int64_t block, int lane) {
   for (int64_t b0 = 0; b0 < end; b0 += block) {
-    const int64_t b1 = min(end, b0 + block);
-    float v[4];
-    float amax = 0.f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int64_t i = b0 + 4 * lane + k;
-      v[k] = i < b1 ? row[i] : 0.f;
-      amax = fmaxf(amax, fabsf(v[k]));
-    }
-    const float scale = RoundTripScale<kFp8>(WarpMax(amax));
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int64_t i = b0 + 4 * lane + k;
-      if (i < b1) row[i] = RoundTripValue<kFp8>(v[k], scale);
-    }
+    RoundTripWarpBlock<kFp8>(row, b0, min(end, b0 + block), lane);
     __syncwarp();
   }
 }
@@ -429,30 +443,18 @@ __global__ void __launch_bounds__(kRowThreads)
   float* xr = x + t * ld_token + (r % num_heads) * ld_head;
   float* row = rows[warp];
 
-  float v[kRowStepsPerLane];
+  float v[kWarpRowPerLane];
 #pragma unroll
-  for (int u = 0; u < kRowStepsPerLane; ++u) {
+  for (int u = 0; u < kWarpRowPerLane; ++u) {
     const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
     v[u] = i < n ? xr[i] : 0.f;
   }
   if (a.norm) {
-    float ss = 0.f;
-#pragma unroll
-    for (int u = 0; u < kRowStepsPerLane; ++u) {
-      if (lane + static_cast<int64_t>(u) * kWarpSize < n) ss = fmaf(v[u], v[u], ss);
-    }
-    ss = WarpSum(ss);
-    const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + a.eps);
-#pragma unroll
-    for (int u = 0; u < kRowStepsPerLane; ++u) {
-      const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
-      if (i < n) {
-        v[u] = (a.norm_weight != nullptr ? LoadAsFloat(a.norm_weight, a.norm_weight_dtype, i) : 1.f) * (v[u] * inv);
-      }
-    }
+    WarpRmsNorm(v, n, lane, a.norm_weight, a.norm_weight_dtype, a.eps,
+                [&](int u, int64_t, float value) { v[u] = value; });
   }
 #pragma unroll
-  for (int u = 0; u < kRowStepsPerLane; ++u) {
+  for (int u = 0; u < kWarpRowPerLane; ++u) {
     const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
     if (i < n) row[i] = v[u];
   }
@@ -461,24 +463,15 @@ __global__ void __launch_bounds__(kRowThreads)
     const float pos = static_cast<float>(a.positions[t]);
     const int64_t offset = n - 2 * a.rope_half;
     for (int64_t i = lane; i < a.rope_half; i += kWarpSize) {
-      const float angle = pos * a.inv_freq[i];
-      const float c = cosf(angle), s = a.rope_inverse ? -sinf(angle) : sinf(angle);
+      float c, s;
+      RopeCosSin(pos, a.inv_freq[i], a.rope_inverse, c, s);
       float* p = row + offset + 2 * i;
       RotatePair(p[0], p[1], c, s, p);
     }
     __syncwarp();
   }
   if (a.hadamard) {
-    const int half_n = static_cast<int>(n / 2);
-    for (int len = 1; len < n; len <<= 1) {
-      for (int j0 = lane; j0 < half_n; j0 += kWarpSize) {
-        const int j = (j0 / len) * 2 * len + (j0 % len);
-        const float p = row[j], q = row[j + len];
-        row[j] = p + q;
-        row[j + len] = p - q;
-      }
-      __syncwarp();
-    }
+    HadamardButterflies(row, static_cast<int>(n), static_cast<unsigned>(lane), kWarpSize, [] { __syncwarp(); });
     for (int64_t i = lane; i < n; i += kWarpSize) row[i] *= a.hadamard_scale;
     __syncwarp();
   }
