@@ -1,7 +1,6 @@
 #include "ops/ops.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <utility>
 
@@ -378,7 +377,6 @@ void ApplyRowSteps(const OpContext& ctx, const TensorView& x, const RowSteps& st
       a.rope_inverse = steps.rope_inverse;
     }
     a.hadamard = steps.hadamard;
-    a.hadamard_scale = 1.f / std::sqrt(static_cast<float>(n));  // HadamardRows' scale
     a.fp8_end = steps.fp8_end;
     a.fp8_block = steps.fp8_block;
     a.bf16_end = steps.fp8_end > 0 ? n : 0;

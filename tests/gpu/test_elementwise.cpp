@@ -182,7 +182,6 @@ TEST(CudaRowSteps, EqualsTheStepsKernelByKernel) {
       a.rope_inverse = c.inverse;
     }
     a.hadamard = c.hadamard;
-    a.hadamard_scale = 1.f / std::sqrt(static_cast<float>(c.n));
     a.fp8_end = c.fp8_end;
     a.fp8_block = c.fp8_block;
     a.bf16_end = c.fp8_end > 0 ? c.n : 0;

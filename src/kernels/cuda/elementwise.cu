@@ -433,7 +433,7 @@ __device__ __forceinline__ void RoundTripRow(float* row, int64_t end, int64_t bl
 
 __global__ void __launch_bounds__(kRowThreads)
     RowStepsKernel(float* x, int64_t m, int64_t num_heads, int64_t n, int64_t ld_token, int64_t ld_head,
-                   const RowStepsArgs a) {
+                   const RowStepsArgs a, float hadamard_scale) {
   PdlPrologue();
   __shared__ float rows[kRowStepsRows][kRowStepsMaxWidth];
   const int warp = static_cast<int>(threadIdx.x) / kWarpSize, lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -472,7 +472,7 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   if (a.hadamard) {
     HadamardButterflies(row, static_cast<int>(n), static_cast<unsigned>(lane), kWarpSize, [] { __syncwarp(); });
-    for (int64_t i = lane; i < n; i += kWarpSize) row[i] *= a.hadamard_scale;
+    for (int64_t i = lane; i < n; i += kWarpSize) row[i] *= hadamard_scale;
     __syncwarp();
   }
   if (a.fp8_end > 0) RoundTripRow<true>(row, a.fp8_end, a.fp8_block, lane);
@@ -486,6 +486,9 @@ __global__ void __launch_bounds__(kRowThreads)
   __syncwarp();
   for (int64_t i = lane; i < n; i += kWarpSize) xr[i] = row[i];
 }
+
+// The orthonormal Walsh–Hadamard transform's factor for rows of n (HadamardRows, RowSteps).
+float HadamardScale(int64_t n) { return 1.f / std::sqrt(static_cast<float>(n)); }
 
 void CheckRows(int64_t m, const char* what) {
   if (m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, what, "more than 2^31 rows");
@@ -521,7 +524,7 @@ void RowSteps(float* x, int64_t m, int64_t num_heads, int64_t n, int64_t ld_toke
   if (args.fp4_block < 0 || args.fp4_block > kWarpBlockMax) fail("e2m1 blocks of 1-128");
   const int64_t blocks = CeilDiv(m * num_heads, int64_t{kRowStepsRows});
   RowStepsKernel<<<static_cast<unsigned>(blocks), kRowThreads, 0, stream>>>(x, m, num_heads, n, ld_token, ld_head,
-                                                                          args);
+                                                                          args, HadamardScale(n));
   DI_CUDA_LAUNCH_CHECK("row_steps");
   g_row_steps_launches.fetch_add(1);
 }
@@ -596,7 +599,7 @@ void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stre
   if (n <= 0 || n > 4096 || (n & (n - 1)) != 0) {
     ThrowCudaError(__FILE__, __LINE__, "hadamard", "row length must be a power of two <= 4096");
   }
-  const float scale = 1.f / std::sqrt(static_cast<float>(n));
+  const float scale = HadamardScale(n);
   const int threads = static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, n / 2)));
   HadamardKernel<<<static_cast<unsigned>(m), threads, n * sizeof(float), stream>>>(x, ldx, static_cast<int>(n), scale);
   DI_CUDA_LAUNCH_CHECK("hadamard");

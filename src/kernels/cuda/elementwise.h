@@ -47,7 +47,7 @@ void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stre
 // (t, h) of x [M, H, n] (strides ld_token, ld_head, 1) takes, in this order and each where asked,
 //   RmsNorm (norm_weight may be null: unweighted) as RmsNorm above,
 //   Rope of the last 2·rope_half channels at positions[t] as Rope above (inv_freq null: none),
-//   the Hadamard transform times hadamard_scale as HadamardRows (n a power of two),
+//   the Hadamard transform as HadamardRows (n a power of two, scaled by 1/sqrt(n)),
 //   channels [0, fp8_end) through e4m3 in blocks of fp8_block (<= 128) and [fp8_end, bf16_end)
 //   to BF16, as Fp8RoundTripRows and Bf16RoundRows,
 //   every channel through e2m1 in blocks of fp4_block (<= 128), as Fp4RoundTripRows.
@@ -64,7 +64,6 @@ struct RowStepsArgs {
   int64_t rope_half = 0;
   bool rope_inverse = false;
   bool hadamard = false;
-  float hadamard_scale = 1.f;
   int64_t fp8_end = 0, fp8_block = 0, bf16_end = 0;
   int64_t fp4_block = 0;
 };
