@@ -379,7 +379,6 @@ void ApplyRowSteps(const OpContext& ctx, const TensorView& x, const RowSteps& st
     a.hadamard = steps.hadamard;
     a.fp8_end = steps.fp8_end;
     a.fp8_block = steps.fp8_block;
-    a.bf16_end = steps.fp8_end > 0 ? n : 0;
     a.fp4_block = steps.fp4_block;
     DI_ON_CUDA(ctx, "row_steps",
                cuda::RowSteps(x.data<float>(), x.size(0), x.size(1), n, x.stride(0), x.stride(1), a, ctx.stream));

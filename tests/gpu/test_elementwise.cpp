@@ -184,7 +184,6 @@ TEST(CudaRowSteps, EqualsTheStepsKernelByKernel) {
     a.hadamard = c.hadamard;
     a.fp8_end = c.fp8_end;
     a.fp8_block = c.fp8_block;
-    a.bf16_end = c.fp8_end > 0 ? c.n : 0;
     a.fp4_block = c.fp4_block;
     DeviceArray<float> fused(x);
     const uint64_t launches = cuda::RowStepsLaunchesForTesting();
@@ -206,7 +205,6 @@ TEST(CudaRowSteps, RejectsRowsItCannotTake) {
   cuda::RowStepsArgs blocks;
   blocks.fp8_end = 256;
   blocks.fp8_block = 256;
-  blocks.bf16_end = 512;
   EXPECT_THROW(cuda::RowSteps(x.get(), 1, 1, 512, 512, 512, blocks, nullptr), std::exception);
   cuda::RowStepsArgs rope;
   rope.inv_freq = x.get();

@@ -475,9 +475,9 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int64_t i = lane; i < n; i += kWarpSize) row[i] *= hadamard_scale;
     __syncwarp();
   }
-  if (a.fp8_end > 0) RoundTripRow<true>(row, a.fp8_end, a.fp8_block, lane);
-  for (int64_t i = a.fp8_end + lane; i < a.bf16_end; i += kWarpSize) {
-    row[i] = __bfloat162float(__float2bfloat16_rn(row[i]));
+  if (a.fp8_end > 0) {
+    RoundTripRow<true>(row, a.fp8_end, a.fp8_block, lane);
+    for (int64_t i = a.fp8_end + lane; i < n; i += kWarpSize) row[i] = __bfloat162float(__float2bfloat16_rn(row[i]));
   }
   if (a.fp4_block > 0) {
     __syncwarp();
@@ -519,7 +519,7 @@ void RowSteps(float* x, int64_t m, int64_t num_heads, int64_t n, int64_t ld_toke
     fail("rope needs positions and 1 <= 2·half <= n");
   }
   if (args.hadamard && (n & (n - 1)) != 0) fail("the Hadamard transform needs a power-of-two row");
-  if (args.fp8_end < 0 || args.fp8_end > args.bf16_end || args.bf16_end > n) fail("rounding channels out of order");
+  if (args.fp8_end < 0 || args.fp8_end > n) fail("e4m3 channels past the row");
   if (args.fp8_end > 0 && (args.fp8_block <= 0 || args.fp8_block > kWarpBlockMax)) fail("e4m3 blocks of 1-128");
   if (args.fp4_block < 0 || args.fp4_block > kWarpBlockMax) fail("e2m1 blocks of 1-128");
   const int64_t blocks = CeilDiv(m * num_heads, int64_t{kRowStepsRows});

@@ -48,8 +48,8 @@ void HadamardRows(float* x, int64_t ldx, int64_t m, int64_t n, cudaStream_t stre
 //   RmsNorm (norm_weight may be null: unweighted) as RmsNorm above,
 //   Rope of the last 2·rope_half channels at positions[t] as Rope above (inv_freq null: none),
 //   the Hadamard transform as HadamardRows (n a power of two, scaled by 1/sqrt(n)),
-//   channels [0, fp8_end) through e4m3 in blocks of fp8_block (<= 128) and [fp8_end, bf16_end)
-//   to BF16, as Fp8RoundTripRows and Bf16RoundRows,
+//   where fp8_end > 0 (the state row's rounding): channels [0, fp8_end) through e4m3 in blocks of
+//   fp8_block (<= 128) and [fp8_end, n) to BF16, as Fp8RoundTripRows and Bf16RoundRows,
 //   every channel through e2m1 in blocks of fp4_block (<= 128), as Fp4RoundTripRows.
 // Each value takes the operations of those kernels in their order: the same bits as launching them
 // one after another.
@@ -64,7 +64,7 @@ struct RowStepsArgs {
   int64_t rope_half = 0;
   bool rope_inverse = false;
   bool hadamard = false;
-  int64_t fp8_end = 0, fp8_block = 0, bf16_end = 0;
+  int64_t fp8_end = 0, fp8_block = 0;
   int64_t fp4_block = 0;
 };
 void RowSteps(float* x, int64_t m, int64_t num_heads, int64_t n, int64_t ld_token, int64_t ld_head,
