@@ -3,11 +3,13 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "device/cuda_error.h"
 
 namespace deepinfer {
@@ -53,6 +55,31 @@ float CudaEvent::ElapsedMs(const CudaEvent& start, const CudaEvent& end) {
   return ms;
 }
 
+StreamBranches::StreamBranches(int device_index, int branches) {
+  DI_CHECK(branches >= 1, "StreamBranches takes at least one side stream, got {}", branches);
+  forked_ = std::make_unique<CudaEvent>();
+  for (int i = 0; i < branches; ++i) {
+    streams_.push_back(std::make_unique<CudaStream>(device_index));
+    done_.push_back(std::make_unique<CudaEvent>());
+  }
+}
+
+void StreamBranches::Fork(cudaStream_t main, int count) {
+  DI_CHECK(count >= 0 && count <= size(), "fork of {} branches, {} side streams", count, size());
+  if (count == 0) return;
+  forked_->Record(main);
+  for (int i = 0; i < count; ++i) forked_->StreamWait(stream(i));
+  ++forks_;
+}
+
+void StreamBranches::Join(cudaStream_t main, int count) {
+  DI_CHECK(count >= 0 && count <= size(), "join of {} branches, {} side streams", count, size());
+  for (int i = 0; i < count; ++i) {
+    done_[static_cast<size_t>(i)]->Record(stream(i));
+    done_[static_cast<size_t>(i)]->StreamWait(main);
+  }
+}
+
 CudaGraph::~CudaGraph() {
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
 }
@@ -76,7 +103,10 @@ namespace {
 
 // Replaces every plain edge between two kernel nodes of `graph` by a programmatic one (the
 // upstream kernel's programmatic port: it fires once all of its blocks have run
-// griddepcontrol.launch_dependents or exited). Returns how many it replaced.
+// griddepcontrol.launch_dependents or exited), where the edge is its upstream node's only way out
+// and its downstream node's only way in: a link of a chain, as a one-stream capture makes. The
+// forks and joins of concurrent branches (StreamBranches) keep plain edges. Returns how many it
+// replaced.
 size_t MakeKernelEdgesProgrammatic(cudaGraph_t graph) {
   size_t count = 0;
   DI_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &count), "cudaGraphGetEdges");
@@ -88,9 +118,17 @@ size_t MakeKernelEdgesProgrammatic(cudaGraph_t graph) {
     DI_CUDA_CHECK(cudaGraphNodeGetType(node, &type), "cudaGraphNodeGetType");
     return type == cudaGraphNodeTypeKernel;
   };
+  std::map<cudaGraphNode_t, int> outgoing, incoming;
+  for (size_t i = 0; i < count; ++i) {
+    ++outgoing[from[i]];
+    ++incoming[to[i]];
+  }
   size_t replaced = 0;
   for (size_t i = 0; i < count; ++i) {
-    if (data[i].type != cudaGraphDependencyTypeDefault || !is_kernel(from[i]) || !is_kernel(to[i])) continue;
+    if (data[i].type != cudaGraphDependencyTypeDefault || outgoing[from[i]] != 1 || incoming[to[i]] != 1 ||
+        !is_kernel(from[i]) || !is_kernel(to[i])) {
+      continue;
+    }
     DI_CUDA_CHECK(cudaGraphRemoveDependencies(graph, &from[i], &to[i], &data[i], 1), "cudaGraphRemoveDependencies");
     cudaGraphEdgeData programmatic{};
     programmatic.from_port = cudaGraphKernelNodePortProgrammatic;

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 using cudaStream_t = struct CUstream_st*;
 using cudaEvent_t = struct CUevent_st*;
@@ -41,6 +44,31 @@ class CudaEvent {
   cudaEvent_t event_ = nullptr;
 };
 
+// Side streams on which work queued on a main stream splits into concurrent branches and joins
+// again. Captured from a stream being recorded into a CUDA graph, a fork and its join become
+// parallel branches of the graph. Fork and Join are stream operations only: the host never waits.
+class StreamBranches {
+ public:
+  StreamBranches(int device_index, int branches);  // `branches` non-blocking side streams
+  StreamBranches(const StreamBranches&) = delete;
+  StreamBranches& operator=(const StreamBranches&) = delete;
+  int size() const { return static_cast<int>(streams_.size()); }
+  cudaStream_t stream(int branch) const { return streams_.at(static_cast<size_t>(branch))->get(); }
+  // Work queued afterwards on the first `count` side streams runs after the work queued on `main`
+  // so far.
+  void Fork(cudaStream_t main, int count);
+  // Work queued afterwards on `main` runs after the work queued so far on the first `count` side
+  // streams. Every fork must be joined before a capture of `main` ends.
+  void Join(cudaStream_t main, int count);
+  uint64_t forks() const { return forks_; }  // Fork calls that queued something
+
+ private:
+  uint64_t forks_ = 0;
+  std::vector<std::unique_ptr<CudaStream>> streams_;
+  std::unique_ptr<CudaEvent> forked_;
+  std::vector<std::unique_ptr<CudaEvent>> done_;  // one a side stream
+};
+
 // A CUDA graph captured from a stream and instantiated, replayed with Launch.
 class CudaGraph {
  public:
@@ -49,11 +77,12 @@ class CudaGraph {
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
   // Work queued on `stream` (by this thread) from BeginCapture to EndCapture is recorded, not run.
-  // EndCapture makes every kernel-to-kernel edge of the recorded graph a programmatic dependency
-  // (programmatic dependent launch: the next kernel's launch overlaps the previous one's work; each
-  // kernel waits for its predecessor in PdlPrologue, kernels/cuda/cuda_common.cuh) on devices of
-  // compute capability 9.0 and later, unless DEEPINFER_PDL=0; ProgrammaticEdges() counts those of
-  // the last capture.
+  // EndCapture makes every kernel-to-kernel edge of the recorded graph that links a chain (the
+  // only edge out of the one kernel and into the other; not a fork or join of StreamBranches) a
+  // programmatic dependency (programmatic dependent launch: the next kernel's launch overlaps the
+  // previous one's work; each kernel waits for its predecessor in PdlPrologue,
+  // kernels/cuda/cuda_common.cuh) on devices of compute capability 9.0 and later, unless
+  // DEEPINFER_PDL=0; ProgrammaticEdges() counts those of the last capture.
   static void BeginCapture(cudaStream_t stream);
   void EndCapture(cudaStream_t stream);
   size_t ProgrammaticEdges() const { return programmatic_edges_; }

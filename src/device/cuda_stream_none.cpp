@@ -28,6 +28,10 @@ float CudaEvent::ElapsedMs(const CudaEvent&, const CudaEvent&) { NoCuda("a CUDA 
 void EnqueueHostCallback(cudaStream_t, void (*)(void*), void*) { NoCuda("a CUDA host callback"); }
 void SynchronizeDevice(int) { NoCuda("a CUDA device"); }
 
+StreamBranches::StreamBranches(int, int) { NoCuda("CUDA stream branches"); }
+void StreamBranches::Fork(cudaStream_t, int) { NoCuda("CUDA stream branches"); }
+void StreamBranches::Join(cudaStream_t, int) { NoCuda("CUDA stream branches"); }
+
 CudaGraph::~CudaGraph() = default;
 void CudaGraph::BeginCapture(cudaStream_t) { NoCuda("a CUDA graph"); }
 void CudaGraph::EndCapture(cudaStream_t) { NoCuda("a CUDA graph"); }

@@ -49,12 +49,18 @@ void* Workspace::Carve(size_t bytes) {
 void* Workspace::Stage(const ops::OpContext& ctx, const void* host, size_t bytes) {
   Staging& s = staging_[current_];
   const size_t need = Aligned(bytes);
+  if (std::find(staged_streams_.begin(), staged_streams_.end(), ctx.stream) == staged_streams_.end()) {
+    staged_streams_.push_back(ctx.stream);
+  }
   if (s.used + need > s.buffer.size()) {
-    // Growing frees the old area, which copies queued this step may still read.
+    // Growing frees the old area, which copies queued this step (on any stream that staged) may
+    // still read.
     if (s.used > 0) {
-      CudaEvent queued;
-      queued.Record(ctx.stream);
-      queued.Synchronize();
+      for (cudaStream_t stream : staged_streams_) {
+        CudaEvent queued;
+        queued.Record(stream);
+        queued.Synchronize();
+      }
     }
     const size_t keep = s.used;
     PinnedBuffer bigger(std::max({2 * s.buffer.size(), kMinStagingBytes, keep + need}));
@@ -105,6 +111,7 @@ void Workspace::ResetForGraph(void* staging, size_t bytes) {
 
 void Workspace::Reset(const ops::OpContext& ctx) {
   host_buffers_.clear();
+  staged_streams_.clear();
   for (Chunk& c : chunks_) c.used = 0;
   in_use_ = peak_in_use_ = 0;
   staged_bytes_ = 0;

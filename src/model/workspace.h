@@ -30,7 +30,8 @@ class Workspace {
   TensorView Upload(const ops::OpContext& ctx, const void* host, DType dtype, std::initializer_list<int64_t> shape);
   // Starts a step whose work is queued on ctx's stream. On CUDA the uploads alternate between
   // two staging areas; one is reused only after the stream has passed the step that filled it
-  // (so with at most two steps in flight the host does not wait).
+  // (so with at most two steps in flight the host does not wait). Uploads may be queued on other
+  // streams too (a step's branches) if those join ctx's stream before the next Reset.
   void Reset(const ops::OpContext& ctx);
   // The same for a CUDA-graph step: until the next Reset every upload is copied into `staging`
   // (page-locked, `bytes` long) at consecutive offsets, whatever its size, with no alternation.
@@ -78,6 +79,7 @@ class Workspace {
   std::vector<Chunk> chunks_;
   Staging staging_[2];
   int current_ = 0;
+  std::vector<cudaStream_t> staged_streams_;  // the streams that have staged since the last Reset
   char* graph_staging_ = nullptr;  // set between ResetForGraph and the next Reset
   size_t graph_staging_bytes_ = 0;
   size_t staged_bytes_ = 0;

@@ -101,5 +101,63 @@ TEST(CudaDevice, GraphKernelsWaitForTheirProgrammaticPredecessors) {
   }
 }
 
+// Two branches forked from a captured stream and joined again: each branch starts after the
+// main stream's work before the fork (its fill would otherwise be overwritten), the main stream's
+// work after the join waits for both (it would otherwise scale a buffer a branch then refills).
+// The fork's and join's edges stay plain; the chains' links become programmatic.
+TEST(CudaDevice, ForkedBranchesOfACaptureRunBetweenTheForkAndTheJoin) {
+  DI_REQUIRE_GPU();
+  CudaStream main(0);
+  StreamBranches branches(0, 2);
+  ASSERT_EQ(branches.size(), 2);
+  const int64_t n = int64_t{16} << 20;  // 64 MiB each
+  constexpr int kLongChain = 12, kShortChain = 4;
+  test::DeviceArray<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  CudaGraph graph;
+  CudaGraph::BeginCapture(main.get());
+  cuda::FillF32(x.get(), n, 0.f, main.get());
+  branches.Fork(main.get(), 2);
+  cuda::FillF32(x.get(), n, 1.f, branches.stream(0));
+  for (int i = 0; i < kLongChain; ++i) cuda::ScaleF32(x.get(), n, 2.f, branches.stream(0));
+  cuda::FillF32(y.get(), n, 1.f, branches.stream(1));
+  for (int i = 0; i < kShortChain; ++i) cuda::ScaleF32(y.get(), n, 3.f, branches.stream(1));
+  branches.Join(main.get(), 2);
+  cuda::ScaleF32(x.get(), n, 2.f, main.get());
+  cuda::ScaleF32(y.get(), n, 2.f, main.get());
+  graph.EndCapture(main.get());
+  EXPECT_EQ(graph.KernelNodes(), size_t{1 + 1 + kLongChain + 1 + kShortChain + 2});
+  int major = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
+  const size_t chain_links = kLongChain + kShortChain + 1;  // x's and y's chains, the scales after the join
+  EXPECT_EQ(graph.ProgrammaticEdges(), ProgrammaticDependentLaunch() && major >= 9 ? chain_links : size_t{0});
+  std::vector<float> hx(static_cast<size_t>(n)), hy(static_cast<size_t>(n));
+  for (int launch = 0; launch < 3; ++launch) {
+    graph.Launch(main.get());
+    ASSERT_EQ(cudaMemcpyAsync(hx.data(), x.get(), n * sizeof(float), cudaMemcpyDeviceToHost, main.get()),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpyAsync(hy.data(), y.get(), n * sizeof(float), cudaMemcpyDeviceToHost, main.get()),
+              cudaSuccess);
+    main.Synchronize();
+    int64_t wrong_x = 0, wrong_y = 0;
+    for (const float v : hx) wrong_x += v != 8192.f;  // 2^13
+    for (const float v : hy) wrong_y += v != 162.f;   // 3^4 * 2
+    ASSERT_EQ(wrong_x, 0) << "launch " << launch;
+    ASSERT_EQ(wrong_y, 0) << "launch " << launch;
+  }
+  // The same fork and join queued eagerly.
+  cuda::FillF32(x.get(), n, 0.f, main.get());
+  branches.Fork(main.get(), 1);
+  cuda::FillF32(x.get(), n, 1.f, branches.stream(0));
+  for (int i = 0; i < kLongChain; ++i) cuda::ScaleF32(x.get(), n, 2.f, branches.stream(0));
+  branches.Join(main.get(), 1);
+  cuda::ScaleF32(x.get(), n, 2.f, main.get());
+  ASSERT_EQ(cudaMemcpyAsync(hx.data(), x.get(), n * sizeof(float), cudaMemcpyDeviceToHost, main.get()), cudaSuccess);
+  main.Synchronize();
+  int64_t wrong = 0;
+  for (const float v : hx) wrong += v != 8192.f;
+  EXPECT_EQ(wrong, 0);
+  EXPECT_THROW(branches.Fork(main.get(), 3), Error);
+}
+
 }  // namespace
 }  // namespace deepinfer

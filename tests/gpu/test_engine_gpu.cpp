@@ -173,5 +173,37 @@ TEST(GpuEngine, CudaGraphsEqualEagerWithTheDecodeLaunchMerges) {
   if (!test::SanitizerSizes()) EXPECT_GT(graphed.stats.cuda_graph_steps, 0) << "no step replayed a graph";
 }
 
+// With every step forked (DEEPINFER_FORK_TOKENS: the kv row and x's dense products beside q, the
+// shared expert beside the routed ones, each on a stream of its own) and the decode launch merges
+// on, decode steps replayed as CUDA graphs, whose forks and joins are parallel branches, give the
+// tokens and text of the eager synchronous loop on one stream.
+TEST(GpuEngine, CudaGraphsOfForkedStepsEqualEagerOnOneStream) {
+  DI_REQUIRE_GPU();
+  const ScopedDecodeLaunchMerges merges;
+  auto tok = Tokenizer::FromFile(DemoModelDir() + "/tokenizer.json");
+  const std::vector<WorkItem> items = Workload(2031, 60, tok->vocab_size());
+  EngineOptions o = DemoEngineOptions();
+  o.load.device = DeviceId{DeviceType::kCuda, 0};
+  o.load.numerics.tensor_core_linears = true;
+  o.load.numerics.fp8_activations = true;
+  o.load.numerics.kv_fp8 = true;
+  o.load.numerics.indexer_fp4 = true;
+  o.load.numerics.bf16_attention_output = true;
+  o.load.numerics.bf16_attention_inputs = true;
+  o.async_scheduling = false;
+  v4::SetForkTokensForTesting(0);
+  const EngineRun eager = RunOnFreshEngine(o, items, *tok, IdleTimeout());
+  v4::SetForkTokensForTesting(int64_t{1} << 20);
+  o.async_scheduling = true;
+  o.cuda_graphs = true;
+  const EngineRun graphed = RunOnFreshEngine(o, items, *tok, IdleTimeout());
+  v4::SetForkTokensForTesting(-1);
+  for (size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ(eager.results[i].tokens, graphed.results[i].tokens) << "request " << i;
+    EXPECT_EQ(eager.results[i].text, graphed.results[i].text) << "request " << i;
+  }
+  if (!test::SanitizerSizes()) EXPECT_GT(graphed.stats.cuda_graph_steps, 0) << "no step replayed a graph";
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

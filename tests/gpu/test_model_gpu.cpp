@@ -256,6 +256,40 @@ TEST(GpuModel, DecodeLaunchMergesGiveTheSameLogits) {
   EXPECT_TRUE(test::AllEqual(on, off, "one-shot then token-by-token logits"));
 }
 
+// DEEPINFER_FORK_TOKENS (a step's independent work on concurrent streams: the kv row and x's
+// dense products beside q, the shared expert beside the routed ones) changes no bit: the FP8/FP4
+// golden with every reference rounding on tensor cores, and the flash-like golden (compressors
+// and the indexer) on the default f32 path, give the same logits one-shot and token by token,
+// forked and not, on one model; the forked runs did fork.
+TEST(GpuModel, ForkedStepsGiveTheSameLogits) {
+  DI_REQUIRE_GPU();
+  for (const auto& [golden, options] : {std::pair{"v4-tiny-fp8fp4", OnGpuQuantizedTensorCores()},
+                                        std::pair{"v4-tiny-flashlike", OnGpu()}}) {
+    SCOPED_TRACE(golden);
+    const Golden g = LoadGolden(golden);
+    std::vector<int32_t> prompt = g.prompt_ids;
+    if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
+    LoadedModel model = LoadModel(g.dir, options);
+    const auto& v4_model = dynamic_cast<const v4::V4Model&>(*model.model);
+    auto run = [&](int64_t fork_tokens) {
+      v4::SetForkTokensForTesting(fork_tokens);
+      SequenceDriver one_shot(*model.model), steps(*model.model);
+      std::vector<float> logits = one_shot.Prefill(prompt);
+      const std::vector<float> stepped = steps.Prefill(prompt, 1);
+      logits.insert(logits.end(), stepped.begin(), stepped.end());
+      v4::SetForkTokensForTesting(-1);
+      return logits;
+    };
+    const uint64_t before = v4_model.Forks();
+    const std::vector<float> one_stream = run(0);
+    EXPECT_EQ(v4_model.Forks(), before);
+    const std::vector<float> forked = run(int64_t{1} << 20);
+    // Two forks a layer (attention, MoE) for every step of both drivers.
+    EXPECT_GE(v4_model.Forks() - before, 2 * (prompt.size() + 1)) << "the steps did not fork";
+    EXPECT_TRUE(test::AllEqual(forked, one_stream, "one-shot then token-by-token logits"));
+  }
+}
+
 // DEEPINFER_JOIN_W13 (each expert's w1 and w3 uploaded side by side and taken as one weight: one
 // ExpertsLinear call for the routed experts, one Linear for the shared one, where its rows allow)
 // changes no bit: the FP8/FP4 golden's prompt with every reference rounding on tensor cores, and

@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <set>
+#include <string>
 
+#include "base/error.h"
 #include "kernels/cpu/hash_uniform.h"
 #include "model/config.h"
 #include "model/deepseek_v4/v4_model.h"
@@ -164,6 +166,26 @@ TEST(HashUniform, DeterministicInRangeAndSpread) {
   EXPECT_GT(seen.size(), static_cast<size_t>(n * 99 / 100)) << "values repeat: ties in selections";
   EXPECT_LT(std::fabs(sum / n), 0.01) << "mean of uniform [-1, 1) values";
   EXPECT_NE(cpu::HashUniform(3, 0, -1.f, 1.f), cpu::HashUniform(4, 0, -1.f, 1.f));
+}
+
+// DEEPINFER_FORK_TOKENS: off when unset, empty or 0; a token count otherwise; anything else is an
+// error that names the variable and the value.
+TEST(V4Switches, ForkTokensAreACountOrAnErrorNamingTheVariable) {
+  EXPECT_EQ(v4::ParseForkTokens(nullptr), 0);
+  EXPECT_EQ(v4::ParseForkTokens(""), 0);
+  EXPECT_EQ(v4::ParseForkTokens("0"), 0);
+  EXPECT_EQ(v4::ParseForkTokens("1"), 1);
+  EXPECT_EQ(v4::ParseForkTokens("256"), 256);
+  for (const char* bad : {"-1", "8k", " 8", "1.5", "on", "9999999999"}) {
+    try {
+      v4::ParseForkTokens(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DEEPINFER_FORK_TOKENS"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(v4::SetForkTokensForTesting(-2), Error);
 }
 
 }  // namespace

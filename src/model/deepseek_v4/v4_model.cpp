@@ -1,6 +1,7 @@
 // DeepSeek-V4: top-level forward, blocks with mHC, and the MoE sublayer.
 #include "model/deepseek_v4/v4_model.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -31,6 +32,7 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, De
   BuildExpertTables();
   act_quant_in_kernels_ = ActQuantInKernels();
   workspace_ = std::make_unique<Workspace>(device_);
+  if (!device_.is_cpu()) side_streams_ = std::make_unique<StreamBranches>(device_.index, 2);
 }
 
 bool V4Model::ActQuantInKernels() const {
@@ -88,7 +90,68 @@ bool JoinableW13(const LinearWeight& a, const LinearWeight& b) {
          (a.scale.empty() || alike(a.scale, b.scale));
 }
 
+std::atomic<int64_t> g_fork_tokens_test{-1};  // SetForkTokensForTesting
+
+// DEEPINFER_FORK_TOKENS (read once): the most tokens a step may have for its independent work to
+// run on concurrent streams. Off until measured on the device (docs/performance.md, version 43).
+int64_t ForkTokens() {
+  static const int64_t from_environment = ParseForkTokens(std::getenv("DEEPINFER_FORK_TOKENS"));
+  const int64_t test = g_fork_tokens_test.load();
+  return test >= 0 ? test : from_environment;
+}
+
 }  // namespace
+
+int64_t ParseForkTokens(const char* value) {
+  if (value == nullptr || *value == '\0') return 0;
+  const std::string v(value);
+  const bool digits = v.size() <= 9 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  if (!digits) {
+    throw Error(fmt::format("DEEPINFER_FORK_TOKENS must be a step's token count (0: no step forks), got '{}'", v));
+  }
+  return std::stoll(v);
+}
+
+void SetForkTokensForTesting(int64_t tokens) {
+  DI_CHECK(tokens >= -1, "SetForkTokensForTesting takes a token count or -1, got {}", tokens);
+  g_fork_tokens_test.store(tokens);
+}
+
+StreamBranches* V4Model::ForkStreams(const StepContext& ctx) const {
+  if (!ctx.op.on_cuda() || ctx.op.record_only || ctx.op.profiler != nullptr || side_streams_ == nullptr) {
+    return nullptr;
+  }
+  return ctx.num_tokens() <= ForkTokens() ? side_streams_.get() : nullptr;
+}
+
+V4Model::StepBranches::StepBranches(const StepContext& ctx, StreamBranches* streams, int side)
+    : ctx_(ctx), streams_(streams), side_(side) {
+  DI_CHECK(side >= 0 && (streams == nullptr || side <= streams->size()), "{} side branches asked of {} streams",
+           side, streams == nullptr ? 0 : streams->size());
+  contexts_.push_back(ctx);
+  for (int i = 0; i < side; ++i) contexts_.push_back(streams == nullptr ? ctx : ctx.OnStream(streams->stream(i)));
+  if (streams_ != nullptr) streams_->Fork(ctx.op.stream, side_);
+}
+
+V4Model::StepBranches::~StepBranches() {
+  if (joined_ || streams_ == nullptr) return;
+  try {
+    streams_->Join(ctx_.op.stream, side_);
+  } catch (...) {  // the error that abandoned the step is the one reported
+  }
+}
+
+const V4Model::StepContext& V4Model::StepBranches::branch(int i) const {
+  DI_CHECK(!joined_ && i >= 0 && i <= side_, "branch {} of a step forked {} ways{}", i, side_ + 1,
+           joined_ ? ", already joined" : "");
+  return contexts_[static_cast<size_t>(i)];
+}
+
+void V4Model::StepBranches::Join() {
+  DI_CHECK(!joined_, "a step's branches joined twice");
+  joined_ = true;
+  if (streams_ != nullptr) streams_->Join(ctx_.op.stream, side_);
+}
 
 void SetJoinW13ForTesting(int mode) {
   DI_CHECK(mode >= -1 && mode <= 1, "SetJoinW13ForTesting takes -1, 0 or 1, got {}", mode);
@@ -275,8 +338,11 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
     return ws.Upload(ctx.op, v.data(), dtype, {static_cast<int64_t>(v.size())});
   };
 
-  ctx.positions.assign(static_cast<size_t>(tokens), -1);
-  ctx.token_seq.assign(static_cast<size_t>(tokens), -1);
+  // The step's host arrays (StepContext points into them).
+  std::vector<int64_t> positions(static_cast<size_t>(tokens), -1);  // every token's absolute position
+  std::vector<int32_t> token_seq(static_cast<size_t>(tokens), -1);
+  std::vector<cpu::SeqRowsInfo> seqs;
+  std::vector<int32_t> block_tables;
   for (size_t i = 0; i < batch.seqs.size(); ++i) {
     const SequenceChunk& sq = batch.seqs[i];
     cpu::SeqRowsInfo info;
@@ -285,39 +351,42 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
     info.start_pos = sq.start_pos;
     info.slot = sq.state_slot;
     info.prompt_end = sq.prompt_end;
-    info.block_offset = static_cast<int64_t>(ctx.block_tables.size());
-    ctx.seqs.push_back(info);
-    if (sq.block_table != nullptr) ctx.block_tables.insert(ctx.block_tables.end(), sq.block_table, sq.block_table + sq.num_blocks);
+    info.block_offset = static_cast<int64_t>(block_tables.size());
+    seqs.push_back(info);
+    if (sq.block_table != nullptr) {
+      block_tables.insert(block_tables.end(), sq.block_table, sq.block_table + sq.num_blocks);
+    }
     if (batch.static_max_context > 0) {  // every table as long as the context bound needs: one upload size
       const int64_t blocks = DivCeil(batch.static_max_context, state.layout().block_size);
       DI_CHECK(sq.num_blocks <= blocks, "chunk {}: {} blocks, past the {} of the static context bound", i,
                sq.num_blocks, blocks);
-      ctx.block_tables.resize(static_cast<size_t>(info.block_offset + blocks), 0);
+      block_tables.resize(static_cast<size_t>(info.block_offset + blocks), 0);
     }
     for (int64_t j = 0; j < sq.num_tokens; ++j) {
-      ctx.positions[sq.token_offset + j] = sq.start_pos + j;
-      ctx.token_seq[sq.token_offset + j] = static_cast<int32_t>(i);
+      positions[sq.token_offset + j] = sq.start_pos + j;
+      token_seq[sq.token_offset + j] = static_cast<int32_t>(i);
     }
   }
   for (int64_t t = 0; t < tokens; ++t) {
-    DI_CHECK(ctx.positions[t] >= 0, "token {} of the batch belongs to no chunk", t);
+    DI_CHECK(positions[t] >= 0, "token {} of the batch belongs to no chunk", t);
   }
-  if (ctx.block_tables.empty()) ctx.block_tables.push_back(0);
-  ctx.positions_view = upload(ctx.positions, DType::kI64);
+  if (block_tables.empty()) block_tables.push_back(0);
+  ctx.seqs = seqs;
+  ctx.positions_view = upload(positions, DType::kI64);
   if (batch.device_token_ids != nullptr) {
     DI_CHECK(!device_.is_cpu(), "device token ids given to a model on the host");
     ctx.token_ids = TensorView(const_cast<int32_t*>(batch.device_token_ids), DType::kI32, {tokens}, device_);
   } else {
     ctx.token_ids = ws.Upload(ctx.op, batch.token_ids, DType::kI32, {tokens});
   }
-  ctx.host_plan = cpu::StepRowsPlan{tokens, static_cast<int64_t>(ctx.seqs.size()), ctx.token_seq.data(),
-                                    ctx.positions.data(), ctx.seqs.data(), ctx.block_tables.data()};
-  const TensorView seqs_dev = ws.Upload(ctx.op, ctx.seqs.data(), DType::kI64,
-                                        {static_cast<int64_t>(ctx.seqs.size() * sizeof(cpu::SeqRowsInfo) / 8)});
-  ctx.plan = cpu::StepRowsPlan{tokens, static_cast<int64_t>(ctx.seqs.size()),
-                               upload(ctx.token_seq, DType::kI32).data<int32_t>(), ctx.positions_view.data<int64_t>(),
+  ctx.host_plan = cpu::StepRowsPlan{tokens, static_cast<int64_t>(seqs.size()), token_seq.data(), positions.data(),
+                                    seqs.data(), block_tables.data()};
+  const TensorView seqs_dev = ws.Upload(ctx.op, seqs.data(), DType::kI64,
+                                        {static_cast<int64_t>(seqs.size() * sizeof(cpu::SeqRowsInfo) / 8)});
+  ctx.plan = cpu::StepRowsPlan{tokens, static_cast<int64_t>(seqs.size()),
+                               upload(token_seq, DType::kI32).data<int32_t>(), ctx.positions_view.data<int64_t>(),
                                reinterpret_cast<const cpu::SeqRowsInfo*>(seqs_dev.raw()),
-                               upload(ctx.block_tables, DType::kI32).data<int32_t>()};
+                               upload(block_tables, DType::kI32).data<int32_t>()};
   ctx.fresh = TensorView(state.base().data<float>() + state.fresh_base(), DType::kF32, {tokens, c.head_dim}, device_);
 
   const TensorView h = ws.Alloc(DType::kF32, {tokens, d});
@@ -335,11 +404,11 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
     Block(ctx, w, streams);
     if (hooks != nullptr && hooks->on_block_output) {
       if (device_.is_cpu()) {
-        hooks->on_block_output(w.layer, streams, ctx.positions);
+        hooks->on_block_output(w.layer, streams, positions);
       } else {
         HostTensor copy(DType::kF32, {tokens, s, d});
         ops::CopyBytes(ctx.op, copy.data<float>(), streams.raw(), streams.nbytes());
-        hooks->on_block_output(w.layer, copy.view(), ctx.positions);
+        hooks->on_block_output(w.layer, copy.view(), positions);
       }
     }
     ws.Rewind(layer_start);
@@ -442,6 +511,30 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const float limit = static_cast<float>(c.swiglu_limit);
   Workspace& ws = *ctx.ws;
 
+  // The router reads x as it is; the experts' FP8/FP4 linears read it (and their w2 inputs)
+  // through the reference's activation rounding when fp8_activations is on.
+  const TensorView xq = QuantizedCopy(ctx, x);
+  // The shared expert (branch 1) runs beside the router and the routed experts (branch 0).
+  StepBranches branches(ctx, ForkStreams(ctx), 1);
+  const StepContext& shared_ctx = branches.branch(1);
+  const TensorView ys = ws.Alloc(DType::kF32, {tokens, d});
+  const int64_t shared_inter = m.shared.w1.out_features;
+  TensorView g, u;
+  if (!m.shared.w13.empty()) {  // w1 and w3 joined: one product, its two column halves
+    const TensorView gs = ws.Alloc(DType::kF32, {tokens, 2 * shared_inter});
+    QuantizedLinear(shared_ctx, xq, m.shared.w13, gs);
+    g = gs.Columns(0, shared_inter);
+    u = gs.Columns(shared_inter, 2 * shared_inter);
+  } else {
+    g = ws.Alloc(DType::kF32, {tokens, shared_inter});
+    u = ws.Alloc(DType::kF32, {tokens, shared_inter});
+    QuantizedLinear(shared_ctx, xq, m.shared.w1, g);
+    QuantizedLinear(shared_ctx, xq, m.shared.w3, u);
+  }
+  ops::ClampedSwiGlu(shared_ctx.op, g, u, limit, TensorView());
+  QuantizeLinearInput(shared_ctx, g);
+  QuantizedLinear(shared_ctx, g, m.shared.w2, ys);
+
   const TensorView gate_logits = ws.Alloc(DType::kF32, {tokens, num_experts});
   DenseLinear(ctx, x, m.gate, gate_logits);
   ops::RouterParams rp;
@@ -485,9 +578,6 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const TensorView ye = ws.Alloc(DType::kF32, {bound, d});
   const TensorView experts_scratch =
       ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::ExpertsLinearScratchBytes(bound, num_experts))});
-  // The router reads x as it is; the experts' FP8/FP4 linears read it (and their w2 inputs)
-  // through the reference's activation rounding when fp8_activations is on.
-  const TensorView xq = QuantizedCopy(ctx, x);
   const TensorView routed_rows = offsets.Slice(num_experts, num_experts + 1);
   ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
   // Where the GPU quantizes each projection's input once (reused: the three calls run in order).
@@ -505,23 +595,7 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
   QuantizeLinearInput(ctx, ge, routed_rows);
   ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true, codes);
-  const TensorView ys = ws.Alloc(DType::kF32, {tokens, d});
-  const int64_t shared_inter = m.shared.w1.out_features;
-  TensorView g, u;
-  if (!m.shared.w13.empty()) {  // w1 and w3 joined: one product, its two column halves
-    const TensorView gs = ws.Alloc(DType::kF32, {tokens, 2 * shared_inter});
-    QuantizedLinear(ctx, xq, m.shared.w13, gs);
-    g = gs.Columns(0, shared_inter);
-    u = gs.Columns(shared_inter, 2 * shared_inter);
-  } else {
-    g = ws.Alloc(DType::kF32, {tokens, shared_inter});
-    u = ws.Alloc(DType::kF32, {tokens, shared_inter});
-    QuantizedLinear(ctx, xq, m.shared.w1, g);
-    QuantizedLinear(ctx, xq, m.shared.w3, u);
-  }
-  ops::ClampedSwiGlu(ctx.op, g, u, limit, TensorView());
-  QuantizeLinearInput(ctx, g);
-  QuantizedLinear(ctx, g, m.shared.w2, ys);
+  branches.Join();
   ops::MoeCombine(ctx.op, ye, slot_rows, expert_ids, k, ys, out);
 }
 

@@ -2,8 +2,10 @@
 // V4 layer order.
 #pragma once
 
+#include <memory>
 #include <vector>
 
+#include "device/cuda_stream.h"
 #include "model/deepseek_v4/v4_state.h"
 #include "model/deepseek_v4/v4_weights.h"
 #include "model/model.h"
@@ -39,6 +41,12 @@ class V4State : public ModelState {
 // the environment's).
 void SetJoinW13ForTesting(int mode);
 
+// DEEPINFER_FORK_TOKENS's value: unset, empty or 0 gives 0 (no step forks); a positive token
+// count gives itself. Anything else is an error naming the variable.
+int64_t ParseForkTokens(const char* value);
+// Tests: the fork bound for the steps after the call (>= 0: that bound, -1: the environment's).
+void SetForkTokensForTesting(int64_t tokens);
+
 class V4Model : public Model {
  public:
   // With a CUDA `device` the weights are copied there and the forward runs there.
@@ -61,9 +69,12 @@ class V4Model : public Model {
   // Blocks (MTP blocks included) whose routed experts take w1 and w3 as one weight
   // (ExpertWeights::w13, DEEPINFER_JOIN_W13).
   int64_t JoinedW13Blocks() const;
+  // How many times a step's work has forked onto side streams (DEEPINFER_FORK_TOKENS).
+  uint64_t Forks() const { return side_streams_ == nullptr ? 0 : side_streams_->forks(); }
 
  private:
-  struct StepContext;  // per-step token metadata and scratch (v4_model.cpp)
+  struct StepContext;  // per-step token metadata and scratch (v4_step.h)
+  class StepBranches;  // a step's concurrent branches (v4_step.h)
 
   void Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const;
   void Attention(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
@@ -115,6 +126,10 @@ class V4Model : public Model {
   void BuildExpertTables();
 
   const ops::RopeTable& RopeFor(int64_t layer) const;
+  // The side streams a step's independent work forks onto (StepBranches), or null for one stream:
+  // on the CPU, for a record-only or profiled step, and for steps of more tokens than
+  // DEEPINFER_FORK_TOKENS (unset or 0: none fork).
+  StreamBranches* ForkStreams(const StepContext& ctx) const;
 
   ModelConfig config_;
   ModelWeights weights_;
@@ -129,6 +144,7 @@ class V4Model : public Model {
   };
   std::vector<ExpertTables> expert_tables_;   // by BlockWeights::layer (MTP blocks after the layers)
   mutable std::unique_ptr<Workspace> workspace_;
+  std::unique_ptr<StreamBranches> side_streams_;  // CUDA: two side streams for StepBranches
   ops::RopeTable rope_plain_;       // base rope_theta, no YaRN (ratio-0 layers)
   ops::RopeTable rope_compressed_;  // compress_rope_theta with YaRN (CSA / HCA layers)
 };

@@ -1,6 +1,7 @@
 // Internals shared by the V4 forward's translation units.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "kernels/cpu/rows.h"
@@ -10,25 +11,55 @@
 namespace deepinfer::v4 {
 
 // Everything one forward step knows about its tokens, in host memory and on the model's device.
+// Cheap to copy: the host arrays it points into live in Forward's frame.
 struct V4Model::StepContext {
   ops::OpContext op;               // where the forward runs
   Workspace* ws = nullptr;         // the step's scratch tensors
   const ForwardBatch* batch = nullptr;
   StateStorage* state = nullptr;
-  std::vector<int64_t> positions;  // absolute position of every token of the batch (host)
-  TensorView positions_view;       // I64 [num_tokens] on the device
+  TensorView positions_view;       // I64 [num_tokens] on the device: every token's absolute position
   TensorView token_ids;            // I32 [num_tokens] on the device
   // Row plan: where every chunk's state and rows are (host copies, and the plan with device
   // pointers the row ops read).
-  std::vector<cpu::SeqRowsInfo> seqs;
-  std::vector<int32_t> token_seq;
-  std::vector<int32_t> block_tables;
+  std::span<const cpu::SeqRowsInfo> seqs;
   cpu::StepRowsPlan host_plan;
   cpu::StepRowsPlan plan;
   TensorView fresh;                // [num_tokens, head_dim]: this step's KV rows, in the state buffer
 
   cpu::LayerRowGeometry Geometry(const StateLayout& layout, int64_t layer) const;
   int64_t num_tokens() const { return batch->num_tokens; }
+  // This context with its work queued on `stream` instead.
+  StepContext OnStream(cudaStream_t stream) const {
+    StepContext c = *this;
+    c.op.stream = stream;
+    return c;
+  }
+};
+
+// Independent parts of a step run as concurrent branches (V4Model::ForkStreams). branch(0) is the
+// step's own context; branch(i), 1 <= i <= side, is the same context on side stream i - 1, whose
+// work starts after everything queued on the step's stream before the constructor. Join() makes
+// the step's later work wait for every branch, and must be called before the workspace is rewound
+// (the branches' temporaries are released then). Without side streams every branch is the step's
+// own context: the host issues the same calls in the same order onto one stream, so uploads and
+// allocations (a graph's staging offsets) do not depend on the fork.
+class V4Model::StepBranches {
+ public:
+  StepBranches(const StepContext& ctx, StreamBranches* streams, int side);
+  // Joins if Join was not called (a step abandoned by an error), so that no branch can still write
+  // the workspace under the next step's work.
+  ~StepBranches();
+  StepBranches(const StepBranches&) = delete;
+  StepBranches& operator=(const StepBranches&) = delete;
+  const StepContext& branch(int i) const;
+  void Join();
+
+ private:
+  const StepContext& ctx_;
+  StreamBranches* streams_ = nullptr;  // null: not forked
+  int side_ = 0;
+  std::vector<StepContext> contexts_;  // [0]: a copy of ctx_; then one a side stream
+  bool joined_ = false;
 };
 
 inline ops::HcParams HcParamsFor(const HcWeights& w, const ModelConfig& c) {
