@@ -64,17 +64,28 @@ StreamBranches::StreamBranches(int device_index, int branches) {
   }
 }
 
-void StreamBranches::Fork(cudaStream_t main, int count) {
-  DI_CHECK(count >= 0 && count <= size(), "fork of {} branches, {} side streams", count, size());
+void StreamBranches::Fork(cudaStream_t main, int first, int count) {
+  DI_CHECK(first >= 0 && count >= 0 && first + count <= size(), "fork of side streams [{}, {}) of {}", first,
+           first + count, size());
   if (count == 0) return;
   forked_->Record(main);
-  for (int i = 0; i < count; ++i) forked_->StreamWait(stream(i));
-  ++forks_;
+  int waiting = first;
+  try {
+    for (; waiting < first + count; ++waiting) forked_->StreamWait(stream(waiting));
+  } catch (...) {
+    // The streams forked so far rejoin `main`: a capture must not end with one left out.
+    try {
+      Join(main, first, waiting - first);
+    } catch (...) {
+    }
+    throw;
+  }
 }
 
-void StreamBranches::Join(cudaStream_t main, int count) {
-  DI_CHECK(count >= 0 && count <= size(), "join of {} branches, {} side streams", count, size());
-  for (int i = 0; i < count; ++i) {
+void StreamBranches::Join(cudaStream_t main, int first, int count) {
+  DI_CHECK(first >= 0 && count >= 0 && first + count <= size(), "join of side streams [{}, {}) of {}", first,
+           first + count, size());
+  for (int i = first; i < first + count; ++i) {
     done_[static_cast<size_t>(i)]->Record(stream(i));
     done_[static_cast<size_t>(i)]->StreamWait(main);
   }

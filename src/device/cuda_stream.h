@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -54,16 +53,14 @@ class StreamBranches {
   StreamBranches& operator=(const StreamBranches&) = delete;
   int size() const { return static_cast<int>(streams_.size()); }
   cudaStream_t stream(int branch) const { return streams_.at(static_cast<size_t>(branch))->get(); }
-  // Work queued afterwards on the first `count` side streams runs after the work queued on `main`
-  // so far.
-  void Fork(cudaStream_t main, int count);
-  // Work queued afterwards on `main` runs after the work queued so far on the first `count` side
-  // streams. Every fork must be joined before a capture of `main` ends.
-  void Join(cudaStream_t main, int count);
-  uint64_t forks() const { return forks_; }  // Fork calls that queued something
+  // Work queued afterwards on side streams [first, first + count) runs after the work queued on
+  // `main` so far.
+  void Fork(cudaStream_t main, int first, int count);
+  // Work queued afterwards on `main` runs after the work queued so far on side streams
+  // [first, first + count). Every fork must be joined before a capture of `main` ends.
+  void Join(cudaStream_t main, int first, int count);
 
  private:
-  uint64_t forks_ = 0;
   std::vector<std::unique_ptr<CudaStream>> streams_;
   std::unique_ptr<CudaEvent> forked_;
   std::vector<std::unique_ptr<CudaEvent>> done_;  // one a side stream

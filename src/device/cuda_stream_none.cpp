@@ -29,8 +29,8 @@ void EnqueueHostCallback(cudaStream_t, void (*)(void*), void*) { NoCuda("a CUDA 
 void SynchronizeDevice(int) { NoCuda("a CUDA device"); }
 
 StreamBranches::StreamBranches(int, int) { NoCuda("CUDA stream branches"); }
-void StreamBranches::Fork(cudaStream_t, int) { NoCuda("CUDA stream branches"); }
-void StreamBranches::Join(cudaStream_t, int) { NoCuda("CUDA stream branches"); }
+void StreamBranches::Fork(cudaStream_t, int, int) { NoCuda("CUDA stream branches"); }
+void StreamBranches::Join(cudaStream_t, int, int) { NoCuda("CUDA stream branches"); }
 
 CudaGraph::~CudaGraph() = default;
 void CudaGraph::BeginCapture(cudaStream_t) { NoCuda("a CUDA graph"); }

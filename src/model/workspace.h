@@ -44,7 +44,8 @@ class Workspace {
   // allocated since, and later Allocs reuse their memory (on CUDA in the same order, so a replayed
   // step gets the same addresses). The forward rewinds after each layer, so a step needs one
   // layer's temporaries, not the sum over layers. On CUDA the reuse is ordered by the step's
-  // stream: every kernel using a released tensor must already be queued on it. Uploads' staging
+  // stream: every kernel using a released tensor must already be queued on it, or on a stream
+  // that has joined it since. Uploads' staging
   // is not rewound.
   struct Position {
     size_t host_buffers = 0;

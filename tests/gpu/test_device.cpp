@@ -116,12 +116,12 @@ TEST(CudaDevice, ForkedBranchesOfACaptureRunBetweenTheForkAndTheJoin) {
   CudaGraph graph;
   CudaGraph::BeginCapture(main.get());
   cuda::FillF32(x.get(), n, 0.f, main.get());
-  branches.Fork(main.get(), 2);
+  branches.Fork(main.get(), 0, 2);
   cuda::FillF32(x.get(), n, 1.f, branches.stream(0));
   for (int i = 0; i < kLongChain; ++i) cuda::ScaleF32(x.get(), n, 2.f, branches.stream(0));
   cuda::FillF32(y.get(), n, 1.f, branches.stream(1));
   for (int i = 0; i < kShortChain; ++i) cuda::ScaleF32(y.get(), n, 3.f, branches.stream(1));
-  branches.Join(main.get(), 2);
+  branches.Join(main.get(), 0, 2);
   cuda::ScaleF32(x.get(), n, 2.f, main.get());
   cuda::ScaleF32(y.get(), n, 2.f, main.get());
   graph.EndCapture(main.get());
@@ -144,19 +144,20 @@ TEST(CudaDevice, ForkedBranchesOfACaptureRunBetweenTheForkAndTheJoin) {
     ASSERT_EQ(wrong_x, 0) << "launch " << launch;
     ASSERT_EQ(wrong_y, 0) << "launch " << launch;
   }
-  // The same fork and join queued eagerly.
+  // A fork and join of the second side stream alone, queued eagerly.
   cuda::FillF32(x.get(), n, 0.f, main.get());
-  branches.Fork(main.get(), 1);
-  cuda::FillF32(x.get(), n, 1.f, branches.stream(0));
-  for (int i = 0; i < kLongChain; ++i) cuda::ScaleF32(x.get(), n, 2.f, branches.stream(0));
-  branches.Join(main.get(), 1);
+  branches.Fork(main.get(), 1, 1);
+  cuda::FillF32(x.get(), n, 1.f, branches.stream(1));
+  for (int i = 0; i < kLongChain; ++i) cuda::ScaleF32(x.get(), n, 2.f, branches.stream(1));
+  branches.Join(main.get(), 1, 1);
   cuda::ScaleF32(x.get(), n, 2.f, main.get());
   ASSERT_EQ(cudaMemcpyAsync(hx.data(), x.get(), n * sizeof(float), cudaMemcpyDeviceToHost, main.get()), cudaSuccess);
   main.Synchronize();
   int64_t wrong = 0;
   for (const float v : hx) wrong += v != 8192.f;
   EXPECT_EQ(wrong, 0);
-  EXPECT_THROW(branches.Fork(main.get(), 3), Error);
+  EXPECT_THROW(branches.Fork(main.get(), 0, 3), Error);
+  EXPECT_THROW(branches.Join(main.get(), 2, 1), Error);
 }
 
 }  // namespace

@@ -191,13 +191,20 @@ TEST(GpuEngine, CudaGraphsOfForkedStepsEqualEagerOnOneStream) {
   o.load.numerics.bf16_attention_output = true;
   o.load.numerics.bf16_attention_inputs = true;
   o.async_scheduling = false;
-  v4::SetForkTokensForTesting(0);
-  const EngineRun eager = RunOnFreshEngine(o, items, *tok, IdleTimeout());
-  v4::SetForkTokensForTesting(int64_t{1} << 20);
-  o.async_scheduling = true;
-  o.cuda_graphs = true;
-  const EngineRun graphed = RunOnFreshEngine(o, items, *tok, IdleTimeout());
-  v4::SetForkTokensForTesting(-1);
+  const uint64_t forks = v4::ForksForTesting();
+  EngineRun eager, graphed;
+  {
+    const v4::ScopedForkTokensForTesting one_stream(0);
+    eager = RunOnFreshEngine(o, items, *tok, IdleTimeout());
+  }
+  EXPECT_EQ(v4::ForksForTesting(), forks);
+  {
+    const v4::ScopedForkTokensForTesting every_step(int64_t{1} << 20);
+    o.async_scheduling = true;
+    o.cuda_graphs = true;
+    graphed = RunOnFreshEngine(o, items, *tok, IdleTimeout());
+  }
+  EXPECT_GT(v4::ForksForTesting(), forks) << "no step forked";
   for (size_t i = 0; i < items.size(); ++i) {
     EXPECT_EQ(eager.results[i].tokens, graphed.results[i].tokens) << "request " << i;
     EXPECT_EQ(eager.results[i].text, graphed.results[i].text) << "request " << i;

@@ -257,7 +257,8 @@ TEST(GpuModel, DecodeLaunchMergesGiveTheSameLogits) {
 }
 
 // DEEPINFER_FORK_TOKENS (a step's independent work on concurrent streams: the kv row and x's
-// dense products beside q, the shared expert beside the routed ones) changes no bit: the FP8/FP4
+// dense products beside q, the ring's copy beside the rest of the layer, the shared expert beside
+// the routed ones) changes no bit: the FP8/FP4
 // golden with every reference rounding on tensor cores, and the flash-like golden (compressors
 // and the indexer) on the default f32 path, give the same logits one-shot and token by token,
 // forked and not, on one model; the forked runs did fork.
@@ -270,22 +271,20 @@ TEST(GpuModel, ForkedStepsGiveTheSameLogits) {
     std::vector<int32_t> prompt = g.prompt_ids;
     if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
     LoadedModel model = LoadModel(g.dir, options);
-    const auto& v4_model = dynamic_cast<const v4::V4Model&>(*model.model);
     auto run = [&](int64_t fork_tokens) {
-      v4::SetForkTokensForTesting(fork_tokens);
+      const v4::ScopedForkTokensForTesting forks(fork_tokens);
       SequenceDriver one_shot(*model.model), steps(*model.model);
       std::vector<float> logits = one_shot.Prefill(prompt);
       const std::vector<float> stepped = steps.Prefill(prompt, 1);
       logits.insert(logits.end(), stepped.begin(), stepped.end());
-      v4::SetForkTokensForTesting(-1);
       return logits;
     };
-    const uint64_t before = v4_model.Forks();
+    const uint64_t before = v4::ForksForTesting();
     const std::vector<float> one_stream = run(0);
-    EXPECT_EQ(v4_model.Forks(), before);
+    EXPECT_EQ(v4::ForksForTesting(), before);
     const std::vector<float> forked = run(int64_t{1} << 20);
-    // Two forks a layer (attention, MoE) for every step of both drivers.
-    EXPECT_GE(v4_model.Forks() - before, 2 * (prompt.size() + 1)) << "the steps did not fork";
+    // Three forks a layer (the attention's inputs, the ring, the MoE) for every step of both drivers.
+    EXPECT_GE(v4::ForksForTesting() - before, 3 * (prompt.size() + 1)) << "the steps did not fork";
     EXPECT_TRUE(test::AllEqual(forked, one_stream, "one-shot then token-by-token logits"));
   }
 }

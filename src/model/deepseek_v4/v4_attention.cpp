@@ -21,8 +21,7 @@ TensorView As3d(const TensorView& t, int64_t a, int64_t b) {
 
 }  // namespace
 
-void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
-                        const TensorView& out) const {
+TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const TensorView& x) const {
   const auto& c = config_;
   const AttentionWeights& aw = w.attn;
   const int64_t tokens = x.size(0), heads = c.num_attention_heads, hd = c.head_dim;
@@ -35,12 +34,14 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   // wq_a and wkv read x through the activation rounding (fp8_activations); the compressors and
   // the indexer's weights_proj read it as it is.
   const TensorView xq = QuantizedCopy(ctx, x);
-  // Three branches until the attention: q and the index queries (0), the kv row (1), x's dense
-  // products with the compressors (2).
-  StepBranches branches(ctx, ForkStreams(ctx), 2);
+  // Three branches until the attention: q and the index queries (0), the kv row and the row
+  // lists (1), x's dense products with the compressors (2; none on a sliding-window layer, whose
+  // x products are empty: its "branch" is the kv row's and queues nothing).
+  const bool x_products_exist = aw.compressor || aw.indexer;
+  StepBranches branches(ctx, ForkStreams(ctx), x_products_exist ? 2 : 1);
   const StepContext& q_ctx = branches.branch(0);
   const StepContext& kv_ctx = branches.branch(1);
-  const StepContext& x_ctx = branches.branch(2);
+  const StepContext& x_ctx = branches.branch(x_products_exist ? 2 : 1);
   // The norm and rope of this layer's head rows (q's heads unweighted, kv by kv_norm).
   auto norm_rope = [&](const TensorView& weight) {
     ops::RowSteps steps;
@@ -61,6 +62,7 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
     kv_steps.fp8_block = 64;
   }
   ops::ApplyRowSteps(kv_ctx.op, As3d(kv, 1, hd), kv_steps);
+  const AttendedRows rows = PlanAttendedRows(kv_ctx, w);
 
   // x's products (the compressors' wkv and wgate, the indexer's weights_proj) in one call, so that
   // the GPU splits x into its BF16 parts once for all of them; then the compressors.
@@ -115,15 +117,21 @@ void V4Model::Attention(const StepContext& ctx, const BlockWeights& w, const Ten
   branches.Join();
 
   const TensorView o = ws.Alloc(DType::kF32, {tokens, heads, hd});
-  AttendTokens(ctx, w, q, index_q, index_w, o);
-  // Only now may the chunks' rows enter the rings: their earlier queries read older rows there.
-  WriteRing(ctx, w);
+  AttendTokens(ctx, w, rows, q, index_q, index_w, o);
+  return o;
+}
 
+void V4Model::AttentionOutput(const StepContext& ctx, const BlockWeights& w, const TensorView& o,
+                              const TensorView& out) const {
+  const auto& c = config_;
+  const AttentionWeights& aw = w.attn;
+  const int64_t tokens = o.size(0), heads = c.num_attention_heads, hd = c.head_dim;
+  Workspace& ws = *ctx.ws;
   // Undo the rotation on the value's rope channels, then the grouped low-rank output: wo_a exact
   // (the reference runs it as a BF16 einsum: with bf16_attention_output on o rounded to BF16, as
   // the reference holds it; the op rounds it, consuming o), wo_b's input rounded like every FP8
   // linear's.
-  ops::Rope(ctx.op, o, pos, table, true);
+  ops::Rope(ctx.op, o, ctx.positions_view, RopeFor(w.layer), true);
   const int64_t groups = c.o_groups;
   const TensorView z = ws.Alloc(DType::kF32, {tokens, groups, c.o_lora_rank});
   const ops::LinearInput o_input = numerics_.bf16_attention_output ? ops::LinearInput::kBf16 : ops::LinearInput::kAsIs;
@@ -224,8 +232,7 @@ void V4Model::WriteRing(const StepContext& ctx, const BlockWeights& w) const {
   ops::ScatterRows(ctx.op, staged, ctx.state->base(), ws.Upload(ctx.op, to.data(), DType::kI64, {n}));
 }
 
-void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const TensorView& q,
-                           const TensorView& index_q, const TensorView& index_w, const TensorView& out) const {
+V4Model::AttendedRows V4Model::PlanAttendedRows(const StepContext& ctx, const BlockWeights& w) const {
   const auto& c = config_;
   const int64_t tokens = ctx.num_tokens(), ratio = w.compress_ratio;
   const cpu::LayerRowGeometry g = ctx.Geometry(ctx.state->layout(), w.layer);
@@ -241,15 +248,27 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
     max_visible = static_context / ratio;
   }
   const int64_t max_rows = g.window + (ratio == 4 ? c.index_topk : ratio == 128 ? max_visible : 0);
-  const TensorView row_ids = ws.Alloc(DType::kI32, {tokens, max_rows});
-  const TensorView counts = ws.Alloc(DType::kI32, {tokens});
-  TensorView index_ids, num_visible, num_candidates;
+  AttendedRows r;
+  r.row_ids = ws.Alloc(DType::kI32, {tokens, max_rows});
+  r.counts = ws.Alloc(DType::kI32, {tokens});
   if (ratio == 4) {
-    index_ids = ws.Alloc(DType::kI32, {tokens, std::max<int64_t>(max_visible, 1)});
-    num_visible = ws.Alloc(DType::kI32, {tokens});
-    num_candidates = ws.Alloc(DType::kI32, {tokens});
+    r.index_ids = ws.Alloc(DType::kI32, {tokens, std::max<int64_t>(max_visible, 1)});
+    r.num_visible = ws.Alloc(DType::kI32, {tokens});
+    r.num_candidates = ws.Alloc(DType::kI32, {tokens});
   }
-  ops::BuildAttentionRows(ctx.op, ctx.plan, g, row_ids, counts, index_ids, num_visible, num_candidates);
+  ops::BuildAttentionRows(ctx.op, ctx.plan, g, r.row_ids, r.counts, r.index_ids, r.num_visible, r.num_candidates);
+  return r;
+}
+
+void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const AttendedRows& rows,
+                           const TensorView& q, const TensorView& index_q, const TensorView& index_w,
+                           const TensorView& out) const {
+  const auto& c = config_;
+  const int64_t tokens = ctx.num_tokens(), ratio = w.compress_ratio;
+  const cpu::LayerRowGeometry g = ctx.Geometry(ctx.state->layout(), w.layer);
+  Workspace& ws = *ctx.ws;
+  const int64_t static_context = ctx.batch->static_max_context;
+  const TensorView &row_ids = rows.row_ids, &counts = rows.counts, &index_ids = rows.index_ids;
   if (ratio == 4) {
     const TensorView selected = ws.Alloc(DType::kI32, {tokens, c.index_topk});
     const TensorView selected_counts = ws.Alloc(DType::kI32, {tokens});
@@ -268,8 +287,8 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
       scores = ws.Alloc(DType::kF32, {tokens, index_ids.size(1)});
       tie_scratch = ws.Alloc(DType::kI64, {tokens, max_candidates});
     }
-    ops::IndexerSelect(ctx.op, index_q, index_w, ctx.state->base(), index_ids, num_visible, num_candidates,
-                       c.index_topk, scores, tie_scratch, selected, selected_counts);
+    ops::IndexerSelect(ctx.op, index_q, index_w, ctx.state->base(), index_ids, rows.num_visible,
+                       rows.num_candidates, c.index_topk, scores, tie_scratch, selected, selected_counts);
     ops::AppendSelectedRows(ctx.op, ctx.plan, g, selected, selected_counts, row_ids, counts);
   }
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));

@@ -5,15 +5,21 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <cstring>
 #include <string>
 
 #include <fmt/format.h>
 
+#include "base/logging.h"
 #include "base/math.h"
 #include "model/deepseek_v4/v4_step.h"
 
 namespace deepinfer::v4 {
+
+namespace {
+int64_t ForkTokens();  // DEEPINFER_FORK_TOKENS (below)
+}  // namespace
 
 V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, DeviceId device)
     : config_(std::move(config)), weights_(std::move(weights)), numerics_(numerics), device_(device) {
@@ -32,7 +38,10 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, De
   BuildExpertTables();
   act_quant_in_kernels_ = ActQuantInKernels();
   workspace_ = std::make_unique<Workspace>(device_);
-  if (!device_.is_cpu()) side_streams_ = std::make_unique<StreamBranches>(device_.index, 2);
+  if (!device_.is_cpu()) {
+    side_streams_ = std::make_unique<StreamBranches>(device_.index, 2);
+    ForkTokens();  // a bad DEEPINFER_FORK_TOKENS fails here, not in a step
+  }
 }
 
 bool V4Model::ActQuantInKernels() const {
@@ -117,26 +126,45 @@ void SetForkTokensForTesting(int64_t tokens) {
   g_fork_tokens_test.store(tokens);
 }
 
+std::atomic<uint64_t> g_forks{0};  // ForksForTesting
+
 StreamBranches* V4Model::ForkStreams(const StepContext& ctx) const {
   if (!ctx.op.on_cuda() || ctx.op.record_only || ctx.op.profiler != nullptr || side_streams_ == nullptr) {
     return nullptr;
   }
-  return ctx.num_tokens() <= ForkTokens() ? side_streams_.get() : nullptr;
+  const int64_t bound = ForkTokens();
+  return bound > 0 && ctx.num_tokens() <= bound ? side_streams_.get() : nullptr;
 }
 
-V4Model::StepBranches::StepBranches(const StepContext& ctx, StreamBranches* streams, int side)
-    : ctx_(ctx), streams_(streams), side_(side) {
-  DI_CHECK(side >= 0 && (streams == nullptr || side <= streams->size()), "{} side branches asked of {} streams",
-           side, streams == nullptr ? 0 : streams->size());
+uint64_t ForksForTesting() { return g_forks.load(); }
+
+V4Model::StepBranches::StepBranches(const StepContext& ctx, StreamBranches* streams, int side, int first_stream)
+    : ctx_(ctx), streams_(streams), side_(side), first_stream_(first_stream),
+      uncaught_at_start_(std::uncaught_exceptions()) {
+  DI_CHECK(side >= 0 && first_stream >= 0 && (streams == nullptr || first_stream + side <= streams->size()),
+           "{} side branches from side stream {} asked of {} streams", side, first_stream,
+           streams == nullptr ? 0 : streams->size());
   contexts_.push_back(ctx);
-  for (int i = 0; i < side; ++i) contexts_.push_back(streams == nullptr ? ctx : ctx.OnStream(streams->stream(i)));
-  if (streams_ != nullptr) streams_->Fork(ctx.op.stream, side_);
+  for (int i = 0; i < side; ++i) {
+    contexts_.push_back(streams == nullptr ? ctx : ctx.OnStream(streams->stream(first_stream + i)));
+  }
+  if (streams_ != nullptr && side_ > 0) {
+    streams_->Fork(ctx.op.stream, first_stream_, side_);
+    g_forks.fetch_add(1);
+  }
 }
 
 V4Model::StepBranches::~StepBranches() {
-  if (joined_ || streams_ == nullptr) return;
+  if (joined_) return;
+  if (std::uncaught_exceptions() == uncaught_at_start_) {
+    // Not an error path: the forward left a fork open, so its later work may already have read a
+    // branch's outputs unordered.
+    DI_LOG_ERROR("a step's branches went out of scope without Join()");
+    std::abort();
+  }
+  if (streams_ == nullptr) return;
   try {
-    streams_->Join(ctx_.op.stream, side_);
+    streams_->Join(ctx_.op.stream, first_stream_, side_);
   } catch (...) {  // the error that abandoned the step is the one reported
   }
 }
@@ -150,7 +178,7 @@ const V4Model::StepContext& V4Model::StepBranches::branch(int i) const {
 void V4Model::StepBranches::Join() {
   DI_CHECK(!joined_, "a step's branches joined twice");
   joined_ = true;
-  if (streams_ != nullptr) streams_->Join(ctx_.op.stream, side_);
+  if (streams_ != nullptr) streams_->Join(ctx_.op.stream, first_stream_, side_);
 }
 
 void SetJoinW13ForTesting(int mode) {
@@ -493,13 +521,20 @@ void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorV
 
   ops::HcPre(ctx.op, streams, HcParamsFor(w.hc_attn, c), a, post, comb);
   ops::RmsNorm(ctx.op, a, w.attn_norm, eps, a);
-  Attention(ctx, w, a, o);
+  const TensorView heads_out = Attention(ctx, w, a);
+  // Only now may the chunks' rows enter the rings: their earlier queries read older rows there.
+  // Nothing else in the layer reads the ring or writes the fresh rows, so the copy runs beside the
+  // rest of it (on side stream 1: the MoE forks onto side stream 0) until the layer's end.
+  StepBranches ring(ctx, ForkStreams(ctx), 1, 1);
+  WriteRing(ring.branch(1), w);
+  AttentionOutput(ctx, w, heads_out, o);
   ops::HcPost(ctx.op, o, streams, post, comb, mid);
 
   ops::HcPre(ctx.op, mid, HcParamsFor(w.hc_ffn, c), a, post, comb);
   ops::RmsNorm(ctx.op, a, w.ffn_norm, eps, a);
   Moe(ctx, w, a, o);
   ops::HcPost(ctx.op, o, mid, post, comb, streams);
+  ring.Join();
 }
 
 void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,

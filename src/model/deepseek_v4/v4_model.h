@@ -46,6 +46,16 @@ void SetJoinW13ForTesting(int mode);
 int64_t ParseForkTokens(const char* value);
 // Tests: the fork bound for the steps after the call (>= 0: that bound, -1: the environment's).
 void SetForkTokensForTesting(int64_t tokens);
+// Tests: SetForkTokensForTesting(tokens) for the object's lifetime, then the environment's again.
+class ScopedForkTokensForTesting {
+ public:
+  explicit ScopedForkTokensForTesting(int64_t tokens) { SetForkTokensForTesting(tokens); }
+  ~ScopedForkTokensForTesting() { SetForkTokensForTesting(-1); }
+  ScopedForkTokensForTesting(const ScopedForkTokensForTesting&) = delete;
+  ScopedForkTokensForTesting& operator=(const ScopedForkTokensForTesting&) = delete;
+};
+// Tests: how many times the steps of any V4Model have forked onto side streams.
+uint64_t ForksForTesting();
 
 class V4Model : public Model {
  public:
@@ -69,22 +79,30 @@ class V4Model : public Model {
   // Blocks (MTP blocks included) whose routed experts take w1 and w3 as one weight
   // (ExpertWeights::w13, DEEPINFER_JOIN_W13).
   int64_t JoinedW13Blocks() const;
-  // How many times a step's work has forked onto side streams (DEEPINFER_FORK_TOKENS).
-  uint64_t Forks() const { return side_streams_ == nullptr ? 0 : side_streams_->forks(); }
 
  private:
   struct StepContext;  // per-step token metadata and scratch (v4_step.h)
   class StepBranches;  // a step's concurrent branches (v4_step.h)
 
+  struct AttendedRows;  // each token's row lists before the index selection (v4_step.h)
+
   void Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const;
-  void Attention(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
-                 const TensorView& out) const;
+  // The attention sublayer up to its output projection: o [tokens, heads, head_dim], the values'
+  // rope channels still rotated.
+  TensorView Attention(const StepContext& ctx, const BlockWeights& w, const TensorView& x) const;
+  // The rotation undone on o's rope channels (in place), then wo_a and wo_b into out [tokens, D].
+  void AttentionOutput(const StepContext& ctx, const BlockWeights& w, const TensorView& o,
+                       const TensorView& out) const;
   void Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
            const TensorView& out) const;
-  // Attention of every token of the batch over its window (the ring and this step's fresh rows),
-  // compressed rows and selected rows.
-  void AttendTokens(const StepContext& ctx, const BlockWeights& w, const TensorView& q, const TensorView& index_q,
-                    const TensorView& index_w, const TensorView& out) const;
+  // Every token's rows before the index selection (ops::BuildAttentionRows): its window (the ring
+  // and this step's fresh rows), on HCA layers every compressed row it sees, on CSA layers its
+  // index candidates. Reads only the step's plan, not the state.
+  AttendedRows PlanAttendedRows(const StepContext& ctx, const BlockWeights& w) const;
+  // Attention of every token of the batch over those rows, on CSA layers with the indexer's
+  // selection appended.
+  void AttendTokens(const StepContext& ctx, const BlockWeights& w, const AttendedRows& rows, const TensorView& q,
+                    const TensorView& index_q, const TensorView& index_w, const TensorView& out) const;
   // Streams every chunk through a compressor and stores the emitted rows (normalized, rotated,
   // rounded) into the sequences' paged rows.
   void Compress(const StepContext& ctx, const BlockWeights& w, bool indexer, const TensorView& kv_proj,

@@ -36,18 +36,28 @@ struct V4Model::StepContext {
   }
 };
 
+// ops::BuildAttentionRows' outputs for one layer: I32 row ids [tokens, max rows] and counts
+// [tokens]; on CSA layers also the index candidates [tokens, max visible] with their visible and
+// candidate counts [tokens] (empty elsewhere).
+struct V4Model::AttendedRows {
+  TensorView row_ids, counts;
+  TensorView index_ids, num_visible, num_candidates;
+};
+
 // Independent parts of a step run as concurrent branches (V4Model::ForkStreams). branch(0) is the
-// step's own context; branch(i), 1 <= i <= side, is the same context on side stream i - 1, whose
-// work starts after everything queued on the step's stream before the constructor. Join() makes
+// step's own context; branch(i), 1 <= i <= side, is the same context on side stream
+// first_stream + i - 1, whose work starts after everything queued on the step's stream before the
+// constructor. Branches that are open at once use different side streams. Join() makes
 // the step's later work wait for every branch, and must be called before the workspace is rewound
 // (the branches' temporaries are released then). Without side streams every branch is the step's
 // own context: the host issues the same calls in the same order onto one stream, so uploads and
 // allocations (a graph's staging offsets) do not depend on the fork.
 class V4Model::StepBranches {
  public:
-  StepBranches(const StepContext& ctx, StreamBranches* streams, int side);
-  // Joins if Join was not called (a step abandoned by an error), so that no branch can still write
-  // the workspace under the next step's work.
+  StepBranches(const StepContext& ctx, StreamBranches* streams, int side, int first_stream = 0);
+  // Joins if Join was not called because an error abandoned the step, so that no branch can still
+  // write the workspace under the next step's work. Without an error in flight a missing Join is
+  // a bug of the forward: it is logged and the process aborts.
   ~StepBranches();
   StepBranches(const StepBranches&) = delete;
   StepBranches& operator=(const StepBranches&) = delete;
@@ -57,7 +67,8 @@ class V4Model::StepBranches {
  private:
   const StepContext& ctx_;
   StreamBranches* streams_ = nullptr;  // null: not forked
-  int side_ = 0;
+  int side_ = 0, first_stream_ = 0;
+  int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction
   std::vector<StepContext> contexts_;  // [0]: a copy of ctx_; then one a side stream
   bool joined_ = false;
 };
