@@ -140,6 +140,20 @@ struct ScopedDecodeLaunchMerges {
   ScopedDecodeLaunchMerges& operator=(const ScopedDecodeLaunchMerges&) = delete;
 };
 
+// The demo engine on the GPU with every rounding of the reference on tensor cores (the FP8
+// products then take the fused Linear where it is on).
+EngineOptions ReferenceRoundingsOnTensorCores() {
+  EngineOptions o = DemoEngineOptions();
+  o.load.device = DeviceId{DeviceType::kCuda, 0};
+  o.load.numerics.tensor_core_linears = true;
+  o.load.numerics.fp8_activations = true;
+  o.load.numerics.kv_fp8 = true;
+  o.load.numerics.indexer_fp4 = true;
+  o.load.numerics.bf16_attention_output = true;
+  o.load.numerics.bf16_attention_inputs = true;
+  return o;
+}
+
 // With those merges and every reference rounding on tensor cores (so that the FP8 products take
 // the fused Linear), decode steps replayed as CUDA graphs, whose kernel edges are programmatic,
 // give the eager synchronous loop's tokens and text: the fused Linear's thread-block clusters and
@@ -150,14 +164,7 @@ TEST(GpuEngine, CudaGraphsEqualEagerWithTheDecodeLaunchMerges) {
   const ScopedDecodeLaunchMerges merges;
   auto tok = Tokenizer::FromFile(DemoModelDir() + "/tokenizer.json");
   const std::vector<WorkItem> items = Workload(2029, 60, tok->vocab_size());
-  EngineOptions o = DemoEngineOptions();
-  o.load.device = DeviceId{DeviceType::kCuda, 0};
-  o.load.numerics.tensor_core_linears = true;
-  o.load.numerics.fp8_activations = true;
-  o.load.numerics.kv_fp8 = true;
-  o.load.numerics.indexer_fp4 = true;
-  o.load.numerics.bf16_attention_output = true;
-  o.load.numerics.bf16_attention_inputs = true;
+  EngineOptions o = ReferenceRoundingsOnTensorCores();
   o.async_scheduling = false;
   const uint64_t fused = cuda::LinearFusedLaunchesForTesting(), rows = cuda::RowStepsLaunchesForTesting();
   const EngineRun eager = RunOnFreshEngine(o, items, *tok, IdleTimeout());
@@ -174,7 +181,8 @@ TEST(GpuEngine, CudaGraphsEqualEagerWithTheDecodeLaunchMerges) {
 }
 
 // With every step forked (DEEPINFER_FORK_TOKENS: the kv row and x's dense products beside q, the
-// shared expert beside the routed ones, each on a stream of its own) and the decode launch merges
+// ring's copy beside the rest of the layer, the shared expert beside the routed ones, each on a
+// stream of its own) and the decode launch merges
 // on, decode steps replayed as CUDA graphs, whose forks and joins are parallel branches, give the
 // tokens and text of the eager synchronous loop on one stream.
 TEST(GpuEngine, CudaGraphsOfForkedStepsEqualEagerOnOneStream) {
@@ -182,14 +190,7 @@ TEST(GpuEngine, CudaGraphsOfForkedStepsEqualEagerOnOneStream) {
   const ScopedDecodeLaunchMerges merges;
   auto tok = Tokenizer::FromFile(DemoModelDir() + "/tokenizer.json");
   const std::vector<WorkItem> items = Workload(2031, 60, tok->vocab_size());
-  EngineOptions o = DemoEngineOptions();
-  o.load.device = DeviceId{DeviceType::kCuda, 0};
-  o.load.numerics.tensor_core_linears = true;
-  o.load.numerics.fp8_activations = true;
-  o.load.numerics.kv_fp8 = true;
-  o.load.numerics.indexer_fp4 = true;
-  o.load.numerics.bf16_attention_output = true;
-  o.load.numerics.bf16_attention_inputs = true;
+  EngineOptions o = ReferenceRoundingsOnTensorCores();
   o.async_scheduling = false;
   const uint64_t forks = v4::ForksForTesting();
   EngineRun eager, graphed;

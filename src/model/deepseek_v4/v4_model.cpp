@@ -5,8 +5,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
-#include <exception>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include <fmt/format.h>
@@ -100,6 +100,7 @@ bool JoinableW13(const LinearWeight& a, const LinearWeight& b) {
 }
 
 std::atomic<int64_t> g_fork_tokens_test{-1};  // SetForkTokensForTesting
+std::atomic<uint64_t> g_forks{0};              // ForksForTesting
 
 // DEEPINFER_FORK_TOKENS (read once): the most tokens a step may have for its independent work to
 // run on concurrent streams. Off until measured on the device (docs/performance.md, version 43).
@@ -125,8 +126,6 @@ void SetForkTokensForTesting(int64_t tokens) {
   DI_CHECK(tokens >= -1, "SetForkTokensForTesting takes a token count or -1, got {}", tokens);
   g_fork_tokens_test.store(tokens);
 }
-
-std::atomic<uint64_t> g_forks{0};  // ForksForTesting
 
 StreamBranches* V4Model::ForkStreams(const StepContext& ctx) const {
   if (!ctx.op.on_cuda() || ctx.op.record_only || ctx.op.profiler != nullptr || side_streams_ == nullptr) {
