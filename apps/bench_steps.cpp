@@ -52,8 +52,9 @@ std::string Ms(double seconds) { return seconds > 0 ? fmt::format("{:.3f}", 1e3 
 void PrintDecode(const std::vector<bench::StepPoint>& points, const bench::Rates& rates, const bench::LayerMix& mix) {
   std::printf("\ndecode (per step; busy: the profiled ops' device time; floor = (weights + state read) / copy\n"
               "bandwidth; /floor and GB/s use the better of eager and graph; x43: scaled to the layer mix;\n"
-              "kernels: the graph's kernel launches per step)\n");
-  std::printf("%8s %6s %10s %10s %10s %10s %7s %9s %9s %9s %11s %11s %10s %8s\n", "context", "batch", "eager ms",
+              "kernels: the graph's kernel launches per step / the most of them on one path, where its\n"
+              "branches overlap (DEEPINFER_FORK_TOKENS))\n");
+  std::printf("%8s %6s %10s %10s %10s %10s %7s %9s %9s %9s %11s %11s %10s %9s\n", "context", "batch", "eager ms",
               "graph ms", "busy ms", "floor ms", "/floor", "GB/s", "wts GB", "state GB", "x43 ms", "x43 floor",
               "x43 tok/s", "kernels");
   for (const bench::StepPoint& p : points) {
@@ -64,7 +65,14 @@ void PrintDecode(const std::vector<bench::StepPoint>& points, const bench::Rates
     const double best = p.best_seconds();
     const double floor = rates.copy_bytes_per_s > 0 ? p.cost.bytes() / rates.copy_bytes_per_s : 0;
     const bench::Extrapolation e = bench::Extrapolate(p, mix, rates);
-    std::printf("%8ld %6ld %10s %10s %10s %10s %7s %9.0f %9.3f %9.3f %11s %11s %10s %8s\n",
+    std::string kernels = "-";
+    if (p.graph_kernels >= 0) {
+      kernels = std::to_string(p.graph_kernels);
+      if (p.graph_critical_kernels >= 0 && p.graph_critical_kernels < p.graph_kernels) {
+        kernels += "/" + std::to_string(p.graph_critical_kernels);
+      }
+    }
+    std::printf("%8ld %6ld %10s %10s %10s %10s %7s %9.0f %9.3f %9.3f %11s %11s %10s %9s\n",
                 static_cast<long>(p.context), static_cast<long>(p.batch), Ms(p.eager_seconds).c_str(),
                 Ms(p.graph_seconds).c_str(),
                 Ms(p.busy_seconds).c_str(), Ms(floor).c_str(),
@@ -72,7 +80,7 @@ void PrintDecode(const std::vector<bench::StepPoint>& points, const bench::Rates
                 p.cost.weight_bytes * 1e-9, p.cost.state_read_bytes * 1e-9, e.ok ? Ms(e.step_seconds).c_str() : "-",
                 e.ok ? Ms(e.floor_seconds).c_str() : "-",
                 e.ok ? fmt::format("{:.0f}", static_cast<double>(p.batch) / e.step_seconds).c_str() : "-",
-                p.graph_kernels >= 0 ? std::to_string(p.graph_kernels).c_str() : "-");
+                kernels.c_str());
   }
 }
 

@@ -93,7 +93,7 @@ double TimeEager(const Model& model, Step& step, const ops::OpContext& op, int i
 
 // The same step captured once as a CUDA graph (static launch shapes), replayed `iterations` times:
 // seconds per step into p.graph_seconds, the graph's kernels and nodes into p.graph_kernels and
-// p.graph_nodes.
+// p.graph_nodes, the most kernels on one of its paths into p.graph_critical_kernels.
 void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int iterations, StepPoint& p) {
   ForwardBatch& b = step.batch;
   b.static_max_context = b.seqs.front().start_pos + b.seqs.front().num_tokens;
@@ -127,6 +127,7 @@ void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int ite
   p.graph_seconds = CudaEvent::ElapsedMs(start, end) * 1e-3 / iterations;
   p.graph_kernels = static_cast<int64_t>(graph.KernelNodes());
   p.graph_nodes = static_cast<int64_t>(graph.Nodes());
+  p.graph_critical_kernels = static_cast<int64_t>(graph.CriticalPathKernels());
 }
 
 // One step with every op timed, queued whole behind a spinning kernel (the previous steps have
@@ -302,6 +303,7 @@ nlohmann::json ToJson(const StepPoint& p, const Rates& rates, const LayerMix* mi
     j["graph_seconds"] = p.graph_seconds;
     j["graph_kernels"] = p.graph_kernels;
     j["graph_nodes"] = p.graph_nodes;
+    j["graph_critical_kernels"] = p.graph_critical_kernels;
   }
   j["step_seconds"] = best;
   j["tokens_per_s"] = static_cast<double>(p.batch * p.tokens_per_seq) / best;

@@ -53,11 +53,19 @@ def main():
 
         print(f"{key[0]:>8} {key[1]:>6} " + cells([d.get(key) for d in decode], step, 26))
     if any(p.get("graph_kernels") is not None for d in decode for p in d.values()):
-        print("\ndecode: the CUDA graph's kernel launches per step")
+        print("\ndecode: the CUDA graph's kernel launches per step (/ the most on one path, where branches overlap)")
+
+        def launches(p):
+            text = str(p["graph_kernels"])
+            critical = p.get("graph_critical_kernels")
+            if critical is not None and critical < p["graph_kernels"]:
+                text += f"/{critical}"
+            return f"{text:>26}"
+
         for key in keys:
             print(f"{key[0]:>8} {key[1]:>6} " +
                   cells([d.get(key) if d.get(key, {}).get("graph_kernels") is not None else None for d in decode],
-                        lambda p: f"{p['graph_kernels']:>26}", 26))
+                        launches, 26))
     print("\ndecode scaled to 43 layers: ms per step / output tok/s")
     for key in keys:
         scaled = [d.get(key, {}).get("extrapolated", {}) for d in decode]

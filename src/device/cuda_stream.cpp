@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "device/cuda_error.h"
+#include "device/graph_paths.h"
 
 namespace deepinfer {
 
@@ -150,6 +151,30 @@ size_t MakeKernelEdgesProgrammatic(cudaGraph_t graph) {
   return replaced;
 }
 
+// The most kernel nodes on one path of `graph` (LongestKernelChain).
+size_t LongestKernelChainOf(cudaGraph_t graph) {
+  size_t count = 0;
+  DI_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count), "cudaGraphGetNodes");
+  std::vector<cudaGraphNode_t> nodes(count);
+  DI_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count), "cudaGraphGetNodes");
+  std::map<cudaGraphNode_t, size_t> index;
+  std::vector<bool> is_kernel(count);
+  for (size_t i = 0; i < count; ++i) {
+    index[nodes[i]] = i;
+    cudaGraphNodeType type;
+    DI_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type), "cudaGraphNodeGetType");
+    is_kernel[i] = type == cudaGraphNodeTypeKernel;
+  }
+  size_t edge_count = 0;
+  DI_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edge_count), "cudaGraphGetEdges");
+  std::vector<cudaGraphNode_t> from(edge_count), to(edge_count);
+  DI_CUDA_CHECK(cudaGraphGetEdges(graph, from.data(), to.data(), nullptr, &edge_count), "cudaGraphGetEdges");
+  std::vector<std::pair<size_t, size_t>> edges;
+  edges.reserve(edge_count);
+  for (size_t i = 0; i < edge_count; ++i) edges.emplace_back(index.at(from[i]), index.at(to[i]));
+  return LongestKernelChain(is_kernel, edges);
+}
+
 // The graph's nodes, and how many of them are kernels.
 std::pair<size_t, size_t> CountNodes(cudaGraph_t graph) {
   size_t count = 0;
@@ -182,9 +207,10 @@ void CudaGraph::EndCapture(cudaStream_t stream) {
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
   exec_ = nullptr;
   programmatic_edges_ = 0;
-  nodes_ = kernel_nodes_ = 0;
+  nodes_ = kernel_nodes_ = longest_kernel_chain_ = 0;
   try {
     std::tie(nodes_, kernel_nodes_) = CountNodes(graph);
+    longest_kernel_chain_ = LongestKernelChainOf(graph);
     if (ProgrammaticDependentLaunch() && CurrentDeviceLaunchesProgrammatically()) {
       programmatic_edges_ = MakeKernelEdgesProgrammatic(graph);
     }

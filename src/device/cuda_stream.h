@@ -83,16 +83,19 @@ class CudaGraph {
   static void BeginCapture(cudaStream_t stream);
   void EndCapture(cudaStream_t stream);
   size_t ProgrammaticEdges() const { return programmatic_edges_; }
-  // The last capture's nodes, and of those its kernel launches (the step's launch count).
+  // The last capture's nodes, and of those its kernel launches (the step's launch count), and
+  // the most kernels on one path through it (LongestKernelChain: what runs one after another
+  // however its branches overlap; all of them for a one-stream capture).
   size_t Nodes() const { return nodes_; }
   size_t KernelNodes() const { return kernel_nodes_; }
+  size_t CriticalPathKernels() const { return longest_kernel_chain_; }
   void Launch(cudaStream_t stream) const;
   bool ready() const { return exec_ != nullptr; }
 
  private:
   cudaGraphExec_t exec_ = nullptr;
   size_t programmatic_edges_ = 0;
-  size_t nodes_ = 0, kernel_nodes_ = 0;
+  size_t nodes_ = 0, kernel_nodes_ = 0, longest_kernel_chain_ = 0;
 };
 
 // Whether CUDA graphs get programmatic kernel-to-kernel edges: DEEPINFER_PDL unset, empty or 1

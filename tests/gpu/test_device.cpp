@@ -89,6 +89,7 @@ TEST(CudaDevice, GraphKernelsWaitForTheirProgrammaticPredecessors) {
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   EXPECT_EQ(graph.ProgrammaticEdges(), ProgrammaticDependentLaunch() && major >= 9 ? size_t{kScales} : size_t{0});
+  EXPECT_EQ(graph.CriticalPathKernels(), graph.KernelNodes());  // one stream: one chain
   std::vector<float> host(static_cast<size_t>(n));
   for (int launch = 0; launch < 3; ++launch) {
     graph.Launch(stream.get());
@@ -126,6 +127,7 @@ TEST(CudaDevice, ForkedBranchesOfACaptureRunBetweenTheForkAndTheJoin) {
   cuda::ScaleF32(y.get(), n, 2.f, main.get());
   graph.EndCapture(main.get());
   EXPECT_EQ(graph.KernelNodes(), size_t{1 + 1 + kLongChain + 1 + kShortChain + 2});
+  EXPECT_EQ(graph.CriticalPathKernels(), size_t{1 + 1 + kLongChain + 2});  // through x's branch
   int major = 0;
   ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   const size_t chain_links = kLongChain + kShortChain + 1;  // x's and y's chains, the scales after the join
