@@ -34,14 +34,6 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
   // wq_a and wkv read x through the activation rounding (fp8_activations); the compressors and
   // the indexer's weights_proj read it as it is.
   const TensorView xq = QuantizedCopy(ctx, x);
-  // Three branches until the attention: q and the index queries (0), the kv row and the row
-  // lists (1), x's dense products with the compressors (2; none on a sliding-window layer, whose
-  // x products are empty: its "branch" is the kv row's and queues nothing).
-  const bool x_products_exist = aw.compressor || aw.indexer;
-  StepBranches branches(ctx, ForkStreams(ctx), x_products_exist ? 2 : 1);
-  const StepContext& q_ctx = branches.branch(0);
-  const StepContext& kv_ctx = branches.branch(1);
-  const StepContext& x_ctx = branches.branch(x_products_exist ? 2 : 1);
   // The norm and rope of this layer's head rows (q's heads unweighted, kv by kv_norm).
   auto norm_rope = [&](const TensorView& weight) {
     ops::RowSteps steps;
@@ -52,69 +44,83 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
     steps.positions = pos;
     return steps;
   };
+  // Three branches until the attention: q and the index queries (0), the kv row and the row
+  // lists (1), x's dense products with the compressors (2; a sliding-window layer has none).
+  const bool x_products_exist = aw.compressor || aw.indexer;
+  StepBranches branches(ctx, ForkStreams(ctx), x_products_exist ? 2 : 1);
+  AttendedRows rows;
+  TensorView q, index_q, index_w;
 
   // kv: one shared head, K = V, computed in place as this step's fresh rows.
-  const TensorView& kv = ctx.fresh;
-  QuantizedLinear(kv_ctx, xq, aw.wkv, kv);
-  ops::RowSteps kv_steps = norm_rope(aw.kv_norm);
-  if (numerics_.kv_fp8) {  // the reference's stored row: e4m3 nope channels, BF16 rope channels
-    kv_steps.fp8_end = nope;
-    kv_steps.fp8_block = 64;
-  }
-  ops::ApplyRowSteps(kv_ctx.op, As3d(kv, 1, hd), kv_steps);
-  const AttendedRows rows = PlanAttendedRows(kv_ctx, w);
+  branches.Add(1, [&](const StepContext& kv_ctx) {
+    const TensorView& kv = ctx.fresh;
+    QuantizedLinear(kv_ctx, xq, aw.wkv, kv);
+    ops::RowSteps kv_steps = norm_rope(aw.kv_norm);
+    if (numerics_.kv_fp8) {  // the reference's stored row: e4m3 nope channels, BF16 rope channels
+      kv_steps.fp8_end = nope;
+      kv_steps.fp8_block = 64;
+    }
+    ops::ApplyRowSteps(kv_ctx.op, As3d(kv, 1, hd), kv_steps);
+    rows = PlanAttendedRows(kv_ctx, w);
+  });
 
   // x's products (the compressors' wkv and wgate, the indexer's weights_proj) in one call, so that
   // the GPU splits x into its BF16 parts once for all of them; then the compressors.
-  std::vector<ops::LinearProduct> x_products;
-  TensorView ckv, cscore, ikv, iscore, index_q, index_w;
-  if (aw.compressor) {
-    const int64_t width = aw.compressor->wkv.out_features;
-    ckv = ws.Alloc(DType::kF32, {tokens, width});
-    cscore = ws.Alloc(DType::kF32, {tokens, width});
-    x_products.push_back({&aw.compressor->wkv, ckv});
-    x_products.push_back({&aw.compressor->wgate, cscore});
-  }
-  if (aw.indexer) {
-    const IndexerWeights& iw = *aw.indexer;
-    const int64_t width = iw.compressor.wkv.out_features;
-    index_w = ws.Alloc(DType::kF32, {tokens, c.index_n_heads});
-    ikv = ws.Alloc(DType::kF32, {tokens, width});
-    iscore = ws.Alloc(DType::kF32, {tokens, width});
-    x_products.push_back({&iw.weights_proj, index_w});
-    x_products.push_back({&iw.compressor.wkv, ikv});
-    x_products.push_back({&iw.compressor.wgate, iscore});
-  }
-  DenseLinearsOfOneInput(x_ctx, x, x_products);
-  if (aw.compressor) Compress(x_ctx, w, false, ckv, cscore);
-  if (aw.indexer) {
-    const float heads_dims = static_cast<float>(c.index_head_dim) * static_cast<float>(c.index_n_heads);
-    ops::Scale(x_ctx.op, index_w, 1.f / std::sqrt(heads_dims));
-    Compress(x_ctx, w, true, ikv, iscore);
+  if (x_products_exist) {
+    branches.Add(2, [&](const StepContext& x_ctx) {
+      std::vector<ops::LinearProduct> x_products;
+      TensorView ckv, cscore, ikv, iscore;
+      if (aw.compressor) {
+        const int64_t width = aw.compressor->wkv.out_features;
+        ckv = ws.Alloc(DType::kF32, {tokens, width});
+        cscore = ws.Alloc(DType::kF32, {tokens, width});
+        x_products.push_back({&aw.compressor->wkv, ckv});
+        x_products.push_back({&aw.compressor->wgate, cscore});
+      }
+      if (aw.indexer) {
+        const IndexerWeights& iw = *aw.indexer;
+        const int64_t width = iw.compressor.wkv.out_features;
+        index_w = ws.Alloc(DType::kF32, {tokens, c.index_n_heads});
+        ikv = ws.Alloc(DType::kF32, {tokens, width});
+        iscore = ws.Alloc(DType::kF32, {tokens, width});
+        x_products.push_back({&iw.weights_proj, index_w});
+        x_products.push_back({&iw.compressor.wkv, ikv});
+        x_products.push_back({&iw.compressor.wgate, iscore});
+      }
+      DenseLinearsOfOneInput(x_ctx, x, x_products);
+      if (aw.compressor) Compress(x_ctx, w, false, ckv, cscore);
+      if (aw.indexer) {
+        const float heads_dims = static_cast<float>(c.index_head_dim) * static_cast<float>(c.index_n_heads);
+        ops::Scale(x_ctx.op, index_w, 1.f / std::sqrt(heads_dims));
+        Compress(x_ctx, w, true, ikv, iscore);
+      }
+    });
   }
 
   // q: qr = q_norm(wq_a x); q = wq_b qr per head, unweighted RMS per head, RoPE on the tail.
   // qr feeds only FP8 linears (wq_b, the indexer's wq_b), so it is rounded in place.
-  const TensorView qr = ws.Alloc(DType::kF32, {tokens, c.q_lora_rank});
-  QuantizedLinear(q_ctx, xq, aw.wq_a, qr);
-  ops::RmsNorm(q_ctx.op, qr, aw.q_norm, eps, qr);
-  QuantizeLinearInput(q_ctx, qr);
-  const TensorView q = ws.Alloc(DType::kF32, {tokens, heads, hd});
-  QuantizedLinear(q_ctx, qr, aw.wq_b, q.Reshape({tokens, heads * hd}));
-  ops::ApplyRowSteps(q_ctx.op, q, norm_rope(TensorView()));
-  if (aw.indexer) {
-    const IndexerWeights& iw = *aw.indexer;
-    const int64_t ih = c.index_n_heads, id = c.index_head_dim;
-    index_q = ws.Alloc(DType::kF32, {tokens, ih, id});
-    QuantizedLinear(q_ctx, qr, iw.wq_b, index_q.Reshape({tokens, ih * id}));
-    ops::RowSteps index_steps;
-    index_steps.rope = &table;
-    index_steps.positions = pos;
-    index_steps.hadamard = true;
-    index_steps.fp4_block = numerics_.indexer_fp4 ? 32 : 0;
-    ops::ApplyRowSteps(q_ctx.op, index_q, index_steps);
-  }
-  branches.Join();
+  branches.Add(0, [&](const StepContext& q_ctx) {
+    const TensorView qr = ws.Alloc(DType::kF32, {tokens, c.q_lora_rank});
+    QuantizedLinear(q_ctx, xq, aw.wq_a, qr);
+    ops::RmsNorm(q_ctx.op, qr, aw.q_norm, eps, qr);
+    QuantizeLinearInput(q_ctx, qr);
+    q = ws.Alloc(DType::kF32, {tokens, heads, hd});
+    QuantizedLinear(q_ctx, qr, aw.wq_b, q.Reshape({tokens, heads * hd}));
+    ops::ApplyRowSteps(q_ctx.op, q, norm_rope(TensorView()));
+    if (aw.indexer) {
+      const IndexerWeights& iw = *aw.indexer;
+      const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+      index_q = ws.Alloc(DType::kF32, {tokens, ih, id});
+      QuantizedLinear(q_ctx, qr, iw.wq_b, index_q.Reshape({tokens, ih * id}));
+      ops::RowSteps index_steps;
+      index_steps.rope = &table;
+      index_steps.positions = pos;
+      index_steps.hadamard = true;
+      index_steps.fp4_block = numerics_.indexer_fp4 ? 32 : 0;
+      ops::ApplyRowSteps(q_ctx.op, index_q, index_steps);
+    }
+  });
+  branches.Run();
 
   const TensorView o = ws.Alloc(DType::kF32, {tokens, heads, hd});
   AttendTokens(ctx, w, rows, q, index_q, index_w, o);

@@ -6,12 +6,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <string>
 
 #include <fmt/format.h>
 
-#include "base/logging.h"
 #include "base/math.h"
 #include "model/deepseek_v4/v4_step.h"
 
@@ -101,6 +99,7 @@ bool JoinableW13(const LinearWeight& a, const LinearWeight& b) {
 
 std::atomic<int64_t> g_fork_tokens_test{-1};  // SetForkTokensForTesting
 std::atomic<uint64_t> g_forks{0};              // ForksForTesting
+std::atomic<bool> g_branch_order_reversed{false};  // SetBranchOrderForTesting
 
 // DEEPINFER_FORK_TOKENS (read once): the most tokens a step may have for its independent work to
 // run on concurrent streams. Off until measured on the device (docs/performance.md, version 43).
@@ -138,47 +137,46 @@ StreamBranches* V4Model::ForkStreams(const StepContext& ctx) const {
 uint64_t ForksForTesting() { return g_forks.load(); }
 
 V4Model::StepBranches::StepBranches(const StepContext& ctx, StreamBranches* streams, int side, int first_stream)
-    : ctx_(ctx), streams_(streams), side_(side), first_stream_(first_stream),
-      uncaught_at_start_(std::uncaught_exceptions()) {
+    : ctx_(ctx), streams_(streams), side_(side), first_stream_(first_stream) {
   DI_CHECK(side >= 0 && first_stream >= 0 && (streams == nullptr || first_stream + side <= streams->size()),
            "{} side branches from side stream {} asked of {} streams", side, first_stream,
            streams == nullptr ? 0 : streams->size());
-  contexts_.push_back(ctx);
-  for (int i = 0; i < side; ++i) {
-    contexts_.push_back(streams == nullptr ? ctx : ctx.OnStream(streams->stream(first_stream + i)));
+}
+
+void V4Model::StepBranches::Add(int branch, std::function<void(const StepContext&)> work) {
+  DI_CHECK(!ran_ && branch >= 0 && branch <= side_, "work for branch {} of a step forked {} ways{}", branch,
+           side_ + 1, ran_ ? ", already run" : "");
+  work_.emplace_back(branch, std::move(work));
+}
+
+void V4Model::StepBranches::Run() {
+  DI_CHECK(!ran_, "a step's branches run twice");
+  ran_ = true;
+  std::vector<StepContext> contexts(1, ctx_);
+  for (int i = 0; i < side_; ++i) {
+    contexts.push_back(streams_ == nullptr ? ctx_ : ctx_.OnStream(streams_->stream(first_stream_ + i)));
   }
-  if (streams_ != nullptr && side_ > 0) {
-    streams_->Fork(ctx.op.stream, first_stream_, side_);
+  if (g_branch_order_reversed.load()) std::reverse(work_.begin(), work_.end());
+  const bool forked = streams_ != nullptr && side_ > 0;
+  if (forked) {
+    streams_->Fork(ctx_.op.stream, first_stream_, side_);
     g_forks.fetch_add(1);
   }
-}
-
-V4Model::StepBranches::~StepBranches() {
-  if (joined_) return;
-  if (std::uncaught_exceptions() == uncaught_at_start_) {
-    // Not an error path: the forward left a fork open, so its later work may already have read a
-    // branch's outputs unordered.
-    DI_LOG_ERROR("a step's branches went out of scope without Join()");
-    std::abort();
-  }
-  if (streams_ == nullptr) return;
   try {
-    streams_->Join(ctx_.op.stream, first_stream_, side_);
-  } catch (...) {  // the error that abandoned the step is the one reported
+    for (const auto& [branch, work] : work_) work(contexts[static_cast<size_t>(branch)]);
+  } catch (...) {
+    if (forked) {
+      try {
+        streams_->Join(ctx_.op.stream, first_stream_, side_);
+      } catch (...) {  // the work's error is the one reported
+      }
+    }
+    throw;
   }
+  if (forked) streams_->Join(ctx_.op.stream, first_stream_, side_);
 }
 
-const V4Model::StepContext& V4Model::StepBranches::branch(int i) const {
-  DI_CHECK(!joined_ && i >= 0 && i <= side_, "branch {} of a step forked {} ways{}", i, side_ + 1,
-           joined_ ? ", already joined" : "");
-  return contexts_[static_cast<size_t>(i)];
-}
-
-void V4Model::StepBranches::Join() {
-  DI_CHECK(!joined_, "a step's branches joined twice");
-  joined_ = true;
-  if (streams_ != nullptr) streams_->Join(ctx_.op.stream, first_stream_, side_);
-}
+void SetBranchOrderForTesting(bool reversed) { g_branch_order_reversed.store(reversed); }
 
 void SetJoinW13ForTesting(int mode) {
   DI_CHECK(mode >= -1 && mode <= 1, "SetJoinW13ForTesting takes -1, 0 or 1, got {}", mode);
@@ -525,15 +523,17 @@ void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorV
   // Nothing else in the layer reads the ring or writes the fresh rows, so the copy runs beside the
   // rest of it (on side stream 1: the MoE forks onto side stream 0) until the layer's end.
   StepBranches ring(ctx, ForkStreams(ctx), 1, 1);
-  WriteRing(ring.branch(1), w);
-  AttentionOutput(ctx, w, heads_out, o);
-  ops::HcPost(ctx.op, o, streams, post, comb, mid);
+  ring.Add(1, [&](const StepContext& ring_ctx) { WriteRing(ring_ctx, w); });
+  ring.Add(0, [&](const StepContext& layer_ctx) {
+    AttentionOutput(layer_ctx, w, heads_out, o);
+    ops::HcPost(layer_ctx.op, o, streams, post, comb, mid);
 
-  ops::HcPre(ctx.op, mid, HcParamsFor(w.hc_ffn, c), a, post, comb);
-  ops::RmsNorm(ctx.op, a, w.ffn_norm, eps, a);
-  Moe(ctx, w, a, o);
-  ops::HcPost(ctx.op, o, mid, post, comb, streams);
-  ring.Join();
+    ops::HcPre(layer_ctx.op, mid, HcParamsFor(w.hc_ffn, c), a, post, comb);
+    ops::RmsNorm(layer_ctx.op, a, w.ffn_norm, eps, a);
+    Moe(layer_ctx, w, a, o);
+    ops::HcPost(layer_ctx.op, o, mid, post, comb, streams);
+  });
+  ring.Run();
 }
 
 void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
@@ -541,7 +541,6 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const auto& c = config_;
   const MoeWeights& m = w.ffn;
   const int64_t tokens = x.size(0), d = c.hidden_size, k = c.num_experts_per_tok;
-  const int64_t inter = c.moe_intermediate_size, num_experts = c.n_routed_experts;
   const float limit = static_cast<float>(c.swiglu_limit);
   Workspace& ws = *ctx.ws;
 
@@ -550,24 +549,40 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const TensorView xq = QuantizedCopy(ctx, x);
   // The shared expert (branch 1) runs beside the router and the routed experts (branch 0).
   StepBranches branches(ctx, ForkStreams(ctx), 1);
-  const StepContext& shared_ctx = branches.branch(1);
   const TensorView ys = ws.Alloc(DType::kF32, {tokens, d});
-  const int64_t shared_inter = m.shared.w1.out_features;
-  TensorView g, u;
-  if (!m.shared.w13.empty()) {  // w1 and w3 joined: one product, its two column halves
-    const TensorView gs = ws.Alloc(DType::kF32, {tokens, 2 * shared_inter});
-    QuantizedLinear(shared_ctx, xq, m.shared.w13, gs);
-    g = gs.Columns(0, shared_inter);
-    u = gs.Columns(shared_inter, 2 * shared_inter);
-  } else {
-    g = ws.Alloc(DType::kF32, {tokens, shared_inter});
-    u = ws.Alloc(DType::kF32, {tokens, shared_inter});
-    QuantizedLinear(shared_ctx, xq, m.shared.w1, g);
-    QuantizedLinear(shared_ctx, xq, m.shared.w3, u);
-  }
-  ops::ClampedSwiGlu(shared_ctx.op, g, u, limit, TensorView());
-  QuantizeLinearInput(shared_ctx, g);
-  QuantizedLinear(shared_ctx, g, m.shared.w2, ys);
+  branches.Add(1, [&](const StepContext& shared_ctx) {
+    const int64_t shared_inter = m.shared.w1.out_features;
+    TensorView g, u;
+    if (!m.shared.w13.empty()) {  // w1 and w3 joined: one product, its two column halves
+      const TensorView gs = ws.Alloc(DType::kF32, {tokens, 2 * shared_inter});
+      QuantizedLinear(shared_ctx, xq, m.shared.w13, gs);
+      g = gs.Columns(0, shared_inter);
+      u = gs.Columns(shared_inter, 2 * shared_inter);
+    } else {
+      g = ws.Alloc(DType::kF32, {tokens, shared_inter});
+      u = ws.Alloc(DType::kF32, {tokens, shared_inter});
+      QuantizedLinear(shared_ctx, xq, m.shared.w1, g);
+      QuantizedLinear(shared_ctx, xq, m.shared.w3, u);
+    }
+    ops::ClampedSwiGlu(shared_ctx.op, g, u, limit, TensorView());
+    QuantizeLinearInput(shared_ctx, g);
+    QuantizedLinear(shared_ctx, g, m.shared.w2, ys);
+  });
+  const TensorView ye = ws.Alloc(DType::kF32, {std::max<int64_t>(tokens * k, 1), d});
+  TensorView slot_rows, expert_ids;
+  branches.Add(0, [&](const StepContext& routed) { RoutedExperts(routed, w, x, xq, ye, slot_rows, expert_ids); });
+  branches.Run();
+  ops::MoeCombine(ctx.op, ye, slot_rows, expert_ids, k, ys, out);
+}
+
+void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const TensorView& x, const TensorView& xq,
+                            const TensorView& ye, TensorView& slot_rows, TensorView& expert_ids) const {
+  const auto& c = config_;
+  const MoeWeights& m = w.ffn;
+  const int64_t tokens = x.size(0), d = c.hidden_size, k = c.num_experts_per_tok;
+  const int64_t inter = c.moe_intermediate_size, num_experts = c.n_routed_experts;
+  const float limit = static_cast<float>(c.swiglu_limit);
+  Workspace& ws = *ctx.ws;
 
   const TensorView gate_logits = ws.Alloc(DType::kF32, {tokens, num_experts});
   DenseLinear(ctx, x, m.gate, gate_logits);
@@ -585,7 +600,7 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   } else {
     rp.bias = m.gate_bias.data<float>();
   }
-  const TensorView expert_ids = ws.Alloc(DType::kI32, {tokens, k});
+  expert_ids = ws.Alloc(DType::kI32, {tokens, k});
   const TensorView expert_weights = ws.Alloc(DType::kF32, {tokens, k});
   ops::Route(ctx.op, gate_logits, ctx.token_ids, rp, expert_ids, expert_weights);
 
@@ -597,7 +612,7 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const int64_t slots = tokens * k, bound = std::max<int64_t>(slots, 1);
   const TensorView offsets = ws.Alloc(DType::kI32, {num_experts + 1});
   const TensorView sorted_slots = ws.Alloc(DType::kI32, {slots});
-  const TensorView slot_rows = ws.Alloc(DType::kI32, {slots});
+  slot_rows = ws.Alloc(DType::kI32, {slots});
   const TensorView scratch =
       ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::MoeAlignScratchBytes(slots, num_experts))});
   ops::MoeAlign(ctx.op, expert_ids, num_experts, offsets, sorted_slots, slot_rows, scratch);
@@ -609,7 +624,6 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const TensorView gu = joined ? ws.Alloc(DType::kF32, {bound, 2 * inter}) : TensorView();
   const TensorView ge = joined ? gu.Columns(0, inter) : ws.Alloc(DType::kF32, {bound, inter});
   const TensorView ue = joined ? gu.Columns(inter, 2 * inter) : ws.Alloc(DType::kF32, {bound, inter});
-  const TensorView ye = ws.Alloc(DType::kF32, {bound, d});
   const TensorView experts_scratch =
       ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::ExpertsLinearScratchBytes(bound, num_experts))});
   const TensorView routed_rows = offsets.Slice(num_experts, num_experts + 1);
@@ -629,8 +643,6 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
   QuantizeLinearInput(ctx, ge, routed_rows);
   ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true, codes);
-  branches.Join();
-  ops::MoeCombine(ctx.op, ye, slot_rows, expert_ids, k, ys, out);
 }
 
 }  // namespace deepinfer::v4

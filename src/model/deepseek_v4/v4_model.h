@@ -56,6 +56,9 @@ class ScopedForkTokensForTesting {
 };
 // Tests: how many times the steps of any V4Model have forked onto side streams.
 uint64_t ForksForTesting();
+// Tests: whether the host queues a step's independent branches in reverse order (the CPU runs them
+// in that order then: a dependence between two branches changes the results).
+void SetBranchOrderForTesting(bool reversed);
 
 class V4Model : public Model {
  public:
@@ -95,6 +98,11 @@ class V4Model : public Model {
                        const TensorView& out) const;
   void Moe(const StepContext& ctx, const BlockWeights& w, const TensorView& x,
            const TensorView& out) const;
+  // The MoE's routed part: the router, the rows grouped by expert, the experts' products into ye
+  // [max(tokens·k, 1), D]; expert_ids [tokens, k] and slot_rows [tokens·k] are set for the combine.
+  // xq: x through the activation rounding (QuantizedCopy).
+  void RoutedExperts(const StepContext& ctx, const BlockWeights& w, const TensorView& x, const TensorView& xq,
+                     const TensorView& ye, TensorView& slot_rows, TensorView& expert_ids) const;
   // Every token's rows before the index selection (ops::BuildAttentionRows): its window (the ring
   // and this step's fresh rows), on HCA layers every compressed row it sees, on CSA layers its
   // index candidates. Reads only the step's plan, not the state.

@@ -1,7 +1,9 @@
 // Internals shared by the V4 forward's translation units.
 #pragma once
 
+#include <functional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/rows.h"
@@ -44,33 +46,29 @@ struct V4Model::AttendedRows {
   TensorView index_ids, num_visible, num_candidates;
 };
 
-// Independent parts of a step run as concurrent branches (V4Model::ForkStreams). branch(0) is the
-// step's own context; branch(i), 1 <= i <= side, is the same context on side stream
-// first_stream + i - 1, whose work starts after everything queued on the step's stream before the
-// constructor. Branches that are open at once use different side streams. Join() makes
-// the step's later work wait for every branch, and must be called before the workspace is rewound
-// (the branches' temporaries are released then). Without side streams every branch is the step's
-// own context: the host issues the same calls in the same order onto one stream, so uploads and
-// allocations (a graph's staging offsets) do not depend on the fork.
+// Independent parts of a step, run as concurrent branches (V4Model::ForkStreams). Branch 0 is the
+// step's own context; branch i, 1 <= i <= side, the same context on side stream
+// first_stream + i - 1. Run() forks (every side branch's work starts after everything queued on
+// the step's stream so far), queues each added work on its branch, then joins (the step's later
+// work waits for every branch), also when the work throws, so no branch outlives it: the layer may
+// then rewind the workspace. Without side streams every branch is the step's own context, one
+// stream. The host queues the work in the order added, or reversed under
+// SetBranchOrderForTesting: a branch that read what another writes gets other values then, which
+// the CPU tests catch.
 class V4Model::StepBranches {
  public:
   StepBranches(const StepContext& ctx, StreamBranches* streams, int side, int first_stream = 0);
-  // Joins if Join was not called because an error abandoned the step, so that no branch can still
-  // write the workspace under the next step's work. Without an error in flight a missing Join is
-  // a bug of the forward: it is logged and the process aborts.
-  ~StepBranches();
   StepBranches(const StepBranches&) = delete;
   StepBranches& operator=(const StepBranches&) = delete;
-  const StepContext& branch(int i) const;
-  void Join();
+  void Add(int branch, std::function<void(const StepContext&)> work);
+  void Run();
 
  private:
   const StepContext& ctx_;
   StreamBranches* streams_ = nullptr;  // null: not forked
   int side_ = 0, first_stream_ = 0;
-  int uncaught_at_start_ = 0;  // std::uncaught_exceptions() at construction
-  std::vector<StepContext> contexts_;  // [0]: a copy of ctx_; then one a side stream
-  bool joined_ = false;
+  std::vector<std::pair<int, std::function<void(const StepContext&)>>> work_;
+  bool ran_ = false;
 };
 
 inline ops::HcParams HcParamsFor(const HcWeights& w, const ModelConfig& c) {

@@ -1,0 +1,72 @@
+// A step's independent branches (V4Model::StepBranches: on a GPU with DEEPINFER_FORK_TOKENS they
+// run on concurrent streams) are independent: queued in reverse order, each of them before the
+// work it was after, the forward gives the same bits. A branch that read what another writes (or a
+// later step's work that read a branch's output before the join) would read it unwritten in one
+// of the two orders, on the CPU here as on the GPU's streams.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "model/deepseek_v4/v4_model.h"
+#include "model/model_test_support.h"
+
+namespace deepinfer::testing {
+namespace {
+
+// The branches queued in reverse for the object's lifetime.
+struct ScopedReversedBranches {
+  ScopedReversedBranches() { v4::SetBranchOrderForTesting(true); }
+  ~ScopedReversedBranches() { v4::SetBranchOrderForTesting(false); }
+  ScopedReversedBranches(const ScopedReversedBranches&) = delete;
+  ScopedReversedBranches& operator=(const ScopedReversedBranches&) = delete;
+};
+
+// The golden's prompt one-shot and in chunks of 7, then 6 steps of its greedy continuation: every
+// logit, concatenated.
+std::vector<float> Logits(const Model& model, const Golden& g) {
+  std::vector<float> all;
+  for (const int64_t chunk : {int64_t{0}, int64_t{7}}) {
+    SequenceDriver driver(model);
+    const std::vector<float> prefill = driver.Prefill(g.prompt_ids, chunk);
+    all.insert(all.end(), prefill.begin(), prefill.end());
+    for (size_t i = 0; i < 6 && i < g.greedy.size(); ++i) {
+      const std::vector<float> step = driver.Step(g.greedy[i]);
+      all.insert(all.end(), step.begin(), step.end());
+    }
+  }
+  return all;
+}
+
+void ExpectReversedBranchesGiveTheSameBits(const std::string& golden, const LoadOptions& options) {
+  SCOPED_TRACE(golden);
+  const Golden g = LoadGolden(golden);
+  LoadedModel loaded = LoadModel(g.dir, options);
+  const std::vector<float> in_order = Logits(*loaded.model, g);
+  std::vector<float> reversed;
+  {
+    const ScopedReversedBranches scoped;
+    reversed = Logits(*loaded.model, g);
+  }
+  ASSERT_EQ(reversed.size(), in_order.size());
+  int64_t differ = 0;
+  for (size_t i = 0; i < in_order.size(); ++i) differ += reversed[i] != in_order[i] ? 1 : 0;
+  EXPECT_EQ(differ, 0) << "of " << in_order.size() << " logits";
+}
+
+TEST(StepBranches, ReversedOrderGivesTheSameLogitsOnEveryGolden) {
+  for (const std::string& name : GoldenNames()) ExpectReversedBranchesGiveTheSameBits(name, LoadOptions{});
+}
+
+TEST(StepBranches, ReversedOrderGivesTheSameLogitsWithTheReferenceQuantization) {
+  LoadOptions options;
+  options.numerics.fp8_activations = true;
+  options.numerics.kv_fp8 = true;
+  options.numerics.indexer_fp4 = true;
+  options.numerics.bf16_attention_output = true;
+  options.numerics.bf16_attention_inputs = true;
+  ExpectReversedBranchesGiveTheSameBits("v4-tiny-fp8fp4", options);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
