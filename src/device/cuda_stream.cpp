@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <map>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -151,12 +150,19 @@ size_t MakeKernelEdgesProgrammatic(cudaGraph_t graph) {
   return replaced;
 }
 
-// The most kernel nodes on one path of `graph` (LongestKernelChain).
-size_t LongestKernelChainOf(cudaGraph_t graph) {
+// A captured graph's size: its nodes, how many of them are kernels, and the most kernels on one
+// path through it (LongestKernelChain).
+struct GraphShape {
+  size_t nodes = 0, kernels = 0, longest_kernel_chain = 0;
+};
+
+GraphShape ShapeOf(cudaGraph_t graph) {
   size_t count = 0;
   DI_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count), "cudaGraphGetNodes");
   std::vector<cudaGraphNode_t> nodes(count);
   DI_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count), "cudaGraphGetNodes");
+  GraphShape shape;
+  shape.nodes = count;
   std::map<cudaGraphNode_t, size_t> index;
   std::vector<bool> is_kernel(count);
   for (size_t i = 0; i < count; ++i) {
@@ -164,6 +170,7 @@ size_t LongestKernelChainOf(cudaGraph_t graph) {
     cudaGraphNodeType type;
     DI_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type), "cudaGraphNodeGetType");
     is_kernel[i] = type == cudaGraphNodeTypeKernel;
+    shape.kernels += is_kernel[i] ? 1 : 0;
   }
   size_t edge_count = 0;
   DI_CUDA_CHECK(cudaGraphGetEdges(graph, nullptr, nullptr, nullptr, &edge_count), "cudaGraphGetEdges");
@@ -172,22 +179,8 @@ size_t LongestKernelChainOf(cudaGraph_t graph) {
   std::vector<std::pair<size_t, size_t>> edges;
   edges.reserve(edge_count);
   for (size_t i = 0; i < edge_count; ++i) edges.emplace_back(index.at(from[i]), index.at(to[i]));
-  return LongestKernelChain(is_kernel, edges);
-}
-
-// The graph's nodes, and how many of them are kernels.
-std::pair<size_t, size_t> CountNodes(cudaGraph_t graph) {
-  size_t count = 0;
-  DI_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &count), "cudaGraphGetNodes");
-  std::vector<cudaGraphNode_t> nodes(count);
-  DI_CUDA_CHECK(cudaGraphGetNodes(graph, nodes.data(), &count), "cudaGraphGetNodes");
-  size_t kernels = 0;
-  for (size_t i = 0; i < count; ++i) {
-    cudaGraphNodeType type;
-    DI_CUDA_CHECK(cudaGraphNodeGetType(nodes[i], &type), "cudaGraphNodeGetType");
-    kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
-  }
-  return {count, kernels};
+  shape.longest_kernel_chain = LongestKernelChain(is_kernel, edges);
+  return shape;
 }
 
 // Programmatic dependent launch needs compute capability 9.0 (Hopper) or later; older devices keep
@@ -209,8 +202,10 @@ void CudaGraph::EndCapture(cudaStream_t stream) {
   programmatic_edges_ = 0;
   nodes_ = kernel_nodes_ = longest_kernel_chain_ = 0;
   try {
-    std::tie(nodes_, kernel_nodes_) = CountNodes(graph);
-    longest_kernel_chain_ = LongestKernelChainOf(graph);
+    const GraphShape shape = ShapeOf(graph);
+    nodes_ = shape.nodes;
+    kernel_nodes_ = shape.kernels;
+    longest_kernel_chain_ = shape.longest_kernel_chain;
     if (ProgrammaticDependentLaunch() && CurrentDeviceLaunchesProgrammatically()) {
       programmatic_edges_ = MakeKernelEdgesProgrammatic(graph);
     }

@@ -1,8 +1,10 @@
-// A step's independent branches (V4Model::StepBranches: on a GPU with DEEPINFER_FORK_TOKENS they
-// run on concurrent streams) are independent: queued in reverse order, each of them before the
-// work it was after, the forward gives the same bits. A branch that read what another writes (or a
-// later step's work that read a branch's output before the join) would read it unwritten in one
-// of the two orders, on the CPU here as on the GPU's streams.
+// A step's branches (V4Model::StepBranches: on a GPU with DEEPINFER_FORK_TOKENS they run on
+// concurrent streams) are independent of one another: queued in reverse order, each of them before
+// the branch it was after, the forward gives the same bits. A branch that read what another branch
+// writes would read it unwritten in one of the two orders. What the CPU cannot show (its branches
+// all run synchronously on one context): that each branch's work goes to its own stream and that
+// the joins are where the later work needs them; GpuModel.ForkedStepsGiveTheSameLogits and
+// GpuEngine.CudaGraphsOfForkedStepsEqualEagerOnOneStream check those on the device.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -57,7 +57,8 @@ class ScopedForkTokensForTesting {
 // Tests: how many times the steps of any V4Model have forked onto side streams.
 uint64_t ForksForTesting();
 // Tests: whether the host queues a step's independent branches in reverse order (the CPU runs them
-// in that order then: a dependence between two branches changes the results).
+// in that order then: a dependence between two branches changes the results). The order also
+// orders the step's uploads: do not change it between a CUDA graph's capture and its replays.
 void SetBranchOrderForTesting(bool reversed);
 
 class V4Model : public Model {
