@@ -186,6 +186,15 @@ TEST(V4Switches, ForkTokensAreACountOrAnErrorNamingTheVariable) {
     }
   }
   EXPECT_THROW(v4::SetForkTokensForTesting(-2), Error);
+  {  // scoped settings nest, each restoring the one before it
+    const v4::ScopedForkTokensForTesting outer(64);
+    {
+      const v4::ScopedForkTokensForTesting inner(0);
+      EXPECT_EQ(v4::SetForkTokensForTesting(0), 0);
+    }
+    EXPECT_EQ(v4::SetForkTokensForTesting(64), 64);
+  }
+  EXPECT_EQ(v4::SetForkTokensForTesting(-1), -1);
 }
 
 }  // namespace

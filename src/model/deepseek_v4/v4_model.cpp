@@ -121,9 +121,9 @@ int64_t ParseForkTokens(const char* value) {
   return std::stoll(v);
 }
 
-void SetForkTokensForTesting(int64_t tokens) {
+int64_t SetForkTokensForTesting(int64_t tokens) {
   DI_CHECK(tokens >= -1, "SetForkTokensForTesting takes a token count or -1, got {}", tokens);
-  g_fork_tokens_test.store(tokens);
+  return g_fork_tokens_test.exchange(tokens);
 }
 
 StreamBranches* V4Model::ForkStreams(const StepContext& ctx) const {

@@ -44,15 +44,19 @@ void SetJoinW13ForTesting(int mode);
 // DEEPINFER_FORK_TOKENS's value: unset, empty or 0 gives 0 (no step forks); a positive token
 // count gives itself. Anything else is an error naming the variable.
 int64_t ParseForkTokens(const char* value);
-// Tests: the fork bound for the steps after the call (>= 0: that bound, -1: the environment's).
-void SetForkTokensForTesting(int64_t tokens);
-// Tests: SetForkTokensForTesting(tokens) for the object's lifetime, then the environment's again.
+// Tests: the fork bound for the steps after the call (>= 0: that bound, -1: the environment's);
+// returns the setting it replaces.
+int64_t SetForkTokensForTesting(int64_t tokens);
+// Tests: SetForkTokensForTesting(tokens) for the object's lifetime, then the setting before it.
 class ScopedForkTokensForTesting {
  public:
-  explicit ScopedForkTokensForTesting(int64_t tokens) { SetForkTokensForTesting(tokens); }
-  ~ScopedForkTokensForTesting() { SetForkTokensForTesting(-1); }
+  explicit ScopedForkTokensForTesting(int64_t tokens) : previous_(SetForkTokensForTesting(tokens)) {}
+  ~ScopedForkTokensForTesting() { SetForkTokensForTesting(previous_); }
   ScopedForkTokensForTesting(const ScopedForkTokensForTesting&) = delete;
   ScopedForkTokensForTesting& operator=(const ScopedForkTokensForTesting&) = delete;
+
+ private:
+  int64_t previous_;
 };
 // Tests: how many times the steps of any V4Model have forked onto side streams.
 uint64_t ForksForTesting();
