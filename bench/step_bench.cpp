@@ -41,8 +41,7 @@ std::unique_ptr<Step> MakeStep(const Model& model, const StepBenchOptions& o, cu
   const int64_t bs = o.block_size;
   const int64_t blocks_per_seq = (context + tokens + bs - 1) / bs;
   const int64_t num_blocks = 1 + batch * blocks_per_seq;  // block 0: the null block
-  // One more step row than tokens: static shapes scatter closing-nowhere rows after them.
-  step->state = model.CreateState(batch, num_blocks, bs, batch * tokens + 1);
+  step->state = model.CreateState(batch, num_blocks, bs, batch * tokens);
   step->state->SetStream(stream);
   step->state->FillForBenchmark(o.seed);
   step->block_tables.resize(static_cast<size_t>(batch * blocks_per_seq));

@@ -110,8 +110,9 @@ class Model {
   // Where the weights, the state and the forward live.
   virtual DeviceId device() const { return {}; }
   // State for `num_slots` sequences and `num_blocks` paged blocks (block 0 = null) of
-  // `block_size` tokens, for steps of up to `max_step_tokens` tokens (0: a small default; a
-  // larger step grows what the state keeps per step).
+  // `block_size` tokens, for steps of up to `max_step_tokens` tokens, static-shape steps
+  // (ForwardBatch::static_max_context) included (0: a small default; a larger step grows what the
+  // state keeps per step).
   virtual std::unique_ptr<ModelState> CreateState(int64_t num_slots, int64_t num_blocks, int64_t block_size,
                                                   int64_t max_step_tokens = 0) const = 0;
   // Bytes of state one slot and one block take, for sizing pools before allocating.

@@ -14,11 +14,10 @@ ModelRunner::ModelRunner(const Model& model, RunnerOptions options)
   const bool graphs = options_.cuda_graphs && !model_.device().is_cpu();
   DI_CHECK(!graphs || options_.max_model_len > 0, "CUDA graphs need the context bound (max_model_len)");
   padding_block_ = options_.num_blocks;
-  // Graphs pad decode batches with sequences on one more slot and block (ids past the cache's),
-  // and scatter closing-nowhere compressor rows into one more fresh row.
+  // Graphs pad decode batches with sequences on one more slot and block (ids past the cache's).
+  // The rows a static-shape step needs past its tokens are the model's to reserve (CreateState).
   state_ = model_.CreateState(options_.num_slots + options_.num_pack_slots + (graphs ? 1 : 0),
-                              options_.num_blocks + (graphs ? 1 : 0), options_.block_size,
-                              options_.max_step_tokens + (graphs ? 1 : 0));
+                              options_.num_blocks + (graphs ? 1 : 0), options_.block_size, options_.max_step_tokens);
   if (model_.device().is_cpu()) {
     worker_ = std::thread([this] { WorkerLoop(); });
   } else {

@@ -44,12 +44,40 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
     steps.positions = pos;
     return steps;
   };
-  // Three branches until the attention: q and the index queries (0), the kv row and the row
-  // lists (1), x's dense products with the compressors (2; a sliding-window layer has none).
+  // Branches until the attention: q and the index queries (0); the kv row and the row lists (1);
+  // x's dense products with the compressors (2; a sliding-window layer has none). A CSA layer's
+  // x products in a step that forks (ForksAt) spread over three branches: the index weights beside
+  // the kv row (1), the compressor's (2) and the indexer's compressor's (3), each with its own
+  // compression, so that no branch holds five products and two compressions in a row. Elsewhere
+  // they are one call (x's BF16 parts split once for all of them at large batches); either way
+  // every product has the same bits.
   const bool x_products_exist = aw.compressor || aw.indexer;
-  StepBranches branches(ctx, ForkStreams(ctx), x_products_exist ? 2 : 1);
+  const bool spread = aw.compressor && aw.indexer && ForksAt(tokens);
+  StepBranches branches(ctx, ForkStreams(ctx), spread ? 3 : x_products_exist ? 2 : 1);
   AttendedRows rows;
-  TensorView q, index_q, index_w;
+  TensorView q, index_q, index_w, ckv, cscore, ikv, iscore;
+  auto compressor_products = [&](std::vector<ops::LinearProduct>& list) {
+    const int64_t width = aw.compressor->wkv.out_features;
+    ckv = ws.Alloc(DType::kF32, {tokens, width});
+    cscore = ws.Alloc(DType::kF32, {tokens, width});
+    list.push_back({&aw.compressor->wkv, ckv});
+    list.push_back({&aw.compressor->wgate, cscore});
+  };
+  auto index_weight_product = [&](std::vector<ops::LinearProduct>& list) {
+    index_w = ws.Alloc(DType::kF32, {tokens, c.index_n_heads});
+    list.push_back({&aw.indexer->weights_proj, index_w});
+  };
+  auto indexer_products = [&](std::vector<ops::LinearProduct>& list) {
+    const int64_t width = aw.indexer->compressor.wkv.out_features;
+    ikv = ws.Alloc(DType::kF32, {tokens, width});
+    iscore = ws.Alloc(DType::kF32, {tokens, width});
+    list.push_back({&aw.indexer->compressor.wkv, ikv});
+    list.push_back({&aw.indexer->compressor.wgate, iscore});
+  };
+  auto scale_index_weights = [&](const StepContext& b) {
+    const float heads_dims = static_cast<float>(c.index_head_dim) * static_cast<float>(c.index_n_heads);
+    ops::Scale(b.op, index_w, 1.f / std::sqrt(heads_dims));
+  };
 
   // kv: one shared head, K = V, computed in place as this step's fresh rows.
   branches.Add(1, [&](const StepContext& kv_ctx) {
@@ -62,37 +90,42 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
     }
     ops::ApplyRowSteps(kv_ctx.op, As3d(kv, 1, hd), kv_steps);
     rows = PlanAttendedRows(kv_ctx, w);
+    if (spread) {
+      std::vector<ops::LinearProduct> list;
+      index_weight_product(list);
+      DenseLinearsOfOneInput(kv_ctx, x, list);
+      scale_index_weights(kv_ctx);
+    }
   });
 
-  // x's products (the compressors' wkv and wgate, the indexer's weights_proj) in one call, so that
-  // the GPU splits x into its BF16 parts once for all of them; then the compressors.
-  if (x_products_exist) {
-    branches.Add(2, [&](const StepContext& x_ctx) {
-      std::vector<ops::LinearProduct> x_products;
-      TensorView ckv, cscore, ikv, iscore;
-      if (aw.compressor) {
-        const int64_t width = aw.compressor->wkv.out_features;
-        ckv = ws.Alloc(DType::kF32, {tokens, width});
-        cscore = ws.Alloc(DType::kF32, {tokens, width});
-        x_products.push_back({&aw.compressor->wkv, ckv});
-        x_products.push_back({&aw.compressor->wgate, cscore});
-      }
+  if (spread) {
+    branches.Add(2, [&](const StepContext& b) {
+      std::vector<ops::LinearProduct> list;
+      compressor_products(list);
+      DenseLinearsOfOneInput(b, x, list);
+      Compress(b, w, false, ckv, cscore);
+    });
+    branches.Add(3, [&](const StepContext& b) {
+      std::vector<ops::LinearProduct> list;
+      indexer_products(list);
+      DenseLinearsOfOneInput(b, x, list);
+      Compress(b, w, true, ikv, iscore);
+    });
+  } else if (x_products_exist) {
+    // x's products in one call, so that the GPU splits x into its BF16 parts once for all of them;
+    // then the compressors.
+    branches.Add(2, [&](const StepContext& b) {
+      std::vector<ops::LinearProduct> list;
+      if (aw.compressor) compressor_products(list);
       if (aw.indexer) {
-        const IndexerWeights& iw = *aw.indexer;
-        const int64_t width = iw.compressor.wkv.out_features;
-        index_w = ws.Alloc(DType::kF32, {tokens, c.index_n_heads});
-        ikv = ws.Alloc(DType::kF32, {tokens, width});
-        iscore = ws.Alloc(DType::kF32, {tokens, width});
-        x_products.push_back({&iw.weights_proj, index_w});
-        x_products.push_back({&iw.compressor.wkv, ikv});
-        x_products.push_back({&iw.compressor.wgate, iscore});
+        index_weight_product(list);
+        indexer_products(list);
       }
-      DenseLinearsOfOneInput(x_ctx, x, x_products);
-      if (aw.compressor) Compress(x_ctx, w, false, ckv, cscore);
+      DenseLinearsOfOneInput(b, x, list);
+      if (aw.compressor) Compress(b, w, false, ckv, cscore);
       if (aw.indexer) {
-        const float heads_dims = static_cast<float>(c.index_head_dim) * static_cast<float>(c.index_n_heads);
-        ops::Scale(x_ctx.op, index_w, 1.f / std::sqrt(heads_dims));
-        Compress(x_ctx, w, true, ikv, iscore);
+        scale_index_weights(b);
+        Compress(b, w, true, ikv, iscore);
       }
     });
   }
@@ -181,14 +214,17 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool index
     total += end - first;
   }
   // Static shapes: one row per token (a chunk of n tokens closes at most n rows), the rows past
-  // `total` normalized and rotated like the others and scattered into the scratch row.
+  // `total` normalized and rotated like the others and scattered into a scratch row after the
+  // step's fresh rows, one for each compressor (kStaticShapeScratchRows), so that the two, which a
+  // forked step runs side by side, never write the same memory.
   const bool static_shapes = ctx.batch->static_max_context > 0;
   const int64_t launch_rows = static_shapes ? ctx.num_tokens() : total;
   DI_CHECK(total <= launch_rows, "{} compressed rows close in a step of {} tokens", total, launch_rows);
   if (static_shapes) {
     DI_CHECK(cw.dim <= g.head_dim, "compressed rows of {} floats do not fit the scratch row of {}", cw.dim, g.head_dim);
     positions.resize(static_cast<size_t>(launch_rows), 0);
-    destinations.resize(static_cast<size_t>(launch_rows), g.fresh_base + ctx.num_tokens() * g.head_dim);
+    const int64_t scratch_row = ctx.num_tokens() + (indexer ? 1 : 0);
+    destinations.resize(static_cast<size_t>(launch_rows), g.fresh_base + scratch_row * g.head_dim);
   }
   const TensorView rows = ws.Alloc(DType::kF32, {std::max<int64_t>(launch_rows, 1), cw.dim});
   const TensorView row_index = ws.Alloc(DType::kI64, {std::max<int64_t>(launch_rows, 1)});

@@ -37,7 +37,7 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, De
   act_quant_in_kernels_ = ActQuantInKernels();
   workspace_ = std::make_unique<Workspace>(device_);
   if (!device_.is_cpu()) {
-    side_streams_ = std::make_unique<StreamBranches>(device_.index, 2);
+    side_streams_ = std::make_unique<StreamBranches>(device_.index, 3);
     ForkTokens();  // a bad DEEPINFER_FORK_TOKENS fails here, not in a step
   }
 }
@@ -126,12 +126,16 @@ int64_t SetForkTokensForTesting(int64_t tokens) {
   return g_fork_tokens_test.exchange(tokens);
 }
 
+bool V4Model::ForksAt(int64_t tokens) const {
+  const int64_t bound = ForkTokens();
+  return bound > 0 && tokens <= bound;
+}
+
 StreamBranches* V4Model::ForkStreams(const StepContext& ctx) const {
   if (!ctx.op.on_cuda() || ctx.op.record_only || ctx.op.profiler != nullptr || side_streams_ == nullptr) {
     return nullptr;
   }
-  const int64_t bound = ForkTokens();
-  return bound > 0 && ctx.num_tokens() <= bound ? side_streams_.get() : nullptr;
+  return ForksAt(ctx.num_tokens()) ? side_streams_.get() : nullptr;
 }
 
 uint64_t ForksForTesting() { return g_forks.load(); }
@@ -273,8 +277,9 @@ const ops::RopeTable& V4Model::RopeFor(int64_t layer) const {
 
 std::unique_ptr<ModelState> V4Model::CreateState(int64_t num_slots, int64_t num_blocks, int64_t block_size,
                                                  int64_t max_step_tokens) const {
+  // Room for the static shapes' scratch rows too: a graph's step must not grow the state.
   return std::make_unique<V4State>(StateLayout::ForConfig(config_, block_size), num_slots, num_blocks, device_,
-                                   max_step_tokens);
+                                   max_step_tokens > 0 ? max_step_tokens + kStaticShapeScratchRows : 0);
 }
 
 size_t V4Model::BytesPerSlot(int64_t block_size) const {
@@ -355,9 +360,9 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   }
   ctx.batch = &batch;
   ctx.state = &state;
-  // Static shapes scatter the compressor rows that close nowhere into the fresh row after the
+  // Static shapes scatter the compressor rows that close nowhere into the fresh rows after the
   // step's own.
-  state.EnsureFreshRows(batch.static_max_context > 0 ? tokens + 1 : tokens);
+  state.EnsureFreshRows(batch.static_max_context > 0 ? tokens + kStaticShapeScratchRows : tokens);
   Workspace& ws = *ctx.ws;
   auto upload = [&](const auto& v, DType dtype) {
     return ws.Upload(ctx.op, v.data(), dtype, {static_cast<int64_t>(v.size())});

@@ -157,9 +157,12 @@ class V4Model : public Model {
   void BuildExpertTables();
 
   const ops::RopeTable& RopeFor(int64_t layer) const;
+  // Whether a step of `tokens` tokens is one that forks: at most DEEPINFER_FORK_TOKENS tokens
+  // (unset or 0: none). It also shapes the branches (a CSA layer's x products spread), on every
+  // device and pass alike, so a graph's capture and its record-only passes queue the same uploads.
+  bool ForksAt(int64_t tokens) const;
   // The side streams a step's independent work forks onto (StepBranches), or null for one stream:
-  // on the CPU, for a record-only or profiled step, and for steps of more tokens than
-  // DEEPINFER_FORK_TOKENS (unset or 0: none fork).
+  // on the CPU, for a record-only or profiled step, and where !ForksAt.
   StreamBranches* ForkStreams(const StepContext& ctx) const;
 
   ModelConfig config_;
@@ -175,7 +178,7 @@ class V4Model : public Model {
   };
   std::vector<ExpertTables> expert_tables_;   // by BlockWeights::layer (MTP blocks after the layers)
   mutable std::unique_ptr<Workspace> workspace_;
-  std::unique_ptr<StreamBranches> side_streams_;  // CUDA: two side streams for StepBranches
+  std::unique_ptr<StreamBranches> side_streams_;  // CUDA: three side streams for StepBranches
   ops::RopeTable rope_plain_;       // base rope_theta, no YaRN (ratio-0 layers)
   ops::RopeTable rope_compressed_;  // compress_rope_theta with YaRN (CSA / HCA layers)
 };
