@@ -12,11 +12,11 @@
 
 namespace deepinfer::v4 {
 
-// Everything one forward step knows about its tokens, in host memory and on the model's device.
 // Fresh rows after a static-shape step's own (ForwardBatch::static_max_context) into which each
 // compressor, the main one and the indexer's, scatters the rows that close nowhere.
 inline constexpr int64_t kStaticShapeScratchRows = 2;
 
+// Everything one forward step knows about its tokens, in host memory and on the model's device.
 // Cheap to copy: the host arrays it points into live in Forward's frame.
 struct V4Model::StepContext {
   ops::OpContext op;               // where the forward runs
