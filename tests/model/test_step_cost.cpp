@@ -168,11 +168,11 @@ TEST(HashUniform, DeterministicInRangeAndSpread) {
   EXPECT_NE(cpu::HashUniform(3, 0, -1.f, 1.f), cpu::HashUniform(4, 0, -1.f, 1.f));
 }
 
-// DEEPINFER_FORK_TOKENS: off when unset, empty or 0; a token count otherwise; anything else is an
-// error that names the variable and the value.
+// DEEPINFER_FORK_TOKENS: the default when unset or empty, off at 0, a token count otherwise;
+// anything else is an error that names the variable and the value.
 TEST(V4Switches, ForkTokensAreACountOrAnErrorNamingTheVariable) {
-  EXPECT_EQ(v4::ParseForkTokens(nullptr), 0);
-  EXPECT_EQ(v4::ParseForkTokens(""), 0);
+  EXPECT_EQ(v4::ParseForkTokens(nullptr), v4::kDefaultForkTokens);
+  EXPECT_EQ(v4::ParseForkTokens(""), v4::kDefaultForkTokens);
   EXPECT_EQ(v4::ParseForkTokens("0"), 0);
   EXPECT_EQ(v4::ParseForkTokens("1"), 1);
   EXPECT_EQ(v4::ParseForkTokens("256"), 256);

@@ -67,16 +67,18 @@ V4Model::~V4Model() = default;
 
 namespace {
 
-// DEEPINFER_JOIN_W13=1 (read once; unset or 0: off) puts each expert's w1 and w3 (the routed
-// ones' and the shared one's) side by side on a CUDA device, so that the MoE takes them as one
-// weight (ExpertWeights::w13): one ExpertsLinear / Linear call instead of two, twice the blocks
-// per launch, the same bits for every row. Off until measured on the device
-// (docs/performance.md, version 42c).
+// DEEPINFER_JOIN_W13 (read once; unset or 1: on, 0: off) puts each expert's w1 and w3 (the
+// routed ones' and the shared one's) side by side on a CUDA device, so that the MoE takes them as
+// one weight (ExpertWeights::w13): one ExpertsLinear / Linear call instead of two, twice the
+// blocks per launch, the same bits for every row. Measured 2026-12-05 (docs/performance.md,
+// version 43): decode 1.463 -> 1.402 / 5.455 -> 5.352 / 9.531 -> 9.310 ms at batch 1 / 64 / 256,
+// the 8k prefill 72.1 -> 70.9 ms.
 std::atomic<int> g_join_w13_test{-1};  // SetJoinW13ForTesting
 bool JoinW13() {
   static const bool from_environment = [] {
     const char* v = std::getenv("DEEPINFER_JOIN_W13");
-    if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
+    if (v == nullptr || *v == '\0') return true;
+    if (std::string(v) == "0") return false;
     if (std::string(v) == "1") return true;
     throw Error(fmt::format("DEEPINFER_JOIN_W13 must be 0 or 1, got '{}'", v));
   }();
@@ -102,7 +104,9 @@ std::atomic<uint64_t> g_forks{0};              // ForksForTesting
 std::atomic<bool> g_branch_order_reversed{false};  // SetBranchOrderForTesting
 
 // DEEPINFER_FORK_TOKENS (read once): the most tokens a step may have for its independent work to
-// run on concurrent streams. Off until measured on the device (docs/performance.md, version 43).
+// run on concurrent streams; unset: kDefaultForkTokens. Measured 2026-12-05 (docs/performance.md,
+// version 43) at 256: decode 1.457 -> 1.265 / 5.476 -> 5.113 / 9.529 -> 9.124 ms at batch 1 / 64 /
+// 256, the prefill unchanged.
 int64_t ForkTokens() {
   static const int64_t from_environment = ParseForkTokens(std::getenv("DEEPINFER_FORK_TOKENS"));
   const int64_t test = g_fork_tokens_test.load();
@@ -112,7 +116,7 @@ int64_t ForkTokens() {
 }  // namespace
 
 int64_t ParseForkTokens(const char* value) {
-  if (value == nullptr || *value == '\0') return 0;
+  if (value == nullptr || *value == '\0') return kDefaultForkTokens;
   const std::string v(value);
   const bool digits = v.size() <= 9 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
   if (!digits) {

@@ -41,8 +41,9 @@ class V4State : public ModelState {
 // the environment's).
 void SetJoinW13ForTesting(int mode);
 
-// DEEPINFER_FORK_TOKENS's value: unset, empty or 0 gives 0 (no step forks); a positive token
-// count gives itself. Anything else is an error naming the variable.
+// DEEPINFER_FORK_TOKENS's value: unset or empty gives kDefaultForkTokens; 0 gives 0 (no step
+// forks); a positive token count gives itself. Anything else is an error naming the variable.
+inline constexpr int64_t kDefaultForkTokens = 256;
 int64_t ParseForkTokens(const char* value);
 // Tests: the fork bound for the steps after the call (>= 0: that bound, -1: the environment's);
 // returns the setting it replaces.
