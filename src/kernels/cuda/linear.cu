@@ -2617,8 +2617,9 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
 
 // DEEPINFER_LINEAR_FUSED (read once; unset or 0: off, 1: on) runs Linear's sliced wgmma products,
 // and its products of 1-8 rows, as one launch (wgmma::WgmmaLinearFusedKernel: x quantized in the
-// blocks at 1-8 rows, the slices summed within thread-block clusters; the same bits). Off until
-// measured on the device (docs/performance.md, version 42). Tests override it
+// blocks at 1-8 rows, the slices summed within thread-block clusters; the same bits). Off: it was
+// slower at every decode batch on the H200 (docs/performance.md, version 43: 1.457 -> 1.471,
+// 5.476 -> 5.598, 9.529 -> 9.913 ms at batch 1 / 64 / 256). Tests override it
 // (SetLinearFusedForTesting).
 std::atomic<uint64_t> g_linear_fused_launches{0};  // launches of it (tests)
 KernelSwitch g_linear_fused{"DEEPINFER_LINEAR_FUSED", 0};
