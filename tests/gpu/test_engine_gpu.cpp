@@ -12,6 +12,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/linear.h"
 #include "model/deepseek_v4/v4_model.h"
+#include "model/model_test_support.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -144,13 +145,9 @@ struct ScopedDecodeLaunchMerges {
 // products then take the fused Linear where it is on).
 EngineOptions ReferenceRoundingsOnTensorCores() {
   EngineOptions o = DemoEngineOptions();
+  o.load = WithEveryReferenceRounding(o.load);
   o.load.device = DeviceId{DeviceType::kCuda, 0};
   o.load.numerics.tensor_core_linears = true;
-  o.load.numerics.fp8_activations = true;
-  o.load.numerics.kv_fp8 = true;
-  o.load.numerics.indexer_fp4 = true;
-  o.load.numerics.bf16_attention_output = true;
-  o.load.numerics.bf16_attention_inputs = true;
   return o;
 }
 

@@ -159,15 +159,7 @@ TEST(GpuModel, StaticShapesEqualDynamicShapes) {
 // shapes (the experts' w2 inputs rounded up to the device row count) equal dynamic ones. GPU
 // against CPU is not compared bit for bit here: an fp32 summation-order difference ahead of a
 // rounding can move a value to the neighbouring e4m3 code.
-LoadOptions OnGpuQuantized() {
-  LoadOptions o = OnGpu();
-  o.numerics.fp8_activations = true;
-  o.numerics.kv_fp8 = true;
-  o.numerics.indexer_fp4 = true;
-  o.numerics.bf16_attention_output = true;
-  o.numerics.bf16_attention_inputs = true;
-  return o;
-}
+LoadOptions OnGpuQuantized() { return WithEveryReferenceRounding(OnGpu()); }
 
 TEST(GpuModel, ChunkedPrefillEqualsOneShotWithTheReferenceQuantization) {
   DI_REQUIRE_GPU();

@@ -83,6 +83,15 @@ std::vector<float> SequenceDriver::Prefill(const std::vector<int32_t>& ids, int6
 
 std::vector<float> SequenceDriver::Step(int32_t token) { return Run(&token, 1, nullptr); }
 
+LoadOptions WithEveryReferenceRounding(LoadOptions options) {
+  options.numerics.fp8_activations = true;
+  options.numerics.kv_fp8 = true;
+  options.numerics.indexer_fp4 = true;
+  options.numerics.bf16_attention_output = true;
+  options.numerics.bf16_attention_inputs = true;
+  return options;
+}
+
 int32_t Argmax(const std::vector<float>& v) {
   return static_cast<int32_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }

@@ -46,6 +46,10 @@ class SequenceDriver {
   int64_t prompt_end_ = 0;  // set by Prefill; Step() tokens come after it
 };
 
+// `options` with every rounding of the reference on (Numerics: fp8_activations, kv_fp8,
+// indexer_fp4, bf16_attention_output, bf16_attention_inputs).
+LoadOptions WithEveryReferenceRounding(LoadOptions options = {});
+
 int32_t Argmax(const std::vector<float>& v);
 
 struct Diff {

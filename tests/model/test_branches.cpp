@@ -69,12 +69,7 @@ TEST(StepBranches, ReversedOrderGivesTheSameLogitsOnEveryGolden) {
 }
 
 TEST(StepBranches, ReversedOrderGivesTheSameLogitsWithTheReferenceQuantization) {
-  LoadOptions options;
-  options.numerics.fp8_activations = true;
-  options.numerics.kv_fp8 = true;
-  options.numerics.indexer_fp4 = true;
-  options.numerics.bf16_attention_output = true;
-  options.numerics.bf16_attention_inputs = true;
+  const LoadOptions options = WithEveryReferenceRounding();
   ExpectReversedBranchesGiveTheSameBits("v4-tiny-fp8fp4", options);
 }
 

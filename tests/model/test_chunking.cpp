@@ -59,12 +59,7 @@ TEST(Chunking, AnyChunkingEqualsOneShotWithTheReferenceQuantization) {
   const Golden g = LoadGolden("v4-tiny-flashlike");
   ModelConfig config = LoadModelConfig(g.dir + "/config.json");
   config.index_topk = 4096;
-  LoadOptions options;
-  options.numerics.fp8_activations = true;
-  options.numerics.kv_fp8 = true;
-  options.numerics.indexer_fp4 = true;
-  options.numerics.bf16_attention_output = true;
-  options.numerics.bf16_attention_inputs = true;
+  const LoadOptions options = WithEveryReferenceRounding();
   LoadedModel loaded = LoadModel(config, g.dir, options);
   const std::vector<int32_t> forced(g.greedy.begin(), g.greedy.begin() + 8);
   const auto reference = Trajectory(*loaded.model, g.prompt_ids, 0, forced);
@@ -131,12 +126,7 @@ TEST(StaticShapes, EqualDynamicShapesFromAFilledState) {
 // The same with every reference rounding on: the experts' w2 inputs are rounded only up to the
 // routed row count, which static shapes read from the device.
 TEST(StaticShapes, EqualDynamicShapesWithTheReferenceQuantization) {
-  LoadOptions options;
-  options.numerics.fp8_activations = true;
-  options.numerics.kv_fp8 = true;
-  options.numerics.indexer_fp4 = true;
-  options.numerics.bf16_attention_output = true;
-  options.numerics.bf16_attention_inputs = true;
+  const LoadOptions options = WithEveryReferenceRounding();
   LoadedModel demo = LoadModel(std::string(DEEPINFER_SOURCE_DIR) + "/models/deepinfer-v4-demo", options);
   EXPECT_EQ(CheckStaticShapesMatchDynamic(*demo.model), 12);
 }
