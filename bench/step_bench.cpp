@@ -8,6 +8,7 @@
 #include "device/arena.h"
 #include "device/buffer.h"
 #include "device/cuda_stream.h"
+#include "device/graph_paths.h"
 #include "kernels/cpu/hash_uniform.h"
 #include "ops/ops.h"
 
@@ -92,7 +93,8 @@ double TimeEager(const Model& model, Step& step, const ops::OpContext& op, int i
 
 // The same step captured once as a CUDA graph (static launch shapes), replayed `iterations` times:
 // seconds per step into p.graph_seconds, the graph's kernels and nodes into p.graph_kernels and
-// p.graph_nodes, the most kernels on one of its paths into p.graph_critical_kernels.
+// p.graph_nodes, the most kernels on one of its paths into p.graph_critical_kernels, its programmatic
+// edges into p.graph_programmatic_edges.
 void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int iterations, StepPoint& p) {
   ForwardBatch& b = step.batch;
   b.static_max_context = b.seqs.front().start_pos + b.seqs.front().num_tokens;
@@ -113,7 +115,7 @@ void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int ite
     b.graph_staging = nullptr;
     throw;
   }
-  graph.EndCapture(op.stream);
+  graph.EndCapture(op.stream, ProgrammaticEdgesForTokens(b.num_tokens));
   graph.Launch(op.stream);  // warm-up
   CudaEvent start(true), end(true);
   start.Record(op.stream);
@@ -127,6 +129,7 @@ void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int ite
   p.graph_kernels = static_cast<int64_t>(graph.KernelNodes());
   p.graph_nodes = static_cast<int64_t>(graph.Nodes());
   p.graph_critical_kernels = static_cast<int64_t>(graph.CriticalPathKernels());
+  p.graph_programmatic_edges = static_cast<int64_t>(graph.ProgrammaticEdges());
 }
 
 // One step with every op timed, queued whole behind a spinning kernel (the previous steps have
@@ -303,6 +306,7 @@ nlohmann::json ToJson(const StepPoint& p, const Rates& rates, const LayerMix* mi
     j["graph_kernels"] = p.graph_kernels;
     j["graph_nodes"] = p.graph_nodes;
     j["graph_critical_kernels"] = p.graph_critical_kernels;
+    j["graph_programmatic_edges"] = p.graph_programmatic_edges;
   }
   j["step_seconds"] = best;
   j["tokens_per_s"] = static_cast<double>(p.batch * p.tokens_per_seq) / best;

@@ -49,6 +49,7 @@ struct StepPoint {
   // The graph's kernel launches and nodes (kernels and copies) per step (< 0: no graph).
   int64_t graph_kernels = -1, graph_nodes = -1;
   int64_t graph_critical_kernels = -1;  // the most kernels on one path of the graph (its branches overlap)
+  int64_t graph_programmatic_edges = -1;  // its edges made programmatic (PDL; CudaGraph::EndCapture)
   // The profiled step's op times summed: the device's busy time in one step (plus the events'
   // own cost), without the gaps between ops (< 0: not profiled).
   double busy_seconds = -1;

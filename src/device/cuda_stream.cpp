@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/switches.h"
 #include "device/cuda_error.h"
 #include "device/graph_paths.h"
 
@@ -100,13 +101,7 @@ void CudaGraph::BeginCapture(cudaStream_t stream) {
 }
 
 bool ProgrammaticDependentLaunch() {
-  static const bool on = [] {
-    const char* v = std::getenv("DEEPINFER_PDL");
-    if (v == nullptr || *v == '\0' || std::string(v) == "1") return true;
-    if (std::string(v) == "0") return false;
-    const std::string message = std::string("DEEPINFER_PDL must be 0 or 1, got '") + v + "'";
-    ThrowCudaError(__FILE__, __LINE__, "CudaGraph", message.c_str());
-  }();
+  static const bool on = ParseOnOffSwitch("DEEPINFER_PDL", std::getenv("DEEPINFER_PDL"), /*if_unset=*/true);
   return on;
 }
 
@@ -194,7 +189,7 @@ bool CurrentDeviceLaunchesProgrammatically() {
 
 }  // namespace
 
-void CudaGraph::EndCapture(cudaStream_t stream) {
+void CudaGraph::EndCapture(cudaStream_t stream, bool programmatic_edges) {
   cudaGraph_t graph = nullptr;
   DI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
   if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
@@ -206,7 +201,7 @@ void CudaGraph::EndCapture(cudaStream_t stream) {
     nodes_ = shape.nodes;
     kernel_nodes_ = shape.kernels;
     longest_kernel_chain_ = shape.longest_kernel_chain;
-    if (ProgrammaticDependentLaunch() && CurrentDeviceLaunchesProgrammatically()) {
+    if (programmatic_edges && ProgrammaticDependentLaunch() && CurrentDeviceLaunchesProgrammatically()) {
       programmatic_edges_ = MakeKernelEdgesProgrammatic(graph);
     }
   } catch (...) {

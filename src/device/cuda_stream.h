@@ -79,9 +79,10 @@ class CudaGraph {
   // programmatic dependency (programmatic dependent launch: the next kernel's launch overlaps the
   // previous one's work; each kernel waits for its predecessor in PdlPrologue,
   // kernels/cuda/cuda_common.cuh) on devices of compute capability 9.0 and later, unless
-  // DEEPINFER_PDL=0; ProgrammaticEdges() counts those of the last capture.
+  // DEEPINFER_PDL=0 or `programmatic_edges` is false (ProgrammaticEdgesForTokens, graph_paths.h:
+  // the step's size); ProgrammaticEdges() counts those of the last capture.
   static void BeginCapture(cudaStream_t stream);
-  void EndCapture(cudaStream_t stream);
+  void EndCapture(cudaStream_t stream, bool programmatic_edges = true);
   size_t ProgrammaticEdges() const { return programmatic_edges_; }
   // The last capture's nodes, and of those its kernel launches (the step's launch count), and
   // the most kernels on one path through it (LongestKernelChain: what runs one after another

@@ -34,7 +34,7 @@ void StreamBranches::Join(cudaStream_t, int, int) { NoCuda("CUDA stream branches
 
 CudaGraph::~CudaGraph() = default;
 void CudaGraph::BeginCapture(cudaStream_t) { NoCuda("a CUDA graph"); }
-void CudaGraph::EndCapture(cudaStream_t) { NoCuda("a CUDA graph"); }
+void CudaGraph::EndCapture(cudaStream_t, bool) { NoCuda("a CUDA graph"); }
 void CudaGraph::Launch(cudaStream_t) const { NoCuda("a CUDA graph"); }
 
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {

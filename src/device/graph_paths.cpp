@@ -1,8 +1,10 @@
 #include "device/graph_paths.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "base/error.h"
+#include "base/switches.h"
 
 namespace deepinfer {
 
@@ -34,6 +36,16 @@ size_t LongestKernelChain(const std::vector<bool>& is_kernel, const std::vector<
   }
   DI_CHECK(visited == n, "the graph's edges form a cycle ({} of {} nodes ordered)", visited, n);
   return longest;
+}
+
+int64_t ParsePdlMaxTokens(const char* value) {
+  return ParseCountSwitch("DEEPINFER_PDL_MAX_TOKENS", value, kNoPdlTokenBound,
+                          "the most tokens a step may have for its graph's programmatic edges (0: none)");
+}
+
+bool ProgrammaticEdgesForTokens(int64_t tokens) {
+  static const int64_t bound = ParsePdlMaxTokens(std::getenv("DEEPINFER_PDL_MAX_TOKENS"));
+  return tokens <= bound;
 }
 
 }  // namespace deepinfer

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -13,5 +15,15 @@ namespace deepinfer {
 // least, however its branches overlap (a one-stream capture: all of them). Throws if an index is
 // out of range or the edges form a cycle.
 size_t LongestKernelChain(const std::vector<bool>& is_kernel, const std::vector<std::pair<size_t, size_t>>& edges);
+
+// Which captured steps get programmatic kernel-to-kernel edges (CudaGraph::EndCapture), by their
+// token count: DEEPINFER_PDL_MAX_TOKENS=N keeps plain edges in the graphs of steps of more than N
+// tokens (0: every graph). Unset or empty: kNoPdlTokenBound. A count or an error naming the
+// variable (ParseCountSwitch).
+inline constexpr int64_t kNoPdlTokenBound = std::numeric_limits<int64_t>::max();
+int64_t ParsePdlMaxTokens(const char* value);
+// Whether the graph of a step of `tokens` tokens may have programmatic edges under
+// DEEPINFER_PDL_MAX_TOKENS (read once); DEEPINFER_PDL and the device decide the rest.
+bool ProgrammaticEdgesForTokens(int64_t tokens);
 
 }  // namespace deepinfer

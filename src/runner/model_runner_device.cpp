@@ -14,6 +14,7 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "device/graph_paths.h"
 #include "ops/ops.h"
 #include "runner/device_io.h"
 #include "sampling/sampler.h"
@@ -128,7 +129,7 @@ void ModelRunner::CaptureDecodeGraphs() {
         }
         throw;
       }
-      graph->graph.EndCapture(io.op.stream);
+      graph->graph.EndCapture(io.op.stream, ProgrammaticEdgesForTokens(bucket));
       DI_CHECK(model_.LastStepStagedBytes() == graph->staged_bytes,
                "decode graph for {} sequences: the captured step staged {} bytes, the eager one {}", bucket,
                model_.LastStepStagedBytes(), graph->staged_bytes);

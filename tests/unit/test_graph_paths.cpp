@@ -1,7 +1,9 @@
-// LongestKernelChain: the launches a captured graph runs one after another at least.
+// LongestKernelChain: the launches a captured graph runs one after another at least; and
+// DEEPINFER_PDL_MAX_TOKENS's parsing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -41,6 +43,24 @@ TEST(GraphPaths, AForkAndJoinCountsTheLongerBranchOnce) {
 TEST(GraphPaths, RejectsCyclesAndNodesThatAreNotThere) {
   EXPECT_THROW(LongestKernelChain({true, true}, {{0, 1}, {1, 0}}), Error);
   EXPECT_THROW(LongestKernelChain({true, true}, {{0, 2}}), Error);
+}
+
+// DEEPINFER_PDL_MAX_TOKENS: no bound when unset or empty, a token count otherwise (0: no graph
+// gets programmatic edges); anything else is an error that names the variable and the value.
+TEST(PdlSwitch, MaxTokensAreACountOrAnErrorNamingTheVariable) {
+  EXPECT_EQ(ParsePdlMaxTokens(nullptr), kNoPdlTokenBound);
+  EXPECT_EQ(ParsePdlMaxTokens(""), kNoPdlTokenBound);
+  EXPECT_EQ(ParsePdlMaxTokens("0"), 0);
+  EXPECT_EQ(ParsePdlMaxTokens("64"), 64);
+  for (const char* bad : {"-1", "64k", " 8", "on", "9999999999"}) {
+    try {
+      ParsePdlMaxTokens(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DEEPINFER_PDL_MAX_TOKENS"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

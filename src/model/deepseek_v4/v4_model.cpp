@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/math.h"
+#include "base/switches.h"
 #include "model/deepseek_v4/v4_step.h"
 
 namespace deepinfer::v4 {
@@ -75,13 +76,8 @@ namespace {
 // the 8k prefill 72.1 -> 70.9 ms.
 std::atomic<int> g_join_w13_test{-1};  // SetJoinW13ForTesting
 bool JoinW13() {
-  static const bool from_environment = [] {
-    const char* v = std::getenv("DEEPINFER_JOIN_W13");
-    if (v == nullptr || *v == '\0') return true;
-    if (std::string(v) == "0") return false;
-    if (std::string(v) == "1") return true;
-    throw Error(fmt::format("DEEPINFER_JOIN_W13 must be 0 or 1, got '{}'", v));
-  }();
+  static const bool from_environment =
+      ParseOnOffSwitch("DEEPINFER_JOIN_W13", std::getenv("DEEPINFER_JOIN_W13"), /*if_unset=*/true);
   const int test = g_join_w13_test.load();
   return test >= 0 ? test == 1 : from_environment;
 }
@@ -116,13 +112,8 @@ int64_t ForkTokens() {
 }  // namespace
 
 int64_t ParseForkTokens(const char* value) {
-  if (value == nullptr || *value == '\0') return kDefaultForkTokens;
-  const std::string v(value);
-  const bool digits = v.size() <= 9 && std::all_of(v.begin(), v.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
-  if (!digits) {
-    throw Error(fmt::format("DEEPINFER_FORK_TOKENS must be a step's token count (0: no step forks), got '{}'", v));
-  }
-  return std::stoll(v);
+  return ParseCountSwitch("DEEPINFER_FORK_TOKENS", value, kDefaultForkTokens,
+                          "a step's token count (0: no step forks)");
 }
 
 int64_t SetForkTokensForTesting(int64_t tokens) {
