@@ -117,12 +117,15 @@ TEST(CudaMoeAlign, HashRowsWithRepeatedExperts) {
   CheckAlign(300, 6, 5, 3, true);  // repeats dropped after the first; 5 experts, crowded
 }
 
-// From 4096 slots MoeAlign counts and places over the whole device (one warp per expert): the
-// same outputs, with repeats, crowded experts and an 8k prefill's 49,152 slots.
+// From cuda::kMoeAlignDeviceSlots (256) slots MoeAlign counts and places over the whole device
+// (one warp per expert): the same outputs, with repeats, crowded experts, decode batches 64 and
+// 256 and an 8k prefill's 49,152 slots.
 TEST(CudaMoeAlign, ManySlotsPath) {
   DI_REQUIRE_GPU();
-  CheckAlign(819, 5, 5, 11, true);   // 4,095 slots: still the single block (four chunks)
-  CheckAlign(683, 6, 5, 8, true);    // 4,098 slots: just past the threshold
+  static_assert(cuda::kMoeAlignDeviceSlots == 256, "the cases below sit around 256 slots");
+  CheckAlign(51, 5, 5, 11, true);    // 255 slots: still the single block
+  CheckAlign(43, 6, 5, 8, true);     // 258 slots: just past the threshold
+  CheckAlign(256, 6, 256, 14, false);  // decode batch 256
   CheckAlign(1000, 6, 256, 9, true);
   CheckAlign(8192, 6, 256, 10, false);
   CheckAlign(1000, 6, 256, 12, false, 96, 7);  // ids of -1 and E dropped on this path too

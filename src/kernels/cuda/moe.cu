@@ -224,16 +224,16 @@ __global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_
   }
 }
 
-// From kManySlots slots on (prefill), MoeAlign runs over the whole device instead of one block,
+// From kMoeAlignDeviceSlots slots on, MoeAlign runs over the whole device instead of one block,
 // with the same outputs (they are defined exactly: rows in increasing slot order per expert):
 //   MoeCountKernel, grid-strided over the slots: slot_rows[i] = sorted_slots[i] = -1, and each
 //     kept slot (a valid expert, first in its token) counted into counts[e] (integer atomics);
 //   MoePlaceKernel, one warp per expert e: its offset (the counts below e summed), then every
 //     slot in order, 32 at a time: the kept slots of e by ballot, each at offset + the kept slots
 //     of e before it.
-// The single block placed chunk by chunk with a quadratic rank count per chunk: ~2 ms for the
-// 49,152 slots of an 8k Flash prefill (2026-12-01 profile).
-constexpr int64_t kManySlots = 4096;
+// The single block places chunk by chunk with a quadratic rank count per chunk: ~2 ms for the
+// 49,152 slots of an 8k Flash prefill (2026-12-01 profile), and ~65 us a call at decode batch 256
+// (1,536 slots; 2026-12-05 per-op profile), when the device-wide path began at 4,096 slots.
 constexpr int kPlaceThreads = 256;
 constexpr int kPlaceUnroll = 8;  // slot loads in flight per lane
 
@@ -408,7 +408,7 @@ void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_e
   }
   int32_t* counts = static_cast<int32_t*>(scratch);
   const int64_t slots = m * top_k;
-  if (slots >= kManySlots) {
+  if (slots >= kMoeAlignDeviceSlots) {
     DI_CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<size_t>(num_experts) * sizeof(int32_t), stream),
                   "moe_align: cudaMemsetAsync");
     const int64_t count_blocks = std::min<int64_t>(CeilDiv(slots, 256), 1024);

@@ -40,8 +40,10 @@ size_t MoeAlignScratchBytes(int64_t num_slots, int64_t num_experts);
 // counts; offsets[E] = rows in all), sorted_slots [M·top_k] (rows 0 … offsets[E]−1: the slots of
 // expert 0 in increasing slot order, then expert 1, …; the rest −1), slot_rows [M·top_k] (the
 // row of each slot in sorted_slots, −1 for dropped repeats). Expert ids outside [0, E) are
-// dropped too. Up to 4,095 slots one block; from 4,096 a count and a placement kernel over the
-// device (one warp per expert). Deterministic; the outputs do not depend on the path.
+// dropped too. Below kMoeAlignDeviceSlots slots one block; from there a count and a placement
+// kernel over the device (one warp per expert). Deterministic; the outputs do not depend on the
+// path.
+inline constexpr int64_t kMoeAlignDeviceSlots = 256;
 void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_experts, int32_t* expert_offsets,
               int32_t* sorted_slots, int32_t* slot_rows, void* scratch, cudaStream_t stream);
 
