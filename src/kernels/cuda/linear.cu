@@ -1448,6 +1448,84 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
   ExpertTile t{};
   int64_t n0 = 0;
   int64_t j = 0;  // loads consumed
+  if constexpr (kWarpSpecialized && kTok == 64) {
+    // Over two accumulators: chunk c's MMAs are issued before chunk c - 1 is scaled into part
+    // (wgmma.wait_group 1), as WgmmaBlockPreFolded does, so a warpgroup's tensor work overlaps its
+    // own scaling; a chunk with later passes waits for both (FoldedLaterPasses' chains). The same
+    // products and adds in the same order as the loop below: the same bits.
+    while (items.Next(lists, t, n0)) {
+      const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(base + lay.codes_bytes);
+      const uint8_t* more = base + lay.codes_bytes + lay.words_bytes + (n0 / wgmma::kBlockRows) * chunks;
+      const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;
+      float acc0[R::kElems], acc1[R::kElems], part[R::kElems], total[R::kElems];
+#pragma unroll
+      for (int i = 0; i < R::kElems; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
+      // A chunk in flight: its load, its rows' fold words and later-pass flag (read at its issue,
+      // used a chunk later).
+      struct Pending {
+        int64_t j;
+        int c;
+        uint32_t word_a, word_b;
+        uint8_t more;
+      };
+      auto w_addr_of = [&](int64_t load) {
+        return tma::SmemAddress(ring.Stage(load) + group * wgmma::kRowsPerGroup * wgmma::kChunk);
+      };
+      auto x_addr_of = [&](int64_t load) { return tma::SmemAddress(ring.Stage(load) + R::kX); };
+      auto issue = [&](int c, float (&cur)[R::kElems]) {
+        const Pending pc{j, c, __ldg(words + c * lay.n_pad + ra), __ldg(words + c * lay.n_pad + ra + 8),
+                         __ldg(more + c)};
+        ring.WaitLoaded(j);
+        wgmma::ChunkChainIssueLow(cur, w_addr_of(j), x_addr_of(j));
+        ++j;
+        return pc;
+      };
+      // Chunk pc's MMAs complete in done; in_flight: the wgmma groups left in flight (0 or 1, the
+      // next chunk's).
+      constexpr std::integral_constant<int, 0> kNone{};
+      constexpr std::integral_constant<int, 1> kNext{};
+      auto finish = [&](const Pending& pc, float (&done)[R::kElems], auto in_flight) {
+        uint8_t* stage = ring.Stage(pc.j);
+        const float* xs = R::XScales(stage, t.row0);
+        float sc[R::kElems];
+        wgmma::ScaleProducts(sc, wgmma::FoldedRowScaleOf(pc.word_a), wgmma::FoldedRowScaleOf(pc.word_b),
+                             tma::SmemAddress(xs), q);
+        wgmma::WgmmaWait<decltype(in_flight)::value>();
+        wgmma::PinAll(done);
+        wgmma::AddScaledProducts(part, done, sc);
+        if (pc.more != 0) {  // uniform over the block
+          const Params fp4 = TileParams<Kind::kFp4>(ep, t);
+          wgmma::LoadRawNibbles(fp4, raw, n0, pc.c);  // FoldedLaterPasses' first barrier publishes it
+          wgmma::FoldedLaterPasses<R::kElems, kSync>(fp4, raw, stage, tables, n0, pc.c, w_addr_of(pc.j),
+                                                     x_addr_of(pc.j), xs, q, ra, true, done, part);
+        }
+        __syncwarp();
+        ring.ReleaseByWarp(pc.j, lane);
+        wgmma::EndChunk(total, part, pc.c, 0, chunks);
+      };
+      if (chunks > 0) {
+        Pending last = issue(0, acc0);
+        int c = 1;
+        for (; c + 1 < chunks; c += 2) {
+          const Pending a = issue(c, acc1);
+          finish(last, acc0, kNext);
+          last = issue(c + 1, acc0);
+          finish(a, acc1, kNext);
+        }
+        if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
+          const Pending a = issue(c, acc1);
+          finish(last, acc0, kNext);
+          finish(a, acc1, kNone);
+        } else {
+          finish(last, acc0, kNone);
+        }
+      }
+      const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
+      wgmma::StoreBlockResult<kTok>(tp, ra, 0, q, [&](int i) { return total[i]; });
+    }
+    return;
+  }
   while (items.Next(lists, t, n0)) {
     const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
     const uint32_t* words = reinterpret_cast<const uint32_t*>(base + lay.codes_bytes);
