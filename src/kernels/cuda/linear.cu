@@ -1463,6 +1463,7 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
       for (int i = 0; i < R::kElems; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
       // A chunk in flight: its load, its rows' fold words and later-pass flag (read at its issue,
       // used a chunk later).
+      static_assert(R::kStages >= 2, "a warp holds two unreleased stages while it awaits the next load");
       struct Pending {
         int64_t j;
         int c;
@@ -1473,48 +1474,49 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
         return tma::SmemAddress(ring.Stage(load) + group * wgmma::kRowsPerGroup * wgmma::kChunk);
       };
       auto x_addr_of = [&](int64_t load) { return tma::SmemAddress(ring.Stage(load) + R::kX); };
-      auto issue = [&](int c, float (&cur)[R::kElems]) {
-        const Pending pc{j, c, __ldg(words + c * lay.n_pad + ra), __ldg(words + c * lay.n_pad + ra + 8),
-                         __ldg(more + c)};
+      auto issue_chunk = [&](int c, float (&cur)[R::kElems]) {
+        const Pending pending{j, c, __ldg(words + c * lay.n_pad + ra), __ldg(words + c * lay.n_pad + ra + 8),
+                              __ldg(more + c)};
         ring.WaitLoaded(j);
         wgmma::ChunkChainIssueLow(cur, w_addr_of(j), x_addr_of(j));
         ++j;
-        return pc;
+        return pending;
       };
-      // Chunk pc's MMAs complete in done; in_flight: the wgmma groups left in flight (0 or 1, the
-      // next chunk's).
+      // `chunk`'s MMAs complete in done; in_flight: the wgmma groups left in flight (0 or 1, the next
+      // chunk's).
       constexpr std::integral_constant<int, 0> kNone{};
       constexpr std::integral_constant<int, 1> kNext{};
-      auto finish = [&](const Pending& pc, float (&done)[R::kElems], auto in_flight) {
-        uint8_t* stage = ring.Stage(pc.j);
+      auto finish = [&](const Pending& chunk, float (&done)[R::kElems], auto in_flight) {
+        uint8_t* stage = ring.Stage(chunk.j);
         const float* xs = R::XScales(stage, t.row0);
         float sc[R::kElems];
-        wgmma::ScaleProducts(sc, wgmma::FoldedRowScaleOf(pc.word_a), wgmma::FoldedRowScaleOf(pc.word_b),
-                             tma::SmemAddress(xs), q);
+        wgmma::ScaleProducts(sc, wgmma::FoldedRowScaleOf(chunk.word_a),
+                             wgmma::FoldedRowScaleOf(chunk.word_b), tma::SmemAddress(xs), q);
         wgmma::WgmmaWait<decltype(in_flight)::value>();
         wgmma::PinAll(done);
         wgmma::AddScaledProducts(part, done, sc);
-        if (pc.more != 0) {  // uniform over the block
+        if (chunk.more != 0) {  // uniform over the block
           const Params fp4 = TileParams<Kind::kFp4>(ep, t);
-          wgmma::LoadRawNibbles(fp4, raw, n0, pc.c);  // FoldedLaterPasses' first barrier publishes it
-          wgmma::FoldedLaterPasses<R::kElems, kSync>(fp4, raw, stage, tables, n0, pc.c, w_addr_of(pc.j),
-                                                     x_addr_of(pc.j), xs, q, ra, true, done, part);
+          wgmma::LoadRawNibbles(fp4, raw, n0, chunk.c);  // FoldedLaterPasses' first barrier publishes it
+          wgmma::FoldedLaterPasses<R::kElems, kSync>(fp4, raw, stage, tables, n0, chunk.c,
+                                                     w_addr_of(chunk.j), x_addr_of(chunk.j), xs, q, ra, true,
+                                                     done, part);
         }
         __syncwarp();
-        ring.ReleaseByWarp(pc.j, lane);
-        wgmma::EndChunk(total, part, pc.c, 0, chunks);
+        ring.ReleaseByWarp(chunk.j, lane);
+        wgmma::EndChunk(total, part, chunk.c, 0, chunks);
       };
       if (chunks > 0) {
-        Pending last = issue(0, acc0);
+        Pending last = issue_chunk(0, acc0);
         int c = 1;
         for (; c + 1 < chunks; c += 2) {
-          const Pending a = issue(c, acc1);
+          const Pending a = issue_chunk(c, acc1);
           finish(last, acc0, kNext);
-          last = issue(c + 1, acc0);
+          last = issue_chunk(c + 1, acc0);
           finish(a, acc1, kNext);
         }
         if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
-          const Pending a = issue(c, acc1);
+          const Pending a = issue_chunk(c, acc1);
           finish(last, acc0, kNext);
           finish(a, acc1, kNone);
         } else {
@@ -1524,86 +1526,86 @@ __global__ void __launch_bounds__(kWarpSpecialized ? tma::kWsThreads : tma::kThr
       const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
       wgmma::StoreBlockResult<kTok>(tp, ra, 0, q, [&](int i) { return total[i]; });
     }
-    return;
-  }
-  while (items.Next(lists, t, n0)) {
-    const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(base + lay.codes_bytes);
-    const uint8_t* more = base + lay.codes_bytes + lay.words_bytes + (n0 / wgmma::kBlockRows) * chunks;
-    const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;
-    float acc[R::kElems], part[R::kElems], total[R::kElems];
+  } else {
+    while (items.Next(lists, t, n0)) {
+      const uint8_t* base = pre + static_cast<int64_t>(t.expert - e0) * lay.ExpertBytes();
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(base + lay.codes_bytes);
+      const uint8_t* more = base + lay.codes_bytes + lay.words_bytes + (n0 / wgmma::kBlockRows) * chunks;
+      const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;
+      float acc[R::kElems], part[R::kElems], total[R::kElems];
 #pragma unroll
-    for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
-    // Warp-specialized: the fold words of rows ra, ra + 8 and the later-pass flag of chunk c + 1,
-    // loaded during chunk c (their latency out of the path from the MMAs' end to the scaling).
-    uint32_t next_a = 0u, next_b = 0u;
-    uint8_t next_more = 0;
-    if (kWarpSpecialized && chunks > 0) {
-      next_a = __ldg(words + ra);
-      next_b = __ldg(words + ra + 8);
-      next_more = __ldg(more);
-    }
-    for (int c = 0; c < chunks; ++c, ++j) {
-      uint32_t word_a = next_a, word_b = next_b;
-      uint8_t chunk_more = next_more;
-      if constexpr (kWarpSpecialized) {
-        if (c + 1 < chunks) {
-          next_a = __ldg(words + (c + 1) * lay.n_pad + ra);
-          next_b = __ldg(words + (c + 1) * lay.n_pad + ra + 8);
-          next_more = __ldg(more + c + 1);
+      for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
+      // Warp-specialized: the fold words of rows ra, ra + 8 and the later-pass flag of chunk c + 1,
+      // loaded during chunk c (their latency out of the path from the MMAs' end to the scaling).
+      uint32_t next_a = 0u, next_b = 0u;
+      uint8_t next_more = 0;
+      if (kWarpSpecialized && chunks > 0) {
+        next_a = __ldg(words + ra);
+        next_b = __ldg(words + ra + 8);
+        next_more = __ldg(more);
+      }
+      for (int c = 0; c < chunks; ++c, ++j) {
+        uint32_t word_a = next_a, word_b = next_b;
+        uint8_t chunk_more = next_more;
+        if constexpr (kWarpSpecialized) {
+          if (c + 1 < chunks) {
+            next_a = __ldg(words + (c + 1) * lay.n_pad + ra);
+            next_b = __ldg(words + (c + 1) * lay.n_pad + ra + 8);
+            next_more = __ldg(more + c + 1);
+          }
         }
+        ring.WaitLoaded(j);
+        uint8_t* stage = ring.Stage(j);
+        const uint32_t w_addr = tma::SmemAddress(stage + group * wgmma::kRowsPerGroup * wgmma::kChunk);
+        const uint32_t x_addr = tma::SmemAddress(stage + R::kX);
+        if constexpr (kWarpSpecialized) {
+          wgmma::ChunkChainIssueLow(acc, w_addr, x_addr);
+        } else {
+          wgmma::ChunkChainIssue(acc, w_addr, x_addr);
+        }
+        // While the MMAs run: the next load into the stage load j - 1 used, once it is released.
+        if (!kWarpSpecialized && tid == 0 && j >= 1 && !p_done && issued == j - 1 + R::kStages) {
+          ring.WaitReleased(j - 1);
+          issue();
+        }
+        __syncwarp();
+        if constexpr (!kWarpSpecialized) {
+          word_a = __ldg(words + c * lay.n_pad + ra);
+          word_b = __ldg(words + c * lay.n_pad + ra + 8);
+          chunk_more = __ldg(more + c);
+        }
+        const float sa = wgmma::FoldedRowScaleOf(word_a);
+        const float sb = wgmma::FoldedRowScaleOf(word_b);
+        const bool again = chunk_more != 0;  // uniform over the block
+        const float* xs = R::XScales(stage, t.row0);
+        if constexpr (kWarpSpecialized) {
+          // The scale products before the wait (the stage's x scales landed with its codes).
+          float s[R::kElems];
+          wgmma::ScaleProducts(s, sa, sb, tma::SmemAddress(xs), q);
+          wgmma::WgmmaWaitAll();
+          wgmma::PinAll(acc);
+          wgmma::AddScaledProducts(part, acc, s);
+        } else {
+          wgmma::WgmmaWaitAll();
+          wgmma::PinAll(acc);
+          wgmma::AddScaledRows(part, acc, sa, sb, xs, q);
+        }
+        if (again) {
+          const Params fp4 = TileParams<Kind::kFp4>(ep, t);
+          wgmma::LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it
+          wgmma::FoldedLaterPasses<R::kElems, kSync>(fp4, raw, stage, tables, n0, c, w_addr, x_addr, xs, q, ra, true,
+                                                     acc, part);
+        }
+        if constexpr (kWarpSpecialized) {
+          ring.ReleaseByWarp(j, lane);
+        } else {
+          ring.Release(j);  // this thread's last read of the stage
+        }
+        wgmma::EndChunk(total, part, c, 0, chunks);
       }
-      ring.WaitLoaded(j);
-      uint8_t* stage = ring.Stage(j);
-      const uint32_t w_addr = tma::SmemAddress(stage + group * wgmma::kRowsPerGroup * wgmma::kChunk);
-      const uint32_t x_addr = tma::SmemAddress(stage + R::kX);
-      if constexpr (kWarpSpecialized) {
-        wgmma::ChunkChainIssueLow(acc, w_addr, x_addr);
-      } else {
-        wgmma::ChunkChainIssue(acc, w_addr, x_addr);
-      }
-      // While the MMAs run: the next load into the stage load j - 1 used, once it is released.
-      if (!kWarpSpecialized && tid == 0 && j >= 1 && !p_done && issued == j - 1 + R::kStages) {
-        ring.WaitReleased(j - 1);
-        issue();
-      }
-      __syncwarp();
-      if constexpr (!kWarpSpecialized) {
-        word_a = __ldg(words + c * lay.n_pad + ra);
-        word_b = __ldg(words + c * lay.n_pad + ra + 8);
-        chunk_more = __ldg(more + c);
-      }
-      const float sa = wgmma::FoldedRowScaleOf(word_a);
-      const float sb = wgmma::FoldedRowScaleOf(word_b);
-      const bool again = chunk_more != 0;  // uniform over the block
-      const float* xs = R::XScales(stage, t.row0);
-      if constexpr (kWarpSpecialized) {
-        // The scale products before the wait (the stage's x scales landed with its codes).
-        float s[R::kElems];
-        wgmma::ScaleProducts(s, sa, sb, tma::SmemAddress(xs), q);
-        wgmma::WgmmaWaitAll();
-        wgmma::PinAll(acc);
-        wgmma::AddScaledProducts(part, acc, s);
-      } else {
-        wgmma::WgmmaWaitAll();
-        wgmma::PinAll(acc);
-        wgmma::AddScaledRows(part, acc, sa, sb, xs, q);
-      }
-      if (again) {
-        const Params fp4 = TileParams<Kind::kFp4>(ep, t);
-        wgmma::LoadRawNibbles(fp4, raw, n0, c);  // FoldedLaterPasses' first barrier publishes it
-        wgmma::FoldedLaterPasses<R::kElems, kSync>(fp4, raw, stage, tables, n0, c, w_addr, x_addr, xs, q, ra, true,
-                                                   acc, part);
-      }
-      if constexpr (kWarpSpecialized) {
-        ring.ReleaseByWarp(j, lane);
-      } else {
-        ring.Release(j);  // this thread's last read of the stage
-      }
-      wgmma::EndChunk(total, part, c, 0, chunks);
+      const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
+      wgmma::StoreBlockResult<kTok>(tp, ra, 0, q, [&](int i) { return total[i]; });
     }
-    const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
-    wgmma::StoreBlockResult<kTok>(tp, ra, 0, q, [&](int i) { return total[i]; });
   }
 #endif
 }
