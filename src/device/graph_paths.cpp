@@ -39,7 +39,7 @@ size_t LongestKernelChain(const std::vector<bool>& is_kernel, const std::vector<
 }
 
 int64_t ParsePdlMaxTokens(const char* value) {
-  return ParseCountSwitch("DEEPINFER_PDL_MAX_TOKENS", value, kNoPdlTokenBound,
+  return ParseCountSwitch("DEEPINFER_PDL_MAX_TOKENS", value, kDefaultPdlMaxTokens,
                           "the most tokens a step may have for its graph's programmatic edges (0: none)");
 }
 

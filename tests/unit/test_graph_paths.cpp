@@ -45,11 +45,11 @@ TEST(GraphPaths, RejectsCyclesAndNodesThatAreNotThere) {
   EXPECT_THROW(LongestKernelChain({true, true}, {{0, 2}}), Error);
 }
 
-// DEEPINFER_PDL_MAX_TOKENS: no bound when unset or empty, a token count otherwise (0: no graph
+// DEEPINFER_PDL_MAX_TOKENS: the default when unset or empty, a token count otherwise (0: no graph
 // gets programmatic edges); anything else is an error that names the variable and the value.
 TEST(PdlSwitch, MaxTokensAreACountOrAnErrorNamingTheVariable) {
-  EXPECT_EQ(ParsePdlMaxTokens(nullptr), kNoPdlTokenBound);
-  EXPECT_EQ(ParsePdlMaxTokens(""), kNoPdlTokenBound);
+  EXPECT_EQ(ParsePdlMaxTokens(nullptr), kDefaultPdlMaxTokens);
+  EXPECT_EQ(ParsePdlMaxTokens(""), kDefaultPdlMaxTokens);
   EXPECT_EQ(ParsePdlMaxTokens("0"), 0);
   EXPECT_EQ(ParsePdlMaxTokens("64"), 64);
   for (const char* bad : {"-1", "64k", " 8", "on", "9999999999"}) {

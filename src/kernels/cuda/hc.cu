@@ -51,7 +51,7 @@ int64_t MultiTokenMin() {
   }();
   return min_tokens;
 }
-// There, HcPre at S = 4 defers the Sinkhorn to HcSinkhornKernel (same bits): in the mix kernel one
+// There, HcPre at S = 4 defers the Sinkhorn to HcSinkhorn4Kernel (same bits): in the mix kernel one
 // warp per token ran it with 4 of 32 lanes while the whole cluster of 8 SMs waited. (8 tokens per
 // block, version 16, was slower at the 8k prefill: 1.73 ms a launch at 156 registers and 12%
 // occupancy against 1.28 ms at 124 and 24% (ncu); docs/performance.md.)
@@ -150,8 +150,8 @@ __device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
 // through kMixCluster SMs per token instead of one (one block per token took ~130 us per call at
 // batch 1 on the H200, 2026-11-30 profile).
 // kHead: rows = s, weights = head weights, no post/comb. Otherwise rows = (2+s)·s.
-// kDeferSinkhorn (HcPre): comb gets the Sinkhorn's input (the affine mix) and HcSinkhornKernel
-// runs the Sinkhorn after this kernel, one thread per token, so that no cluster waits for it.
+// kDeferSinkhorn (HcPre): comb gets the Sinkhorn's input (the affine mix) and HcSinkhorn4Kernel
+// runs the Sinkhorn after this kernel, 16 lanes a token, so that no cluster waits for it.
 template <int kTok, bool kHead, bool kDeferSinkhorn = false>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
@@ -505,57 +505,47 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
   cluster.sync();  // no block leaves (freeing its shared memory) while another may still read it
 }
 
-// SinkhornWarp on each token's S×S matrix in comb (in place), one thread per token, the matrix in
-// registers: every element sees the same operations in the same order (expf, IEEE divisions, the
-// row and column sums left to right), so the same bits as SinkhornWarp.
-template <int S>
-__global__ void __launch_bounds__(128) HcSinkhornKernel(float* __restrict__ comb, int64_t m, int64_t iters,
-                                                        float eps) {
+// SinkhornShuffle4 on each token's 4×4 matrix in comb (in place), 16 lanes a token (lane 4j + k
+// of a half-warp holds c[j][k]), the matrix in registers: every element sees SinkhornShuffle4's
+// operations in its order (expf, IEEE divisions, the row and column sums left to right from +0),
+// so the same bits as SinkhornWarp and the mix kernel's own Sinkhorn. One thread a token, the
+// matrix in its registers, took ~24 us a call at decode batch 64 (ncu, 2026-12-05): 20 iterations
+// of 32 divisions in one thread's chain, at 3% occupancy. The lanes of tokens past m run on zeros
+// (every lane must take part in the shuffles) and store nothing.
+constexpr int kSinkhornThreads = 128;
+__global__ void __launch_bounds__(kSinkhornThreads) HcSinkhorn4Kernel(float* __restrict__ comb, int64_t m,
+                                                                      int64_t iters, float eps) {
   PdlPrologue();
-  const int64_t tok = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (tok >= m) return;
-  float* mat = comb + tok * S * S;
-  float c[S][S];
+  constexpr int kLanes = 16;
+  const int64_t tok = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int e = threadIdx.x % kLanes, j = e / 4, k = e % 4;
+  const bool live = tok < m;
+  auto row_value = [&](float v, int i) { return __shfl_sync(0xffffffffu, v, 4 * j + i, kLanes); };
+  auto column_value = [&](float v, int i) { return __shfl_sync(0xffffffffu, v, 4 * i + k, kLanes); };
+  float v = live ? comb[tok * kLanes + e] : 0.f;
+  float mx = row_value(v, 0);
 #pragma unroll
-  for (int j = 0; j < S; ++j) {
+  for (int i = 1; i < 4; ++i) mx = fmaxf(mx, row_value(v, i));
+  v = expf(v - mx);
+  float sum = 0.f;
 #pragma unroll
-    for (int k = 0; k < S; ++k) c[j][k] = mat[j * S + k];
-  }
+  for (int i = 0; i < 4; ++i) sum += row_value(v, i);
+  v = v / sum + eps;
+  auto normalize_column = [&] {
+    float col = 0.f;
 #pragma unroll
-  for (int j = 0; j < S; ++j) {
-    float mx = c[j][0];
-#pragma unroll
-    for (int k = 1; k < S; ++k) mx = fmaxf(mx, c[j][k]);
-    float sum = 0.f;
-#pragma unroll
-    for (int k = 0; k < S; ++k) {
-      c[j][k] = expf(c[j][k] - mx);
-      sum += c[j][k];
-    }
-#pragma unroll
-    for (int k = 0; k < S; ++k) c[j][k] = c[j][k] / sum + eps;
-  }
-  // Each row (by_rows) or column: its sum left to right, then every element over (sum + eps).
-  auto normalize = [&](bool by_rows) {
-#pragma unroll
-    for (int a = 0; a < S; ++a) {
-      float sum = 0.f;
-#pragma unroll
-      for (int b = 0; b < S; ++b) sum += by_rows ? c[a][b] : c[b][a];
-#pragma unroll
-      for (int b = 0; b < S; ++b) (by_rows ? c[a][b] : c[b][a]) /= (sum + eps);
-    }
+    for (int i = 0; i < 4; ++i) col += column_value(v, i);
+    v /= (col + eps);
   };
-  normalize(false);
+  normalize_column();
   for (int64_t it = 1; it < iters; ++it) {
-    normalize(true);
-    normalize(false);
-  }
+    float row = 0.f;
 #pragma unroll
-  for (int j = 0; j < S; ++j) {
-#pragma unroll
-    for (int k = 0; k < S; ++k) mat[j * S + k] = c[j][k];
+    for (int i = 0; i < 4; ++i) row += row_value(v, i);
+    v /= (row + eps);
+    normalize_column();
   }
+  if (live) comb[tok * kLanes + e] = v;
 }
 
 // V floats from p (16-byte aligned where V == 4), through the read-only path.
@@ -692,8 +682,8 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
           x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
     }
     DI_CUDA_LAUNCH_CHECK(what);
-    HcSinkhornKernel<4><<<static_cast<unsigned>(CeilDiv(m, 128)), 128, 0, stream>>>(comb, m, p.sinkhorn_iters,
-                                                                                   p.hc_eps);
+    HcSinkhorn4Kernel<<<static_cast<unsigned>(CeilDiv(m * 16, int64_t{kSinkhornThreads})), kSinkhornThreads, 0,
+                        stream>>>(comb, m, p.sinkhorn_iters, p.hc_eps);
   } else if (m >= multi_min) {
     HcMixKernel<4, kHead><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
