@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <map>
-#include <string>
 #include <utility>
 #include <vector>
 

@@ -1,5 +1,6 @@
-// Path lengths in a captured CUDA graph's dependency DAG, computed on the host from its node kinds
-// and edges (no CUDA calls: the CPU build and its tests have it too).
+// Host-side facts about captured CUDA graphs, with no CUDA calls (the CPU build and its tests have
+// them too): path lengths in a graph's dependency DAG from its node kinds and edges, and which
+// steps' graphs get programmatic edges.
 #pragma once
 
 #include <cstddef>
