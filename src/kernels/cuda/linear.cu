@@ -1130,6 +1130,25 @@ __host__ __device__ constexpr int TileTokensOfKind(int kind) {
 }
 static_assert(TileTokensOfKind(2) == 8 && kTiledKind == 4, "kinds 0-2 hold the tiles of at most 8 rows, 3 of 9-16");
 
+// The tiles that take kTok-token tiles: WalkTile's indices [first, first + tiles) (WalkTile's order:
+// the larger kinds first, so the kinds of larger token tiles come before the range).
+struct TileRange {
+  int32_t first, tiles;
+};
+template <int kTok>
+__device__ __forceinline__ TileRange TileRangeOf(const TileLists& lists) {
+  TileRange r{0, 0};
+#pragma unroll
+  for (int kind = 0; kind < kTileKinds; ++kind) {
+    if (TileTokensOfKind(kind) == kTok) r.tiles += lists.counts[kind];
+  }
+#pragma unroll
+  for (int kind = kTileKinds - 1; kind >= 0; --kind) {  // the kinds WalkTile walks before the range
+    if (TileTokensOfKind(kind) > kTok) r.first += lists.counts[kind];
+  }
+  return r;
+}
+
 // Checks the plan, walks the tiles that take kTok-token tiles (WalkTile's order: the larger kinds
 // first, so the kinds of larger token tiles come before the range) and calls
 // block(tile, n0, smem, chunks) for this block's items: n0 the item's first weight row (items of
@@ -1142,17 +1161,9 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   CheckPlan(ep);
-  int32_t first = 0, tiles = 0;
-#pragma unroll
-  for (int kind = 0; kind < kTileKinds; ++kind) {
-    if (TileTokensOfKind(kind) == kTok) tiles += lists.counts[kind];
-  }
-#pragma unroll
-  for (int kind = kTileKinds - 1; kind >= 0; --kind) {  // the kinds WalkTile walks before the range
-    if (TileTokensOfKind(kind) > kTok) first += lists.counts[kind];
-  }
-  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * kItemRows, smem, chunks);
+  const TileRange range = TileRangeOf<kTok>(lists);
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < range.tiles; c.Next()) {
+    block(*WalkTile(lists, range.first + c.tile), static_cast<int64_t>(c.block) * kItemRows, smem, chunks);
   }
 }
 
@@ -1192,6 +1203,38 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     const uint32_t* words = ep.ExpertChunkWords(t.expert);
     wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
   });
+#endif
+}
+
+// ExpertsFp4RegistersKernel's items as runs (linear_wgmma_rs.cuh, Fp4RegistersRun): block b takes
+// the consecutive items [b·I / G, (b + 1)·I / G) of the I = tiles · blocks_per_tile (item i: tile
+// i / blocks_per_tile, weight rows 64·(i % blocks_per_tile)..), G = gridDim.x. The experts' chunk
+// words are required (wgmma::rs::RunUsable); the same bits as ExpertsFp4RegistersKernel.
+template <int kTok, int kMinBlocks>
+__global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
+    ExpertsFp4RegistersRunKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  CheckPlan(ep);
+  const TileRange range = TileRangeOf<kTok>(lists);
+  const int32_t bpt = ep.blocks_per_tile;
+  const int64_t items = static_cast<int64_t>(range.tiles) * bpt;
+  const int32_t begin = static_cast<int32_t>(items * blockIdx.x / gridDim.x);
+  const int32_t end = static_cast<int32_t>(items * (blockIdx.x + 1) / gridDim.x);
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  auto item_at = [&](int32_t i, wgmma::rs::RunItem& it) {
+    const int32_t tile = i / bpt;
+    const ExpertTile& t = *WalkTile(lists, range.first + tile);
+    it.p = TileParams<Kind::kFp4>(ep, t);
+    it.words = ep.ExpertChunkWords(t.expert);
+    it.n0 = static_cast<int64_t>(i - tile * bpt) * wgmma::rs::kRows;
+    it.t_codes = t.row0;
+    it.tile = tile;
+  };
+  wgmma::rs::Fp4RegistersRun<kTok>(a, begin, end, item_at, wgmma::AlignedSmem(smem_raw), chunks);
 #endif
 }
 
@@ -3739,26 +3782,46 @@ int RegisterA16BlocksPerSm() {
   return blocks;
 }
 
+// DEEPINFER_EXPERTS_RUNS (read once; unset or 0: off, 1: on): the register-fed kernels' items as
+// runs (ExpertsFp4RegistersRunKernel) where the experts have chunk words (wgmma::rs::RunUsable); the
+// same bits. Tests override it and may cap the runs' grid (SetExpertsRunsForTesting), so that each
+// block walks many items across tiles.
+KernelSwitch g_experts_runs{"DEEPINFER_EXPERTS_RUNS", 0};
+std::atomic<int> g_experts_runs_max_blocks{0};     // 0: no cap (tests)
+std::atomic<uint64_t> g_experts_runs_launches{0};  // launches of the run kernels (tests)
+
 // ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
-// (ep as LaunchExpertsWgmma built it, for 128-row items): persistent blocks, at most as many as fit
+// (ep as LaunchExpertsWgmma built it, for 128-row items), or its runs (ExpertsFp4RegistersRunKernel)
+// where g_experts_runs asks for them and they can run: persistent blocks, at most as many as fit
 // on the device at once. Returns false, launching nothing, where fewer than `required` blocks fit
 // an SM.
 template <int kTok, int kMinBlocks>
 bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a, int required) {
-  constexpr auto kKernel = ExpertsFp4RegistersKernel<kTok, kMinBlocks>;
-  const int smem = wgmma::rs::Smem{static_cast<int>(l.params.base.k / wgmma::kChunk), kTok}.Bytes();
-  AllowDynamicSmem<kKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks, kTok}.Bytes());
-  const int blocks_per_sm = BlocksPerSm<kKernel>(wgmma::rs::kThreads, smem);
+  const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
+  const bool runs = g_experts_runs.On() && wgmma::rs::RunUsable(l.params.base.k, l.chunk_words != nullptr);
+  constexpr auto kBlockKernel = ExpertsFp4RegistersKernel<kTok, kMinBlocks>;
+  constexpr auto kRunKernel = ExpertsFp4RegistersRunKernel<kTok, kMinBlocks>;
+  const auto kernel = runs ? kRunKernel : kBlockKernel;
+  const int smem = runs ? wgmma::rs::RunSmem{chunks, kTok}.Bytes() : wgmma::rs::Smem{chunks, kTok}.Bytes();
+  if (runs) {
+    AllowDynamicSmem<kRunKernel>(l.device, wgmma::rs::RunSmem{wgmma::rs::kMaxChunks, kTok}.Bytes());
+  } else {
+    AllowDynamicSmem<kBlockKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks, kTok}.Bytes());
+  }
+  const int blocks_per_sm =
+      runs ? BlocksPerSm<kRunKernel>(wgmma::rs::kThreads, smem) : BlocksPerSm<kBlockKernel>(wgmma::rs::kThreads, smem);
   if (blocks_per_sm < required) return false;
   const int64_t tiles = TilesInRange<kTok>(l);
   if (tiles == 0) return true;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
   if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
-  const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
+  int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  if (const int cap = g_experts_runs_max_blocks.load(); runs && cap > 0) grid = std::min<int64_t>(grid, cap);
+  kernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK(kTok == 8 ? "cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles"
                                  : "cuda::ExpertsLinear FP4 register-fed wgmma, 16-token tiles");
   g_experts_register_a_launches[kTok == 8 ? 0 : 1].fetch_add(1);
+  if (runs) g_experts_runs_launches.fetch_add(1);
   return true;
 }
 
@@ -4170,6 +4233,14 @@ void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetD
 uint64_t DensePartsLaunchesForTesting() { return g_dense_parts_launches.load(); }
 
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
+
+void SetExpertsRunsForTesting(int mode, int max_blocks) {
+  if (max_blocks < 0) Fail("SetExpertsRunsForTesting: max_blocks must be 0 (no cap) or more");
+  g_experts_runs.SetForTesting(mode, "SetExpertsRunsForTesting");
+  g_experts_runs_max_blocks.store(max_blocks);
+}
+
+uint64_t ExpertsRunsLaunchesForTesting() { return g_experts_runs_launches.load(); }
 
 void SetExpertsRegisterAForTesting(int mode) {
   g_experts_register_a.SetForTesting(mode, "SetExpertsRegisterAForTesting");

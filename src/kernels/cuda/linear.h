@@ -208,6 +208,12 @@ uint64_t Fp4CodeMismatchesForTesting();
 // tiles of `tile_tokens` (8 or 16) this process has made.
 void SetExpertsRegisterAForTesting(int mode);
 uint64_t ExpertsRegisterALaunchesForTesting(int tile_tokens);
+// Tests only: those kernels' items as runs (a block's consecutive items on one copy ring, x reloaded
+// only where the tile changes; the same bits) on (1), off (0), or as DEEPINFER_EXPERTS_RUNS says
+// (-1, the default: off unless 1); max_blocks > 0 caps the runs' grid so that each block walks
+// many items. And how many run launches this process has made.
+void SetExpertsRunsForTesting(int mode, int max_blocks = 0);
+uint64_t ExpertsRunsLaunchesForTesting();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.

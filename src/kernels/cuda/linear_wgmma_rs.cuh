@@ -514,5 +514,246 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
 // (ExpertsUsable), K a multiple of 128 of at most kMaxChunks chunks.
 inline bool Usable(int64_t k) { return k > 0 && k % kChunk == 0 && k / kChunk <= kMaxChunks; }
 
+// ---- runs: one block's consecutive items on one ring ----------------------------------------------
+//
+// Fp4RegistersBlock starts each item with its ring empty and reloads x for it: at batch 256 each
+// item waits on its first chunks' copies (docs/performance.md, 44e: 12% of the stall samples) and
+// re-reads x's codes, 32 or 64 KiB, from L2. A run is a block's range of consecutive items
+// (ExpertsFp4RegistersRunKernel: item i = (tile i / blocks_per_tile, rows 64·(i % blocks_per_tile)..)),
+// so that most neighbours share their tile: the ring goes on across items, the next item's first
+// kAhead chunks queued during this one's last, and x is reloaded only where the tile changes. Each
+// stage carries its chunk's chunk words beside the nibbles (the words written at load are
+// required), so that no item needs a prologue of its own. The products, their order and the
+// stores are Fp4RegistersBlock's with `words`: the same bits.
+
+// Shared memory of a run for `chunks` chunks and `tok`-token tiles, offsets from the 1024-byte
+// aligned base: the stages (nibbles as Smem's), the stages' chunk words [kStages][kRows], x's
+// codes and scales as Smem's, the tables.
+struct RunSmem {
+  int chunks;
+  int tok;
+  static constexpr int kStageWordBytes = kRows * 4;
+  __host__ __device__ constexpr int XChunkBytes() const { return tok * kChunk; }
+  __host__ __device__ constexpr int Words() const { return kStages * kStageBytes; }
+  __host__ __device__ constexpr int X() const { return Words() + kStages * kStageWordBytes; }
+  __host__ __device__ constexpr int Xs() const { return X() + chunks * XChunkBytes(); }
+  __host__ __device__ constexpr int Tables() const { return (Xs() + chunks * tok * 4 + 15) / 16 * 16; }
+  __host__ __device__ constexpr int Bytes() const { return Tables() + kTableEntries * 16 + 1024; }  // + alignment
+};
+static_assert(RunSmem{1, 8}.X() % 1024 == 0, "x's swizzled tiles start 1024-byte aligned");
+static_assert((kStages & (kStages - 1)) == 0, "a stage is a flat chunk index's low bits");
+
+// One item of a run: the tile's Params (x, y and m of the tile, the expert's weight), the expert's
+// chunk words (never null), the item's first weight row, the tile's first row of x's codes and the
+// tile's index in the launch (items of one tile share x).
+struct RunItem {
+  Params p;
+  const uint32_t* words;
+  int64_t n0;
+  int64_t t_codes;
+  int32_t tile;
+};
+
+// WarpCopies with the chunk words: lane l < 16 copies row 16·warp + l's word of the chunk into the
+// stage's words (a row past p.n: the no-row word, stored).
+struct RunCopies {
+  WarpCopies nibbles;
+  const uint32_t* word_src;  // this lane's row's chunk words from chunk 0, or null
+
+  __device__ __forceinline__ RunCopies(const RunItem& it, int chunks, int warp, int lane)
+      : nibbles(it.p, it.n0, warp, lane) {
+    const int64_t row = it.n0 + kWarpRows * warp + lane;
+    word_src = lane < kWarpRows && row < it.p.n ? it.words + row * chunks : nullptr;
+  }
+  // Chunk c into the warp's part of a stage (warp_stage: nibbles; warp_words: its 16 words).
+  __device__ __forceinline__ void Load(uint32_t warp_stage, uint32_t warp_words, int c, int lane,
+                                       const uint8_t* any_valid) const {
+    nibbles.Load(warp_stage, c, lane, any_valid);
+    if (lane < kWarpRows) {
+      if (word_src != nullptr) {
+        CpAsyncSharedOrZero<4>(warp_words + 4 * lane, word_src + c, 4u);
+      } else {
+        StShared32(warp_words + 4 * lane, ChunkWordOf(cpu::kFoldNoRowWord));
+      }
+    }
+  }
+};
+
+// Whether a launch's items can run as runs: chunk words written at load, and at least kAhead chunks
+// (the copies queued ahead reach at most one item further).
+inline bool RunUsable(int64_t k, bool chunk_words) { return chunk_words && Usable(k) && k / kChunk >= kAhead; }
+
+// Items [begin, end) of a launch as one run (item_at(i, RunItem&) fills item i; consecutive items
+// of one tile follow each other). All 128 threads call it with the same range.
+template <int kTok, class ItemAt>
+__device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin, int32_t end, const ItemAt& item_at,
+                                                uint8_t* smem, int chunks) {
+  static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
+  if (begin >= end) return;  // uniform
+  constexpr int kElems = kTok / 2;
+  constexpr int kXChunkBytes = RunSmem{0, kTok}.XChunkBytes();
+  const RunSmem L{chunks, kTok};
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int la = kWarpRows * warp + g, lb = la + 8;  // this thread's rows within the block
+  const uint32_t base = SharedAddress(smem);
+  const uint32_t x_base = base + L.X(), xs = base + L.Xs(), tables = base + L.Tables();
+  const uint32_t x_desc_lo = DescriptorLow(x_base), x_desc_hi = DescriptorHigh();
+  auto desc_lo_of = [&](int c) { return x_desc_lo + static_cast<uint32_t>(c * (kXChunkBytes / 16)); };
+  // Flat chunk f of the run (item j's chunk c is j·chunks + c, kept modulo kStages) in this warp's
+  // part of stage f: the nibbles and the words.
+  auto stage_of = [&](int f) { return base + (f & (kStages - 1)) * kStageBytes + warp * kWarpStageBytes; };
+  auto words_of = [&](int f) {
+    return base + L.Words() + (f & (kStages - 1)) * RunSmem::kStageWordBytes + warp * kWarpRows * 4;
+  };
+  const uint32_t group_offset = g * kRowBytes + 16 * q;  // row g's group q within the warp's stage part
+  // x's codes and scales of an item's tile (the group of the copies that follow).
+  auto load_x = [&](const RunItem& it) {
+    const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), it.p.m));
+    for (int u = tid; u < tokens * chunks * 8; u += kThreads) {
+      const int r = u / (chunks * 8), c = (u / 8) % chunks, unit = u % 8;
+      CpAsync16(smem + L.X() + c * kXChunkBytes + SwizzledOffset(r, unit),
+                a.codes + (it.t_codes + r) * it.p.k + c * kChunk + unit * 16);
+    }
+    for (int u = tid; u < tokens * chunks; u += kThreads) {
+      const int c = u / tokens, r = u % tokens;
+      CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + c * a.m_pad + it.t_codes + r, true);
+    }
+  };
+
+  RunItem cur;
+  item_at(begin, cur);
+  RunCopies cur_copies(cur, chunks, warp, lane);
+  if (tid < kTableEntries * 4) StShared32(tables + 4 * tid, TableWord(tid));
+  load_x(cur);  // with chunk 0
+#pragma unroll
+  for (int s = 0; s < kAhead; ++s) {
+    cur_copies.Load(stage_of(s), words_of(s), s, lane, cur.p.w);
+    CpAsyncCommit();
+  }
+  CpAsyncWait<kAhead - 1>();  // x, its scales and chunk 0
+  FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
+  __syncthreads();            // the copies and the tables
+
+  struct Scales {
+    float sa, sb;
+  };
+  int ring0 = 0;  // the flat index of the current item's chunk 0, modulo kStages
+  for (int32_t i = begin;; ++i) {
+    const bool has_next = i + 1 < end;  // uniform
+    // Of the next item only its copies and its tile are kept through this one (registers: the item
+    // is filled again at the end).
+    RunCopies next_copies = cur_copies;
+    int32_t next_tile = cur.tile;
+    if (has_next) {
+      RunItem next;
+      item_at(i + 1, next);
+      next_copies = RunCopies(next, chunks, warp, lane);
+      next_tile = next.tile;
+    }
+    const Params& p = cur.p;
+    const int64_t n0 = cur.n0;
+    const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m));
+    const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
+    const uint32_t* masks = LaterPassMasks(cur.words, p.n, chunks, n0);
+    const uint64_t later = static_cast<uint64_t>(__ldg(masks)) | static_cast<uint64_t>(__ldg(masks + 1)) << 32;
+    // Pass 0 of row r's chunk c from its chunk word in the stage.
+    auto fold_of = [&](int c, int r) {
+      const uint32_t word = LdShared32(base + L.Words() + ((ring0 + c) & (kStages - 1)) * RunSmem::kStageWordBytes + 4 * r);
+      return RowFold{word & 0xffffu, ChunkWordScale(word), false};
+    };
+
+    float acc0[kElems], acc1[kElems], part[kElems], total[kElems];
+    uint32_t frag0[16], frag1[16];
+#pragma unroll
+    for (int j = 0; j < kElems; ++j) acc0[j] = acc1[j] = part[j] = total[j] = 0.f;
+
+    // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue the run's
+    // chunk kAhead further into the stage chunk c - 2 used (finished): this item's, or the next
+    // item's first ones; convert and issue c's MMAs.
+    auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[kElems]) {
+      CpAsyncWait<kAhead - 1>();
+      __syncwarp();
+      const int f = ring0 + c + kAhead;
+      if (c + kAhead < chunks) {
+        cur_copies.Load(stage_of(f), words_of(f), c + kAhead, lane, p.w);
+      } else if (has_next) {
+        next_copies.Load(stage_of(f), words_of(f), c + kAhead - chunks, lane, p.w);  // p.w: any valid address
+      }
+      CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
+      const uint32_t stage = stage_of(ring0 + c) + group_offset;
+      const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
+      RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
+      RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
+      IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
+      return Scales{fa.scale, fb.scale};
+    };
+    // Fp4RegistersBlock's finish.
+    auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const Scales& s, bool may_end) {
+      AddScaledShared(part, done, s.sa, s.sb, xs + c * kTok * 4, q, tokens);
+      if (((later >> c) & 1u) != 0u) {
+        const uint32_t stage = stage_of(ring0 + c) + group_offset;
+        for (int pass = 1;; ++pass) {
+          const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
+          const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
+          const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
+          RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
+          RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
+          IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
+          WgmmaWaitAll();
+          PinAll(done);
+          AddScaledShared(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q, tokens);
+          if (!__syncthreads_or(fa.more || fb.more)) break;
+        }
+      }
+      if (may_end) EndChunk(total, part, c, 0, chunks, tokens);
+    };
+
+    // Fp4RegistersBlock's chunk loop (chunks >= kAhead > 2).
+    Scales last = issue(0, frag0, acc0);
+    int c = 1;
+    for (; c + 1 < chunks; c += 2) {
+      Scales now = issue(c, frag1, acc1);
+      WgmmaWait<1>();  // chunk c - 1
+      PinAll(acc0);
+      finish(c - 1, acc0, frag0, last, false);
+      last = issue(c + 1, frag0, acc0);
+      WgmmaWait<1>();  // chunk c
+      PinAll(acc1);
+      finish(c, acc1, frag1, now, true);
+    }
+    if (c < chunks) {
+      const Scales now = issue(c, frag1, acc1);
+      WgmmaWait<1>();
+      PinAll(acc0);
+      finish(c - 1, acc0, frag0, last, false);
+      WgmmaWaitAll();
+      PinAll(acc1);
+      finish(c, acc1, frag1, now, true);
+    } else {
+      WgmmaWaitAll();
+      PinAll(acc0);
+      finish(c - 1, acc0, frag0, last, true);
+    }
+    StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
+    if (!has_next) break;
+    ring0 = (ring0 + chunks) & (kStages - 1);
+    const bool new_tile = next_tile != cur.tile;
+    item_at(i + 1, cur);
+    cur_copies = next_copies;
+    if (new_tile) {  // uniform: x of the next tile, the ring's copies still queued
+      CpAsyncWaitAll();
+      __syncthreads();  // every warp's MMAs on this tile's x are done (each waited for all of them)
+      load_x(cur);
+      CpAsyncCommit();
+      CpAsyncWaitAll();
+      FenceProxyAsyncShared();
+      __syncthreads();
+    }
+  }
+  CpAsyncWaitAll();
+}
+
 }  // namespace rs
 }  // namespace wgmma
