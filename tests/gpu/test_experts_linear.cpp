@@ -456,35 +456,47 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
 // on one copy ring, x reloaded where the tile changes, the chunk words carried in the stages) give
 // Linear's bits per expert, as the item-per-item kernel does:
 // - grids capped at 1, 3 and 7 blocks (a block's run crosses many items and tiles, its ring going
-//   on across them; 7 blocks split 4·(tiles) items unevenly) and uncapped (one item or none a block);
-// - N = 200 (the last item of each tile is partial: the no-row words for rows past N);
-// - 6, 7 and 8 chunks (the fewest the runs take; odd and even counts), group scales over 18
-//   binades (later passes on every kind of item), 16-byte, 4-byte and byte copies;
+//   on across them; 7 blocks split the items unevenly) and uncapped (one item or none a block);
+// - N = 200 (the last item of each tile is partial: the no-row words for rows past N) and N = 40
+//   (one partial item a tile, so that the next item's copies zero-fill rows of another expert,
+//   whose weight may be aligned otherwise);
+// - 6, 7 and 8 chunks (the fewest the runs take; odd and even counts) with two tiles of 9-16 rows
+//   (16-token runs cross a tile), group scales over 18 binades (later passes on every kind of
+//   item), 16-byte, 4-byte and byte copies;
 // - a decode routing of the Flash experts, w1/w3 [4096 -> 2048] and w2 [2048 -> 4096], uncapped (a
 //   grid of blocks per SM x SMs: about 20 items a block on an H200 at 256 tokens) and at 100 blocks.
+// Each call must have run its items as runs.
 TEST(CudaExpertsLinearFp8, RegisterFedRunsEqualLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
   ScopedExpertsRegisterA register_fed(1);
   ScopedFp4ChunkWords words_on(1);
-  const uint64_t runs = cuda::ExpertsRunsLaunchesForTesting();
   struct RunsOff {
     ~RunsOff() { cuda::SetExpertsRunsForTesting(-1); }
   } runs_off;
+  // CheckExperts with chunk words, which must launch the run kernels.
+  const auto check_runs = [](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx,
+                             int64_t ldy, uint64_t seed, std::vector<int64_t> cpu_experts = {}) {
+    const uint64_t before = cuda::ExpertsRunsLaunchesForTesting();
+    CheckExperts(pool, counts, rows_bound, ldx, ldy, seed, std::move(cpu_experts), 0, false, true);
+    EXPECT_GT(cuda::ExpertsRunsLaunchesForTesting(), before) << "the items did not run as runs";
+  };
   uint64_t seed = 5400;
-  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200, 3, 8};
+  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200, 3, 8, 14};
   for (const int max_blocks : {1, 3, 7, 0}) {
     SCOPED_TRACE(testing::Message() << "runs on " << (max_blocks == 0 ? "an uncapped grid" : "a grid of at most ")
                                     << (max_blocks == 0 ? "" : std::to_string(max_blocks)) << " blocks");
     cuda::SetExpertsRunsForTesting(1, max_blocks);
     for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
-      ExpertPool pool(kFp4, static_cast<int64_t>(kMixedCounts.size()), 200, 1024, ++seed, 0, data_step, scale_step);
-      CheckExperts(pool, kMixedCounts, Offsets(kMixedCounts).back() + 5, 1024, 200, ++seed, {}, 0, false, true);
+      for (const int64_t n : {int64_t{200}, int64_t{40}}) {
+        ExpertPool pool(kFp4, static_cast<int64_t>(kMixedCounts.size()), n, 1024, ++seed, 0, data_step, scale_step);
+        check_runs(pool, kMixedCounts, Offsets(kMixedCounts).back() + 5, 1024, n, ++seed);
+      }
     }
     for (const int64_t k : {int64_t{768}, int64_t{896}, int64_t{1024}}) {
       ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, {110, 128});
-      CheckExperts(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed, {}, 0, false, true);
+      check_runs(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed);
     }
   }
   const int64_t tokens = SanitizerSizes() ? 16 : 256;
@@ -494,10 +506,9 @@ TEST(CudaExpertsLinearFp8, RegisterFedRunsEqualLinear) {
     for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
       SCOPED_TRACE(testing::Message() << "decode [" << k << " -> " << n << "], at most " << max_blocks << " blocks");
       ExpertPool pool(kFp4, 256, n, k, 5451 + static_cast<uint64_t>(n), 0, 32, 4);
-      CheckExperts(pool, decode, tokens * 6, k, n, 5452 + static_cast<uint64_t>(n), {0, 37, 74}, 0, false, true);
+      check_runs(pool, decode, tokens * 6, k, n, 5452 + static_cast<uint64_t>(n), {0, 37, 74});
     }
   }
-  EXPECT_GT(cuda::ExpertsRunsLaunchesForTesting(), runs) << "no launch ran its items as runs";
 }
 
 // FP4 experts pre-folded once per call (ExpertsLinearPreFoldCodesBytes): the bits of Linear's FP4

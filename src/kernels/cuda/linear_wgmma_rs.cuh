@@ -590,6 +590,7 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
                                                 uint8_t* smem, int chunks) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
   if (begin >= end) return;  // uniform
+  if (chunks < kAhead) __trap();  // RunUsable's bound: the host never launches it so
   constexpr int kElems = kTok / 2;
   constexpr int kXChunkBytes = RunSmem{0, kTok}.XChunkBytes();
   const RunSmem L{chunks, kTok};
@@ -625,11 +626,14 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
   RunItem cur;
   item_at(begin, cur);
   RunCopies cur_copies(cur, chunks, warp, lane);
+  // The source address of the zero-filling copies (rows past p.n), never read but aligned for any
+  // copy width: the chunk words (each expert's 256-byte aligned).
+  const uint8_t* const any_valid = reinterpret_cast<const uint8_t*>(cur.words);
   if (tid < kTableEntries * 4) StShared32(tables + 4 * tid, TableWord(tid));
   load_x(cur);  // with chunk 0
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    cur_copies.Load(stage_of(s), words_of(s), s, lane, cur.p.w);
+    cur_copies.Load(stage_of(s), words_of(s), s, lane, any_valid);
     CpAsyncCommit();
   }
   CpAsyncWait<kAhead - 1>();  // x, its scales and chunk 0
@@ -677,9 +681,9 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
       __syncwarp();
       const int f = ring0 + c + kAhead;
       if (c + kAhead < chunks) {
-        cur_copies.Load(stage_of(f), words_of(f), c + kAhead, lane, p.w);
+        cur_copies.Load(stage_of(f), words_of(f), c + kAhead, lane, any_valid);
       } else if (has_next) {
-        next_copies.Load(stage_of(f), words_of(f), c + kAhead - chunks, lane, p.w);  // p.w: any valid address
+        next_copies.Load(stage_of(f), words_of(f), c + kAhead - chunks, lane, any_valid);
       }
       CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
       const uint32_t stage = stage_of(ring0 + c) + group_offset;
@@ -743,7 +747,6 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
     item_at(i + 1, cur);
     cur_copies = next_copies;
     if (new_tile) {  // uniform: x of the next tile, the ring's copies still queued
-      CpAsyncWaitAll();
       __syncthreads();  // every warp's MMAs on this tile's x are done (each waited for all of them)
       load_x(cur);
       CpAsyncCommit();
