@@ -523,16 +523,21 @@ inline bool Usable(int64_t k) { return k > 0 && k % kChunk == 0 && k / kChunk <=
 // so that most neighbours share their tile: the ring goes on across items, the next item's first
 // kAhead chunks queued during this one's last, and x is reloaded only where the tile changes. Each
 // stage carries its chunk's chunk words beside the nibbles (the words written at load are
-// required), so that no item needs a prologue of its own. The products, their order and the
-// stores are Fp4RegistersBlock's with `words`: the same bits.
+// required), so that no item needs a prologue of its own. Every thread reads only what it copied
+// itself (WarpCopies' lane 4g + q copies group q of rows g and g + 8, which RowFragment reads;
+// each thread copies its two rows' words into a slot of its own), so that its wait needs no
+// __syncwarp, and the common copy (16-byte aligned rows, all 16 of the warp's within p.n) runs
+// without WarpCopies' general cases: ~170 instructions a chunk in Fp4RegistersBlock's loop (SASS),
+// the item prologue aside. The products, their order and the stores are Fp4RegistersBlock's with
+// `words`: the same bits.
 
 // Shared memory of a run for `chunks` chunks and `tok`-token tiles, offsets from the 1024-byte
-// aligned base: the stages (nibbles as Smem's), the stages' chunk words [kStages][kRows], x's
-// codes and scales as Smem's, the tables.
+// aligned base: the stages (nibbles as Smem's), the stages' chunk words [kStages][kThreads][2] (the
+// words of thread t's rows, la then lb), x's codes and scales as Smem's, the tables.
 struct RunSmem {
   int chunks;
   int tok;
-  static constexpr int kStageWordBytes = kRows * 4;
+  static constexpr int kStageWordBytes = kThreads * 8;
   __host__ __device__ constexpr int XChunkBytes() const { return tok * kChunk; }
   __host__ __device__ constexpr int Words() const { return kStages * kStageBytes; }
   __host__ __device__ constexpr int X() const { return Words() + kStages * kStageWordBytes; }
@@ -554,28 +559,49 @@ struct RunItem {
   int32_t tile;
 };
 
-// WarpCopies with the chunk words: lane l < 16 copies row 16·warp + l's word of the chunk into the
-// stage's words (a row past p.n: the no-row word, stored).
+// One thread's copies of a chunk of an item: its part of the nibbles (WarpCopies' unit q of rows g
+// and g + 8 of its warp), by two plain 16-byte cp.async where `fast` (the rows 16-byte aligned, all
+// 16 of the warp within p.n; uniform over the warp) or WarpCopies::Load's general cases; and its
+// rows' chunk words into its own slot. A row past p.n copies another row's words (`any_valid`'s):
+// its products are never stored, and no other row's depend on them (the MMA's rows are separate,
+// its later passes are taken from global memory by rows within p.n only), so they need not be the
+// no-row word.
 struct RunCopies {
   WarpCopies nibbles;
-  const uint32_t* word_src;  // this lane's row's chunk words from chunk 0, or null
+  const uint32_t* word_a;  // rows la and lb's chunk words from chunk 0
+  const uint32_t* word_b;
+  bool fast;
 
-  __device__ __forceinline__ RunCopies(const RunItem& it, int chunks, int warp, int lane)
+  __device__ __forceinline__ RunCopies(const RunItem& it, int chunks, int warp, int lane, const uint32_t* any_valid)
       : nibbles(it.p, it.n0, warp, lane) {
-    const int64_t row = it.n0 + kWarpRows * warp + lane;
-    word_src = lane < kWarpRows && row < it.p.n ? it.words + row * chunks : nullptr;
+    const int64_t row_a = it.n0 + kWarpRows * warp + lane / 4, row_b = row_a + 8;
+    word_a = row_a < it.p.n ? it.words + row_a * chunks : any_valid;
+    word_b = row_b < it.p.n ? it.words + row_b * chunks : any_valid;
+    fast = nibbles.align == 16 && nibbles.rows == kWarpRows;
   }
-  // Chunk c into the warp's part of a stage (warp_stage: nibbles; warp_words: its 16 words).
-  __device__ __forceinline__ void Load(uint32_t warp_stage, uint32_t warp_words, int c, int lane,
+  // Chunk c into the thread's parts of a stage: `warp_stage` the warp's nibbles (WarpCopies::Load's),
+  // `slot` the thread's two words.
+  __device__ __forceinline__ void Load(uint32_t warp_stage, uint32_t slot, int c, int lane,
                                        const uint8_t* any_valid) const {
-    nibbles.Load(warp_stage, c, lane, any_valid);
-    if (lane < kWarpRows) {
-      if (word_src != nullptr) {
-        CpAsyncSharedOrZero<4>(warp_words + 4 * lane, word_src + c, 4u);
-      } else {
-        StShared32(warp_words + 4 * lane, ChunkWordOf(cpu::kFoldNoRowWord));
-      }
+    const uint32_t* from_a = word_a + c;
+    const uint32_t* from_b = word_b + c;
+    if (fast) {
+      const uint8_t* from = nibbles.src + static_cast<int64_t>(c) * kRowBytes;
+      const uint32_t to = warp_stage + nibbles.dst;
+      asm volatile(
+          "cp.async.cg.shared.global [%0], [%1], 16;\n"
+          "cp.async.cg.shared.global [%2], [%3], 16;\n"
+          "cp.async.ca.shared.global [%4], [%5], 4;\n"
+          "cp.async.ca.shared.global [%6], [%7], 4;\n" ::"r"(to),
+          "l"(__cvta_generic_to_global(from)), "r"(to + 8 * kRowBytes),
+          "l"(__cvta_generic_to_global(from + nibbles.half_stride)), "r"(slot),
+          "l"(__cvta_generic_to_global(from_a)), "r"(slot + 4), "l"(__cvta_generic_to_global(from_b))
+          : "memory");
+      return;
     }
+    nibbles.Load(warp_stage, c, lane, any_valid);
+    CpAsyncSharedOrZero<4>(slot, from_a, 4u);
+    CpAsyncSharedOrZero<4>(slot + 4, from_b, 4u);
   }
 };
 
@@ -602,12 +628,10 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
   const uint32_t x_base = base + L.X(), xs = base + L.Xs(), tables = base + L.Tables();
   const uint32_t x_desc_lo = DescriptorLow(x_base), x_desc_hi = DescriptorHigh();
   auto desc_lo_of = [&](int c) { return x_desc_lo + static_cast<uint32_t>(c * (kXChunkBytes / 16)); };
-  // Flat chunk f of the run (item j's chunk c is j·chunks + c, kept modulo kStages) in this warp's
-  // part of stage f: the nibbles and the words.
+  // Flat chunk f of the run (item j's chunk c is j·chunks + c, kept modulo kStages) in stage f: this
+  // warp's part of the nibbles, this thread's slot of the words.
   auto stage_of = [&](int f) { return base + (f & (kStages - 1)) * kStageBytes + warp * kWarpStageBytes; };
-  auto words_of = [&](int f) {
-    return base + L.Words() + (f & (kStages - 1)) * RunSmem::kStageWordBytes + warp * kWarpRows * 4;
-  };
+  auto slot_of = [&](int f) { return base + L.Words() + (f & (kStages - 1)) * RunSmem::kStageWordBytes + tid * 8; };
   const uint32_t group_offset = g * kRowBytes + 16 * q;  // row g's group q within the warp's stage part
   // x's codes and scales of an item's tile (the group of the copies that follow).
   auto load_x = [&](const RunItem& it) {
@@ -625,15 +649,16 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
 
   RunItem cur;
   item_at(begin, cur);
-  RunCopies cur_copies(cur, chunks, warp, lane);
   // The source address of the zero-filling copies (rows past p.n), never read but aligned for any
-  // copy width: the chunk words (each expert's 256-byte aligned).
-  const uint8_t* const any_valid = reinterpret_cast<const uint8_t*>(cur.words);
+  // copy width: the first item's chunk words (each expert's 256-byte aligned, `chunks` or more).
+  const uint32_t* const any_valid_words = cur.words;
+  const uint8_t* const any_valid = reinterpret_cast<const uint8_t*>(any_valid_words);
+  RunCopies cur_copies(cur, chunks, warp, lane, any_valid_words);
   if (tid < kTableEntries * 4) StShared32(tables + 4 * tid, TableWord(tid));
   load_x(cur);  // with chunk 0
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    cur_copies.Load(stage_of(s), words_of(s), s, lane, any_valid);
+    cur_copies.Load(stage_of(s), slot_of(s), s, lane, any_valid);
     CpAsyncCommit();
   }
   CpAsyncWait<kAhead - 1>();  // x, its scales and chunk 0
@@ -653,7 +678,7 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
     if (has_next) {
       RunItem next;
       item_at(i + 1, next);
-      next_copies = RunCopies(next, chunks, warp, lane);
+      next_copies = RunCopies(next, chunks, warp, lane, any_valid_words);
       next_tile = next.tile;
     }
     const Params& p = cur.p;
@@ -662,32 +687,29 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
     const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
     const uint32_t* masks = LaterPassMasks(cur.words, p.n, chunks, n0);
     const uint64_t later = static_cast<uint64_t>(__ldg(masks)) | static_cast<uint64_t>(__ldg(masks + 1)) << 32;
-    // Pass 0 of row r's chunk c from its chunk word in the stage.
-    auto fold_of = [&](int c, int r) {
-      const uint32_t word = LdShared32(base + L.Words() + ((ring0 + c) & (kStages - 1)) * RunSmem::kStageWordBytes + 4 * r);
-      return RowFold{word & 0xffffu, ChunkWordScale(word), false};
-    };
+    // Pass 0 of a row's chunk from its chunk word.
+    auto fold_of = [](uint32_t word) { return RowFold{word & 0xffffu, ChunkWordScale(word), false}; };
 
     float acc0[kElems], acc1[kElems], part[kElems], total[kElems];
     uint32_t frag0[16], frag1[16];
 #pragma unroll
     for (int j = 0; j < kElems; ++j) acc0[j] = acc1[j] = part[j] = total[j] = 0.f;
 
-    // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue the run's
-    // chunk kAhead further into the stage chunk c - 2 used (finished): this item's, or the next
-    // item's first ones; convert and issue c's MMAs.
+    // Chunk c: wait for this thread's copies of it (all it reads of it), queue the run's chunk
+    // kAhead further into the stage chunk c - 2 used (finished, and read by this thread only where
+    // it copied): this item's, or the next item's first ones; convert and issue c's MMAs.
     auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[kElems]) {
       CpAsyncWait<kAhead - 1>();
-      __syncwarp();
       const int f = ring0 + c + kAhead;
       if (c + kAhead < chunks) {
-        cur_copies.Load(stage_of(f), words_of(f), c + kAhead, lane, any_valid);
+        cur_copies.Load(stage_of(f), slot_of(f), c + kAhead, lane, any_valid);
       } else if (has_next) {
-        next_copies.Load(stage_of(f), words_of(f), c + kAhead - chunks, lane, any_valid);
+        next_copies.Load(stage_of(f), slot_of(f), c + kAhead - chunks, lane, any_valid);
       }
       CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
       const uint32_t stage = stage_of(ring0 + c) + group_offset;
-      const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
+      const uint2 words = LdShared64(slot_of(ring0 + c));
+      const RowFold fa = fold_of(words.x), fb = fold_of(words.y);
       RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
       RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
       IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
