@@ -457,7 +457,7 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
 // Linear's bits per expert, as the item-per-item kernel does:
 // - grids capped at 1, 3 and 7 blocks (a block's run crosses many items and tiles, its ring going
 //   on across them; 7 blocks split the items unevenly) and uncapped (one item or none a block);
-// - N = 200 (the last item of each tile is partial: the no-row words for rows past N) and N = 40
+// - N = 200 (the last item of each tile is partial: rows past N copy another row's words) and N = 40
 //   (one partial item a tile, so that the next item's copies zero-fill rows of another expert,
 //   whose weight may be aligned otherwise);
 // - 6, 7 and 8 chunks (the fewest the runs take; odd and even counts) with two tiles of 9-16 rows

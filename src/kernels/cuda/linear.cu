@@ -3159,7 +3159,7 @@ void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, 
 }
 
 // DEEPINFER_DENSE_WS (read once; unset or 1: on, 0: off): the 64-token dense split-BF16 products
-// of at least kDenseWsMinRows rows whose grid fills the GPU, where the scratch holds x's parts
+// of at least DenseWsMinRows() rows whose grid fills the GPU, where the scratch holds x's parts
 // (DensePartsBytes), on x's parts split once and wgmma_split::GroupedBf16WsKernel<3> over the BF16
 // weight as it is (one group; TMA zero-fills weight rows past n, the store skips them): the same
 // MMAs in the same order, each slice begun as the dense loop begins it (kFreshSlices where the
@@ -3167,10 +3167,20 @@ void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, 
 KernelSwitch g_dense_ws{"DEEPINFER_DENSE_WS", 1};
 std::atomic<uint64_t> g_shared_x_launches{0};  // LinearsOfOneInput's products on shared parts (tests)
 std::atomic<uint64_t> g_dense_ws_launches{0};  // launches of the dense GroupedBf16WsKernel (tests)
-constexpr int64_t kDenseWsMinRows = 256;
+
+// The fewest rows that take it: DEEPINFER_DENSE_WS_MIN_ROWS (read once; unset or 256, or 64: the
+// head at decode batch 64 too, its 157 row blocks filling the GPU from one token tile); tests
+// override it (SetDenseWsMinRowsForTesting).
+std::atomic<int64_t> g_dense_ws_min_rows_for_testing{0};
+int EnvEither(const char* name, int unset, int other);  // below
+int64_t DenseWsMinRows() {
+  static const int64_t rows = EnvEither("DEEPINFER_DENSE_WS_MIN_ROWS", 256, 64);
+  const int64_t chosen = g_dense_ws_min_rows_for_testing.load();
+  return chosen > 0 ? chosen : rows;
+}
 
 bool DenseWsRuns(const Params& p) {
-  return g_dense_ws.On() && p.m >= kDenseWsMinRows && p.scratch != nullptr &&
+  return g_dense_ws.On() && p.m >= DenseWsMinRows() && p.scratch != nullptr &&
          reinterpret_cast<uintptr_t>(p.scratch) % 256 == 0 &&
          p.scratch_bytes >= static_cast<size_t>(3 * p.m * p.k * 2) && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
          p.w_row_bytes % 16 == 0 && p.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
@@ -3767,8 +3777,9 @@ KernelSwitch g_experts_register_a16{"DEEPINFER_EXPERTS_REGISTER_A16", 1};
 KernelSwitch g_fp4_chunk_words{"DEEPINFER_FP4_CHUNK_WORDS", 1};
 
 // ExpertsFp4RegistersKernel's register bound: 3 or 4 blocks per SM (DEEPINFER_EXPERTS_REGISTER_A_BLOCKS,
-// read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; at Flash's
-// K = 4096 x's codes alone take 32 KiB a block), 3 elsewhere.
+// read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; with
+// DEEPINFER_EXPERTS_RUNS, whose stages hold the chunk words too, up to 1792; at Flash's K = 4096 x's
+// codes alone take 32 KiB a block), 3 elsewhere.
 int RegisterABlocksPerSm() {
   static const int blocks = EnvEither("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS", 3, 4);
   return blocks;
@@ -4225,6 +4236,11 @@ uint64_t Fp4InBlockLaunchesForTesting() { return g_fp4_in_block_launches.load();
 void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "SetDenseOverlapForTesting"); }
 
 void SetDenseWsForTesting(int mode) { g_dense_ws.SetForTesting(mode, "SetDenseWsForTesting"); }
+
+void SetDenseWsMinRowsForTesting(int64_t rows) {
+  if (rows < 0) Fail("SetDenseWsMinRowsForTesting: rows must be 0 (the environment's) or more");
+  g_dense_ws_min_rows_for_testing.store(rows);
+}
 
 uint64_t DenseWsLaunchesForTesting() { return g_dense_ws_launches.load(); }
 

@@ -193,10 +193,12 @@ void SetDenseOverlapForTesting(int mode);
 // default: on unless 0); and how many such launches this process has made.
 void SetDensePartsForTesting(int mode);
 uint64_t DensePartsLaunchesForTesting();
-// Tests only: the dense split-BF16 products of at least 256 rows on x's parts and the
-// warp-specialized TMA kernel (the same bits) on (1), off (0), or as DEEPINFER_DENSE_WS says (-1,
-// the default: on unless 0); and how many such launches this process has made.
+// Tests only: the dense split-BF16 products of at least 256 rows (DEEPINFER_DENSE_WS_MIN_ROWS: or
+// 64) on x's parts and the warp-specialized TMA kernel (the same bits) on (1), off (0), or as
+// DEEPINFER_DENSE_WS says (-1, the default: on unless 0); the fewest rows that take it (0: the
+// environment's); and how many such launches this process has made.
 void SetDenseWsForTesting(int mode);
+void SetDenseWsMinRowsForTesting(int64_t rows);
 uint64_t DenseWsLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every

@@ -572,11 +572,12 @@ struct RunCopies {
   const uint32_t* word_b;
   bool fast;
 
-  __device__ __forceinline__ RunCopies(const RunItem& it, int chunks, int warp, int lane, const uint32_t* any_valid)
+  __device__ __forceinline__ RunCopies(const RunItem& it, int chunks, int warp, int lane,
+                                       const uint32_t* any_valid_words)
       : nibbles(it.p, it.n0, warp, lane) {
     const int64_t row_a = it.n0 + kWarpRows * warp + lane / 4, row_b = row_a + 8;
-    word_a = row_a < it.p.n ? it.words + row_a * chunks : any_valid;
-    word_b = row_b < it.p.n ? it.words + row_b * chunks : any_valid;
+    word_a = row_a < it.p.n ? it.words + row_a * chunks : any_valid_words;
+    word_b = row_b < it.p.n ? it.words + row_b * chunks : any_valid_words;
     fast = nibbles.align == 16 && nibbles.rows == kWarpRows;
   }
   // Chunk c into the thread's parts of a stage: `warp_stage` the warp's nibbles (WarpCopies::Load's),
@@ -649,8 +650,9 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
 
   RunItem cur;
   item_at(begin, cur);
-  // The source address of the zero-filling copies (rows past p.n), never read but aligned for any
-  // copy width: the first item's chunk words (each expert's 256-byte aligned, `chunks` or more).
+  // The first item's chunk words (each expert's 256-byte aligned, `chunks` of them or more): the
+  // words that rows past p.n copy, and the source address, aligned for any copy width and not read,
+  // of the nibbles' zero-filling copies.
   const uint32_t* const any_valid_words = cur.words;
   const uint8_t* const any_valid = reinterpret_cast<const uint8_t*>(any_valid_words);
   RunCopies cur_copies(cur, chunks, warp, lane, any_valid_words);
