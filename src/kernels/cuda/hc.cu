@@ -152,8 +152,9 @@ __device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
 // kHead: rows = s, weights = head weights, no post/comb. Otherwise rows = (2+s)·s.
 // kDeferSinkhorn (HcPre): comb gets the Sinkhorn's input (the affine mix) and HcSinkhorn4Kernel
 // runs the Sinkhorn after this kernel, 16 lanes a token, so that no cluster waits for it.
-// kUnroll: steps of the stride loop unrolled (1 or 4: their fn and x loads in flight together;
-// each acc still takes its products in increasing i, so the same bits).
+// kUnroll: 1, the stride loop as the compiler unrolls it, or 4: unrolled four times (the fn and x
+// loads of four steps in flight together; each acc still takes its products in increasing i, so
+// the same bits).
 template <int kTok, bool kHead, bool kDeferSinkhorn = false, int kUnroll = 1>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
@@ -201,17 +202,32 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
 #pragma unroll
       for (int k = 0; k < kRowChunk; ++k) acc[t][k] = 0.f;
     }
+    if constexpr (kUnroll == 1) {  // the compiler's own unrolling, as before the switch
+      for (int i = i_begin + static_cast<int>(threadIdx.x); i < i_end; i += kMixThreads) {
+        float fv[kRowChunk];
+#pragma unroll
+        for (int k = 0; k < kRowChunk; ++k) fv[k] = __ldg(f[k] + i);
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+          const float xv = __ldg(xt[t] + i);
+          if (r0 == 0) ss[t] = fmaf(xv, xv, ss[t]);
+#pragma unroll
+          for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
+        }
+      }
+    } else {  // the same steps, kUnroll of them at a time
 #pragma unroll(kUnroll)
-    for (int i = i_begin + static_cast<int>(threadIdx.x); i < i_end; i += kMixThreads) {
-      float fv[kRowChunk];
+      for (int i = i_begin + static_cast<int>(threadIdx.x); i < i_end; i += kMixThreads) {
+        float fv[kRowChunk];
 #pragma unroll
-      for (int k = 0; k < kRowChunk; ++k) fv[k] = __ldg(f[k] + i);
+        for (int k = 0; k < kRowChunk; ++k) fv[k] = __ldg(f[k] + i);
 #pragma unroll
-      for (int t = 0; t < kTok; ++t) {
-        const float xv = __ldg(xt[t] + i);
-        if (r0 == 0) ss[t] = fmaf(xv, xv, ss[t]);
+        for (int t = 0; t < kTok; ++t) {
+          const float xv = __ldg(xt[t] + i);
+          if (r0 == 0) ss[t] = fmaf(xv, xv, ss[t]);
 #pragma unroll
-        for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
+          for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
+        }
       }
     }
     if constexpr (kTok * kRowChunk >= 24) {
