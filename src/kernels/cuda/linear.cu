@@ -2175,10 +2175,33 @@ struct RsPrefill {
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
+// kPingpong: the two warpgroups issue their units' MMAs in turns (warpgroup 0's unit u, then 1's
+// unit u, then 0's unit u + 1, ...: named barriers 3 and 4, all 256 threads), so that the tensor
+// cores run one warpgroup's MMAs while the other scales, converts and copies, instead of both
+// warpgroups waiting for x's stage together and then for the tensor cores together. The same MMAs,
+// in the same order within each warpgroup: the same bits.
+// Named barrier 3: warpgroup 0 may issue its next unit (warpgroup 1 has issued the one before);
+// 4: warpgroup 1 may issue (warpgroup 0 has issued the same unit).
+__device__ __forceinline__ void PingpongWait(int wg) {
+  if (wg == 0) {
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  }
+}
+__device__ __forceinline__ void PingpongPass(int wg) {
+  if (wg == 0) {
+    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  } else {
+    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+  }
+}
+
 // grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map,
 // xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk words,
 // K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
 // kRsTokens-row tiles; experts [0, e_end).
+template <bool kPingpong>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                                  const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -2302,10 +2325,19 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     sa = rs::ChunkWordScale(wa);
     sb = rs::ChunkWordScale(wb);
   };
+  // With kPingpong, in turns: warpgroup 0 waits for 1's unit v - 1 (none before unit 0), 1 for
+  // 0's unit v; each passes the turn after issuing, but warpgroup 1 not after the last unit (every
+  // wait then has its pass: units is uniform, and known here, the fetch walk being ahead).
   auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
     tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
+    if constexpr (kPingpong) {
+      if (wg == 1 || v > 0) PingpongWait(wg);
+    }
     __syncwarp();
     rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(v)), x_desc_hi);
+    if constexpr (kPingpong) {
+      if (wg == 0 || v + 1 < units) PingpongPass(wg);
+    }
   };
   // Unit u's MMAs complete in acc (its fragment f free): scaled into part, later passes, x stage
   // released, the slice's and the item's ends.
@@ -3591,6 +3623,11 @@ std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 // (SetFp4InBlockRegistersForTesting).
 KernelSwitch g_fp4_in_block_rs{"DEEPINFER_FP4_IN_BLOCK_RS", 1};
 std::atomic<uint64_t> g_fp4_in_block_rs_launches{0};  // launches of it (tests)
+// DEEPINFER_FP4_RS_PINGPONG (read once; unset or 0: off, 1: on): that kernel's two warpgroups
+// issue their MMAs in turns (ExpertsFp4RegistersTmaKernel's kPingpong; the same bits). Tests
+// override it (SetFp4RsPingpongForTesting).
+KernelSwitch g_fp4_rs_pingpong{"DEEPINFER_FP4_RS_PINGPONG", 0};
+std::atomic<uint64_t> g_fp4_rs_pingpong_launches{0};  // launches of it (tests)
 std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-block launches reading them (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
@@ -3694,10 +3731,17 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, static_cast<uint32_t>(ep.tile_rows));  // the plan's tiles
   if (l.fp4_registers) {
     constexpr int kSmem = RsPrefill::kBytes;
-    AllowDynamicSmem<ExpertsFp4RegistersTmaKernel>(l.device, kSmem);
     const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-    ExpertsFp4RegistersTmaKernel<<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
-        x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+    if (g_fp4_rs_pingpong.On()) {
+      AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<true>>(l.device, kSmem);
+      ExpertsFp4RegistersTmaKernel<true><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+          x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+      g_fp4_rs_pingpong_launches.fetch_add(1);
+    } else {
+      AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<false>>(l.device, kSmem);
+      ExpertsFp4RegistersTmaKernel<false><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+          x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+    }
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
     g_fp4_in_block_rs_launches.fetch_add(1);
   } else if (InBlockUnits() == 2) {
@@ -4257,6 +4301,10 @@ void SetExpertsRunsForTesting(int mode, int max_blocks) {
 }
 
 uint64_t ExpertsRunsLaunchesForTesting() { return g_experts_runs_launches.load(); }
+
+void SetFp4RsPingpongForTesting(int mode) { g_fp4_rs_pingpong.SetForTesting(mode, "SetFp4RsPingpongForTesting"); }
+
+uint64_t Fp4RsPingpongLaunchesForTesting() { return g_fp4_rs_pingpong_launches.load(); }
 
 void SetExpertsRegisterAForTesting(int mode) {
   g_experts_register_a.SetForTesting(mode, "SetExpertsRegisterAForTesting");

@@ -216,6 +216,11 @@ uint64_t ExpertsRegisterALaunchesForTesting(int tile_tokens);
 // many items. And how many run launches this process has made.
 void SetExpertsRunsForTesting(int mode, int max_blocks = 0);
 uint64_t ExpertsRunsLaunchesForTesting();
+// Tests only: the FP4 experts' prefill kernel converting in registers with its two warpgroups
+// issuing their MMAs in turns (the same bits) on (1), off (0), or as DEEPINFER_FP4_RS_PINGPONG says
+// (-1, the default: off unless 1); and how many such launches this process has made.
+void SetFp4RsPingpongForTesting(int mode);
+uint64_t Fp4RsPingpongLaunchesForTesting();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.
