@@ -633,9 +633,11 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
     EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block_launches, in_block > 0) << "in the blocks";
   }
   // Converted in the MMA warpgroups' registers (ExpertsFp4RegistersTmaKernel), which takes the
-  // chunk words written at load; without them the in-block kernel runs instead.
+  // chunk words written at load; without them the in-block kernel runs instead. Its warpgroups not
+  // in turns here (RegisterFedPrefillPingpongEqualsLinear has them).
   ScopedFp4InBlock converted(1, 2);
   ScopedFp4InBlockRegisters registers(1);
+  ScopedSwitch<cuda::SetFp4RsPingpongForTesting> no_turns(0);
   ScopedTmaKernels tma(1, 64);
   ScopedTmaWarpSpecialized ws(1);
   for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
@@ -656,9 +658,10 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
 
 // The prefill experts converted in the MMA warpgroups' registers (ExpertsFp4RegistersTmaKernel)
 // with the two warpgroups issuing their MMAs in turns (DEEPINFER_FP4_RS_PINGPONG): Linear's bits per
-// expert, as without the turns: 1, 3 and 8 chunks (a warpgroup's first and last units, its turns
-// across items and tiles), group scales over 18 binades (later passes between turns), partial
-// 104-row tiles; and the Flash prefill shape (3,072 tokens x top-6 of 256 experts, [4096 -> 2048]).
+// expert, as without the turns: 1, 3 and 8 chunks (blocks of no unit, of one, and of one item's
+// units), group scales over 18 binades (later passes between turns), partial 104-row tiles; and the
+// Flash prefill shape (3,072 tokens x top-6 of 256 experts, [4096 -> 2048]), where each block's
+// turns run across many items and tiles.
 TEST(CudaExpertsLinearFp8, RegisterFedPrefillPingpongEqualsLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);

@@ -2154,6 +2154,7 @@ constexpr int kRsTokens = 104;
 constexpr int kRsAhead = 5;    // units whose copies are in flight ahead (7, on 10-stage rings: no faster)
 constexpr int kRsSlots = 8;    // a warp's copy ring
 constexpr int kRsXStages = 8;  // the x ring
+static_assert(kRsAhead >= 2, "in turns, warpgroup 1 knows at issue(v) whether unit v + 1 exists");
 // Unit v's copies are issued while unit v - kRsAhead is in its MMAs: its copy slot was last read
 // by unit v - kRsSlots (finished before), and its x load waits for unit v - kRsXStages's release by
 // every warp, which a warp one unit behind the issuing one has given (v - kRsAhead - 2 or earlier).
@@ -2330,10 +2331,10 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   // wait then has its pass: units is uniform, and known here, the fetch walk being ahead).
   auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
     tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
+    __syncwarp();  // converged for the aligned barrier and MMAs
     if constexpr (kPingpong) {
       if (wg == 1 || v > 0) PingpongWait(wg);
     }
-    __syncwarp();
     rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(v)), x_desc_hi);
     if constexpr (kPingpong) {
       if (wg == 0 || v + 1 < units) PingpongPass(wg);
