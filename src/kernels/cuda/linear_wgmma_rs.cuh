@@ -311,6 +311,74 @@ __host__ __device__ constexpr int64_t ChunkWordsOfExpert(int64_t n, int64_t chun
   return (n * chunks + 2 * ((n + kRows - 1) / kRows) + 63) / 64 * 64;  // 256-byte aligned
 }
 
+// The row scales of a chunk's pass 0 for this thread's two rows.
+struct RowScales {
+  float sa, sb;
+};
+
+// Later passes `pass` = 1, 2, ... over chunk c of rows row_a and row_b of p (valid_a / valid_b:
+// within p.n; else every group left) until no row of the block needs another (uniform over the
+// block: __syncthreads_or): each pass's fragment from the chunk's nibbles at shared address `stage`
+// (this thread's group in its warp's part), its MMAs into `done` from +0 and its products scaled
+// into part with x's scales at shared address xs_c. frag and done are free on entry and on return.
+template <int kElems>
+__device__ __forceinline__ void LaterPasses(const Params& p, int64_t row_a, int64_t row_b, bool valid_a, bool valid_b,
+                                            int c, int q, uint32_t stage, uint32_t tables, uint32_t desc_lo,
+                                            uint32_t desc_hi, float (&done)[kElems], uint32_t (&frag)[16],
+                                            float (&part)[kElems], uint32_t xs_c, int tokens) {
+  for (int pass = 1;; ++pass) {
+    const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
+    const RowFold fa = valid_a ? LaterFold(p, row_a, c, pass) : none;
+    const RowFold fb = valid_b ? LaterFold(p, row_b, c, pass) : none;
+    RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
+    RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
+    IssueChunk(done, frag, desc_lo, desc_hi);
+    WgmmaWaitAll();
+    PinAll(done);
+    AddScaledShared(part, done, fa.scale, fb.scale, xs_c, q, tokens);
+    if (!__syncthreads_or(fa.more || fb.more)) break;
+  }
+}
+
+// The chunk loop of a block's item: issue(c, frag, acc) converts chunk c into frag and issues its
+// MMAs into acc (returning its RowScales), finish(c, done, frag, scales, may_end) takes them when
+// they are complete. Chunk c + 1 is issued before chunk c is finished (two accumulators, two
+// fragments). Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs,
+// then the last. In the loop c is odd, so chunk c - 1 (even, not the last) never ends a 4-chunk
+// slice: may_end is a constant at every call (false where c ends neither a 512-column slice nor K,
+// so that the check, which the compiler predicates rather than branches, is left out). chunks >= 1.
+template <int kElems, class Issue, class Finish>
+__device__ __forceinline__ void PipelinedChunks(int chunks, const Issue& issue, const Finish& finish,
+                                                float (&acc0)[kElems], float (&acc1)[kElems], uint32_t (&frag0)[16],
+                                                uint32_t (&frag1)[16]) {
+  static_assert(mma::kSliceChunks % 2 == 0, "a slice ends on an odd chunk");
+  RowScales last = issue(0, frag0, acc0);
+  int c = 1;
+  for (; c + 1 < chunks; c += 2) {
+    RowScales now = issue(c, frag1, acc1);
+    WgmmaWait<1>();  // chunk c - 1
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last, false);
+    last = issue(c + 1, frag0, acc0);
+    WgmmaWait<1>();  // chunk c
+    PinAll(acc1);
+    finish(c, acc1, frag1, now, true);
+  }
+  if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
+    const RowScales now = issue(c, frag1, acc1);
+    WgmmaWait<1>();
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last, false);
+    WgmmaWaitAll();
+    PinAll(acc1);
+    finish(c, acc1, frag1, now, true);
+  } else {
+    WgmmaWaitAll();
+    PinAll(acc0);
+    finish(c - 1, acc0, frag0, last, true);
+  }
+}
+
 // One item: weight rows n0..n0+63 of p (an FP4 expert, e8m0 scales) × the tile's token rows
 // t_codes.. of the codes (p.m of them, at most kTok = 8 or 16; y rows 0.. of p.y) over all `chunks`
 // chunks of K. words: the expert's chunk words (ChunkWordsOfExpert), copied instead of computed
@@ -436,9 +504,6 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
 #pragma unroll
   for (int i = 0; i < kElems; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
 
-  struct Scales {
-    float sa, sb;
-  };
   // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
   // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
   auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[kElems]) {
@@ -451,60 +516,22 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
     RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
     IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
-    return Scales{fa.scale, fb.scale};
+    return RowScales{fa.scale, fb.scale};
   };
   // Chunk c's MMAs complete in `done` (its fragment `frag` free): scaled into part, its later
   // passes (uniform over the block), the slice's end where `may_end` (a constant at every call:
   // false where c ends neither a 512-column slice nor K, so that the check, which the compiler
   // predicates rather than branches, is left out).
-  auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const Scales& s, bool may_end) {
+  auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const RowScales& s, bool may_end) {
     AddScaledShared(part, done, s.sa, s.sb, xs + c * kTok * 4, q, tokens);
     if (((later >> c) & 1u) != 0u) {
-      const uint32_t stage = stage_of(c) + group_offset;
-      for (int pass = 1;; ++pass) {
-        const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
-        const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
-        const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
-        RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
-        RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
-        IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
-        WgmmaWaitAll();
-        PinAll(done);
-        AddScaledShared(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q, tokens);
-        if (!__syncthreads_or(fa.more || fb.more)) break;
-      }
+      LaterPasses(p, n0 + la, n0 + lb, valid_a, valid_b, c, q, stage_of(c) + group_offset, tables, desc_lo_of(c),
+                  x_desc_hi, done, frag, part, xs + c * kTok * 4, tokens);
     }
     if (may_end) EndChunk(total, part, c, 0, chunks, tokens);
   };
 
-  // Peeled so that no wgmma wait sits in a branch of the main loop: chunk 0, then pairs, then the
-  // last. In the loop c is odd, so chunk c - 1 (even, not the last) never ends a 4-chunk slice.
-  static_assert(mma::kSliceChunks % 2 == 0, "a slice ends on an odd chunk");
-  Scales last = issue(0, frag0, acc0);
-  int c = 1;
-  for (; c + 1 < chunks; c += 2) {
-    Scales now = issue(c, frag1, acc1);
-    WgmmaWait<1>();  // chunk c - 1
-    PinAll(acc0);
-    finish(c - 1, acc0, frag0, last, false);
-    last = issue(c + 1, frag0, acc0);
-    WgmmaWait<1>();  // chunk c
-    PinAll(acc1);
-    finish(c, acc1, frag1, now, true);
-  }
-  if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
-    const Scales now = issue(c, frag1, acc1);
-    WgmmaWait<1>();
-    PinAll(acc0);
-    finish(c - 1, acc0, frag0, last, false);
-    WgmmaWaitAll();
-    PinAll(acc1);
-    finish(c, acc1, frag1, now, true);
-  } else {
-    WgmmaWaitAll();
-    PinAll(acc0);
-    finish(c - 1, acc0, frag0, last, true);
-  }
+  PipelinedChunks(chunks, issue, finish, acc0, acc1, frag0, frag1);
   CpAsyncWaitAll();
   StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
   __syncthreads();  // shared memory free for the caller's next item
@@ -667,9 +694,6 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
   FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
   __syncthreads();            // the copies and the tables
 
-  struct Scales {
-    float sa, sb;
-  };
   int ring0 = 0;  // the flat index of the current item's chunk 0, modulo kStages
   for (int32_t i = begin;; ++i) {
     const bool has_next = i + 1 < end;  // uniform
@@ -715,55 +739,19 @@ __device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin
       RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
       RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
       IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
-      return Scales{fa.scale, fb.scale};
+      return RowScales{fa.scale, fb.scale};
     };
     // Fp4RegistersBlock's finish.
-    auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const Scales& s, bool may_end) {
+    auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const RowScales& s, bool may_end) {
       AddScaledShared(part, done, s.sa, s.sb, xs + c * kTok * 4, q, tokens);
       if (((later >> c) & 1u) != 0u) {
-        const uint32_t stage = stage_of(ring0 + c) + group_offset;
-        for (int pass = 1;; ++pass) {
-          const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
-          const RowFold fa = valid_a ? LaterFold(p, n0 + la, c, pass) : none;
-          const RowFold fb = valid_b ? LaterFold(p, n0 + lb, c, pass) : none;
-          RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
-          RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
-          IssueChunk(done, frag, desc_lo_of(c), x_desc_hi);
-          WgmmaWaitAll();
-          PinAll(done);
-          AddScaledShared(part, done, fa.scale, fb.scale, xs + c * kTok * 4, q, tokens);
-          if (!__syncthreads_or(fa.more || fb.more)) break;
-        }
+        LaterPasses(p, n0 + la, n0 + lb, valid_a, valid_b, c, q, stage_of(ring0 + c) + group_offset, tables,
+                    desc_lo_of(c), x_desc_hi, done, frag, part, xs + c * kTok * 4, tokens);
       }
       if (may_end) EndChunk(total, part, c, 0, chunks, tokens);
     };
 
-    // Fp4RegistersBlock's chunk loop (chunks >= kAhead > 2).
-    Scales last = issue(0, frag0, acc0);
-    int c = 1;
-    for (; c + 1 < chunks; c += 2) {
-      Scales now = issue(c, frag1, acc1);
-      WgmmaWait<1>();  // chunk c - 1
-      PinAll(acc0);
-      finish(c - 1, acc0, frag0, last, false);
-      last = issue(c + 1, frag0, acc0);
-      WgmmaWait<1>();  // chunk c
-      PinAll(acc1);
-      finish(c, acc1, frag1, now, true);
-    }
-    if (c < chunks) {
-      const Scales now = issue(c, frag1, acc1);
-      WgmmaWait<1>();
-      PinAll(acc0);
-      finish(c - 1, acc0, frag0, last, false);
-      WgmmaWaitAll();
-      PinAll(acc1);
-      finish(c, acc1, frag1, now, true);
-    } else {
-      WgmmaWaitAll();
-      PinAll(acc0);
-      finish(c - 1, acc0, frag0, last, true);
-    }
+    PipelinedChunks(chunks, issue, finish, acc0, acc1, frag0, frag1);
     StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
     if (!has_next) break;
     ring0 = (ring0 + chunks) & (kStages - 1);
