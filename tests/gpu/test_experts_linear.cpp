@@ -452,6 +452,65 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
   EXPECT_GT(cuda::Fp4ChunkWordsLaunchesForTesting(), word_launches) << "no register-fed launch read chunk words";
 }
 
+// The register-fed kernels' items as runs (wgmma::rs::Fp4RegistersRun: a block's consecutive items
+// on one copy ring, x reloaded where the tile changes, the chunk words carried in the stages) give
+// Linear's bits per expert, as the item-per-item kernel does:
+// - grids capped at 1, 3 and 7 blocks (a block's run crosses many items and tiles, its ring going
+//   on across them; 7 blocks split the items unevenly) and uncapped (one item or none a block);
+// - N = 200 (the last item of each tile is partial: rows past N copy another row's words) and N = 40
+//   (one partial item a tile, so that the next item's copies zero-fill rows of another expert,
+//   whose weight may be aligned otherwise);
+// - 6, 7 and 8 chunks (the fewest the runs take; odd and even counts) with two tiles of 9-16 rows
+//   (16-token runs cross a tile), group scales over 18 binades (later passes on every kind of
+//   item), 16-byte, 4-byte and byte copies;
+// - a decode routing of the Flash experts, w1/w3 [4096 -> 2048] and w2 [2048 -> 4096], uncapped (a
+//   grid of blocks per SM x SMs: about 20 items a block on an H200 at 256 tokens) and at 100 blocks.
+// Each call must have run its items as runs.
+TEST(CudaExpertsLinearFp8, RegisterFedRunsEqualLinear) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  ScopedExpertsRegisterA register_fed(1);
+  ScopedFp4ChunkWords words_on(1);
+  struct RunsOff {
+    ~RunsOff() { cuda::SetExpertsRunsForTesting(-1); }
+  } runs_off;
+  // CheckExperts with chunk words, which must launch the run kernels.
+  const auto check_runs = [](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx,
+                             int64_t ldy, uint64_t seed, std::vector<int64_t> cpu_experts = {}) {
+    const uint64_t before = cuda::ExpertsRunsLaunchesForTesting();
+    CheckExperts(pool, counts, rows_bound, ldx, ldy, seed, std::move(cpu_experts), 0, false, true);
+    EXPECT_GT(cuda::ExpertsRunsLaunchesForTesting(), before) << "the items did not run as runs";
+  };
+  uint64_t seed = 5400;
+  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200, 3, 8, 14};
+  for (const int max_blocks : {1, 3, 7, 0}) {
+    SCOPED_TRACE(testing::Message() << "runs on " << (max_blocks == 0 ? "an uncapped grid" : "a grid of at most ")
+                                    << (max_blocks == 0 ? "" : std::to_string(max_blocks)) << " blocks");
+    cuda::SetExpertsRunsForTesting(1, max_blocks);
+    for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
+      for (const int64_t n : {int64_t{200}, int64_t{40}}) {
+        ExpertPool pool(kFp4, static_cast<int64_t>(kMixedCounts.size()), n, 1024, ++seed, 0, data_step, scale_step);
+        check_runs(pool, kMixedCounts, Offsets(kMixedCounts).back() + 5, 1024, n, ++seed);
+      }
+    }
+    for (const int64_t k : {int64_t{768}, int64_t{896}, int64_t{1024}}) {
+      ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, {110, 128});
+      check_runs(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed);
+    }
+  }
+  const int64_t tokens = SanitizerSizes() ? 16 : 256;
+  const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5450);
+  for (const int max_blocks : {0, 100}) {
+    cuda::SetExpertsRunsForTesting(1, max_blocks);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+      SCOPED_TRACE(testing::Message() << "decode [" << k << " -> " << n << "], at most " << max_blocks << " blocks");
+      ExpertPool pool(kFp4, 256, n, k, 5451 + static_cast<uint64_t>(n), 0, 32, 4);
+      check_runs(pool, decode, tokens * 6, k, n, 5452 + static_cast<uint64_t>(n), {0, 37, 74});
+    }
+  }
+}
+
 // FP4 experts pre-folded once per call (ExpertsLinearPreFoldCodesBytes): the bits of Linear's FP4
 // kernel, which folds per chunk in shared memory, on every tile kind; in groups of 1, 3 and all 8
 // experts (the group kernels skip the other experts' tiles); with group scales over 18 binades
@@ -574,9 +633,11 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
     EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block_launches, in_block > 0) << "in the blocks";
   }
   // Converted in the MMA warpgroups' registers (ExpertsFp4RegistersTmaKernel), which takes the
-  // chunk words written at load; without them the in-block kernel runs instead.
+  // chunk words written at load; without them the in-block kernel runs instead. Its warpgroups not
+  // in turns here (RegisterFedPrefillPingpongEqualsLinear has them).
   ScopedFp4InBlock converted(1, 2);
   ScopedFp4InBlockRegisters registers(1);
+  ScopedSwitch<cuda::SetFp4RsPingpongForTesting> no_turns(0);
   ScopedTmaKernels tma(1, 64);
   ScopedTmaWarpSpecialized ws(1);
   for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
@@ -593,6 +654,49 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
       EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), after) << "it ran without chunk words";
     }
   }
+}
+
+// The prefill experts converted in the MMA warpgroups' registers (ExpertsFp4RegistersTmaKernel)
+// with the two warpgroups issuing their MMAs in turns (DEEPINFER_FP4_RS_PINGPONG): Linear's bits per
+// expert, as without the turns: 1, 3 and 8 chunks (blocks of no unit, of one, and of one item's
+// units), group scales over 18 binades (later passes between turns), partial 104-row tiles; and the
+// Flash prefill shape (3,072 tokens x top-6 of 256 experts, [4096 -> 2048]), where each block's
+// turns run across many items and tiles.
+TEST(CudaExpertsLinearFp8, RegisterFedPrefillPingpongEqualsLinear) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  using ScopedPingpong = ScopedSwitch<cuda::SetFp4RsPingpongForTesting>;
+  ScopedFp4InBlock converted(1, 2);
+  ScopedFp4InBlockRegisters registers(1);
+  ScopedTmaKernels tma(1, 64);
+  ScopedTmaWarpSpecialized ws(1);
+  ScopedPingpong pingpong(1);
+  // CheckExperts with chunk words, which must take the kernel in turns.
+  const auto check = [](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t bound, int64_t k, int64_t n,
+                        uint64_t seed, std::vector<int64_t> cpu_experts = {}) {
+    const uint64_t launches = cuda::Fp4RsPingpongLaunchesForTesting();
+    CheckExperts(pool, counts, bound, k, n, seed, std::move(cpu_experts), 0, false, /*chunk_words=*/true);
+    EXPECT_GT(cuda::Fp4RsPingpongLaunchesForTesting(), launches) << "the kernel did not run in turns";
+  };
+  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
+  const int64_t experts = static_cast<int64_t>(counts.size()), bound = 520;
+  uint64_t seed = 5360;
+  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+    for (const bool wide_scales : {false, true}) {
+      const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
+                                                           : std::pair<uint8_t, uint8_t>{0, 0};
+      ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+      SCOPED_TRACE(testing::Message() << "K " << k << (wide_scales ? ", 18 binades" : ""));
+      check(pool, counts, bound, k, 200, ++seed);
+    }
+  }
+  const int64_t tokens = SanitizerSizes() ? 683 : 3072, flash_experts = SanitizerSizes() ? 64 : 256;
+  const std::vector<int32_t> flash = RandomRouting(tokens, 6, flash_experts, 5370);
+  ExpertPool pool(kFp4, flash_experts, 2048, 4096, 5371);
+  const int64_t busiest = std::max_element(flash.begin(), flash.end()) - flash.begin();
+  SCOPED_TRACE("the Flash prefill shape");
+  check(pool, flash, tokens * 6, 4096, 2048, 5372, {busiest});
 }
 
 // The experts' kernels quantize x themselves (the model then skips its act_quant pass:

@@ -167,6 +167,48 @@ TEST(CudaHc, PrePersistentEqualsPerGroup) {
   }
 }
 
+// The 4-token mix kernels' stride loop unrolled four times (DEEPINFER_HC_MIX_UNROLL): the bits of
+// the rolled loop, for HcPre (the deferred Sinkhorn, persistent kernel off) and HcHead, at widths
+// that are and are not multiples of the unrolled step (8 slices of 256 threads x 4).
+TEST(CudaHc, UnrolledMixEqualsRolled) {
+  DI_REQUIRE_GPU();
+  using ScopedMixUnroll = ScopedSwitch<cuda::SetHcMixUnrollForTesting>;
+  const ScopedPersistentMix per_group(0);
+  uint64_t seed = 500;
+  struct Shape {
+    int64_t m, d;
+  };
+  for (const Shape& shape : {Shape{64, 4096}, Shape{65, 4096}, Shape{300, 1000}, Shape{67, 37}}) {
+    SCOPED_TRACE(testing::Message() << shape.m << " tokens, D " << shape.d);
+    const HcInputs in = MakeInputs(shape.m, 4, shape.d, false, seed += 10);
+    HcPreOut rolled, unrolled;
+    {
+      const ScopedMixUnroll off(0);
+      rolled = GpuHcPre(in, 0, shape.m, shape.d);
+    }
+    {
+      const ScopedMixUnroll on(1);
+      const uint64_t launches = cuda::HcMixUnrollLaunchesForTesting();
+      unrolled = GpuHcPre(in, 0, shape.m, shape.d);
+      EXPECT_EQ(cuda::HcMixUnrollLaunchesForTesting() - launches, 1u) << "the unrolled kernel did not run";
+    }
+    EXPECT_TRUE(AllEqual(unrolled.a, rolled.a, "a"));
+    EXPECT_TRUE(AllEqual(unrolled.post, rolled.post, "post"));
+    EXPECT_TRUE(AllEqual(unrolled.comb, rolled.comb, "comb"));
+
+    const HcInputs head = MakeInputs(shape.m, 4, shape.d, true, seed += 10);
+    DeviceArray<float> dx(head.x), dfn(head.fn), dbase(head.base), dscale(head.scale);
+    const cuda::HcParams p{dfn.get(), dbase.get(), dscale.get(), 20, 1e-6f, 1e-6f};
+    auto run_head = [&](int unroll) {
+      const ScopedMixUnroll mode(unroll);
+      DeviceArray<float> dy(std::vector<float>(static_cast<size_t>(shape.m * shape.d), 3.f));
+      cuda::HcHead(dx.get(), shape.m, 4, shape.d, p, dy.get(), shape.d, nullptr);
+      return dy.ToHost();
+    };
+    EXPECT_TRUE(AllEqual(run_head(1), run_head(0), "head"));
+  }
+}
+
 // The mix kernels reduce a pass's 24 or 32 sums with one reduce-scatter (WarpReduceScatter<32>):
 // the bits of WarpSum on each, over 262,144 sums; and the check sees a one-ulp change of one input.
 TEST(CudaHc, WarpReduceScatterEqualsWarpSum) {

@@ -729,11 +729,21 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
   ScopedDenseSplit on(1);
   struct Case {
     int64_t out, in;
+    std::vector<int64_t> rows;
+    int64_t min_rows;  // SetDenseWsMinRowsForTesting's (0: the environment's)
   };
+  struct MinRowsBack {
+    ~MinRowsBack() { cuda::SetDenseWsMinRowsForTesting(0); }
+  } min_rows_back;
   uint64_t seed = 5900;
-  for (const Case& c : {Case{8192, 4096}, Case{4300, 1536}, Case{8192, 512}}) {
+  const std::vector<int64_t> some = {256, 300, 520};
+  // [1024 -> 20000] from 64 rows (DEEPINFER_DENSE_WS_MIN_ROWS=64): 157 row blocks fill the GPU from
+  // one 64-token tile on, so 64 and 100 rows (the head's shape at decode batch 64) take it too.
+  for (const Case& c : {Case{8192, 4096, some, 0}, Case{4300, 1536, some, 0}, Case{8192, 512, some, 0},
+                        Case{20000, 1024, {64, 100}, 64}}) {
+    cuda::SetDenseWsMinRowsForTesting(c.min_rows);
     TestWeight w = RandomWeight(kBf16, c.out, c.in, ++seed);
-    for (const int64_t m : {int64_t{256}, int64_t{300}, int64_t{520}}) {
+    for (const int64_t m : c.rows) {
       DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.in), ++seed));
       for (const int overlap : {0, 1}) {
         SCOPED_TRACE(testing::Message() << "[" << c.in << " -> " << c.out << "] M=" << m << " overlap " << overlap);

@@ -152,7 +152,10 @@ __device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
 // kHead: rows = s, weights = head weights, no post/comb. Otherwise rows = (2+s)·s.
 // kDeferSinkhorn (HcPre): comb gets the Sinkhorn's input (the affine mix) and HcSinkhorn4Kernel
 // runs the Sinkhorn after this kernel, 16 lanes a token, so that no cluster waits for it.
-template <int kTok, bool kHead, bool kDeferSinkhorn = false>
+// kUnroll: 1, the stride loop as the compiler unrolls it, or 4: unrolled four times (the fn and x
+// loads of four steps in flight together; each acc still takes its products in increasing i, so
+// the same bits).
+template <int kTok, bool kHead, bool kDeferSinkhorn = false, int kUnroll = 1>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
                 int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
@@ -199,16 +202,32 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
 #pragma unroll
       for (int k = 0; k < kRowChunk; ++k) acc[t][k] = 0.f;
     }
-    for (int i = i_begin + static_cast<int>(threadIdx.x); i < i_end; i += kMixThreads) {
-      float fv[kRowChunk];
+    if constexpr (kUnroll == 1) {  // the compiler's own unrolling, as before the switch
+      for (int i = i_begin + static_cast<int>(threadIdx.x); i < i_end; i += kMixThreads) {
+        float fv[kRowChunk];
 #pragma unroll
-      for (int k = 0; k < kRowChunk; ++k) fv[k] = __ldg(f[k] + i);
+        for (int k = 0; k < kRowChunk; ++k) fv[k] = __ldg(f[k] + i);
 #pragma unroll
-      for (int t = 0; t < kTok; ++t) {
-        const float xv = __ldg(xt[t] + i);
-        if (r0 == 0) ss[t] = fmaf(xv, xv, ss[t]);
+        for (int t = 0; t < kTok; ++t) {
+          const float xv = __ldg(xt[t] + i);
+          if (r0 == 0) ss[t] = fmaf(xv, xv, ss[t]);
 #pragma unroll
-        for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
+          for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
+        }
+      }
+    } else {  // the same steps, kUnroll of them at a time
+#pragma unroll(kUnroll)
+      for (int i = i_begin + static_cast<int>(threadIdx.x); i < i_end; i += kMixThreads) {
+        float fv[kRowChunk];
+#pragma unroll
+        for (int k = 0; k < kRowChunk; ++k) fv[k] = __ldg(f[k] + i);
+#pragma unroll
+        for (int t = 0; t < kTok; ++t) {
+          const float xv = __ldg(xt[t] + i);
+          if (r0 == 0) ss[t] = fmaf(xv, xv, ss[t]);
+#pragma unroll
+          for (int k = 0; k < kRowChunk; ++k) acc[t][k] = fmaf(xv, fv[k], acc[t][k]);
+        }
       }
     }
     if constexpr (kTok * kRowChunk >= 24) {
@@ -664,6 +683,33 @@ int64_t PersistentMixClusters() {
   return clusters;
 }
 
+// DEEPINFER_HC_MIX_UNROLL (read once; unset or 0: off, 1: on): the 4-token mix kernels with their
+// stride loop unrolled four times (HcMixKernel's kUnroll; the same bits). Tests override it
+// (SetHcMixUnrollForTesting).
+std::atomic<int> g_mix_unroll_test{-1};
+std::atomic<uint64_t> g_mix_unroll_launches{0};
+
+bool MixUnrolled() {
+  static const bool from_environment = EnvSwitch("DEEPINFER_HC_MIX_UNROLL", false, "cuda::HcPre");
+  const int test = g_mix_unroll_test.load();
+  return test >= 0 ? test == 1 : from_environment;
+}
+
+// HcMixKernel<4, kHead, kDefer> with the stride loop as MixUnrolled() says.
+template <bool kHead, bool kDefer>
+void LaunchMix4(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* out, int64_t ldo,
+                float* post, float* comb, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(CeilDiv(m, int64_t{4}) * kMixCluster);
+  if (MixUnrolled()) {
+    HcMixKernel<4, kHead, kDefer, 4><<<grid, kMixThreads, 0, stream>>>(x, m, static_cast<int>(s), static_cast<int>(d),
+                                                                      p, out, ldo, post, comb);
+    g_mix_unroll_launches.fetch_add(1);
+  } else {
+    HcMixKernel<4, kHead, kDefer, 1><<<grid, kMixThreads, 0, stream>>>(x, m, static_cast<int>(s), static_cast<int>(d),
+                                                                      p, out, ldo, post, comb);
+  }
+}
+
 template <bool kHead>
 void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* out,
                int64_t ldo, float* post, float* comb, cudaStream_t stream) {
@@ -678,15 +724,13 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
           x, m, static_cast<int>(d), p, out, ldo, post, comb);
       g_persistent_mix_launches.fetch_add(1);
     } else {
-      HcMixKernel<4, false, true><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
-          x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
+      LaunchMix4<false, true>(x, m, s, d, p, out, ldo, post, comb, stream);
     }
     DI_CUDA_LAUNCH_CHECK(what);
     HcSinkhorn4Kernel<<<static_cast<unsigned>(CeilDiv(m * 16, int64_t{kSinkhornThreads})), kSinkhornThreads, 0,
                         stream>>>(comb, m, p.sinkhorn_iters, p.hc_eps);
   } else if (m >= multi_min) {
-    HcMixKernel<4, kHead><<<static_cast<unsigned>(CeilDiv(m, 4) * kMixCluster), kMixThreads, 0, stream>>>(
-        x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
+    LaunchMix4<kHead, false>(x, m, s, d, p, out, ldo, post, comb, stream);
   } else {
     HcMixKernel<1, kHead><<<static_cast<unsigned>(m * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
@@ -764,6 +808,13 @@ void SetHcPersistentMixForTesting(int mode) {
 }
 
 uint64_t HcPersistentMixLaunchesForTesting() { return g_persistent_mix_launches.load(); }
+
+void SetHcMixUnrollForTesting(int mode) {
+  if (mode < -1 || mode > 1) ThrowCudaError(__FILE__, __LINE__, "SetHcMixUnrollForTesting", "takes -1, 0 or 1");
+  g_mix_unroll_test.store(mode);
+}
+
+uint64_t HcMixUnrollLaunchesForTesting() { return g_mix_unroll_launches.load(); }
 
 uint64_t WarpReduceScatterMismatchesForTesting(bool perturb) {
   return DeviceCountForTesting("WarpReduceScatterMismatchesForTesting", [&](unsigned long long* count) {

@@ -53,6 +53,12 @@ void HcHead(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, 
 void SetHcPersistentMixForTesting(int mode);
 uint64_t HcPersistentMixLaunchesForTesting();
 
+// Tests only: the 4-token mix kernels' stride loop unrolled four times (the same bits) on (1), off
+// (0), or as DEEPINFER_HC_MIX_UNROLL says (-1, the default: off unless 1), for the whole process;
+// and how many launches took the unrolled loop.
+void SetHcMixUnrollForTesting(int mode);
+uint64_t HcMixUnrollLaunchesForTesting();
+
 // Tests only: how many of 2 · 4096 · 32 sums of 32 lanes' values (random magnitudes over 2^±20, both
 // signs) the mix kernels' reduce-scatter (WarpReduceScatter<32>) gives other bits for than WarpSum
 // (0 expected; with perturb, one input per warp is one ulp off and the count must not be 0).

@@ -1130,6 +1130,25 @@ __host__ __device__ constexpr int TileTokensOfKind(int kind) {
 }
 static_assert(TileTokensOfKind(2) == 8 && kTiledKind == 4, "kinds 0-2 hold the tiles of at most 8 rows, 3 of 9-16");
 
+// The tiles that take kTok-token tiles: WalkTile's indices [first, first + tiles) (WalkTile's order:
+// the larger kinds first, so the kinds of larger token tiles come before the range).
+struct TileRange {
+  int32_t first, tiles;
+};
+template <int kTok>
+__device__ __forceinline__ TileRange TileRangeOf(const TileLists& lists) {
+  TileRange r{0, 0};
+#pragma unroll
+  for (int kind = 0; kind < kTileKinds; ++kind) {
+    if (TileTokensOfKind(kind) == kTok) r.tiles += lists.counts[kind];
+  }
+#pragma unroll
+  for (int kind = kTileKinds - 1; kind >= 0; --kind) {  // the kinds WalkTile walks before the range
+    if (TileTokensOfKind(kind) > kTok) r.first += lists.counts[kind];
+  }
+  return r;
+}
+
 // Checks the plan, walks the tiles that take kTok-token tiles (WalkTile's order: the larger kinds
 // first, so the kinds of larger token tiles come before the range) and calls
 // block(tile, n0, smem, chunks) for this block's items: n0 the item's first weight row (items of
@@ -1142,17 +1161,9 @@ __device__ __forceinline__ void ForEachExpertsWgmmaItem(const ExpertsParams& ep,
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   CheckPlan(ep);
-  int32_t first = 0, tiles = 0;
-#pragma unroll
-  for (int kind = 0; kind < kTileKinds; ++kind) {
-    if (TileTokensOfKind(kind) == kTok) tiles += lists.counts[kind];
-  }
-#pragma unroll
-  for (int kind = kTileKinds - 1; kind >= 0; --kind) {  // the kinds WalkTile walks before the range
-    if (TileTokensOfKind(kind) > kTok) first += lists.counts[kind];
-  }
-  for (ItemCursor c(ep.blocks_per_tile); c.tile < tiles; c.Next()) {
-    block(*WalkTile(lists, first + c.tile), static_cast<int64_t>(c.block) * kItemRows, smem, chunks);
+  const TileRange range = TileRangeOf<kTok>(lists);
+  for (ItemCursor c(ep.blocks_per_tile); c.tile < range.tiles; c.Next()) {
+    block(*WalkTile(lists, range.first + c.tile), static_cast<int64_t>(c.block) * kItemRows, smem, chunks);
   }
 }
 
@@ -1192,6 +1203,38 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     const uint32_t* words = ep.ExpertChunkWords(t.expert);
     wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
   });
+#endif
+}
+
+// ExpertsFp4RegistersKernel's items as runs (linear_wgmma_rs.cuh, Fp4RegistersRun): block b takes
+// the consecutive items [b·I / G, (b + 1)·I / G) of the I = tiles · blocks_per_tile (item i: tile
+// i / blocks_per_tile, weight rows 64·(i % blocks_per_tile)..), G = gridDim.x. The experts' chunk
+// words are required (wgmma::rs::RunUsable); the same bits as ExpertsFp4RegistersKernel.
+template <int kTok, int kMinBlocks>
+__global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
+    ExpertsFp4RegistersRunKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
+#else
+  extern __shared__ uint8_t smem_raw[];
+  CheckPlan(ep);
+  const TileRange range = TileRangeOf<kTok>(lists);
+  const int32_t bpt = ep.blocks_per_tile;
+  const int64_t items = static_cast<int64_t>(range.tiles) * bpt;
+  const int32_t begin = static_cast<int32_t>(items * blockIdx.x / gridDim.x);
+  const int32_t end = static_cast<int32_t>(items * (blockIdx.x + 1) / gridDim.x);
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  auto item_at = [&](int32_t i, wgmma::rs::RunItem& it) {
+    const int32_t tile = i / bpt;
+    const ExpertTile& t = *WalkTile(lists, range.first + tile);
+    it.p = TileParams<Kind::kFp4>(ep, t);
+    it.words = ep.ExpertChunkWords(t.expert);
+    it.n0 = static_cast<int64_t>(i - tile * bpt) * wgmma::rs::kRows;
+    it.t_codes = t.row0;
+    it.tile = tile;
+  };
+  wgmma::rs::Fp4RegistersRun<kTok>(a, begin, end, item_at, wgmma::AlignedSmem(smem_raw), chunks);
 #endif
 }
 
@@ -2111,6 +2154,7 @@ constexpr int kRsTokens = 104;
 constexpr int kRsAhead = 5;    // units whose copies are in flight ahead (7, on 10-stage rings: no faster)
 constexpr int kRsSlots = 8;    // a warp's copy ring
 constexpr int kRsXStages = 8;  // the x ring
+static_assert(kRsAhead >= 2, "in turns, warpgroup 1 knows at issue(v) whether unit v + 1 exists");
 // Unit v's copies are issued while unit v - kRsAhead is in its MMAs: its copy slot was last read
 // by unit v - kRsSlots (finished before), and its x load waits for unit v - kRsXStages's release by
 // every warp, which a warp one unit behind the issuing one has given (v - kRsAhead - 2 or earlier).
@@ -2132,10 +2176,33 @@ struct RsPrefill {
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
+// kPingpong: the two warpgroups issue their units' MMAs in turns (warpgroup 0's unit u, then 1's
+// unit u, then 0's unit u + 1, ...: named barriers 3 and 4, all 256 threads), so that the tensor
+// cores run one warpgroup's MMAs while the other scales, converts and copies, instead of both
+// warpgroups waiting for x's stage together and then for the tensor cores together. The same MMAs,
+// in the same order within each warpgroup: the same bits.
+// Named barrier 3: warpgroup 0 may issue its next unit (warpgroup 1 has issued the one before);
+// 4: warpgroup 1 may issue (warpgroup 0 has issued the same unit).
+__device__ __forceinline__ void PingpongWait(int wg) {
+  if (wg == 0) {
+    asm volatile("bar.sync 3, 256;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 4, 256;\n" ::: "memory");
+  }
+}
+__device__ __forceinline__ void PingpongPass(int wg) {
+  if (wg == 0) {
+    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
+  } else {
+    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+  }
+}
+
 // grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map,
 // xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk words,
 // K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
 // kRsTokens-row tiles; experts [0, e_end).
+template <bool kPingpong>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                                  const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -2259,10 +2326,19 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     sa = rs::ChunkWordScale(wa);
     sb = rs::ChunkWordScale(wb);
   };
+  // With kPingpong, in turns: warpgroup 0 waits for 1's unit v - 1 (none before unit 0), 1 for
+  // 0's unit v; each passes the turn after issuing, but warpgroup 1 not after the last unit (every
+  // wait then has its pass: units is uniform, and known here, the fetch walk being ahead).
   auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
     tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
-    __syncwarp();
+    __syncwarp();  // converged for the aligned barrier and MMAs
+    if constexpr (kPingpong) {
+      if (wg == 1 || v > 0) PingpongWait(wg);
+    }
     rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(v)), x_desc_hi);
+    if constexpr (kPingpong) {
+      if (wg == 0 || v + 1 < units) PingpongPass(wg);
+    }
   };
   // Unit u's MMAs complete in acc (its fragment f free): scaled into part, later passes, x stage
   // released, the slice's and the item's ends.
@@ -3116,7 +3192,7 @@ void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, 
 }
 
 // DEEPINFER_DENSE_WS (read once; unset or 1: on, 0: off): the 64-token dense split-BF16 products
-// of at least kDenseWsMinRows rows whose grid fills the GPU, where the scratch holds x's parts
+// of at least DenseWsMinRows() rows whose grid fills the GPU, where the scratch holds x's parts
 // (DensePartsBytes), on x's parts split once and wgmma_split::GroupedBf16WsKernel<3> over the BF16
 // weight as it is (one group; TMA zero-fills weight rows past n, the store skips them): the same
 // MMAs in the same order, each slice begun as the dense loop begins it (kFreshSlices where the
@@ -3124,10 +3200,20 @@ void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, 
 KernelSwitch g_dense_ws{"DEEPINFER_DENSE_WS", 1};
 std::atomic<uint64_t> g_shared_x_launches{0};  // LinearsOfOneInput's products on shared parts (tests)
 std::atomic<uint64_t> g_dense_ws_launches{0};  // launches of the dense GroupedBf16WsKernel (tests)
-constexpr int64_t kDenseWsMinRows = 256;
+
+// The fewest rows that take it: DEEPINFER_DENSE_WS_MIN_ROWS (read once; unset or 256, or 64: the
+// head at decode batch 64 too, its 157 row blocks filling the GPU from one token tile); tests
+// override it (SetDenseWsMinRowsForTesting).
+std::atomic<int64_t> g_dense_ws_min_rows_for_testing{0};
+int EnvEither(const char* name, int unset, int other);  // below
+int64_t DenseWsMinRows() {
+  static const int64_t rows = EnvEither("DEEPINFER_DENSE_WS_MIN_ROWS", 256, 64);
+  const int64_t chosen = g_dense_ws_min_rows_for_testing.load();
+  return chosen > 0 ? chosen : rows;
+}
 
 bool DenseWsRuns(const Params& p) {
-  return g_dense_ws.On() && p.m >= kDenseWsMinRows && p.scratch != nullptr &&
+  return g_dense_ws.On() && p.m >= DenseWsMinRows() && p.scratch != nullptr &&
          reinterpret_cast<uintptr_t>(p.scratch) % 256 == 0 &&
          p.scratch_bytes >= static_cast<size_t>(3 * p.m * p.k * 2) && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
          p.w_row_bytes % 16 == 0 && p.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
@@ -3538,6 +3624,11 @@ std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 // (SetFp4InBlockRegistersForTesting).
 KernelSwitch g_fp4_in_block_rs{"DEEPINFER_FP4_IN_BLOCK_RS", 1};
 std::atomic<uint64_t> g_fp4_in_block_rs_launches{0};  // launches of it (tests)
+// DEEPINFER_FP4_RS_PINGPONG (read once; unset or 0: off, 1: on): that kernel's two warpgroups
+// issue their MMAs in turns (ExpertsFp4RegistersTmaKernel's kPingpong; the same bits). Tests
+// override it (SetFp4RsPingpongForTesting).
+KernelSwitch g_fp4_rs_pingpong{"DEEPINFER_FP4_RS_PINGPONG", 0};
+std::atomic<uint64_t> g_fp4_rs_pingpong_launches{0};  // launches of it (tests)
 std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-block launches reading them (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
@@ -3641,10 +3732,17 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, static_cast<uint32_t>(ep.tile_rows));  // the plan's tiles
   if (l.fp4_registers) {
     constexpr int kSmem = RsPrefill::kBytes;
-    AllowDynamicSmem<ExpertsFp4RegistersTmaKernel>(l.device, kSmem);
     const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-    ExpertsFp4RegistersTmaKernel<<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
-        x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+    if (g_fp4_rs_pingpong.On()) {
+      AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<true>>(l.device, kSmem);
+      ExpertsFp4RegistersTmaKernel<true><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+          x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+      g_fp4_rs_pingpong_launches.fetch_add(1);
+    } else {
+      AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<false>>(l.device, kSmem);
+      ExpertsFp4RegistersTmaKernel<false><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+          x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+    }
     DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
     g_fp4_in_block_rs_launches.fetch_add(1);
   } else if (InBlockUnits() == 2) {
@@ -3724,8 +3822,9 @@ KernelSwitch g_experts_register_a16{"DEEPINFER_EXPERTS_REGISTER_A16", 1};
 KernelSwitch g_fp4_chunk_words{"DEEPINFER_FP4_CHUNK_WORDS", 1};
 
 // ExpertsFp4RegistersKernel's register bound: 3 or 4 blocks per SM (DEEPINFER_EXPERTS_REGISTER_A_BLOCKS,
-// read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; at Flash's
-// K = 4096 x's codes alone take 32 KiB a block), 3 elsewhere.
+// read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; with
+// DEEPINFER_EXPERTS_RUNS, whose stages hold the chunk words too, up to 1792; at Flash's K = 4096 x's
+// codes alone take 32 KiB a block), 3 elsewhere.
 int RegisterABlocksPerSm() {
   static const int blocks = EnvEither("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS", 3, 4);
   return blocks;
@@ -3739,26 +3838,46 @@ int RegisterA16BlocksPerSm() {
   return blocks;
 }
 
+// DEEPINFER_EXPERTS_RUNS (read once; unset or 0: off, 1: on): the register-fed kernels' items as
+// runs (ExpertsFp4RegistersRunKernel) where the experts have chunk words (wgmma::rs::RunUsable); the
+// same bits. Tests override it and may cap the runs' grid (SetExpertsRunsForTesting), so that each
+// block walks many items across tiles.
+KernelSwitch g_experts_runs{"DEEPINFER_EXPERTS_RUNS", 0};
+std::atomic<int> g_experts_runs_max_blocks{0};     // 0: no cap (tests)
+std::atomic<uint64_t> g_experts_runs_launches{0};  // launches of the run kernels (tests)
+
 // ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
-// (ep as LaunchExpertsWgmma built it, for 128-row items): persistent blocks, at most as many as fit
+// (ep as LaunchExpertsWgmma built it, for 128-row items), or its runs (ExpertsFp4RegistersRunKernel)
+// where g_experts_runs asks for them and they can run: persistent blocks, at most as many as fit
 // on the device at once. Returns false, launching nothing, where fewer than `required` blocks fit
 // an SM.
 template <int kTok, int kMinBlocks>
 bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a, int required) {
-  constexpr auto kKernel = ExpertsFp4RegistersKernel<kTok, kMinBlocks>;
-  const int smem = wgmma::rs::Smem{static_cast<int>(l.params.base.k / wgmma::kChunk), kTok}.Bytes();
-  AllowDynamicSmem<kKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks, kTok}.Bytes());
-  const int blocks_per_sm = BlocksPerSm<kKernel>(wgmma::rs::kThreads, smem);
+  const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
+  const bool runs = g_experts_runs.On() && wgmma::rs::RunUsable(l.params.base.k, l.chunk_words != nullptr);
+  constexpr auto kBlockKernel = ExpertsFp4RegistersKernel<kTok, kMinBlocks>;
+  constexpr auto kRunKernel = ExpertsFp4RegistersRunKernel<kTok, kMinBlocks>;
+  const auto kernel = runs ? kRunKernel : kBlockKernel;
+  const int smem = runs ? wgmma::rs::RunSmem{chunks, kTok}.Bytes() : wgmma::rs::Smem{chunks, kTok}.Bytes();
+  if (runs) {
+    AllowDynamicSmem<kRunKernel>(l.device, wgmma::rs::RunSmem{wgmma::rs::kMaxChunks, kTok}.Bytes());
+  } else {
+    AllowDynamicSmem<kBlockKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks, kTok}.Bytes());
+  }
+  const int blocks_per_sm =
+      runs ? BlocksPerSm<kRunKernel>(wgmma::rs::kThreads, smem) : BlocksPerSm<kBlockKernel>(wgmma::rs::kThreads, smem);
   if (blocks_per_sm < required) return false;
   const int64_t tiles = TilesInRange<kTok>(l);
   if (tiles == 0) return true;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
   if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
-  const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
+  int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
+  if (const int cap = g_experts_runs_max_blocks.load(); runs && cap > 0) grid = std::min<int64_t>(grid, cap);
+  kernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK(kTok == 8 ? "cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles"
                                  : "cuda::ExpertsLinear FP4 register-fed wgmma, 16-token tiles");
   g_experts_register_a_launches[kTok == 8 ? 0 : 1].fetch_add(1);
+  if (runs) g_experts_runs_launches.fetch_add(1);
   return true;
 }
 
@@ -4163,6 +4282,11 @@ void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "
 
 void SetDenseWsForTesting(int mode) { g_dense_ws.SetForTesting(mode, "SetDenseWsForTesting"); }
 
+void SetDenseWsMinRowsForTesting(int64_t rows) {
+  if (rows < 0) Fail("SetDenseWsMinRowsForTesting: rows must be 0 (the environment's) or more");
+  g_dense_ws_min_rows_for_testing.store(rows);
+}
+
 uint64_t DenseWsLaunchesForTesting() { return g_dense_ws_launches.load(); }
 
 void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetDensePartsForTesting"); }
@@ -4170,6 +4294,18 @@ void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetD
 uint64_t DensePartsLaunchesForTesting() { return g_dense_parts_launches.load(); }
 
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
+
+void SetExpertsRunsForTesting(int mode, int max_blocks) {
+  if (max_blocks < 0) Fail("SetExpertsRunsForTesting: max_blocks must be 0 (no cap) or more");
+  g_experts_runs.SetForTesting(mode, "SetExpertsRunsForTesting");
+  g_experts_runs_max_blocks.store(max_blocks);
+}
+
+uint64_t ExpertsRunsLaunchesForTesting() { return g_experts_runs_launches.load(); }
+
+void SetFp4RsPingpongForTesting(int mode) { g_fp4_rs_pingpong.SetForTesting(mode, "SetFp4RsPingpongForTesting"); }
+
+uint64_t Fp4RsPingpongLaunchesForTesting() { return g_fp4_rs_pingpong_launches.load(); }
 
 void SetExpertsRegisterAForTesting(int mode) {
   g_experts_register_a.SetForTesting(mode, "SetExpertsRegisterAForTesting");

@@ -193,10 +193,12 @@ void SetDenseOverlapForTesting(int mode);
 // default: on unless 0); and how many such launches this process has made.
 void SetDensePartsForTesting(int mode);
 uint64_t DensePartsLaunchesForTesting();
-// Tests only: the dense split-BF16 products of at least 256 rows on x's parts and the
-// warp-specialized TMA kernel (the same bits) on (1), off (0), or as DEEPINFER_DENSE_WS says (-1,
-// the default: on unless 0); and how many such launches this process has made.
+// Tests only: the dense split-BF16 products of at least 256 rows (DEEPINFER_DENSE_WS_MIN_ROWS: or
+// 64) on x's parts and the warp-specialized TMA kernel (the same bits) on (1), off (0), or as
+// DEEPINFER_DENSE_WS says (-1, the default: on unless 0); the fewest rows that take it (0: the
+// environment's); and how many such launches this process has made.
 void SetDenseWsForTesting(int mode);
+void SetDenseWsMinRowsForTesting(int64_t rows);
 uint64_t DenseWsLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
@@ -208,6 +210,17 @@ uint64_t Fp4CodeMismatchesForTesting();
 // tiles of `tile_tokens` (8 or 16) this process has made.
 void SetExpertsRegisterAForTesting(int mode);
 uint64_t ExpertsRegisterALaunchesForTesting(int tile_tokens);
+// Tests only: those kernels' items as runs (a block's consecutive items on one copy ring, x reloaded
+// only where the tile changes; the same bits) on (1), off (0), or as DEEPINFER_EXPERTS_RUNS says
+// (-1, the default: off unless 1); max_blocks > 0 caps the runs' grid so that each block walks
+// many items. And how many run launches this process has made.
+void SetExpertsRunsForTesting(int mode, int max_blocks = 0);
+uint64_t ExpertsRunsLaunchesForTesting();
+// Tests only: the FP4 experts' prefill kernel converting in registers with its two warpgroups
+// issuing their MMAs in turns (the same bits) on (1), off (0), or as DEEPINFER_FP4_RS_PINGPONG says
+// (-1, the default: off unless 1); and how many such launches this process has made.
+void SetFp4RsPingpongForTesting(int mode);
+uint64_t Fp4RsPingpongLaunchesForTesting();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.
