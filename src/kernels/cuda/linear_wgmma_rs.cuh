@@ -554,9 +554,10 @@ inline bool Usable(int64_t k) { return k > 0 && k % kChunk == 0 && k / kChunk <=
 // itself (WarpCopies' lane 4g + q copies group q of rows g and g + 8, which RowFragment reads;
 // each thread copies its two rows' words into a slot of its own), so that its wait needs no
 // __syncwarp, and the common copy (16-byte aligned rows, all 16 of the warp's within p.n) runs
-// without WarpCopies' general cases: ~170 instructions a chunk in Fp4RegistersBlock's loop (SASS),
-// the item prologue aside. The products, their order and the stores are Fp4RegistersBlock's with
-// `words`: the same bits.
+// without WarpCopies' general cases. A chunk costs about what it costs in Fp4RegistersBlock's loop
+// (~170-180 instructions a thread, SASS); what a run saves is each item's prologue and its first
+// chunks' latency. The products, their order and the stores are Fp4RegistersBlock's with `words`:
+// the same bits.
 
 // Shared memory of a run for `chunks` chunks and `tok`-token tiles, offsets from the 1024-byte
 // aligned base: the stages (nibbles as Smem's), the stages' chunk words [kStages][kThreads][2] (the
