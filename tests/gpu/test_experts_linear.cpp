@@ -406,6 +406,13 @@ TEST(CudaExpertsLinearFp8, Fp4ScalesAcrossManyBinades) {
   }
 }
 
+// Whether DEEPINFER_FP4_PREFOLD=1 (gpu-run.sh's pre-fold rerun) pre-folds the FP4 experts at every
+// row count, so that the register-fed kernels never run.
+bool Fp4PreFoldAlways() {
+  const char* v = std::getenv("DEEPINFER_FP4_PREFOLD");
+  return v != nullptr && std::string(v) == "1";
+}
+
 // The FP4 experts' tiles of 1-8 and 9-16 rows on the register-fed kernel (linear_wgmma_rs.cuh): its
 // products equal Linear's bits per expert (and the CPU's order bound):
 // - every tile kind (the larger tiles on their own kernels), N = 200 (a partial 64-row item);
@@ -420,6 +427,7 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  if (Fp4PreFoldAlways()) GTEST_SKIP() << "DEEPINFER_FP4_PREFOLD=1: every row count pre-folded";
   ScopedExpertsRegisterA register_fed(1);
   ScopedFp4ChunkWords words_on(1);
   const uint64_t launches8 = cuda::ExpertsRegisterALaunchesForTesting(8);
@@ -470,6 +478,7 @@ TEST(CudaExpertsLinearFp8, RegisterFedRunsEqualLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  if (Fp4PreFoldAlways()) GTEST_SKIP() << "DEEPINFER_FP4_PREFOLD=1: every row count pre-folded";
   ScopedExpertsRegisterA register_fed(1);
   ScopedFp4ChunkWords words_on(1);
   struct RunsOff {
