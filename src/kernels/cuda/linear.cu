@@ -2172,31 +2172,24 @@ struct RsPrefill {
   static constexpr int kWarps = 2 * wgmma::rs::kThreads / kWarpSize;
   static constexpr int kTables = kCopies + kWarps * kWarpRingBytes;
   static constexpr int kBytes = kTables + wgmma::rs::kTableEntries * 16 + 1024;  // + base alignment
+  // With kPingpong: the turns' two mbarriers after the tables (the other form's layout unchanged).
+  static constexpr int kTurns = kTables + wgmma::rs::kTableEntries * 16;
+  static constexpr int kPingpongBytes = kBytes + 16;
   static_assert(kCopies % 16 == 0 && kSlotBytes % 16 == 0 && kTables % 16 == 0, "16-byte copies and entries");
-  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
+  static_assert(kPingpongBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
 // kPingpong: the two warpgroups issue their units' MMAs in turns (warpgroup 0's unit u, then 1's
-// unit u, then 0's unit u + 1, ...: named barriers 3 and 4, all 256 threads), so that the tensor
-// cores run one warpgroup's MMAs while the other scales, converts and copies, instead of both
-// warpgroups waiting for x's stage together and then for the tensor cores together. The same MMAs,
-// in the same order within each warpgroup: the same bits.
-// Named barrier 3: warpgroup 0 may issue its next unit (warpgroup 1 has issued the one before);
-// 4: warpgroup 1 may issue (warpgroup 0 has issued the same unit).
-__device__ __forceinline__ void PingpongWait(int wg) {
-  if (wg == 0) {
-    asm volatile("bar.sync 3, 256;\n" ::: "memory");
-  } else {
-    asm volatile("bar.sync 4, 256;\n" ::: "memory");
-  }
-}
-__device__ __forceinline__ void PingpongPass(int wg) {
-  if (wg == 0) {
-    asm volatile("bar.arrive 4, 256;\n" ::: "memory");
-  } else {
-    asm volatile("bar.arrive 3, 256;\n" ::: "memory");
-  }
-}
+// unit u, then 0's unit u + 1, ...), so that the tensor cores run one warpgroup's MMAs while the
+// other scales, converts and copies, instead of both warpgroups waiting for x's stage together and
+// then for the tensor cores together. The same MMAs, in the same order within each warpgroup: the
+// same bits. The turns are two mbarriers (RsPrefill::kTurns), each completed by the four warps of
+// the other warpgroup (lane 0 of each, after its MMAs are issued): turn 0 lets warpgroup 0 issue
+// unit v (its (v - 1)-th phase: warpgroup 1 has issued unit v - 1), turn 1 lets warpgroup 1 issue
+// unit v (its v-th phase: warpgroup 0 has issued unit v). A phase cannot complete twice before
+// every waiter saw it (each pass follows the passer's own wait on the other turn), and a broken
+// protocol traps after tma::kBarrierTimeoutNs instead of hanging.
+constexpr int kTurnArrivals = wgmma::rs::kThreads / kWarpSize;
 
 // grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map,
 // xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk words,
@@ -2236,6 +2229,10 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     for (int s = 0; s < kRsXStages; ++s) {
       tma::BarrierInit(&bars[s], 1);
       tma::BarrierInit(&bars[kRsXStages + s], L::kWarps);
+    }
+    if constexpr (kPingpong) {
+      tma::BarrierInit(reinterpret_cast<uint64_t*>(smem + L::kTurns), kTurnArrivals);
+      tma::BarrierInit(reinterpret_cast<uint64_t*>(smem + L::kTurns + 8), kTurnArrivals);
     }
     tma::FenceBarrierInit();
   }
@@ -2332,12 +2329,13 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
     tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
     __syncwarp();  // converged for the aligned barrier and MMAs
-    if constexpr (kPingpong) {
-      if (wg == 1 || v > 0) PingpongWait(wg);
+    if constexpr (kPingpong) {  // warpgroup 0's turn 0 at phase v - 1, 1's turn 1 at phase v
+      if (wg == 1 || v > 0) tma::BarrierWaitAt(base + L::kTurns + 8 * wg, (wg == 0 ? v - 1 : v) & 1u);
+      __syncwarp();  // converged again for the aligned MMAs
     }
     rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(v)), x_desc_hi);
-    if constexpr (kPingpong) {
-      if (wg == 0 || v + 1 < units) PingpongPass(wg);
+    if constexpr (kPingpong) {  // the other warpgroup's turn
+      if ((wg == 0 || v + 1 < units) && lane == 0) tma::BarrierArriveAt(base + L::kTurns + 8 * (1 - wg));
     }
   };
   // Unit u's MMAs complete in acc (its fragment f free): scaled into part, later passes, x stage
@@ -3734,8 +3732,10 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
     constexpr int kSmem = RsPrefill::kBytes;
     const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
     if (g_fp4_rs_pingpong.On()) {
-      AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<true>>(l.device, kSmem);
-      ExpertsFp4RegistersTmaKernel<true><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+      constexpr int kTurnsSmem = RsPrefill::kPingpongBytes;
+      AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<true>>(l.device, kTurnsSmem);
+      ExpertsFp4RegistersTmaKernel<true><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kTurnsSmem,
+                                           l.stream>>>(
           x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
       g_fp4_rs_pingpong_launches.fetch_add(1);
     } else {
