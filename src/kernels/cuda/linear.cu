@@ -2191,10 +2191,10 @@ struct RsPrefill {
 // protocol traps after tma::kBarrierTimeoutNs instead of hanging.
 constexpr int kTurnArrivals = wgmma::rs::kThreads / kWarpSize;
 
-// grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map,
-// xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk words,
-// K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
-// kRsTokens-row tiles; experts [0, e_end).
+// grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory
+// (kPingpongBytes with kPingpong). x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with
+// e8m0 scales and chunk words, K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor);
+// the plan cut in kRsTokens-row tiles; experts [0, e_end).
 template <bool kPingpong>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
@@ -2328,7 +2328,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   // wait then has its pass: units is uniform, and known here, the fetch walk being ahead).
   auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
     tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
-    __syncwarp();  // converged for the aligned barrier and MMAs
+    __syncwarp();  // converged for the aligned MMAs
     if constexpr (kPingpong) {  // warpgroup 0's turn 0 at phase v - 1, 1's turn 1 at phase v
       if (wg == 1 || v > 0) tma::BarrierWaitAt(base + L::kTurns + 8 * wg, (wg == 0 ? v - 1 : v) & 1u);
       __syncwarp();  // converged again for the aligned MMAs
@@ -3724,26 +3724,30 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
 }
 
+// ExpertsFp4RegistersTmaKernel<kPingpong> over every item of the plan (cut in kRsTokens-row
+// tiles), once: at most one block an SM, the turns' barriers beside the rest with kPingpong.
+template <bool kPingpong>
+void LaunchExpertsFp4RegistersTma(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
+                                  const CUtensorMap& xs_map) {
+  constexpr int kSmem = kPingpong ? RsPrefill::kPingpongBytes : RsPrefill::kBytes;
+  AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<kPingpong>>(l.device, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  ExpertsFp4RegistersTmaKernel<kPingpong><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+      x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
+}
+
 void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, static_cast<uint32_t>(ep.tile_rows));  // the plan's tiles
   if (l.fp4_registers) {
-    constexpr int kSmem = RsPrefill::kBytes;
-    const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
     if (g_fp4_rs_pingpong.On()) {
-      constexpr int kTurnsSmem = RsPrefill::kPingpongBytes;
-      AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<true>>(l.device, kTurnsSmem);
-      ExpertsFp4RegistersTmaKernel<true><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kTurnsSmem,
-                                           l.stream>>>(
-          x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+      LaunchExpertsFp4RegistersTma<true>(l, ep, x_map, xs_map);
       g_fp4_rs_pingpong_launches.fetch_add(1);
     } else {
-      AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<false>>(l.device, kSmem);
-      ExpertsFp4RegistersTmaKernel<false><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
-          x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+      LaunchExpertsFp4RegistersTma<false>(l, ep, x_map, xs_map);
     }
-    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
     g_fp4_in_block_rs_launches.fetch_add(1);
   } else if (InBlockUnits() == 2) {
     LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
@@ -3846,39 +3850,44 @@ KernelSwitch g_experts_runs{"DEEPINFER_EXPERTS_RUNS", 0};
 std::atomic<int> g_experts_runs_max_blocks{0};     // 0: no cap (tests)
 std::atomic<uint64_t> g_experts_runs_launches{0};  // launches of the run kernels (tests)
 
-// ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
-// (ep as LaunchExpertsWgmma built it, for 128-row items), or its runs (ExpertsFp4RegistersRunKernel)
-// where g_experts_runs asks for them and they can run: persistent blocks, at most as many as fit
-// on the device at once. Returns false, launching nothing, where fewer than `required` blocks fit
-// an SM.
-template <int kTok, int kMinBlocks>
-bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a, int required) {
-  const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
-  const bool runs = g_experts_runs.On() && wgmma::rs::RunUsable(l.params.base.k, l.chunk_words != nullptr);
-  constexpr auto kBlockKernel = ExpertsFp4RegistersKernel<kTok, kMinBlocks>;
-  constexpr auto kRunKernel = ExpertsFp4RegistersRunKernel<kTok, kMinBlocks>;
-  const auto kernel = runs ? kRunKernel : kBlockKernel;
-  const int smem = runs ? wgmma::rs::RunSmem{chunks, kTok}.Bytes() : wgmma::rs::Smem{chunks, kTok}.Bytes();
-  if (runs) {
-    AllowDynamicSmem<kRunKernel>(l.device, wgmma::rs::RunSmem{wgmma::rs::kMaxChunks, kTok}.Bytes());
-  } else {
-    AllowDynamicSmem<kBlockKernel>(l.device, wgmma::rs::Smem{wgmma::rs::kMaxChunks, kTok}.Bytes());
-  }
-  const int blocks_per_sm =
-      runs ? BlocksPerSm<kRunKernel>(wgmma::rs::kThreads, smem) : BlocksPerSm<kBlockKernel>(wgmma::rs::kThreads, smem);
+// kKernel (ExpertsFp4RegistersKernel or its runs, kTok tokens) over the plan's tiles of its size
+// (ep as LaunchExpertsWgmma built it): persistent blocks of `smem` bytes (max_smem: the kernel's
+// most at any K), at most as many as fit on the device at once, and no more than the tests' cap
+// where `capped`. Returns false, launching nothing, where fewer than `required` blocks fit an SM.
+template <auto kKernel, int kTok>
+bool LaunchRegisterFed(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a, int required, int smem,
+                       int max_smem, bool capped) {
+  AllowDynamicSmem<kKernel>(l.device, max_smem);
+  const int blocks_per_sm = BlocksPerSm<kKernel>(wgmma::rs::kThreads, smem);
   if (blocks_per_sm < required) return false;
   const int64_t tiles = TilesInRange<kTok>(l);
   if (tiles == 0) return true;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
   if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
   int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  if (const int cap = g_experts_runs_max_blocks.load(); runs && cap > 0) grid = std::min<int64_t>(grid, cap);
-  kernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
+  if (const int cap = g_experts_runs_max_blocks.load(); capped && cap > 0) grid = std::min<int64_t>(grid, cap);
+  kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK(kTok == 8 ? "cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles"
                                  : "cuda::ExpertsLinear FP4 register-fed wgmma, 16-token tiles");
   g_experts_register_a_launches[kTok == 8 ? 0 : 1].fetch_add(1);
-  if (runs) g_experts_runs_launches.fetch_add(1);
+  if (capped) g_experts_runs_launches.fetch_add(1);
   return true;
+}
+
+// ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
+// (ep as LaunchExpertsWgmma built it, for 128-row items), or its runs (ExpertsFp4RegistersRunKernel)
+// where g_experts_runs asks for them and they can run (LaunchRegisterFed).
+template <int kTok, int kMinBlocks>
+bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
+                               int required) {
+  namespace rs = wgmma::rs;
+  const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
+  if (g_experts_runs.On() && rs::RunUsable(l.params.base.k, l.chunk_words != nullptr)) {
+    return LaunchRegisterFed<ExpertsFp4RegistersRunKernel<kTok, kMinBlocks>, kTok>(
+        l, ep, a, required, rs::RunSmem{chunks, kTok}.Bytes(), rs::RunSmem{rs::kMaxChunks, kTok}.Bytes(), true);
+  }
+  return LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks>, kTok>(
+      l, ep, a, required, rs::Smem{chunks, kTok}.Bytes(), rs::Smem{rs::kMaxChunks, kTok}.Bytes(), false);
 }
 
 // ExpertsWgmmaKernel<K, kTok> (8 or 16 tokens) at SmallTileBlocksPerSm.
