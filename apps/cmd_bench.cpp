@@ -1,5 +1,6 @@
 // deepinfer bench overlap [MODEL_DIR] [--requests N] [--prompt-len L] [--max-tokens T] [--json F]
 // deepinfer bench ceilings [--device-index D] [--json F]
+// deepinfer bench read-patterns [--device-index D] [--iterations N] [--json F]
 // deepinfer bench steps MODEL_DIR ... (apps/bench_steps.cpp)
 //
 // overlap: runs one synthetic workload through the engine twice, in the synchronous and in the
@@ -10,6 +11,9 @@
 //
 // ceilings: the GPU's measured limits (bench/ceilings.h): a 2 GiB device-to-device copy and
 // cuBLASLt GEMMs at 8192³ in BF16, FP8 with per-tensor scales and FP8 with block scales.
+//
+// read-patterns: the decode kernels' weight reads without their arithmetic (bench/read_patterns.h),
+// row-major as they read now and tiled, beside a plain read and a device copy of the same run.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -22,6 +26,7 @@
 #include "apps/engine_flags.h"
 #include "base/timer.h"
 #include "bench/ceilings.h"
+#include "bench/read_patterns.h"
 #include "engine/engine_core.h"
 
 namespace deepinfer::apps {
@@ -149,6 +154,34 @@ void RunCeilings(const CeilingsArgs& a) {
   if (!a.json.empty()) std::ofstream(a.json) << bench::ToJson(c).dump(2) << "\n";
 }
 
+struct ReadPatternsArgs {
+  int device_index = 0;
+  int iterations = 10;
+  std::string json;
+};
+
+void RunReadPatterns(const ReadPatternsArgs& a) {
+  const bench::ReadPatternsReport r =
+      bench::TimeReadPatterns(a.device_index, bench::StandardReadPatterns(), a.iterations);
+  std::printf("%s\ndevice copy 1 GiB: %.3f TB/s (read + written); plain read: %.3f TB/s\n", r.device.c_str(),
+              1e-12 * r.copy.bytes_per_s, 1e-12 * r.plain_read_bytes_per_s);
+  std::printf("%-20s %8s %6s %5s %9s %8s %7s %7s %5s\n", "pattern", "MB", "grid", "b/SM", "ms", "TB/s", "/read",
+              "/copy", "sums");
+  for (const bench::ReadTiming& t : r.patterns) {
+    std::printf("%-20s %8.1f %6ld %5d %9.4f %8.3f %6.1f%% %6.1f%% %5s\n", t.pattern.name.c_str(),
+                1e-6 * static_cast<double>(t.pattern.Bytes()), static_cast<long>(t.grid), t.blocks_per_sm,
+                1e3 * t.seconds, 1e-12 * t.bytes_per_s, 100 * t.bytes_per_s / r.plain_read_bytes_per_s,
+                100 * t.bytes_per_s / r.copy.bytes_per_s, t.sums_agree ? "ok" : "DIFF");
+  }
+  std::printf("TB/s: the pattern's bytes read per second; /read, /copy: against the plain read and the copy\n"
+              "(the decode floor's bandwidth); sums: its bytes' word sum equals the plain read's.\n");
+  for (const bench::ReadTiming& t : r.patterns) std::printf("%s: %s\n", t.pattern.name.c_str(), t.pattern.mimics.c_str());
+  if (!a.json.empty()) std::ofstream(a.json) << bench::ToJson(r).dump(2) << "\n";
+  for (const bench::ReadTiming& t : r.patterns) {
+    if (!t.sums_agree) throw Error(fmt::format("read pattern {} did not read its bytes once each", t.pattern.name));
+  }
+}
+
 void RegisterBench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
@@ -166,6 +199,14 @@ void RegisterBench(CLI::App& app) {
   ceilings->add_option("--device-index", c->device_index, "CUDA device")->capture_default_str();
   ceilings->add_option("--json", c->json, "write the report as JSON");
   ceilings->callback([c] { RunCeilings(*c); });
+  auto r = std::make_shared<ReadPatternsArgs>();
+  CLI::App* reads = bench->add_subcommand(
+      "read-patterns", "The decode kernels' weight reads without their arithmetic, row-major and tiled");
+  reads->add_option("--device-index", r->device_index, "CUDA device")->capture_default_str();
+  reads->add_option("--iterations", r->iterations, "timed passes per pattern")->capture_default_str()->check(
+      CLI::Range(1, 1000));
+  reads->add_option("--json", r->json, "write the report as JSON");
+  reads->callback([r] { RunReadPatterns(*r); });
   AddStepBench(bench);
 }
 

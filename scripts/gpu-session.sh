@@ -29,7 +29,8 @@
 # check when device time is short: the tensor-core suites, the model, golden and engine tests and
 # the 2-layer Flash-shaped check on e4m3 tensor cores (gpu-run.sh --no-reruns), then `bench steps`
 # with every reference rounding at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
-# bench.txt). DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
+# bench.txt), after `bench read-patterns` ($OUT/read-patterns.json, read-patterns.txt).
+# DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
 # `bench steps` (e.g. -- --fold-fp4-experts). Each `--variant 'NAME;ENV;FLAGS'` (ENV e.g.
 # DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
 # bench of the same points without the ceilings (steps-NAME.json in $OUT/variants.tar.xz, one
@@ -73,6 +74,10 @@ if [[ ${quick:-0} -eq 1 ]]; then
     tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   source scripts/gpu-env.sh
+  # The decode kernels' weight reads without their arithmetic, row-major and tiled (~5 s).
+  timeout 60 "$dist/deepinfer" bench read-patterns --json "$final/read-patterns.json" >"$final/read-patterns.txt" 2>&1 ||
+    status=1
+  head -12 "$final/read-patterns.txt"
   timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
     --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1
