@@ -104,8 +104,25 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
   DI_ON_CUDA(ctx, w.format == WeightFormat::kDense ? "dense_linear" : "linear", CheckLinearShapes(x, w, y);
              cuda::Linear(x.data<float>(), x.stride(0), x.size(0), ToDevice(w), y.data<float>(), y.stride(0),
                           ctx.stream, MathOf(ctx, input), scratch.empty() ? nullptr : scratch.raw(),
-                          scratch.empty() ? 0 : scratch.nbytes()));
+                          scratch.empty() ? 0 : scratch.nbytes(), w.tiles.empty() ? nullptr : w.tiles.raw()));
   cpu::Linear(x, w, y);
+}
+
+size_t DenseTilesBytes(const OpContext& ctx, const LinearWeight& w) {
+#if DEEPINFER_HAS_CUDA
+  if (ctx.on_cuda() && w.format == WeightFormat::kDense) return cuda::DenseTilesBytes(ToDevice(w), MathOf(ctx));
+#else
+  (void)w;
+#endif
+  (void)ctx;
+  return 0;
+}
+
+void WriteDenseTiles(const OpContext& ctx, const LinearWeight& w, const TensorView& out) {
+  CheckDevice(ctx, "dense_tiles", {&w.data, &out});
+  DI_CHECK(w.tiles.empty(), "dense tiles: the weight has tiles already");
+  DI_ON_CUDA(ctx, "dense_tiles", cuda::WriteDenseTiles(ToDevice(w), out.raw(), out.nbytes(), ctx.stream));
+  DI_THROW("dense tiles: a layout of the CUDA kernels; the CPU reads the weight as it is");
 }
 
 size_t LinearsOfOneInputScratchBytes(const OpContext& ctx, int64_t rows, const std::vector<LinearProduct>& products) {

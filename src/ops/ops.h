@@ -49,6 +49,13 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
             LinearInput input = LinearInput::kAsIs, const TensorView& scratch = TensorView());
 // Scratch bytes Linear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).
 size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input);
+// Bytes of a dense weight's tiles (LinearWeight::tiles) for Linear with a kAsIs input on ctx: 0 on
+// the CPU and where no kernel reads them (cuda::DenseTilesBytes: BF16 weights under
+// ctx.tensor_core_linears, DEEPINFER_DENSE_TILES=1).
+size_t DenseTilesBytes(const OpContext& ctx, const LinearWeight& w);
+// Writes them for `w` into `out` (on ctx's device, 256-byte aligned, DenseTilesBytes bytes), queued
+// on ctx.stream; the caller then sets w.tiles to `out`.
+void WriteDenseTiles(const OpContext& ctx, const LinearWeight& w, const TensorView& out);
 // Linear (input kAsIs) of one x for each product, with the bits Linear gives each with the same
 // scratch (LinearsOfOneInputScratchBytes; may be empty): where two or more products run the GPU's
 // dense warp-specialized GEMM, x's BF16 parts are split into it once for all of them

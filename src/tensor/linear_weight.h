@@ -26,6 +26,10 @@ struct LinearWeight {
   int64_t in_features = 0;
   TensorView data;
   TensorView scale;  // empty for kDense
+  // CUDA, BF16 kDense only, usually empty: the same weight again as 16 KiB tiles (ops::
+  // WriteDenseTiles), which the GPU's small-batch kernel reads instead of `data` (the same bits).
+  // Not part of nbytes(): one pass reads one of the two.
+  TensorView tiles;
 
   bool empty() const { return data.empty(); }
   // Bytes read from memory by one full pass over the weight (data + scales).

@@ -145,6 +145,7 @@ using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTest
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;
 using ScopedDenseParts = ScopedSwitch<cuda::SetDensePartsForTesting>;
 using ScopedDenseWs = ScopedSwitch<cuda::SetDenseWsForTesting>;
+using ScopedDenseTiles = ScopedSwitch<cuda::SetDenseTilesForTesting>;
 using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>;
 using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;
 // The in-block FP4 experts converted in the MMA warpgroups' registers where they have chunk words.

@@ -763,6 +763,74 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
   }
 }
 
+// BF16 weights with tiles (DEEPINFER_DENSE_TILES: the weight again in 16 KiB tiles, written once):
+// the tiles hold the weight's bytes where wgmma_split::DenseTileOffset says (zeros past its rows),
+// and products of at most 8 rows on the 8-token kernel read them with the bits of the row-major
+// weight; 9 rows (the 64-token kernels) do not read them. Rows past n in the last block (1000,
+// 33832 = 264 row blocks and 40 rows: a grid that fills two blocks an SM, the head's kernel), rows
+// padded past K, K of one slice (256) and of 129 chunks (8256): none takes the cluster kernel.
+TEST(CudaLinearMma, DenseTilesGiveTheBitsOfTheRows) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  uint64_t seed = 6100;
+  {
+    ScopedDenseTiles off(0);
+    const TestWeight w = RandomWeight(kBf16, 256, 256, ++seed);
+    EXPECT_EQ(cuda::DenseTilesBytes(w.Device(), cuda::LinearMath::kSplitBf16), 0u) << "switch off";
+    EXPECT_THROW(cuda::WriteDenseTiles(w.Device(), nullptr, 0, nullptr), Error);
+  }
+  ScopedDenseTiles tiles_on(1);
+  struct Case {
+    int64_t out, in, pad;
+  };
+  for (const Case& c : {Case{1000, 256, 0}, Case{300, 8256, 64}, Case{33832, 1024, 0}}) {
+    SCOPED_TRACE(testing::Message() << "[" << c.in << " -> " << c.out << "] pad " << c.pad);
+    const TestWeight w = RandomWeight(kBf16, c.out, c.in, ++seed, c.pad);
+    const cuda::DeviceWeight rows = w.Device();
+    EXPECT_EQ(cuda::DenseTilesBytes(rows, cuda::LinearMath::kSimtF32), 0u) << "no kernel reads them under f32 SIMT";
+    const int64_t row_blocks = (c.out + 127) / 128, chunks = c.in / 64;
+    const size_t bytes = cuda::DenseTilesBytes(rows, cuda::LinearMath::kSplitBf16);
+    ASSERT_EQ(bytes, static_cast<size_t>(row_blocks * chunks * 16384));
+    DeviceArray<uint8_t> tiles(bytes);
+    tiles.Fill(0xa5);
+    cuda::WriteDenseTiles(rows, tiles.get(), bytes, nullptr);
+    const std::vector<uint8_t> got = tiles.ToHost();
+    size_t wrong = 0;
+    for (int64_t b = 0; b < row_blocks; ++b) {
+      for (int64_t ch = 0; ch < chunks; ++ch) {
+        const uint8_t* tile = got.data() + (b * chunks + ch) * 16384;
+        for (int64_t r = 0; r < 128; ++r) {
+          const int64_t row = 128 * b + r;
+          for (int64_t i = 0; i < 128; ++i) {
+            const uint8_t want = row < c.out ? w.data[static_cast<size_t>(row * w.cols * 2 + ch * 128 + i)] : 0;
+            wrong += tile[r * 128 + i] != want;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0u) << "tile bytes out of place";
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.in), ++seed));
+      auto run = [&](const void* with_tiles) {
+        DeviceArray<float> dy(static_cast<size_t>(m * c.out));
+        dy.Fill(0xff);
+        const size_t scratch_bytes = cuda::LinearScratchBytes(m, rows, cuda::LinearMath::kSplitBf16);
+        DeviceArray<uint8_t> scratch(scratch_bytes);
+        cuda::Linear(dx.get(), c.in, m, rows, dy.get(), c.out, nullptr, cuda::LinearMath::kSplitBf16, scratch.get(),
+                     scratch_bytes, with_tiles);
+        return dy.ToHost();
+      };
+      const std::vector<float> want = run(nullptr);
+      const uint64_t launches = cuda::DenseTilesLaunchesForTesting();
+      const std::vector<float> from_tiles = run(tiles.get());
+      EXPECT_EQ(cuda::DenseTilesLaunchesForTesting() - launches, m <= 8 ? 1u : 0u) << "M=" << m;
+      EXPECT_TRUE(AllEqual(from_tiles, want, "tiles against rows, M=" + std::to_string(m)));
+    }
+  }
+}
+
 // Products of one x (the compressors' and the indexer's BF16 weights at a prefill) through
 // LinearsOfOneInput: each with the bits Linear gives it alone; x's parts split once for the two
 // whose grids fill the GPU ([4096 -> 1024] and [2048 -> 1024] at 1024 rows), while the narrow one

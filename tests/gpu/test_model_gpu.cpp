@@ -316,6 +316,30 @@ TEST(GpuModel, JoinedW13GivesTheSameLogits) {
   }
 }
 
+// DEEPINFER_DENSE_TILES (the head written again in 16 KiB tiles at load, which its 8-token kernel
+// reads) changes no bit: the FP8/FP4 golden's prompt with every reference rounding on tensor cores,
+// one-shot and token by token (one-row heads: the tiles read), with and without.
+TEST(GpuModel, HeadTilesGiveTheSameLogits) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  const Golden g = LoadGolden("v4-tiny-fp8fp4");
+  std::vector<int32_t> prompt = g.prompt_ids;
+  if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
+  cuda::SetDenseTilesForTesting(0);
+  LoadedModel plain_model = LoadModel(g.dir, OnGpuQuantizedTensorCores());
+  cuda::SetDenseTilesForTesting(1);
+  LoadedModel tiled_model = LoadModel(g.dir, OnGpuQuantizedTensorCores());
+  cuda::SetDenseTilesForTesting(-1);  // read at load only: the tiles stay with the model
+  EXPECT_TRUE(dynamic_cast<const v4::V4Model&>(*plain_model.model).weights().head.tiles.empty());
+  EXPECT_FALSE(dynamic_cast<const v4::V4Model&>(*tiled_model.model).weights().head.tiles.empty()) << "no tiles";
+  const uint64_t launches = cuda::DenseTilesLaunchesForTesting();
+  SequenceDriver plain(*plain_model.model), tiled(*tiled_model.model);
+  EXPECT_TRUE(test::AllEqual(tiled.Prefill(prompt), plain.Prefill(prompt), "one-shot prefill"));
+  SequenceDriver plain_steps(*plain_model.model), tiled_steps(*tiled_model.model);
+  EXPECT_TRUE(test::AllEqual(tiled_steps.Prefill(prompt, 1), plain_steps.Prefill(prompt, 1), "token by token"));
+  EXPECT_GT(cuda::DenseTilesLaunchesForTesting(), launches) << "no head read its tiles";
+}
+
 // Issue 8, acceptance 4: at DeepSeek-V4-Flash's shapes (bench/configs/v4-flash-2layer: hidden
 // 4096, 64 heads × 512, 256 experts top-6, window 128, index top-512; dummy weights in the shipped
 // FP8 / FP4 / BF16 formats, the same seed on both devices) the GPU's logits follow the CPU's over

@@ -5,7 +5,6 @@
 // reused before its copy landed changes the sum. Then the timing end to end at a small size.
 #include <gtest/gtest.h>
 
-#include <random>
 #include <vector>
 
 #include "bench/read_patterns.h"
@@ -13,16 +12,6 @@
 
 namespace deepinfer::test {
 namespace {
-
-std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<uint8_t> bytes(n);
-  for (size_t i = 0; i < n; i += 8) {
-    const uint64_t word = rng();
-    for (size_t j = 0; j < 8 && i + j < n; ++j) bytes[i + j] = static_cast<uint8_t>(word >> (8 * j));
-  }
-  return bytes;
-}
 
 TEST(ReadPatterns, EveryPatternReadsEveryByteOnce) {
   DI_REQUIRE_GPU();

@@ -94,6 +94,9 @@ struct Params {
   // Host side only: Linear's scratch (linear_wgmma.cuh), null elsewhere.
   void* scratch;
   size_t scratch_bytes;
+  // BF16 weights only, may be null: Linear's `tiles` (last, so that the fields above keep their
+  // parameter offsets in every kernel).
+  const uint8_t* w_tiles = nullptr;
 };
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
@@ -3150,6 +3153,12 @@ bool LaunchStagedSlices(const Params& p, int64_t groups, int64_t row_blocks, int
 // unset or 1: DenseSplitKernel wherever wgmma_split::DenseUsable holds. Tests override it
 // (SetDenseSplitForTesting).
 std::atomic<uint64_t> g_dense_split_launches{0};  // launches of either dense kernel (tests)
+
+// DEEPINFER_DENSE_TILES (read once; unset or 0: off, 1: on): DenseTilesBytes offers BF16 weights
+// tiles (DeviceWeight::tiles), which the 8-token dense kernel then reads. Tests override it
+// (SetDenseTilesForTesting).
+KernelSwitch g_dense_tiles{"DEEPINFER_DENSE_TILES", 0};
+std::atomic<uint64_t> g_dense_tiles_launches{0};  // launches of DenseSplitKernel<8, *, true> (tests)
 KernelSwitch g_dense_split{"DEEPINFER_DENSE_WGMMA", 1};
 
 // DEEPINFER_DENSE_OVERLAP (read once; unset or 1: on, 0: off) runs the dense kernels (both tile
@@ -3271,8 +3280,17 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
     if (DensePartsOn(p)) return LaunchDenseParts(p, row_blocks, device, sms, stream);
   }
   constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
-  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks));
+  if constexpr (kTok == 8) {
+    if (p.w_tiles != nullptr) {
+      AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap, true>>(device, kSmem);
+      wgmma_split::DenseSplitKernel<kTok, kOverlap, true><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+      DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma on the weight's tiles");
+      g_dense_tiles_launches.fetch_add(1);
+      return;
+    }
+  }
+  AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap>>(device, kSmem);
   wgmma_split::DenseSplitKernel<kTok, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
 }
@@ -4237,6 +4255,56 @@ void SetDenseSplitForTesting(int mode) { g_dense_split.SetForTesting(mode, "SetD
 
 uint64_t DenseSplitLaunchesForTesting() { return g_dense_split_launches.load(); }
 
+namespace {
+// Grid-stride over the tiles' 16-byte units: unit i is byte 16·(i % 1024) of tile i / 1024
+// (wgmma_split::DenseTileOffset's layout), copied from the weight's row-major rows (zeros past n).
+__global__ void WriteDenseTilesKernel(const uint8_t* __restrict__ w, int64_t row_bytes, int64_t n, int64_t k,
+                                      int64_t units, uint4* __restrict__ out) {
+  PdlPrologue();
+  constexpr int64_t kTileUnits = wgmma_split::kDenseWBytes / 16, kRowUnits = wgmma_split::kRowBytes / 16;
+  const int64_t chunks = k / wgmma_split::kChunkCols;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < units;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t tile = i / kTileUnits, unit = i % kTileUnits;
+    const int64_t row = (tile / chunks) * wgmma::kBlockRows + unit / kRowUnits, chunk = tile % chunks;
+    out[i] = row < n ? *reinterpret_cast<const uint4*>(w + row * row_bytes + chunk * wgmma_split::kRowBytes +
+                                                       (unit % kRowUnits) * 16)
+                     : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+}  // namespace
+
+size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math) {
+  if (KindOf(w) != Kind::kBF16 || math != LinearMath::kSplitBf16 || !g_dense_tiles.On() || !g_dense_split.On() ||
+      w.out_features <= 0 || w.in_features <= 0 || w.in_features % wgmma_split::kChunkCols != 0 ||
+      !Aligned(w.data, w.data_row_stride * 2, 16) || !wgmma::DeviceHasWgmma()) {
+    return 0;
+  }
+  return static_cast<size_t>(wgmma_split::DenseTileOffset(CeilDiv(w.out_features, wgmma::kBlockRows), 0,
+                                                          w.in_features));
+}
+
+void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_t stream) {
+  const size_t needed = DenseTilesBytes(w, LinearMath::kSplitBf16);
+  if (needed == 0) {
+    Fail("WriteDenseTiles: BF16 weights in 16-byte aligned rows of a multiple of 64 columns, on a warpgroup-MMA "
+         "device, with DEEPINFER_DENSE_TILES=1");
+  }
+  if (out == nullptr || bytes < needed) Fail("WriteDenseTiles: null output or too few bytes");
+  if (reinterpret_cast<uintptr_t>(out) % 256 != 0) Fail("WriteDenseTiles: output not 256-byte aligned");
+  const int64_t units = static_cast<int64_t>(needed / 16);
+  const int sms = CurrentDeviceSms().second;
+  const int64_t blocks = std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8);
+  WriteDenseTilesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      static_cast<const uint8_t*>(w.data), w.data_row_stride * 2, w.out_features, w.in_features, units,
+      static_cast<uint4*>(out));
+  DI_CUDA_LAUNCH_CHECK("cuda::WriteDenseTiles");
+}
+
+void SetDenseTilesForTesting(int mode) { g_dense_tiles.SetForTesting(mode, "SetDenseTilesForTesting"); }
+
+uint64_t DenseTilesLaunchesForTesting() { return g_dense_tiles_launches.load(); }
+
 uint64_t SharedXPartsLaunchesForTesting() { return g_shared_x_launches.load(); }
 
 void SetLinearSmallTilesForTesting(int mode) {
@@ -4435,7 +4503,7 @@ bool TakesDenseWs(const Params& p, Kind kind, LinearMath math, int device, int s
 }  // namespace
 
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
-            cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
+            cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes, const void* tiles) {
   ReadSwitches();
   if (m < 0) Fail("negative row count");
   if (m == 0 || w.out_features == 0) {
@@ -4445,6 +4513,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   }
   Params p{};
   const Kind kind = SetLinearParams(x, ldx, m, w, y, ldy, scratch, scratch_bytes, p);
+  if (kind == Kind::kBF16) p.w_tiles = static_cast<const uint8_t*>(tiles);
   Launch(p, kind, 1, stream, math);
 }
 

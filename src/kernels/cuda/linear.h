@@ -85,9 +85,13 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // FP4 weights with e8m0 scales, in_features % 128 == 0, one group; any m). Its sums round
 // differently from the mma.sync kernels that run without scratch (linear_wgmma.cuh), so a caller
 // that needs a row's bits independent of m passes scratch at every m, or at none.
+// tiles (DEVICE, may be null; read only for a BF16 w under kSplitBf16): w again as 16 KiB tiles of
+// 128 rows × 64 columns (DenseTilesBytes, written once by WriteDenseTiles), which the 8-token
+// split-BF16 kernel (at most 8 rows) reads instead of w's data, each chunk one contiguous read
+// instead of 128 pieces a row apart: the same bits.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
-            size_t scratch_bytes = 0);
+            size_t scratch_bytes = 0, const void* tiles = nullptr);
 // Several products of one x, y_i = x·W_i^T over m rows (every weight of the same in_features),
 // each with the bits Linear gives it with the same scratch, on `stream`. Where two or more of them
 // take the dense warp-specialized path (BF16 weights under kSplitBf16, m >= 256, a grid that fills
@@ -221,6 +225,18 @@ uint64_t ExpertsRunsLaunchesForTesting();
 // (-1, the default: off unless 1); and how many such launches this process has made.
 void SetFp4RsPingpongForTesting(int mode);
 uint64_t Fp4RsPingpongLaunchesForTesting();
+
+// Bytes of a BF16 weight's tiles (Linear's `tiles`) under `math`: 0 where no kernel would read
+// them (not BF16 in 16-byte aligned rows, not kSplitBf16, in_features % 64 != 0, no warpgroup MMAs
+// on this device) or DEEPINFER_DENSE_TILES is not 1 (read once; unset: off).
+size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math);
+// Writes them for `w` (its data, not its tiles) into `out` (DEVICE, 256-byte aligned, bytes >=
+// DenseTilesBytes(w, kSplitBf16)), queued on `stream`.
+void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_t stream);
+// Tests only: DenseTilesBytes's switch on (1), off (0) or as DEEPINFER_DENSE_TILES says (-1, the
+// default: off unless 1); and how many launches have read a weight's tiles.
+void SetDenseTilesForTesting(int mode);
+uint64_t DenseTilesLaunchesForTesting();
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.

@@ -831,26 +831,46 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
   }
 }
 
+// A BF16 weight's tiles (DeviceWeight::tiles): tile (b, c) holds rows [128·b, 128·b + 128) ×
+// columns [64·c, 64·c + 64), 16 KiB in a row, row r's 128 bytes at 128·r, zeros past the weight's
+// rows; tiles in row-block-major order. Its byte offset for a weight of k columns (k % 64 == 0).
+__host__ __device__ inline int64_t DenseTileOffset(int64_t row_block, int64_t chunk, int64_t k) {
+  return (row_block * (k / kChunkCols) + chunk) * int64_t{kDenseWBytes};
+}
+
 // Queues chunk c (64 columns) of weight rows n0.. (zeros past p.n) into the stage's weight tile
-// (swizzled; cp.async, the caller commits).
+// (swizzled; cp.async, the caller commits). kTiles: from the weight's tiles (p.w_tiles, the layout
+// of DenseTileOffset: the tile is 16 KiB in a row, zeros past p.n), the same bytes in the same
+// places.
+template <bool kTiles = false>
 __device__ __forceinline__ void LoadDenseWeightTile(const Params& p, int64_t n0, int c, uint8_t* stage) {
   const int tid = threadIdx.x;
+  if constexpr (kTiles) {
+    const uint8_t* tile = p.w_tiles + DenseTileOffset(n0 / kBlockRows, c, p.k);
 #pragma unroll
-  for (int i = 0; i < kDenseWBytes / 16 / kThreads; ++i) {  // 4: row id / 8, 16-byte unit id % 8
-    const int id = tid + i * kThreads, row = id / 8, unit = id % 8;
-    const bool valid = n0 + row < p.n;
-    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + static_cast<int64_t>(c) * kRowBytes + unit * 16;
-    wgmma::Copy16(stage + wgmma::SwizzledOffset(row, unit), src, valid, true);
+    for (int i = 0; i < kDenseWBytes / 16 / kThreads; ++i) {
+      const int id = tid + i * kThreads;  // row id / 8, 16-byte unit id % 8, at byte 16·id of the tile
+      CpAsync16(stage + wgmma::SwizzledOffset(id / 8, id % 8), tile + id * 16);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kDenseWBytes / 16 / kThreads; ++i) {  // 4: row id / 8, 16-byte unit id % 8
+      const int id = tid + i * kThreads, row = id / 8, unit = id % 8;
+      const bool valid = n0 + row < p.n;
+      const uint8_t* src =
+          p.w + (valid ? n0 + row : 0) * p.w_row_bytes + static_cast<int64_t>(c) * kRowBytes + unit * 16;
+      wgmma::Copy16(stage + wgmma::SwizzledOffset(row, unit), src, valid, true);
+    }
   }
 }
 
 // Queues chunk c (64 columns) of weight rows n0.. (zeros past p.n) and x's first `tokens` token
 // rows t0.. into `stage` (cp.async; the caller commits). Token rows from `tokens` on are not
-// copied: ConvertXParts writes zeros for them.
-template <int kTok>
+// copied: ConvertXParts writes zeros for them. kTiles: the weight from its tiles.
+template <int kTok, bool kTiles = false>
 __device__ __forceinline__ void LoadDenseStage(const Params& p, int64_t n0, int64_t t0, int tokens, int c,
                                                uint8_t* stage) {
-  LoadDenseWeightTile(p, n0, c, stage);
+  LoadDenseWeightTile<kTiles>(p, n0, c, stage);
   const int tid = threadIdx.x;
   const float* x = p.x + static_cast<int64_t>(c) * kChunkCols;
   constexpr int kXUnits = kTok * kXRawRowBytes / 16;
@@ -911,7 +931,8 @@ __device__ __forceinline__ void OverlappedSlices(float (&acc)[kTok / 2], int c_b
 // with an MMA that ignores d (scale-d = 0) instead of zeroed registers: a register write in the
 // loop would make ptxas wait for every MMA at the back edge (C7517). A sum equals the zeroed
 // form's wherever it is not an exact zero (+0 + s = s); an all-zero sum may come out -0.
-template <int kTok, bool kOverlap, class OnSlice>
+// kTiles: the weight from its tiles (LoadDenseWeightTile).
+template <int kTok, bool kOverlap, bool kTiles = false, class OnSlice>
 __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, int64_t t0, int c_begin, int c_end,
                                                  uint8_t* smem, OnSlice&& on_slice) {
   constexpr int S = kDenseStages;
@@ -931,7 +952,7 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
   if constexpr (!kOverlap) wgmma::ZeroForWgmma(acc);  // kOverlap: each slice's first MMA ignores d
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (c_begin + s < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c_begin + s, stage_of(c_begin + s));
+    if (c_begin + s < c_end) LoadDenseStage<kTok, kTiles>(p, n0, t0, tokens, c_begin + s, stage_of(c_begin + s));
     CpAsyncCommit();
   }
   if (c_begin < c_end) {
@@ -950,7 +971,7 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
     // After chunk c's MMAs are issued: chunk c - 1's done, then its stage and x set refilled.
     auto step = [&](int c) {
       AwaitOverlappedChunk<S>(c + 1 < c_end);
-      if (c + S - 1 < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
+      if (c + S - 1 < c_end) LoadDenseStage<kTok, kTiles>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
       if (c + 1 < c_end) {
         convert(c + 1);  // into chunk c - 1's set
@@ -968,7 +989,7 @@ __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, in
       // While they run: chunk c + S - 1 into the stage of chunk c - 1 (its MMAs completed before the
       // last barrier; its x was converted an iteration earlier), then chunk c + 1's x into the other
       // set (chunk c - 1's MMAs, its last readers, are done).
-      if (c + S - 1 < c_end) LoadDenseStage<kTok>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
+      if (c + S - 1 < c_end) LoadDenseStage<kTok, kTiles>(p, n0, t0, tokens, c + S - 1, stage_of(c + S - 1));
       CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
       if (c + 1 < c_end) {
         CpAsyncWait<S - 2>();  // chunk c + 1's group (this thread's copies)
@@ -997,8 +1018,8 @@ __device__ __forceinline__ int64_t DenseFragmentRow(int64_t n0) {
 }
 
 // Grid (ceil(n / 128), ceil(m / kTok)); kThreads threads; DenseSmem<kTok>::kBytes of dynamic shared
-// memory.
-template <int kTok, bool kOverlap = false>
+// memory. kTiles: the weight from p.w_tiles (DenseTileOffset's layout; the same bits).
+template <int kTok, bool kOverlap = false, bool kTiles = false>
 __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) DenseSplitKernel(const Params p) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1012,7 +1033,7 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 #pragma unroll
   for (int i = 0; i < kElems; ++i) total[i] = 0.f;
   const int chunks = static_cast<int>(p.k / kChunkCols);
-  DenseSplitChunks<kTok, kOverlap>(p, n0, t0, 0, chunks, smem, [&](int slice, const float (&acc)[kElems]) {
+  DenseSplitChunks<kTok, kOverlap, kTiles>(p, n0, t0, 0, chunks, smem, [&](int slice, const float (&acc)[kElems]) {
 #pragma unroll
     for (int i = 0; i < kElems; ++i) total[i] = slice == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
   });

@@ -173,6 +173,7 @@ class V4Model : public Model {
   bool act_quant_in_kernels_ = false;  // ActQuantInKernels(), fixed at construction
   std::vector<Buffer> device_weights_;        // the weights' copies on a CUDA device
   Buffer device_rope_;                        // both rope tables' inverse frequencies there
+  Buffer head_tiles_;                         // the head's tiles (ops::WriteDenseTiles) where asked for
   struct ExpertTables {
     ops::ExpertsWeight w1, w3, w2;
     ops::ExpertsWeight w13;  // every expert's ExpertWeights::w13 where all have one (w1, w3 then empty)
