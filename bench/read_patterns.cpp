@@ -109,6 +109,12 @@ ReadPattern ScaledDown(ReadPattern p, int64_t max_bytes) {
   return p;
 }
 
+std::vector<int64_t> SmallReadSizes() {
+  std::vector<int64_t> sizes;
+  for (const int64_t mib : {1, 2, 4, 8, 16, 32, 64, 256}) sizes.push_back(mib << 20);
+  return sizes;
+}
+
 uint64_t WordSum(const uint8_t* bytes, size_t size) {
   DI_CHECK(size % 4 == 0, "WordSum of {} bytes: not whole 32-bit words", size);
   uint64_t sum = 0;
@@ -166,6 +172,9 @@ nlohmann::json ToJson(const ReadPatternsReport& r) {
         {"of_copy", r.copy.bytes_per_s > 0 ? t.bytes_per_s / r.copy.bytes_per_s : 0.0},
         {"sums_agree", t.sums_agree},
     });
+  }
+  for (const SmallReadTiming& t : r.small_reads) {
+    j["small_reads"].push_back({{"bytes", t.bytes}, {"seconds", t.seconds}, {"bytes_per_s", t.bytes_per_s}});
   }
   return j;
 }

@@ -81,12 +81,26 @@ struct ReadTiming {
   bool sums_agree = false;    // the first pass's WordSum equals the plain read's of the same bytes
 };
 
+// The plain read of a small weight's bytes, launch after launch on one stream, each launch at
+// another offset of the buffer (a cycle far larger than L2, so every read comes from DRAM): the
+// time a small weight costs a kernel that only reads it, launch and ramp included.
+struct SmallReadTiming {
+  int64_t bytes = 0;
+  double seconds = 0;      // per launch: mean over the timed launches
+  double bytes_per_s = 0;  // bytes / seconds
+};
+
 struct ReadPatternsReport {
   std::string device;
   CopyTiming copy;            // TimeDeviceCopy of 1 GiB: bytes read plus written per second
   double plain_read_bytes_per_s = 0;  // a grid-stride 16-byte read of the largest pattern's bytes
   std::vector<ReadTiming> patterns;
+  std::vector<SmallReadTiming> small_reads;  // SmallReadSizes(), in order
 };
+
+// The small reads' sizes: 1, 2, 4, 8, 16, 32, 64 and 256 MiB (the decode weights of one launch run
+// from 2 MiB, wkv, to 32 MiB, wq_b and wo_b; an expert's w13 is 8 MiB at FP4).
+std::vector<int64_t> SmallReadSizes();
 
 // Times `patterns` (each validated first) over one buffer of random bytes, `iterations` passes
 // each after one checked pass. Throws deepinfer::Error on CUDA errors and without the CUDA build.

@@ -118,9 +118,9 @@ ReadPatternsReport TimeReadPatterns(int device_index, const std::vector<ReadPatt
   const int sms = Multiprocessors(device_index);
   const CudaStream stream(device_index);
   const DeviceId device{DeviceType::kCuda, device_index};
-  const Buffer bytes(static_cast<size_t>(largest), device), sum(sizeof(unsigned long long), device);
-  const uint8_t* base = bytes.as<uint8_t>();
-  DI_READ_CUDA(FillRandomE4m3(bytes.as<uint8_t>(), static_cast<size_t>(largest), kSeed, stream.get()));
+  const Buffer buffer(static_cast<size_t>(largest), device), sum(sizeof(unsigned long long), device);
+  const uint8_t* base = buffer.as<uint8_t>();
+  DI_READ_CUDA(FillRandomE4m3(buffer.as<uint8_t>(), static_cast<size_t>(largest), kSeed, stream.get()));
 
   std::map<int64_t, uint64_t> plain_sums;  // by byte count
   for (const ReadPattern& p : patterns) {
@@ -151,6 +151,27 @@ ReadPatternsReport TimeReadPatterns(int device_index, const std::vector<ReadPatt
     t.seconds = seconds / iterations;
     t.bytes_per_s = static_cast<double>(p.Bytes()) / t.seconds;
     report.patterns.push_back(t);
+  }
+
+  // Small reads: launch i reads `bytes` at offset (i · stride) mod the buffer's room, stride a
+  // multiple of 256 bytes past 64 MiB, so that no launch finds its bytes in L2.
+  constexpr int kSmallLaunches = 64;
+  for (const int64_t bytes : SmallReadSizes()) {
+    if (bytes > largest) continue;
+    const int64_t room = largest - bytes + 1, stride = std::max<int64_t>(bytes, int64_t{64} << 20) + 256;
+    auto offset = [&](int i) { return (static_cast<int64_t>(i) * stride) % room / 256 * 256; };
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(PlainGrid(sms), std::max<int64_t>(1, bytes / 4096)));
+    const double seconds = TimeOnStream(stream, [&] {
+      for (int i = 0; i < kSmallLaunches; ++i) {
+        DI_READ_CUDA(LaunchPlainRead(base + offset(i), static_cast<size_t>(bytes), grid, sum.as<unsigned long long>(),
+                                     stream.get()));
+      }
+    });
+    SmallReadTiming t;
+    t.bytes = bytes;
+    t.seconds = seconds / kSmallLaunches;
+    t.bytes_per_s = static_cast<double>(bytes) / t.seconds;
+    report.small_reads.push_back(t);
   }
   return report;
 }

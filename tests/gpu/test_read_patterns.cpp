@@ -2,7 +2,8 @@
 // bytes, reads each byte once (its word sum equals the host's), row-major and tiled, on its own
 // grid and on grids capped at 1 and 7 blocks (the strided walks and the runs then cross many items,
 // and the runs' ring many item boundaries). A wrong address, a skipped or doubled unit, or a stage
-// reused before its copy landed changes the sum. Then the timing end to end at a small size.
+// reused before its copy landed changes the sum. Then the timing end to end at a small size, the
+// small reads up to the largest pattern's bytes.
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -44,6 +45,11 @@ TEST(ReadPatterns, TimingChecksEachPatternThenTimesIt) {
   ASSERT_EQ(r.patterns.size(), patterns.size());
   EXPECT_GT(r.plain_read_bytes_per_s, 0.0);
   EXPECT_GT(r.copy.bytes_per_s, 0.0);
+  ASSERT_FALSE(r.small_reads.empty());
+  for (const bench::SmallReadTiming& t : r.small_reads) {
+    EXPECT_LE(t.bytes, int64_t{64} << 20);
+    EXPECT_GT(t.bytes_per_s, 0.0) << t.bytes;
+  }
   for (const bench::ReadTiming& t : r.patterns) {
     EXPECT_TRUE(t.sums_agree) << t.pattern.name;
     EXPECT_GT(t.bytes_per_s, 0.0) << t.pattern.name;

@@ -2,6 +2,7 @@
 // at the Flash shapes, scaling down, the word sum, JSON, and the CPU-only build's error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <utility>
 #include <string>
@@ -105,6 +106,14 @@ TEST(ReadPatterns, ScaledDownKeepsWholeItems) {
   EXPECT_EQ(ScaledDown(head, int64_t{1} << 40).rows, head.rows);  // never more than it had
 }
 
+TEST(ReadPatterns, SmallReadsRunFromOneMibToTheLargestLaunch) {
+  const std::vector<int64_t> sizes = SmallReadSizes();
+  ASSERT_FALSE(sizes.empty());
+  EXPECT_EQ(sizes.front(), int64_t{1} << 20);
+  EXPECT_TRUE(std::is_sorted(sizes.begin(), sizes.end()));
+  for (const int64_t b : sizes) EXPECT_EQ(b % 256, 0) << b;
+}
+
 TEST(ReadPatterns, WordSumAddsLittleEndianWordsModuloTwoToThe64) {
   const std::vector<uint8_t> bytes = {1, 0, 0, 0, 0, 1, 0, 0, 0xff, 0xff, 0xff, 0xff};
   EXPECT_EQ(WordSum(bytes.data(), bytes.size()), uint64_t{1} + 256 + 0xffffffffull);
@@ -126,7 +135,11 @@ TEST(ReadPatterns, JsonCarriesEachPatternAndItsRatios) {
   t.bytes_per_s = 2.2e12;
   t.sums_agree = true;
   r.patterns.push_back(t);
+  r.small_reads.push_back({int64_t{4} << 20, 4e-6, (4 << 20) / 4e-6});
   const nlohmann::json j = ToJson(r);
+  ASSERT_EQ(j["small_reads"].size(), 1u);
+  EXPECT_EQ(j["small_reads"][0]["bytes"].get<int64_t>(), int64_t{4} << 20);
+  EXPECT_DOUBLE_EQ(j["small_reads"][0]["seconds"].get<double>(), 4e-6);
   ASSERT_EQ(j["patterns"].size(), 1u);
   const nlohmann::json& p = j["patterns"][0];
   EXPECT_EQ(p["name"], "head_rows");
