@@ -1,5 +1,5 @@
 // deepinfer bench overlap [MODEL_DIR] [--requests N] [--prompt-len L] [--max-tokens T] [--json F]
-// deepinfer bench ceilings [--device-index D] [--json F]
+// deepinfer bench ceilings [--device-index D] [--json F] [--prefill-tokens T]
 // deepinfer bench read-patterns [--device-index D] [--iterations N] [--json F]
 // deepinfer bench steps MODEL_DIR ... (apps/bench_steps.cpp)
 //
@@ -127,6 +127,7 @@ void RunBench(const BenchArgs& a) {
 struct CeilingsArgs {
   int device_index = 0;
   std::string json;
+  int64_t prefill_tokens = 0;  // > 0: cuBLASLt block-scaled FP8 at the Flash prefill's shapes too
 };
 
 void PrintGemm(const char* name, const bench::GemmTiming& t) {
@@ -151,7 +152,22 @@ void RunCeilings(const CeilingsArgs& a) {
   for (const bench::GemmTiming* t : {&c.bf16, &c.fp8, &c.fp8_block}) {
     std::printf("%s: %s\n", std::string(bench::GemmKindName(t->kind)).c_str(), t->algo_note.c_str());
   }
-  if (!a.json.empty()) std::ofstream(a.json) << bench::ToJson(c).dump(2) << "\n";
+  nlohmann::json report = bench::ToJson(c);
+  if (a.prefill_tokens > 0) {
+    // A routed expert's rows at this prefill: tokens · top-6 / 256 experts, on average.
+    const int64_t expert_rows = std::max<int64_t>(1, a.prefill_tokens * 6 / 256);
+    std::printf("cuBLASLt block-scaled FP8 at the Flash prefill's projections (%ld tokens, %ld rows an expert):\n",
+                static_cast<long>(a.prefill_tokens), static_cast<long>(expert_rows));
+    for (const bench::NamedGemmShape& s : bench::FlashPrefillGemmShapes(a.prefill_tokens, expert_rows)) {
+      const bench::GemmTiming t = bench::TimeGemm(a.device_index, bench::GemmKind::kFp8BlockScaled, s.shape, 20);
+      const std::string label = fmt::format("{} {}x{}x{}", s.name, s.shape.m, s.shape.n, s.shape.k);
+      PrintGemm(label.c_str(), t);
+      nlohmann::json j = bench::ToJson(t);
+      j["name"] = s.name;
+      report["prefill_shapes"].push_back(j);
+    }
+  }
+  if (!a.json.empty()) std::ofstream(a.json) << report.dump(2) << "\n";
 }
 
 struct ReadPatternsArgs {
@@ -203,6 +219,10 @@ void RegisterBench(CLI::App& app) {
       bench->add_subcommand("ceilings", "GPU ceilings: device copy, cuBLASLt BF16 / FP8 / block-scaled FP8 GEMMs");
   ceilings->add_option("--device-index", c->device_index, "CUDA device")->capture_default_str();
   ceilings->add_option("--json", c->json, "write the report as JSON");
+  ceilings->add_option("--prefill-tokens", c->prefill_tokens,
+                       "also time the block-scaled FP8 GEMM at the Flash prefill's projection shapes for this many "
+                       "tokens (0: not)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   ceilings->callback([c] { RunCeilings(*c); });
   auto r = std::make_shared<ReadPatternsArgs>();
   CLI::App* reads = bench->add_subcommand(

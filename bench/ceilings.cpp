@@ -15,6 +15,23 @@ int64_t Round4(int64_t x) { return (x + 3) / 4 * 4; }
 
 }  // namespace
 
+std::vector<NamedGemmShape> FlashPrefillGemmShapes(int64_t tokens, int64_t expert_rows) {
+  DI_CHECK(tokens > 0 && expert_rows > 0, "prefill shapes of {} tokens and {} expert rows", tokens, expert_rows);
+  constexpr int64_t kHidden = 4096, kQLora = 1024, kHeads = 64, kHeadDim = 512, kOGroups = 8, kOLora = 1024;
+  constexpr int64_t kMoe = 2048, kIndexHeads = 64, kIndexDim = 128;
+  return {
+      {"wq_a", {tokens, kQLora, kHidden}},
+      {"wq_b", {tokens, kHeads * kHeadDim, kQLora}},
+      {"wkv", {tokens, kHeadDim, kHidden}},
+      {"wo_b", {tokens, kHidden, kOGroups * kOLora}},
+      {"shared_w13", {tokens, 2 * kMoe, kHidden}},
+      {"shared_w2", {tokens, kHidden, kMoe}},
+      {"indexer_wq_b", {tokens, kIndexHeads * kIndexDim, kQLora}},
+      {"expert_w13", {expert_rows, 2 * kMoe, kHidden}},
+      {"expert_w2", {expert_rows, kHidden, kMoe}},
+  };
+}
+
 std::string_view GemmKindName(GemmKind kind) {
   switch (kind) {
     case GemmKind::kBf16:

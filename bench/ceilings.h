@@ -137,6 +137,19 @@ struct Ceilings {
 // The copy and the three GEMMs above: well under a second of GPU time.
 Ceilings MeasureCeilings(int device_index);
 
+// A GEMM shape by the projection it stands for.
+struct NamedGemmShape {
+  std::string name;
+  GemmShape shape;
+};
+
+// DeepSeek-V4-Flash's FP8 projections at a prefill of `tokens` tokens (wq_a, wq_b, wkv, wo_b, the
+// shared expert's joined w1/w3 and its w2, the indexer's wq_b), then one routed expert's w1/w3 and
+// w2 at `expert_rows` rows (a prefill of `tokens` routes tokens · 6 / 256 rows to an expert on
+// average): what cuBLASLt's block-scaled FP8 GEMM reaches at the shapes the 8k prefill's linears
+// run at, beside its 8192³ ceiling. tokens and expert_rows > 0.
+std::vector<NamedGemmShape> FlashPrefillGemmShapes(int64_t tokens, int64_t expert_rows);
+
 nlohmann::json ToJson(const GemmTiming& t);
 nlohmann::json ToJson(const CopyTiming& t);
 nlohmann::json ToJson(const Ceilings& c);

@@ -29,7 +29,8 @@
 # check when device time is short: the tensor-core suites, the model, golden and engine tests and
 # the 2-layer Flash-shaped check on e4m3 tensor cores (gpu-run.sh --no-reruns), then `bench steps`
 # with every reference rounding at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
-# bench.txt), after `bench read-patterns` ($OUT/read-patterns.json, read-patterns.txt).
+# bench.txt), after `bench read-patterns` ($OUT/read-patterns.json, read-patterns.txt) and
+# `bench ceilings --prefill-tokens 8192` ($OUT/ceilings-prefill.json, .txt).
 # DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
 # `bench steps` (e.g. -- --fold-fp4-experts). Each `--variant 'NAME;ENV;FLAGS'` (ENV e.g.
 # DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
@@ -78,6 +79,10 @@ if [[ ${quick:-0} -eq 1 ]]; then
   timeout 60 "$dist/deepinfer" bench read-patterns --json "$final/read-patterns.json" >"$final/read-patterns.txt" 2>&1 ||
     status=1
   head -12 "$final/read-patterns.txt"
+  # cuBLASLt's block-scaled FP8 GEMM at the 8k prefill's projection shapes, beside its 8192^3 ceiling.
+  timeout 60 "$dist/deepinfer" bench ceilings --prefill-tokens 8192 --json "$final/ceilings-prefill.json" \
+    >"$final/ceilings-prefill.txt" 2>&1 || status=1
+  tail -12 "$final/ceilings-prefill.txt"
   timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
     --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1

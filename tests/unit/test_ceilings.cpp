@@ -93,6 +93,20 @@ TEST(CeilingsJson, TimingOrError) {
   EXPECT_TRUE(all.contains("gemm_fp8_block_scaled"));
 }
 
+TEST(CeilingsShapes, FlashPrefillProjectionsInWholeScaleBlocks) {
+  const std::vector<NamedGemmShape> shapes = FlashPrefillGemmShapes(8192, 192);
+  ASSERT_EQ(shapes.size(), 9u);
+  EXPECT_EQ(shapes[0].name, "wq_a");
+  EXPECT_EQ(shapes[1].shape.n, 32768);  // wq_b: 64 heads × 512
+  EXPECT_EQ(shapes[3].shape.k, 8192);   // wo_b: 8 groups × o_lora 1024
+  for (const NamedGemmShape& s : shapes) {
+    EXPECT_EQ(s.shape.n % 128, 0) << s.name;  // kFp8BlockScaled's whole blocks
+    EXPECT_EQ(s.shape.k % 128, 0) << s.name;
+    EXPECT_EQ(s.shape.m, s.name.rfind("expert_", 0) == 0 ? 192 : 8192) << s.name;
+  }
+  EXPECT_THROW(FlashPrefillGemmShapes(0, 1), Error);
+}
+
 TEST(CeilingsBuild, CpuOnlyBuildSaysWhatIsMissing) {
   if (CudaBackendCompiled()) GTEST_SKIP() << "CUDA build";
   try {
