@@ -22,6 +22,7 @@ namespace deepinfer::bench {
 namespace {
 
 constexpr uint64_t kSeed = 46;
+static_assert(static_cast<int>(ReadWalk::kRuns) == 2, "read_patterns_kernels.cu's kWalkRuns");
 
 ReadLaunch LaunchFor(const ReadPattern& p, const uint8_t* base) {
   ReadLaunch l;

@@ -53,8 +53,8 @@ size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight
 // the CPU and where no kernel reads them (cuda::DenseTilesBytes: BF16 weights under
 // ctx.tensor_core_linears, DEEPINFER_DENSE_TILES=1).
 size_t DenseTilesBytes(const OpContext& ctx, const LinearWeight& w);
-// Writes them for `w` into `out` (on ctx's device, 256-byte aligned, DenseTilesBytes bytes), queued
-// on ctx.stream; the caller then sets w.tiles to `out`.
+// Writes them for `w` into `out` (on ctx's device, 256-byte aligned, DenseTilesBytes bytes) on
+// ctx.stream and waits for them (load time); the caller then sets w.tiles to `out`.
 void WriteDenseTiles(const OpContext& ctx, const LinearWeight& w, const TensorView& out);
 // Linear (input kAsIs) of one x for each product, with the bits Linear gives each with the same
 // scratch (LinearsOfOneInputScratchBytes; may be empty): where two or more products run the GPU's

@@ -325,11 +325,13 @@ TEST(GpuModel, HeadTilesGiveTheSameLogits) {
   const Golden g = LoadGolden("v4-tiny-fp8fp4");
   std::vector<int32_t> prompt = g.prompt_ids;
   if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
-  cuda::SetDenseTilesForTesting(0);
-  LoadedModel plain_model = LoadModel(g.dir, OnGpuQuantizedTensorCores());
-  cuda::SetDenseTilesForTesting(1);
-  LoadedModel tiled_model = LoadModel(g.dir, OnGpuQuantizedTensorCores());
-  cuda::SetDenseTilesForTesting(-1);  // read at load only: the tiles stay with the model
+  // The switch is read at load only: the tiles stay with the model.
+  auto load = [&](int tiles) {
+    const test::ScopedSwitch<cuda::SetDenseTilesForTesting> scoped(tiles);
+    return LoadModel(g.dir, OnGpuQuantizedTensorCores());
+  };
+  LoadedModel plain_model = load(0);
+  LoadedModel tiled_model = load(1);
   EXPECT_TRUE(dynamic_cast<const v4::V4Model&>(*plain_model.model).weights().head.tiles.empty());
   EXPECT_FALSE(dynamic_cast<const v4::V4Model&>(*tiled_model.model).weights().head.tiles.empty()) << "no tiles";
   const uint64_t launches = cuda::DenseTilesLaunchesForTesting();

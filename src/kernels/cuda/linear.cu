@@ -3153,13 +3153,13 @@ bool LaunchStagedSlices(const Params& p, int64_t groups, int64_t row_blocks, int
 // unset or 1: DenseSplitKernel wherever wgmma_split::DenseUsable holds. Tests override it
 // (SetDenseSplitForTesting).
 std::atomic<uint64_t> g_dense_split_launches{0};  // launches of either dense kernel (tests)
+KernelSwitch g_dense_split{"DEEPINFER_DENSE_WGMMA", 1};
 
 // DEEPINFER_DENSE_TILES (read once; unset or 0: off, 1: on): DenseTilesBytes offers BF16 weights
-// tiles (DeviceWeight::tiles), which the 8-token dense kernel then reads. Tests override it
+// tiles (Linear's `tiles`), which the 8-token dense kernel then reads. Tests override it
 // (SetDenseTilesForTesting).
 KernelSwitch g_dense_tiles{"DEEPINFER_DENSE_TILES", 0};
 std::atomic<uint64_t> g_dense_tiles_launches{0};  // launches of DenseSplitKernel<8, *, true> (tests)
-KernelSwitch g_dense_split{"DEEPINFER_DENSE_WGMMA", 1};
 
 // DEEPINFER_DENSE_OVERLAP (read once; unset or 1: on, 0: off) runs the dense kernels (both tile
 // sizes, so every M sums alike) with chunk c's MMAs issued while chunk c - 1's may still run, each
@@ -4280,6 +4280,14 @@ size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math) {
       !Aligned(w.data, w.data_row_stride * 2, 16) || !wgmma::DeviceHasWgmma()) {
     return 0;
   }
+  // Only DenseSplitKernel<8> reads them: none where a product of 1-8 rows takes the K slices over
+  // a cluster instead (LaunchDenseSplitTiles's choice, which depends on the shape alone).
+  Params p{};
+  p.n = w.out_features;
+  p.k = w.in_features;
+  p.m = 1;
+  const auto [device, sms] = CurrentDeviceSms();
+  if (DenseTakesSlices<8>(p, device, sms)) return 0;
   return static_cast<size_t>(wgmma_split::DenseTileOffset(CeilDiv(w.out_features, wgmma::kBlockRows), 0,
                                                           w.in_features));
 }
@@ -4287,9 +4295,11 @@ size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math) {
 void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_t stream) {
   const size_t needed = DenseTilesBytes(w, LinearMath::kSplitBf16);
   if (needed == 0) {
-    Fail("WriteDenseTiles: BF16 weights in 16-byte aligned rows of a multiple of 64 columns, on a warpgroup-MMA "
-         "device, with DEEPINFER_DENSE_TILES=1");
+    Fail("WriteDenseTiles: BF16 weights in 16-byte aligned rows of a multiple of 64 columns, whose products of "
+         "1-8 rows take the 8-token kernel, on a warpgroup-MMA device, with DEEPINFER_DENSE_TILES=1");
   }
+  Params checked{};
+  SetWeight(w, checked);  // the weight's own checks (data, row stride) before the kernel reads it
   if (out == nullptr || bytes < needed) Fail("WriteDenseTiles: null output or too few bytes");
   if (reinterpret_cast<uintptr_t>(out) % 256 != 0) Fail("WriteDenseTiles: output not 256-byte aligned");
   const int64_t units = static_cast<int64_t>(needed / 16);
@@ -4299,6 +4309,7 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
       static_cast<const uint8_t*>(w.data), w.data_row_stride * 2, w.out_features, w.in_features, units,
       static_cast<uint4*>(out));
   DI_CUDA_LAUNCH_CHECK("cuda::WriteDenseTiles");
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteDenseTiles");  // load time: ready for any stream
 }
 
 void SetDenseTilesForTesting(int mode) { g_dense_tiles.SetForTesting(mode, "SetDenseTilesForTesting"); }
@@ -4513,7 +4524,10 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   }
   Params p{};
   const Kind kind = SetLinearParams(x, ldx, m, w, y, ldy, scratch, scratch_bytes, p);
-  if (kind == Kind::kBF16) p.w_tiles = static_cast<const uint8_t*>(tiles);
+  if (kind == Kind::kBF16 && tiles != nullptr) {
+    if (reinterpret_cast<uintptr_t>(tiles) % 16 != 0) Fail("the weight's tiles are not 16-byte aligned");
+    p.w_tiles = static_cast<const uint8_t*>(tiles);
+  }
   Launch(p, kind, 1, stream, math);
 }
 

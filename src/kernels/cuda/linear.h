@@ -228,10 +228,11 @@ uint64_t Fp4RsPingpongLaunchesForTesting();
 
 // Bytes of a BF16 weight's tiles (Linear's `tiles`) under `math`: 0 where no kernel would read
 // them (not BF16 in 16-byte aligned rows, not kSplitBf16, in_features % 64 != 0, no warpgroup MMAs
-// on this device) or DEEPINFER_DENSE_TILES is not 1 (read once; unset: off).
+// on this device, or its products of 1-8 rows take the K slices over a cluster: narrow weights of
+// 2-8 slices) or DEEPINFER_DENSE_TILES is not 1 (read once; unset: off).
 size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math);
-// Writes them for `w` (its data, not its tiles) into `out` (DEVICE, 256-byte aligned, bytes >=
-// DenseTilesBytes(w, kSplitBf16)), queued on `stream`.
+// Writes them for `w` into `out` (DEVICE, 256-byte aligned, bytes >= DenseTilesBytes(w,
+// kSplitBf16)) on `stream`, and synchronizes it (load time).
 void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_t stream);
 // Tests only: DenseTilesBytes's switch on (1), off (0) or as DEEPINFER_DENSE_TILES says (-1, the
 // default: off unless 1); and how many launches have read a weight's tiles.

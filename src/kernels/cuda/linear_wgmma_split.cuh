@@ -831,7 +831,7 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
   }
 }
 
-// A BF16 weight's tiles (DeviceWeight::tiles): tile (b, c) holds rows [128·b, 128·b + 128) ×
+// A BF16 weight's tiles (cuda::Linear's `tiles`): tile (b, c) holds rows [128·b, 128·b + 128) ×
 // columns [64·c, 64·c + 64), 16 KiB in a row, row r's 128 bytes at 128·r, zeros past the weight's
 // rows; tiles in row-block-major order. Its byte offset for a weight of k columns (k % 64 == 0).
 __host__ __device__ inline int64_t DenseTileOffset(int64_t row_block, int64_t chunk, int64_t k) {
