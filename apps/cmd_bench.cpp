@@ -1,6 +1,7 @@
 // deepinfer bench overlap [MODEL_DIR] [--requests N] [--prompt-len L] [--max-tokens T] [--json F]
 // deepinfer bench ceilings [--device-index D] [--json F] [--prefill-tokens T]
 // deepinfer bench read-patterns [--device-index D] [--iterations N] [--json F]
+// deepinfer bench phases [--device-index D] [--iterations N] [--json F]
 // deepinfer bench steps MODEL_DIR ... (apps/bench_steps.cpp)
 //
 // overlap: runs one synthetic workload through the engine twice, in the synchronous and in the
@@ -14,6 +15,11 @@
 //
 // read-patterns: the decode kernels' weight reads without their arithmetic (bench/read_patterns.h),
 // row-major as they read now and tiled, beside a plain read and a device copy of the same run.
+//
+// phases: a batch-1 layer's longest path as a chain of phases (each a weight read, or none), run
+// as a kernel a phase in a CUDA graph (with and without programmatic edges) and as one persistent
+// kernel with grid-wide barriers (with and without L2 prefetches of the next phase): what each
+// phase costs beyond its bytes (bench/phases.h).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -26,6 +32,7 @@
 #include "apps/engine_flags.h"
 #include "base/timer.h"
 #include "bench/ceilings.h"
+#include "bench/phases.h"
 #include "bench/read_patterns.h"
 #include "engine/engine_core.h"
 
@@ -203,6 +210,31 @@ void RunReadPatterns(const ReadPatternsArgs& a) {
   }
 }
 
+struct PhasesArgs {
+  int device_index = 0;
+  int iterations = 20;
+  std::string json;
+};
+
+void RunPhases(const PhasesArgs& a) {
+  const bench::PhasesReport r =
+      bench::TimePhases(a.device_index, bench::BatchOneLayerChain(), "batch_one_csa_layer", a.iterations);
+  std::printf("%s\n%s: %ld phases, %.1f MB; plain read %.3f TB/s, floor %.2f us\n", r.device.c_str(), r.chain.c_str(),
+              static_cast<long>(r.phases), 1e-6 * static_cast<double>(r.bytes), 1e-12 * r.plain_read_bytes_per_s,
+              1e6 * r.floor_seconds);
+  std::printf("%-22s %10s %10s %14s %6s %5s\n", "way", "us", "x floor", "us/phase over", "grid", "sums");
+  for (const bench::PhasesTiming& t : r.ways) {
+    std::printf("%-22s %10.2f %10.2f %14.2f %6ld %5s\n", t.way.c_str(), 1e6 * t.seconds,
+                r.floor_seconds > 0 ? t.seconds / r.floor_seconds : 0.0, 1e6 * t.overhead_per_phase,
+                static_cast<long>(t.grid), t.sums_agree ? "ok" : "DIFF");
+  }
+  std::printf("graph_pdl's programmatic edges: %ld\n", static_cast<long>(r.programmatic_edges));
+  if (!a.json.empty()) std::ofstream(a.json) << bench::ToJson(r).dump(2) << "\n";
+  for (const bench::PhasesTiming& t : r.ways) {
+    if (!t.sums_agree) throw Error(fmt::format("phases: {} did not read the chain's bytes once each", t.way));
+  }
+}
+
 void RegisterBench(CLI::App& app) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
@@ -232,6 +264,14 @@ void RegisterBench(CLI::App& app) {
       CLI::Range(1, 1000));
   reads->add_option("--json", r->json, "write the report as JSON");
   reads->callback([r] { RunReadPatterns(*r); });
+  auto ph = std::make_shared<PhasesArgs>();
+  CLI::App* phases = bench->add_subcommand(
+      "phases", "A batch-1 layer's chain of phases as graph kernels or one persistent kernel");
+  phases->add_option("--device-index", ph->device_index, "CUDA device")->capture_default_str();
+  phases->add_option("--iterations", ph->iterations, "timed passes per way")->capture_default_str()->check(
+      CLI::Range(1, 10000));
+  phases->add_option("--json", ph->json, "write the report as JSON");
+  phases->callback([ph] { RunPhases(*ph); });
   AddStepBench(bench);
 }
 

@@ -1,7 +1,11 @@
 #include "bench/ceilings_fill.h"
 
+#include "kernels/cuda/cuda_common.cuh"
+
 namespace deepinfer::bench {
 namespace {
+
+using cuda::PdlPrologue;
 
 __device__ inline uint64_t Hash(uint64_t seed, uint64_t i) {
   uint64_t z = seed + (i + 1) * 0x9e3779b97f4a7c15ull;  // splitmix64
@@ -11,6 +15,7 @@ __device__ inline uint64_t Hash(uint64_t seed, uint64_t i) {
 }
 
 __global__ void FillBf16Kernel(uint16_t* dst, size_t n, uint64_t seed) {
+  PdlPrologue();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const uint64_t h = Hash(seed, i);
@@ -22,6 +27,7 @@ __global__ void FillBf16Kernel(uint16_t* dst, size_t n, uint64_t seed) {
 }
 
 __global__ void FillE4m3Kernel(uint8_t* dst, size_t n, uint64_t seed) {
+  PdlPrologue();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     uint32_t code = static_cast<uint32_t>(Hash(seed, i) >> 24) & 0xffu;

@@ -9,6 +9,7 @@ using cuda::CpAsync16;
 using cuda::CpAsyncCommit;
 using cuda::CpAsyncWait;
 using cuda::CpAsyncWaitAll;
+using cuda::PdlPrologue;
 
 constexpr int kPlainThreads = 256;
 constexpr int kWalkRuns = 2;  // ReadWalk::kRuns
@@ -32,6 +33,7 @@ __device__ __forceinline__ void AddBlockSum(uint64_t sum, unsigned long long* ou
 // need of this one.
 template <int kStages>
 __global__ void ReadPatternKernel(const ReadLaunch l, unsigned long long* sum_out) {
+  PdlPrologue();
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int tile_units = l.block_rows * l.chunk_bytes / 16, units_per_row = l.chunk_bytes / 16;
@@ -97,6 +99,7 @@ __global__ void ReadPatternKernel(const ReadLaunch l, unsigned long long* sum_ou
 }
 
 __global__ void PlainReadKernel(const uint4* __restrict__ base, size_t units, unsigned long long* sum_out) {
+  PdlPrologue();
   const size_t step = static_cast<size_t>(gridDim.x) * blockDim.x;
   uint64_t sum = 0;
   size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -29,8 +29,8 @@
 # check when device time is short: the tensor-core suites, the model, golden and engine tests and
 # the 2-layer Flash-shaped check on e4m3 tensor cores (gpu-run.sh --no-reruns), then `bench steps`
 # with every reference rounding at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
-# bench.txt), after `bench read-patterns` ($OUT/read-patterns.json, read-patterns.txt) and
-# `bench ceilings --prefill-tokens 8192` ($OUT/ceilings-prefill.json, .txt).
+# bench.txt), after `bench read-patterns`, `bench phases` and `bench ceilings --prefill-tokens
+# 8192` ($OUT/read-patterns.*, phases.*, ceilings-prefill.*: JSON and text).
 # DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
 # `bench steps` (e.g. -- --fold-fp4-experts). Each `--variant 'NAME;ENV;FLAGS'` (ENV e.g.
 # DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
@@ -78,7 +78,10 @@ if [[ ${quick:-0} -eq 1 ]]; then
   # The decode kernels' weight reads without their arithmetic, row-major and tiled (~5 s).
   timeout 60 "$dist/deepinfer" bench read-patterns --json "$final/read-patterns.json" >"$final/read-patterns.txt" 2>&1 ||
     status=1
-  head -12 "$final/read-patterns.txt"
+  cat "$final/read-patterns.txt"
+  # A batch-1 layer's chain of phases as graph kernels (with and without PDL) and one persistent kernel.
+  timeout 60 "$dist/deepinfer" bench phases --json "$final/phases.json" >"$final/phases.txt" 2>&1 || status=1
+  cat "$final/phases.txt"
   # cuBLASLt's block-scaled FP8 GEMM at the 8k prefill's projection shapes, beside its 8192^3 ceiling.
   timeout 60 "$dist/deepinfer" bench ceilings --prefill-tokens 8192 --json "$final/ceilings-prefill.json" \
     >"$final/ceilings-prefill.txt" 2>&1 || status=1

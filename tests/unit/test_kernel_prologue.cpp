@@ -1,6 +1,7 @@
-// Every CUDA kernel of the project starts with PdlPrologue() (kernels/cuda/cuda_common.cuh): CUDA
-// graphs make kernel-to-kernel edges programmatic (CudaGraph::EndCapture), so a kernel that read
-// its predecessor's output before that call would race with it. This scans the kernel sources
+// Every CUDA kernel of the project (src/kernels/cuda, bench) starts with PdlPrologue()
+// (kernels/cuda/cuda_common.cuh): CUDA graphs make kernel-to-kernel edges programmatic
+// (CudaGraph::EndCapture), so a kernel that read its predecessor's output before that call would
+// race with it. This scans the kernel sources
 // (no GPU needed) and names any __global__ function whose body does not begin with the call.
 #include <gtest/gtest.h>
 
@@ -48,16 +49,20 @@ std::vector<std::string> KernelsWithoutPrologue(const std::string& text, const s
 }
 
 TEST(KernelSources, EveryKernelBeginsWithPdlPrologue) {
-  const std::filesystem::path dir = std::filesystem::path(DEEPINFER_SOURCE_DIR) / "src/kernels/cuda";
-  ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
   int kernels = 0;
   std::vector<std::string> missing;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string ext = entry.path().extension().string();
-    if (ext != ".cu" && ext != ".cuh") continue;
-    const std::string text = Read(entry.path());
-    for (size_t at = text.find("__global__"); at != std::string::npos; at = text.find("__global__", at + 1)) ++kernels;
-    for (const std::string& m : KernelsWithoutPrologue(text, entry.path().filename().string())) missing.push_back(m);
+  for (const char* folder : {"src/kernels/cuda", "bench"}) {  // the benchmarks' kernels run in graphs too
+    const std::filesystem::path dir = std::filesystem::path(DEEPINFER_SOURCE_DIR) / folder;
+    ASSERT_TRUE(std::filesystem::is_directory(dir)) << dir;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".cu" && ext != ".cuh") continue;
+      const std::string text = Read(entry.path());
+      for (size_t at = text.find("__global__"); at != std::string::npos; at = text.find("__global__", at + 1)) {
+        ++kernels;
+      }
+      for (const std::string& m : KernelsWithoutPrologue(text, entry.path().filename().string())) missing.push_back(m);
+    }
   }
   EXPECT_GT(kernels, 50) << "the kernel sources moved?";
   std::string list;
