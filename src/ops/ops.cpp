@@ -244,6 +244,13 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
       cuda::WriteFp4ChunkWords(static_cast<const cuda::DeviceWeight*>(w.device_table.data()), table[0], num_experts,
                                w.chunk_words.data(), words_bytes, ctx.stream);
     }
+    const size_t tiles_bytes =
+        folded_bytes > 0 ? size_t{0} : cuda::Fp4ExpertTilesBytes(table[0], num_experts, MathOf(ctx, input));
+    if (tiles_bytes > 0) {
+      w.fp4_tiles = Buffer(tiles_bytes, ctx.device);
+      cuda::WriteFp4ExpertTiles(static_cast<const cuda::DeviceWeight*>(w.device_table.data()), table[0], num_experts,
+                                w.fp4_tiles.data(), tiles_bytes, ctx.stream);
+    }
 #else
     NoKernel(ctx, "experts_weight");
 #endif
@@ -292,7 +299,8 @@ void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& 
                                  plan_in_scratch, codes.empty() ? nullptr : codes.raw(),
                                  codes.empty() ? 0 : codes.nbytes(),
                                  MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.folded.data() : nullptr,
-                                 MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.chunk_words.data() : nullptr));
+                                 MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.chunk_words.data() : nullptr,
+                                 MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.fp4_tiles.data() : nullptr));
   const int32_t* off = offsets.data<int32_t>();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t r0 = std::clamp<int64_t>(off[e], 0, rows), r1 = std::clamp<int64_t>(off[e + 1], r0, rows);

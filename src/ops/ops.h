@@ -234,6 +234,8 @@ struct ExpertsWeight {
                                       // (cuda::DeviceWeight [E]); empty on the CPU
   Buffer folded;                      // CUDA, FP4 experts kept folded (cuda::FoldExperts); else empty
   Buffer chunk_words;                 // CUDA, FP4 experts' chunk words (cuda::WriteFp4ChunkWords); else empty
+  Buffer fp4_tiles;                   // CUDA, FP4 experts' tiles (cuda::WriteFp4ExpertTiles) where
+                                      // DEEPINFER_EXPERTS_TILES=1; else empty
 };
 // Checks that the experts share one format, dtype and shape (and, for CUDA, that the kernels accept
 // them) and builds the device table on ctx's device (queued on its stream). keep_folded: FP4

@@ -125,10 +125,11 @@ std::vector<int32_t> Offsets(const std::vector<int32_t>& counts) {
 // bound. pre_fold_group > 0: codes scratch with room to pre-fold that many FP4 experts at a time
 // (ExpertsLinearPreFoldCodesBytes; the groups' kernels then run, with Linear's bits still).
 // folded: the FP4 experts kept folded (cuda::FoldExperts) and read as such. chunk_words: the FP4
-// experts' chunk words (cuda::WriteFp4ChunkWords) given to the register-fed kernel.
+// experts' chunk words (cuda::WriteFp4ChunkWords) given to the register-fed kernel. tiles: the FP4
+// experts' tiles (cuda::WriteFp4ExpertTiles) given too.
 void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx, int64_t ldy,
                   uint64_t seed, std::vector<int64_t> cpu_experts = {}, int64_t pre_fold_group = 0,
-                  bool folded = false, bool chunk_words = false) {
+                  bool folded = false, bool chunk_words = false, bool tiles = false) {
   const int64_t num_experts = pool.experts(), n = pool.n(), k = pool.k();
   ASSERT_EQ(static_cast<int64_t>(counts.size()), num_experts);
   const std::vector<int32_t> off = Offsets(counts);
@@ -166,9 +167,17 @@ void CheckExperts(ExpertPool& pool, const std::vector<int32_t>& counts, int64_t 
   if (chunk_words) {
     cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), num_experts, words.get(), words_bytes, nullptr);
   }
+  const size_t tiles_bytes = tiles ? cuda::Fp4ExpertTilesBytes(pool.Device(0), num_experts, TestLinearMath()) : 0;
+  ASSERT_EQ(tiles, tiles_bytes > 0) << "Fp4ExpertTilesBytes";
+  DeviceArray<uint8_t> expert_tiles(tiles_bytes);
+  if (tiles) {
+    expert_tiles.Fill(0xa5);  // every byte the kernel reads must be written
+    cuda::WriteFp4ExpertTiles(pool.table(), pool.Device(0), num_experts, expert_tiles.get(), tiles_bytes, nullptr);
+  }
   cuda::ExpertsLinear(dx.get(), ldx, rows_bound, doff.get(), num_experts, pool.table(), pool.Device(0), dy.get(), ldy,
                       scratch.get(), nullptr, TestLinearMath(), false, codes.get(), codes_bytes,
-                      folded ? folded_codes.get() : nullptr, chunk_words ? words.get() : nullptr);
+                      folded ? folded_codes.get() : nullptr, chunk_words ? words.get() : nullptr,
+                      tiles ? expert_tiles.get() : nullptr);
   // BF16 experts keep the mma.sync kernels' order; Linear's BF16 products on warpgroup MMAs
   // (DenseSplitKernel) sum in another, so the reference takes the mma.sync kernels too.
   ScopedDenseSplit mma_sync_for_bf16(0);
@@ -517,6 +526,46 @@ TEST(CudaExpertsLinearFp8, RegisterFedRunsEqualLinear) {
       ExpertPool pool(kFp4, 256, n, k, 5451 + static_cast<uint64_t>(n), 0, 32, 4);
       check_runs(pool, decode, tokens * 6, k, n, 5452 + static_cast<uint64_t>(n), {0, 37, 74});
     }
+  }
+}
+
+// FP4 experts' tiles (DEEPINFER_EXPERTS_TILES: each warp's 16 rows of a chunk one contiguous KiB,
+// written once): the register-fed kernel of the 1-16-row tiles reads them with Linear's bits per
+// expert, with chunk words and without; N = 200 and 40 (items past the last row: the tiles' zero
+// rows); weight rows 16-byte aligned and not (the writer's byte loads); the Flash decode routing at
+// 256 tokens, w1/w3 and w2. Each call checks that the tiles were read.
+TEST(CudaExpertsLinearFp8, RegisterFedTilesEqualLinear) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  if (Fp4PreFoldAlways()) GTEST_SKIP() << "DEEPINFER_FP4_PREFOLD=1: every row count pre-folded";
+  ScopedExpertsRegisterA register_fed(1);
+  const ScopedSwitch<cuda::SetFp4ExpertTilesForTesting> tiles_on(1);
+  const auto check_tiles = [](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx,
+                              int64_t ldy, uint64_t seed, bool words, std::vector<int64_t> cpu_experts = {}) {
+    const ScopedFp4ChunkWords chunk_words(words ? 1 : 0);
+    const uint64_t before = cuda::Fp4ExpertTilesLaunchesForTesting();
+    CheckExperts(pool, counts, rows_bound, ldx, ldy, seed, std::move(cpu_experts), 0, false, words, true);
+    EXPECT_GT(cuda::Fp4ExpertTilesLaunchesForTesting(), before) << "no launch read the tiles";
+  };
+  uint64_t seed = 5700;
+  const std::vector<int32_t> counts = {1, 16, 0, 9, 3, 8, 14, 2};
+  for (const bool words : {true, false}) {
+    SCOPED_TRACE(words ? "with chunk words" : "without chunk words");
+    for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
+      for (const int64_t n : {int64_t{200}, int64_t{40}}) {
+        ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), n, 1024, ++seed, 0, data_step, scale_step,
+                        {110, 128});
+        check_tiles(pool, counts, Offsets(counts).back() + 5, 1024, n, ++seed, words);
+      }
+    }
+  }
+  const int64_t tokens = SanitizerSizes() ? 16 : 256;
+  const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5750);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+    SCOPED_TRACE(testing::Message() << "decode [" << k << " -> " << n << "]");
+    ExpertPool pool(kFp4, 256, n, k, 5751 + static_cast<uint64_t>(n), 0, 32, 4);
+    check_tiles(pool, decode, tokens * 6, k, n, 5752 + static_cast<uint64_t>(n), true, {0, 37, 74});
   }
 }
 

@@ -767,9 +767,10 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
 // the tiles hold the weight's bytes where wgmma_split::DenseTileOffset says (zeros past its rows),
 // and products of at most 8 rows on the 8-token kernel read them with the bits of the row-major
 // weight; 9 rows (the 64-token kernels) do not read them. Rows past n in the last block (1000,
-// 300, 1100), rows padded past K, K of one slice (256), of 9 slices (4160) and of 129 chunks (8256):
-// none takes the cluster kernel, whatever the SMs. A narrow weight whose 1-8 rows take the K slices
-// over a cluster ([1024 -> 256]: 2 row blocks, 2 slices) gets no tiles.
+// 300, 1100), rows padded past K, K of one slice (256), of 9 slices (4160) and of 16 (8192, the
+// split-BF16 path's most): none takes the cluster kernel, whatever the SMs. A narrow weight whose
+// 1-8 rows take the K slices over a cluster ([1024 -> 256]: 2 row blocks, 2 slices) and one past
+// the split-BF16 path's K ([8256 -> 300]: the SIMT kernels) get no tiles.
 TEST(CudaLinearMma, DenseTilesGiveTheBitsOfTheRows) {
   DI_REQUIRE_GPU();
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
@@ -786,11 +787,13 @@ TEST(CudaLinearMma, DenseTilesGiveTheBitsOfTheRows) {
   {
     const TestWeight narrow = RandomWeight(kBf16, 256, 1024, ++seed);
     EXPECT_EQ(cuda::DenseTilesBytes(narrow.Device(), cuda::LinearMath::kSplitBf16), 0u) << "the cluster kernel's";
+    const TestWeight long_rows = RandomWeight(kBf16, 300, 8256, ++seed);
+    EXPECT_EQ(cuda::DenseTilesBytes(long_rows.Device(), cuda::LinearMath::kSplitBf16), 0u) << "K past 8192";
   }
   struct Case {
     int64_t out, in, pad;
   };
-  for (const Case& c : {Case{1000, 256, 0}, Case{300, 8256, 64}, Case{1100, 4160, 0}}) {
+  for (const Case& c : {Case{1000, 256, 0}, Case{300, 8192, 64}, Case{1100, 4160, 0}}) {
     SCOPED_TRACE(testing::Message() << "[" << c.in << " -> " << c.out << "] pad " << c.pad);
     const TestWeight w = RandomWeight(kBf16, c.out, c.in, ++seed, c.pad);
     const cuda::DeviceWeight rows = w.Device();

@@ -951,6 +951,8 @@ struct ExpertsParams {
   int32_t tile_rows;              // the height these kernels were launched for
   const uint32_t* chunk_words;    // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   int64_t chunk_words_stride;     // words from one expert's to the next's
+  const uint8_t* fp4_tiles = nullptr;  // FP4 experts' tiles (WriteFp4ExpertTiles), or null
+  int64_t fp4_tiles_stride = 0;        // bytes from one expert's tiles to the next's
 
   // Expert e's chunk words, or null where there are none.
   __device__ __forceinline__ const uint32_t* ExpertChunkWords(int32_t e) const {
@@ -1194,7 +1196,8 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
 // bytes of spills; 16 tokens: 2, 172 registers, none, or 3, 168 registers, none; ptxas, CUDA 13.0,
 // since version 31).
-template <int kTok, int kMinBlocks>
+// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits).
+template <int kTok, int kMinBlocks, bool kTiles = false>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
   PdlPrologue();
@@ -1204,7 +1207,12 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
   ForEachExpertsWgmmaItem<kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0, uint8_t* smem,
                                                                  int chunks) {
     const uint32_t* words = ep.ExpertChunkWords(t.expert);
-    wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
+    if constexpr (kTiles) {
+      wgmma::rs::Fp4RegistersBlock<kTok, true>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words,
+                                               ep.fp4_tiles + t.expert * ep.fp4_tiles_stride);
+    } else {
+      wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
+    }
   });
 #endif
 }
@@ -3432,6 +3440,7 @@ struct ExpertsLaunch {
   bool fp4_registers = false;  // of those, converted in registers (ExpertsFp4RegistersTmaKernel, 104)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
+  const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -3865,6 +3874,13 @@ int RegisterA16BlocksPerSm() {
 // same bits. Tests override it and may cap the runs' grid (SetExpertsRunsForTesting), so that each
 // block walks many items across tiles.
 KernelSwitch g_experts_runs{"DEEPINFER_EXPERTS_RUNS", 0};
+
+// DEEPINFER_EXPERTS_TILES (read once; unset or 0: off, 1: on): Fp4ExpertTilesBytes offers FP4
+// experts tiles (ExpertsLinear's `fp4_tiles`), which the register-fed kernel of their 1-16-row tiles
+// then reads (one contiguous KiB a warp and chunk instead of 16 pieces of 64 bytes a row apart).
+// Tests override it (SetFp4ExpertTilesForTesting).
+KernelSwitch g_fp4_tiles{"DEEPINFER_EXPERTS_TILES", 0};
+std::atomic<uint64_t> g_fp4_tiles_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true> (tests)
 std::atomic<int> g_experts_runs_max_blocks{0};     // 0: no cap (tests)
 std::atomic<uint64_t> g_experts_runs_launches{0};  // launches of the run kernels (tests)
 
@@ -3900,6 +3916,12 @@ bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, 
                                int required) {
   namespace rs = wgmma::rs;
   const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
+  if (ep.fp4_tiles != nullptr) {  // the items on the experts' tiles (not as runs)
+    const bool ran = LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(
+        l, ep, a, required, rs::Smem{chunks, kTok}.Bytes(), rs::Smem{rs::kMaxChunks, kTok}.Bytes(), false);
+    if (ran) g_fp4_tiles_launches.fetch_add(1);
+    return ran;
+  }
   if (g_experts_runs.On() && rs::RunUsable(l.params.base.k, l.chunk_words != nullptr)) {
     return LaunchRegisterFed<ExpertsFp4RegistersRunKernel<kTok, kMinBlocks>, kTok>(
         l, ep, a, required, rs::RunSmem{chunks, kTok}.Bytes(), rs::RunSmem{rs::kMaxChunks, kTok}.Bytes(), true);
@@ -3937,6 +3959,8 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
     // wgmma::rs::kMaxChunks chunks).
     ep.chunk_words = l.chunk_words;
     ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(b.n, b.k / wgmma::kChunk);
+    ep.fp4_tiles = l.fp4_tiles;
+    ep.fp4_tiles_stride = wgmma::rs::TileBytesOfExpert(b.n, b.k / wgmma::kChunk);
     if (l.folded != nullptr) return LaunchExpertsFolded(l, ep, a);
     if (l.fp4_in_block) return LaunchExpertsFp4InBlock(l, ep, a);
     if (LaunchExpertsPreFolded(l, ep, a)) return;
@@ -4044,7 +4068,7 @@ size_t ExpertsLinearPreFoldCodesBytes(int64_t rows_bound, int64_t num_experts, c
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math, bool plan_in_scratch, void* codes, size_t codes_bytes,
-                   const void* folded, const void* chunk_words) {
+                   const void* folded, const void* chunk_words, const void* fp4_tiles) {
   const Kind kind = KindOf(layout);
   const int64_t n = layout.out_features, k = layout.in_features;
   if (n < 0 || k < 0) Fail("negative weight shape");
@@ -4078,6 +4102,11 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     if (Fp4ChunkWordsBytes(layout, num_experts, math) == 0) Fail("FP4 chunk words given where no kernel reads them");
     if (reinterpret_cast<uintptr_t>(chunk_words) % 256 != 0) Fail("FP4 chunk words not 256-byte aligned");
     l.chunk_words = static_cast<const uint32_t*>(chunk_words);
+  }
+  if (fp4_tiles != nullptr) {
+    if (Fp4ExpertTilesBytes(layout, num_experts, math) == 0) Fail("FP4 expert tiles given where no kernel reads them");
+    if (reinterpret_cast<uintptr_t>(fp4_tiles) % 256 != 0) Fail("FP4 expert tiles not 256-byte aligned");
+    l.fp4_tiles = static_cast<const uint8_t*>(fp4_tiles);
   }
   const bool scale_f32 = layout.scale_dtype == DType::kF32;
   l.fp4_in_block = Fp4InBlockFor(kind, l.path, scale_f32, rows_bound, num_experts, k, codes, codes_bytes,
@@ -4230,6 +4259,63 @@ void WriteFp4ChunkWords(const DeviceWeight* weights, const DeviceWeight& layout,
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "WriteFp4ChunkWords");
 }
 
+size_t Fp4ExpertTilesBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {
+  if (num_experts <= 0 || KindOf(layout) != Kind::kFp4 || !WeightTakesWgmma(layout, math) ||
+      !wgmma::rs::Usable(layout.in_features) || !g_fp4_tiles.On()) {
+    return 0;
+  }
+  return static_cast<size_t>(num_experts *
+                             wgmma::rs::TileBytesOfExpert(layout.out_features, layout.in_features / wgmma::kChunk));
+}
+
+namespace {
+// Grid-stride over every expert's tiles in 16-byte units: unit i of expert e is byte 16·i of its
+// tiles (wgmma::rs::TileBytesOfExpert's layout), copied from the expert's rows (zeros past n).
+__global__ void WriteFp4ExpertTilesKernel(const DeviceWeight* __restrict__ weights, int64_t n, int64_t chunks,
+                                          int64_t expert_units, int64_t units, uint4* __restrict__ out) {
+  PdlPrologue();
+  namespace rs = wgmma::rs;
+  constexpr int64_t kTileUnits = rs::kTileBytes / 16, kRowUnits = rs::kRowBytes / 16;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < units;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = i / expert_units, tile = (i % expert_units) / kTileUnits, unit = i % kTileUnits;
+    const int64_t row = (tile / chunks) * rs::kWarpRows + unit / kRowUnits, chunk = tile % chunks;
+    const DeviceWeight& w = weights[e];
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (row < n) {
+      const uint8_t* src = static_cast<const uint8_t*>(w.data) + row * w.data_row_stride + chunk * rs::kRowBytes +
+                           (unit % kRowUnits) * 16;
+      uint32_t word[4];
+      for (int j = 0; j < 4; ++j) {  // byte loads: any row alignment
+        word[j] = 0u;
+        for (int b = 0; b < 4; ++b) word[j] |= static_cast<uint32_t>(src[4 * j + b]) << (8 * b);
+      }
+      v = make_uint4(word[0], word[1], word[2], word[3]);
+    }
+    out[i] = v;
+  }
+}
+}  // namespace
+
+void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
+                         size_t bytes, cudaStream_t stream) {
+  CheckExpertsLoadOutput("WriteFp4ExpertTiles", Fp4ExpertTilesBytes(layout, num_experts, LinearMath::kFp8Act), weights,
+                         num_experts, out, bytes);
+  const int64_t chunks = layout.in_features / wgmma::kChunk;
+  const int64_t expert_units = wgmma::rs::TileBytesOfExpert(layout.out_features, chunks) / 16;
+  const int64_t units = num_experts * expert_units;
+  const int sms = CurrentDeviceSms().second;
+  const int64_t blocks = std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8);
+  WriteFp4ExpertTilesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      weights, layout.out_features, chunks, expert_units, units, static_cast<uint4*>(out));
+  DI_CUDA_LAUNCH_CHECK("cuda::WriteFp4ExpertTiles");
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
+}
+
+void SetFp4ExpertTilesForTesting(int mode) { g_fp4_tiles.SetForTesting(mode, "SetFp4ExpertTilesForTesting"); }
+
+uint64_t Fp4ExpertTilesLaunchesForTesting() { return g_fp4_tiles_launches.load(); }
+
 void SetFp4ChunkWordsForTesting(int mode) { g_fp4_chunk_words.SetForTesting(mode, "SetFp4ChunkWordsForTesting"); }
 
 uint64_t Fp4ChunkWordsLaunchesForTesting() { return g_fp4_chunk_words_launches.load(); }
@@ -4275,8 +4361,9 @@ __global__ void WriteDenseTilesKernel(const uint8_t* __restrict__ w, int64_t row
 }  // namespace
 
 size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math) {
-  if (KindOf(w) != Kind::kBF16 || math != LinearMath::kSplitBf16 || !g_dense_tiles.On() || !g_dense_split.On() ||
-      w.out_features <= 0 || w.in_features <= 0 || w.in_features % wgmma_split::kChunkCols != 0 ||
+  if (KindOf(w) != Kind::kBF16 || PathFor(math, Kind::kBF16, false, w.in_features) != Path::kSplitBf16 ||
+      !g_dense_tiles.On() || !g_dense_split.On() || w.out_features <= 0 || w.in_features <= 0 ||
+      w.in_features % wgmma_split::kChunkCols != 0 ||
       !Aligned(w.data, w.data_row_stride * 2, 16) || !wgmma::DeviceHasWgmma()) {
     return 0;
   }

@@ -307,11 +307,13 @@ size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // chunk_words (DEVICE, Fp4ChunkWordsBytes bytes, written by WriteFp4ChunkWords; may be null): read
 // by the register-fed kernel of the FP4 experts' 1-16-row tiles instead of folding group exponents
 // per item: the same bits.
+// fp4_tiles (DEVICE, Fp4ExpertTilesBytes bytes, written by WriteFp4ExpertTiles; may be null): the
+// experts' nibbles again as tiles, which that kernel then reads instead of their rows: the same bits.
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false,
                    void* codes = nullptr, size_t codes_bytes = 0, const void* folded = nullptr,
-                   const void* chunk_words = nullptr);
+                   const void* chunk_words = nullptr, const void* fp4_tiles = nullptr);
 // Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any): x's
 // codes and scales, and for FP4 experts with at least 64 rows per expert on average (prefill)
 // room to pre-fold them (ExpertsLinearPreFoldCodesBytes; DEEPINFER_FP4_PREFOLD=0 or 1, read once,
@@ -342,6 +344,22 @@ size_t Fp4ChunkWordsBytes(const DeviceWeight& layout, int64_t num_experts, Linea
 // (DEVICE, 256-byte aligned, Fp4ChunkWordsBytes bytes). Synchronizes `stream` (load time).
 void WriteFp4ChunkWords(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
                         size_t bytes, cudaStream_t stream);
+// FP4 experts' tiles for the register-fed kernel of their 1-16-row tiles: each expert's nibbles again,
+// each warp's 16 rows of a 128-column chunk as one contiguous KiB (wgmma::rs::TileBytesOfExpert's
+// layout: the rows padded to a multiple of 64 with zeros), so that a warp reads one range a chunk
+// instead of 16 pieces of 64 bytes a row apart (docs/performance.md version 46: the row-major reads
+// reach ~72% of the copy rate, the tiles ~100%). As many bytes as the experts' nibbles. Bytes for
+// `num_experts` experts of `layout` under `math`: 0 where no kernel reads them (as
+// Fp4ChunkWordsBytes) or DEEPINFER_EXPERTS_TILES is not 1 (read once; unset: off).
+size_t Fp4ExpertTilesBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math);
+// Writes them for the experts of `weights` (the device table, as ExpertsLinear's) into `out`
+// (DEVICE, 256-byte aligned, Fp4ExpertTilesBytes bytes). Synchronizes `stream` (load time).
+void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
+                         size_t bytes, cudaStream_t stream);
+// Tests only: Fp4ExpertTilesBytes's switch on (1), off (0), or as DEEPINFER_EXPERTS_TILES says (-1,
+// the default: off unless 1); and how many register-fed launches have read experts' tiles.
+void SetFp4ExpertTilesForTesting(int mode);
+uint64_t Fp4ExpertTilesLaunchesForTesting();
 // Tests only: Fp4ChunkWordsBytes's switch on (1), off (0), or as DEEPINFER_FP4_CHUNK_WORDS says (-1,
 // the default: on unless 0); and how many register-fed or in-block launches have read chunk words.
 void SetFp4ChunkWordsForTesting(int mode);

@@ -238,14 +238,18 @@ __device__ __forceinline__ void IssueChunk(float (&acc)[kElems], const uint32_t 
 // the stage + 1 KiB · warp; each row's 64 bytes as stored): lane l copies 16-byte unit l % 4 of
 // rows l / 4 and l / 4 + 8, by 16-byte cp.async where the weight's rows are 16-byte aligned, 4-byte
 // cp.async where 4-byte aligned, else byte loads; rows past p.n get zeros.
-struct WarpCopies {
+// kChunkStride: bytes from a row's chunk to its next, kRowBytes in the rows as stored; kTileBytes
+// in the expert's tiles (WriteFp4ExpertTiles: each warp's 16 rows of a chunk 1 KiB in a row, laid
+// out as the warp's stage part, zeros past the rows).
+template <int kChunkStride>
+struct WarpCopiesT {
   const uint8_t* src;    // this lane's unit of its first row, chunk 0
   uint32_t half_stride;  // bytes of 8 rows (an expert's weight is under 4 GiB)
   int dst;               // offset of this lane's first unit in the warp's stage part
   int rows;              // rows of this warp within p.n (0-16)
   int align;             // 16, 4 or 1: the weight rows' alignment the copies use
 
-  __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int warp, int lane) {
+  __device__ __forceinline__ WarpCopiesT(const Params& p, int64_t n0, int warp, int lane) {
     const int64_t row0 = n0 + kWarpRows * warp;
     rows = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kWarpRows), p.n - row0)));
     const uintptr_t bits = reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes);
@@ -254,9 +258,18 @@ struct WarpCopies {
     half_stride = static_cast<uint32_t>(8 * p.w_row_bytes);
     dst = (lane / 4) * kRowBytes + 16 * (lane % 4);
   }
+  // From the warp's tiles (`warp_tiles`: its rows' chunk 0 tile): every row there (zeros past the
+  // expert's rows), 16-byte aligned.
+  __device__ __forceinline__ WarpCopiesT(const uint8_t* warp_tiles, int lane) {
+    rows = kWarpRows;
+    align = 16;
+    dst = (lane / 4) * kRowBytes + 16 * (lane % 4);
+    src = warp_tiles + dst;
+    half_stride = 8 * kRowBytes;
+  }
 
   __device__ __forceinline__ void Load(uint32_t warp_stage, int c, int lane, const uint8_t* any_valid) const {
-    const uint8_t* from = src + static_cast<int64_t>(c) * kRowBytes;
+    const uint8_t* from = src + static_cast<int64_t>(c) * kChunkStride;
     const uint32_t to = warp_stage + dst;
     constexpr int kHalfBytes = 8 * kRowBytes;  // 8 rows of the stage
     if (align == 16 && rows == kWarpRows) {  // the common case: no row past p.n, no predicates
@@ -296,6 +309,16 @@ struct WarpCopies {
     }
   }
 };
+
+using WarpCopies = WarpCopiesT<kRowBytes>;
+constexpr int kTileBytes = kWarpRows * kRowBytes;  // a warp's rows of one chunk in the expert's tiles: 1 KiB
+
+// Expert tiles (WriteFp4ExpertTiles): for an expert of n rows and `chunks` chunks, warp block w
+// (rows 16w..16w + 15, zeros past n) of chunk c at byte (w · chunks + c) · kTileBytes, row r's 64
+// bytes at 64 · (r % 16) within it; ceil(n / 64) · 4 warp blocks, so every item's warps have theirs.
+__host__ __device__ constexpr int64_t TileBytesOfExpert(int64_t n, int64_t chunks) {
+  return (n + kRows - 1) / kRows * (kRows / kWarpRows) * chunks * kTileBytes;
+}
 
 // The expert's chunk words written once at load (linear.cu's Fp4ChunkWordsKernel): ChunkWordOf of
 // row r's pass-0 fold word of chunk c at words[r·chunks + c], then per 64-row block b the chunks
@@ -384,9 +407,12 @@ __device__ __forceinline__ void PipelinedChunks(int chunks, const Issue& issue, 
 // chunks of K. words: the expert's chunk words (ChunkWordsOfExpert), copied instead of computed
 // from the group exponents; or null. All 128 threads call it; it leaves no copies in flight and
 // shared memory free after a barrier.
-template <int kTok>
+// kTiles: the nibbles from the expert's tiles (`tiles`: its TileBytesOfExpert bytes) instead of its
+// rows; the same bytes in the same stage places, the same bits.
+template <int kTok, bool kTiles = false>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
-                                                  uint8_t* smem, int chunks, const uint32_t* words) {
+                                                  uint8_t* smem, int chunks, const uint32_t* words,
+                                                  const uint8_t* tiles = nullptr) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
   constexpr int kElems = kTok / 2;
   constexpr int kXChunkBytes = Smem{0, kTok}.XChunkBytes();
@@ -397,7 +423,13 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m));
   const int la = kWarpRows * warp + g, lb = la + 8;  // this thread's rows within the block
   const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
-  const WarpCopies copies(p, n0, warp, lane);
+  const auto copies = [&] {
+    if constexpr (kTiles) {
+      return WarpCopiesT<kTileBytes>(tiles + (n0 / kWarpRows + warp) * chunks * kTileBytes, lane);
+    } else {
+      return WarpCopies(p, n0, warp, lane);
+    }
+  }();
   const uint32_t base = SharedAddress(smem);
   auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
   const uint32_t group_offset = g * kRowBytes + 16 * q;  // row g's group q within the warp's stage part
