@@ -683,14 +683,15 @@ int64_t PersistentMixClusters() {
   return clusters;
 }
 
-// DEEPINFER_HC_MIX_UNROLL (read once; unset or 0: off, 1: on): the 4-token mix kernels with their
-// stride loop unrolled four times (HcMixKernel's kUnroll; the same bits). Tests override it
-// (SetHcMixUnrollForTesting).
+// DEEPINFER_HC_MIX_UNROLL (read once; unset or 1: on, 0: off): the 4-token mix kernels with their
+// stride loop unrolled four times (HcMixKernel's kUnroll; the same bits; measured 2026-12-05 on the
+// H100, docs/performance.md version 46: `hc_pre` at batch 64 0.155 -> 0.134 ms, the decode steps
+// -0.3 to -1.5%). Tests override it (SetHcMixUnrollForTesting).
 std::atomic<int> g_mix_unroll_test{-1};
 std::atomic<uint64_t> g_mix_unroll_launches{0};
 
 bool MixUnrolled() {
-  static const bool from_environment = EnvSwitch("DEEPINFER_HC_MIX_UNROLL", false, "cuda::HcPre");
+  static const bool from_environment = EnvSwitch("DEEPINFER_HC_MIX_UNROLL", true, "cuda::HcPre");
   const int test = g_mix_unroll_test.load();
   return test >= 0 ? test == 1 : from_environment;
 }

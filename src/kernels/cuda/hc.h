@@ -54,7 +54,7 @@ void SetHcPersistentMixForTesting(int mode);
 uint64_t HcPersistentMixLaunchesForTesting();
 
 // Tests only: the 4-token mix kernels' stride loop unrolled four times (the same bits) on (1), off
-// (0), or as DEEPINFER_HC_MIX_UNROLL says (-1, the default: off unless 1), for the whole process;
+// (0), or as DEEPINFER_HC_MIX_UNROLL says (-1, the default: on unless 0), for the whole process;
 // and how many launches took the unrolled loop.
 void SetHcMixUnrollForTesting(int mode);
 uint64_t HcMixUnrollLaunchesForTesting();
