@@ -30,11 +30,11 @@
 # the 2-layer Flash-shaped check on e4m3 tensor cores (gpu-run.sh --no-reruns), then `bench steps`
 # with every reference rounding at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
 # bench.txt), after `bench read-patterns`, `bench phases` and `bench ceilings --prefill-tokens
-# 8192` ($OUT/read-patterns.*, phases.*, ceilings-prefill.*: JSON and text).
+# 8192` (their text in $OUT/micro.txt, their JSON in $OUT/data.tar.xz).
 # DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
 # `bench steps` (e.g. -- --fold-fp4-experts). Each `--variant 'NAME;ENV;FLAGS'` (ENV e.g.
 # DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
-# bench of the same points without the ceilings (steps-NAME.json in $OUT/variants.tar.xz, one
+# bench of the same points without the ceilings (steps-NAME.json in $OUT/data.tar.xz, one
 # file whatever their number), and tools/compare_bench.py prints them beside the first
 # ($OUT/compare.txt). A fourth field, `NAME;ENV;FLAGS;DIR`, runs DIR's `deepinfer` instead (e.g.
 # build/gpu-dist/base: the base commit's binary that `BASE_BINARY=PATH scripts/gpu-build.sh` packed
@@ -75,24 +75,26 @@ if [[ ${quick:-0} -eq 1 ]]; then
     tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   source scripts/gpu-env.sh
-  # The decode kernels' weight reads without their arithmetic, row-major and tiled (~5 s).
-  timeout 60 "$dist/deepinfer" bench read-patterns --json "$final/read-patterns.json" >"$final/read-patterns.txt" 2>&1 ||
-    status=1
-  cat "$final/read-patterns.txt"
-  # A batch-1 layer's chain of phases as graph kernels (with and without PDL) and one persistent kernel.
-  timeout 60 "$dist/deepinfer" bench phases --json "$final/phases.json" >"$final/phases.txt" 2>&1 || status=1
-  cat "$final/phases.txt"
-  # cuBLASLt's block-scaled FP8 GEMM at the 8k prefill's projection shapes, beside its 8192^3 ceiling.
-  timeout 60 "$dist/deepinfer" bench ceilings --prefill-tokens 8192 --json "$final/ceilings-prefill.json" \
-    >"$final/ceilings-prefill.txt" 2>&1 || status=1
-  tail -12 "$final/ceilings-prefill.txt"
+  # The device tool returns at most 8 files: the micro-benchmarks' text goes to one file (micro.txt),
+  # their JSON and the variants' into data.tar.xz at the end.
+  data=$(mktemp -d)
+  # The decode kernels' weight reads without their arithmetic, row-major and tiled (~5 s); a
+  # batch-1 layer's chain of phases as graph kernels and one persistent kernel; cuBLASLt's
+  # block-scaled FP8 GEMM at the 8k prefill's projection shapes, beside its 8192^3 ceiling.
+  {
+    timeout 60 "$dist/deepinfer" bench read-patterns --json "$data/read-patterns.json" 2>&1 || status=1
+    timeout 60 "$dist/deepinfer" bench phases --json "$data/phases.json" 2>&1 || status=1
+    timeout 60 "$dist/deepinfer" bench ceilings --prefill-tokens 8192 --json "$data/ceilings-prefill.json" 2>&1 ||
+      status=1
+  } >"$final/micro.txt"
+  grep -vE "^(head|experts)_[a-z_]+: |^(bf16|fp8)" "$final/micro.txt"
   timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
     --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1
   grep -vE "^\[v4" "$final/bench.txt" | tail -14
   if [[ ${#variants[@]} -gt 0 ]]; then
     columns=("base=$final/steps.json")
-    work=$(mktemp -d)
+    work=$data
     for variant in "${variants[@]}"; do
       IFS=';' read -r name environment flags variant_dist <<<"$variant"
       binary=$dist/deepinfer
@@ -106,8 +108,8 @@ if [[ ${quick:-0} -eq 1 ]]; then
       columns+=("$name=$work/steps-$name.json")
     done
     python3 tools/compare_bench.py "${columns[@]}" | tee "$final/compare.txt" || status=1
-    tar -C "$work" -cJf "$final/variants.tar.xz" . && rm -rf "$work"
   fi
+  tar -C "$data" -cJf "$final/data.tar.xz" . && rm -rf "$data"
   exit $status
 fi
 # keep STEP DIR: archives a step's outputs (DIR, its own folder) into $OUT as soon as it ends.
