@@ -23,16 +23,11 @@
 
 #include "base/error.h"
 #include "bench/ceilings.h"
+#include "bench/cuda_timing.h"
 #include "device/buffer.h"
 #include "device/cuda_stream.h"
 #include "bench/ceilings_fill.h"
 #include "tensor/dtype.h"
-
-#define DI_BENCH_CUDA(call)                                                                         \
-  do {                                                                                              \
-    const cudaError_t di_bench_err_ = (call);                                                       \
-    if (di_bench_err_ != cudaSuccess) DI_THROW("{}: {}", #call, cudaGetErrorString(di_bench_err_)); \
-  } while (0)
 
 namespace deepinfer::bench {
 namespace {
@@ -145,17 +140,6 @@ const CublasLt* GetCublasLt(std::string* error) {
 
 // Device memory on the device of the current call (TimeGemm / RunGemm / TimeDeviceCopy set it).
 DeviceId Cuda(int device_index) { return DeviceId{DeviceType::kCuda, device_index}; }
-
-// Device seconds between events recorded on `stream` before and after `enqueue()`.
-template <typename Enqueue>
-double TimeOnStream(const CudaStream& stream, Enqueue&& enqueue) {
-  CudaEvent start(true), stop(true);
-  start.Record(stream.get());
-  enqueue();
-  stop.Record(stream.get());
-  stop.Synchronize();
-  return 1e-3 * static_cast<double>(CudaEvent::ElapsedMs(start, stop));
-}
 
 // Copies `src` into all of `dst` and waits for the stream (so `src` may be a temporary).
 template <typename T>

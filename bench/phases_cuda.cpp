@@ -8,17 +8,12 @@
 
 #include "base/error.h"
 #include "bench/ceilings_fill.h"
+#include "bench/cuda_timing.h"
 #include "bench/phases.h"
 #include "bench/phases_kernels.h"
 #include "bench/read_patterns_kernels.h"
 #include "device/buffer.h"
 #include "device/cuda_stream.h"
-
-#define DI_PHASES_CUDA(call)                                                                          \
-  do {                                                                                                \
-    const cudaError_t di_phases_err_ = (call);                                                        \
-    if (di_phases_err_ != cudaSuccess) DI_THROW("{}: {}", #call, cudaGetErrorString(di_phases_err_)); \
-  } while (0)
 
 namespace deepinfer::bench {
 namespace {
@@ -26,31 +21,13 @@ namespace {
 constexpr uint64_t kSeed = 4646;
 constexpr int64_t kBytesPerGraphBlock = 32 << 10;  // a phase kernel's blocks: one per 32 KiB, SMs × 8 at most
 
-template <typename Enqueue>
-double TimeOnStream(const CudaStream& stream, Enqueue&& enqueue) {
-  CudaEvent start(true), stop(true);
-  start.Record(stream.get());
-  enqueue();
-  stop.Record(stream.get());
-  stop.Synchronize();
-  return 1e-3 * static_cast<double>(CudaEvent::ElapsedMs(start, stop));
-}
-
-template <typename T>
-T ReadBack(const Buffer& b, const CudaStream& stream) {
-  T host{};
-  DI_PHASES_CUDA(cudaMemcpyAsync(&host, b.data(), sizeof(T), cudaMemcpyDeviceToHost, stream.get()));
-  stream.Synchronize();
-  return host;
-}
-
 struct Counters {
   Buffer sum, steps, barrier;
   explicit Counters(DeviceId device)
       : sum(sizeof(unsigned long long), device), steps(sizeof(unsigned), device), barrier(2 * sizeof(unsigned), device) {}
   void Zero(const CudaStream& stream) const {
-    DI_PHASES_CUDA(cudaMemsetAsync(sum.data(), 0, sum.size(), stream.get()));
-    DI_PHASES_CUDA(cudaMemsetAsync(steps.data(), 0, steps.size(), stream.get()));
+    DI_BENCH_CUDA(cudaMemsetAsync(sum.data(), 0, sum.size(), stream.get()));
+    DI_BENCH_CUDA(cudaMemsetAsync(steps.data(), 0, steps.size(), stream.get()));
   }
 };
 
@@ -60,10 +37,10 @@ PhasesReport TimePhases(int device_index, const std::vector<Phase>& chain, const
                         int iterations) {
   ValidateChain(chain);
   DI_CHECK(iterations > 0, "phases: {} iterations", iterations);
-  DI_PHASES_CUDA(cudaSetDevice(device_index));
+  DI_BENCH_CUDA(cudaSetDevice(device_index));
   PhasesReport r;
   cudaDeviceProp prop{};
-  DI_PHASES_CUDA(cudaGetDeviceProperties(&prop, device_index));
+  DI_BENCH_CUDA(cudaGetDeviceProperties(&prop, device_index));
   r.device = prop.name;
   r.chain = chain_name;
   r.phases = static_cast<int64_t>(chain.size());
@@ -72,7 +49,7 @@ PhasesReport TimePhases(int device_index, const std::vector<Phase>& chain, const
   const DeviceId device{DeviceType::kCuda, device_index};
   const CudaStream stream(device_index);
   const Buffer weights(static_cast<size_t>(std::max<int64_t>(r.bytes, 256)), device);
-  DI_PHASES_CUDA(FillRandomE4m3(weights.as<uint8_t>(), weights.size(), kSeed, stream.get()));
+  DI_BENCH_CUDA(FillRandomE4m3(weights.as<uint8_t>(), weights.size(), kSeed, stream.get()));
   std::vector<PhaseSpan> spans;
   int64_t offset = 0;
   for (const Phase& p : chain) {
@@ -80,10 +57,10 @@ PhasesReport TimePhases(int device_index, const std::vector<Phase>& chain, const
     offset += p.bytes;
   }
   const Buffer device_spans(spans.size() * sizeof(PhaseSpan), device);
-  DI_PHASES_CUDA(cudaMemcpyAsync(device_spans.data(), spans.data(), device_spans.size(), cudaMemcpyHostToDevice,
+  DI_BENCH_CUDA(cudaMemcpyAsync(device_spans.data(), spans.data(), device_spans.size(), cudaMemcpyHostToDevice,
                                  stream.get()));
   const Counters counters(device);
-  DI_PHASES_CUDA(cudaMemsetAsync(counters.barrier.data(), 0, counters.barrier.size(), stream.get()));
+  DI_BENCH_CUDA(cudaMemsetAsync(counters.barrier.data(), 0, counters.barrier.size(), stream.get()));
   auto* sum = counters.sum.as<unsigned long long>();
   auto* steps = counters.steps.as<unsigned>();
 
@@ -91,13 +68,13 @@ PhasesReport TimePhases(int device_index, const std::vector<Phase>& chain, const
   const unsigned plain_grid = static_cast<unsigned>(sms * 8);
   counters.Zero(stream);
   if (r.bytes > 0) {
-    DI_PHASES_CUDA(LaunchPlainRead(weights.as<uint8_t>(), static_cast<size_t>(r.bytes), plain_grid, sum, stream.get()));
+    DI_BENCH_CUDA(LaunchPlainRead(weights.as<uint8_t>(), static_cast<size_t>(r.bytes), plain_grid, sum, stream.get()));
   }
   const uint64_t want = ReadBack<unsigned long long>(counters.sum, stream);
   if (r.bytes > 0) {
     const double seconds = TimeOnStream(stream, [&] {
       for (int i = 0; i < iterations; ++i) {
-        DI_PHASES_CUDA(
+        DI_BENCH_CUDA(
             LaunchPlainRead(weights.as<uint8_t>(), static_cast<size_t>(r.bytes), plain_grid, sum, stream.get()));
       }
     });
@@ -130,7 +107,7 @@ PhasesReport TimePhases(int device_index, const std::vector<Phase>& chain, const
         const int64_t blocks =
             span.bytes == 0 ? 1
                             : std::clamp<int64_t>(static_cast<int64_t>(span.bytes) / kBytesPerGraphBlock, 1, sms * 8);
-        DI_PHASES_CUDA(LaunchPhaseRead(span, static_cast<unsigned>(blocks), sum, steps, stream.get()));
+        DI_BENCH_CUDA(LaunchPhaseRead(span, static_cast<unsigned>(blocks), sum, steps, stream.get()));
       }
     } catch (...) {
       cudaGraph_t abandoned = nullptr;
@@ -144,12 +121,12 @@ PhasesReport TimePhases(int device_index, const std::vector<Phase>& chain, const
   }
 
   int blocks_per_sm = 0;
-  DI_PHASES_CUDA(PersistentPhasesBlocksPerSm(&blocks_per_sm));
+  DI_BENCH_CUDA(PersistentPhasesBlocksPerSm(&blocks_per_sm));
   DI_CHECK(blocks_per_sm >= 1, "phases: the persistent kernel fits no SM");
   const int64_t grid = int64_t{sms} * std::min(blocks_per_sm, 2);  // every block resident for the barrier
   for (const bool prefetch : {false, true}) {
     measure(prefetch ? "persistent_prefetch" : "persistent", grid, [&] {
-      DI_PHASES_CUDA(LaunchPersistentPhases(device_spans.as<PhaseSpan>(), static_cast<int>(spans.size()),
+      DI_BENCH_CUDA(LaunchPersistentPhases(device_spans.as<PhaseSpan>(), static_cast<int>(spans.size()),
                                             static_cast<unsigned>(grid), prefetch, sum, steps,
                                             counters.barrier.as<unsigned>(), stream.get()));
     });

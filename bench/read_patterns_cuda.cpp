@@ -7,16 +7,11 @@
 
 #include "base/error.h"
 #include "bench/ceilings_fill.h"
+#include "bench/cuda_timing.h"
 #include "bench/read_patterns.h"
 #include "bench/read_patterns_kernels.h"
 #include "device/buffer.h"
 #include "device/cuda_stream.h"
-
-#define DI_READ_CUDA(call)                                                                        \
-  do {                                                                                            \
-    const cudaError_t di_read_err_ = (call);                                                      \
-    if (di_read_err_ != cudaSuccess) DI_THROW("{}: {}", #call, cudaGetErrorString(di_read_err_)); \
-  } while (0)
 
 namespace deepinfer::bench {
 namespace {
@@ -44,7 +39,7 @@ ReadLaunch LaunchFor(const ReadPattern& p, const uint8_t* base) {
 
 int Multiprocessors(int device_index) {
   int sms = 0;
-  DI_READ_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_index));
+  DI_BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_index));
   return sms;
 }
 
@@ -57,44 +52,26 @@ int64_t GridOf(const ReadPattern& p, int blocks_per_sm, int sms, int64_t max_blo
   return std::max<int64_t>(grid, 1);
 }
 
-// Device seconds between events recorded on `stream` before and after `enqueue()`.
-template <typename Enqueue>
-double TimeOnStream(const CudaStream& stream, Enqueue&& enqueue) {
-  CudaEvent start(true), stop(true);
-  start.Record(stream.get());
-  enqueue();
-  stop.Record(stream.get());
-  stop.Synchronize();
-  return 1e-3 * static_cast<double>(CudaEvent::ElapsedMs(start, stop));
-}
-
-uint64_t ReadBack(const Buffer& sum, const CudaStream& stream) {
-  unsigned long long host = 0;
-  DI_READ_CUDA(cudaMemcpyAsync(&host, sum.data(), sizeof(host), cudaMemcpyDeviceToHost, stream.get()));
-  stream.Synchronize();
-  return host;
-}
-
 // One pass of `p` over `base` into a zeroed *sum; returns the word sum.
 uint64_t CheckedPass(const ReadPattern& p, const uint8_t* base, unsigned grid, const Buffer& sum,
                      const CudaStream& stream) {
-  DI_READ_CUDA(cudaMemsetAsync(sum.data(), 0, sizeof(unsigned long long), stream.get()));
-  DI_READ_CUDA(LaunchReadPattern(LaunchFor(p, base), grid, sum.as<unsigned long long>(), stream.get()));
-  return ReadBack(sum, stream);
+  DI_BENCH_CUDA(cudaMemsetAsync(sum.data(), 0, sizeof(unsigned long long), stream.get()));
+  DI_BENCH_CUDA(LaunchReadPattern(LaunchFor(p, base), grid, sum.as<unsigned long long>(), stream.get()));
+  return ReadBack<unsigned long long>(sum, stream);
 }
 
 unsigned PlainGrid(int sms) { return static_cast<unsigned>(sms * 8); }
 
 uint64_t PlainPass(const uint8_t* base, size_t bytes, int sms, const Buffer& sum, const CudaStream& stream) {
-  DI_READ_CUDA(cudaMemsetAsync(sum.data(), 0, sizeof(unsigned long long), stream.get()));
-  DI_READ_CUDA(LaunchPlainRead(base, bytes, PlainGrid(sms), sum.as<unsigned long long>(), stream.get()));
-  return ReadBack(sum, stream);
+  DI_BENCH_CUDA(cudaMemsetAsync(sum.data(), 0, sizeof(unsigned long long), stream.get()));
+  DI_BENCH_CUDA(LaunchPlainRead(base, bytes, PlainGrid(sms), sum.as<unsigned long long>(), stream.get()));
+  return ReadBack<unsigned long long>(sum, stream);
 }
 
 Buffer Uploaded(const std::vector<uint8_t>& bytes, int device_index, const CudaStream& stream) {
   Buffer buffer(std::max<size_t>(bytes.size(), 16), DeviceId{DeviceType::kCuda, device_index});
   if (!bytes.empty()) {
-    DI_READ_CUDA(cudaMemcpyAsync(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream.get()));
+    DI_BENCH_CUDA(cudaMemcpyAsync(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream.get()));
   }
   stream.Synchronize();
   return buffer;
@@ -110,10 +87,10 @@ ReadPatternsReport TimeReadPatterns(int device_index, const std::vector<ReadPatt
     ValidateReadPattern(p);
     largest = std::max(largest, p.Bytes());
   }
-  DI_READ_CUDA(cudaSetDevice(device_index));
+  DI_BENCH_CUDA(cudaSetDevice(device_index));
   ReadPatternsReport report;
   cudaDeviceProp prop{};
-  DI_READ_CUDA(cudaGetDeviceProperties(&prop, device_index));
+  DI_BENCH_CUDA(cudaGetDeviceProperties(&prop, device_index));
   report.device = prop.name;
   report.copy = TimeDeviceCopy(device_index, size_t{1} << 30, 10);
   const int sms = Multiprocessors(device_index);
@@ -121,7 +98,7 @@ ReadPatternsReport TimeReadPatterns(int device_index, const std::vector<ReadPatt
   const DeviceId device{DeviceType::kCuda, device_index};
   const Buffer buffer(static_cast<size_t>(largest), device), sum(sizeof(unsigned long long), device);
   const uint8_t* base = buffer.as<uint8_t>();
-  DI_READ_CUDA(FillRandomE4m3(buffer.as<uint8_t>(), static_cast<size_t>(largest), kSeed, stream.get()));
+  DI_BENCH_CUDA(FillRandomE4m3(buffer.as<uint8_t>(), static_cast<size_t>(largest), kSeed, stream.get()));
 
   std::map<int64_t, uint64_t> plain_sums;  // by byte count
   for (const ReadPattern& p : patterns) {
@@ -129,7 +106,7 @@ ReadPatternsReport TimeReadPatterns(int device_index, const std::vector<ReadPatt
   }
   const double plain_seconds = TimeOnStream(stream, [&] {
     for (int i = 0; i < iterations; ++i) {
-      DI_READ_CUDA(LaunchPlainRead(base, static_cast<size_t>(largest), PlainGrid(sms), sum.as<unsigned long long>(),
+      DI_BENCH_CUDA(LaunchPlainRead(base, static_cast<size_t>(largest), PlainGrid(sms), sum.as<unsigned long long>(),
                                    stream.get()));
     }
   });
@@ -139,14 +116,14 @@ ReadPatternsReport TimeReadPatterns(int device_index, const std::vector<ReadPatt
     ReadTiming t;
     t.pattern = p;
     const ReadLaunch l = LaunchFor(p, base);
-    DI_READ_CUDA(ReadPatternBlocksPerSm(l, &t.blocks_per_sm));
+    DI_BENCH_CUDA(ReadPatternBlocksPerSm(l, &t.blocks_per_sm));
     DI_CHECK(t.blocks_per_sm > 0, "read pattern {}: no block fits an SM", p.name);
     t.grid = GridOf(p, t.blocks_per_sm, sms, 0);
     const unsigned grid = static_cast<unsigned>(t.grid);
     t.sums_agree = CheckedPass(p, base, grid, sum, stream) == plain_sums.at(p.Bytes());
     const double seconds = TimeOnStream(stream, [&] {
       for (int i = 0; i < iterations; ++i) {
-        DI_READ_CUDA(LaunchReadPattern(l, grid, sum.as<unsigned long long>(), stream.get()));
+        DI_BENCH_CUDA(LaunchReadPattern(l, grid, sum.as<unsigned long long>(), stream.get()));
       }
     });
     t.seconds = seconds / iterations;
@@ -164,7 +141,7 @@ ReadPatternsReport TimeReadPatterns(int device_index, const std::vector<ReadPatt
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(PlainGrid(sms), std::max<int64_t>(1, bytes / 4096)));
     const double seconds = TimeOnStream(stream, [&] {
       for (int i = 0; i < kSmallLaunches; ++i) {
-        DI_READ_CUDA(LaunchPlainRead(base + offset(i), static_cast<size_t>(bytes), grid, sum.as<unsigned long long>(),
+        DI_BENCH_CUDA(LaunchPlainRead(base + offset(i), static_cast<size_t>(bytes), grid, sum.as<unsigned long long>(),
                                      stream.get()));
       }
     });
@@ -182,12 +159,12 @@ uint64_t ReadPatternSumForTesting(int device_index, const ReadPattern& p, const 
   ValidateReadPattern(p);
   DI_CHECK(static_cast<int64_t>(bytes.size()) == p.Bytes(), "read pattern {}: {} bytes given, it reads {}", p.name,
            bytes.size(), p.Bytes());
-  DI_READ_CUDA(cudaSetDevice(device_index));
+  DI_BENCH_CUDA(cudaSetDevice(device_index));
   const CudaStream stream(device_index);
   const Buffer buffer = Uploaded(bytes, device_index, stream);
   const Buffer sum(sizeof(unsigned long long), DeviceId{DeviceType::kCuda, device_index});
   int blocks_per_sm = 0;
-  DI_READ_CUDA(ReadPatternBlocksPerSm(LaunchFor(p, buffer.as<uint8_t>()), &blocks_per_sm));
+  DI_BENCH_CUDA(ReadPatternBlocksPerSm(LaunchFor(p, buffer.as<uint8_t>()), &blocks_per_sm));
   DI_CHECK(blocks_per_sm > 0, "read pattern {}: no block fits an SM", p.name);
   const int64_t grid = GridOf(p, blocks_per_sm, Multiprocessors(device_index), max_blocks);
   return CheckedPass(p, buffer.as<uint8_t>(), static_cast<unsigned>(grid), sum, stream);
@@ -195,7 +172,7 @@ uint64_t ReadPatternSumForTesting(int device_index, const ReadPattern& p, const 
 
 uint64_t PlainReadSumForTesting(int device_index, const std::vector<uint8_t>& bytes) {
   DI_CHECK(bytes.size() % 16 == 0, "plain read of {} bytes: not whole 16-byte units", bytes.size());
-  DI_READ_CUDA(cudaSetDevice(device_index));
+  DI_BENCH_CUDA(cudaSetDevice(device_index));
   const CudaStream stream(device_index);
   const Buffer buffer = Uploaded(bytes, device_index, stream);
   const Buffer sum(sizeof(unsigned long long), DeviceId{DeviceType::kCuda, device_index});
