@@ -88,9 +88,24 @@ std::vector<ReadPattern> StandardReadPatterns() {
   experts_tiled.mimics = "experts_items on the weight written tile by tile (4 KiB contiguous a chunk)";
   experts_tiled.tiled = true;
 
+  // The same reads with each copy taking 2 or 4 consecutive chunks of its rows
+  // (DEEPINFER_EXPERTS_COPY_CHUNKS=2 or 4): the ring in 128- or 256-byte pieces of a row, as many
+  // bytes ahead as about the kernel's AheadOf(2) = 5 or AheadOf(4) = 3 chunks.
+  ReadPattern experts_pairs = experts;
+  experts_pairs.name = "experts_items_128";
+  experts_pairs.mimics = "experts_items copied 2 chunks at a time (DEEPINFER_EXPERTS_COPY_CHUNKS=2)";
+  experts_pairs.chunk_bytes = 128;
+  experts_pairs.stages = 4;
+
+  ReadPattern experts_quads = experts;
+  experts_quads.name = "experts_items_256";
+  experts_quads.mimics = "experts_items copied 4 chunks at a time (DEEPINFER_EXPERTS_COPY_CHUNKS=4)";
+  experts_quads.chunk_bytes = 256;
+  experts_quads.stages = 2;
+
   ReadPattern runs = experts;
   runs.name = "experts_runs";
-  runs.mimics = "ExpertsFp4RegistersRunKernel<8, 3> (DEEPINFER_EXPERTS_RUNS=1): contiguous items, one ring";
+  runs.mimics = "version 45a's runs (removed): a block's contiguous items on one ring";
   runs.ring_restarts = false;
   runs.walk = ReadWalk::kRuns;
 
@@ -99,7 +114,7 @@ std::vector<ReadPattern> StandardReadPatterns() {
   runs_tiled.mimics = "experts_runs on the weight written tile by tile";
   runs_tiled.tiled = true;
 
-  return {head, head_tiled, head_wide, experts, experts_tiled, runs, runs_tiled};
+  return {head, head_tiled, head_wide, experts, experts_tiled, experts_pairs, experts_quads, runs, runs_tiled};
 }
 
 ReadPattern ScaledDown(ReadPattern p, int64_t max_bytes) {

@@ -1196,8 +1196,9 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
 // bytes of spills; 16 tokens: 2, 172 registers, none, or 3, 168 registers, none; ptxas, CUDA 13.0,
 // since version 31).
-// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits).
-template <int kTok, int kMinBlocks, bool kTiles = false>
+// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits). kGroup: else, the rows'
+// chunks copied 1, 2 or 4 at a time (ExpertsCopyChunks; the same bits).
+template <int kTok, int kMinBlocks, bool kTiles = false, int kGroup = 1>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
   PdlPrologue();
@@ -1211,41 +1212,10 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
       wgmma::rs::Fp4RegistersBlock<kTok, true>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words,
                                                ep.fp4_tiles + t.expert * ep.fp4_tiles_stride);
     } else {
-      wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
+      wgmma::rs::Fp4RegistersBlock<kTok, false, kGroup>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks,
+                                                        words);
     }
   });
-#endif
-}
-
-// ExpertsFp4RegistersKernel's items as runs (linear_wgmma_rs.cuh, Fp4RegistersRun): block b takes
-// the consecutive items [b·I / G, (b + 1)·I / G) of the I = tiles · blocks_per_tile (item i: tile
-// i / blocks_per_tile, weight rows 64·(i % blocks_per_tile)..), G = gridDim.x. The experts' chunk
-// words are required (wgmma::rs::RunUsable); the same bits as ExpertsFp4RegistersKernel.
-template <int kTok, int kMinBlocks>
-__global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
-    ExpertsFp4RegistersRunKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
-  PdlPrologue();
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
-#else
-  extern __shared__ uint8_t smem_raw[];
-  CheckPlan(ep);
-  const TileRange range = TileRangeOf<kTok>(lists);
-  const int32_t bpt = ep.blocks_per_tile;
-  const int64_t items = static_cast<int64_t>(range.tiles) * bpt;
-  const int32_t begin = static_cast<int32_t>(items * blockIdx.x / gridDim.x);
-  const int32_t end = static_cast<int32_t>(items * (blockIdx.x + 1) / gridDim.x);
-  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  auto item_at = [&](int32_t i, wgmma::rs::RunItem& it) {
-    const int32_t tile = i / bpt;
-    const ExpertTile& t = *WalkTile(lists, range.first + tile);
-    it.p = TileParams<Kind::kFp4>(ep, t);
-    it.words = ep.ExpertChunkWords(t.expert);
-    it.n0 = static_cast<int64_t>(i - tile * bpt) * wgmma::rs::kRows;
-    it.t_codes = t.row0;
-    it.tile = tile;
-  };
-  wgmma::rs::Fp4RegistersRun<kTok>(a, begin, end, item_at, wgmma::AlignedSmem(smem_raw), chunks);
 #endif
 }
 
@@ -3869,28 +3839,38 @@ int RegisterA16BlocksPerSm() {
   return blocks;
 }
 
-// DEEPINFER_EXPERTS_RUNS (read once; unset or 0: off, 1: on): the register-fed kernels' items as
-// runs (ExpertsFp4RegistersRunKernel) where the experts have chunk words (wgmma::rs::RunUsable); the
-// same bits. Tests override it and may cap the runs' grid (SetExpertsRunsForTesting), so that each
-// block walks many items across tiles.
-KernelSwitch g_experts_runs{"DEEPINFER_EXPERTS_RUNS", 0};
-
 // DEEPINFER_EXPERTS_TILES (read once; unset or 0: off, 1: on): Fp4ExpertTilesBytes offers FP4
 // experts tiles (ExpertsLinear's `fp4_tiles`), which the register-fed kernel of their 1-16-row tiles
 // then reads (one contiguous KiB a warp and chunk instead of 16 pieces of 64 bytes a row apart).
 // Tests override it (SetFp4ExpertTilesForTesting).
 KernelSwitch g_fp4_tiles{"DEEPINFER_EXPERTS_TILES", 0};
 std::atomic<uint64_t> g_fp4_tiles_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true> (tests)
-std::atomic<int> g_experts_runs_max_blocks{0};     // 0: no cap (tests)
-std::atomic<uint64_t> g_experts_runs_launches{0};  // launches of the run kernels (tests)
+// DEEPINFER_EXPERTS_COPY_CHUNKS (read once; unset or 1, 2 or 4): the register-fed kernel's copies
+// of row-major experts take that many consecutive chunks of each row at once (64·G contiguous bytes
+// a row and copy group instead of 64), kStages − 1 − G chunks ahead (wgmma::rs::AheadOf); the same
+// bits. Tests override it (SetExpertsCopyChunksForTesting; 0: the environment's).
+std::atomic<int> g_experts_copy_chunks_for_testing{0};
+int ExpertsCopyChunks() {
+  static const int from_env = [] {
+    const char* v = std::getenv("DEEPINFER_EXPERTS_COPY_CHUNKS");
+    if (v == nullptr || *v == '\0') return 1;
+    const std::string text = v;
+    if (text == "1" || text == "2" || text == "4") return std::stoi(text);
+    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear",
+                   ("DEEPINFER_EXPERTS_COPY_CHUNKS must be 1, 2 or 4, got '" + text + "'").c_str());
+  }();
+  const int chosen = g_experts_copy_chunks_for_testing.load();
+  return chosen > 0 ? chosen : from_env;
+}
+std::atomic<uint64_t> g_experts_copy_group_launches{0};  // register-fed launches with G > 1 (tests)
 
-// kKernel (ExpertsFp4RegistersKernel or its runs, kTok tokens) over the plan's tiles of its size
-// (ep as LaunchExpertsWgmma built it): persistent blocks of `smem` bytes (max_smem: the kernel's
-// most at any K), at most as many as fit on the device at once, and no more than the tests' cap
-// where `capped`. Returns false, launching nothing, where fewer than `required` blocks fit an SM.
+// kKernel (an ExpertsFp4RegistersKernel of kTok tokens) over the plan's tiles of its size (ep as
+// LaunchExpertsWgmma built it): persistent blocks of `smem` bytes (max_smem: the kernel's most at
+// any K), at most as many as fit on the device at once. Returns false, launching nothing, where
+// fewer than `required` blocks fit an SM.
 template <auto kKernel, int kTok>
 bool LaunchRegisterFed(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::GemmArgs& a, int required, int smem,
-                       int max_smem, bool capped) {
+                       int max_smem) {
   AllowDynamicSmem<kKernel>(l.device, max_smem);
   const int blocks_per_sm = BlocksPerSm<kKernel>(wgmma::rs::kThreads, smem);
   if (blocks_per_sm < required) return false;
@@ -3898,36 +3878,44 @@ bool LaunchRegisterFed(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::Ge
   if (tiles == 0) return true;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, wgmma::rs::kRows));
   if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
-  int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
-  if (const int cap = g_experts_runs_max_blocks.load(); capped && cap > 0) grid = std::min<int64_t>(grid, cap);
+  const int64_t grid = std::min(tiles * ep.blocks_per_tile, l.sms * std::max(blocks_per_sm, 1));
   kKernel<<<static_cast<unsigned>(grid), wgmma::rs::kThreads, smem, l.stream>>>(ep, l.lists, a);
   DI_CUDA_LAUNCH_CHECK(kTok == 8 ? "cuda::ExpertsLinear FP4 register-fed wgmma, 8-token tiles"
                                  : "cuda::ExpertsLinear FP4 register-fed wgmma, 16-token tiles");
   g_experts_register_a_launches[kTok == 8 ? 0 : 1].fetch_add(1);
-  if (capped) g_experts_runs_launches.fetch_add(1);
   return true;
 }
 
 // ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
-// (ep as LaunchExpertsWgmma built it, for 128-row items), or its runs (ExpertsFp4RegistersRunKernel)
-// where g_experts_runs asks for them and they can run (LaunchRegisterFed).
+// (ep as LaunchExpertsWgmma built it, for 128-row items): on the experts' tiles where it has them,
+// else on their rows in ExpertsCopyChunks' copy groups (LaunchRegisterFed).
 template <int kTok, int kMinBlocks>
 bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
                                int required) {
   namespace rs = wgmma::rs;
   const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
-  if (ep.fp4_tiles != nullptr) {  // the items on the experts' tiles (not as runs)
-    const bool ran = LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(
-        l, ep, a, required, rs::Smem{chunks, kTok}.Bytes(), rs::Smem{rs::kMaxChunks, kTok}.Bytes(), false);
+  const int smem = rs::Smem{chunks, kTok}.Bytes(), max_smem = rs::Smem{rs::kMaxChunks, kTok}.Bytes();
+  if (ep.fp4_tiles != nullptr) {
+    const bool ran =
+        LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(l, ep, a, required, smem, max_smem);
     if (ran) g_fp4_tiles_launches.fetch_add(1);
     return ran;
   }
-  if (g_experts_runs.On() && rs::RunUsable(l.params.base.k, l.chunk_words != nullptr)) {
-    return LaunchRegisterFed<ExpertsFp4RegistersRunKernel<kTok, kMinBlocks>, kTok>(
-        l, ep, a, required, rs::RunSmem{chunks, kTok}.Bytes(), rs::RunSmem{rs::kMaxChunks, kTok}.Bytes(), true);
+  bool ran = false;
+  switch (ExpertsCopyChunks()) {
+    case 2:
+      ran = LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, false, 2>, kTok>(l, ep, a, required, smem,
+                                                                                           max_smem);
+      break;
+    case 4:
+      ran = LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, false, 4>, kTok>(l, ep, a, required, smem,
+                                                                                           max_smem);
+      break;
+    default:
+      return LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks>, kTok>(l, ep, a, required, smem, max_smem);
   }
-  return LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks>, kTok>(
-      l, ep, a, required, rs::Smem{chunks, kTok}.Bytes(), rs::Smem{rs::kMaxChunks, kTok}.Bytes(), false);
+  if (ran) g_experts_copy_group_launches.fetch_add(1);
+  return ran;
 }
 
 // ExpertsWgmmaKernel<K, kTok> (8 or 16 tokens) at SmallTileBlocksPerSm.
@@ -4312,6 +4300,15 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
 }
 
+void SetExpertsCopyChunksForTesting(int chunks) {
+  if (chunks != 0 && chunks != 1 && chunks != 2 && chunks != 4) {
+    Fail("SetExpertsCopyChunksForTesting takes 0 (the environment's), 1, 2 or 4");
+  }
+  g_experts_copy_chunks_for_testing.store(chunks);
+}
+
+uint64_t ExpertsCopyGroupLaunchesForTesting() { return g_experts_copy_group_launches.load(); }
+
 void SetFp4ExpertTilesForTesting(int mode) { g_fp4_tiles.SetForTesting(mode, "SetFp4ExpertTilesForTesting"); }
 
 uint64_t Fp4ExpertTilesLaunchesForTesting() { return g_fp4_tiles_launches.load(); }
@@ -4469,14 +4466,6 @@ void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetD
 uint64_t DensePartsLaunchesForTesting() { return g_dense_parts_launches.load(); }
 
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
-
-void SetExpertsRunsForTesting(int mode, int max_blocks) {
-  if (max_blocks < 0) Fail("SetExpertsRunsForTesting: max_blocks must be 0 (no cap) or more");
-  g_experts_runs.SetForTesting(mode, "SetExpertsRunsForTesting");
-  g_experts_runs_max_blocks.store(max_blocks);
-}
-
-uint64_t ExpertsRunsLaunchesForTesting() { return g_experts_runs_launches.load(); }
 
 void SetFp4RsPingpongForTesting(int mode) { g_fp4_rs_pingpong.SetForTesting(mode, "SetFp4RsPingpongForTesting"); }
 

@@ -214,12 +214,6 @@ uint64_t Fp4CodeMismatchesForTesting();
 // tiles of `tile_tokens` (8 or 16) this process has made.
 void SetExpertsRegisterAForTesting(int mode);
 uint64_t ExpertsRegisterALaunchesForTesting(int tile_tokens);
-// Tests only: those kernels' items as runs (a block's consecutive items on one copy ring, x reloaded
-// only where the tile changes; the same bits) on (1), off (0), or as DEEPINFER_EXPERTS_RUNS says
-// (-1, the default: off unless 1); max_blocks > 0 caps the runs' grid so that each block walks
-// many items. And how many run launches this process has made.
-void SetExpertsRunsForTesting(int mode, int max_blocks = 0);
-uint64_t ExpertsRunsLaunchesForTesting();
 // Tests only: the FP4 experts' prefill kernel converting in registers with its two warpgroups
 // issuing their MMAs in turns (the same bits) on (1), off (0), or as DEEPINFER_FP4_RS_PINGPONG says
 // (-1, the default: off unless 1); and how many such launches this process has made.
@@ -360,6 +354,11 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
 // the default: off unless 1); and how many register-fed launches have read experts' tiles.
 void SetFp4ExpertTilesForTesting(int mode);
 uint64_t Fp4ExpertTilesLaunchesForTesting();
+// Tests only: how many consecutive chunks of each row the register-fed kernel copies at once from
+// row-major experts (DEEPINFER_EXPERTS_COPY_CHUNKS): 1, 2 or 4, or 0 for the environment's choice
+// (unset: 1); and how many register-fed launches have copied groups of 2 or 4 chunks.
+void SetExpertsCopyChunksForTesting(int chunks);
+uint64_t ExpertsCopyGroupLaunchesForTesting();
 // Tests only: Fp4ChunkWordsBytes's switch on (1), off (0), or as DEEPINFER_FP4_CHUNK_WORDS says (-1,
 // the default: on unless 0); and how many register-fed or in-block launches have read chunk words.
 void SetFp4ChunkWordsForTesting(int mode);

@@ -33,6 +33,11 @@ constexpr int kThreads = 128;
 constexpr int kWarpRows = 16;                      // A-fragment rows of one warp
 constexpr int kAhead = 6;                          // chunks whose copies are in flight ahead
 constexpr int kStages = kAhead + 2;                // + the chunk converted + the one finishing
+// Chunks queued ahead of the one converted where each copy takes `group` consecutive chunks of its
+// rows (WarpCopiesT::LoadGroup): chunk c's turn queues the group c + ahead .. c + ahead + group − 1
+// while the stages of chunks c − 1 (its later passes) and c are still read.
+__host__ __device__ constexpr int AheadOf(int group) { return kStages - 1 - group; }
+static_assert(AheadOf(1) == kAhead, "one chunk a copy: the ring as it was");
 constexpr int kRowBytes = kChunk / 2;              // 64 bytes of nibbles per row and chunk
 constexpr int kWarpStageBytes = kWarpRows * kRowBytes;  // 1 KiB
 constexpr int kStageBytes = kRows * kRowBytes;          // 4 KiB
@@ -308,6 +313,40 @@ struct WarpCopiesT {
       }
     }
   }
+
+  // Chunks c .. c + kGroup − 1 (those below `chunks`) of the warp's rows from row-major rows
+  // (kChunkStride == kRowBytes), each chunk into its stage part (stage_of(chunk): the warp's part of
+  // the chunk's stage): where all 16 rows are within p.n and 16-byte aligned, lane l copies unit
+  // l % (4·kGroup) of every (32 / 4·kGroup)-th row from row l / (4·kGroup), so that each copy
+  // instruction reads whole 64·kGroup-byte pieces of its rows; else chunk by chunk (Load).
+  template <int kGroup, class StageOf>
+  __device__ __forceinline__ void LoadGroup(const StageOf& stage_of, int c, int chunks, int lane,
+                                            const uint8_t* any_valid) const {
+    static_assert(kGroup == 2 || kGroup == 4, "2 or 4 chunks a copy");
+    static_assert(kChunkStride == kRowBytes, "row-major rows: a row's chunks are contiguous");
+    constexpr int kLanesPerRow = 4 * kGroup;           // 16-byte units of a row's group
+    constexpr int kRowsPerCopy = kWarpSize / kLanesPerRow;
+    if (align == 16 && rows == kWarpRows) {
+      const int unit = lane % kLanesPerRow, row = lane / kLanesPerRow, chunk = c + unit / 4;
+      if (chunk >= chunks) return;
+      // src is lane l's unit l % 4 of row l / 4: back to row 0, unit 0 of chunk 0.
+      const uint8_t* rows0 = src - (lane / 4) * static_cast<int64_t>(half_stride / 8) - 16 * (lane % 4);
+      const int64_t row_bytes = half_stride / 8;
+      const uint8_t* from = rows0 + row * row_bytes + static_cast<int64_t>(c) * kRowBytes + 16 * unit;
+      const uint32_t to = stage_of(chunk) + row * kRowBytes + 16 * (unit % 4);
+#pragma unroll
+      for (int i = 0; i < kWarpRows / kRowsPerCopy; ++i) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to + i * kRowsPerCopy * kRowBytes),
+                     "l"(__cvta_generic_to_global(from + i * kRowsPerCopy * row_bytes))
+                     : "memory");
+      }
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      if (c + j < chunks) Load(stage_of(c + j), c + j, lane, any_valid);
+    }
+  }
 };
 
 using WarpCopies = WarpCopiesT<kRowBytes>;
@@ -409,13 +448,15 @@ __device__ __forceinline__ void PipelinedChunks(int chunks, const Issue& issue, 
 // shared memory free after a barrier.
 // kTiles: the nibbles from the expert's tiles (`tiles`: its TileBytesOfExpert bytes) instead of its
 // rows; the same bytes in the same stage places, the same bits.
-template <int kTok, bool kTiles = false>
+template <int kTok, bool kTiles = false, int kGroup = 1>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                   uint8_t* smem, int chunks, const uint32_t* words,
                                                   const uint8_t* tiles = nullptr) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
+  static_assert(kGroup == 1 || !kTiles, "the tiles are copied a chunk at a time");
   constexpr int kElems = kTok / 2;
   constexpr int kXChunkBytes = Smem{0, kTok}.XChunkBytes();
+  constexpr int kAheadG = AheadOf(kGroup);
   const Smem L{chunks, kTok};
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / kWarpSize, lane = tid % kWarpSize;
@@ -475,9 +516,18 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   }
   if (tid < kTableEntries * 4) StShared32(tables + 4 * tid, TableWord(tid));
   if (tid < 2) StShared32(mask + 4 * tid, 0u);
+  // Chunk c's copies: with chunk c's turn (c < kAheadG: here, group s = c) where kGroup == 1; else
+  // all kGroup chunks of a group with the turn of the group's first, one commit group a turn.
+  auto queue = [&](int c) {
+    if constexpr (kGroup == 1) {
+      if (c < chunks) copies.Load(stage_of(c), c, lane, p.w);
+    } else {
+      if (c % kGroup == 0 && c < chunks) copies.template LoadGroup<kGroup>(stage_of, c, chunks, lane, p.w);
+    }
+  };
 #pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
+  for (int s = 0; s < kAheadG; ++s) {
+    queue(s);
     CpAsyncCommit();
   }
   // The pass-0 fold word of every (row, chunk) of the block (cpu::FirstFoldPassWord; rows past
@@ -490,7 +540,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     later_lo = __ldg(mask);
     later_hi = __ldg(mask + 1);
   } else {
-    CpAsyncWait<kAhead>();  // the exponent words
+    CpAsyncWait<kAheadG>();  // the exponent words
   }
 #pragma unroll 4
   for (int u = words != nullptr ? kRows * chunks : tid; u < kRows * chunks; u += kThreads) {
@@ -515,7 +565,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
       if (c < 32) later_lo |= 1u << c; else later_hi |= 1u << (c - 32);
     }
   }
-  CpAsyncWait<kAhead - 1>();  // the fold or chunk words; group 0: x, its scales and chunk 0
+  CpAsyncWait<kAheadG - 1>();  // the fold or chunk words; group 0: x, its scales and chunk 0
   FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
   __syncthreads();            // the copies, the fold words, the tables and the mask's zeros
   uint64_t later = static_cast<uint64_t>(later_lo) | static_cast<uint64_t>(later_hi) << 32;  // with `words`
@@ -536,12 +586,13 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
 #pragma unroll
   for (int i = 0; i < kElems; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
 
-  // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
-  // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
+  // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp: with kGroup > 1 a
+  // lane reads what others copied), queue chunk c + kAheadG (kGroup > 1: its group, where it starts
+  // one) into the stages chunks c − 1 − kGroup .. c − 2 used (finished), convert and issue c's MMAs.
   auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[kElems]) {
-    CpAsyncWait<kAhead - 1>();
+    CpAsyncWait<kAheadG - 1>();
     __syncwarp();
-    if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
+    queue(c + kAheadG);
     CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
     const uint32_t stage = stage_of(c) + group_offset;
     const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
@@ -572,236 +623,6 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
 // Where this kernel takes an ExpertsLinear call's tiles of 1-8 rows: FP4 weights with e8m0 scales
 // (ExpertsUsable), K a multiple of 128 of at most kMaxChunks chunks.
 inline bool Usable(int64_t k) { return k > 0 && k % kChunk == 0 && k / kChunk <= kMaxChunks; }
-
-// ---- runs: one block's consecutive items on one ring ----------------------------------------------
-//
-// Fp4RegistersBlock starts each item with its ring empty and reloads x for it: at batch 256 each
-// item waits on its first chunks' copies (docs/performance.md, 44e: 12% of the stall samples) and
-// re-reads x's codes, 32 or 64 KiB, from L2. A run is a block's range of consecutive items
-// (ExpertsFp4RegistersRunKernel: item i = (tile i / blocks_per_tile, rows 64·(i % blocks_per_tile)..)),
-// so that most neighbours share their tile: the ring goes on across items, the next item's first
-// kAhead chunks queued during this one's last, and x is reloaded only where the tile changes. Each
-// stage carries its chunk's chunk words beside the nibbles (the words written at load are
-// required), so that no item needs a prologue of its own. Every thread reads only what it copied
-// itself (WarpCopies' lane 4g + q copies group q of rows g and g + 8, which RowFragment reads;
-// each thread copies its two rows' words into a slot of its own), so that its wait needs no
-// __syncwarp, and the common copy (16-byte aligned rows, all 16 of the warp's within p.n) runs
-// without WarpCopies' general cases. A chunk costs about what it costs in Fp4RegistersBlock's loop
-// (~170-180 instructions a thread, SASS); what a run saves is each item's prologue and its first
-// chunks' latency. The products, their order and the stores are Fp4RegistersBlock's with `words`:
-// the same bits.
-
-// Shared memory of a run for `chunks` chunks and `tok`-token tiles, offsets from the 1024-byte
-// aligned base: the stages (nibbles as Smem's), the stages' chunk words [kStages][kThreads][2] (the
-// words of thread t's rows, la then lb), x's codes and scales as Smem's, the tables.
-struct RunSmem {
-  int chunks;
-  int tok;
-  static constexpr int kStageWordBytes = kThreads * 8;
-  __host__ __device__ constexpr int XChunkBytes() const { return tok * kChunk; }
-  __host__ __device__ constexpr int Words() const { return kStages * kStageBytes; }
-  __host__ __device__ constexpr int X() const { return Words() + kStages * kStageWordBytes; }
-  __host__ __device__ constexpr int Xs() const { return X() + chunks * XChunkBytes(); }
-  __host__ __device__ constexpr int Tables() const { return (Xs() + chunks * tok * 4 + 15) / 16 * 16; }
-  __host__ __device__ constexpr int Bytes() const { return Tables() + kTableEntries * 16 + 1024; }  // + alignment
-};
-static_assert(RunSmem{1, 8}.X() % 1024 == 0, "x's swizzled tiles start 1024-byte aligned");
-static_assert((kStages & (kStages - 1)) == 0, "a stage is a flat chunk index's low bits");
-
-// One item of a run: the tile's Params (x, y and m of the tile, the expert's weight), the expert's
-// chunk words (never null), the item's first weight row, the tile's first row of x's codes and the
-// tile's index in the launch (items of one tile share x).
-struct RunItem {
-  Params p;
-  const uint32_t* words;
-  int64_t n0;
-  int64_t t_codes;
-  int32_t tile;
-};
-
-// One thread's copies of a chunk of an item: its part of the nibbles (WarpCopies' unit q of rows g
-// and g + 8 of its warp), by two plain 16-byte cp.async where `fast` (the rows 16-byte aligned, all
-// 16 of the warp within p.n; uniform over the warp) or WarpCopies::Load's general cases; and its
-// rows' chunk words into its own slot. A row past p.n copies another row's words (`any_valid`'s):
-// its products are never stored, and no other row's depend on them (the MMA's rows are separate,
-// its later passes are taken from global memory by rows within p.n only), so they need not be the
-// no-row word.
-struct RunCopies {
-  WarpCopies nibbles;
-  const uint32_t* word_a;  // rows la and lb's chunk words from chunk 0
-  const uint32_t* word_b;
-  bool fast;
-
-  __device__ __forceinline__ RunCopies(const RunItem& it, int chunks, int warp, int lane,
-                                       const uint32_t* any_valid_words)
-      : nibbles(it.p, it.n0, warp, lane) {
-    const int64_t row_a = it.n0 + kWarpRows * warp + lane / 4, row_b = row_a + 8;
-    word_a = row_a < it.p.n ? it.words + row_a * chunks : any_valid_words;
-    word_b = row_b < it.p.n ? it.words + row_b * chunks : any_valid_words;
-    fast = nibbles.align == 16 && nibbles.rows == kWarpRows;
-  }
-  // Chunk c into the thread's parts of a stage: `warp_stage` the warp's nibbles (WarpCopies::Load's),
-  // `slot` the thread's two words.
-  __device__ __forceinline__ void Load(uint32_t warp_stage, uint32_t slot, int c, int lane,
-                                       const uint8_t* any_valid) const {
-    const uint32_t* from_a = word_a + c;
-    const uint32_t* from_b = word_b + c;
-    if (fast) {
-      const uint8_t* from = nibbles.src + static_cast<int64_t>(c) * kRowBytes;
-      const uint32_t to = warp_stage + nibbles.dst;
-      asm volatile(
-          "cp.async.cg.shared.global [%0], [%1], 16;\n"
-          "cp.async.cg.shared.global [%2], [%3], 16;\n"
-          "cp.async.ca.shared.global [%4], [%5], 4;\n"
-          "cp.async.ca.shared.global [%6], [%7], 4;\n" ::"r"(to),
-          "l"(__cvta_generic_to_global(from)), "r"(to + 8 * kRowBytes),
-          "l"(__cvta_generic_to_global(from + nibbles.half_stride)), "r"(slot),
-          "l"(__cvta_generic_to_global(from_a)), "r"(slot + 4), "l"(__cvta_generic_to_global(from_b))
-          : "memory");
-      return;
-    }
-    nibbles.Load(warp_stage, c, lane, any_valid);
-    CpAsyncSharedOrZero<4>(slot, from_a, 4u);
-    CpAsyncSharedOrZero<4>(slot + 4, from_b, 4u);
-  }
-};
-
-// Whether a launch's items can run as runs: chunk words written at load, and at least kAhead chunks
-// (the copies queued ahead reach at most one item further).
-inline bool RunUsable(int64_t k, bool chunk_words) { return chunk_words && Usable(k) && k / kChunk >= kAhead; }
-
-// Items [begin, end) of a launch as one run (item_at(i, RunItem&) fills item i; consecutive items
-// of one tile follow each other). All 128 threads call it with the same range.
-template <int kTok, class ItemAt>
-__device__ __forceinline__ void Fp4RegistersRun(const GemmArgs& a, int32_t begin, int32_t end, const ItemAt& item_at,
-                                                uint8_t* smem, int chunks) {
-  static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
-  if (begin >= end) return;  // uniform
-  if (chunks < kAhead) __trap();  // RunUsable's bound: the host never launches it so
-  constexpr int kElems = kTok / 2;
-  constexpr int kXChunkBytes = RunSmem{0, kTok}.XChunkBytes();
-  const RunSmem L{chunks, kTok};
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int g = lane / 4, q = lane % 4;
-  const int la = kWarpRows * warp + g, lb = la + 8;  // this thread's rows within the block
-  const uint32_t base = SharedAddress(smem);
-  const uint32_t x_base = base + L.X(), xs = base + L.Xs(), tables = base + L.Tables();
-  const uint32_t x_desc_lo = DescriptorLow(x_base), x_desc_hi = DescriptorHigh();
-  auto desc_lo_of = [&](int c) { return x_desc_lo + static_cast<uint32_t>(c * (kXChunkBytes / 16)); };
-  // Flat chunk f of the run (item j's chunk c is j·chunks + c, kept modulo kStages) in stage f: this
-  // warp's part of the nibbles, this thread's slot of the words.
-  auto stage_of = [&](int f) { return base + (f & (kStages - 1)) * kStageBytes + warp * kWarpStageBytes; };
-  auto slot_of = [&](int f) { return base + L.Words() + (f & (kStages - 1)) * RunSmem::kStageWordBytes + tid * 8; };
-  const uint32_t group_offset = g * kRowBytes + 16 * q;  // row g's group q within the warp's stage part
-  // x's codes and scales of an item's tile (the group of the copies that follow).
-  auto load_x = [&](const RunItem& it) {
-    const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), it.p.m));
-    for (int u = tid; u < tokens * chunks * 8; u += kThreads) {
-      const int r = u / (chunks * 8), c = (u / 8) % chunks, unit = u % 8;
-      CpAsync16(smem + L.X() + c * kXChunkBytes + SwizzledOffset(r, unit),
-                a.codes + (it.t_codes + r) * it.p.k + c * kChunk + unit * 16);
-    }
-    for (int u = tid; u < tokens * chunks; u += kThreads) {
-      const int c = u / tokens, r = u % tokens;
-      CpAsyncOrZero<4>(smem + L.Xs() + (c * kTok + r) * 4, a.xscales + c * a.m_pad + it.t_codes + r, true);
-    }
-  };
-
-  RunItem cur;
-  item_at(begin, cur);
-  // The first item's chunk words (each expert's 256-byte aligned, `chunks` of them or more): the
-  // words that rows past p.n copy, and the source address, aligned for any copy width and not read,
-  // of the nibbles' zero-filling copies.
-  const uint32_t* const any_valid_words = cur.words;
-  const uint8_t* const any_valid = reinterpret_cast<const uint8_t*>(any_valid_words);
-  RunCopies cur_copies(cur, chunks, warp, lane, any_valid_words);
-  if (tid < kTableEntries * 4) StShared32(tables + 4 * tid, TableWord(tid));
-  load_x(cur);  // with chunk 0
-#pragma unroll
-  for (int s = 0; s < kAhead; ++s) {
-    cur_copies.Load(stage_of(s), slot_of(s), s, lane, any_valid);
-    CpAsyncCommit();
-  }
-  CpAsyncWait<kAhead - 1>();  // x, its scales and chunk 0
-  FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
-  __syncthreads();            // the copies and the tables
-
-  int ring0 = 0;  // the flat index of the current item's chunk 0, modulo kStages
-  for (int32_t i = begin;; ++i) {
-    const bool has_next = i + 1 < end;  // uniform
-    // Of the next item only its copies and its tile are kept through this one (registers: the item
-    // is filled again at the end).
-    RunCopies next_copies = cur_copies;
-    int32_t next_tile = cur.tile;
-    if (has_next) {
-      RunItem next;
-      item_at(i + 1, next);
-      next_copies = RunCopies(next, chunks, warp, lane, any_valid_words);
-      next_tile = next.tile;
-    }
-    const Params& p = cur.p;
-    const int64_t n0 = cur.n0;
-    const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m));
-    const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
-    const uint32_t* masks = LaterPassMasks(cur.words, p.n, chunks, n0);
-    const uint64_t later = static_cast<uint64_t>(__ldg(masks)) | static_cast<uint64_t>(__ldg(masks + 1)) << 32;
-    // Pass 0 of a row's chunk from its chunk word.
-    auto fold_of = [](uint32_t word) { return RowFold{word & 0xffffu, ChunkWordScale(word), false}; };
-
-    float acc0[kElems], acc1[kElems], part[kElems], total[kElems];
-    uint32_t frag0[16], frag1[16];
-#pragma unroll
-    for (int j = 0; j < kElems; ++j) acc0[j] = acc1[j] = part[j] = total[j] = 0.f;
-
-    // Chunk c: wait for this thread's copies of it (all it reads of it), queue the run's chunk
-    // kAhead further into the stage chunk c - 2 used (finished, and read by this thread only where
-    // it copied): this item's, or the next item's first ones; convert and issue c's MMAs.
-    auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[kElems]) {
-      CpAsyncWait<kAhead - 1>();
-      const int f = ring0 + c + kAhead;
-      if (c + kAhead < chunks) {
-        cur_copies.Load(stage_of(f), slot_of(f), c + kAhead, lane, any_valid);
-      } else if (has_next) {
-        next_copies.Load(stage_of(f), slot_of(f), c + kAhead - chunks, lane, any_valid);
-      }
-      CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
-      const uint32_t stage = stage_of(ring0 + c) + group_offset;
-      const uint2 words = LdShared64(slot_of(ring0 + c));
-      const RowFold fa = fold_of(words.x), fb = fold_of(words.y);
-      RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
-      RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
-      IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
-      return RowScales{fa.scale, fb.scale};
-    };
-    // Fp4RegistersBlock's finish.
-    auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const RowScales& s, bool may_end) {
-      AddScaledShared(part, done, s.sa, s.sb, xs + c * kTok * 4, q, tokens);
-      if (((later >> c) & 1u) != 0u) {
-        LaterPasses(p, n0 + la, n0 + lb, valid_a, valid_b, c, q, stage_of(ring0 + c) + group_offset, tables,
-                    desc_lo_of(c), x_desc_hi, done, frag, part, xs + c * kTok * 4, tokens);
-      }
-      if (may_end) EndChunk(total, part, c, 0, chunks, tokens);
-    };
-
-    PipelinedChunks(chunks, issue, finish, acc0, acc1, frag0, frag1);
-    StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
-    if (!has_next) break;
-    ring0 = (ring0 + chunks) & (kStages - 1);
-    const bool new_tile = next_tile != cur.tile;
-    item_at(i + 1, cur);
-    cur_copies = next_copies;
-    if (new_tile) {  // uniform: x of the next tile, the ring's copies still queued
-      __syncthreads();  // every warp's MMAs on this tile's x are done (each waited for all of them)
-      load_x(cur);
-      CpAsyncCommit();
-      CpAsyncWaitAll();
-      FenceProxyAsyncShared();
-      __syncthreads();
-    }
-  }
-  CpAsyncWaitAll();
-}
 
 }  // namespace rs
 }  // namespace wgmma
