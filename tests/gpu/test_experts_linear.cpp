@@ -684,11 +684,9 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
     EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block_launches, in_block > 0) << "in the blocks";
   }
   // Converted in the MMA warpgroups' registers (ExpertsFp4RegistersTmaKernel), which takes the
-  // chunk words written at load; without them the in-block kernel runs instead. Its warpgroups not
-  // in turns here (RegisterFedPrefillPingpongEqualsLinear has them).
+  // chunk words written at load; without them the in-block kernel runs instead.
   ScopedFp4InBlock converted(1, 2);
   ScopedFp4InBlockRegisters registers(1);
-  ScopedSwitch<cuda::SetFp4RsPingpongForTesting> no_turns(0);
   ScopedTmaKernels tma(1, 64);
   ScopedTmaWarpSpecialized ws(1);
   for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
@@ -705,49 +703,6 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
       EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), after) << "it ran without chunk words";
     }
   }
-}
-
-// The prefill experts converted in the MMA warpgroups' registers (ExpertsFp4RegistersTmaKernel)
-// with the two warpgroups issuing their MMAs in turns (DEEPINFER_FP4_RS_PINGPONG): Linear's bits per
-// expert, as without the turns: 1, 3 and 8 chunks (blocks of no unit, of one, and of one item's
-// units), group scales over 18 binades (later passes between turns), partial 104-row tiles; and the
-// Flash prefill shape (3,072 tokens x top-6 of 256 experts, [4096 -> 2048]), where each block's
-// turns run across many items and tiles.
-TEST(CudaExpertsLinearFp8, RegisterFedPrefillPingpongEqualsLinear) {
-  DI_REQUIRE_GPU();
-  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
-  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
-  using ScopedPingpong = ScopedSwitch<cuda::SetFp4RsPingpongForTesting>;
-  ScopedFp4InBlock converted(1, 2);
-  ScopedFp4InBlockRegisters registers(1);
-  ScopedTmaKernels tma(1, 64);
-  ScopedTmaWarpSpecialized ws(1);
-  ScopedPingpong pingpong(1);
-  // CheckExperts with chunk words, which must take the kernel in turns.
-  const auto check = [](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t bound, int64_t k, int64_t n,
-                        uint64_t seed, std::vector<int64_t> cpu_experts = {}) {
-    const uint64_t launches = cuda::Fp4RsPingpongLaunchesForTesting();
-    CheckExperts(pool, counts, bound, k, n, seed, std::move(cpu_experts), 0, false, /*chunk_words=*/true);
-    EXPECT_GT(cuda::Fp4RsPingpongLaunchesForTesting(), launches) << "the kernel did not run in turns";
-  };
-  const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 64, 17, 200};
-  const int64_t experts = static_cast<int64_t>(counts.size()), bound = 520;
-  uint64_t seed = 5360;
-  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
-    for (const bool wide_scales : {false, true}) {
-      const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
-                                                           : std::pair<uint8_t, uint8_t>{0, 0};
-      ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
-      SCOPED_TRACE(testing::Message() << "K " << k << (wide_scales ? ", 18 binades" : ""));
-      check(pool, counts, bound, k, 200, ++seed);
-    }
-  }
-  const int64_t tokens = SanitizerSizes() ? 683 : 3072, flash_experts = SanitizerSizes() ? 64 : 256;
-  const std::vector<int32_t> flash = RandomRouting(tokens, 6, flash_experts, 5370);
-  ExpertPool pool(kFp4, flash_experts, 2048, 4096, 5371);
-  const int64_t busiest = std::max_element(flash.begin(), flash.end()) - flash.begin();
-  SCOPED_TRACE("the Flash prefill shape");
-  check(pool, flash, tokens * 6, 4096, 2048, 5372, {busiest});
 }
 
 // The experts' kernels quantize x themselves (the model then skips its act_quant pass:

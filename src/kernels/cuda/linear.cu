@@ -2135,7 +2135,6 @@ constexpr int kRsTokens = 104;
 constexpr int kRsAhead = 5;    // units whose copies are in flight ahead (7, on 10-stage rings: no faster)
 constexpr int kRsSlots = 8;    // a warp's copy ring
 constexpr int kRsXStages = 8;  // the x ring
-static_assert(kRsAhead >= 2, "in turns, warpgroup 1 knows at issue(v) whether unit v + 1 exists");
 // Unit v's copies are issued while unit v - kRsAhead is in its MMAs: its copy slot was last read
 // by unit v - kRsSlots (finished before), and its x load waits for unit v - kRsXStages's release by
 // every warp, which a warp one unit behind the issuing one has given (v - kRsAhead - 2 or earlier).
@@ -2153,30 +2152,13 @@ struct RsPrefill {
   static constexpr int kWarps = 2 * wgmma::rs::kThreads / kWarpSize;
   static constexpr int kTables = kCopies + kWarps * kWarpRingBytes;
   static constexpr int kBytes = kTables + wgmma::rs::kTableEntries * 16 + 1024;  // + base alignment
-  // With kPingpong: the turns' two mbarriers after the tables (the other form's layout unchanged).
-  static constexpr int kTurns = kTables + wgmma::rs::kTableEntries * 16;
-  static constexpr int kPingpongBytes = kBytes + 16;
   static_assert(kCopies % 16 == 0 && kSlotBytes % 16 == 0 && kTables % 16 == 0, "16-byte copies and entries");
-  static_assert(kPingpongBytes <= 227 * 1024, "Hopper's shared memory per block");
+  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// kPingpong: the two warpgroups issue their units' MMAs in turns (warpgroup 0's unit u, then 1's
-// unit u, then 0's unit u + 1, ...), so that the tensor cores run one warpgroup's MMAs while the
-// other scales, converts and copies, instead of both warpgroups waiting for x's stage together and
-// then for the tensor cores together. The same MMAs, in the same order within each warpgroup: the
-// same bits. The turns are two mbarriers (RsPrefill::kTurns), each completed by the four warps of
-// the other warpgroup (lane 0 of each, after its MMAs are issued): turn 0 lets warpgroup 0 issue
-// unit v (its (v - 1)-th phase: warpgroup 1 has issued unit v - 1), turn 1 lets warpgroup 1 issue
-// unit v (its v-th phase: warpgroup 0 has issued unit v). A phase cannot complete twice before
-// every waiter saw it (each pass follows the passer's own wait on the other turn), and a broken
-// protocol traps after tma::kBarrierTimeoutNs instead of hanging.
-constexpr int kTurnArrivals = wgmma::rs::kThreads / kWarpSize;
-
-// grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory
-// (kPingpongBytes with kPingpong). x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with
+// grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with
 // e8m0 scales and chunk words, K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor);
 // the plan cut in kRsTokens-row tiles; experts [0, e_end).
-template <bool kPingpong>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                                  const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -2210,10 +2192,6 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     for (int s = 0; s < kRsXStages; ++s) {
       tma::BarrierInit(&bars[s], 1);
       tma::BarrierInit(&bars[kRsXStages + s], L::kWarps);
-    }
-    if constexpr (kPingpong) {
-      tma::BarrierInit(reinterpret_cast<uint64_t*>(smem + L::kTurns), kTurnArrivals);
-      tma::BarrierInit(reinterpret_cast<uint64_t*>(smem + L::kTurns + 8), kTurnArrivals);
     }
     tma::FenceBarrierInit();
   }
@@ -2304,20 +2282,10 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     sa = rs::ChunkWordScale(wa);
     sb = rs::ChunkWordScale(wb);
   };
-  // With kPingpong, in turns: warpgroup 0 waits for 1's unit v - 1 (none before unit 0), 1 for
-  // 0's unit v; each passes the turn after issuing, but warpgroup 1 not after the last unit (every
-  // wait then has its pass: units is uniform, and known here, the fetch walk being ahead).
   auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
     tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
     __syncwarp();  // converged for the aligned MMAs
-    if constexpr (kPingpong) {  // warpgroup 0's turn 0 at phase v - 1, 1's turn 1 at phase v
-      if (wg == 1 || v > 0) tma::BarrierWaitAt(base + L::kTurns + 8 * wg, (wg == 0 ? v - 1 : v) & 1u);
-      __syncwarp();  // converged again for the aligned MMAs
-    }
     rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(v)), x_desc_hi);
-    if constexpr (kPingpong) {  // the other warpgroup's turn
-      if ((wg == 0 || v + 1 < units) && lane == 0) tma::BarrierArriveAt(base + L::kTurns + 8 * (1 - wg));
-    }
   };
   // Unit u's MMAs complete in acc (its fragment f free): scaled into part, later passes, x stage
   // released, the slice's and the item's ends.
@@ -3619,11 +3587,6 @@ std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 // (SetFp4InBlockRegistersForTesting).
 KernelSwitch g_fp4_in_block_rs{"DEEPINFER_FP4_IN_BLOCK_RS", 1};
 std::atomic<uint64_t> g_fp4_in_block_rs_launches{0};  // launches of it (tests)
-// DEEPINFER_FP4_RS_PINGPONG (read once; unset or 0: off, 1: on): that kernel's two warpgroups
-// issue their MMAs in turns (ExpertsFp4RegistersTmaKernel's kPingpong; the same bits). Tests
-// override it (SetFp4RsPingpongForTesting).
-KernelSwitch g_fp4_rs_pingpong{"DEEPINFER_FP4_RS_PINGPONG", 0};
-std::atomic<uint64_t> g_fp4_rs_pingpong_launches{0};  // launches of it (tests)
 std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-block launches reading them (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
@@ -3721,15 +3684,14 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
 }
 
-// ExpertsFp4RegistersTmaKernel<kPingpong> over every item of the plan (cut in kRsTokens-row
-// tiles), once: at most one block an SM, the turns' barriers beside the rest with kPingpong.
-template <bool kPingpong>
+// ExpertsFp4RegistersTmaKernel over every item of the plan (cut in kRsTokens-row tiles), once: at
+// most one block an SM.
 void LaunchExpertsFp4RegistersTma(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
                                   const CUtensorMap& xs_map) {
-  constexpr int kSmem = kPingpong ? RsPrefill::kPingpongBytes : RsPrefill::kBytes;
-  AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<kPingpong>>(l.device, kSmem);
+  constexpr int kSmem = RsPrefill::kBytes;
+  AllowDynamicSmem<ExpertsFp4RegistersTmaKernel>(l.device, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4RegistersTmaKernel<kPingpong><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+  ExpertsFp4RegistersTmaKernel<<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
       x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
 }
@@ -3739,12 +3701,7 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, static_cast<uint32_t>(ep.tile_rows));  // the plan's tiles
   if (l.fp4_registers) {
-    if (g_fp4_rs_pingpong.On()) {
-      LaunchExpertsFp4RegistersTma<true>(l, ep, x_map, xs_map);
-      g_fp4_rs_pingpong_launches.fetch_add(1);
-    } else {
-      LaunchExpertsFp4RegistersTma<false>(l, ep, x_map, xs_map);
-    }
+    LaunchExpertsFp4RegistersTma(l, ep, x_map, xs_map);
     g_fp4_in_block_rs_launches.fetch_add(1);
   } else if (InBlockUnits() == 2) {
     LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
@@ -3823,9 +3780,8 @@ KernelSwitch g_experts_register_a16{"DEEPINFER_EXPERTS_REGISTER_A16", 1};
 KernelSwitch g_fp4_chunk_words{"DEEPINFER_FP4_CHUNK_WORDS", 1};
 
 // ExpertsFp4RegistersKernel's register bound: 3 or 4 blocks per SM (DEEPINFER_EXPERTS_REGISTER_A_BLOCKS,
-// read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; with
-// DEEPINFER_EXPERTS_RUNS, whose stages hold the chunk words too, up to 1792; at Flash's K = 4096 x's
-// codes alone take 32 KiB a block), 3 elsewhere.
+// read once; unset: 3). 4 applies where shared memory lets 4 blocks fit (K up to 2048; at Flash's
+// K = 4096 x's codes alone take 32 KiB a block), 3 elsewhere.
 int RegisterABlocksPerSm() {
   static const int blocks = EnvEither("DEEPINFER_EXPERTS_REGISTER_A_BLOCKS", 3, 4);
   return blocks;
@@ -4466,10 +4422,6 @@ void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetD
 uint64_t DensePartsLaunchesForTesting() { return g_dense_parts_launches.load(); }
 
 uint64_t FoldedExpertsLaunchesForTesting() { return g_folded_launches.load(); }
-
-void SetFp4RsPingpongForTesting(int mode) { g_fp4_rs_pingpong.SetForTesting(mode, "SetFp4RsPingpongForTesting"); }
-
-uint64_t Fp4RsPingpongLaunchesForTesting() { return g_fp4_rs_pingpong_launches.load(); }
 
 void SetExpertsRegisterAForTesting(int mode) {
   g_experts_register_a.SetForTesting(mode, "SetExpertsRegisterAForTesting");

@@ -214,11 +214,6 @@ uint64_t Fp4CodeMismatchesForTesting();
 // tiles of `tile_tokens` (8 or 16) this process has made.
 void SetExpertsRegisterAForTesting(int mode);
 uint64_t ExpertsRegisterALaunchesForTesting(int tile_tokens);
-// Tests only: the FP4 experts' prefill kernel converting in registers with its two warpgroups
-// issuing their MMAs in turns (the same bits) on (1), off (0), or as DEEPINFER_FP4_RS_PINGPONG says
-// (-1, the default: off unless 1); and how many such launches this process has made.
-void SetFp4RsPingpongForTesting(int mode);
-uint64_t Fp4RsPingpongLaunchesForTesting();
 
 // Bytes of a BF16 weight's tiles (Linear's `tiles`) under `math`: 0 where no kernel would read
 // them (not BF16 in 16-byte aligned rows, not kSplitBf16, in_features % 64 != 0, no warpgroup MMAs
