@@ -469,59 +469,6 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
   EXPECT_GT(cuda::Fp4ChunkWordsLaunchesForTesting(), word_launches) << "no register-fed launch read chunk words";
 }
 
-// The register-fed kernel's row-major copies in groups of 2 and 4 chunks (DEEPINFER_EXPERTS_COPY_CHUNKS:
-// 128 or 256 contiguous bytes of each row a copy, a shallower ring): Linear's bits per expert, with
-// chunk words and without; N = 200 and 40 (a warp's rows past N: chunk by chunk); weight rows
-// 16-byte aligned and not (4-byte and byte copies, chunk by chunk); 3, 5 and 8 chunks (groups cut
-// short by K, fewer chunks than the ring's lead); group scales over 18 binades (later passes, read
-// from stages another lane copied); the Flash decode routing at 256 tokens, w1/w3 and w2. Each
-// call checks that a grouped launch ran.
-TEST(CudaExpertsLinearFp8, RegisterFedCopyGroupsEqualLinear) {
-  DI_REQUIRE_GPU();
-  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
-  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
-  if (Fp4PreFoldAlways()) GTEST_SKIP() << "DEEPINFER_FP4_PREFOLD=1: every row count pre-folded";
-  ScopedExpertsRegisterA register_fed(1);
-  const ScopedSwitch<cuda::SetFp4ExpertTilesForTesting> tiles_off(0);
-  struct GroupsOff {
-    ~GroupsOff() { cuda::SetExpertsCopyChunksForTesting(0); }
-  } groups_off;
-  const auto check_groups = [](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx,
-                               int64_t ldy, uint64_t seed, bool words, std::vector<int64_t> cpu_experts = {}) {
-    const ScopedFp4ChunkWords chunk_words(words ? 1 : 0);
-    const uint64_t before = cuda::ExpertsCopyGroupLaunchesForTesting();
-    CheckExperts(pool, counts, rows_bound, ldx, ldy, seed, std::move(cpu_experts), 0, false, words);
-    EXPECT_GT(cuda::ExpertsCopyGroupLaunchesForTesting(), before) << "no launch copied chunk groups";
-  };
-  uint64_t seed = 5800;
-  const std::vector<int32_t> counts = {1, 16, 0, 9, 3, 8, 14, 2};
-  for (const int group : {2, 4}) {
-    SCOPED_TRACE(testing::Message() << group << " chunks a copy");
-    cuda::SetExpertsCopyChunksForTesting(group);
-    for (const bool words : {true, false}) {
-      SCOPED_TRACE(words ? "with chunk words" : "without chunk words");
-      for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
-        for (const int64_t n : {int64_t{200}, int64_t{40}}) {
-          ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), n, 1024, ++seed, 0, data_step, scale_step,
-                          {110, 128});
-          check_groups(pool, counts, Offsets(counts).back() + 5, 1024, n, ++seed, words);
-        }
-      }
-      for (const int64_t k : {int64_t{384}, int64_t{640}}) {
-        ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), 200, k, ++seed, 0, 32, 4, {110, 128});
-        check_groups(pool, counts, Offsets(counts).back() + 3, k, 200, ++seed, words);
-      }
-    }
-    const int64_t tokens = SanitizerSizes() ? 16 : 256;
-    const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5850);
-    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
-      SCOPED_TRACE(testing::Message() << "decode [" << k << " -> " << n << "]");
-      ExpertPool pool(kFp4, 256, n, k, 5851 + static_cast<uint64_t>(n), 0, 32, 4);
-      check_groups(pool, decode, tokens * 6, k, n, 5852 + static_cast<uint64_t>(n), true, {0, 37, 74});
-    }
-  }
-}
-
 // FP4 experts' tiles (DEEPINFER_EXPERTS_TILES: each warp's 16 rows of a chunk one contiguous KiB,
 // written once): the register-fed kernel of the 1-16-row tiles reads them with Linear's bits per
 // expert, with chunk words and without; N = 200 and 40 (items past the last row: the tiles' zero

@@ -1196,9 +1196,8 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
 // bytes of spills; 16 tokens: 2, 172 registers, none, or 3, 168 registers, none; ptxas, CUDA 13.0,
 // since version 31).
-// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits). kGroup: else, the rows'
-// chunks copied 1, 2 or 4 at a time (ExpertsCopyChunks; the same bits).
-template <int kTok, int kMinBlocks, bool kTiles = false, int kGroup = 1>
+// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits).
+template <int kTok, int kMinBlocks, bool kTiles = false>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
   PdlPrologue();
@@ -1212,8 +1211,7 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
       wgmma::rs::Fp4RegistersBlock<kTok, true>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words,
                                                ep.fp4_tiles + t.expert * ep.fp4_tiles_stride);
     } else {
-      wgmma::rs::Fp4RegistersBlock<kTok, false, kGroup>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks,
-                                                        words);
+      wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
     }
   });
 #endif
@@ -3801,25 +3799,6 @@ int RegisterA16BlocksPerSm() {
 // Tests override it (SetFp4ExpertTilesForTesting).
 KernelSwitch g_fp4_tiles{"DEEPINFER_EXPERTS_TILES", 0};
 std::atomic<uint64_t> g_fp4_tiles_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true> (tests)
-// DEEPINFER_EXPERTS_COPY_CHUNKS (read once; unset or 1, 2 or 4): the register-fed kernel's copies
-// of row-major experts take that many consecutive chunks of each row at once (64·G contiguous bytes
-// a row and copy group instead of 64), kStages − 1 − G chunks ahead (wgmma::rs::AheadOf); the same
-// bits. Tests override it (SetExpertsCopyChunksForTesting; 0: the environment's).
-std::atomic<int> g_experts_copy_chunks_for_testing{0};
-int ExpertsCopyChunks() {
-  static const int from_env = [] {
-    const char* v = std::getenv("DEEPINFER_EXPERTS_COPY_CHUNKS");
-    if (v == nullptr || *v == '\0') return 1;
-    const std::string text = v;
-    if (text == "1" || text == "2" || text == "4") return std::stoi(text);
-    ThrowCudaError(__FILE__, __LINE__, "cuda::ExpertsLinear",
-                   ("DEEPINFER_EXPERTS_COPY_CHUNKS must be 1, 2 or 4, got '" + text + "'").c_str());
-  }();
-  const int chosen = g_experts_copy_chunks_for_testing.load();
-  return chosen > 0 ? chosen : from_env;
-}
-std::atomic<uint64_t> g_experts_copy_group_launches{0};  // register-fed launches with G > 1 (tests)
-
 // kKernel (an ExpertsFp4RegistersKernel of kTok tokens) over the plan's tiles of its size (ep as
 // LaunchExpertsWgmma built it): persistent blocks of `smem` bytes (max_smem: the kernel's most at
 // any K), at most as many as fit on the device at once. Returns false, launching nothing, where
@@ -3844,7 +3823,7 @@ bool LaunchRegisterFed(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::Ge
 
 // ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
 // (ep as LaunchExpertsWgmma built it, for 128-row items): on the experts' tiles where it has them,
-// else on their rows in ExpertsCopyChunks' copy groups (LaunchRegisterFed).
+// else on their rows (LaunchRegisterFed).
 template <int kTok, int kMinBlocks>
 bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
                                int required) {
@@ -3857,21 +3836,7 @@ bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, 
     if (ran) g_fp4_tiles_launches.fetch_add(1);
     return ran;
   }
-  bool ran = false;
-  switch (ExpertsCopyChunks()) {
-    case 2:
-      ran = LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, false, 2>, kTok>(l, ep, a, required, smem,
-                                                                                           max_smem);
-      break;
-    case 4:
-      ran = LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, false, 4>, kTok>(l, ep, a, required, smem,
-                                                                                           max_smem);
-      break;
-    default:
-      return LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks>, kTok>(l, ep, a, required, smem, max_smem);
-  }
-  if (ran) g_experts_copy_group_launches.fetch_add(1);
-  return ran;
+  return LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks>, kTok>(l, ep, a, required, smem, max_smem);
 }
 
 // ExpertsWgmmaKernel<K, kTok> (8 or 16 tokens) at SmallTileBlocksPerSm.
@@ -4255,15 +4220,6 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
   DI_CUDA_LAUNCH_CHECK("cuda::WriteFp4ExpertTiles");
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
 }
-
-void SetExpertsCopyChunksForTesting(int chunks) {
-  if (chunks != 0 && chunks != 1 && chunks != 2 && chunks != 4) {
-    Fail("SetExpertsCopyChunksForTesting takes 0 (the environment's), 1, 2 or 4");
-  }
-  g_experts_copy_chunks_for_testing.store(chunks);
-}
-
-uint64_t ExpertsCopyGroupLaunchesForTesting() { return g_experts_copy_group_launches.load(); }
 
 void SetFp4ExpertTilesForTesting(int mode) { g_fp4_tiles.SetForTesting(mode, "SetFp4ExpertTilesForTesting"); }
 

@@ -349,11 +349,6 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
 // the default: off unless 1); and how many register-fed launches have read experts' tiles.
 void SetFp4ExpertTilesForTesting(int mode);
 uint64_t Fp4ExpertTilesLaunchesForTesting();
-// Tests only: how many consecutive chunks of each row the register-fed kernel copies at once from
-// row-major experts (DEEPINFER_EXPERTS_COPY_CHUNKS): 1, 2 or 4, or 0 for the environment's choice
-// (unset: 1); and how many register-fed launches have copied groups of 2 or 4 chunks.
-void SetExpertsCopyChunksForTesting(int chunks);
-uint64_t ExpertsCopyGroupLaunchesForTesting();
 // Tests only: Fp4ChunkWordsBytes's switch on (1), off (0), or as DEEPINFER_FP4_CHUNK_WORDS says (-1,
 // the default: on unless 0); and how many register-fed or in-block launches have read chunk words.
 void SetFp4ChunkWordsForTesting(int mode);

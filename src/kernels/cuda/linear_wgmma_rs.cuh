@@ -33,11 +33,6 @@ constexpr int kThreads = 128;
 constexpr int kWarpRows = 16;                      // A-fragment rows of one warp
 constexpr int kAhead = 6;                          // chunks whose copies are in flight ahead
 constexpr int kStages = kAhead + 2;                // + the chunk converted + the one finishing
-// Chunks queued ahead of the one converted where each copy takes `group` consecutive chunks of its
-// rows (WarpCopiesT::LoadGroup): chunk c's turn queues the group c + ahead .. c + ahead + group − 1
-// while the stages of chunks c − 1 (its later passes) and c are still read.
-__host__ __device__ constexpr int AheadOf(int group) { return kStages - 1 - group; }
-static_assert(AheadOf(1) == kAhead, "one chunk a copy: the ring as it was");
 constexpr int kRowBytes = kChunk / 2;              // 64 bytes of nibbles per row and chunk
 constexpr int kWarpStageBytes = kWarpRows * kRowBytes;  // 1 KiB
 constexpr int kStageBytes = kRows * kRowBytes;          // 4 KiB
@@ -313,40 +308,6 @@ struct WarpCopiesT {
       }
     }
   }
-
-  // Chunks c .. c + kGroup − 1 (those below `chunks`) of the warp's rows from row-major rows
-  // (kChunkStride == kRowBytes), each chunk into its stage part (stage_of(chunk): the warp's part of
-  // the chunk's stage): where all 16 rows are within p.n and 16-byte aligned, lane l copies unit
-  // l % (4·kGroup) of every (32 / 4·kGroup)-th row from row l / (4·kGroup), so that each copy
-  // instruction reads whole 64·kGroup-byte pieces of its rows; else chunk by chunk (Load).
-  template <int kGroup, class StageOf>
-  __device__ __forceinline__ void LoadGroup(const StageOf& stage_of, int c, int chunks, int lane,
-                                            const uint8_t* any_valid) const {
-    static_assert(kGroup == 2 || kGroup == 4, "2 or 4 chunks a copy");
-    static_assert(kChunkStride == kRowBytes, "row-major rows: a row's chunks are contiguous");
-    constexpr int kLanesPerRow = 4 * kGroup;           // 16-byte units of a row's group
-    constexpr int kRowsPerCopy = kWarpSize / kLanesPerRow;
-    if (align == 16 && rows == kWarpRows) {
-      const int unit = lane % kLanesPerRow, row = lane / kLanesPerRow, chunk = c + unit / 4;
-      if (chunk >= chunks) return;
-      // src is lane l's unit l % 4 of row l / 4: back to row 0, unit 0 of chunk 0.
-      const uint8_t* rows0 = src - (lane / 4) * static_cast<int64_t>(half_stride / 8) - 16 * (lane % 4);
-      const int64_t row_bytes = half_stride / 8;
-      const uint8_t* from = rows0 + row * row_bytes + static_cast<int64_t>(c) * kRowBytes + 16 * unit;
-      const uint32_t to = stage_of(chunk) + row * kRowBytes + 16 * (unit % 4);
-#pragma unroll
-      for (int i = 0; i < kWarpRows / kRowsPerCopy; ++i) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to + i * kRowsPerCopy * kRowBytes),
-                     "l"(__cvta_generic_to_global(from + i * kRowsPerCopy * row_bytes))
-                     : "memory");
-      }
-      return;
-    }
-#pragma unroll
-    for (int j = 0; j < kGroup; ++j) {
-      if (c + j < chunks) Load(stage_of(c + j), c + j, lane, any_valid);
-    }
-  }
 };
 
 using WarpCopies = WarpCopiesT<kRowBytes>;
@@ -448,15 +409,13 @@ __device__ __forceinline__ void PipelinedChunks(int chunks, const Issue& issue, 
 // shared memory free after a barrier.
 // kTiles: the nibbles from the expert's tiles (`tiles`: its TileBytesOfExpert bytes) instead of its
 // rows; the same bytes in the same stage places, the same bits.
-template <int kTok, bool kTiles = false, int kGroup = 1>
+template <int kTok, bool kTiles = false>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                   uint8_t* smem, int chunks, const uint32_t* words,
                                                   const uint8_t* tiles = nullptr) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
-  static_assert(kGroup == 1 || !kTiles, "the tiles are copied a chunk at a time");
   constexpr int kElems = kTok / 2;
   constexpr int kXChunkBytes = Smem{0, kTok}.XChunkBytes();
-  constexpr int kAheadG = AheadOf(kGroup);
   const Smem L{chunks, kTok};
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / kWarpSize, lane = tid % kWarpSize;
@@ -516,18 +475,9 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   }
   if (tid < kTableEntries * 4) StShared32(tables + 4 * tid, TableWord(tid));
   if (tid < 2) StShared32(mask + 4 * tid, 0u);
-  // Chunk c's copies: with chunk c's turn (c < kAheadG: here, group s = c) where kGroup == 1; else
-  // all kGroup chunks of a group with the turn of the group's first, one commit group a turn.
-  auto queue = [&](int c) {
-    if constexpr (kGroup == 1) {
-      if (c < chunks) copies.Load(stage_of(c), c, lane, p.w);
-    } else {
-      if (c % kGroup == 0 && c < chunks) copies.template LoadGroup<kGroup>(stage_of, c, chunks, lane, p.w);
-    }
-  };
 #pragma unroll
-  for (int s = 0; s < kAheadG; ++s) {
-    queue(s);
+  for (int s = 0; s < kAhead; ++s) {
+    if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
     CpAsyncCommit();
   }
   // The pass-0 fold word of every (row, chunk) of the block (cpu::FirstFoldPassWord; rows past
@@ -540,7 +490,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     later_lo = __ldg(mask);
     later_hi = __ldg(mask + 1);
   } else {
-    CpAsyncWait<kAheadG>();  // the exponent words
+    CpAsyncWait<kAhead>();  // the exponent words
   }
 #pragma unroll 4
   for (int u = words != nullptr ? kRows * chunks : tid; u < kRows * chunks; u += kThreads) {
@@ -565,7 +515,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
       if (c < 32) later_lo |= 1u << c; else later_hi |= 1u << (c - 32);
     }
   }
-  CpAsyncWait<kAheadG - 1>();  // the fold or chunk words; group 0: x, its scales and chunk 0
+  CpAsyncWait<kAhead - 1>();  // the fold or chunk words; group 0: x, its scales and chunk 0
   FenceProxyAsyncShared();    // x's codes are read by the MMAs (the async proxy)
   __syncthreads();            // the copies, the fold words, the tables and the mask's zeros
   uint64_t later = static_cast<uint64_t>(later_lo) | static_cast<uint64_t>(later_hi) << 32;  // with `words`
@@ -586,13 +536,12 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
 #pragma unroll
   for (int i = 0; i < kElems; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
 
-  // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp: with kGroup > 1 a
-  // lane reads what others copied), queue chunk c + kAheadG (kGroup > 1: its group, where it starts
-  // one) into the stages chunks c − 1 − kGroup .. c − 2 used (finished), convert and issue c's MMAs.
+  // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
+  // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
   auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[kElems]) {
-    CpAsyncWait<kAheadG - 1>();
+    CpAsyncWait<kAhead - 1>();
     __syncwarp();
-    queue(c + kAheadG);
+    if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
     CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
     const uint32_t stage = stage_of(c) + group_offset;
     const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
