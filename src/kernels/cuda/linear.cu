@@ -2154,9 +2154,10 @@ struct RsPrefill {
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory. x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with
-// e8m0 scales and chunk words, K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor);
-// the plan cut in kRsTokens-row tiles; experts [0, e_end).
+// grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory.
+// x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk words,
+// K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
+// kRsTokens-row tiles; experts [0, e_end).
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                                  const ExpertsParams ep, const TileLists lists, int32_t e_end) {
