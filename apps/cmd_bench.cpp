@@ -198,10 +198,13 @@ void RunReadPatterns(const ReadPatternsArgs& a) {
   }
   std::printf("TB/s: the pattern's bytes read per second; /read, /copy: against the plain read and the copy\n"
               "(the decode floor's bandwidth); sums: its bytes' word sum equals the plain read's.\n");
-  for (const bench::ReadTiming& t : r.patterns) std::printf("%s: %s\n", t.pattern.name.c_str(), t.pattern.mimics.c_str());
+  for (const bench::ReadTiming& t : r.patterns) {
+    std::printf("%s: %s\n", t.pattern.name.c_str(), t.pattern.mimics.c_str());
+  }
   std::printf("small reads (a launch each, back to back, each from DRAM):");
   for (const bench::SmallReadTiming& t : r.small_reads) {
-    std::printf(" %ld MiB %.2f us %.2f TB/s;", static_cast<long>(t.bytes >> 20), 1e6 * t.seconds, 1e-12 * t.bytes_per_s);
+    std::printf(" %ld MiB %.2f us %.2f TB/s;", static_cast<long>(t.bytes >> 20), 1e6 * t.seconds,
+                1e-12 * t.bytes_per_s);
   }
   std::printf("\n");
   if (!a.json.empty()) std::ofstream(a.json) << bench::ToJson(r).dump(2) << "\n";

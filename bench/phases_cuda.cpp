@@ -24,7 +24,9 @@ constexpr int64_t kBytesPerGraphBlock = 32 << 10;  // a phase kernel's blocks: o
 struct Counters {
   Buffer sum, steps, barrier;
   explicit Counters(DeviceId device)
-      : sum(sizeof(unsigned long long), device), steps(sizeof(unsigned), device), barrier(2 * sizeof(unsigned), device) {}
+      : sum(sizeof(unsigned long long), device),
+        steps(sizeof(unsigned), device),
+        barrier(2 * sizeof(unsigned), device) {}
   void Zero(const CudaStream& stream) const {
     DI_BENCH_CUDA(cudaMemsetAsync(sum.data(), 0, sum.size(), stream.get()));
     DI_BENCH_CUDA(cudaMemsetAsync(steps.data(), 0, steps.size(), stream.get()));

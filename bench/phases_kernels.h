@@ -25,8 +25,9 @@ cudaError_t PersistentPhasesBlocksPerSm(int* blocks_per_sm);
 
 // Every phase of `spans` (DEVICE, `phases` of them) in one kernel of `grid` blocks, all resident:
 // each phase read by every block's share, then a grid-wide barrier on barrier[0..1] (DEVICE, zero
-// before the first launch; each launch leaves its count at zero again); with `prefetch`, each block asks L2 for its share
-// of the next phase's bytes before the barrier. Adds the words read to *sum and `phases` to *steps.
+// before the first launch; each launch leaves its count at zero again); with `prefetch`, each
+// block asks L2 for its share of the next phase's bytes before the barrier. Adds the words read to
+// *sum and `phases` to *steps.
 cudaError_t LaunchPersistentPhases(const PhaseSpan* spans, int phases, unsigned grid, bool prefetch,
                                    unsigned long long* sum, unsigned* steps, unsigned* barrier, cudaStream_t stream);
 

@@ -28,8 +28,9 @@ void ValidateReadPattern(const ReadPattern& p) {
              "multiple of 32 16-byte units",
              name, warps, p.block_rows);
   } else {
-    DI_CHECK(tile_units % p.threads == 0, "read pattern {}: a tile's {} 16-byte units must split evenly over {} threads",
-             name, tile_units, p.threads);
+    DI_CHECK(tile_units % p.threads == 0,
+             "read pattern {}: a tile's {} 16-byte units must split evenly over {} threads", name, tile_units,
+             p.threads);
   }
   DI_CHECK(p.smem_bytes >= p.stages * p.TileBytes() && p.smem_bytes <= 227 * 1024,
            "read pattern {}: smem_bytes ({}) must hold the {} stages of {} bytes and fit an SM (227 KiB)", name,

@@ -102,7 +102,9 @@ ReadPatternsReport TimeReadPatterns(int device_index, const std::vector<ReadPatt
 
   std::map<int64_t, uint64_t> plain_sums;  // by byte count
   for (const ReadPattern& p : patterns) {
-    if (!plain_sums.count(p.Bytes())) plain_sums[p.Bytes()] = PlainPass(base, static_cast<size_t>(p.Bytes()), sms, sum, stream);
+    if (!plain_sums.count(p.Bytes())) {
+      plain_sums[p.Bytes()] = PlainPass(base, static_cast<size_t>(p.Bytes()), sms, sum, stream);
+    }
   }
   const double plain_seconds = TimeOnStream(stream, [&] {
     for (int i = 0; i < iterations; ++i) {

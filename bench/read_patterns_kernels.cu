@@ -89,7 +89,9 @@ __global__ void ReadPatternKernel(const ReadLaunch l, unsigned long long* sum_ou
         __syncthreads();
       }
       const uint8_t* stage = smem + (f % kStages) * tile_bytes;
-      for (int i = 0; i < count; ++i) sum += WordsOf(*reinterpret_cast<const uint4*>(stage + (first + i * stride) * 16));
+      for (int i = 0; i < count; ++i) {
+        sum += WordsOf(*reinterpret_cast<const uint4*>(stage + (first + i * stride) * 16));
+      }
       if (f + kStages - 1 < s1) issue(f + kStages - 1);
       CpAsyncCommit();  // possibly empty: one group an iteration
     }

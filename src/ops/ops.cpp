@@ -230,26 +230,19 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
     w.device_table = Buffer(bytes, ctx.device);
     CopyBytes(ctx, w.device_table.data(), table.data(), bytes);  // pageable source: staged before return
     const int64_t num_experts = static_cast<int64_t>(table.size());
-    const size_t folded_bytes =
-        keep_folded ? cuda::FoldedExpertsBytes(table[0], num_experts, MathOf(ctx, input)) : size_t{0};
-    if (folded_bytes > 0) {
-      w.folded = Buffer(folded_bytes, ctx.device);
-      cuda::FoldExperts(static_cast<const cuda::DeviceWeight*>(w.device_table.data()), table[0], num_experts,
-                        w.folded.data(), folded_bytes, ctx.stream);
-    }
-    const size_t words_bytes =
-        folded_bytes > 0 ? size_t{0} : cuda::Fp4ChunkWordsBytes(table[0], num_experts, MathOf(ctx, input));
-    if (words_bytes > 0) {
-      w.chunk_words = Buffer(words_bytes, ctx.device);
-      cuda::WriteFp4ChunkWords(static_cast<const cuda::DeviceWeight*>(w.device_table.data()), table[0], num_experts,
-                               w.chunk_words.data(), words_bytes, ctx.stream);
-    }
-    const size_t tiles_bytes =
-        folded_bytes > 0 ? size_t{0} : cuda::Fp4ExpertTilesBytes(table[0], num_experts, MathOf(ctx, input));
-    if (tiles_bytes > 0) {
-      w.fp4_tiles = Buffer(tiles_bytes, ctx.device);
-      cuda::WriteFp4ExpertTiles(static_cast<const cuda::DeviceWeight*>(w.device_table.data()), table[0], num_experts,
-                                w.fp4_tiles.data(), tiles_bytes, ctx.stream);
+    const auto* device_table = static_cast<const cuda::DeviceWeight*>(w.device_table.data());
+    // A buffer of `size` bytes (none where 0) that `write` fills from the experts at load.
+    const auto written = [&](Buffer& into, size_t size, auto write) {
+      if (size == 0) return;
+      into = Buffer(size, ctx.device);
+      write(device_table, table[0], num_experts, into.data(), size, ctx.stream);
+    };
+    const cuda::LinearMath math = MathOf(ctx, input);
+    const size_t folded_bytes = keep_folded ? cuda::FoldedExpertsBytes(table[0], num_experts, math) : size_t{0};
+    written(w.folded, folded_bytes, cuda::FoldExperts);
+    if (folded_bytes == 0) {  // the folded codes replace what the nibbles' kernels read
+      written(w.chunk_words, cuda::Fp4ChunkWordsBytes(table[0], num_experts, math), cuda::WriteFp4ChunkWords);
+      written(w.fp4_tiles, cuda::Fp4ExpertTilesBytes(table[0], num_experts, math), cuda::WriteFp4ExpertTiles);
     }
 #else
     NoKernel(ctx, "experts_weight");
