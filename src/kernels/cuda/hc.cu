@@ -782,16 +782,25 @@ bool MixUnrolled() {
   return test >= 0 ? test == 1 : from_environment;
 }
 
-// DEEPINFER_HC_FUSED_NORM (read once; unset or 1: on, 0: off): an HcRowNorm passed to HcPre or
-// HcHead runs in the mix kernel's launch (NormRowsOfCluster, the same bits) where FusedNormFits(d),
-// instead of RmsNorm's launch after it. Tests override it (SetHcFusedNormForTesting).
+// DEEPINFER_HC_FUSED_NORM (read once): where an HcRowNorm passed to HcPre or HcHead runs. 0: in
+// RmsNorm's own launch after the mix; 1 (unset): in the mix kernel's launch (NormRowsOfCluster,
+// the same bits) where FusedNormFits(d), except on HcPreMixPersistentKernel (from 256 tokens at
+// S = 4), whose clusters would take two more cluster barriers for each of their 4-token groups;
+// 2: there too. Tests override it (SetHcFusedNormForTesting).
 std::atomic<int> g_fused_norm_test{-1};
 std::atomic<uint64_t> g_fused_norm_launches{0};
 
-bool FusedNormOn() {
-  static const bool from_environment = EnvSwitch("DEEPINFER_HC_FUSED_NORM", true, "cuda::HcPre");
+int FusedNormMode() {
+  static const int from_environment = [] {
+    const char* v = std::getenv("DEEPINFER_HC_FUSED_NORM");
+    if (v == nullptr || *v == '\0') return 1;
+    const std::string s(v);
+    if (s == "0" || s == "1" || s == "2") return s[0] - '0';
+    const std::string message = "DEEPINFER_HC_FUSED_NORM must be 0, 1 or 2, got '" + s + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::HcPre", message.c_str());
+  }();
   const int test = g_fused_norm_test.load();
-  return test >= 0 ? test == 1 : from_environment;
+  return test >= 0 ? test : from_environment;
 }
 
 // The mix kernels' shared launch arguments.
@@ -822,10 +831,15 @@ void LaunchMix4(const MixArgs& a, cudaStream_t stream) {
 }
 
 // The mix kernel for a's shape (kNorm: with a.norm applied in it).
+// Whether HcPre at S = 4 takes HcPreMixPersistentKernel for m tokens of width d.
+bool TakesPersistentMix(int64_t m, int64_t s, int64_t d) {
+  return m >= MultiTokenMin() && s == 4 && PersistentMixUsable(m, s, d);
+}
+
 template <bool kHead, bool kNorm>
 void LaunchMixKernel(const char* what, const MixArgs& a, cudaStream_t stream) {
   if (a.m >= MultiTokenMin() && !kHead && a.s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
-    if (PersistentMixUsable(a.m, a.s, a.d)) {
+    if (TakesPersistentMix(a.m, a.s, a.d)) {
       const int64_t clusters = std::min(CeilDiv(a.m, int64_t{kPersistTok}), PersistentMixClusters<kNorm>());
       HcPreMixPersistentKernel<kNorm>
           <<<static_cast<unsigned>(clusters * kMixCluster), kMixThreads, kPersistSmem, stream>>>(
@@ -854,7 +868,8 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
   }
   const MixArgs a{x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb,
                   norm != nullptr ? *norm : HcRowNorm{}};
-  if (norm != nullptr && FusedNormOn() && FusedNormFits(d)) {
+  const int mode = norm != nullptr ? FusedNormMode() : 0;
+  if (mode > 0 && FusedNormFits(d) && (mode == 2 || kHead || !TakesPersistentMix(m, s, d))) {
     LaunchMixKernel<kHead, true>(what, a, stream);
     g_fused_norm_launches.fetch_add(1);
     return;
@@ -942,7 +957,7 @@ void SetHcMixUnrollForTesting(int mode) {
 uint64_t HcMixUnrollLaunchesForTesting() { return g_mix_unroll_launches.load(); }
 
 void SetHcFusedNormForTesting(int mode) {
-  if (mode < -1 || mode > 1) ThrowCudaError(__FILE__, __LINE__, "SetHcFusedNormForTesting", "takes -1, 0 or 1");
+  if (mode < -1 || mode > 2) ThrowCudaError(__FILE__, __LINE__, "SetHcFusedNormForTesting", "takes -1, 0, 1 or 2");
   g_fused_norm_test.store(mode);
 }
 

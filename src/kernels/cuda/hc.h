@@ -35,8 +35,9 @@ struct HcParams {
 
 // The RMS norm that follows HcPre (a layer's attn_norm or ffn_norm) or HcHead (the final norm),
 // applied by the same call: the bits of cuda::RmsNorm(out, ..., weight, weight_dtype, eps, out)
-// after it. Within the mix kernel's launch where DEEPINFER_HC_FUSED_NORM is on (the default) and
-// D <= 8192; else RmsNorm's own launch after the mix.
+// after it. Within the mix kernel's launch where DEEPINFER_HC_FUSED_NORM allows (1, the default: the
+// mix kernels but HcPre's persistent one from 256 tokens on; 2: that too; 0: none) and D <= 8192;
+// else RmsNorm's own launch after the mix.
 struct HcRowNorm {
   const void* weight = nullptr;  // [d] BF16/F16/F32; null: unweighted
   DType weight_dtype = DType::kF32;
@@ -71,9 +72,9 @@ uint64_t HcPersistentMixLaunchesForTesting();
 void SetHcMixUnrollForTesting(int mode);
 uint64_t HcMixUnrollLaunchesForTesting();
 
-// Tests only: an HcRowNorm in the mix kernel's launch on (1), after it in RmsNorm's (0), or as
-// DEEPINFER_HC_FUSED_NORM says (-1, the default: on unless 0), for the whole process; and how many
-// HcPre and HcHead calls ran it in the mix kernel.
+// Tests only: where an HcRowNorm runs (0, 1, 2: as DEEPINFER_HC_FUSED_NORM's values; -1, the
+// default: as the environment says), for the whole process; and how many HcPre and HcHead calls
+// ran it in the mix kernel's launch.
 void SetHcFusedNormForTesting(int mode);
 uint64_t HcFusedNormLaunchesForTesting();
 
