@@ -222,11 +222,21 @@ __device__ __forceinline__ void NormRowsOfCluster(const cooperative_groups::clus
 // loads of four steps in flight together; each acc still takes its products in increasing i, so
 // the same bits).
 // kNorm: out gets `norm` applied (NormRowsOfCluster: RmsNorm's bits); needs FusedNormFits(d).
+// prefetch (MixPrefetchable): before the PDL wait, thread r < rows asks L2 for fn row r's values of
+// the block's slice.
 template <int kTok, bool kHead, bool kDeferSinkhorn = false, int kUnroll = 1, bool kNorm = false>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
-                int64_t ldo, float* __restrict__ post, float* __restrict__ comb, HcRowNorm norm) {
-  PdlPrologue();
+                int64_t ldo, float* __restrict__ post, float* __restrict__ comb, HcRowNorm norm, bool prefetch) {
+  PdlPrologue([&] {
+    const int fn_rows = kHead ? s : (2 + s) * s;
+    if (prefetch && static_cast<int>(threadIdx.x) < fn_rows) {
+      const int slice = static_cast<int>(CeilDiv(s * d, kMixCluster));
+      const int first = min(s * d, static_cast<int>(cooperative_groups::this_cluster().block_rank()) * slice);
+      const int values = min(s * d - first, slice);
+      if (values > 0) PrefetchL2(p.fn + static_cast<int64_t>(threadIdx.x) * s * d + first, 4u * values);
+    }
+  });
   static_assert(kTok <= kMixWarps, "one epilogue warp per token");
   constexpr int kRowChunk = RowChunk<kTok, kHead>();
   static_assert(kTok * kRowChunk <= kMixThreads, "one thread per (token, row) of a pass in the warp sum");
@@ -814,7 +824,16 @@ struct MixArgs {
   float* post;
   float* comb;
   HcRowNorm norm;
+  bool prefetch;  // MixPrefetchable
 };
+
+// Where HcMixKernel may prefetch its fn slices: every slice's start and length whole 16-byte pieces
+// (W a multiple of 32, fn 16-byte aligned), at most kPrefetchL2MaxBytes a row.
+bool MixPrefetchable(const HcParams& p, int64_t s, int64_t d) {
+  const int64_t w = s * d;
+  return PdlPrefetchOn() && w % (4 * kMixCluster) == 0 && reinterpret_cast<uintptr_t>(p.fn) % 16 == 0 &&
+         w / kMixCluster * 4 <= kPrefetchL2MaxBytes;
+}
 
 // HcMixKernel<4, kHead, kDefer, *, kNorm> with the stride loop as MixUnrolled() says.
 template <bool kHead, bool kDefer, bool kNorm>
@@ -822,11 +841,11 @@ void LaunchMix4(const MixArgs& a, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(CeilDiv(a.m, int64_t{4}) * kMixCluster);
   if (MixUnrolled()) {
     HcMixKernel<4, kHead, kDefer, 4, kNorm><<<grid, kMixThreads, 0, stream>>>(a.x, a.m, a.s, a.d, a.p, a.out, a.ldo,
-                                                                             a.post, a.comb, a.norm);
+                                                                             a.post, a.comb, a.norm, a.prefetch);
     g_mix_unroll_launches.fetch_add(1);
   } else {
     HcMixKernel<4, kHead, kDefer, 1, kNorm><<<grid, kMixThreads, 0, stream>>>(a.x, a.m, a.s, a.d, a.p, a.out, a.ldo,
-                                                                             a.post, a.comb, a.norm);
+                                                                             a.post, a.comb, a.norm, a.prefetch);
   }
 }
 
@@ -855,7 +874,7 @@ void LaunchMixKernel(const char* what, const MixArgs& a, cudaStream_t stream) {
     LaunchMix4<kHead, false, kNorm>(a, stream);
   } else {
     HcMixKernel<1, kHead, false, 1, kNorm><<<static_cast<unsigned>(a.m * kMixCluster), kMixThreads, 0, stream>>>(
-        a.x, a.m, a.s, a.d, a.p, a.out, a.ldo, a.post, a.comb, a.norm);
+        a.x, a.m, a.s, a.d, a.p, a.out, a.ldo, a.post, a.comb, a.norm, a.prefetch);
   }
   DI_CUDA_LAUNCH_CHECK(what);
 }
@@ -867,7 +886,7 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
     ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
   }
   const MixArgs a{x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb,
-                  norm != nullptr ? *norm : HcRowNorm{}};
+                  norm != nullptr ? *norm : HcRowNorm{}, MixPrefetchable(p, s, d)};
   const int mode = norm != nullptr ? FusedNormMode() : 0;
   if (mode > 0 && FusedNormFits(d) && (mode == 2 || kHead || !TakesPersistentMix(m, s, d))) {
     LaunchMixKernel<kHead, true>(what, a, stream);

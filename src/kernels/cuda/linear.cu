@@ -2820,16 +2820,20 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   const unsigned row_blocks = static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows));
+  // Decode sizes only (8-token tiles or K in slices), FP8 rows whose starts TMA-style prefetches
+  // can take (16-byte aligned).
+  const bool prefetch = PdlPrefetchOn() && (small_tiles || layout.slices > 1) && p.w_vec16 &&
+                        reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.w_row_bytes % 16 == 0;
   if (small_tiles) {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, 8>>(layout.device, kSmem);
     const dim3 grid(row_blocks, 1, static_cast<unsigned>(layout.slices));
-    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials, prefetch);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma, 8-token tiles");
     g_linear_small_tile_launches.fetch_add(1);
   } else {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
     const dim3 grid(row_blocks, static_cast<unsigned>(m_pad / wgmma::kTokens), static_cast<unsigned>(layout.slices));
-    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials, prefetch);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
   }
   if (layout.slices > 1) {
