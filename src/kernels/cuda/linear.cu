@@ -97,7 +97,27 @@ struct Params {
   // BF16 weights only, may be null: Linear's `tiles` (last, so that the fields above keep their
   // parameter offsets in every kernel).
   const uint8_t* w_tiles = nullptr;
+  // Decode-sized launches of the kernels that take it (WeightRowsPrefetchable): each block asks L2
+  // for its weight rows before its PDL wait (PrefetchWeightRows).
+  bool prefetch = false;
 };
+
+// Whether p's weight rows can be prefetched whole 16-byte pieces at a time, and PdlPrefetchOn.
+inline bool WeightRowsPrefetchable(const Params& p) {
+  return PdlPrefetchOn() && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.w_row_bytes % 16 == 0;
+}
+
+// Where p.prefetch: thread r < rows asks L2 for bytes [first, first + bytes) of weight row
+// row0 + r (rows at or past row_end: none; at most kPrefetchL2MaxBytes; first and bytes multiples
+// of 16). Called in a kernel's PdlPrologue lambda.
+__device__ __forceinline__ void PrefetchWeightRows(const Params& p, int64_t row0, int rows, int64_t row_end,
+                                                   int64_t first, int64_t bytes) {
+  const int r = static_cast<int>(threadIdx.x);
+  if (p.prefetch && r < rows && row0 + r < row_end && bytes > 0) {
+    PrefetchL2(p.w + (row0 + r) * p.w_row_bytes + first,
+               static_cast<uint32_t>(bytes < kPrefetchL2MaxBytes ? bytes : kPrefetchL2MaxBytes));
+  }
+}
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
 template <Kind K>
@@ -2820,20 +2840,18 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   const unsigned row_blocks = static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows));
-  // Decode sizes only (8-token tiles or K in slices), FP8 rows whose starts TMA-style prefetches
-  // can take (16-byte aligned).
-  const bool prefetch = PdlPrefetchOn() && (small_tiles || layout.slices > 1) && p.w_vec16 &&
-                        reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.w_row_bytes % 16 == 0;
+  Params q = p;  // decode sizes (8-token tiles or K in slices) prefetch their weights
+  q.prefetch = (small_tiles || layout.slices > 1) && WeightRowsPrefetchable(p);
   if (small_tiles) {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, 8>>(layout.device, kSmem);
     const dim3 grid(row_blocks, 1, static_cast<unsigned>(layout.slices));
-    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials, prefetch);
+    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(q, a, partials);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma, 8-token tiles");
     g_linear_small_tile_launches.fetch_add(1);
   } else {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
     const dim3 grid(row_blocks, static_cast<unsigned>(m_pad / wgmma::kTokens), static_cast<unsigned>(layout.slices));
-    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials, prefetch);
+    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(q, a, partials);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
   }
   if (layout.slices > 1) {
@@ -2897,7 +2915,9 @@ void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cu
   constexpr int kSmem = wgmma_split::GroupedTmaLayout<kRows, kTok>::kBytes;
   AllowDynamicSmem<kKernel>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(p.n / kRows * kGroupedCluster), 1, static_cast<unsigned>(groups));
-  kKernel<<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, p);
+  Params q = p;  // at most 8 rows: decode sizes
+  q.prefetch = WeightRowsPrefetchable(p);
+  kKernel<<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, q);
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA, K slices");
   g_tma_launches.fetch_add(1);
   g_grouped_sliced_launches.fetch_add(1);
@@ -3191,7 +3211,9 @@ void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blo
   constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
   AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster, kOverlap>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
-  DenseSplitSlicesKernel<kTok, kCluster, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+  Params q = p;  // a grid that leaves SMs idle: decode sizes
+  q.prefetch = WeightRowsPrefetchable(p);
+  DenseSplitSlicesKernel<kTok, kCluster, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(q);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
 }
 
@@ -3240,7 +3262,9 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
     }
   }
   AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap>>(device, kSmem);
-  wgmma_split::DenseSplitKernel<kTok, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+  Params q = p;  // 8-token tiles: decode sizes
+  q.prefetch = kTok == 8 && WeightRowsPrefetchable(p);
+  wgmma_split::DenseSplitKernel<kTok, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(q);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
 }
 

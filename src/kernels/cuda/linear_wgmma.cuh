@@ -1171,19 +1171,16 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 // SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
 // kTok = 8 (products of at most 8 rows: grid (ceil(n / 128), 1, slices)) runs m64n8k32 on the
 // same codes: each output column the same dot product, so the same bits.
-// prefetch (FP8 weights in 16-byte aligned rows): before its PDL wait, thread r < 128 asks L2 for
-// weight row n0 + r's bytes of the block's chunks (PdlPrefetchOn).
+// p.prefetch (FP8 weights): before the PDL wait the block asks L2 for its weight rows' bytes of its
+// chunks.
 template <Kind K, int kTok = kTokens>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
-    WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials, bool prefetch) {
+    WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
   PdlPrologue([&] {
     if constexpr (K == Kind::kFp8) {
-      const int64_t row = static_cast<int64_t>(blockIdx.x) * kBlockRows + threadIdx.x;
       const int64_t c0 = gridDim.z == 1 ? 0 : static_cast<int64_t>(blockIdx.z) * mma::kSliceChunks;
       const int64_t cols = min(p.k - c0 * kChunk, gridDim.z == 1 ? p.k : int64_t{mma::kSliceChunks} * kChunk);
-      if (prefetch && threadIdx.x < kBlockRows && row < p.n && cols > 0 && cols <= kPrefetchL2MaxBytes) {
-        PrefetchL2(p.w + row * p.w_row_bytes + c0 * kChunk, static_cast<uint32_t>(cols));
-      }
+      PrefetchWeightRows(p, static_cast<int64_t>(blockIdx.x) * kBlockRows, kBlockRows, p.n, c0 * kChunk, cols);
     }
   });
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
