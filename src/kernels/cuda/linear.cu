@@ -2591,12 +2591,13 @@ void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream, Path path) 
 // act_quant of x's m rows (row stride ldx, K = k) into the codes scratch laid out for m_pad rows,
 // each chunk's codes in the FP4 order (wgmma::Fp4OrderUnit) for products of FP4 weights.
 wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k, bool x_vec,
-                                    bool fp4_order, void* scratch, cudaStream_t stream) {
+                                    bool fp4_order, void* scratch, cudaStream_t stream,
+                                    const wgmma::WeightRowsAhead& ahead = {}) {
   const wgmma::GemmArgs a = wgmma::ScratchLayout(scratch, m_pad, k);
   const int64_t quant_blocks = CeilDiv(m_pad * (k / wgmma::kChunk), 256 / kWarpSize);
   if (quant_blocks > 0x7fffffff) Fail("too many rows for one launch");
   wgmma::QuantizeRowsKernel<<<static_cast<unsigned>(quant_blocks), 256, 0, stream>>>(
-      x, ldx, m, m_pad, k, x_vec, fp4_order, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
+      x, ldx, m, m_pad, k, x_vec, fp4_order, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales), ahead);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear act_quant");
   return a;
 }
@@ -2830,8 +2831,12 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
     g_linear_small_tile_launches.fetch_add(1);
     return;
   }
+  // Decode sizes (8-token tiles or K in slices) prefetch their FP8 weights: the whole weight from
+  // act_quant's launch, each block's part again from the GEMM's.
+  const bool prefetch = K == Kind::kFp8 && (small_tiles || layout.slices > 1) && WeightRowsPrefetchable(p);
+  const wgmma::WeightRowsAhead ahead{prefetch ? p.w : nullptr, p.n, p.w_row_bytes, p.k};  // FP8: K bytes a row
   const wgmma::GemmArgs a =
-      QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch, stream);
+      QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch, stream, ahead);
   if (layout.slices == 1 && tma::Usable(p, K) && EncodeTiled() != nullptr) {
     return LaunchTma(p, a, layout.device, stream);
   }
@@ -2840,8 +2845,8 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   const unsigned row_blocks = static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows));
-  Params q = p;  // decode sizes (8-token tiles or K in slices) prefetch their weights
-  q.prefetch = (small_tiles || layout.slices > 1) && WeightRowsPrefetchable(p);
+  Params q = p;
+  q.prefetch = prefetch;
   if (small_tiles) {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, 8>>(layout.device, kSmem);
     const dim3 grid(row_blocks, 1, static_cast<unsigned>(layout.slices));

@@ -48,6 +48,25 @@
 
 namespace wgmma {
 
+// The first `row_bytes` bytes of weight rows [0, rows), row r at w + r·row_stride (w, row_stride and
+// row_bytes multiples of 16; w null: none), which a kernel asks L2 for in pieces of at most
+// kPrefetchL2MaxBytes, the grid's threads striding over (row, piece).
+struct WeightRowsAhead {
+  const uint8_t* w = nullptr;
+  int64_t rows = 0, row_stride = 0, row_bytes = 0;
+
+  __device__ __forceinline__ void Prefetch() const {
+    if (w == nullptr) return;
+    const int64_t pieces = (row_bytes + kPrefetchL2MaxBytes - 1) / kPrefetchL2MaxBytes;
+    const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * pieces; i += threads) {
+      const int64_t first = (i % pieces) * kPrefetchL2MaxBytes;
+      const int64_t bytes = min(row_bytes - first, static_cast<int64_t>(kPrefetchL2MaxBytes));
+      PrefetchL2(w + (i / pieces) * row_stride + first, static_cast<uint32_t>(bytes));
+    }
+  }
+};
+
 constexpr int kChunk = mma::kChunk;                  // 128 columns = 128 bytes of e4m3 per row
 constexpr int kRowsPerGroup = 64;                    // weight rows per warpgroup (wgmma's M)
 constexpr int kGroups = 2;                           // consumer warpgroups per block
@@ -112,10 +131,12 @@ __device__ __forceinline__ QuantizedUnit QuantizeLoaded(float4 v) {
   return QuantizedUnit{lo | (hi << 16), scale};
 }
 
+// ahead: weight rows the product that follows reads (WeightRowsAhead), asked of L2 before the PDL
+// wait, so that their fetch overlaps this kernel's predecessor as well as this kernel.
 __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
                                                           int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
-                                                          uint8_t* codes, float* scales) {
-  PdlPrologue();
+                                                          uint8_t* codes, float* scales, WeightRowsAhead ahead) {
+  PdlPrologue([&] { ahead.Prefetch(); });
   const int lane = threadIdx.x % kWarpSize;
   const int64_t chunks = k / kChunk;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
