@@ -221,8 +221,9 @@ __device__ __forceinline__ void PrefetchL2(const void* p, uint32_t bytes) {
 }
 
 // DEEPINFER_PDL_PREFETCH (read once; unset or 1: on, 0: off): the decode-sized weight kernels that
-// take it (Linear's FP8 warpgroup-MMA blocks, the mHC mixes) ask L2 for their block's weights before
-// their PDL wait. The same values either way.
+// take it (Linear's FP8 warpgroup-MMA blocks and the act_quant before them, the dense split-BF16
+// kernels on 8-token tiles or K slices, wo_a's grouped slices, the mHC mixes) ask L2 for weights
+// before their PDL wait. The same values either way.
 inline bool PdlPrefetchOn() {
   static const bool on = EnvSwitch("DEEPINFER_PDL_PREFETCH", true, "cuda kernels");
   return on;

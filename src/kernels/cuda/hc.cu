@@ -849,12 +849,12 @@ void LaunchMix4(const MixArgs& a, cudaStream_t stream) {
   }
 }
 
-// The mix kernel for a's shape (kNorm: with a.norm applied in it).
 // Whether HcPre at S = 4 takes HcPreMixPersistentKernel for m tokens of width d.
 bool TakesPersistentMix(int64_t m, int64_t s, int64_t d) {
   return m >= MultiTokenMin() && s == 4 && PersistentMixUsable(m, s, d);
 }
 
+// The mix kernel for a's shape (kNorm: with a.norm applied in it).
 template <bool kHead, bool kNorm>
 void LaunchMixKernel(const char* what, const MixArgs& a, cudaStream_t stream) {
   if (a.m >= MultiTokenMin() && !kHead && a.s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
