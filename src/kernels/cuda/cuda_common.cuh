@@ -220,12 +220,12 @@ __device__ __forceinline__ void PrefetchL2(const void* p, uint32_t bytes) {
 #endif
 }
 
-// DEEPINFER_PDL_PREFETCH (read once; unset or 1: on, 0: off): the decode-sized weight kernels that
-// take it (Linear's FP8 warpgroup-MMA blocks and the act_quant before them, the dense split-BF16
-// kernels on 8-token tiles or K slices, wo_a's grouped slices, the mHC mixes) ask L2 for weights
-// before their PDL wait. The same values either way.
+// DEEPINFER_PDL_PREFETCH (read once; 1: on; unset or 0: off, until measured on a GPU): the
+// decode-sized weight kernels that take it (Linear's FP8 warpgroup-MMA blocks and the act_quant
+// before them, the dense split-BF16 kernels on 8-token tiles or K slices, wo_a's grouped slices,
+// the mHC mixes) ask L2 for weights before their PDL wait. The same values either way.
 inline bool PdlPrefetchOn() {
-  static const bool on = EnvSwitch("DEEPINFER_PDL_PREFETCH", true, "cuda kernels");
+  static const bool on = EnvSwitch("DEEPINFER_PDL_PREFETCH", false, "cuda kernels");
   return on;
 }
 

@@ -792,18 +792,18 @@ bool MixUnrolled() {
   return test >= 0 ? test == 1 : from_environment;
 }
 
-// DEEPINFER_HC_FUSED_NORM (read once): where an HcRowNorm passed to HcPre or HcHead runs. 0: in
-// RmsNorm's own launch after the mix; 1 (unset): in the mix kernel's launch (NormRowsOfCluster,
-// the same bits) where FusedNormFits(d), except on HcPreMixPersistentKernel (from 256 tokens at
-// S = 4), whose clusters would take two more cluster barriers for each of their 4-token groups;
-// 2: there too. Tests override it (SetHcFusedNormForTesting).
+// DEEPINFER_HC_FUSED_NORM (read once): where an HcRowNorm passed to HcPre or HcHead runs. 0 (unset,
+// until measured on a GPU): in RmsNorm's own launch after the mix; 1: in the mix kernel's launch
+// (NormRowsOfCluster, the same bits) where FusedNormFits(d), except on HcPreMixPersistentKernel
+// (from 256 tokens at S = 4), whose clusters would take two more cluster barriers for each of
+// their 4-token groups; 2: there too. Tests override it (SetHcFusedNormForTesting).
 std::atomic<int> g_fused_norm_test{-1};
 std::atomic<uint64_t> g_fused_norm_launches{0};
 
 int FusedNormMode() {
   static const int from_environment = [] {
     const char* v = std::getenv("DEEPINFER_HC_FUSED_NORM");
-    if (v == nullptr || *v == '\0') return 1;
+    if (v == nullptr || *v == '\0') return 0;
     const std::string s(v);
     if (s == "0" || s == "1" || s == "2") return s[0] - '0';
     const std::string message = "DEEPINFER_HC_FUSED_NORM must be 0, 1 or 2, got '" + s + "'";

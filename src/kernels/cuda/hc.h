@@ -35,9 +35,9 @@ struct HcParams {
 
 // The RMS norm that follows HcPre (a layer's attn_norm or ffn_norm) or HcHead (the final norm),
 // applied by the same call: the bits of cuda::RmsNorm(out, ..., weight, weight_dtype, eps, out)
-// after it. Within the mix kernel's launch where DEEPINFER_HC_FUSED_NORM allows (1, the default: the
-// mix kernels but HcPre's persistent one from 256 tokens on; 2: that too; 0: none) and D <= 8192;
-// else RmsNorm's own launch after the mix.
+// after it. Within the mix kernel's launch where DEEPINFER_HC_FUSED_NORM allows (1: the mix kernels
+// but HcPre's persistent one from 256 tokens on; 2: that too; 0, the default until measured on a
+// GPU: none) and D <= 8192; else RmsNorm's own launch after the mix.
 struct HcRowNorm {
   const void* weight = nullptr;  // [d] BF16/F16/F32; null: unweighted
   DType weight_dtype = DType::kF32;
