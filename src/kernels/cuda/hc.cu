@@ -857,8 +857,9 @@ bool TakesPersistentMix(int64_t m, int64_t s, int64_t d) {
 // The mix kernel for a's shape (kNorm: with a.norm applied in it).
 template <bool kHead, bool kNorm>
 void LaunchMixKernel(const char* what, const MixArgs& a, cudaStream_t stream) {
-  if (a.m >= MultiTokenMin() && !kHead && a.s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
-    if (TakesPersistentMix(a.m, a.s, a.d)) {
+  const int64_t multi_min = MultiTokenMin();
+  if (a.m >= multi_min && !kHead && a.s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
+    if (PersistentMixUsable(a.m, a.s, a.d)) {  // TakesPersistentMix, its other conditions checked above
       const int64_t clusters = std::min(CeilDiv(a.m, int64_t{kPersistTok}), PersistentMixClusters<kNorm>());
       HcPreMixPersistentKernel<kNorm>
           <<<static_cast<unsigned>(clusters * kMixCluster), kMixThreads, kPersistSmem, stream>>>(
@@ -870,7 +871,7 @@ void LaunchMixKernel(const char* what, const MixArgs& a, cudaStream_t stream) {
     DI_CUDA_LAUNCH_CHECK(what);
     HcSinkhorn4Kernel<<<static_cast<unsigned>(CeilDiv(a.m * 16, int64_t{kSinkhornThreads})), kSinkhornThreads, 0,
                         stream>>>(a.comb, a.m, a.p.sinkhorn_iters, a.p.hc_eps);
-  } else if (a.m >= MultiTokenMin()) {
+  } else if (a.m >= multi_min) {
     LaunchMix4<kHead, false, kNorm>(a, stream);
   } else {
     HcMixKernel<1, kHead, false, 1, kNorm><<<static_cast<unsigned>(a.m * kMixCluster), kMixThreads, 0, stream>>>(
