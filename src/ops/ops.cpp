@@ -56,10 +56,6 @@ cuda::HcParams ToDevice(const HcParams& p) {
   d.norm_eps = p.norm_eps;
   return d;
 }
-
-cuda::HcRowNorm ToDevice(const HcNorm& norm) {
-  return cuda::HcRowNorm{norm.weight.empty() ? nullptr : norm.weight.raw(), norm.weight.dtype(), norm.eps};
-}
 #endif
 
 // The CUDA path's shape check of y = x·W^T (the CPU kernels check their own).
@@ -418,16 +414,13 @@ void ApplyRowSteps(const OpContext& ctx, const TensorView& x, const RowSteps& st
 }
 
 void HcPre(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& a,
-           const TensorView& post, const TensorView& comb, const HcNorm* norm) {
-  const TensorView no_weight;
-  CheckDevice(ctx, "hc_pre", {&x, &p.fn, &a, &post, &comb, norm != nullptr ? &norm->weight : &no_weight});
+           const TensorView& post, const TensorView& comb) {
+  CheckDevice(ctx, "hc_pre", {&x, &p.fn, &a, &post, &comb});
   DI_ON_CUDA(ctx, "hc_pre",
              DI_CHECK(x.is_contiguous() && post.is_contiguous() && comb.is_contiguous(), "hc_pre: layout");
-             const cuda::HcRowNorm device_norm = norm != nullptr ? ToDevice(*norm) : cuda::HcRowNorm{};
              cuda::HcPre(x.data<float>(), x.size(0), x.size(1), x.size(2), ToDevice(p), a.data<float>(), a.stride(0),
-                         post.data<float>(), comb.data<float>(), ctx.stream, norm != nullptr ? &device_norm : nullptr));
+                         post.data<float>(), comb.data<float>(), ctx.stream));
   cpu::HcPre(x, p, a, post, comb);
-  if (norm != nullptr) cpu::RmsNorm(a, norm->weight, norm->eps, a);
 }
 
 void HcPost(const OpContext& ctx, const TensorView& o, const TensorView& x, const TensorView& post,
@@ -441,16 +434,13 @@ void HcPost(const OpContext& ctx, const TensorView& o, const TensorView& x, cons
   cpu::HcPost(o, x, post, comb, x_out);
 }
 
-void HcHead(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& y, const HcNorm* norm) {
-  const TensorView no_weight;
-  CheckDevice(ctx, "hc_head", {&x, &p.fn, &y, norm != nullptr ? &norm->weight : &no_weight});
+void HcHead(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& y) {
+  CheckDevice(ctx, "hc_head", {&x, &p.fn, &y});
   DI_ON_CUDA(ctx, "hc_head",
              DI_CHECK(x.is_contiguous(), "hc_head: layout");
-             const cuda::HcRowNorm device_norm = norm != nullptr ? ToDevice(*norm) : cuda::HcRowNorm{};
              cuda::HcHead(x.data<float>(), x.size(0), x.size(1), x.size(2), ToDevice(p), y.data<float>(), y.stride(0),
-                          ctx.stream, norm != nullptr ? &device_norm : nullptr));
+                          ctx.stream));
   cpu::HcHead(x, p, y);
-  if (norm != nullptr) cpu::RmsNorm(y, norm->weight, norm->eps, y);
 }
 
 void Route(const OpContext& ctx, const TensorView& logits, const TensorView& token_ids, const RouterParams& params,

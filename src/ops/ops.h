@@ -122,20 +122,11 @@ struct RowSteps {
 // cuda::RowStepsOn() and the rows fit it (n <= 512, blocks of at most 128), else those ops.
 void ApplyRowSteps(const OpContext& ctx, const TensorView& x, const RowSteps& steps);
 
-// The RMS norm that follows HcPre or HcHead in V4 (attn_norm, ffn_norm, the final norm), applied
-// by the same call: the numbers of RmsNorm(out, weight, eps, out) after it (on CUDA in the mix
-// kernel's launch, cuda::HcRowNorm).
-struct HcNorm {
-  TensorView weight;  // [d]; empty: unweighted
-  float eps = 0.f;
-};
-
 void HcPre(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& a,
-           const TensorView& post, const TensorView& comb, const HcNorm* norm = nullptr);
+           const TensorView& post, const TensorView& comb);
 void HcPost(const OpContext& ctx, const TensorView& o, const TensorView& x, const TensorView& post,
             const TensorView& comb, const TensorView& x_out);
-void HcHead(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& y,
-            const HcNorm* norm = nullptr);
+void HcHead(const OpContext& ctx, const TensorView& x, const HcParams& p, const TensorView& y);
 
 // logits [M, E] f32; token_ids I32 [M]; expert_ids I32 [M, top_k]; expert_weights F32 [M, top_k].
 // params.bias / params.tid2eid point into the context's device memory.

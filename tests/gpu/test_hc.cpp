@@ -17,12 +17,10 @@
 
 #include <cmath>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
 #include "kernels/cpu/hc.h"
-#include "tensor/dtype.h"
 #include "tensor/tensor_view.h"
 
 namespace deepinfer::test {
@@ -208,77 +206,6 @@ TEST(CudaHc, UnrolledMixEqualsRolled) {
       return dy.ToHost();
     };
     EXPECT_TRUE(AllEqual(run_head(1), run_head(0), "head"));
-  }
-}
-
-// HcPre and HcHead with an HcRowNorm in the mix kernel's launch (DEEPINFER_HC_FUSED_NORM 1 and 2):
-// the bits of the mix followed by cuda::RmsNorm's own launch (0), for every mix kernel (one token
-// a cluster, four, the persistent one with several groups a cluster: fused in mode 2 only), rows
-// on RmsNorm's one-block form (D > 512, D a multiple of the 8 slices or not) and on its one-warp
-// form (D <= 512), F32, BF16 and no weight, and a row stride past D (the padding untouched).
-// D = 8200 is wider than the fused slices: RmsNorm's own launch in every mode.
-TEST(CudaHc, FusedNormEqualsRmsNormAfter) {
-  DI_REQUIRE_GPU();
-  using ScopedFusedNorm = ScopedSwitch<cuda::SetHcFusedNormForTesting>;
-  struct Shape {
-    int64_t m, s, d;
-  };
-  uint64_t seed = 600;
-  for (const int persistent : {0, 1}) {
-    const ScopedPersistentMix mode(persistent);
-    for (const Shape& shape : {Shape{1, 4, 4096}, Shape{5, 4, 4096}, Shape{64, 4, 4096}, Shape{300, 4, 4096},
-                               Shape{1100, 4, 4096}, Shape{3, 4, 64}, Shape{65, 4, 512}, Shape{300, 4, 1000},
-                               Shape{2, 3, 513}, Shape{70, 3, 600}, Shape{2, 1, 8200}}) {
-      if (persistent == 1 && shape.m < 256) continue;  // the same kernels as with it off
-      for (const DType dtype : {DType::kF32, DType::kBF16, DType::kI8}) {  // kI8: no weight
-        SCOPED_TRACE(testing::Message() << shape.m << " tokens, S " << shape.s << ", D " << shape.d
-                                        << ", persistent " << persistent << ", weight "
-                                        << (dtype == DType::kI8 ? std::string_view("none") : DTypeName(dtype)));
-        const HcInputs in = MakeInputs(shape.m, shape.s, shape.d, false, seed += 10);
-        const std::vector<float> weight_f32 = RandomFloats(static_cast<size_t>(shape.d), seed + 5, 0.5f, 1.5f);
-        std::vector<uint16_t> weight_bf16(weight_f32.size());
-        for (size_t i = 0; i < weight_f32.size(); ++i) weight_bf16[i] = F32ToBf16(weight_f32[i]);
-        DeviceArray<float> dweight_f32(weight_f32);
-        DeviceArray<uint16_t> dweight_bf16(weight_bf16);
-        cuda::HcRowNorm norm;
-        norm.weight = dtype == DType::kF32 ? static_cast<const void*>(dweight_f32.get())
-                      : dtype == DType::kBF16 ? static_cast<const void*>(dweight_bf16.get())
-                                              : nullptr;
-        norm.weight_dtype = dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
-        norm.eps = 1e-6f;
-        const int64_t lda = shape.d + 3;
-        const bool persistent_runs = persistent == 1 && shape.m >= 256 && shape.s == 4 && shape.d <= 4096;
-        auto run = [&](int fused, bool head) {
-          const ScopedFusedNorm fuse(fused);
-          const uint64_t launches = cuda::HcFusedNormLaunchesForTesting();
-          DeviceArray<float> dx(in.x), dfn(in.fn), dbase(in.base), dscale(in.scale);
-          DeviceArray<float> da(std::vector<float>(static_cast<size_t>(shape.m * lda), 7.f));
-          DeviceArray<float> dpost(static_cast<size_t>(shape.m * shape.s)),
-              dcomb(static_cast<size_t>(shape.m * shape.s * shape.s));
-          const cuda::HcParams p{dfn.get(), dbase.get(), dscale.get(), 20, 1e-6f, 1e-6f};
-          if (head) {
-            cuda::HcHead(dx.get(), shape.m, shape.s, shape.d, p, da.get(), lda, nullptr, &norm);
-          } else {
-            cuda::HcPre(dx.get(), shape.m, shape.s, shape.d, p, da.get(), lda, dpost.get(), dcomb.get(), nullptr,
-                        &norm);
-          }
-          const bool in_mix = fused == 2 || (fused == 1 && (head || !persistent_runs));
-          EXPECT_EQ(cuda::HcFusedNormLaunchesForTesting() - launches, in_mix && shape.d <= 8192 ? 1u : 0u);
-          return head ? std::vector<std::vector<float>>{da.ToHost()}
-                      : std::vector<std::vector<float>>{da.ToHost(), dpost.ToHost(), dcomb.ToHost()};
-        };
-        const auto separate = run(0, false);
-        for (const int mode : {1, 2}) {
-          SCOPED_TRACE(testing::Message() << "DEEPINFER_HC_FUSED_NORM " << mode);
-          const auto fused = run(mode, false);
-          EXPECT_TRUE(AllEqual(fused[0], separate[0], "a"));  // padding 7 on both
-          EXPECT_TRUE(AllEqual(fused[1], separate[1], "post"));
-          EXPECT_TRUE(AllEqual(fused[2], separate[2], "comb"));
-        }
-        // HcHead (no persistent kernel) reads the first S rows of fn and base, the first scale.
-        if (persistent == 0) EXPECT_TRUE(AllEqual(run(1, true)[0], run(0, true)[0], "head y"));
-      }
-    }
   }
 }
 

@@ -1,7 +1,7 @@
-// Every CUDA kernel of the project (src/kernels/cuda, bench) starts with PdlPrologue(), or with
-// PdlPrologue([&] {...}) whose lambda only asks L2 for weights (kernels/cuda/cuda_common.cuh):
-// CUDA graphs make kernel-to-kernel edges programmatic (CudaGraph::EndCapture), so a kernel that
-// read its predecessor's output before that call would race with it. This scans the kernel sources
+// Every CUDA kernel of the project (src/kernels/cuda, bench) starts with PdlPrologue()
+// (kernels/cuda/cuda_common.cuh): CUDA graphs make kernel-to-kernel edges programmatic
+// (CudaGraph::EndCapture), so a kernel that read its predecessor's output before that call would
+// race with it. This scans the kernel sources
 // (no GPU needed) and names any __global__ function whose body does not begin with the call.
 #include <gtest/gtest.h>
 
@@ -40,8 +40,7 @@ std::vector<std::string> KernelsWithoutPrologue(const std::string& text, const s
     }
     if (i >= text.size() || text[i] == ';') continue;  // a declaration
     const size_t body = text.find_first_not_of(" \n", i + 1);
-    // PdlPrologue() or PdlPrologue(prefetch): the latter's lambda only asks L2 for weights.
-    if (text.compare(body, 14, "PdlPrologue();") != 0 && text.compare(body, 15, "PdlPrologue([&]") != 0) {
+    if (text.compare(body, 14, "PdlPrologue();") != 0) {
       const int line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<long>(at), '\n'));
       missing.push_back(name + ":" + std::to_string(line));
     }
@@ -76,8 +75,7 @@ TEST(KernelSources, TheScanFindsAMissingPrologue) {
       "__global__ void A(int* x) {\n  PdlPrologue();\n  x[0] = 1;\n}\n"
       "template <int N>\n__global__ void __launch_bounds__(128, 2) B(const int* x, int* y) {\n  y[0] = x[0];\n}\n"
       "__global__ void C(int* x);\n"
-      "// __global__ void D() { }\n"
-      "__global__ void E(int* x) {\n  PdlPrologue([&] { PrefetchL2(x, 16); });\n  x[0] = 1;\n}\n";
+      "// __global__ void D() { }\n";
   const std::vector<std::string> missing = KernelsWithoutPrologue(text, "t.cu");
   ASSERT_EQ(missing.size(), 1u);
   EXPECT_EQ(missing[0], "t.cu:6");

@@ -201,34 +201,6 @@ __device__ __forceinline__ void PdlPrologue() {
 #endif
 }
 
-// PdlPrologue() after `prefetch()`, which may only ask L2 for memory that no kernel of the step
-// writes (PrefetchL2 of the block's weights): those requests then overlap the previous kernel
-// instead of following it. Reads of values stay after the wait.
-template <class Prefetch>
-__device__ __forceinline__ void PdlPrologue(const Prefetch& prefetch) {
-  prefetch();
-  PdlPrologue();
-}
-
-// Asks L2 for the bytes [p, p + bytes) without waiting for them (cp.async.bulk.prefetch.L2); p and
-// bytes multiples of 16, bytes at most kPrefetchL2MaxBytes. A hint: it changes no value read later.
-constexpr uint32_t kPrefetchL2MaxBytes = 16384;
-__device__ __forceinline__ void PrefetchL2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(__cvta_generic_to_global(p)), "r"(bytes)
-               : "memory");
-#endif
-}
-
-// DEEPINFER_PDL_PREFETCH (read once; 1: on; unset or 0: off, until measured on a GPU): the
-// decode-sized weight kernels that take it (Linear's FP8 warpgroup-MMA blocks and the act_quant
-// before them, the dense split-BF16 kernels on 8-token tiles or K slices, wo_a's grouped slices,
-// the mHC mixes) ask L2 for weights before their PDL wait. The same values either way.
-inline bool PdlPrefetchOn() {
-  static const bool on = EnvSwitch("DEEPINFER_PDL_PREFETCH", false, "cuda kernels");
-  return on;
-}
-
 // e8m0: a bare biased exponent, 2^(e-127); 0xff is NaN.
 __device__ inline float DecodeE8m0(uint8_t e) {
   if (e == 0xffu) return __int_as_float(0x7fc00000);

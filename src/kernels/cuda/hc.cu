@@ -11,7 +11,6 @@
 #include <string>
 
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/elementwise.h"
 
 namespace deepinfer::cuda {
 
@@ -136,71 +135,6 @@ __device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
   __syncwarp();
 }
 
-// ---- HcRowNorm in the mix kernels ---------------------------------------------------------------
-
-// The widest D slice a block keeps for the fused norm (D <= 8192 at 8 blocks, V4-Pro's 7168
-// included); wider rows take RmsNorm's own launch after the mix.
-constexpr int kNormSliceMax = 1024;
-// cuda::RmsNorm's kernel choice (elementwise.cu): rows of at most this many values on one warp.
-constexpr int kNormWarpRowMax = 512;
-constexpr int kNormBatch = 4;  // RmsNormKernel's loads ahead of use (the order does not depend on it)
-
-bool FusedNormFits(int64_t d) { return CeilDiv(d, int64_t{kMixCluster}) <= kNormSliceMax; }
-
-// Output rows t0 + t, t < ntok, of out (row stride ldo): y = w ⊙ v / sqrt(mean(v²) + eps), where v
-// is the row the mix kernel just computed, block q of the cluster holding channels
-// [q·d_slice, min(d, (q + 1)·d_slice)) of row t in vals[t]. The sum of squares takes cuda::RmsNorm's
-// order over the whole row, read from the cluster's blocks through distributed shared memory: rows
-// of more than kNormWarpRowMax values thread j of 256 over i = j, j + 256, ... (fmaf from +0), then
-// BlockSum (RmsNormKernel); shorter rows lane j of warp 0 over i = j, j + 32, ..., then WarpSum
-// (RmsNormWarpKernel). Every block computes the same sum and scales its own slice,
-// y[i] = w[i] · (v[i] · inv): the bits of RmsNorm launched on the rows after the mix. Every thread of
-// every block of the cluster calls it (kMixThreads a block, as RmsNormKernel's block);
-// no block reads another's vals after it returns.
-template <int kTok>
-__device__ __forceinline__ void NormRowsOfCluster(const cooperative_groups::cluster_group& cluster,
-                                                  float (&vals)[kTok][kNormSliceMax], int ntok, int d, int d_slice,
-                                                  int o_begin, int o_end, const HcRowNorm& norm, float* out,
-                                                  int64_t ldo) {
-  __shared__ float scratch[kWarpSize];
-  __shared__ float inv[kTok];
-  cluster.sync();  // every block's slices are in its vals
-  const int tid = static_cast<int>(threadIdx.x);
-  for (int t = 0; t < ntok; ++t) {
-    auto value = [&](int i) {
-      const int q = i / d_slice;
-      return *cluster.map_shared_rank(&vals[t][i - q * d_slice], q);
-    };
-    float ss = 0.f;
-    if (d > kNormWarpRowMax) {  // uniform
-      for (int i0 = tid; i0 < d; i0 += kNormBatch * kMixThreads) {
-        float v[kNormBatch];
-#pragma unroll
-        for (int u = 0; u < kNormBatch; ++u) v[u] = i0 + u * kMixThreads < d ? value(i0 + u * kMixThreads) : 0.f;
-#pragma unroll
-        for (int u = 0; u < kNormBatch; ++u) {
-          if (i0 + u * kMixThreads < d) ss = fmaf(v[u], v[u], ss);
-        }
-      }
-      ss = BlockSum(ss, scratch);
-    } else if (tid < kWarpSize) {
-      for (int i = tid; i < d; i += kWarpSize) {
-        const float v = value(i);
-        ss = fmaf(v, v, ss);
-      }
-      ss = WarpSum(ss);
-    }
-    if (tid == 0) inv[t] = 1.f / sqrtf(ss / static_cast<float>(d) + norm.eps);
-  }
-  cluster.sync();  // every remote read done; inv complete
-  for (int t = 0; t < ntok; ++t) {
-    for (int i = o_begin + tid; i < o_end; i += kMixThreads) {
-      const float w = norm.weight != nullptr ? LoadAsFloat(norm.weight, norm.weight_dtype, i) : 1.f;
-      out[t * ldo + i] = w * (vals[t][i - o_begin] * inv[t]);
-    }
-  }
-}
-
 // One cluster of kMixCluster blocks per kTok consecutive tokens (the last cluster may hold
 // fewer). Block q of a cluster owns the q-th of kMixCluster equal slices of the W values:
 //   1. partial mix[t, r] = Σ_i fn[r, i] · X[t, i] and ss[t] = Σ_i X[t, i]² over its slice, each
@@ -221,22 +155,11 @@ __device__ __forceinline__ void NormRowsOfCluster(const cooperative_groups::clus
 // kUnroll: 1, the stride loop as the compiler unrolls it, or 4: unrolled four times (the fn and x
 // loads of four steps in flight together; each acc still takes its products in increasing i, so
 // the same bits).
-// kNorm: out gets `norm` applied (NormRowsOfCluster: RmsNorm's bits); needs FusedNormFits(d).
-// prefetch (MixPrefetchable): before the PDL wait, thread r < rows asks L2 for fn row r's values of
-// the block's slice.
-template <int kTok, bool kHead, bool kDeferSinkhorn = false, int kUnroll = 1, bool kNorm = false>
+template <int kTok, bool kHead, bool kDeferSinkhorn = false, int kUnroll = 1>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
-                int64_t ldo, float* __restrict__ post, float* __restrict__ comb, HcRowNorm norm, bool prefetch) {
-  PdlPrologue([&] {
-    const int fn_rows = kHead ? s : (2 + s) * s;
-    if (prefetch && static_cast<int>(threadIdx.x) < fn_rows) {
-      const int slice = static_cast<int>(CeilDiv(s * d, kMixCluster));
-      const int first = min(s * d, static_cast<int>(cooperative_groups::this_cluster().block_rank()) * slice);
-      const int values = min(s * d - first, slice);
-      if (values > 0) PrefetchL2(p.fn + static_cast<int64_t>(threadIdx.x) * s * d + first, 4u * values);
-    }
-  });
+                int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
+  PdlPrologue();
   static_assert(kTok <= kMixWarps, "one epilogue warp per token");
   constexpr int kRowChunk = RowChunk<kTok, kHead>();
   static_assert(kTok * kRowChunk <= kMixThreads, "one thread per (token, row) of a pass in the warp sum");
@@ -249,7 +172,6 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
   __shared__ float ss_tok[kTok];
   __shared__ float weights[kTok][kHcMaxStreams];
   __shared__ float cmat[kTok][kHcMaxStreams * kHcMaxStreams];
-  __shared__ float norm_vals[kNorm ? kTok : 1][kNorm ? kNormSliceMax : 1];  // this block's slice of out
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -410,15 +332,8 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
     for (int i = o_begin + static_cast<int>(threadIdx.x); i < o_end; i += kMixThreads) {
       float acc = 0.f;
       for (int j = 0; j < s; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t][j], xr[static_cast<int64_t>(j) * d + i]));
-      if constexpr (kNorm) {
-        norm_vals[t][i - o_begin] = acc;
-      } else {
-        o[i] = acc;
-      }
+      o[i] = acc;
     }
-  }
-  if constexpr (kNorm) {
-    NormRowsOfCluster<kTok>(cluster, norm_vals, ntok, d, d_slice, o_begin, o_end, norm, out + t0 * ldo, ldo);
   }
 }
 
@@ -437,11 +352,9 @@ constexpr int kPersistRows = 24;  // (2 + S)·S at S = 4
 constexpr int kPersistSteps = 8;  // values of the W slice per thread (slice <= 2,048)
 constexpr int kPersistSmem = kPersistSteps * kPersistRows * kMixThreads * 4;  // fn slice, bytes
 
-// kNorm: out gets `norm` applied, as HcMixKernel's kNorm.
-template <bool kNorm = false>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, 1)
     HcPreMixPersistentKernel(const float* __restrict__ x, int64_t m, int d, HcParams p, float* __restrict__ out,
-                             int64_t ldo, float* __restrict__ post, float* __restrict__ comb, HcRowNorm norm) {
+                             int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
   PdlPrologue();
   constexpr int kS = 4, kRows = kPersistRows, kTok = kPersistTok, kSums = kTok * kRows;
   namespace cg = cooperative_groups;
@@ -453,7 +366,6 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
   __shared__ float mix[kTok][kRows];
   __shared__ float ss_tok[kTok];
   __shared__ float weights[kTok][kS];
-  __shared__ float norm_vals[kNorm ? kTok : 1][kNorm ? kNormSliceMax : 1];  // this block's slice of out
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -604,16 +516,9 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
           float a = 0.f;
 #pragma unroll
           for (int j = 0; j < kS; ++j) a = __fadd_rn(a, __fmul_rn(weights[t][j], xo[t][j]));
-          if constexpr (kNorm) {
-            norm_vals[t][i - o_begin] = a;
-          } else {
-            out[(t0 + t) * ldo + i] = a;
-          }
+          out[(t0 + t) * ldo + i] = a;
         }
       }
-    }
-    if constexpr (kNorm) {
-      NormRowsOfCluster<kTok>(cluster, norm_vals, ntok, d, d_slice, o_begin, o_end, norm, out + t0 * ldo, ldo);
     }
   }
   cluster.sync();  // no block leaves (freeing its shared memory) while another may still read it
@@ -751,9 +656,8 @@ bool PersistentMixUsable(int64_t m, int64_t s, int64_t d) {
          CeilDiv(s * d, int64_t{kMixCluster}) <= int64_t{kPersistSteps} * kMixThreads;
 }
 
-// Clusters of HcPreMixPersistentKernel<kNorm> resident at once on the current device (its grid),
-// once per device.
-template <bool kNorm>
+// Clusters of HcPreMixPersistentKernel resident at once on the current device (its grid), once
+// per device.
 int64_t PersistentMixClusters() {
   static std::mutex mutex;
   static std::map<int, int64_t> by_device;
@@ -762,7 +666,7 @@ int64_t PersistentMixClusters() {
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = by_device.find(device);
   if (found != by_device.end()) return found->second;
-  DI_CUDA_CHECK(cudaFuncSetAttribute(HcPreMixPersistentKernel<kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DI_CUDA_CHECK(cudaFuncSetAttribute(HcPreMixPersistentKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      kPersistSmem),
                 "cudaFuncSetAttribute");
   cudaLaunchConfig_t config{};
@@ -770,7 +674,7 @@ int64_t PersistentMixClusters() {
   config.blockDim = dim3(kMixThreads);
   config.dynamicSmemBytes = kPersistSmem;
   int clusters = 0;
-  DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, HcPreMixPersistentKernel<kNorm>, &config),
+  DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, HcPreMixPersistentKernel, &config),
                 "cudaOccupancyMaxActiveClusters");
   if (clusters < 1) {
     ThrowCudaError(__FILE__, __LINE__, "cuda::HcPre", "no cluster of the persistent mix fits the device's SMs");
@@ -792,126 +696,63 @@ bool MixUnrolled() {
   return test >= 0 ? test == 1 : from_environment;
 }
 
-// DEEPINFER_HC_FUSED_NORM (read once): where an HcRowNorm passed to HcPre or HcHead runs. 0 (unset,
-// until measured on a GPU): in RmsNorm's own launch after the mix; 1: in the mix kernel's launch
-// (NormRowsOfCluster, the same bits) where FusedNormFits(d), except on HcPreMixPersistentKernel
-// (from 256 tokens at S = 4), whose clusters would take two more cluster barriers for each of
-// their 4-token groups; 2: there too. Tests override it (SetHcFusedNormForTesting).
-std::atomic<int> g_fused_norm_test{-1};
-std::atomic<uint64_t> g_fused_norm_launches{0};
-
-int FusedNormMode() {
-  static const int from_environment = [] {
-    const char* v = std::getenv("DEEPINFER_HC_FUSED_NORM");
-    if (v == nullptr || *v == '\0') return 0;
-    const std::string s(v);
-    if (s == "0" || s == "1" || s == "2") return s[0] - '0';
-    const std::string message = "DEEPINFER_HC_FUSED_NORM must be 0, 1 or 2, got '" + s + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::HcPre", message.c_str());
-  }();
-  const int test = g_fused_norm_test.load();
-  return test >= 0 ? test : from_environment;
-}
-
-// The mix kernels' shared launch arguments.
-struct MixArgs {
-  const float* x;
-  int64_t m;
-  int s, d;
-  HcParams p;
-  float* out;
-  int64_t ldo;
-  float* post;
-  float* comb;
-  HcRowNorm norm;
-  bool prefetch;  // MixPrefetchable
-};
-
-// Where HcMixKernel may prefetch its fn slices: every slice's start and length whole 16-byte pieces
-// (W a multiple of 32, fn 16-byte aligned), at most kPrefetchL2MaxBytes a row.
-bool MixPrefetchable(const HcParams& p, int64_t s, int64_t d) {
-  const int64_t w = s * d;
-  return PdlPrefetchOn() && w % (4 * kMixCluster) == 0 && reinterpret_cast<uintptr_t>(p.fn) % 16 == 0 &&
-         w / kMixCluster * 4 <= kPrefetchL2MaxBytes;
-}
-
-// HcMixKernel<4, kHead, kDefer, *, kNorm> with the stride loop as MixUnrolled() says.
-template <bool kHead, bool kDefer, bool kNorm>
-void LaunchMix4(const MixArgs& a, cudaStream_t stream) {
-  const unsigned grid = static_cast<unsigned>(CeilDiv(a.m, int64_t{4}) * kMixCluster);
+// HcMixKernel<4, kHead, kDefer> with the stride loop as MixUnrolled() says.
+template <bool kHead, bool kDefer>
+void LaunchMix4(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* out, int64_t ldo,
+                float* post, float* comb, cudaStream_t stream) {
+  const unsigned grid = static_cast<unsigned>(CeilDiv(m, int64_t{4}) * kMixCluster);
   if (MixUnrolled()) {
-    HcMixKernel<4, kHead, kDefer, 4, kNorm><<<grid, kMixThreads, 0, stream>>>(a.x, a.m, a.s, a.d, a.p, a.out, a.ldo,
-                                                                             a.post, a.comb, a.norm, a.prefetch);
+    HcMixKernel<4, kHead, kDefer, 4><<<grid, kMixThreads, 0, stream>>>(x, m, static_cast<int>(s), static_cast<int>(d),
+                                                                      p, out, ldo, post, comb);
     g_mix_unroll_launches.fetch_add(1);
   } else {
-    HcMixKernel<4, kHead, kDefer, 1, kNorm><<<grid, kMixThreads, 0, stream>>>(a.x, a.m, a.s, a.d, a.p, a.out, a.ldo,
-                                                                             a.post, a.comb, a.norm, a.prefetch);
+    HcMixKernel<4, kHead, kDefer, 1><<<grid, kMixThreads, 0, stream>>>(x, m, static_cast<int>(s), static_cast<int>(d),
+                                                                      p, out, ldo, post, comb);
   }
-}
-
-// Whether HcPre at S = 4 takes HcPreMixPersistentKernel for m tokens of width d.
-bool TakesPersistentMix(int64_t m, int64_t s, int64_t d) {
-  return m >= MultiTokenMin() && s == 4 && PersistentMixUsable(m, s, d);
-}
-
-// The mix kernel for a's shape (kNorm: with a.norm applied in it).
-template <bool kHead, bool kNorm>
-void LaunchMixKernel(const char* what, const MixArgs& a, cudaStream_t stream) {
-  const int64_t multi_min = MultiTokenMin();
-  if (a.m >= multi_min && !kHead && a.s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
-    if (PersistentMixUsable(a.m, a.s, a.d)) {  // TakesPersistentMix, its other conditions checked above
-      const int64_t clusters = std::min(CeilDiv(a.m, int64_t{kPersistTok}), PersistentMixClusters<kNorm>());
-      HcPreMixPersistentKernel<kNorm>
-          <<<static_cast<unsigned>(clusters * kMixCluster), kMixThreads, kPersistSmem, stream>>>(
-              a.x, a.m, a.d, a.p, a.out, a.ldo, a.post, a.comb, a.norm);
-      g_persistent_mix_launches.fetch_add(1);
-    } else {
-      LaunchMix4<false, true, kNorm>(a, stream);
-    }
-    DI_CUDA_LAUNCH_CHECK(what);
-    HcSinkhorn4Kernel<<<static_cast<unsigned>(CeilDiv(a.m * 16, int64_t{kSinkhornThreads})), kSinkhornThreads, 0,
-                        stream>>>(a.comb, a.m, a.p.sinkhorn_iters, a.p.hc_eps);
-  } else if (a.m >= multi_min) {
-    LaunchMix4<kHead, false, kNorm>(a, stream);
-  } else {
-    HcMixKernel<1, kHead, false, 1, kNorm><<<static_cast<unsigned>(a.m * kMixCluster), kMixThreads, 0, stream>>>(
-        a.x, a.m, a.s, a.d, a.p, a.out, a.ldo, a.post, a.comb, a.norm, a.prefetch);
-  }
-  DI_CUDA_LAUNCH_CHECK(what);
 }
 
 template <bool kHead>
 void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* out,
-               int64_t ldo, float* post, float* comb, const HcRowNorm* norm, cudaStream_t stream) {
+               int64_t ldo, float* post, float* comb, cudaStream_t stream) {
   if (p.fn == nullptr || p.base == nullptr || p.scale == nullptr) {
     ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
   }
-  const MixArgs a{x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb,
-                  norm != nullptr ? *norm : HcRowNorm{}, MixPrefetchable(p, s, d)};
-  const int mode = norm != nullptr ? FusedNormMode() : 0;
-  if (mode > 0 && FusedNormFits(d) && (mode == 2 || kHead || !TakesPersistentMix(m, s, d))) {
-    LaunchMixKernel<kHead, true>(what, a, stream);
-    g_fused_norm_launches.fetch_add(1);
-    return;
+  const int64_t multi_min = MultiTokenMin();
+  if (m >= multi_min && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
+    if (PersistentMixUsable(m, s, d)) {
+      const int64_t clusters = std::min(CeilDiv(m, int64_t{kPersistTok}), PersistentMixClusters());
+      HcPreMixPersistentKernel<<<static_cast<unsigned>(clusters * kMixCluster), kMixThreads, kPersistSmem, stream>>>(
+          x, m, static_cast<int>(d), p, out, ldo, post, comb);
+      g_persistent_mix_launches.fetch_add(1);
+    } else {
+      LaunchMix4<false, true>(x, m, s, d, p, out, ldo, post, comb, stream);
+    }
+    DI_CUDA_LAUNCH_CHECK(what);
+    HcSinkhorn4Kernel<<<static_cast<unsigned>(CeilDiv(m * 16, int64_t{kSinkhornThreads})), kSinkhornThreads, 0,
+                        stream>>>(comb, m, p.sinkhorn_iters, p.hc_eps);
+  } else if (m >= multi_min) {
+    LaunchMix4<kHead, false>(x, m, s, d, p, out, ldo, post, comb, stream);
+  } else {
+    HcMixKernel<1, kHead><<<static_cast<unsigned>(m * kMixCluster), kMixThreads, 0, stream>>>(
+        x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
   }
-  LaunchMixKernel<kHead, false>(what, a, stream);
-  if (norm != nullptr) RmsNorm(out, ldo, m, d, norm->weight, norm->weight_dtype, norm->eps, out, ldo, stream);
+  DI_CUDA_LAUNCH_CHECK(what);
 }
 
 }  // namespace
 
 void HcPre(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* a, int64_t lda,
-           float* post, float* comb, cudaStream_t stream, const HcRowNorm* norm) {
+           float* post, float* comb, cudaStream_t stream) {
   CheckShape("hc_pre", m, s, d, lda);
   if (m == 0) return;
-  LaunchMix<false>("hc_pre", x, m, s, d, p, a, lda, post, comb, norm, stream);
+  LaunchMix<false>("hc_pre", x, m, s, d, p, a, lda, post, comb, stream);
 }
 
 void HcHead(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* y, int64_t ldy,
-            cudaStream_t stream, const HcRowNorm* norm) {
+            cudaStream_t stream) {
   CheckShape("hc_head", m, s, d, ldy);
   if (m == 0) return;
-  LaunchMix<true>("hc_head", x, m, s, d, p, y, ldy, nullptr, nullptr, norm, stream);
+  LaunchMix<true>("hc_head", x, m, s, d, p, y, ldy, nullptr, nullptr, stream);
 }
 
 void HcPost(const float* o, int64_t ldo, const float* x, const float* post, const float* comb, int64_t m,
@@ -975,13 +816,6 @@ void SetHcMixUnrollForTesting(int mode) {
 }
 
 uint64_t HcMixUnrollLaunchesForTesting() { return g_mix_unroll_launches.load(); }
-
-void SetHcFusedNormForTesting(int mode) {
-  if (mode < -1 || mode > 2) ThrowCudaError(__FILE__, __LINE__, "SetHcFusedNormForTesting", "takes -1, 0, 1 or 2");
-  g_fused_norm_test.store(mode);
-}
-
-uint64_t HcFusedNormLaunchesForTesting() { return g_fused_norm_launches.load(); }
 
 uint64_t WarpReduceScatterMismatchesForTesting(bool perturb) {
   return DeviceCountForTesting("WarpReduceScatterMismatchesForTesting", [&](unsigned long long* count) {

@@ -18,8 +18,6 @@
 
 #include <cstdint>
 
-#include "tensor/dtype.h"
-
 namespace deepinfer::cuda {
 
 constexpr int64_t kHcMaxStreams = 16;  // the CPU's limit on S
@@ -33,32 +31,21 @@ struct HcParams {
   float norm_eps = 1e-6f;  // inside the unweighted RMS over all W values of a token
 };
 
-// The RMS norm that follows HcPre (a layer's attn_norm or ffn_norm) or HcHead (the final norm),
-// applied by the same call: the bits of cuda::RmsNorm(out, ..., weight, weight_dtype, eps, out)
-// after it. Within the mix kernel's launch where DEEPINFER_HC_FUSED_NORM allows (1: the mix kernels
-// but HcPre's persistent one from 256 tokens on; 2: that too; 0, the default until measured on a
-// GPU: none) and D <= 8192; else RmsNorm's own launch after the mix.
-struct HcRowNorm {
-  const void* weight = nullptr;  // [d] BF16/F16/F32; null: unweighted
-  DType weight_dtype = DType::kF32;
-  float eps = 1e-6f;
-};
-
-// x: [m, s, d] contiguous. Outputs: a [m, d] with row stride lda (a[t] = Σ_j pre_j · X[t, j], then
-// `norm` where given); post [m, s] contiguous; comb [m, s, s] contiguous (row j, column k: the
-// weight of input stream j in output stream k). 1 <= s <= kHcMaxStreams; m may be 0.
+// x: [m, s, d] contiguous. Outputs: a [m, d] with row stride lda (a[t] = Σ_j pre_j · X[t, j]);
+// post [m, s] contiguous; comb [m, s, s] contiguous (row j, column k: the weight of input
+// stream j in output stream k). 1 <= s <= kHcMaxStreams; m may be 0.
 void HcPre(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* a, int64_t lda,
-           float* post, float* comb, cudaStream_t stream, const HcRowNorm* norm = nullptr);
+           float* post, float* comb, cudaStream_t stream);
 
 // X'[t, k] = post[t, k] · o[t] + Σ_j comb[t, j, k] · X[t, j]. o: [m, d] with row stride ldo;
 // x, x_out: [m, s, d] contiguous and must not alias; post [m, s], comb [m, s, s] contiguous.
 void HcPost(const float* o, int64_t ldo, const float* x, const float* post, const float* comb, int64_t m,
             int64_t s, int64_t d, float* x_out, cudaStream_t stream);
 
-// y[t] = Σ_j (sigmoid(mix_j · scale[0] + base_j) + hc_eps) · X[t, j], mix = fn · X[t] / rms, then
-// `norm` where given. x: [m, s, d] contiguous; y: [m, d] with row stride ldy.
+// y[t] = Σ_j (sigmoid(mix_j · scale[0] + base_j) + hc_eps) · X[t, j], mix = fn · X[t] / rms.
+// x: [m, s, d] contiguous; y: [m, d] with row stride ldy.
 void HcHead(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* y, int64_t ldy,
-            cudaStream_t stream, const HcRowNorm* norm = nullptr);
+            cudaStream_t stream);
 
 // Tests only: HcPre's persistent mix kernel at S = 4 from 256 tokens on (-1: DEEPINFER_HC_PERSISTENT
 // again, 0: the per-group cluster kernel, 1: the persistent one where W fits it), for the whole
@@ -71,12 +58,6 @@ uint64_t HcPersistentMixLaunchesForTesting();
 // and how many launches took the unrolled loop.
 void SetHcMixUnrollForTesting(int mode);
 uint64_t HcMixUnrollLaunchesForTesting();
-
-// Tests only: where an HcRowNorm runs (0, 1, 2: as DEEPINFER_HC_FUSED_NORM's values; -1, the
-// default: as the environment says), for the whole process; and how many HcPre and HcHead calls
-// ran it in the mix kernel's launch.
-void SetHcFusedNormForTesting(int mode);
-uint64_t HcFusedNormLaunchesForTesting();
 
 // Tests only: how many of 2 · 4096 · 32 sums of 32 lanes' values (random magnitudes over 2^±20, both
 // signs) the mix kernels' reduce-scatter (WarpReduceScatter<32>) gives other bits for than WarpSum

@@ -97,27 +97,7 @@ struct Params {
   // BF16 weights only, may be null: Linear's `tiles` (last, so that the fields above keep their
   // parameter offsets in every kernel).
   const uint8_t* w_tiles = nullptr;
-  // Decode-sized launches of the kernels that take it (WeightRowsPrefetchable): each block asks L2
-  // for its weight rows before its PDL wait (PrefetchWeightRows).
-  bool prefetch = false;
 };
-
-// Whether p's weight rows can be prefetched whole 16-byte pieces at a time, and PdlPrefetchOn.
-inline bool WeightRowsPrefetchable(const Params& p) {
-  return PdlPrefetchOn() && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.w_row_bytes % 16 == 0;
-}
-
-// Where p.prefetch: thread r < rows asks L2 for bytes [first, first + bytes) of weight row
-// row0 + r (rows at or past row_end: none; at most kPrefetchL2MaxBytes; first and bytes multiples
-// of 16). Called in a kernel's PdlPrologue lambda.
-__device__ __forceinline__ void PrefetchWeightRows(const Params& p, int64_t row0, int rows, int64_t row_end,
-                                                   int64_t first, int64_t bytes) {
-  const int r = static_cast<int>(threadIdx.x);
-  if (p.prefetch && r < rows && row0 + r < row_end && bytes > 0) {
-    PrefetchL2(p.w + (row0 + r) * p.w_row_bytes + first,
-               static_cast<uint32_t>(bytes < kPrefetchL2MaxBytes ? bytes : kPrefetchL2MaxBytes));
-  }
-}
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
 template <Kind K>
@@ -2591,13 +2571,12 @@ void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream, Path path) 
 // act_quant of x's m rows (row stride ldx, K = k) into the codes scratch laid out for m_pad rows,
 // each chunk's codes in the FP4 order (wgmma::Fp4OrderUnit) for products of FP4 weights.
 wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k, bool x_vec,
-                                    bool fp4_order, void* scratch, cudaStream_t stream,
-                                    const wgmma::WeightRowsAhead& ahead = {}) {
+                                    bool fp4_order, void* scratch, cudaStream_t stream) {
   const wgmma::GemmArgs a = wgmma::ScratchLayout(scratch, m_pad, k);
   const int64_t quant_blocks = CeilDiv(m_pad * (k / wgmma::kChunk), 256 / kWarpSize);
   if (quant_blocks > 0x7fffffff) Fail("too many rows for one launch");
   wgmma::QuantizeRowsKernel<<<static_cast<unsigned>(quant_blocks), 256, 0, stream>>>(
-      x, ldx, m, m_pad, k, x_vec, fp4_order, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales), ahead);
+      x, ldx, m, m_pad, k, x_vec, fp4_order, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
   DI_CUDA_LAUNCH_CHECK("cuda::Linear act_quant");
   return a;
 }
@@ -2831,12 +2810,8 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
     g_linear_small_tile_launches.fetch_add(1);
     return;
   }
-  // Decode sizes (8-token tiles or K in slices) prefetch their FP8 weights: the whole weight from
-  // act_quant's launch, each block's part again from the GEMM's.
-  const bool prefetch = K == Kind::kFp8 && (small_tiles || layout.slices > 1) && WeightRowsPrefetchable(p);
-  const wgmma::WeightRowsAhead ahead{prefetch ? p.w : nullptr, p.n, p.w_row_bytes, p.k};  // FP8: K bytes a row
   const wgmma::GemmArgs a =
-      QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch, stream, ahead);
+      QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch, stream);
   if (layout.slices == 1 && tma::Usable(p, K) && EncodeTiled() != nullptr) {
     return LaunchTma(p, a, layout.device, stream);
   }
@@ -2845,18 +2820,16 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
   const unsigned row_blocks = static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows));
-  Params q = p;
-  q.prefetch = prefetch;
   if (small_tiles) {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, 8>>(layout.device, kSmem);
     const dim3 grid(row_blocks, 1, static_cast<unsigned>(layout.slices));
-    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(q, a, partials);
+    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma, 8-token tiles");
     g_linear_small_tile_launches.fetch_add(1);
   } else {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
     const dim3 grid(row_blocks, static_cast<unsigned>(m_pad / wgmma::kTokens), static_cast<unsigned>(layout.slices));
-    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(q, a, partials);
+    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
   }
   if (layout.slices > 1) {
@@ -2920,9 +2893,7 @@ void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cu
   constexpr int kSmem = wgmma_split::GroupedTmaLayout<kRows, kTok>::kBytes;
   AllowDynamicSmem<kKernel>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(p.n / kRows * kGroupedCluster), 1, static_cast<unsigned>(groups));
-  Params q = p;  // at most 8 rows: decode sizes
-  q.prefetch = WeightRowsPrefetchable(p);
-  kKernel<<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, q);
+  kKernel<<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, p);
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA, K slices");
   g_tma_launches.fetch_add(1);
   g_grouped_sliced_launches.fetch_add(1);
@@ -3216,9 +3187,7 @@ void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blo
   constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
   AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster, kOverlap>>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
-  Params q = p;  // a grid that leaves SMs idle: decode sizes
-  q.prefetch = WeightRowsPrefetchable(p);
-  DenseSplitSlicesKernel<kTok, kCluster, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(q);
+  DenseSplitSlicesKernel<kTok, kCluster, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
 }
 
@@ -3267,9 +3236,7 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
     }
   }
   AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap>>(device, kSmem);
-  Params q = p;  // 8-token tiles: decode sizes
-  q.prefetch = kTok == 8 && WeightRowsPrefetchable(p);
-  wgmma_split::DenseSplitKernel<kTok, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(q);
+  wgmma_split::DenseSplitKernel<kTok, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
 }
 

@@ -48,25 +48,6 @@
 
 namespace wgmma {
 
-// The first `row_bytes` bytes of weight rows [0, rows), row r at w + r·row_stride (w, row_stride and
-// row_bytes multiples of 16; w null: none), which a kernel asks L2 for in pieces of at most
-// kPrefetchL2MaxBytes, the grid's threads striding over (row, piece).
-struct WeightRowsAhead {
-  const uint8_t* w = nullptr;
-  int64_t rows = 0, row_stride = 0, row_bytes = 0;
-
-  __device__ __forceinline__ void Prefetch() const {
-    if (w == nullptr) return;
-    const int64_t pieces = (row_bytes + kPrefetchL2MaxBytes - 1) / kPrefetchL2MaxBytes;
-    const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
-    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * pieces; i += threads) {
-      const int64_t first = (i % pieces) * kPrefetchL2MaxBytes;
-      const int64_t bytes = min(row_bytes - first, static_cast<int64_t>(kPrefetchL2MaxBytes));
-      PrefetchL2(w + (i / pieces) * row_stride + first, static_cast<uint32_t>(bytes));
-    }
-  }
-};
-
 constexpr int kChunk = mma::kChunk;                  // 128 columns = 128 bytes of e4m3 per row
 constexpr int kRowsPerGroup = 64;                    // weight rows per warpgroup (wgmma's M)
 constexpr int kGroups = 2;                           // consumer warpgroups per block
@@ -131,12 +112,10 @@ __device__ __forceinline__ QuantizedUnit QuantizeLoaded(float4 v) {
   return QuantizedUnit{lo | (hi << 16), scale};
 }
 
-// ahead: weight rows the product that follows reads (WeightRowsAhead), asked of L2 before the PDL
-// wait, so that their fetch overlaps this kernel's predecessor as well as this kernel.
 __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
                                                           int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
-                                                          uint8_t* codes, float* scales, WeightRowsAhead ahead) {
-  PdlPrologue([&] { ahead.Prefetch(); });
+                                                          uint8_t* codes, float* scales) {
+  PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
   const int64_t chunks = k / kChunk;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -1192,18 +1171,10 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 // SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
 // kTok = 8 (products of at most 8 rows: grid (ceil(n / 128), 1, slices)) runs m64n8k32 on the
 // same codes: each output column the same dot product, so the same bits.
-// p.prefetch (FP8 weights): before the PDL wait the block asks L2 for its weight rows' bytes of its
-// chunks.
 template <Kind K, int kTok = kTokens>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
-  PdlPrologue([&] {
-    if constexpr (K == Kind::kFp8) {
-      const int64_t c0 = gridDim.z == 1 ? 0 : static_cast<int64_t>(blockIdx.z) * mma::kSliceChunks;
-      const int64_t cols = min(p.k - c0 * kChunk, gridDim.z == 1 ? p.k : int64_t{mma::kSliceChunks} * kChunk);
-      PrefetchWeightRows(p, static_cast<int64_t>(blockIdx.x) * kBlockRows, kBlockRows, p.n, c0 * kChunk, cols);
-    }
-  });
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else

@@ -458,17 +458,12 @@ __global__ void __launch_bounds__(2 * kRows, 1)
 // SplitBf16GroupedTmaKernel's products with slice r of K on rank r of a cluster of kCluster blocks
 // (K has at most kCluster slices; ranks past the last slice idle): each rank's slice sum goes to
 // its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
-// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster. p.prefetch:
-// before the PDL wait the block asks L2 for its FP8 weight rows' slice.
+// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster.
 template <int kParts, int kRows, int kTok, int kCluster>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
     SplitBf16GroupedTmaSlicesKernel(const __grid_constant__ CUtensorMap w_map,
                                     const __grid_constant__ CUtensorMap x_map, const Params p) {
-  PdlPrologue([&] {
-    const int64_t first = static_cast<int64_t>(blockIdx.x % kCluster) * kSliceChunks * kChunkCols;
-    PrefetchWeightRows(p, blockIdx.z * p.n + static_cast<int64_t>(blockIdx.x / kCluster) * kRows, kRows,
-                       (blockIdx.z + 1) * p.n, first, min(p.k - first, int64_t{kSliceChunks * kChunkCols}));
-  });
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
 #else
@@ -1024,15 +1019,9 @@ __device__ __forceinline__ int64_t DenseFragmentRow(int64_t n0) {
 
 // Grid (ceil(n / 128), ceil(m / kTok)); kThreads threads; DenseSmem<kTok>::kBytes of dynamic shared
 // memory. kTiles: the weight from p.w_tiles (DenseTileOffset's layout; the same bits).
-// p.prefetch: before the PDL wait the block asks L2 for its weight rows' first 512 columns.
 template <int kTok, bool kOverlap = false, bool kTiles = false>
 __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) DenseSplitKernel(const Params p) {
-  PdlPrologue([&] {
-    if constexpr (!kTiles) {
-      PrefetchWeightRows(p, static_cast<int64_t>(blockIdx.x) * kBlockRows, kBlockRows, p.n, 0,
-                         2 * min(p.k, int64_t{kSliceChunks * kChunkCols}));
-    }
-  });
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
@@ -1055,16 +1044,11 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 
 // DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
 // at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
-// ceil(m / kTok)); row block blockIdx.x / kCluster. p.prefetch: before the PDL wait the block asks
-// L2 for its weight rows' slice.
+// ceil(m / kTok)); row block blockIdx.x / kCluster.
 template <int kTok, int kCluster, bool kOverlap = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm)
     DenseSplitSlicesKernel(const Params p) {
-  PdlPrologue([&] {
-    const int64_t first = static_cast<int64_t>(blockIdx.x % kCluster) * kSliceChunks * kChunkCols;
-    PrefetchWeightRows(p, static_cast<int64_t>(blockIdx.x / kCluster) * kBlockRows, kBlockRows, p.n, 2 * first,
-                       2 * min(p.k - first, int64_t{kSliceChunks * kChunkCols}));
-  });
+  PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else

@@ -460,8 +460,8 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   const TensorView last = ws.Alloc(DType::kF32, {n, s, d});
   ops::GatherRows(ctx.op, streams.Reshape({tokens * s * d}), upload(last_rows, DType::kI64), last.Reshape({n, s * d}));
   const TensorView y = ws.Alloc(DType::kF32, {n, d});
-  const ops::HcNorm final_norm{weights_.norm, static_cast<float>(c.rms_norm_eps)};
-  ops::HcHead(ctx.op, last, HcParamsFor(weights_.hc_head, c), y, &final_norm);
+  ops::HcHead(ctx.op, last, HcParamsFor(weights_.hc_head, c), y);
+  ops::RmsNorm(ctx.op, y, weights_.norm, static_cast<float>(c.rms_norm_eps), y);
   // The head takes scratch where a kernel uses it (x's BF16 parts, split once for the whole
   // [vocab, d] product: the same bits as without).
   const size_t head_bytes = ops::LinearScratchBytes(ctx.op, n, weights_.head, ops::LinearInput::kAsIs);
@@ -525,8 +525,8 @@ void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorV
                    comb = ws.Alloc(DType::kF32, {tokens, s, s}), o = ws.Alloc(DType::kF32, {tokens, d}),
                    mid = ws.Alloc(DType::kF32, {tokens, s, d});
 
-  const ops::HcNorm attn_norm{w.attn_norm, eps}, ffn_norm{w.ffn_norm, eps};
-  ops::HcPre(ctx.op, streams, HcParamsFor(w.hc_attn, c), a, post, comb, &attn_norm);
+  ops::HcPre(ctx.op, streams, HcParamsFor(w.hc_attn, c), a, post, comb);
+  ops::RmsNorm(ctx.op, a, w.attn_norm, eps, a);
   const TensorView heads_out = Attention(ctx, w, a);
   // Only now may the chunks' rows enter the rings: their earlier queries read older rows there.
   // Nothing else in the layer reads the ring or writes the fresh rows, so the copy runs beside the
@@ -537,7 +537,8 @@ void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorV
     AttentionOutput(layer_ctx, w, heads_out, o);
     ops::HcPost(layer_ctx.op, o, streams, post, comb, mid);
 
-    ops::HcPre(layer_ctx.op, mid, HcParamsFor(w.hc_ffn, c), a, post, comb, &ffn_norm);
+    ops::HcPre(layer_ctx.op, mid, HcParamsFor(w.hc_ffn, c), a, post, comb);
+    ops::RmsNorm(layer_ctx.op, a, w.ffn_norm, eps, a);
     Moe(layer_ctx, w, a, o);
     ops::HcPost(layer_ctx.op, o, mid, post, comb, streams);
   });
