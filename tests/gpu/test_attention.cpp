@@ -427,35 +427,6 @@ TEST(CudaAttentionSplitBf16, HeadsPerBlockKeepTheBits) {
       << "16 heads per block";
 }
 
-// The 64-head blocks with BF16 inputs stage their rows (cp.async into half a tile, the next
-// tile's first half overlapping the MMAs) or load them through registers (LoadTile): the same BF16
-// rows, so the same bits, at every tile edge (row counts around 16, 32, 48 and 64 and several
-// tiles a rank), every block count, d = 64 and 512, and a padded last head block.
-TEST(CudaAttentionSplitBf16, StagedRowsKeepTheBits) {
-  DI_REQUIRE_GPU();
-  const std::vector<int32_t> counts{1, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 95, 96, 97, 128, 200, 640, 0};
-  for (int64_t d : {64, 512}) {
-    for (int64_t heads : {64, 70}) {
-      for (int blocks : {1, 2, 8}) {
-        SCOPED_TRACE(testing::Message() << "d " << d << ", " << heads << " heads, " << blocks << " blocks per query");
-        AttentionCase c{static_cast<int64_t>(counts.size()), heads, d, 2048, 640, counts, 0, 0, 0, 2.f, false, 131};
-        c.kv_rows = c.bf16_inputs = true;
-        c.blocks_per_query = blocks;
-        c.heads_per_block = 64;
-        const AttentionInputs in = MakeInputs(c);
-        cuda::SetAttentionStagedForTesting(0);
-        const std::vector<float> loaded = GpuAttentionSplitBf16(c, in);
-        cuda::SetAttentionStagedForTesting(1);
-        const std::vector<float> staged = GpuAttentionSplitBf16(c, in);
-        cuda::SetAttentionStagedForTesting(-1);
-        EXPECT_TRUE(AllEqual(staged, loaded, "staged rows"));
-        ExpectWithinRoundingBound(c, GpuAttentionSplitBf16, kSplitAtol, kSplitRtol);
-      }
-    }
-  }
-  EXPECT_THROW(cuda::SetAttentionStagedForTesting(2), std::exception);
-}
-
 TEST(CudaAttention, NoQueriesLaunchesNothing) {
   DI_REQUIRE_GPU();
   cuda::AttentionWithSink(nullptr, 64, nullptr, 32, nullptr, nullptr, 0, nullptr, 0, 2, 32, 1.f, nullptr, 64,

@@ -73,11 +73,5 @@ int AttentionSplitBf16Blocks();
 // it. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (32 or 64; read once, anything else
 // throws) or 64.
 int AttentionSplitBf16BlockHeads();
-// Whether the 64-head blocks with bf16_inputs stage their rows by cp.async and overlap the next
-// tile's first half with this tile's MMAs (attention_mma.cu, "Row loads"): DEEPINFER_ATTENTION_STAGED
-// (0 or 1, read once; default 1) unless a test set it. The bits do not depend on it.
-bool AttentionSplitBf16Staged();
-// Tests only: -1 the environment's choice again, 0 off, 1 on, for the whole process.
-void SetAttentionStagedForTesting(int mode);
 
 }  // namespace deepinfer::cuda

@@ -30,16 +30,8 @@
 // bf16_inputs (kBf16): q is rounded to BF16 once per block into shared memory and each p to BF16
 // as the softmax stores it (the running sums take p unrounded); both then enter the MMAs as their
 // one part (the order above with the mid and lo MMAs left out: they would add zeros).
-//
-// Row loads (kStaged, the 64-head blocks with bf16_inputs; DEEPINFER_ATTENTION_STAGED=0 turns it
-// off): a tile's f32 rows come by cp.async into a stage of half a tile (kStageRows rows) and are
-// rounded to BF16 from there, and the next tile's first half is asked for before this tile's
-// MMAs, so its latency overlaps them; without it (LoadTile) each warp loads a few rows into
-// registers at a time, about four dependent round trips a tile, none overlapped. Both write the
-// same BF16 rows, so the bits do not depend on it.
 #include <cooperative_groups.h>
 
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -59,11 +51,10 @@ constexpr int kGroupHeads = 16;          // heads per warp: the MMA's M
 constexpr int kQPad = 8;                 // floats after each q row in shared memory
 constexpr int kRPad = 8;                 // BF16 values after each tile row
 constexpr int kPStride = kTileRows + 8;  // floats (or BF16 values) per head of the probabilities
-constexpr int kStageRows = kTileRows / 2;  // f32 rows staged at a time (kStaged)
 
 // kBf16: q and the probabilities rounded to BF16 (bf16_inputs), held as BF16 in shared memory and
 // fed to the MMAs by ldmatrix; otherwise f32, split into three parts per fragment.
-template <int kGroups, int kD, int kSplit, bool kBf16, bool kStaged = false>
+template <int kGroups, int kD, int kSplit, bool kBf16>
 struct Shape {
   static_assert(kD % 64 == 0, "d: whole n8 tiles per half (16-column pairs), 16-column k-steps");
   static_assert(kD % (4 * kSplit) == 0, "d: a float4-wide output slice per block of the cluster");
@@ -79,9 +70,7 @@ struct Shape {
   static constexpr size_t kQBytes = kValueBytes * kHeads * (kBf16 ? kRStride : kQStride);
   static constexpr size_t kRBytes = size_t{2} * kTileRows * kRStride;
   static constexpr size_t kPBytes = kValueBytes * kHeads * kPStride;
-  static constexpr size_t kStageOffset = (kQBytes + kRBytes + kPBytes + size_t{4} * kStatFloats + 15) / 16 * 16;
-  static constexpr size_t kStageBytes = kStaged ? size_t{4} * kStageRows * kD : 0;  // f32 [kStageRows][kD]
-  static constexpr size_t kSmemBytes = kStageOffset + kStageBytes;
+  static constexpr size_t kSmemBytes = kQBytes + kRBytes + kPBytes + size_t{4} * kStatFloats;
   // The merge's f32 O [kHeads][kQStride] overwrites q and, if BF16 q is smaller, the row tile.
   static_assert(size_t{4} * kHeads * kQStride <= kQBytes + kRBytes, "O fits the memory of q and the row tile");
   static_assert(kQBytes % 16 == 0 && kRBytes % 16 == 0 && kPBytes % 16 == 0, "16-byte aligned regions");
@@ -200,46 +189,14 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
   }
 }
 
-// kStaged: rows ids[0 .. count) (count <= kStageRows) into stage ([kStageRows][kD] f32) by
-// cp.async; the caller waits (CpAsyncWaitAll) and meets a barrier before reading them.
-template <int kD, int kThreads>
-__device__ __forceinline__ void IssueStage(const AttentionArgs& a, const int32_t* ids, int count, float* stage,
-                                           int tid) {
-  constexpr int kF4 = kD / 4;
-  for (int e = tid; e < count * kF4; e += kThreads) {
-    const int r = e / kF4, c4 = e % kF4;
-    CpAsync16(stage + r * kD + 4 * c4, a.rows + static_cast<int64_t>(__ldg(ids + r)) * a.row_stride + 4 * c4);
-  }
-}
-
-// kStaged: tile rows [0, padded) of rs_half from the stage, rounded to nearest BF16 as LoadTile
-// rounds them: stage row r where r < valid, zeros from there on (the 16-row steps' padding).
-template <int kD, int kRStride, int kThreads>
-__device__ __forceinline__ void ConvertStage(const float* stage, int valid, int padded, __nv_bfloat16* rs_half,
-                                             int tid) {
-  constexpr int kF4 = kD / 4;
-  for (int e = tid; e < padded * kF4; e += kThreads) {
-    const int r = e / kF4, c4 = e % kF4;
-    const float4 v = r < valid ? *reinterpret_cast<const float4*>(stage + r * kD + 4 * c4)
-                               : make_float4(0.f, 0.f, 0.f, 0.f);
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
-    uint2 packed;
-    packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(rs_half + r * kRStride + 4 * c4) = packed;
-  }
-}
-
 // Blocks of one or two head groups may share an SM (where their shared memory fits: BF16 q and p).
-template <int kGroups, int kD, int kSplit, bool kBf16, bool kStaged>
+template <int kGroups, int kD, int kSplit, bool kBf16>
 __global__ void __cluster_dims__(kSplit, 1, 1)
-    __launch_bounds__(Shape<kGroups, kD, kSplit, kBf16, kStaged>::kThreads, kGroups <= 2 ? 2 : 1)
+    __launch_bounds__(Shape<kGroups, kD, kSplit, kBf16>::kThreads, kGroups <= 2 ? 2 : 1)
         AttentionSplitBf16Kernel(AttentionArgs a) {
   PdlPrologue();
   namespace cg = cooperative_groups;
-  using S = Shape<kGroups, kD, kSplit, kBf16, kStaged>;
-  static_assert(!kStaged || kBf16, "the stage takes the memory f32 q and probabilities would need");
+  using S = Shape<kGroups, kD, kSplit, kBf16>;
   extern __shared__ float4 smem4[];
   char* smem = reinterpret_cast<char*>(smem4);
   float* qs = reinterpret_cast<float*>(smem);  // [kHeads][kQStride] f32, or kBf16: [kHeads][kRStride] BF16
@@ -253,7 +210,6 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   float* sum_s = max_s + S::kHeads;                                            // [kHeads]
   float* factor_s = sum_s + S::kHeads;                                         // [kHeads][kSplit]
   float* total_s = factor_s + S::kHeads * kSplit;                              // [kHeads]
-  float* stage = reinterpret_cast<float*>(smem + S::kStageOffset);             // kStaged: [kStageRows][kD]
 
   const cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -277,12 +233,6 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   const int used_ranks = (tiles + tiles_per_rank - 1) / tiles_per_rank;  // ranks past it have no rows
   const int row_begin = min(n, rank * tiles_per_rank * kTileRows);
   const int row_end = min(n, row_begin + tiles_per_rank * kTileRows);
-  const int32_t* ids = a.row_ids + m * a.max_rows;
-  if constexpr (kStaged) {  // the first tile's first half, in flight while q is loaded
-    if (row_begin < row_end) {
-      IssueStage<kD, S::kThreads>(a, ids + row_begin, min(kStageRows, row_end - row_begin), stage, tid);
-    }
-  }
 
   if (row_begin < row_end) {  // uniform over the block; the first tile's wait completes the copies
     const float* q_m = a.q + m * a.q_stride + static_cast<int64_t>(head0) * kD;
@@ -318,6 +268,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
 #pragma unroll
   for (int j = 0; j < S::kHalfTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
+  const int32_t* ids = a.row_ids + m * a.max_rows;
   const int r_half = 32 * half;  // this warp's first tile row for S
   const float* q_top = qs + h_lo * S::kQStride + 2 * tq;
   const float* q_bottom = q_top + 8 * S::kQStride;
@@ -337,28 +288,9 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
 
   for (int t0 = row_begin; t0 < row_end; t0 += kTileRows) {
     const int tile_n = min(kTileRows, row_end - t0);
-    if constexpr (kStaged) {
-      // This tile's first half is in flight (issued before q's load or the previous tile's MMAs).
-      const int padded = min(kTileRows, (tile_n + 15) / 16 * 16);
-      CpAsyncWaitAll();
-      __syncthreads();  // the first half staged (and q stored, on the first tile)
-      ConvertStage<kD, S::kRStride, S::kThreads>(stage, min(tile_n, kStageRows), min(padded, kStageRows), rs, tid);
-      if (padded > kStageRows) {  // tile_n > kStageRows
-        __syncthreads();  // the stage read
-        IssueStage<kD, S::kThreads>(a, ids + t0 + kStageRows, tile_n - kStageRows, stage, tid);
-        CpAsyncWaitAll();
-        __syncthreads();
-        ConvertStage<kD, S::kRStride, S::kThreads>(stage, tile_n - kStageRows, padded - kStageRows,
-                                                    rs + kStageRows * S::kRStride, tid);
-      }
-      __syncthreads();  // rs complete, the stage free
-      const int next = t0 + kTileRows;
-      if (next < row_end) IssueStage<kD, S::kThreads>(a, ids + next, min(kStageRows, row_end - next), stage, tid);
-    } else {
-      LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
-      CpAsyncWaitAll();
-      __syncthreads();
-    }
+    LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
+    CpAsyncWaitAll();
+    __syncthreads();
 
     // 1. Scores of the group's 16 heads against this warp's 32 tile rows (4 n8 tiles; a pair of
     // them per ldmatrix), skipping pairs wholly past tile_n.
@@ -566,12 +498,12 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
-template <int kGroups, int kD, int kSplit, bool kBf16, bool kStaged = false>
+template <int kGroups, int kD, int kSplit, bool kBf16>
 void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
-  using S = Shape<kGroups, kD, kSplit, kBf16, kStaged>;
+  using S = Shape<kGroups, kD, kSplit, kBf16>;
   static_assert(S::kSmemBytes <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
   const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
-  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit, kBf16, kStaged>;
+  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit, kBf16>;
   if (S::kSmemBytes > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(S::kSmemBytes)),
@@ -590,8 +522,6 @@ void LaunchGroups(const AttentionArgs& a, int64_t num_queries, int heads_per_blo
     LaunchSplit<1, kD, kSplit, kBf16>(a, num_queries, stream);
   } else if (a.num_heads <= 2 * kGroupHeads || heads_per_block == 2 * kGroupHeads) {
     LaunchSplit<2, kD, kSplit, kBf16>(a, num_queries, stream);
-  } else if (kBf16 && AttentionSplitBf16Staged()) {
-    LaunchSplit<4, kD, kSplit, kBf16, kBf16>(a, num_queries, stream);
   } else {
     LaunchSplit<4, kD, kSplit, kBf16>(a, num_queries, stream);
   }
@@ -628,28 +558,6 @@ int AttentionSplitBf16Blocks() {
     ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16", message.c_str());
   }();
   return blocks;
-}
-
-namespace {
-std::atomic<int> g_staged_test{-1};  // SetAttentionStagedForTesting
-}  // namespace
-
-bool AttentionSplitBf16Staged() {
-  static const bool from_environment = [] {
-    const char* v = std::getenv("DEEPINFER_ATTENTION_STAGED");
-    if (v == nullptr || *v == '\0') return true;
-    const std::string s(v);
-    if (s == "0" || s == "1") return s == "1";
-    const std::string message = "DEEPINFER_ATTENTION_STAGED must be 0 or 1, got '" + s + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16", message.c_str());
-  }();
-  const int test = g_staged_test.load();
-  return test < 0 ? from_environment : test == 1;
-}
-
-void SetAttentionStagedForTesting(int mode) {
-  if (mode < -1 || mode > 1) ThrowCudaError(__FILE__, __LINE__, "SetAttentionStagedForTesting", "takes -1, 0 or 1");
-  g_staged_test.store(mode);
 }
 
 int AttentionSplitBf16BlockHeads() {
