@@ -93,7 +93,7 @@ if [[ ${quick:-0} -eq 1 ]]; then
     --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1
   grep -vE "^\[v4" "$final/bench.txt" | tail -14
   if [[ ${#variants[@]} -gt 0 ]]; then
-    columns=("base=$final/steps.json")
+    columns=("this=$final/steps.json")  # this build under the caller's environment; a base binary is a variant
     work=$data
     for variant in "${variants[@]}"; do
       IFS=';' read -r name environment flags variant_dist <<<"$variant"
