@@ -1,0 +1,56 @@
+#include "kernels/cpu/state_row.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.h"
+#include "kernels/cpu/ue8m0.h"
+#include "tensor/dtype.h"
+
+namespace deepinfer::cpu {
+
+void PackedRowFormat::Validate() const {
+  DI_CHECK(dim > 0 && block > 0 && fp8_end >= 0 && fp8_end <= dim && fp8_end % block == 0,
+           "packed row format: needs dim > 0, block > 0, 0 <= fp8_end <= dim and fp8_end a multiple of block "
+           "(dim {}, fp8_end {}, block {})",
+           dim, fp8_end, block);
+}
+
+void EncodePackedRow(const PackedRowFormat& f, const float* x, uint8_t* out) {
+  uint8_t* scale_bytes = out + f.scale_offset();
+  for (int64_t b = 0; b < f.scales(); ++b) {
+    const float* v = x + b * f.block;
+    float amax = 0.f;
+    for (int64_t i = 0; i < f.block; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float scale = Ue8m0BlockScale(amax, kE4m3AmaxFloor, kE4m3InvMax);
+    for (int64_t i = 0; i < f.block; ++i) {
+      out[b * f.block + i] = F32ToE4m3(std::clamp(v[i] / scale, -kE4m3Max, kE4m3Max));
+    }
+    // A power of two (or +inf for a block holding an infinity): its biased exponent is the byte.
+    scale_bytes[b] = static_cast<uint8_t>((F32Bits(scale) >> 23) & 0xffu);
+  }
+  for (int64_t c = f.fp8_end; c < f.dim; ++c) {
+    const uint16_t h = F32ToBf16(x[c]);
+    std::memcpy(out + f.bf16_offset() + 2 * (c - f.fp8_end), &h, sizeof(h));
+  }
+  const int64_t used = f.scale_offset() + f.scales();
+  std::memset(out + used, 0, static_cast<size_t>(f.row_bytes() - used));
+}
+
+void DecodePackedRow(const PackedRowFormat& f, const uint8_t* in, float* x) {
+  const uint8_t* scale_bytes = in + f.scale_offset();
+  for (int64_t b = 0; b < f.scales(); ++b) {
+    // The scale's own bits (byte 255 is +inf, as the encoder wrote it), not E8m0ToF32's NaN:
+    // code times scale is then Fp8RoundTrip's product.
+    const float scale = F32FromBits(static_cast<uint32_t>(scale_bytes[b]) << 23);
+    for (int64_t i = 0; i < f.block; ++i) x[b * f.block + i] = E4m3ToF32(in[b * f.block + i]) * scale;
+  }
+  for (int64_t c = f.fp8_end; c < f.dim; ++c) {
+    uint16_t h;
+    std::memcpy(&h, in + f.bf16_offset() + 2 * (c - f.fp8_end), sizeof(h));
+    x[c] = Bf16ToF32(h);
+  }
+}
+
+}  // namespace deepinfer::cpu
