@@ -33,7 +33,8 @@ struct PackedRowFormat {
 // V4's main rows (§6.2): dim 512, 448 e4m3 channels in blocks of 64, 64 BF16 rope channels.
 constexpr PackedRowFormat kV4MainRow{512, 448, 64};
 
-// One row x[dim] into out[row_bytes()]. Per block: scale = Ue8m0BlockScale(amax), codes
+// One row x[dim] into out[row_bytes()], for a format that passes Validate() (not checked here: the
+// callers check once per format, not per row). Per block: scale = Ue8m0BlockScale(amax), codes
 // F32ToE4m3(clamp(x / scale, ±448)), as Fp8RoundTrip rounds; the other channels F32ToBf16.
 // DecodePackedRow of the result equals Fp8RoundTrip(x[0, fp8_end), block) followed by
 // Bf16Round(x[fp8_end, dim)) bit for bit, except that a NaN among the BF16 channels decodes as a
