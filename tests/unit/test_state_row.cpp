@@ -41,7 +41,8 @@ std::vector<float> RoundTrip(const PackedRowFormat& f, const std::vector<float>&
   return y;
 }
 
-// Bit equality, except that two NaNs are equal whatever their payloads where `nan_payloads_free`.
+// Bit equality, except that from channel nan_payloads_free_from on two NaNs are equal whatever
+// their payloads.
 void ExpectSameBits(const std::vector<float>& got, const std::vector<float>& want, int64_t nan_payloads_free_from) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {

@@ -108,16 +108,19 @@ void Rope(const TensorView& x, const int64_t* positions, const std::vector<float
   }
 }
 
+float E4m3BlockScale(const float* x, int64_t n) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return Ue8m0BlockScale(amax, kE4m3AmaxFloor, kE4m3InvMax);
+}
+
+uint8_t E4m3CodeAtScale(float v, float scale) { return F32ToE4m3(std::clamp(v / scale, -kE4m3Max, kE4m3Max)); }
+
 void Fp8RoundTrip(float* x, int64_t n, int64_t block) {
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
-    float amax = 0.f;
-    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float scale = Ue8m0BlockScale(amax, kE4m3AmaxFloor, kE4m3InvMax);
-    for (int64_t i = b0; i < b1; ++i) {
-      const float q = std::clamp(x[i] / scale, -kE4m3Max, kE4m3Max);
-      x[i] = E4m3ToF32(F32ToE4m3(q)) * scale;
-    }
+    const float scale = E4m3BlockScale(x + b0, b1 - b0);
+    for (int64_t i = b0; i < b1; ++i) x[i] = E4m3ToF32(E4m3CodeAtScale(x[i], scale)) * scale;
   }
 }
 

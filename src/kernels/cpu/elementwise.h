@@ -34,6 +34,10 @@ void Rope(const TensorView& x, const int64_t* positions, const std::vector<float
 // trip. When n is not a multiple of `block` (small test configs; the reference asserts it is)
 // the last block is the shorter remainder, with its own scale.
 void Fp8RoundTrip(float* x, int64_t n, int64_t block);
+// Fp8RoundTrip's two halves for one block, shared with the packed state rows (state_row.h): the
+// block's scale from its n values, and one value's e4m3 code at that scale (clamped to ±448).
+float E4m3BlockScale(const float* x, int64_t n);
+uint8_t E4m3CodeAtScale(float v, float scale);
 // In place: each value rounded to the nearest BF16 (ties to even; NaN stays NaN, values past the
 // largest BF16 become ±inf): torch's .to(torch.bfloat16), the precision of the reference's stored
 // rope channels.

@@ -1,10 +1,9 @@
 #include "kernels/cpu/state_row.h"
 
-#include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "base/error.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/ue8m0.h"
 #include "tensor/dtype.h"
 
@@ -21,12 +20,8 @@ void EncodePackedRow(const PackedRowFormat& f, const float* x, uint8_t* out) {
   uint8_t* scale_bytes = out + f.scale_offset();
   for (int64_t b = 0; b < f.scales(); ++b) {
     const float* v = x + b * f.block;
-    float amax = 0.f;
-    for (int64_t i = 0; i < f.block; ++i) amax = std::max(amax, std::fabs(v[i]));
-    const float scale = Ue8m0BlockScale(amax, kE4m3AmaxFloor, kE4m3InvMax);
-    for (int64_t i = 0; i < f.block; ++i) {
-      out[b * f.block + i] = F32ToE4m3(std::clamp(v[i] / scale, -kE4m3Max, kE4m3Max));
-    }
+    const float scale = E4m3BlockScale(v, f.block);
+    for (int64_t i = 0; i < f.block; ++i) out[b * f.block + i] = E4m3CodeAtScale(v[i], scale);
     // A power of two (or +inf for a block holding an infinity): its biased exponent is the byte.
     scale_bytes[b] = static_cast<uint8_t>((F32Bits(scale) >> 23) & 0xffu);
   }

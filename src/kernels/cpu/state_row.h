@@ -34,8 +34,8 @@ struct PackedRowFormat {
 constexpr PackedRowFormat kV4MainRow{512, 448, 64};
 
 // One row x[dim] into out[row_bytes()], for a format that passes Validate() (not checked here: the
-// callers check once per format, not per row). Per block: scale = Ue8m0BlockScale(amax), codes
-// F32ToE4m3(clamp(x / scale, ±448)), as Fp8RoundTrip rounds; the other channels F32ToBf16.
+// callers check once per format, not per row). Per block: Fp8RoundTrip's scale and codes
+// (E4m3BlockScale, E4m3CodeAtScale in elementwise.h); the other channels F32ToBf16.
 // DecodePackedRow of the result equals Fp8RoundTrip(x[0, fp8_end), block) followed by
 // Bf16Round(x[fp8_end, dim)) bit for bit, except that a NaN among the BF16 channels decodes as a
 // quiet NaN with other payload bits. A row already so rounded decodes to itself: the scale
