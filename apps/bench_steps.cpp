@@ -143,7 +143,8 @@ void RunSteps(StepsArgs& a) {
                      {"indexer_fp4", a.numerics.indexer_fp4},
                      {"bf16_attention_output", a.numerics.bf16_attention_output},
                      {"bf16_attention_inputs", a.numerics.bf16_attention_inputs},
-                     {"fold_fp4_experts", a.numerics.fold_fp4_experts}};
+                     {"fold_fp4_experts", a.numerics.fold_fp4_experts},
+                     {"f32_state_rows", a.numerics.f32_state_rows}};
   report["layer_mix"] = nlohmann::json::object();
   for (const auto& [ratio, count] : mix) report["layer_mix"][std::to_string(ratio)] = count;
   if (a.decode) {

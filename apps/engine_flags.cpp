@@ -52,6 +52,9 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
                 "CUDA with --tensor-cores --fp8-activations on sm_90a: keep the routed FP4 experts folded into e4m3 "
                 "codes for the whole run (about twice their bytes of device memory; the same outputs), so that no "
                 "step converts their nibbles");
+  app->add_flag("--f32-state-rows", n.f32_state_rows,
+                "with --kv-fp8, keep the state's attention rows as f32 (2,048 bytes a V4 row) instead of the packed "
+                "FP8 rows of dsv4-model.md 6.2 (592 bytes; the same outputs): for comparisons");
 }
 
 EngineOptions ResolveEngineOptions(const EngineFlags& f) {

@@ -42,6 +42,10 @@ struct Numerics {
   // warpgroup-MMA device keeps the routed FP4 experts folded into e4m3 codes for the whole run
   // (about twice their bytes of device memory), so that no step converts their nibbles.
   bool fold_fp4_experts = false;
+  // Not a numerics change (the same bits): with kv_fp8 the state holds its attention rows (raw
+  // windows, compressed main rows, fresh rows) as f32 instead of dsv4-model.md §6.2's packed FP8
+  // rows (v4_state.h). For comparisons; the packed rows are the default.
+  bool f32_state_rows = false;
 };
 
 // Per-sequence model state (windows, compressor state, paged rows), owned by the runner.

@@ -14,6 +14,7 @@
 #include "kernels/cpu/moe.h"
 #include "kernels/cpu/rows_plan.h"
 #include "kernels/cpu/sampler_row.h"
+#include "kernels/cpu/state_row.h"
 #include "ops/op_context.h"
 #include "tensor/linear_weight.h"
 #include "tensor/tensor_view.h"
@@ -160,6 +161,13 @@ void DeviceSpin(const OpContext& ctx, int64_t microseconds);
 // src_offsets / dst_offsets: I64 [n]; rows: [n, width] f32.
 void GatherRows(const OpContext& ctx, const TensorView& base, const TensorView& src_offsets, const TensorView& dst);
 void ScatterRows(const OpContext& ctx, const TensorView& src, const TensorView& base, const TensorView& dst_offsets);
+// Rows src [n, format.dim] f32 encoded as packed rows (cpu::PackRows) into base at the float
+// offsets dst_offsets (I64 [n]), or, with dst_offsets empty, at first_offset + i·row_pitch()/4.
+void PackRows(const OpContext& ctx, const cpu::PackedRowFormat& format, const TensorView& src, const TensorView& base,
+              const TensorView& dst_offsets, int64_t first_offset);
+// Benchmarks: cpu::FillHashPackedRows into the F32 buffer `base` (memory of the context's device).
+void FillHashPackedRows(const OpContext& ctx, const cpu::PackedRowFormat& format, const cpu::PackedRowRegions& regions,
+                        uint64_t seed, float* base);
 // plan pointers are memory of the context's device. row_ids I32 [T, max_rows], counts I32 [T];
 // index_ids I32 [T, max_index_rows] (empty: no index outputs), num_visible / num_candidates I32 [T].
 void BuildAttentionRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& geometry,
@@ -170,20 +178,28 @@ void AppendSelectedRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, con
                         const TensorView& counts);
 
 // ---- attention sublayer, batched over the step's tokens ------------------------------------
-// What the caller guarantees about the rows' values: kExactInBf16, every value is a BF16 value
-// (Numerics::kv_fp8's rows), lets the CUDA op run on tensor cores with ctx.tensor_core_linears
+// How the rows are stored, and what the caller guarantees about their values. kF32: f32 rows of d.
+// kExactInBf16: f32 rows of d whose every value is a BF16 value (Numerics::kv_fp8's rows).
+// kPacked: packed rows (cpu::PackedRowFormat, dim d) at row_pitch() bytes, decoded as
+// cpu::DecodePackedRow does (their values are e4m3 codes times powers of two and BF16 values).
+// The last two let the CUDA op run on tensor cores with ctx.tensor_core_linears
 // (cuda::AttentionWithSinkSplitBf16: exact products, f32 sums rounded differently).
-enum class AttentionRows { kF32, kExactInBf16 };
+enum class AttentionRows { kF32, kExactInBf16, kPacked };
+struct AttentionRowFormat {
+  AttentionRows kind = AttentionRows::kF32;
+  cpu::PackedRowFormat packed;  // kPacked only
+};
 // What the attention rounds (Numerics::bf16_attention_inputs): kBf16 rounds q to BF16 (nearest
 // even) as it reads it, and each probability e^{s − max} before it weights its row; the softmax
 // denominators sum the unrounded probabilities (cpu::AttentionWithSink has the exact rule).
 enum class AttentionInputs { kF32, kBf16 };
 
-// out[t] = AttentionWithSink(q[t], rows base[row_ids[t, j]·d], j < counts[t]) for every token.
+// out[t] = AttentionWithSink(q[t], rows at base[row_ids[t, j]·w], j < counts[t]) for every token,
+// w the row's width in floats (d, or kPacked's row_pitch() / 4).
 // q, out: [T, H, d] f32; row_ids I32 [T, max_rows]; counts I32 [T]; sinks F32 [H]. q is not written.
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
                      const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out,
-                     AttentionRows rows_format, AttentionInputs inputs);
+                     const AttentionRowFormat& rows_format, AttentionInputs inputs);
 // The lightning indexer for every token: scores of its candidate index rows (base rows of width
 // dk at index_ids[t, j], j < num_visible[t]) and the top_k of them as candidate positions in
 // ascending order (selected I32 [T, top_k], selected_counts I32 [T]). Both backends break ties

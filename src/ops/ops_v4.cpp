@@ -11,6 +11,7 @@
 #include "kernels/cpu/hash_uniform.h"
 #include "kernels/cpu/indexer.h"
 #include "kernels/cpu/rows.h"
+#include "kernels/cpu/state_row.h"
 #include "ops/dispatch.h"
 #include "ops/ops.h"
 
@@ -109,6 +110,29 @@ void ScatterRows(const OpContext& ctx, const TensorView& src, const TensorView& 
   cpu::ScatterRows(src.data<float>(), src.stride(0), n, width, base.data<float>(), I64(dst_offsets));
 }
 
+void PackRows(const OpContext& ctx, const cpu::PackedRowFormat& format, const TensorView& src, const TensorView& base,
+              const TensorView& dst_offsets, int64_t first_offset) {
+  CheckDevice(ctx, "pack_rows", {&src, &base, &dst_offsets});
+  format.Validate();
+  const int64_t n = src.size(0);
+  DI_CHECK(src.dtype() == DType::kF32 && src.ndim() == 2 && src.size(1) == format.dim && src.stride(1) == 1,
+           "pack_rows: src {} is not [n, {}] f32 with unit column stride", src.ShapeString(), format.dim);
+  DI_CHECK(dst_offsets.empty() || (dst_offsets.dtype() == DType::kI64 && dst_offsets.numel() == n),
+           "pack_rows: {} offsets for {} rows", dst_offsets.numel(), n);
+  const int64_t* offsets = dst_offsets.empty() ? nullptr : I64(dst_offsets);
+  DI_ON_CUDA(ctx, "pack_rows",
+             cuda::PackRows(format, src.data<float>(), src.stride(0), n, base.data<float>(), offsets, first_offset,
+                            ctx.stream));
+  cpu::PackRows(format, src.data<float>(), src.stride(0), n, base.data<float>(), offsets, first_offset);
+}
+
+void FillHashPackedRows(const OpContext& ctx, const cpu::PackedRowFormat& format, const cpu::PackedRowRegions& regions,
+                        uint64_t seed, float* base) {
+  format.Validate();
+  DI_ON_CUDA(ctx, "fill_hash_packed_rows", cuda::FillHashPackedRows(format, regions, seed, base, ctx.stream));
+  cpu::FillHashPackedRows(format, regions, seed, base);
+}
+
 void BuildAttentionRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, const cpu::LayerRowGeometry& geometry,
                         const TensorView& row_ids, const TensorView& counts, const TensorView& index_ids,
                         const TensorView& num_visible, const TensorView& num_candidates) {
@@ -136,24 +160,34 @@ void AppendSelectedRows(const OpContext& ctx, const cpu::StepRowsPlan& plan, con
 
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
                      const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out,
-                     AttentionRows rows_format, AttentionInputs inputs) {
+                     const AttentionRowFormat& rows_format, AttentionInputs inputs) {
   CheckDevice(ctx, "sparse_attention", {&q, &base, &row_ids, &counts, &sinks, &out});
   const int64_t tokens = q.size(0), heads = q.size(1), d = q.size(2), max_rows = row_ids.size(1);
   DI_CHECK(q.is_contiguous() && out.is_contiguous() && out.numel() == q.numel(), "sparse_attention: layout");
+  const bool packed = rows_format.kind == AttentionRows::kPacked;
+  if (packed) {
+    rows_format.packed.Validate();
+    DI_CHECK(rows_format.packed.dim == d, "sparse_attention: packed rows of {} values for heads of {}",
+             rows_format.packed.dim, d);
+  }
+  const int64_t row_floats = packed ? rows_format.packed.row_pitch() / 4 : d;
   const bool bf16_inputs = inputs == AttentionInputs::kBf16;
   // The kernel depends on the numerics, the shapes and the buffers' alignment, never on the
   // batch, so every step of a run takes the same one.
   DI_ON_CUDA(ctx, "sparse_attention",
-             if (ctx.tensor_core_linears && rows_format == AttentionRows::kExactInBf16 &&
-                 cuda::AttentionSplitBf16Usable(q.data<float>(), heads * d, base.data<float>(), d, heads, d)) {
-               cuda::AttentionWithSinkSplitBf16(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids),
-                                                I32(counts), max_rows, sinks.data<float>(), tokens, heads, d, scale,
-                                                out.data<float>(), heads * d, ctx.stream, /*blocks_per_query=*/0,
-                                                bf16_inputs);
+             const cpu::PackedRowFormat* packed_format = packed ? &rows_format.packed : nullptr;
+             if (ctx.tensor_core_linears && rows_format.kind != AttentionRows::kF32 &&
+                 cuda::AttentionSplitBf16Usable(q.data<float>(), heads * d, base.data<float>(), row_floats, heads, d,
+                                                packed_format)) {
+               cuda::AttentionWithSinkSplitBf16(q.data<float>(), heads * d, base.data<float>(), row_floats,
+                                                I32(row_ids), I32(counts), max_rows, sinks.data<float>(), tokens,
+                                                heads, d, scale, out.data<float>(), heads * d, ctx.stream,
+                                                /*blocks_per_query=*/0, bf16_inputs, /*heads_per_block=*/0,
+                                                packed_format);
              } else {
-               cuda::AttentionWithSink(q.data<float>(), heads * d, base.data<float>(), d, I32(row_ids), I32(counts),
-                                       max_rows, sinks.data<float>(), tokens, heads, d, scale, out.data<float>(),
-                                       heads * d, ctx.stream, bf16_inputs);
+               cuda::AttentionWithSink(q.data<float>(), heads * d, base.data<float>(), row_floats, I32(row_ids),
+                                       I32(counts), max_rows, sinks.data<float>(), tokens, heads, d, scale,
+                                       out.data<float>(), heads * d, ctx.stream, bf16_inputs, packed_format);
              });
   const float* rows = base.data<float>();
   // One task per token: each token's result depends on its own rows only.
@@ -163,7 +197,12 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
       const int32_t n = I32(counts)[t];
       const int32_t* ids = I32(row_ids) + t * max_rows;
       for (int32_t j = 0; j < n; ++j) {
-        std::memcpy(keys.data() + j * d, rows + static_cast<int64_t>(ids[j]) * d, d * sizeof(float));
+        const float* row = rows + static_cast<int64_t>(ids[j]) * row_floats;
+        if (packed) {
+          cpu::DecodePackedRow(rows_format.packed, reinterpret_cast<const uint8_t*>(row), keys.data() + j * d);
+        } else {
+          std::memcpy(keys.data() + j * d, row, d * sizeof(float));
+        }
       }
       cpu::AttentionWithSink(q.data<float>() + t * heads * d, heads, keys.data(), n, d, sinks.data<float>(), scale,
                              scores.data(), out.data<float>() + t * heads * d, bf16_inputs);

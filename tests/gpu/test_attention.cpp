@@ -14,6 +14,7 @@
 #include "gpu/gpu_test_util.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/state_row.h"
 #include "kernels/cuda/attention.h"
 
 namespace deepinfer::test {
@@ -425,6 +426,49 @@ TEST(CudaAttentionSplitBf16, HeadsPerBlockKeepTheBits) {
                                                 128, 1.f, buf.get(), 128, nullptr, 0, false, 16),
                std::exception)
       << "16 heads per block";
+}
+
+// Packed rows (kernels/cpu/state_row.h, the state's rows under kv_fp8) decode to exactly the values
+// of the f32 rows they encode, so each kernel gives the same bits from either pool: Flash's
+// d = 512 (448 e4m3 channels in 7 blocks) and d = 128 with 112 e4m3 channels (a partial second
+// block), q and the probabilities in f32 and in BF16.
+TEST(CudaAttention, PackedRowsGiveTheBitsOfF32Rows) {
+  DI_REQUIRE_GPU();
+  for (AttentionCase c : {AttentionCase{5, 64, 512, 1024, 640, {640, 128, 1, 377, 0}, 0, 0, 0, 1.f, false, 91},
+                          AttentionCase{4, 20, 128, 300, 200, {200, 33, 129, 64}, 0, 0, 0, 2.f, true, 92}}) {
+    c.kv_rows = true;
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "d " << c.head_dim << (bf16 ? ", BF16 inputs" : ", f32 inputs"));
+      c.bf16_inputs = bf16;
+      const AttentionInputs in = MakeInputs(c);
+      const cpu::PackedRowFormat f{c.head_dim, c.head_dim - c.head_dim / 8, 64};
+      const int64_t pitch_floats = f.row_pitch() / 4;
+      std::vector<float> pool(c.pool_rows * pitch_floats);
+      cpu::PackRows(f, in.rows.data(), in.row_stride, c.pool_rows, pool.data(), nullptr, 0);
+      DeviceArray<float> q(in.q), rows(pool), sinks(in.sinks);
+      DeviceArray<int32_t> ids(in.row_ids), counts(c.counts);
+      DeviceArray<float> simt(std::vector<float>(c.queries * in.out_stride, kSentinel));
+      DeviceArray<float> split(std::vector<float>(c.queries * in.out_stride, kSentinel));
+      cuda::AttentionWithSink(q.get(), in.q_stride, rows.get(), pitch_floats, ids.get(), counts.get(), c.max_rows,
+                              sinks.get(), c.queries, c.heads, c.head_dim, in.scale, simt.get(), in.out_stride, nullptr,
+                              c.bf16_inputs, &f);
+      ASSERT_TRUE(cuda::AttentionSplitBf16Usable(q.get(), in.q_stride, rows.get(), pitch_floats, c.heads, c.head_dim,
+                                                 &f));
+      cuda::AttentionWithSinkSplitBf16(q.get(), in.q_stride, rows.get(), pitch_floats, ids.get(), counts.get(),
+                                       c.max_rows, sinks.get(), c.queries, c.heads, c.head_dim, in.scale, split.get(),
+                                       in.out_stride, nullptr, 0, c.bf16_inputs, 0, &f);
+      EXPECT_TRUE(AllEqual(Bits(simt.ToHost()), Bits(GpuAttention(c, in)), "SIMT kernel, packed against f32 rows"));
+      EXPECT_TRUE(AllEqual(Bits(split.ToHost()), Bits(GpuAttentionSplitBf16(c, in)),
+                           "split-BF16 kernel, packed against f32 rows"));
+    }
+  }
+  // What the kernels cannot decode is refused: BF16 channels not 8-byte aligned (fp8_end 100).
+  DeviceArray<float> buf(std::vector<float>(4096, 0.f));
+  const cpu::PackedRowFormat odd{128, 100, 64};
+  EXPECT_FALSE(cuda::AttentionSplitBf16Usable(buf.get(), 128, buf.get(), 64, 1, 128, &odd));
+  EXPECT_THROW(cuda::AttentionWithSink(buf.get(), 128, buf.get(), 64, nullptr, nullptr, 0, buf.get(), 1, 1, 128, 1.f,
+                                       buf.get(), 128, nullptr, false, &odd),
+               std::exception);
 }
 
 TEST(CudaAttention, NoQueriesLaunchesNothing) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <numeric>
 #include <ostream>
@@ -13,6 +15,7 @@
 
 #include "gpu/gpu_test_util.h"
 #include "kernels/cpu/rows.h"
+#include "kernels/cpu/state_row.h"
 #include "kernels/cuda/rows.h"
 
 namespace deepinfer {
@@ -225,7 +228,7 @@ cpu::LayerRowGeometry MakeGeometry(const GeoSpec& s, int64_t num_slots, int64_t 
   const int64_t l = std::lcm(s.head_dim, s.index_dim);
   const auto up = [l](int64_t x) { return (x + l - 1) / l * l; };
   cpu::LayerRowGeometry g;
-  g.head_dim = s.head_dim;
+  g.row_floats = s.head_dim;
   g.index_dim = s.index_dim;
   g.window = s.window;
   g.ratio = s.ratio;
@@ -259,7 +262,7 @@ TEST_P(CudaAttentionRows, BuildAndAppendMatchCpu) {
   const HostPlan h = MakePlan(MakeChunks(rng, c.geo.window, c.max_pos), c.geo, rng);
   const cpu::LayerRowGeometry g = MakeGeometry(c.geo, h.num_slots, h.num_blocks);
   const int64_t m = static_cast<int64_t>(h.token_pos.size());
-  ASSERT_LT((g.fresh_base + m * g.head_dim) / g.head_dim, int64_t{INT32_MAX});  // ids fit int32
+  ASSERT_LT((g.fresh_base + m * g.row_floats) / g.row_floats, int64_t{INT32_MAX});  // ids fit int32
   const int64_t ratio = c.geo.ratio;
   const int64_t max_rows = c.geo.window + (ratio == 128 ? (h.max_pos + 1) / 128 : 0) + c.top_k + 3;
   const int64_t max_index_rows = (ratio == 4 ? (h.max_pos + 1) / 4 : 0) + 2;
@@ -340,7 +343,7 @@ TEST(CudaAttentionRowsEmpty, NoTokensIsANoOp) {
   DI_REQUIRE_GPU();
   const cpu::StepRowsPlan plan;
   cpu::LayerRowGeometry g;
-  g.head_dim = 512;
+  g.row_floats = 512;
   g.index_dim = 128;
   g.window = 128;
   g.ratio = 4;
@@ -348,6 +351,74 @@ TEST(CudaAttentionRowsEmpty, NoTokensIsANoOp) {
   cuda::BuildAttentionRows(plan, g, nullptr, nullptr, 0, nullptr, nullptr, nullptr, 0, nullptr);
   cuda::AppendSelectedRows(plan, g, nullptr, nullptr, 512, nullptr, nullptr, 0, nullptr);
   DI_CUDA_CHECK(cudaDeviceSynchronize(), "empty step");
+}
+
+// ---- Packed rows (kernels/cpu/state_row.h) -----------------------------------------------------
+
+// Rows of mixed kinds: uniform values, values spread over many binades, blocks below the 1e-4 amax
+// floor, signed zeros, e4m3 ties, and every eleventh row with an infinity, a NaN and a -inf
+// (unrounded: the encoder rounds them as Fp8RoundTrip would).
+std::vector<float> MixedRows(int64_t n, int64_t dim, uint64_t seed) {
+  std::vector<float> x = test::RandomFloats(static_cast<size_t>(n * dim), seed);
+  std::mt19937_64 rng(seed + 1);
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = x.data() + r * dim;
+    for (int64_t c = 0; c < dim; ++c) {
+      switch ((r + c / 32) % 5) {
+        case 1: row[c] = std::ldexp(row[c], static_cast<int>(Uniform(rng, -30, 30))); break;
+        case 2: row[c] *= 1e-6f; break;
+        case 3: row[c] = c % 2 ? -0.f : 0.f; break;
+        case 4: row[c] = std::ldexp(1.f + 0.0625f * static_cast<float>(c % 16), static_cast<int>(r % 9) - 4); break;
+        default: break;
+      }
+    }
+    if (r % 11 == 0) {
+      row[(r * 7) % dim] = std::numeric_limits<float>::infinity();
+      row[(r * 13 + 5) % dim] = std::numeric_limits<float>::quiet_NaN();
+      row[dim - 1 - r % 3] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  return x;
+}
+
+// cuda::PackRows writes cpu::PackRows's bytes, padding included, and nothing else: to scattered
+// offsets and contiguously, for V4's rows, V4.1's window rows and a format with a partial block.
+TEST(CudaPackedRows, PackRowsBytesEqualTheCpus) {
+  DI_REQUIRE_GPU();
+  for (const cpu::PackedRowFormat& f :
+       {cpu::kV4MainRow, cpu::PackedRowFormat{512, 512, 32}, cpu::PackedRowFormat{128, 96, 64}}) {
+    SCOPED_TRACE(testing::Message() << "format " << f.dim << "/" << f.fp8_end << "/" << f.block);
+    const int64_t n = 300, pitch = f.row_pitch() / 4, ld = f.dim + 3;
+    const std::vector<float> src = MixedRows(n, ld, 51 + f.fp8_end);
+    std::mt19937_64 rng(52);
+    std::vector<int64_t> slots(2 * n + 1);
+    std::iota(slots.begin(), slots.end(), int64_t{0});
+    std::shuffle(slots.begin(), slots.end(), rng);
+    std::vector<int64_t> offsets(n);
+    for (int64_t i = 0; i < n; ++i) offsets[i] = 8 + slots[i] * pitch;
+    const int64_t base_floats = 8 + (2 * n + 1) * pitch;
+    for (bool scattered : {true, false}) {
+      std::vector<float> want = RandomBitFloats(base_floats, 53);
+      DeviceArray<float> d_src(src), d_base(want);
+      DeviceArray<int64_t> d_offsets(offsets);
+      cpu::PackRows(f, src.data(), ld, n, want.data(), scattered ? offsets.data() : nullptr, 8);
+      cuda::PackRows(f, d_src.get(), ld, n, d_base.get(), scattered ? d_offsets.get() : nullptr, 8, nullptr);
+      EXPECT_TRUE(AllEqual(Bits(d_base.ToHost()), Bits(want), scattered ? "scattered rows" : "contiguous rows"));
+    }
+  }
+}
+
+// cuda::FillHashPackedRows writes cpu::FillHashPackedRows's bytes and nothing else.
+TEST(CudaPackedRows, FillHashBytesEqualTheCpus) {
+  DI_REQUIRE_GPU();
+  const cpu::PackedRowFormat f = cpu::kV4MainRow;
+  const cpu::PackedRowRegions regions{100, 5 * (f.row_pitch() / 4) + 12, 7, 4};
+  const int64_t base_floats = regions.first + regions.regions * regions.region_stride;
+  std::vector<float> want = RandomBitFloats(base_floats, 61);
+  DeviceArray<float> d_base(want);
+  cpu::FillHashPackedRows(f, regions, 62, want.data());
+  cuda::FillHashPackedRows(f, regions, 62, d_base.get(), nullptr);
+  EXPECT_TRUE(AllEqual(Bits(d_base.ToHost()), Bits(want), "filled rows"));
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 // config worked by hand from dsv4-model.md §6 (a window ring per layer; per compressed layer a
 // kv and a score state of [coff·ratio, coff·dim]; per CSA layer the indexer's pair of
 // [8, 2·index_dim]; per block block_size/ratio main rows and block_size/4 index rows), the row
-// alignment every row id relies on for the real configs, and the storage's slot and block
-// operations: which floats each one touches, and nothing else.
+// alignment every row id relies on for the real configs (f32 and packed attention rows), and the
+// storage's slot and block operations: which floats each one touches, and nothing else.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "model/config.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/hash_uniform.h"
+#include "kernels/cpu/state_row.h"
 #include "model/deepseek_v4/v4_state.h"
 
 namespace deepinfer::v4 {
@@ -28,6 +31,7 @@ ModelConfig SmallConfig() {
   c.num_hidden_layers = 3;
   c.num_nextn_predict_layers = 1;
   c.compress_ratios = {0, 4, 8, 0};
+  c.qk_rope_head_dim = 4;  // for packed rows: 4 e4m3 channels, 4 BF16 ones
   return c;
 }
 
@@ -51,6 +55,27 @@ TEST(StateLayout, SmallConfigOffsetsByHand) {
   EXPECT_EQ(l.rows_per_block(2), 1);
 }
 
+// The same config with packed rows (rope 4 of head_dim 8: 4 e4m3 codes, 4 BF16 values, 1 scale,
+// 13 bytes padded to 16, one float4): attention rows take 4 floats, everything else as before.
+TEST(StateLayout, SmallConfigPackedOffsetsByHand) {
+  const StateLayout l = StateLayout::ForConfig(SmallConfig(), /*block_size=*/8, /*packed_rows=*/true);
+  EXPECT_EQ(l.row_format.dim, 8);
+  EXPECT_EQ(l.row_format.fp8_end, 4);
+  EXPECT_EQ(l.row_format.block, 64);
+  EXPECT_EQ(l.row_floats, 4);
+  EXPECT_EQ(l.row_align, 4);
+  // Slot: layer 0 ring [0, 16); layer 1 ring [16, 32), compressor [32, 288), indexer [288, 416);
+  // layer 2 ring [416, 432), compressor [432, 560); layer 3 ring [560, 576).
+  EXPECT_EQ(l.window_offset, (std::vector<int64_t>{0, 16, 416, 560}));
+  EXPECT_EQ(l.compressor_offset, (std::vector<int64_t>{-1, 32, 432, -1}));
+  EXPECT_EQ(l.indexer_offset, (std::vector<int64_t>{-1, 288, -1, -1}));
+  EXPECT_EQ(l.slot_floats, 576);
+  // Block: layer 1's 2 main rows [0, 8) and 2 index rows [8, 16); layer 2's main row [16, 20).
+  EXPECT_EQ(l.main_rows_offset, (std::vector<int64_t>{-1, 0, 16, -1}));
+  EXPECT_EQ(l.index_rows_offset, (std::vector<int64_t>{-1, 8, -1, -1}));
+  EXPECT_EQ(l.block_floats, 20);
+}
+
 TEST(StateLayout, RejectsABlockSizeThatIsNotAMultipleOfARatio) {
   EXPECT_THROW(StateLayout::ForConfig(SmallConfig(), /*block_size=*/12), std::exception);  // 12 % 8 != 0
 }
@@ -60,18 +85,20 @@ TEST(StateLayout, RejectsABlockSizeThatIsNotAMultipleOfARatio) {
 void ExpectRowsAligned(const StateLayout& l) {
   EXPECT_EQ(l.slot_floats % l.row_align, 0);
   EXPECT_EQ(l.block_floats % l.row_align, 0);
-  EXPECT_EQ(l.row_align % l.head_dim, 0);
+  EXPECT_EQ(l.row_align % l.row_floats, 0);
   EXPECT_EQ(l.row_align % l.index_dim, 0);
+  EXPECT_EQ(l.row_floats, l.packed_rows() ? l.row_format.row_pitch() / 4 : l.head_dim);
+  EXPECT_EQ(l.row_floats % 4, 0) << "rows 16-byte aligned";
   int64_t slot_end = 0;
   for (int64_t layer = 0; layer < l.num_layers; ++layer) {
     SCOPED_TRACE(testing::Message() << "layer " << layer);
-    EXPECT_EQ(l.window_offset[layer] % l.head_dim, 0);
+    EXPECT_EQ(l.window_offset[layer] % l.row_floats, 0);
     EXPECT_GE(l.window_offset[layer], slot_end);  // regions in order, none overlapping
-    slot_end = l.window_offset[layer] + l.window * l.head_dim;
+    slot_end = l.window_offset[layer] + l.window * l.row_floats;
     if (l.compressor_offset[layer] >= 0) {
       EXPECT_GE(l.compressor_offset[layer], slot_end);
       slot_end = l.compressor_offset[layer] + 2 * l.main_shape(layer).state_floats();
-      EXPECT_EQ(l.main_rows_offset[layer] % l.head_dim, 0);
+      EXPECT_EQ(l.main_rows_offset[layer] % l.row_floats, 0);
     }
     if (l.indexer_offset[layer] >= 0) {
       EXPECT_GE(l.indexer_offset[layer], slot_end);
@@ -91,9 +118,17 @@ TEST(StateLayout, RealConfigsKeepEveryRowRegionAligned) {
       const StateLayout l = StateLayout::ForConfig(c, block_size);
       EXPECT_EQ(l.head_dim, 512);
       ExpectRowsAligned(l);
+      // Packed rows: §6.2's 584 bytes at a 592-byte pitch (148 floats).
+      const StateLayout p = StateLayout::ForConfig(c, block_size, /*packed_rows=*/true);
+      EXPECT_EQ(p.row_format.row_bytes(), 584);
+      EXPECT_EQ(p.row_floats, 148);
+      EXPECT_EQ(p.row_align, 4736);  // lcm(148, 128)
+      ExpectRowsAligned(p);
+      EXPECT_LT(p.block_floats, l.block_floats);
     }
   }
   ExpectRowsAligned(StateLayout::ForConfig(SmallConfig(), 8));
+  ExpectRowsAligned(StateLayout::ForConfig(SmallConfig(), 8, true));
 }
 
 std::vector<float> Floats(const float* p, int64_t n) { return std::vector<float>(p, p + n); }
@@ -152,6 +187,44 @@ TEST(StateStorage, SlotsAndBlocksTouchOnlyTheirOwnFloats) {
   for (size_t i = 0; i < before.size(); ++i) {
     ASSERT_TRUE(std::memcmp(&before[i], &after[i], sizeof(float)) == 0) << "float " << i;
   }
+}
+
+// FillForBenchmark with packed rows: every window and main row holds the encoding of its hashed
+// values (decoding to their FP8 / BF16 rounding), the f32 regions their hashed floats.
+TEST(StateStorage, PackedBenchmarkFillEncodesEveryAttentionRow) {
+  const StateLayout l = StateLayout::ForConfig(SmallConfig(), 8, true);
+  StateStorage s(l, 2, 3);
+  s.FillForBenchmark(77);
+  const float* base = s.base().data<float>();
+  std::vector<bool> attention_row(static_cast<size_t>(s.fresh_base()), false);
+  auto expect_row = [&](int64_t o) {
+    std::vector<float> want(8), got(8);
+    for (int64_t c = 0; c < 8; ++c) want[c] = cpu::HashUniform(77, static_cast<uint64_t>(o + c), -1.f, 1.f);
+    cpu::Fp8RoundTrip(want.data(), 4, 64);
+    cpu::Bf16Round(want.data() + 4, 4);
+    cpu::DecodePackedRow(l.row_format, reinterpret_cast<const uint8_t*>(base + o), got.data());
+    EXPECT_EQ(got, want) << "row at float " << o;
+    for (int64_t i = 0; i < l.row_floats; ++i) attention_row[static_cast<size_t>(o + i)] = true;
+  };
+  for (int64_t layer = 0; layer < l.num_layers; ++layer) {
+    for (int32_t slot = 0; slot < 2; ++slot) {
+      for (int64_t j = 0; j < l.window; ++j) expect_row(s.Window(slot, layer) - base + j * l.row_floats);
+    }
+    if (l.main_rows_offset[layer] < 0) continue;
+    for (int32_t block = 1; block < 3; ++block) {
+      for (int64_t j = 0; j < l.rows_per_block(layer); ++j) expect_row(s.MainRows(block, layer) - base + j * l.row_floats);
+    }
+  }
+  for (int64_t i = 0; i < s.fresh_base(); ++i) {
+    if (!attention_row[static_cast<size_t>(i)] && i >= s.blocks_base() + l.block_floats) {  // past the null block
+      ASSERT_EQ(base[i], cpu::HashUniform(77, static_cast<uint64_t>(i), -1.f, 1.f)) << "float " << i;
+    }
+  }
+  // Poison: every byte 0xff, so a packed row decodes to NaNs.
+  s.PoisonBlock(1);
+  std::vector<float> row(8);
+  cpu::DecodePackedRow(l.row_format, reinterpret_cast<const uint8_t*>(s.MainRows(1, 1)), row.data());
+  for (float v : row) EXPECT_TRUE(std::isnan(v));
 }
 
 TEST(StateStorage, RejectsSlotsAndBlocksOutOfRange) {

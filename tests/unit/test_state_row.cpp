@@ -88,8 +88,16 @@ TEST(PackedRowFormat, Layouts) {
   EXPECT_EQ(kV41WindowRow.scale_offset(), 512);
   EXPECT_EQ(kV41WindowRow.scales(), 16);
   EXPECT_EQ((PackedRowFormat{64, 0, 64}.row_bytes()), 128);  // all BF16
+  EXPECT_EQ(cpu::kV4MainRow.row_pitch(), 592);
+  EXPECT_EQ(kV41WindowRow.row_pitch(), 528);
+  // The tiny goldens' rows: 96 e4m3 channels in a block of 64 and one of 32, 32 BF16 channels.
+  const PackedRowFormat tiny{128, 96, 64};
+  EXPECT_EQ(tiny.scales(), 2);
+  EXPECT_EQ(tiny.scale_offset(), 160);
+  EXPECT_EQ(tiny.row_bytes(), 168);
+  EXPECT_EQ(tiny.row_pitch(), 176);
   EXPECT_NO_THROW(cpu::kV4MainRow.Validate());
-  EXPECT_THROW((PackedRowFormat{512, 450, 64}.Validate()), std::exception);  // not whole blocks
+  EXPECT_NO_THROW(tiny.Validate());
   EXPECT_THROW((PackedRowFormat{512, 576, 64}.Validate()), std::exception);  // past dim
   EXPECT_THROW((PackedRowFormat{512, 448, 0}.Validate()), std::exception);
   EXPECT_THROW((PackedRowFormat{0, 0, 64}.Validate()), std::exception);
@@ -107,7 +115,8 @@ TEST(PackedRow, BytesOfAKnownRow) {
 }
 
 TEST(PackedRow, DecodesToTheStatesRoundingBitForBit) {
-  for (const PackedRowFormat& f : {cpu::kV4MainRow, kV41WindowRow, PackedRowFormat{64, 32, 32}}) {
+  for (const PackedRowFormat& f :
+       {cpu::kV4MainRow, kV41WindowRow, PackedRowFormat{64, 32, 32}, PackedRowFormat{128, 96, 64}}) {
     SCOPED_TRACE(testing::Message() << "dim " << f.dim << ", fp8_end " << f.fp8_end << ", block " << f.block);
     for (uint64_t seed = 1; seed <= 200; ++seed) {
       const std::vector<float> x = MixedRow(f, seed);

@@ -23,13 +23,13 @@ void BuildAttentionRows(const StepRowsPlan& plan, const LayerRowGeometry& g, int
     int32_t* ids = row_ids + t * max_rows;
     int64_t n = 0;
     for (int64_t kp = std::max<int64_t>(0, p - g.window + 1); kp <= p; ++kp) {
-      const int64_t off = kp >= s.start_pos ? g.fresh_base + (s.token_offset + kp - s.start_pos) * g.head_dim
+      const int64_t off = kp >= s.start_pos ? g.fresh_base + (s.token_offset + kp - s.start_pos) * g.row_floats
                                             : RingRowOffset(g, s.slot, kp);
-      ids[n++] = static_cast<int32_t>(off / g.head_dim);
+      ids[n++] = static_cast<int32_t>(off / g.row_floats);
     }
     const int64_t visible = g.ratio ? (p + 1) / g.ratio : 0;
     if (g.ratio == 128) {
-      for (int64_t r = 0; r < visible; ++r) ids[n++] = static_cast<int32_t>(MainRowOffset(plan, g, b, r) / g.head_dim);
+      for (int64_t r = 0; r < visible; ++r) ids[n++] = static_cast<int32_t>(MainRowOffset(plan, g, b, r) / g.row_floats);
     }
     counts[t] = static_cast<int32_t>(n);
     if (index_ids == nullptr) continue;
@@ -55,7 +55,7 @@ void AppendSelectedRows(const StepRowsPlan& plan, const LayerRowGeometry& g, con
     int32_t* ids = row_ids + t * max_rows + counts[t];
     const int32_t k = selected_counts[t];
     for (int32_t i = 0; i < k; ++i) {
-      ids[i] = static_cast<int32_t>(MainRowOffset(plan, g, b, selected[t * top_k + i]) / g.head_dim);
+      ids[i] = static_cast<int32_t>(MainRowOffset(plan, g, b, selected[t * top_k + i]) / g.row_floats);
     }
     counts[t] += k;
   }

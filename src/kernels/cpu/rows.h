@@ -13,7 +13,7 @@ void GatherRows(const float* base, const int64_t* src_offsets, int64_t n, int64_
 // base[dst_offsets[i] : + width] = src[i, :]; src row stride ld_src; destinations distinct.
 void ScatterRows(const float* src, int64_t ld_src, int64_t n, int64_t width, float* base, const int64_t* dst_offsets);
 
-// For every token t of the step (chunk b, position p), in row ids of head_dim units:
+// For every token t of the step (chunk b, position p), in row ids of row_floats units:
 //   row_ids[t, 0 … counts[t]) = its raw window, positions max(0, p − window + 1) … p ascending:
 //     a position of the chunk itself (>= start_pos) reads the fresh row of that token, an older
 //     one the slot's ring; then, for ratio 128, compressed rows 0 … (p+1)/128 − 1.

@@ -1,6 +1,7 @@
 // The packed state-row format of dsv4-model.md §6.2, described by three numbers: a row of `dim`
 // values whose channels [0, fp8_end) are e4m3 codes with one ue8m0 scale per `block` channels (the
-// rounding of Numerics::kv_fp8, cpu::Fp8RoundTrip) and whose channels [fp8_end, dim) are BF16.
+// last block may be partial, as in cpu::Fp8RoundTrip: the rounding of Numerics::kv_fp8) and whose
+// channels [fp8_end, dim) are BF16.
 //
 //   bytes [0, fp8_end)                          e4m3 codes, in channel order
 //   bytes [fp8_end, scale_offset())             BF16 values, little-endian, in channel order
@@ -9,8 +10,8 @@
 //
 // V4's main rows (dim 512, fp8_end 448, block 64): 448 + 128 + 7 + 1 = 584 bytes, §6.2's row.
 // V4.1's window rows (e4m3 over all 512 channels in blocks of 32, dsv41-delta.md): 512 + 16 = 528.
-// Not yet the state's storage (the state keeps f32 rows; docs/performance.md, "Next (after
-// version 49)", item 2 lists what moving it takes).
+// The state stores rows at row_pitch() bytes, the row padded with zeros to a multiple of 16 (592 for
+// V4's main rows), so that every row starts 16-byte aligned for the kernels' vector loads.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +23,12 @@ struct PackedRowFormat {
   int64_t fp8_end = 0;  // channels [0, fp8_end) as e4m3 codes; a multiple of block
   int64_t block = 0;    // channels a scale
 
-  int64_t scales() const { return fp8_end / block; }
+  int64_t scales() const { return (fp8_end + block - 1) / block; }
   int64_t bf16_offset() const { return fp8_end; }                        // bytes
   int64_t scale_offset() const { return fp8_end + 2 * (dim - fp8_end); }  // bytes
   int64_t row_bytes() const { return (scale_offset() + scales() + 7) / 8 * 8; }
-  // Throws unless dim > 0, block > 0, 0 <= fp8_end <= dim and fp8_end % block == 0.
+  int64_t row_pitch() const { return (row_bytes() + 15) / 16 * 16; }  // bytes a stored row takes
+  // Throws unless dim > 0, block > 0 and 0 <= fp8_end <= dim.
   void Validate() const;
 };
 
@@ -44,5 +46,21 @@ constexpr PackedRowFormat kV4MainRow{512, 448, 64};
 void EncodePackedRow(const PackedRowFormat& f, const float* x, uint8_t* out);
 // One row in[row_bytes()] into x[dim]: code value times 2^(scale byte - 127), BF16 widened.
 void DecodePackedRow(const PackedRowFormat& f, const uint8_t* in, float* x);
+
+// Rows in the state buffer, which offsets address in floats (rows_plan.h): row i of n (src[i·ld_src
+// … + dim)) encoded at base + (dst_offsets ? dst_offsets[i] : first_offset + i·row_pitch()/4), its
+// row_pitch() bytes written (zeros past row_bytes()). Destinations must not overlap.
+void PackRows(const PackedRowFormat& f, const float* src, int64_t ld_src, int64_t n, float* base,
+              const int64_t* dst_offsets, int64_t first_offset);
+
+// Benchmarks: `regions` runs of `rows` packed rows each, row j of run i at float offset
+// o = first + i·region_stride + j·row_pitch()/4, encoding x[c] = HashUniform(seed, o + c, -1, 1).
+struct PackedRowRegions {
+  int64_t first = 0;
+  int64_t region_stride = 0;
+  int64_t regions = 0;
+  int64_t rows = 0;
+};
+void FillHashPackedRows(const PackedRowFormat& f, const PackedRowRegions& r, uint64_t seed, float* base);
 
 }  // namespace deepinfer::cpu

@@ -128,7 +128,12 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) Atten
     for (int t = warp; t < tile_n; t += kWarps) {
       const float* src = a.rows + static_cast<int64_t>(__shfl_sync(0xffffffffu, lane_id, t)) * a.row_stride;
       float* dst = rs + t * d;
-      if (a.vec_rows) {
+      if (a.packed.fp8_end >= 0) {  // decoded here: d % 4 == 0 and rs 16-byte aligned (checked at launch)
+        const uint8_t* row = reinterpret_cast<const uint8_t*>(src);
+        for (int k4 = lane; k4 < d4; k4 += kWarpSize) {
+          *reinterpret_cast<float4*>(dst + 4 * k4) = DecodePacked4(row, k4, a.packed);
+        }
+      } else if (a.vec_rows) {
         for (int k4 = lane; k4 < d4; k4 += kWarpSize) CpAsync16(dst + 4 * k4, src + 4 * k4);
       } else {
         for (int k = lane; k < d; k += kWarpSize) dst[k] = src[k];
@@ -321,7 +326,8 @@ void LaunchCols(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream
 void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                        const int32_t* row_ids, const int32_t* counts, int64_t max_rows,
                        const float* sinks, int64_t num_queries, int64_t num_heads, int64_t head_dim,
-                       float scale, float* out, int64_t out_stride, cudaStream_t stream, bool bf16_inputs) {
+                       float scale, float* out, int64_t out_stride, cudaStream_t stream, bool bf16_inputs,
+                       const cpu::PackedRowFormat* packed) {
   static_assert(kMaxHeadDim <= 4 * kThreads, "kCols = 4 covers the largest head_dim");
   const char* name = "cuda::AttentionWithSink";
   if (num_queries < 0 || num_queries > INT_MAX / kSplit) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
@@ -330,8 +336,15 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
     ThrowCudaError(__FILE__, __LINE__, name, "head_dim must be in [1, 1024]");
   }
   if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
-  if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < head_dim) {
+  const int64_t row_floats = packed != nullptr ? (packed->row_pitch() + 3) / 4 : head_dim;
+  if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < row_floats) {
     ThrowCudaError(__FILE__, __LINE__, name, "a row stride is smaller than the row");
+  }
+  if (packed != nullptr && (packed->dim != head_dim || !PackedRowsDecodable(*packed) ||
+                            !Aligned(rows, row_stride * 4, 16))) {
+    ThrowCudaError(__FILE__, __LINE__, name,
+                   "packed rows need dim == head_dim, dim % 4 == 0, fp8_end % 8 == 0, block % 4 == 0, and rows and "
+                   "row_stride 16-byte aligned");
   }
   if (num_queries == 0) return;
   if (q == nullptr || out == nullptr || counts == nullptr || sinks == nullptr ||
@@ -341,8 +354,9 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
   const int d = static_cast<int>(head_dim);
   const bool vec_rows = d % 4 == 0 && Aligned(rows, row_stride * 4, 16);
   const bool vec_q = d % 4 == 0 && Aligned(q, q_stride * 4, 16);
-  const AttentionArgs a{q, q_stride, rows, row_stride, row_ids, counts, max_rows, sinks,
-                        static_cast<int>(num_heads), d, scale, out, out_stride, vec_rows, vec_q, bf16_inputs};
+  AttentionArgs a{q, q_stride, rows, row_stride, row_ids, counts, max_rows, sinks,
+                  static_cast<int>(num_heads), d, scale, out, out_stride, vec_rows, vec_q, bf16_inputs};
+  a.packed = ToPackedRowArgs(packed);
   // Heads per block: the smallest of 1, 2, 4, 8 that covers min(H, 8). The result of a head does
   // not depend on this choice.
   if (num_heads >= 5) {

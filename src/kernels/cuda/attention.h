@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/state_row.h"
+
 namespace deepinfer::cuda {
 
 // Shapes (f32 unless stated; all pointers are device pointers):
@@ -38,10 +40,15 @@ namespace deepinfer::cuda {
 // row, the sums of the probabilities unrounded. Here max is the run's running maximum at the
 // probability's tile, where the CPU takes the final one: where they differ, the two round
 // different values (1 BF16 unit of the probability at most), otherwise they agree as above.
+// packed (not null): the pool holds packed rows of that format (cpu::PackedRowFormat, dim ==
+// head_dim) instead of f32 rows: row r's row_pitch() bytes at rows + r·row_stride (row_stride
+// floats >= row_pitch() / 4, rows and row_stride·4 16-byte aligned; fp8_end a multiple of 8 and
+// block a multiple of 4), read as the values cpu::DecodePackedRow gives.
 void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                        const int32_t* row_ids, const int32_t* counts, int64_t max_rows,
                        const float* sinks, int64_t num_queries, int64_t num_heads, int64_t head_dim,
-                       float scale, float* out, int64_t out_stride, cudaStream_t stream, bool bf16_inputs = false);
+                       float scale, float* out, int64_t out_stride, cudaStream_t stream, bool bf16_inputs = false,
+                       const cpu::PackedRowFormat* packed = nullptr);
 
 // The same attention on BF16 tensor cores (attention_mma.cu): the scores and the weighted sums as
 // mma.sync MMAs, q and the probabilities entering as their three BF16 parts, the rows as BF16.
@@ -57,13 +64,16 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
 // bf16_inputs: AttentionWithSink's rounding rule; q and the probabilities are then one BF16 part
 // each, so the scores and the weighted sums take one MMA per step instead of three (the two parts
 // dropped are zero), and q is converted once per block instead of split in every tile.
+// packed: as AttentionWithSink's (its values are exact in BF16 by construction).
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
-                              int64_t num_heads, int64_t head_dim);  // d ∈ {64, 128, 256, 512}; 16-byte rows
+                              int64_t num_heads, int64_t head_dim,  // d ∈ {64, 128, 256, 512}; 16-byte rows
+                              const cpu::PackedRowFormat* packed = nullptr);
 void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                                 const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
                                 int64_t out_stride, cudaStream_t stream, int blocks_per_query = 0,
-                                bool bf16_inputs = false, int heads_per_block = 0);
+                                bool bf16_inputs = false, int heads_per_block = 0,
+                                const cpu::PackedRowFormat* packed = nullptr);
 // The default blocks per query: DEEPINFER_ATTENTION_SPLIT (1, 2, 4 or 8; read once, anything else
 // throws) or 2, chosen from docs/performance.md's sweep after version 11. For experiments: every
 // query of a run must take the same value, which the process-wide default guarantees.

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/state_row.cuh"
+
 namespace deepinfer::cuda {
 
 struct AttentionArgs {
@@ -23,6 +25,7 @@ struct AttentionArgs {
   bool vec_rows;  // SIMT: rows may be copied as float4 (d, row_stride multiples of 4, base 16-aligned)
   bool vec_q;     // SIMT: q rows may be copied as float4 (d, q_stride multiples of 4, base 16-aligned)
   bool bf16_inputs;  // q and the probabilities rounded to BF16 (attention.h)
+  PackedRowArgs packed{};  // fp8_end < 0: f32 rows; else packed rows (state_row.cuh)
 };
 
 }  // namespace deepinfer::cuda

@@ -166,7 +166,12 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const int c4 = lane + kWarpSize * i;
-        v[b][i] = r < tile_n && c4 < kF4 ? __ldg(src + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < tile_n && c4 < kF4) {
+          v[b][i] = a.packed.fp8_end >= 0 ? DecodePacked4(reinterpret_cast<const uint8_t*>(src), c4, a.packed)
+                                          : __ldg(src + c4);
+        } else {
+          v[b][i] = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
       }
     }
 #pragma unroll
@@ -573,17 +578,19 @@ int AttentionSplitBf16BlockHeads() {
 }
 
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
-                              int64_t num_heads, int64_t head_dim) {
+                              int64_t num_heads, int64_t head_dim, const cpu::PackedRowFormat* packed) {
   const bool shape = (head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512) && num_heads >= 1 &&
                      num_heads <= 65535;
-  return shape && Aligned(q, q_stride * 4, 16) && Aligned(rows, row_stride * 4, 16);
+  const bool rows_ok = packed == nullptr || (packed->dim == head_dim && PackedRowsDecodable(*packed) &&
+                                             row_stride * 4 >= packed->row_pitch());
+  return shape && rows_ok && Aligned(q, q_stride * 4, 16) && Aligned(rows, row_stride * 4, 16);
 }
 
 void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                                 const int32_t* row_ids, const int32_t* counts, int64_t max_rows, const float* sinks,
                                 int64_t num_queries, int64_t num_heads, int64_t head_dim, float scale, float* out,
                                 int64_t out_stride, cudaStream_t stream, int blocks_per_query, bool bf16_inputs,
-                                int heads_per_block) {
+                                int heads_per_block, const cpu::PackedRowFormat* packed) {
   const char* name = "cuda::AttentionWithSinkSplitBf16";
   const int blocks = blocks_per_query == 0 ? AttentionSplitBf16Blocks() : blocks_per_query;
   if (blocks != 1 && blocks != 2 && blocks != 4 && blocks != 8) {
@@ -595,22 +602,25 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
   }
   if (num_queries < 0 || num_queries > INT_MAX / blocks) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
   if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
-  if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < head_dim) {
+  const int64_t row_floats = packed != nullptr ? (packed->row_pitch() + 3) / 4 : head_dim;
+  if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < row_floats) {
     ThrowCudaError(__FILE__, __LINE__, name, "a row stride is smaller than the row");
   }
-  if (!AttentionSplitBf16Usable(q, q_stride, rows, row_stride, num_heads, head_dim)) {
+  if (!AttentionSplitBf16Usable(q, q_stride, rows, row_stride, num_heads, head_dim, packed)) {
     ThrowCudaError(__FILE__, __LINE__, name,
-                   "needs head_dim 64, 128, 256 or 512, 1 <= H <= 65535, and q and rows 16-byte aligned with strides "
-                   "of whole float4s (AttentionSplitBf16Usable)");
+                   "needs head_dim 64, 128, 256 or 512, 1 <= H <= 65535, q and rows 16-byte aligned with strides "
+                   "of whole float4s, and packed rows (if any) of dim head_dim with fp8_end % 8 == 0 and "
+                   "block % 4 == 0 (AttentionSplitBf16Usable)");
   }
   if (num_queries == 0) return;
   if (q == nullptr || out == nullptr || counts == nullptr || sinks == nullptr ||
       (max_rows > 0 && (rows == nullptr || row_ids == nullptr))) {
     ThrowCudaError(__FILE__, __LINE__, name, "null pointer");
   }
-  const AttentionArgs a{q,     q_stride, rows, row_stride, row_ids, counts, max_rows, sinks, static_cast<int>(num_heads),
-                        static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true,
-                        bf16_inputs};
+  AttentionArgs a{q,     q_stride, rows, row_stride, row_ids, counts, max_rows, sinks, static_cast<int>(num_heads),
+                  static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true,
+                  bf16_inputs};
+  a.packed = ToPackedRowArgs(packed);
   switch (head_dim) {
     case 64: return LaunchBlocks<64>(a, num_queries, blocks, block_heads, stream);
     case 128: return LaunchBlocks<128>(a, num_queries, blocks, block_heads, stream);

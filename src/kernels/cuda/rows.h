@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/rows_plan.h"
+#include "kernels/cpu/state_row.h"
 
 namespace deepinfer::cuda {
 
@@ -22,6 +23,14 @@ void GatherRows(const float* base, const int64_t* src_offsets, int64_t n, int64_
 // overlap (the rows of one call are distinct).
 void ScatterRows(const float* src, int64_t ld_src, int64_t n, int64_t width, float* base, const int64_t* dst_offsets,
                  cudaStream_t stream);
+
+// cpu::PackRows on the device (its bytes exactly, NaNs included): row i of src [n, format.dim]
+// (row stride ld_src) encoded at base + (dst_offsets ? dst_offsets[i] : first_offset + i·row_pitch()/4).
+void PackRows(const cpu::PackedRowFormat& format, const float* src, int64_t ld_src, int64_t n, float* base,
+              const int64_t* dst_offsets, int64_t first_offset, cudaStream_t stream);
+// cpu::FillHashPackedRows on the device, the same bytes.
+void FillHashPackedRows(const cpu::PackedRowFormat& format, const cpu::PackedRowRegions& regions, uint64_t seed,
+                        float* base, cudaStream_t stream);
 
 // Attention row lists of one layer for every token of the step (cpu::BuildAttentionRows has the
 // contract; `plan` arrays are device pointers, `geometry` is plain values).

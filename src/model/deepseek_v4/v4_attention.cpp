@@ -3,7 +3,7 @@
 //
 // Every row the attention reads is addressed in the state buffer (v4_state.h): the slots' window
 // rings, the paged compressed and index rows, and this step's fresh KV rows, which the kv path
-// writes straight into their place there.
+// writes straight into their place there (f32 rows) or encodes there (packed rows).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -79,9 +79,12 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
     ops::Scale(b.op, index_w, 1.f / std::sqrt(heads_dims));
   };
 
-  // kv: one shared head, K = V, computed in place as this step's fresh rows.
+  // kv: one shared head, K = V, computed in place as this step's fresh rows (f32 rows), or in the
+  // workspace and then encoded into them (packed rows: the encoding of an already rounded row is
+  // exact, state_row.h).
+  const StateLayout& layout = ctx.state->layout();
   branches.Add(1, [&](const StepContext& kv_ctx) {
-    const TensorView& kv = ctx.fresh;
+    const TensorView kv = layout.packed_rows() ? ws.Alloc(DType::kF32, {tokens, hd}) : ctx.fresh;
     QuantizedLinear(kv_ctx, xq, aw.wkv, kv);
     ops::RowSteps kv_steps = norm_rope(aw.kv_norm);
     if (numerics_.kv_fp8) {  // the reference's stored row: e4m3 nope channels, BF16 rope channels
@@ -89,6 +92,9 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
       kv_steps.fp8_block = 64;
     }
     ops::ApplyRowSteps(kv_ctx.op, As3d(kv, 1, hd), kv_steps);
+    if (layout.packed_rows()) {
+      ops::PackRows(kv_ctx.op, layout.row_format, kv, ctx.state->base(), TensorView(), ctx.state->fresh_base());
+    }
     rows = PlanAttendedRows(kv_ctx, w);
     if (spread) {
       std::vector<ops::LinearProduct> list;
@@ -215,16 +221,19 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool index
   }
   // Static shapes: one row per token (a chunk of n tokens closes at most n rows), the rows past
   // `total` normalized and rotated like the others and scattered into a scratch row after the
-  // step's fresh rows, one for each compressor (kStaticShapeScratchRows), so that the two, which a
+  // step's fresh rows, apart for each compressor (StaticShapeScratchRows), so that the two, which a
   // forked step runs side by side, never write the same memory.
   const bool static_shapes = ctx.batch->static_max_context > 0;
   const int64_t launch_rows = static_shapes ? ctx.num_tokens() : total;
   DI_CHECK(total <= launch_rows, "{} compressed rows close in a step of {} tokens", total, launch_rows);
+  const bool packed = !indexer && layout.packed_rows();
   if (static_shapes) {
-    DI_CHECK(cw.dim <= g.head_dim, "compressed rows of {} floats do not fit the scratch row of {}", cw.dim, g.head_dim);
+    // The main scratch row is one attention row; the indexer's f32 rows have the ones after it.
+    const int64_t room = indexer ? (StaticShapeScratchRows(layout) - 1) * g.row_floats : g.row_floats;
+    DI_CHECK(packed || cw.dim <= room, "compressed rows of {} floats do not fit the scratch rows of {}", cw.dim, room);
     positions.resize(static_cast<size_t>(launch_rows), 0);
     const int64_t scratch_row = ctx.num_tokens() + (indexer ? 1 : 0);
-    destinations.resize(static_cast<size_t>(launch_rows), g.fresh_base + scratch_row * g.head_dim);
+    destinations.resize(static_cast<size_t>(launch_rows), g.fresh_base + scratch_row * g.row_floats);
   }
   const TensorView rows = ws.Alloc(DType::kF32, {std::max<int64_t>(launch_rows, 1), cw.dim});
   const TensorView row_index = ws.Alloc(DType::kI64, {std::max<int64_t>(launch_rows, 1)});
@@ -255,7 +264,12 @@ void V4Model::Compress(const StepContext& ctx, const BlockWeights& w, bool index
     steps.fp8_block = 64;
   }
   ops::ApplyRowSteps(ctx.op, TensorView(out.raw(), DType::kF32, {launch_rows, 1, cw.dim}, out.device()), steps);
-  ops::ScatterRows(ctx.op, out, ctx.state->base(), ws.Upload(ctx.op, destinations.data(), DType::kI64, {launch_rows}));
+  const TensorView dst = ws.Upload(ctx.op, destinations.data(), DType::kI64, {launch_rows});
+  if (packed) {
+    ops::PackRows(ctx.op, layout.row_format, out, ctx.state->base(), dst, 0);
+  } else {
+    ops::ScatterRows(ctx.op, out, ctx.state->base(), dst);
+  }
 }
 
 void V4Model::WriteRing(const StepContext& ctx, const BlockWeights& w) const {
@@ -263,13 +277,14 @@ void V4Model::WriteRing(const StepContext& ctx, const BlockWeights& w) const {
   std::vector<int64_t> from, to;
   for (const cpu::SeqRowsInfo& sq : ctx.seqs) {
     for (int64_t j = std::max<int64_t>(0, sq.num_tokens - g.window); j < sq.num_tokens; ++j) {
-      from.push_back(g.fresh_base + (sq.token_offset + j) * g.head_dim);
+      from.push_back(g.fresh_base + (sq.token_offset + j) * g.row_floats);
       to.push_back(cpu::RingRowOffset(g, sq.slot, sq.start_pos + j));
     }
   }
   const int64_t n = static_cast<int64_t>(from.size());
   Workspace& ws = *ctx.ws;
-  const TensorView staged = ws.Alloc(DType::kF32, {n, g.head_dim});
+  // Attention rows of either format move as row_floats floats of bits.
+  const TensorView staged = ws.Alloc(DType::kF32, {n, g.row_floats});
   ops::GatherRows(ctx.op, ctx.state->base(), ws.Upload(ctx.op, from.data(), DType::kI64, {n}), staged);
   ops::ScatterRows(ctx.op, staged, ctx.state->base(), ws.Upload(ctx.op, to.data(), DType::kI64, {n}));
 }
@@ -335,9 +350,14 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
   }
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
   // With kv_fp8 every row value (fresh, ring and compressed) is an e4m3 code times a power of two or
-  // a BF16 value: exact in BF16.
-  ops::SparseAttention(ctx.op, q, ctx.state->base(), row_ids, counts, w.attn.attn_sink, scale, out,
-                       numerics_.kv_fp8 ? ops::AttentionRows::kExactInBf16 : ops::AttentionRows::kF32,
+  // a BF16 value: exact in BF16, whether the rows hold it as f32 or packed.
+  const StateLayout& layout = ctx.state->layout();
+  ops::AttentionRowFormat rows_format;
+  rows_format.kind = layout.packed_rows() ? ops::AttentionRows::kPacked
+                     : numerics_.kv_fp8   ? ops::AttentionRows::kExactInBf16
+                                          : ops::AttentionRows::kF32;
+  rows_format.packed = layout.row_format;
+  ops::SparseAttention(ctx.op, q, ctx.state->base(), row_ids, counts, w.attn.attn_sink, scale, out, rows_format,
                        numerics_.bf16_attention_inputs ? ops::AttentionInputs::kBf16 : ops::AttentionInputs::kF32);
 }
 

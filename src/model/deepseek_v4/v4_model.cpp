@@ -282,21 +282,22 @@ const ops::RopeTable& V4Model::RopeFor(int64_t layer) const {
 std::unique_ptr<ModelState> V4Model::CreateState(int64_t num_slots, int64_t num_blocks, int64_t block_size,
                                                  int64_t max_step_tokens) const {
   // Room for the static shapes' scratch rows too: a graph's step must not grow the state.
-  return std::make_unique<V4State>(StateLayout::ForConfig(config_, block_size), num_slots, num_blocks, device_,
-                                   max_step_tokens > 0 ? max_step_tokens + kStaticShapeScratchRows : 0);
+  StateLayout layout = StateLayout::ForConfig(config_, block_size, PackedStateRows());
+  const int64_t fresh_rows = max_step_tokens > 0 ? max_step_tokens + StaticShapeScratchRows(layout) : 0;
+  return std::make_unique<V4State>(std::move(layout), num_slots, num_blocks, device_, fresh_rows);
 }
 
 size_t V4Model::BytesPerSlot(int64_t block_size) const {
-  return StateLayout::ForConfig(config_, block_size).slot_floats * sizeof(float);
+  return StateLayout::ForConfig(config_, block_size, PackedStateRows()).slot_floats * sizeof(float);
 }
 
 size_t V4Model::BytesPerBlock(int64_t block_size) const {
-  return StateLayout::ForConfig(config_, block_size).block_floats * sizeof(float);
+  return StateLayout::ForConfig(config_, block_size, PackedStateRows()).block_floats * sizeof(float);
 }
 
 cpu::LayerRowGeometry V4Model::StepContext::Geometry(const StateLayout& l, int64_t layer) const {
   cpu::LayerRowGeometry g;
-  g.head_dim = l.head_dim;
+  g.row_floats = l.row_floats;
   g.index_dim = l.index_dim;
   g.window = l.window;
   g.ratio = l.ratio[layer];
@@ -366,7 +367,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   ctx.state = &state;
   // Static shapes scatter the compressor rows that close nowhere into the fresh rows after the
   // step's own.
-  state.EnsureFreshRows(batch.static_max_context > 0 ? tokens + kStaticShapeScratchRows : tokens);
+  state.EnsureFreshRows(batch.static_max_context > 0 ? tokens + StaticShapeScratchRows(state.layout()) : tokens);
   Workspace& ws = *ctx.ws;
   auto upload = [&](const auto& v, DType dtype) {
     return ws.Upload(ctx.op, v.data(), dtype, {static_cast<int64_t>(v.size())});
@@ -421,7 +422,11 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
                                upload(token_seq, DType::kI32).data<int32_t>(), ctx.positions_view.data<int64_t>(),
                                reinterpret_cast<const cpu::SeqRowsInfo*>(seqs_dev.raw()),
                                upload(block_tables, DType::kI32).data<int32_t>()};
-  ctx.fresh = TensorView(state.base().data<float>() + state.fresh_base(), DType::kF32, {tokens, c.head_dim}, device_);
+  // The kv path writes the fresh rows in place when they are f32; packed ones it encodes there.
+  ctx.fresh = state.layout().packed_rows()
+                  ? TensorView()
+                  : TensorView(state.base().data<float>() + state.fresh_base(), DType::kF32, {tokens, c.head_dim},
+                               device_);
 
   const TensorView h = ws.Alloc(DType::kF32, {tokens, d});
   ops::Embedding(ctx.op, ctx.token_ids, weights_.embed, h);

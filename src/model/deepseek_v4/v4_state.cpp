@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "base/error.h"
+#include "kernels/cpu/ue8m0.h"
 #include "ops/ops.h"
 
 namespace deepinfer::v4 {
@@ -16,17 +17,29 @@ int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 constexpr int64_t kInitialFreshRows = 512;
 }  // namespace
 
-StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size) {
+cpu::PackedRowFormat StateLayout::PackedRowFormatFor(const ModelConfig& c) {
+  return cpu::PackedRowFormat{c.head_dim, c.head_dim - c.qk_rope_head_dim, 64};
+}
+
+StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size, bool packed_rows) {
   StateLayout l;
   l.block_size = block_size;
   l.window = c.sliding_window;
   l.head_dim = c.head_dim;
   l.index_dim = c.index_head_dim;
   l.num_layers = c.num_hidden_layers + c.num_nextn_predict_layers;
-  l.row_align = std::lcm(l.head_dim, std::max<int64_t>(l.index_dim, 1));
+  if (packed_rows) {
+    l.row_format = PackedRowFormatFor(c);
+    l.row_format.Validate();
+    l.row_floats = l.row_format.row_pitch() / 4;
+  } else {
+    l.row_floats = l.head_dim;
+  }
+  const int64_t w = l.row_floats;
+  l.row_align = std::lcm(w, std::max<int64_t>(l.index_dim, 1));
   int64_t slot = 0, block = 0;
   for (int64_t layer = 0; layer < l.num_layers; ++layer) {
-    slot = RoundUp(slot, l.head_dim);
+    slot = RoundUp(slot, w);
     const int64_t r = c.compress_ratio(layer);
     if (r != 0 && block_size % r != 0) {
       DI_THROW("{}: block size {} is not a multiple of compress ratio {} (layer {})", c.source,
@@ -34,13 +47,13 @@ StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size) {
     }
     l.ratio.push_back(r);
     l.window_offset.push_back(slot);
-    slot += l.window * l.head_dim;
+    slot += l.window * w;
     if (r != 0) {
       l.compressor_offset.push_back(slot);
       slot += 2 * l.main_shape(layer).state_floats();
-      block = RoundUp(block, l.head_dim);
+      block = RoundUp(block, w);
       l.main_rows_offset.push_back(block);
-      block += (block_size / r) * l.head_dim;
+      block += (block_size / r) * w;
     } else {
       l.compressor_offset.push_back(-1);
       l.main_rows_offset.push_back(-1);
@@ -66,7 +79,7 @@ StateStorage::StateStorage(StateLayout layout, int64_t num_slots, int64_t num_bl
     : layout_(std::move(layout)), num_slots_(num_slots), num_blocks_(num_blocks) {
   fresh_base_ = blocks_base() + std::max<int64_t>(num_blocks_, 1) * layout_.block_floats;
   fresh_rows_ = std::max(fresh_rows, kInitialFreshRows);
-  memory_ = Buffer(static_cast<size_t>(fresh_base_ + fresh_rows_ * layout_.head_dim) * sizeof(float), device);
+  memory_ = Buffer(static_cast<size_t>(fresh_base_ + fresh_rows_ * layout_.row_floats) * sizeof(float), device);
   for (int32_t s = 0; s < num_slots; ++s) ResetSlot(s);
 }
 
@@ -80,7 +93,7 @@ TensorView StateStorage::base() const {
 void StateStorage::EnsureFreshRows(int64_t tokens) {
   if (tokens <= fresh_rows_) return;
   const int64_t rows = std::max(tokens, 2 * fresh_rows_);
-  Buffer bigger(static_cast<size_t>(fresh_base_ + rows * layout_.head_dim) * sizeof(float), memory_.device());
+  Buffer bigger(static_cast<size_t>(fresh_base_ + rows * layout_.row_floats) * sizeof(float), memory_.device());
   ops::CopyBytes(Context(), bigger.data(), memory_.data(), static_cast<size_t>(fresh_base_) * sizeof(float));
   memory_ = std::move(bigger);
   fresh_rows_ = rows;
@@ -154,11 +167,25 @@ void StateStorage::CopyBlock(int32_t from, int32_t to) const {
 }
 
 void StateStorage::PoisonBlock(int32_t block) const {
-  ops::FillFloats(Context(), Block(block), layout_.block_floats, std::numeric_limits<float>::quiet_NaN());
+  ops::FillFloats(Context(), Block(block), layout_.block_floats, cpu::F32FromBits(0xffffffffu));
 }
 
 void StateStorage::FillForBenchmark(uint64_t seed) const {
-  ops::FillHashUniform(Context(), base().data<float>(), fresh_base_, seed, -1.f, 1.f);
+  const ops::OpContext ctx = Context();
+  float* base = memory_.as<float>();
+  ops::FillHashUniform(ctx, base, fresh_base_, seed, -1.f, 1.f);
+  if (!layout_.packed_rows()) return;
+  for (int64_t layer = 0; layer < layout_.num_layers; ++layer) {
+    ops::FillHashPackedRows(ctx, layout_.row_format,
+                            {slots_base() + layout_.window_offset[layer], layout_.slot_floats, num_slots_, layout_.window},
+                            seed, base);
+    if (layout_.main_rows_offset[layer] >= 0) {
+      ops::FillHashPackedRows(ctx, layout_.row_format,
+                              {blocks_base() + layout_.main_rows_offset[layer], layout_.block_floats,
+                               std::max<int64_t>(num_blocks_, 1), layout_.rows_per_block(layer)},
+                              seed, base);
+    }
+  }
 }
 
 }  // namespace deepinfer::v4

@@ -1,20 +1,26 @@
-// Per-sequence state of DeepSeek-V4 in host memory (dsv4-model.md §6): a fixed part per state
-// slot and a paged part per block.
+// Per-sequence state of DeepSeek-V4 in the model's device memory (dsv4-model.md §6): a fixed part
+// per state slot and a paged part per block.
 //
-//   slot  (one per running sequence, fp32):
-//     every layer (trunk + MTP):  raw window ring [window, head_dim]; row of position p = p % window
-//     compressed layers:          compressor kv state + score state, each [coff·ratio, coff·dim]
-//     CSA layers:                 indexer compressor kv + score, each [8, 2·index_dim]
-//   block (block_size tokens of one sequence, fp32):
-//     compressed layers:          block_size/ratio main rows [head_dim]
-//     CSA layers:                 block_size/4 index rows [index_dim]
+//   slot  (one per running sequence):
+//     every layer (trunk + MTP):  raw window ring [window] attention rows; row of position p = p % window
+//     compressed layers:          compressor kv state + score state, each [coff·ratio, coff·dim] f32
+//     CSA layers:                 indexer compressor kv + score, each [8, 2·index_dim] f32
+//   block (block_size tokens of one sequence):
+//     compressed layers:          block_size/ratio main (attention) rows
+//     CSA layers:                 block_size/4 index rows [index_dim] f32
 //   Compressed row r of a sequence lives in block block_table[r / rows_per_block] at
 //   r % rows_per_block. Block 0 exists and is never handed out (the null block).
 //
+// Attention rows (window, main and fresh rows) are f32 [head_dim], or, with packed rows
+// (Numerics::kv_fp8, whose rows hold e4m3 codes times power-of-two scales and BF16 values), the
+// packed rows of dsv4-model.md §6.2 (kernels/cpu/state_row.h: 448 e4m3 codes, 64 BF16 values and
+// 7 ue8m0 scales for V4) at a pitch of row_pitch() bytes (592 for V4: §6.2's 584-byte row and 8
+// zero bytes, so that every row starts 16-byte aligned). They take row_floats floats either way.
+//
 // One allocation on the model's device holds, in this order, the slots, the blocks and the
-// step's fresh KV rows ([tokens, head_dim], written by the forward): every row the attention
+// step's fresh KV rows ([tokens] attention rows, written by the forward): every row the attention
 // reads is then a row id (an int32: float offset / row width) from one base pointer. Offsets of
-// head_dim rows are multiples of head_dim and those of index rows multiples of index_dim
+// attention rows are multiples of row_floats and those of index rows multiples of index_dim
 // (slot_floats, block_floats and the per-layer offsets are padded to make it so).
 #pragma once
 
@@ -23,6 +29,7 @@
 
 #include "device/buffer.h"
 #include "kernels/cpu/compressor.h"
+#include "kernels/cpu/state_row.h"
 #include "model/config.h"
 #include "ops/op_context.h"
 
@@ -42,9 +49,15 @@ struct StateLayout {
   std::vector<int64_t> index_rows_offset; // per layer (−1 if none)
   int64_t slot_floats = 0;
   int64_t block_floats = 0;
-  int64_t row_align = 1;                  // lcm(head_dim, index_dim): regions start at multiples
+  int64_t row_align = 1;                  // lcm(row_floats, index_dim): regions start at multiples
+  cpu::PackedRowFormat row_format;        // packed attention rows' format; dim 0: f32 rows
+  int64_t row_floats = 0;                 // floats an attention row takes (head_dim, or row_pitch() / 4)
 
-  static StateLayout ForConfig(const ModelConfig& config, int64_t block_size);
+  // packed_rows: attention rows in the §6.2 format {head_dim, head_dim - rope dims, 64} (the
+  // rounding of Numerics::kv_fp8, which the rows must already hold).
+  static StateLayout ForConfig(const ModelConfig& config, int64_t block_size, bool packed_rows = false);
+  static cpu::PackedRowFormat PackedRowFormatFor(const ModelConfig& config);
+  bool packed_rows() const { return row_format.dim > 0; }
   int64_t rows_per_block(int64_t layer) const { return block_size / ratio[layer]; }
   cpu::CompressorShape main_shape(int64_t layer) const { return {ratio[layer], head_dim}; }
   cpu::CompressorShape index_shape() const { return {4, index_dim}; }
@@ -78,7 +91,7 @@ class StateStorage {
   float* CompressorScore(int32_t slot, int64_t layer) const;
   float* IndexerKv(int32_t slot, int64_t layer) const;
   float* IndexerScore(int32_t slot, int64_t layer) const;
-  float* MainRows(int32_t block, int64_t layer) const;   // [rows_per_block, head_dim]
+  float* MainRows(int32_t block, int64_t layer) const;   // [rows_per_block] attention rows
   float* IndexRows(int32_t block, int64_t layer) const;  // [rows_per_block, index_dim]
 
   // Pointers below are into the model's device memory (not dereferenceable on the host when
@@ -88,9 +101,11 @@ class StateStorage {
   void CopySlot(int32_t from, int32_t to) const;
   // Copies every row of block `from` into block `to`.
   void CopyBlock(int32_t from, int32_t to) const;
-  // Overwrites every float of a block with NaN (debug: use-after-release becomes visible).
+  // Overwrites every byte of a block with 0xff (debug: use-after-release becomes visible): a NaN
+  // in every f32, every e4m3 code, every BF16 value and, as +inf, every packed row's scale.
   void PoisonBlock(int32_t block) const;
-  // Every float of the slots and blocks set to cpu::HashUniform(seed, i, -1, 1).
+  // Every float of the slots and blocks set to cpu::HashUniform(seed, i, -1, 1); with packed rows,
+  // every window and main row then holds cpu::FillHashPackedRows's encoding of such values instead.
   void FillForBenchmark(uint64_t seed) const;
 
  private:

@@ -13,8 +13,12 @@
 namespace deepinfer::v4 {
 
 // Fresh rows after a static-shape step's own (ForwardBatch::static_max_context) into which each
-// compressor, the main one and the indexer's, scatters the rows that close nowhere.
-inline constexpr int64_t kStaticShapeScratchRows = 2;
+// compressor scatters the rows that close nowhere: the main one into the first, the indexer's into
+// those after it (an f32 index row may be wider than a packed attention row: 128 floats against
+// 148 for V4, but against 52 for a head_dim 128 config with 64 rope dims).
+inline int64_t StaticShapeScratchRows(const StateLayout& layout) {
+  return 1 + (layout.index_dim + layout.row_floats - 1) / layout.row_floats;
+}
 
 // Everything one forward step knows about its tokens, in host memory and on the model's device.
 // Cheap to copy: the host arrays it points into live in Forward's frame.
@@ -30,7 +34,9 @@ struct V4Model::StepContext {
   std::span<const cpu::SeqRowsInfo> seqs;
   cpu::StepRowsPlan host_plan;
   cpu::StepRowsPlan plan;
-  TensorView fresh;                // [num_tokens, head_dim]: this step's KV rows, in the state buffer
+  // [num_tokens, head_dim]: this step's KV rows as f32 rows in the state buffer; empty when the
+  // state's rows are packed (the kv path then encodes them there from a workspace tensor).
+  TensorView fresh;
 
   cpu::LayerRowGeometry Geometry(const StateLayout& layout, int64_t layer) const;
   int64_t num_tokens() const { return batch->num_tokens; }
