@@ -462,7 +462,7 @@ TEST(CudaAttention, PackedRowsGiveTheBitsOfF32Rows) {
                            "split-BF16 kernel, packed against f32 rows"));
     }
   }
-  // What the kernels cannot decode is refused: BF16 channels not 8-byte aligned (fp8_end 100).
+  // What the kernels cannot decode is refused: fp8_end 100, not a multiple of 16.
   DeviceArray<float> buf(std::vector<float>(4096, 0.f));
   const cpu::PackedRowFormat odd{128, 100, 64};
   EXPECT_FALSE(cuda::AttentionSplitBf16Usable(buf.get(), 128, buf.get(), 64, 1, 128, &odd));

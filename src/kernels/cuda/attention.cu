@@ -343,8 +343,8 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
   if (packed != nullptr && (packed->dim != head_dim || !PackedRowsDecodable(*packed) ||
                             !Aligned(rows, row_stride * 4, 16))) {
     ThrowCudaError(__FILE__, __LINE__, name,
-                   "packed rows need dim == head_dim, dim % 4 == 0, fp8_end % 8 == 0, block % 4 == 0, and rows and "
-                   "row_stride 16-byte aligned");
+                   "packed rows need dim == head_dim, dim, fp8_end and block multiples of 16, and rows and row_stride "
+                   "16-byte aligned");
   }
   if (num_queries == 0) return;
   if (q == nullptr || out == nullptr || counts == nullptr || sinks == nullptr ||

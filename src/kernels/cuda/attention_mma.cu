@@ -166,12 +166,7 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const int c4 = lane + kWarpSize * i;
-        if (r < tile_n && c4 < kF4) {
-          v[b][i] = a.packed.fp8_end >= 0 ? DecodePacked4(reinterpret_cast<const uint8_t*>(src), c4, a.packed)
-                                          : __ldg(src + c4);
-        } else {
-          v[b][i] = make_float4(0.f, 0.f, 0.f, 0.f);
-        }
+        v[b][i] = r < tile_n && c4 < kF4 ? __ldg(src + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
 #pragma unroll
@@ -189,6 +184,72 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
           packed.y = *reinterpret_cast<const uint32_t*>(&hi);
           *reinterpret_cast<uint2*>(rs + r * S::kRStride + 4 * c4) = packed;
         }
+      }
+    }
+  }
+}
+
+// LoadTile for packed rows (state_row.cuh; a.packed.fp8_end >= 0): lane l takes the 16 channels of
+// group g = l + 32·i (g < kD / 16). A group of e4m3 channels is one 16-byte load of codes and its
+// block's scale byte, a group of BF16 channels two 16-byte loads (the BF16 values as they are); the
+// loads of kBatch rows are all issued, without branches, before any conversion. The values are
+// DecodePacked4's, so the BF16 tile equals LoadTile's of the f32 rows they encode.
+template <int kGroups, int kD, int kSplit, bool kBf16>
+__device__ __forceinline__ void LoadTilePacked(const AttentionArgs& a, const int32_t* ids, int tile_n,
+                                               __nv_bfloat16* rs, int warp, int lane) {
+  using S = Shape<kGroups, kD, kSplit, kBf16>;
+  constexpr int kG = kD / 16;  // 16-channel groups a row
+  constexpr int kPerLane = (kG + kWarpSize - 1) / kWarpSize;
+  constexpr int kBatch = 4;
+  const PackedRowArgs p = a.packed;
+  const int32_t id_low = lane < tile_n ? ids[lane] : 0;
+  const int32_t id_high = lane + kWarpSize < tile_n ? ids[lane + kWarpSize] : 0;
+  const int padded = min(kTileRows, (tile_n + 15) / 16 * 16);
+  for (int r0 = warp * kBatch; r0 < padded; r0 += S::kWarps * kBatch) {
+    uint4 first[kBatch][kPerLane], second[kBatch][kPerLane];
+    uint32_t scale_byte[kBatch][kPerLane];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int r = r0 + b;
+      const int32_t id = __shfl_sync(0xffffffffu, r < kWarpSize ? id_low : id_high, r % kWarpSize);
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(a.rows + static_cast<int64_t>(id) * a.row_stride);
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int c = 16 * (lane + kWarpSize * i);
+        const bool load = r < tile_n && c < kD;
+        const bool codes = c < p.fp8_end;
+        // Codes at byte c; BF16 channels c … c + 15 at fp8_end + 2·(c − fp8_end).
+        const uint4* src = reinterpret_cast<const uint4*>(row + (codes ? c : 2 * c - p.fp8_end));
+        first[b][i] = load ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
+        second[b][i] = load && !codes ? __ldg(src + 1) : make_uint4(0u, 0u, 0u, 0u);
+        scale_byte[b][i] = load && codes ? __ldg(row + p.scale_offset + c / p.block) : 0u;
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int r = r0 + b;
+      if (r >= padded) break;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int c = 16 * (lane + kWarpSize * i);
+        if (c >= kD) continue;
+        uint4 lo = first[b][i], hi = second[b][i];
+        if (c < p.fp8_end) {
+          const float scale = __uint_as_float(scale_byte[b][i] << 23);
+          const uint32_t words[4] = {first[b][i].x, first[b][i].y, first[b][i].z, first[b][i].w};
+          uint32_t out[8];
+#pragma unroll
+          for (int k = 0; k < 8; ++k) {
+            const float2 f = E4m3PairToFloat2(static_cast<uint16_t>(words[k / 2] >> (16 * (k % 2))));
+            const __nv_bfloat162 v = __floats2bfloat162_rn(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
+            out[k] = *reinterpret_cast<const uint32_t*>(&v);
+          }
+          lo = make_uint4(out[0], out[1], out[2], out[3]);
+          hi = make_uint4(out[4], out[5], out[6], out[7]);
+        }
+        uint4* dst = reinterpret_cast<uint4*>(rs + r * S::kRStride + c);
+        dst[0] = lo;
+        dst[1] = hi;
       }
     }
   }
@@ -293,7 +354,11 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
 
   for (int t0 = row_begin; t0 < row_end; t0 += kTileRows) {
     const int tile_n = min(kTileRows, row_end - t0);
-    LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
+    if (a.packed.fp8_end >= 0) {
+      LoadTilePacked<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
+    } else {
+      LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
+    }
     CpAsyncWaitAll();
     __syncthreads();
 
@@ -609,8 +674,8 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
   if (!AttentionSplitBf16Usable(q, q_stride, rows, row_stride, num_heads, head_dim, packed)) {
     ThrowCudaError(__FILE__, __LINE__, name,
                    "needs head_dim 64, 128, 256 or 512, 1 <= H <= 65535, q and rows 16-byte aligned with strides "
-                   "of whole float4s, and packed rows (if any) of dim head_dim with fp8_end % 8 == 0 and "
-                   "block % 4 == 0 (AttentionSplitBf16Usable)");
+                   "of whole float4s, and packed rows (if any) of dim head_dim with fp8_end and block multiples of "
+                   "16 (AttentionSplitBf16Usable)");
   }
   if (num_queries == 0) return;
   if (q == nullptr || out == nullptr || counts == nullptr || sinks == nullptr ||

@@ -22,10 +22,10 @@ inline PackedRowArgs ToPackedRowArgs(const cpu::PackedRowFormat* f) {
   return PackedRowArgs{static_cast<int>(f->fp8_end), static_cast<int>(f->block), static_cast<int>(f->scale_offset())};
 }
 
-// What the decoders below need of a format: 4-channel groups that lie in one scale block or in the
-// BF16 channels, with 4- and 8-byte aligned loads (row starts 16-byte aligned).
+// What the attention kernels' decoders need of a format: 16-channel groups that lie in one scale
+// block or in the BF16 channels, read with 16-byte loads (row starts 16-byte aligned).
 inline bool PackedRowsDecodable(const cpu::PackedRowFormat& f) {
-  return f.dim % 4 == 0 && f.fp8_end % 8 == 0 && f.block % 4 == 0;
+  return f.dim % 16 == 0 && f.fp8_end % 16 == 0 && f.block % 16 == 0;
 }
 
 #if defined(__CUDACC__)
