@@ -144,7 +144,9 @@ void RunSteps(StepsArgs& a) {
                      {"bf16_attention_output", a.numerics.bf16_attention_output},
                      {"bf16_attention_inputs", a.numerics.bf16_attention_inputs},
                      {"fold_fp4_experts", a.numerics.fold_fp4_experts},
-                     {"f32_state_rows", a.numerics.f32_state_rows}};
+                     {"state_rows", a.numerics.state_rows == StateRows::kF32    ? "f32"
+                                    : a.numerics.state_rows == StateRows::kBf16 ? "bf16"
+                                                                                : "fp8"}};
   report["layer_mix"] = nlohmann::json::object();
   for (const auto& [ratio, count] : mix) report["layer_mix"][std::to_string(ratio)] = count;
   if (a.decode) {

@@ -1,5 +1,8 @@
 #include "apps/engine_flags.h"
 
+#include <map>
+#include <string>
+
 #include "apps/default_model.h"
 
 namespace deepinfer::apps {
@@ -52,9 +55,21 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
                 "CUDA with --tensor-cores --fp8-activations on sm_90a: keep the routed FP4 experts folded into e4m3 "
                 "codes for the whole run (about twice their bytes of device memory; the same outputs), so that no "
                 "step converts their nibbles");
-  app->add_flag("--f32-state-rows", n.f32_state_rows,
-                "with --kv-fp8, keep the state's attention rows as f32 (2,048 bytes a V4 row) instead of the packed "
-                "FP8 rows of dsv4-model.md 6.2 (592 bytes; the same outputs): for comparisons");
+  app->add_option_function<std::string>(
+         "--state-rows",
+         [&n](const std::string& v) {
+           const std::map<std::string, StateRows> names{
+               {"f32", StateRows::kF32}, {"bf16", StateRows::kBf16}, {"fp8", StateRows::kFp8}};
+           const auto it = names.find(v);
+           if (it == names.end()) throw CLI::ValidationError("--state-rows", "expected f32, bf16 or fp8, got '" + v + "'");
+           n.state_rows = it->second;
+         },
+         "with --kv-fp8, how the state stores its attention rows: f32 (2,048 bytes a V4 row), bf16 "
+         "(1,024) or fp8 (the packed rows of dsv4-model.md 6.2, 584 bytes at a 592-byte pitch: the most "
+         "context per GPU; the attention decodes them, docs/performance.md version 50); the same outputs. "
+         "Without --kv-fp8 the rows are f32")
+      ->type_name("f32|bf16|fp8")
+      ->default_str("bf16");
 }
 
 EngineOptions ResolveEngineOptions(const EngineFlags& f) {

@@ -17,6 +17,8 @@ namespace deepinfer {
 // Numerics switches (dsv4-model.md §9, docs/numerics.md). The default is the exact fp32 math of
 // the reference goldens; the round trips reproduce the reference's quantization: the first two
 // are what the FP8 / FP4 state formats store, the third what its FP8 / FP4 GEMMs multiply.
+enum class StateRows { kF32, kBf16, kFp8 };
+
 struct Numerics {
   bool kv_fp8 = false;       // KV rows as the reference stores them: e4m3 nope channels (blocks of 64), BF16 rope
   bool indexer_fp4 = false;  // FP4 e2m1 round trip of indexer queries and keys (blocks of 32)
@@ -42,10 +44,11 @@ struct Numerics {
   // warpgroup-MMA device keeps the routed FP4 experts folded into e4m3 codes for the whole run
   // (about twice their bytes of device memory), so that no step converts their nibbles.
   bool fold_fp4_experts = false;
-  // Not a numerics change (the same bits): with kv_fp8 the state holds its attention rows (raw
-  // windows, compressed main rows, fresh rows) as f32 instead of dsv4-model.md §6.2's packed FP8
-  // rows (v4_state.h). For comparisons; the packed rows are the default.
-  bool f32_state_rows = false;
+  // Not a numerics change (the same bits): with kv_fp8, how the state stores its attention rows
+  // (raw windows, compressed main rows, fresh rows; v4_state.h): f32 (2,048 bytes a V4 row), BF16
+  // (1,024) or dsv4-model.md §6.2's packed FP8 rows (584 bytes at a 592-byte pitch). Every value of
+  // such a row is exact in each. Without kv_fp8 the rows are f32 whatever this says.
+  StateRows state_rows = StateRows::kBf16;
 };
 
 // Per-sequence model state (windows, compressor state, paged rows), owned by the runner.

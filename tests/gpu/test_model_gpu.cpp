@@ -219,25 +219,28 @@ TEST(GpuModel, FoldedFp4ExpertsGiveTheSameLogits) {
   ExpectChunkedPrefillEqualsOneShot("v4-tiny-fp8fp4", folded, {1, 7, 128});
 }
 
-// The state's packed rows (dsv4-model.md §6.2, the default under kv_fp8) change no bit against
-// f32 rows of the same values (--f32-state-rows): the flash-like golden (compressors, indexer) with
-// every reference rounding, the attention on the SIMT kernel and on tensor cores, one-shot, in
-// chunks of 7 and token by token.
+// The state's packed rows (dsv4-model.md §6.2's BF16 and FP8 rows; Numerics::state_rows) change no
+// bit against f32 rows of the same values: the flash-like golden (compressors, indexer) with every
+// reference rounding, the attention on the SIMT kernel and on tensor cores, one-shot, in chunks of
+// 7 and token by token.
 TEST(GpuModel, PackedStateRowsGiveTheSameLogits) {
   DI_REQUIRE_GPU();
   const Golden g = LoadGolden("v4-tiny-flashlike");
   std::vector<int32_t> prompt = g.prompt_ids;
   if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
-  for (const LoadOptions& options : {OnGpuQuantized(), OnGpuQuantizedTensorCores()}) {
+  for (LoadOptions options : {OnGpuQuantized(), OnGpuQuantizedTensorCores()}) {
     SCOPED_TRACE(options.numerics.tensor_core_linears ? "tensor cores" : "SIMT");
-    LoadOptions f32_rows = options;
-    f32_rows.numerics.f32_state_rows = true;
-    LoadedModel packed_model = LoadModel(g.dir, options);
-    LoadedModel f32_model = LoadModel(g.dir, f32_rows);
-    for (int64_t chunk : {int64_t{0}, int64_t{7}, int64_t{1}}) {
-      SequenceDriver packed(*packed_model.model), plain(*f32_model.model);
-      EXPECT_TRUE(test::AllEqual(packed.Prefill(prompt, chunk), plain.Prefill(prompt, chunk), "prefill logits"))
-          << "chunk " << chunk;
+    options.numerics.state_rows = StateRows::kF32;
+    LoadedModel f32_model = LoadModel(g.dir, options);
+    for (StateRows rows : {StateRows::kBf16, StateRows::kFp8}) {
+      SCOPED_TRACE(rows == StateRows::kBf16 ? "BF16 rows" : "FP8 rows");
+      options.numerics.state_rows = rows;
+      LoadedModel packed_model = LoadModel(g.dir, options);
+      for (int64_t chunk : {int64_t{0}, int64_t{7}, int64_t{1}}) {
+        SequenceDriver packed(*packed_model.model), plain(*f32_model.model);
+        EXPECT_TRUE(test::AllEqual(packed.Prefill(prompt, chunk), plain.Prefill(prompt, chunk), "prefill logits"))
+            << "chunk " << chunk;
+      }
     }
   }
 }

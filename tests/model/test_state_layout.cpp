@@ -35,6 +35,8 @@ ModelConfig SmallConfig() {
   return c;
 }
 
+cpu::PackedRowFormat Fp8Rows(const ModelConfig& c) { return StateLayout::PackedRowFormatFor(c, /*fp8=*/true); }
+
 TEST(StateLayout, SmallConfigOffsetsByHand) {
   const StateLayout l = StateLayout::ForConfig(SmallConfig(), /*block_size=*/8);
   EXPECT_EQ(l.num_layers, 4);
@@ -58,7 +60,7 @@ TEST(StateLayout, SmallConfigOffsetsByHand) {
 // The same config with packed rows (rope 4 of head_dim 8: 4 e4m3 codes, 4 BF16 values, 1 scale,
 // 13 bytes padded to 16, one float4): attention rows take 4 floats, everything else as before.
 TEST(StateLayout, SmallConfigPackedOffsetsByHand) {
-  const StateLayout l = StateLayout::ForConfig(SmallConfig(), /*block_size=*/8, /*packed_rows=*/true);
+  const StateLayout l = StateLayout::ForConfig(SmallConfig(), /*block_size=*/8, Fp8Rows(SmallConfig()));
   EXPECT_EQ(l.row_format.dim, 8);
   EXPECT_EQ(l.row_format.fp8_end, 4);
   EXPECT_EQ(l.row_format.block, 64);
@@ -119,16 +121,25 @@ TEST(StateLayout, RealConfigsKeepEveryRowRegionAligned) {
       EXPECT_EQ(l.head_dim, 512);
       ExpectRowsAligned(l);
       // Packed rows: §6.2's 584 bytes at a 592-byte pitch (148 floats).
-      const StateLayout p = StateLayout::ForConfig(c, block_size, /*packed_rows=*/true);
+      const StateLayout p = StateLayout::ForConfig(c, block_size, Fp8Rows(c));
       EXPECT_EQ(p.row_format.row_bytes(), 584);
       EXPECT_EQ(p.row_floats, 148);
       EXPECT_EQ(p.row_align, 4736);  // lcm(148, 128)
       ExpectRowsAligned(p);
       EXPECT_LT(p.block_floats, l.block_floats);
+      // BF16 rows: 1,024 bytes, 256 floats.
+      const StateLayout h = StateLayout::ForConfig(c, block_size, StateLayout::PackedRowFormatFor(c, false));
+      EXPECT_EQ(h.row_format.row_pitch(), 1024);
+      EXPECT_EQ(h.row_floats, 256);
+      ExpectRowsAligned(h);
+      EXPECT_LT(p.block_floats, h.block_floats);
+      EXPECT_LT(h.block_floats, l.block_floats);
     }
   }
   ExpectRowsAligned(StateLayout::ForConfig(SmallConfig(), 8));
-  ExpectRowsAligned(StateLayout::ForConfig(SmallConfig(), 8, true));
+  ExpectRowsAligned(StateLayout::ForConfig(SmallConfig(), 8, Fp8Rows(SmallConfig())));
+  EXPECT_THROW(StateLayout::ForConfig(SmallConfig(), 8, cpu::PackedRowFormat{16, 8, 64}), std::exception)
+      << "rows of 16 values for head_dim 8";
 }
 
 std::vector<float> Floats(const float* p, int64_t n) { return std::vector<float>(p, p + n); }
@@ -192,7 +203,7 @@ TEST(StateStorage, SlotsAndBlocksTouchOnlyTheirOwnFloats) {
 // FillForBenchmark with packed rows: every window and main row holds the encoding of its hashed
 // values (decoding to their FP8 / BF16 rounding), the f32 regions their hashed floats.
 TEST(StateStorage, PackedBenchmarkFillEncodesEveryAttentionRow) {
-  const StateLayout l = StateLayout::ForConfig(SmallConfig(), 8, true);
+  const StateLayout l = StateLayout::ForConfig(SmallConfig(), 8, Fp8Rows(SmallConfig()));
   StateStorage s(l, 2, 3);
   s.FillForBenchmark(77);
   const float* base = s.base().data<float>();

@@ -64,9 +64,11 @@ StepCost V4Model::EstimateStepCost(const StepCostQuery& q) const {
   const int64_t top_k = c.num_experts_per_tok;
   const double experts = static_cast<double>(c.n_routed_experts);
   const double f32 = sizeof(float);
-  // An attention row as the state stores it: f32, or packed (v4_state.h; 592 bytes for V4's rows).
-  const double head_row = PackedStateRows() ? static_cast<double>(StateLayout::PackedRowFormatFor(c).row_pitch())
-                                            : static_cast<double>(c.head_dim) * f32;
+  // An attention row as the state stores it (v4_state.h): f32, or packed (BF16: 1,024 bytes for V4's
+  // rows; FP8: 592).
+  const cpu::PackedRowFormat rows = StateRowFormat();
+  const double head_row =
+      rows.dim > 0 ? static_cast<double>(rows.row_pitch()) : static_cast<double>(c.head_dim) * f32;
   const double index_row = static_cast<double>(c.index_head_dim) * f32;
   StepCost cost;
   // Distinct experts among `tokens`·top_k uniform picks (each token picks top_k distinct ones).

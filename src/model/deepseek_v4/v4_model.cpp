@@ -279,20 +279,25 @@ const ops::RopeTable& V4Model::RopeFor(int64_t layer) const {
   return config_.compress_ratio(layer) != 0 ? rope_compressed_ : rope_plain_;
 }
 
+cpu::PackedRowFormat V4Model::StateRowFormat() const {
+  if (!numerics_.kv_fp8 || numerics_.state_rows == StateRows::kF32) return {};
+  return StateLayout::PackedRowFormatFor(config_, numerics_.state_rows == StateRows::kFp8);
+}
+
 std::unique_ptr<ModelState> V4Model::CreateState(int64_t num_slots, int64_t num_blocks, int64_t block_size,
                                                  int64_t max_step_tokens) const {
   // Room for the static shapes' scratch rows too: a graph's step must not grow the state.
-  StateLayout layout = StateLayout::ForConfig(config_, block_size, PackedStateRows());
+  StateLayout layout = StateLayout::ForConfig(config_, block_size, StateRowFormat());
   const int64_t fresh_rows = max_step_tokens > 0 ? max_step_tokens + StaticShapeScratchRows(layout) : 0;
   return std::make_unique<V4State>(std::move(layout), num_slots, num_blocks, device_, fresh_rows);
 }
 
 size_t V4Model::BytesPerSlot(int64_t block_size) const {
-  return StateLayout::ForConfig(config_, block_size, PackedStateRows()).slot_floats * sizeof(float);
+  return StateLayout::ForConfig(config_, block_size, StateRowFormat()).slot_floats * sizeof(float);
 }
 
 size_t V4Model::BytesPerBlock(int64_t block_size) const {
-  return StateLayout::ForConfig(config_, block_size, PackedStateRows()).block_floats * sizeof(float);
+  return StateLayout::ForConfig(config_, block_size, StateRowFormat()).block_floats * sizeof(float);
 }
 
 cpu::LayerRowGeometry V4Model::StepContext::Geometry(const StateLayout& l, int64_t layer) const {

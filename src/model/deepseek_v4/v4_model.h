@@ -166,9 +166,9 @@ class V4Model : public Model {
   // on the CPU, for a record-only or profiled step, and where !ForksAt.
   StreamBranches* ForkStreams(const StepContext& ctx) const;
 
-  // Whether the state's attention rows are packed (StateLayout::ForConfig): kv_fp8 without
-  // f32_state_rows.
-  bool PackedStateRows() const { return numerics_.kv_fp8 && !numerics_.f32_state_rows; }
+  // The state's attention rows (StateLayout::ForConfig): Numerics::state_rows under kv_fp8, else f32
+  // (dim 0).
+  cpu::PackedRowFormat StateRowFormat() const;
 
   ModelConfig config_;
   ModelWeights weights_;

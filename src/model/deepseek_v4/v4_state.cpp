@@ -17,20 +17,22 @@ int64_t RoundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 constexpr int64_t kInitialFreshRows = 512;
 }  // namespace
 
-cpu::PackedRowFormat StateLayout::PackedRowFormatFor(const ModelConfig& c) {
-  return cpu::PackedRowFormat{c.head_dim, c.head_dim - c.qk_rope_head_dim, 64};
+cpu::PackedRowFormat StateLayout::PackedRowFormatFor(const ModelConfig& c, bool fp8) {
+  return cpu::PackedRowFormat{c.head_dim, fp8 ? c.head_dim - c.qk_rope_head_dim : 0, 64};
 }
 
-StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size, bool packed_rows) {
+StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size, const cpu::PackedRowFormat& rows) {
   StateLayout l;
   l.block_size = block_size;
   l.window = c.sliding_window;
   l.head_dim = c.head_dim;
   l.index_dim = c.index_head_dim;
   l.num_layers = c.num_hidden_layers + c.num_nextn_predict_layers;
-  if (packed_rows) {
-    l.row_format = PackedRowFormatFor(c);
-    l.row_format.Validate();
+  if (rows.dim > 0) {
+    DI_CHECK(rows.dim == c.head_dim, "{}: packed state rows of {} values for head_dim {}", c.source, rows.dim,
+             c.head_dim);
+    rows.Validate();
+    l.row_format = rows;
     l.row_floats = l.row_format.row_pitch() / 4;
   } else {
     l.row_floats = l.head_dim;

@@ -11,11 +11,11 @@
 //   Compressed row r of a sequence lives in block block_table[r / rows_per_block] at
 //   r % rows_per_block. Block 0 exists and is never handed out (the null block).
 //
-// Attention rows (window, main and fresh rows) are f32 [head_dim], or, with packed rows
-// (Numerics::kv_fp8, whose rows hold e4m3 codes times power-of-two scales and BF16 values), the
-// packed rows of dsv4-model.md §6.2 (kernels/cpu/state_row.h: 448 e4m3 codes, 64 BF16 values and
-// 7 ue8m0 scales for V4) at a pitch of row_pitch() bytes (592 for V4: §6.2's 584-byte row and 8
-// zero bytes, so that every row starts 16-byte aligned). They take row_floats floats either way.
+// Attention rows (window, main and fresh rows) are f32 [head_dim], or, under Numerics::kv_fp8
+// (whose rows hold e4m3 codes times power-of-two scales and BF16 values), packed rows
+// (kernels/cpu/state_row.h) at a pitch of row_pitch() bytes: dsv4-model.md §6.2's BF16 rows (1,024
+// bytes for V4) or its FP8 rows (448 e4m3 codes, 64 BF16 values and 7 ue8m0 scales: 584 bytes and
+// 8 zero bytes, 592, so that every row starts 16-byte aligned). They take row_floats floats.
 //
 // One allocation on the model's device holds, in this order, the slots, the blocks and the
 // step's fresh KV rows ([tokens] attention rows, written by the forward): every row the attention
@@ -53,10 +53,11 @@ struct StateLayout {
   cpu::PackedRowFormat row_format;        // packed attention rows' format; dim 0: f32 rows
   int64_t row_floats = 0;                 // floats an attention row takes (head_dim, or row_pitch() / 4)
 
-  // packed_rows: attention rows in the §6.2 format {head_dim, head_dim - rope dims, 64} (the
-  // rounding of Numerics::kv_fp8, which the rows must already hold).
-  static StateLayout ForConfig(const ModelConfig& config, int64_t block_size, bool packed_rows = false);
-  static cpu::PackedRowFormat PackedRowFormatFor(const ModelConfig& config);
+  // rows: the attention rows' packed format (PackedRowFormatFor), or dim 0 for f32 rows. Packed
+  // rows must hold values the format keeps exactly (Numerics::kv_fp8's rounding).
+  static StateLayout ForConfig(const ModelConfig& config, int64_t block_size, const cpu::PackedRowFormat& rows = {});
+  // fp8: §6.2's FP8 rows {head_dim, head_dim - rope dims, 64}; else BF16 rows {head_dim, 0, 64}.
+  static cpu::PackedRowFormat PackedRowFormatFor(const ModelConfig& config, bool fp8);
   bool packed_rows() const { return row_format.dim > 0; }
   int64_t rows_per_block(int64_t layer) const { return block_size / ratio[layer]; }
   cpu::CompressorShape main_shape(int64_t layer) const { return {ratio[layer], head_dim}; }
