@@ -143,6 +143,17 @@ __device__ __forceinline__ void ScoreStep(float (&s)[4][4], const uint32_t (&par
   MmaBf16(s[3], part[0], part[1], part[2], part[3], b1[2], b1[3]);
 }
 
+// A tile's row ids, two a lane (rows lane and lane + 32 of the 64), handed to the whole warp by
+// shuffles: Of(r) is row r's id (0 past tile_n). Every lane of the warp must call Of together.
+struct TileRowIds {
+  int32_t low, high;
+  __device__ __forceinline__ TileRowIds(const int32_t* ids, int tile_n, int lane)
+      : low(lane < tile_n ? ids[lane] : 0), high(lane + kWarpSize < tile_n ? ids[lane + kWarpSize] : 0) {}
+  __device__ __forceinline__ int32_t Of(int r) const {
+    return __shfl_sync(0xffffffffu, r < kWarpSize ? low : high, r % kWarpSize);
+  }
+};
+
 // The tile's rows ids[0 .. tile_n) into rs as BF16 (round to nearest: exact for BF16-exact rows),
 // zero rows up to the next multiple of 16 (the P·R k-steps read them against p = 0). Each warp
 // takes kBatch rows at a time with all their loads in flight before the conversions.
@@ -153,15 +164,14 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
   constexpr int kF4 = kD / 4;                     // float4 per row
   constexpr int kPerLane = (kF4 + kWarpSize - 1) / kWarpSize;
   constexpr int kBatch = kPerLane >= 8 ? 1 : 8 / kPerLane;
-  const int32_t id_low = lane < tile_n ? ids[lane] : 0;
-  const int32_t id_high = lane + kWarpSize < tile_n ? ids[lane + kWarpSize] : 0;
+  const TileRowIds row_ids(ids, tile_n, lane);
   const int padded = min(kTileRows, (tile_n + 15) / 16 * 16);
   for (int r0 = warp * kBatch; r0 < padded; r0 += S::kWarps * kBatch) {
     float4 v[kBatch][kPerLane];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int r = r0 + b;
-      const int32_t id = __shfl_sync(0xffffffffu, r < kWarpSize ? id_low : id_high, r % kWarpSize);
+      const int32_t id = row_ids.Of(r);
       const float4* src = reinterpret_cast<const float4*>(a.rows + static_cast<int64_t>(id) * a.row_stride);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
@@ -202,8 +212,7 @@ __device__ __forceinline__ void LoadTilePacked(const AttentionArgs& a, const int
   constexpr int kPerLane = (kG + kWarpSize - 1) / kWarpSize;
   constexpr int kBatch = 4;
   const PackedRowArgs p = a.packed;
-  const int32_t id_low = lane < tile_n ? ids[lane] : 0;
-  const int32_t id_high = lane + kWarpSize < tile_n ? ids[lane + kWarpSize] : 0;
+  const TileRowIds row_ids(ids, tile_n, lane);
   const int padded = min(kTileRows, (tile_n + 15) / 16 * 16);
   for (int r0 = warp * kBatch; r0 < padded; r0 += S::kWarps * kBatch) {
     uint4 first[kBatch][kPerLane], second[kBatch][kPerLane];
@@ -211,7 +220,7 @@ __device__ __forceinline__ void LoadTilePacked(const AttentionArgs& a, const int
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int r = r0 + b;
-      const int32_t id = __shfl_sync(0xffffffffu, r < kWarpSize ? id_low : id_high, r % kWarpSize);
+      const int32_t id = row_ids.Of(r);
       const uint8_t* row = reinterpret_cast<const uint8_t*>(a.rows + static_cast<int64_t>(id) * a.row_stride);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
