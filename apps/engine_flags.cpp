@@ -66,10 +66,9 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
          },
          "with --kv-fp8, how the state stores its attention rows: f32 (2,048 bytes a V4 row), bf16 "
          "(1,024) or fp8 (the packed rows of dsv4-model.md 6.2, 584 bytes at a 592-byte pitch: the most "
-         "context per GPU; the attention decodes them, docs/performance.md version 50); the same outputs. "
-         "Without --kv-fp8 the rows are f32")
+         "context per GPU); the same outputs. Without --kv-fp8 the rows are f32")
       ->type_name("f32|bf16|fp8")
-      ->default_str("bf16");
+      ->default_str("fp8");
 }
 
 EngineOptions ResolveEngineOptions(const EngineFlags& f) {

@@ -46,9 +46,11 @@ struct Numerics {
   bool fold_fp4_experts = false;
   // Not a numerics change (the same bits): with kv_fp8, how the state stores its attention rows
   // (raw windows, compressed main rows, fresh rows; v4_state.h): f32 (2,048 bytes a V4 row), BF16
-  // (1,024) or dsv4-model.md §6.2's packed FP8 rows (584 bytes at a 592-byte pitch). Every value of
-  // such a row is exact in each. Without kv_fp8 the rows are f32 whatever this says.
-  StateRows state_rows = StateRows::kBf16;
+  // (1,024) or dsv4-model.md §6.2's packed FP8 rows (584 bytes at a 592-byte pitch, the default:
+  // the most context per GPU, decode steps as fast as with BF16 rows; docs/performance.md version
+  // 50). Every value of such a row is exact in each. Without kv_fp8 the rows are f32 whatever this
+  // says.
+  StateRows state_rows = StateRows::kFp8;
 };
 
 // Per-sequence model state (windows, compressor state, paged rows), owned by the runner.
