@@ -49,7 +49,8 @@ void DecodePackedRow(const PackedRowFormat& f, const uint8_t* in, float* x);
 
 // Rows in the state buffer, which offsets address in floats (rows_plan.h): row i of n (src[i·ld_src
 // … + dim)) encoded at base + (dst_offsets ? dst_offsets[i] : first_offset + i·row_pitch()/4), its
-// row_pitch() bytes written (zeros past row_bytes()). Destinations must not overlap.
+// row_pitch() bytes written (zeros past row_bytes()). Destinations must not overlap, except rows
+// that nothing reads (the static shapes' scratch row, v4_step.h), whose bytes are then any row's.
 void PackRows(const PackedRowFormat& f, const float* src, int64_t ld_src, int64_t n, float* base,
               const int64_t* dst_offsets, int64_t first_offset);
 
