@@ -207,10 +207,14 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
 // num_candidates[t] candidates; kernels/cpu/select_like_torch.h). GPU scratch (may be empty on
 // the CPU): scores F32 [T, max_index_rows]; tie_scratch I64 [T, max_candidates] (8 bytes per
 // candidate), max_candidates >= every num_candidates[t].
+// What the caller guarantees about q and the index rows: kExactInBf16, every value is a BF16 value
+// (Numerics::indexer_fp4's e2m1 codes times power-of-two scales), lets the CUDA op score on tensor
+// cores with ctx.tensor_core_linears (cuda::IndexerTopK's bf16_exact).
+enum class IndexerInputs { kF32, kExactInBf16 };
 void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& weights, const TensorView& base,
                    const TensorView& index_ids, const TensorView& num_visible, const TensorView& num_candidates,
                    int64_t top_k, const TensorView& scores, const TensorView& tie_scratch, const TensorView& selected,
-                   const TensorView& selected_counts);
+                   const TensorView& selected_counts, IndexerInputs inputs);
 
 // One chunk's part of a batched compressor step (int64 fields; host and device layouts agree).
 struct CompressorChunk {

@@ -213,7 +213,7 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
 void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& weights, const TensorView& base,
                    const TensorView& index_ids, const TensorView& num_visible, const TensorView& num_candidates,
                    int64_t top_k, const TensorView& scores, const TensorView& tie_scratch, const TensorView& selected,
-                   const TensorView& selected_counts) {
+                   const TensorView& selected_counts, IndexerInputs inputs) {
   CheckDevice(ctx, "indexer", {&q, &weights, &base, &index_ids, &num_visible, &num_candidates, &scores, &tie_scratch,
                                &selected, &selected_counts});
   const int64_t tokens = q.size(0), heads = q.size(1), dk = q.size(2), max_keys = index_ids.size(1);
@@ -221,7 +221,8 @@ void IndexerSelect(const OpContext& ctx, const TensorView& q, const TensorView& 
   DI_ON_CUDA(ctx, "indexer",
              cuda::IndexerTopK(q.data<float>(), heads * dk, weights.data<float>(), heads, tokens, heads, dk,
                                base.data<float>(), dk, I32(index_ids), max_keys, I32(num_visible), top_k,
-                               scores.data<float>(), I32(selected), I32(selected_counts), ctx.stream);
+                               scores.data<float>(), I32(selected), I32(selected_counts), ctx.stream,
+                               ctx.tensor_core_linears && inputs == IndexerInputs::kExactInBf16);
              cuda::IndexerTiesLikeTorch(scores.data<float>(), max_keys, I32(num_visible), I32(num_candidates), tokens,
                                         top_k, I32(selected), I32(selected_counts),
                                         reinterpret_cast<cpu::ScoredCandidate*>(tie_scratch.raw()),

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gpu/gpu_test_util.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/indexer.h"
 #include "kernels/cuda/indexer.h"
 
@@ -133,7 +134,7 @@ struct GpuResult {
   }
 };
 
-GpuResult RunGpu(const IndexerProblem& p) {
+GpuResult RunGpu(const IndexerProblem& p, bool bf16_exact = false) {
   std::vector<int32_t> visible(p.visible.begin(), p.visible.end());
   DeviceArray<float> q(p.q), w(p.w), keys(p.keys);
   DeviceArray<int32_t> ids(p.key_ids), nv(visible);
@@ -142,7 +143,7 @@ GpuResult RunGpu(const IndexerProblem& p) {
   DeviceArray<int32_t> counts(std::vector<int32_t>(p.queries, kUnwritten));
   cuda::IndexerTopK(q.get(), p.q_stride, w.get(), p.w_stride, p.queries, p.heads, p.head_dim, keys.get(),
                     p.key_stride, ids.get(), p.max_keys, nv.get(), p.top_k, scores.get(), selected.get(),
-                    counts.get(), nullptr);
+                    counts.get(), nullptr, bf16_exact);
   return {selected.ToHost(), counts.ToHost(), scores.ToHost()};
 }
 
@@ -322,6 +323,55 @@ TEST(CudaIndexer, Deterministic) {
                                             b.scores.begin() + m * p.max_keys + p.visible[m]),
                          "scores"));
   }
+}
+
+// q's heads and the key rows as Numerics::indexer_fp4 leaves them: Hadamard-rotated, then e2m1
+// codes times power-of-two scales per 32 (values exact in BF16).
+void RoundLikeTheIndexer(IndexerProblem& p) {
+  auto round_rows = [&](std::vector<float>& v, int64_t rows, int64_t stride) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t h = 0; h < stride / p.head_dim; ++h) {
+        float* x = v.data() + r * stride + h * p.head_dim;
+        cpu::Hadamard(x, p.head_dim);
+        cpu::Fp4RoundTrip(x, p.head_dim, 32);
+      }
+    }
+  };
+  round_rows(p.q, p.queries, p.q_stride);
+  round_rows(p.keys, static_cast<int64_t>(p.keys.size()) / p.key_stride, p.key_stride);
+}
+
+// On such inputs the tensor-core scoring (bf16_exact) gives the SIMT kernel's scores bit for bit
+// (every partial sum of a dot product is exact in f32: docs/performance.md, version 50), and so the
+// same picks; d 128 with 64 heads (Flash) and d 64 with 20 heads; the tensor-core kernel ran.
+TEST(CudaIndexer, TensorCoresGiveTheSimtBitsOnFp4Rows) {
+  DI_REQUIRE_GPU();
+  for (const auto& [heads, dk] : {std::pair<int64_t, int64_t>{64, 128}, std::pair<int64_t, int64_t>{20, 64}}) {
+    SCOPED_TRACE(testing::Message() << heads << " heads, dk " << dk);
+    IndexerProblem p = MakeProblem(heads, dk, 3000, 512, {3000, 1, 700, 64, 2999}, {3000, 1, 800, 64, 2999},
+                                   71 + dk, 0.1f, 1.f);
+    RoundLikeTheIndexer(p);
+    const uint64_t launches = cuda::IndexerMmaLaunchesForTesting();
+    const GpuResult mma = RunGpu(p, /*bf16_exact=*/true);
+    EXPECT_GT(cuda::IndexerMmaLaunchesForTesting(), launches) << "the tensor-core scoring did not run";
+    const GpuResult simt = RunGpu(p, /*bf16_exact=*/false);
+    for (int64_t m = 0; m < p.queries; ++m) {
+      const auto at = [&](const GpuResult& r) {
+        return Bits(std::vector<float>(r.scores.begin() + m * p.max_keys,
+                                       r.scores.begin() + m * p.max_keys + p.visible[m]));
+      };
+      EXPECT_TRUE(AllEqual(at(mma), at(simt), "scores of query " + std::to_string(m)));
+    }
+    EXPECT_TRUE(AllEqual(mma.selected, simt.selected, "selected"));
+    EXPECT_TRUE(AllEqual(mma.counts, simt.counts, "counts"));
+  }
+  // Keys at a stride of 129 floats (not whole float4s) take the SIMT kernel.
+  IndexerProblem odd = MakeProblem(8, 128, 100, 16, {100}, {100}, 81, 0.1f, 1.f, /*pad=*/1);
+  RoundLikeTheIndexer(odd);
+  const uint64_t launches = cuda::IndexerMmaLaunchesForTesting();
+  const GpuResult r = RunGpu(odd, true);
+  EXPECT_EQ(cuda::IndexerMmaLaunchesForTesting(), launches);
+  EXPECT_EQ(r.counts[0], 16);
 }
 
 TEST(CudaIndexer, NoQueriesLaunchesNothing) {

@@ -80,12 +80,6 @@ __device__ __forceinline__ uint32_t SmemAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Four 8×8 BF16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

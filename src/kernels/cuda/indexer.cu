@@ -1,7 +1,10 @@
 #include "kernels/cuda/indexer.h"
 
+#include <atomic>
 #include <climits>
+#include <cstdint>
 
+#include "kernels/cuda/bf16_split.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -89,6 +92,111 @@ __global__ void __launch_bounds__(kScoreThreads)
     for (int h = 0; h < num_heads; ++h) {
       const float v = dots[tid][h];
       s += (v < 0.f ? 0.f : v) * ws[h];  // ReLU as std::max(v, 0.f): NaN passes through
+    }
+    scores[m * max_keys + j0 + tid] = s;
+  }
+}
+
+// ---- Scoring on tensor cores ------------------------------------------------------------------
+
+constexpr int kMmaScoreThreads = 128;  // 4 warps, 16 candidates each
+
+// IndexerScoreKernel's scores with the dot products on BF16 tensor cores, for q and keys whose
+// every value is exact in BF16 (IndexerTopK's bf16_exact): one block per (query, 64 candidates),
+// the tile's candidates and the query's heads converted to BF16 in shared memory, warp w computing
+// candidates 16w … 16w + 15 against the 64 heads with mma.sync m16n8k16 (f32 accumulation), k in
+// steps of 16 in order; then the same epilogue. The products are exact; the sums round where the
+// SIMT kernel's sequential fmaf chain rounds only if some partial sum is not exact in f32, which
+// FP4 codes with power-of-two block scales rule out unless a row's block scales span more than
+// 2^9 (docs/performance.md, version 50).
+template <int kDk>
+__global__ void __launch_bounds__(kMmaScoreThreads)
+    IndexerScoreMmaKernel(const float* __restrict__ q, int64_t q_stride, const float* __restrict__ weights,
+                          int64_t weights_stride, int num_heads, const float* __restrict__ keys, int64_t key_stride,
+                          const int32_t* __restrict__ key_ids, int64_t max_keys,
+                          const int32_t* __restrict__ num_visible, float* __restrict__ scores) {
+  PdlPrologue();
+  constexpr int kPitch = kDk + 8;  // BF16 a row: rows 16 bytes apart mod 128 (ldmatrix without conflicts)
+  constexpr int kF4 = kDk / 4;
+  // The BF16 tiles, then (after every warp's MMAs) the dot products in the same memory.
+  struct Tiles {
+    __nv_bfloat16 ks[kKeyTile][kPitch];   // [candidate][k]
+    __nv_bfloat16 qs[kHeadTile][kPitch];  // [head][k]
+  };
+  union Memory {
+    Tiles tiles;
+    float dots[kKeyTile][kDotPitch];  // [candidate][head]
+  };
+  __shared__ __align__(16) Memory mem;
+  auto& ks = mem.tiles.ks;
+  auto& qs = mem.tiles.qs;
+  auto& dots = mem.dots;
+  __shared__ float ws[kHeadTile];
+  __shared__ int32_t ids[kKeyTile];
+
+  const int64_t m = blockIdx.x;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kKeyTile;
+  const int64_t nv = min(max(static_cast<int64_t>(num_visible[m]), int64_t{0}), max_keys);
+  if (j0 >= nv) return;  // uniform over the block
+  const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
+  if (tid < kKeyTile) {
+    ids[tid] = j0 + tid < nv ? key_ids[m * max_keys + j0 + tid] : -1;
+    ws[tid] = tid < num_heads ? weights[m * weights_stride + tid] : 0.f;
+  }
+  __syncthreads();  // ids
+  const float* q_m = q + m * q_stride;
+  for (int e = tid; e < kKeyTile * kF4; e += kMmaScoreThreads) {
+    const int row = e / kF4, c4 = e % kF4;
+    const int32_t id = ids[row];
+    const float4 k = id >= 0 ? __ldg(reinterpret_cast<const float4*>(keys + static_cast<int64_t>(id) * key_stride) + c4)
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 h = row < num_heads ? __ldg(reinterpret_cast<const float4*>(q_m + static_cast<int64_t>(row) * kDk) + c4)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+    const __nv_bfloat162 k01 = __floats2bfloat162_rn(k.x, k.y), k23 = __floats2bfloat162_rn(k.z, k.w);
+    const __nv_bfloat162 h01 = __floats2bfloat162_rn(h.x, h.y), h23 = __floats2bfloat162_rn(h.z, h.w);
+    *reinterpret_cast<uint2*>(&ks[row][4 * c4]) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&k01), *reinterpret_cast<const uint32_t*>(&k23));
+    *reinterpret_cast<uint2*>(&qs[row][4 * c4]) =
+        make_uint2(*reinterpret_cast<const uint32_t*>(&h01), *reinterpret_cast<const uint32_t*>(&h23));
+  }
+  __syncthreads();
+
+  float acc[kHeadTile / 8][4];
+#pragma unroll
+  for (int n = 0; n < kHeadTile / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  // A: rows 16·warp + (l % 8) + 8·((l / 8) % 2), columns k0 + 8·(l / 16); B (two n8 tiles of heads):
+  // rows 8·n + (l % 8) + 8·(l / 16), columns k0 + 8·((l / 8) % 2).
+  const uint32_t a_base =
+      static_cast<uint32_t>(__cvta_generic_to_shared(&ks[16 * warp + lane % 8 + 8 * ((lane / 8) % 2)][8 * (lane / 16)]));
+  const uint32_t b_base =
+      static_cast<uint32_t>(__cvta_generic_to_shared(&qs[lane % 8 + 8 * (lane / 16)][8 * ((lane / 8) % 2)]));
+#pragma unroll
+  for (int k0 = 0; k0 < kDk; k0 += 16) {
+    uint32_t a[4];
+    LdMatrixX4(a, a_base + 2 * k0);
+#pragma unroll
+    for (int n = 0; n < kHeadTile / 8; n += 2) {
+      uint32_t b[4];
+      LdMatrixX4(b, b_base + 2 * (8 * n * kPitch + k0));
+      MmaBf16(acc[n], a[0], a[1], a[2], a[3], b[0], b[1]);
+      MmaBf16(acc[n + 1], a[0], a[1], a[2], a[3], b[2], b[3]);
+    }
+  }
+  const int gq = lane / 4, tq = lane % 4;
+  __syncthreads();  // every warp's ldmatrix reads are done before the dots overwrite the tiles
+#pragma unroll
+  for (int n = 0; n < kHeadTile / 8; ++n) {
+    dots[16 * warp + gq][8 * n + 2 * tq] = acc[n][0];
+    dots[16 * warp + gq][8 * n + 2 * tq + 1] = acc[n][1];
+    dots[16 * warp + gq + 8][8 * n + 2 * tq] = acc[n][2];
+    dots[16 * warp + gq + 8][8 * n + 2 * tq + 1] = acc[n][3];
+  }
+  __syncthreads();
+  if (tid < kKeyTile && j0 + tid < nv) {
+    float s = 0.f;
+    for (int h = 0; h < num_heads; ++h) {
+      const float v = dots[tid][h];
+      s += (v < 0.f ? 0.f : v) * ws[h];  // as IndexerScoreKernel's
     }
     scores[m * max_keys + j0 + tid] = s;
   }
@@ -204,12 +312,29 @@ __global__ void __launch_bounds__(kSelectThreads)
   for (int j = k + tid; j < top_k; j += kSelectThreads) out[j] = -1;
 }
 
+std::atomic<uint64_t>& IndexerMmaLaunches() {
+  static std::atomic<uint64_t> launches{0};
+  return launches;
+}
+
+// The tensor-core scoring's shapes: dk 64 or 128, q and keys 16-byte aligned with strides of whole
+// float4s (q's heads contiguous: q_stride is only the query's).
+bool IndexerMmaUsable(const float* q, int64_t q_stride, const float* keys, int64_t key_stride, int64_t head_dim) {
+  const auto aligned = [](const void* p, int64_t stride_floats) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride_floats % 4 == 0;
+  };
+  return (head_dim == 64 || head_dim == 128) && aligned(q, q_stride) && aligned(keys, key_stride);
+}
+
 }  // namespace
+
+uint64_t IndexerMmaLaunchesForTesting() { return IndexerMmaLaunches().load(); }
 
 void IndexerTopK(const float* q, int64_t q_stride, const float* weights, int64_t weights_stride,
                  int64_t num_queries, int64_t num_heads, int64_t head_dim, const float* keys,
                  int64_t key_stride, const int32_t* key_ids, int64_t max_keys, const int32_t* num_visible,
-                 int64_t top_k, float* scores, int32_t* selected, int32_t* counts, cudaStream_t stream) {
+                 int64_t top_k, float* scores, int32_t* selected, int32_t* counts, cudaStream_t stream,
+                 bool bf16_exact) {
   const char* name = "cuda::IndexerTopK";
   if (num_queries < 0 || num_queries > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
   if (num_heads < 1 || num_heads > kHeadTile) ThrowCudaError(__FILE__, __LINE__, name, "num_heads must be in [1, 64]");
@@ -227,9 +352,16 @@ void IndexerTopK(const float* q, int64_t q_stride, const float* weights, int64_t
   }
   if (max_keys > 0) {
     const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(CeilDiv(max_keys, kKeyTile)));
-    IndexerScoreKernel<<<grid, kScoreThreads, 0, stream>>>(q, q_stride, weights, weights_stride,
-                                                           static_cast<int>(num_heads), static_cast<int>(head_dim),
-                                                           keys, key_stride, key_ids, max_keys, num_visible, scores);
+    if (bf16_exact && IndexerMmaUsable(q, q_stride, keys, key_stride, head_dim)) {
+      auto kernel = head_dim == 64 ? IndexerScoreMmaKernel<64> : IndexerScoreMmaKernel<128>;
+      kernel<<<grid, kMmaScoreThreads, 0, stream>>>(q, q_stride, weights, weights_stride, static_cast<int>(num_heads),
+                                                    keys, key_stride, key_ids, max_keys, num_visible, scores);
+      IndexerMmaLaunches().fetch_add(1, std::memory_order_relaxed);
+    } else {
+      IndexerScoreKernel<<<grid, kScoreThreads, 0, stream>>>(q, q_stride, weights, weights_stride,
+                                                             static_cast<int>(num_heads), static_cast<int>(head_dim),
+                                                             keys, key_stride, key_ids, max_keys, num_visible, scores);
+    }
     DI_CUDA_LAUNCH_CHECK("cuda::IndexerTopK scores");
   }
   IndexerSelectKernel<<<static_cast<unsigned>(num_queries), kSelectThreads, 0, stream>>>(

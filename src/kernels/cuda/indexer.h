@@ -39,9 +39,21 @@ inline int64_t IndexerScratchFloats(int64_t num_queries, int64_t max_keys) { ret
 // Deterministic and batch invariant. Limits: 1 <= Hi <= 64, dk >= 1, max_keys <= 64·65535,
 // 0 <= top_k <= 2^31 − 1. Launches two kernels on `stream`; nothing is allocated or synchronized;
 // M == 0 launches nothing.
+//
+// bf16_exact: the caller guarantees that every value of q and of the keys is exact in BF16
+// (Numerics::indexer_fp4's e2m1 codes times power-of-two scales). Then, where dk is 64 or 128 and
+// q and keys are 16-byte aligned with strides of whole float4s, the dot products run on BF16
+// tensor cores (mma.sync, f32 accumulation, k in steps of 16 in order): exact products, and sums
+// that round differently from the SIMT kernel's only where a partial sum is not exact in f32 (for
+// FP4 codes with power-of-two block scales, only when a row's block scales span more than 2^9).
+// Still deterministic and batch invariant. A value that is not exact in BF16 is rounded to nearest
+// (no error is raised; the benchmarks' hashed index rows are such values).
 void IndexerTopK(const float* q, int64_t q_stride, const float* weights, int64_t weights_stride,
                  int64_t num_queries, int64_t num_heads, int64_t head_dim, const float* keys,
                  int64_t key_stride, const int32_t* key_ids, int64_t max_keys, const int32_t* num_visible,
-                 int64_t top_k, float* scores, int32_t* selected, int32_t* counts, cudaStream_t stream);
+                 int64_t top_k, float* scores, int32_t* selected, int32_t* counts, cudaStream_t stream,
+                 bool bf16_exact = false);
+// Launches of the tensor-core scoring so far (tests: which kernel ran).
+uint64_t IndexerMmaLaunchesForTesting();
 
 }  // namespace deepinfer::cuda

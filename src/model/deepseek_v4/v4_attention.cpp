@@ -344,8 +344,10 @@ void V4Model::AttendTokens(const StepContext& ctx, const BlockWeights& w, const 
       scores = ws.Alloc(DType::kF32, {tokens, index_ids.size(1)});
       tie_scratch = ws.Alloc(DType::kI64, {tokens, max_candidates});
     }
+    // With indexer_fp4 the queries and the index rows are e2m1 codes times powers of two: exact in BF16.
     ops::IndexerSelect(ctx.op, index_q, index_w, ctx.state->base(), index_ids, rows.num_visible,
-                       rows.num_candidates, c.index_topk, scores, tie_scratch, selected, selected_counts);
+                       rows.num_candidates, c.index_topk, scores, tie_scratch, selected, selected_counts,
+                       numerics_.indexer_fp4 ? ops::IndexerInputs::kExactInBf16 : ops::IndexerInputs::kF32);
     ops::AppendSelectedRows(ctx.op, ctx.plan, g, selected, selected_counts, row_ids, counts);
   }
   const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
