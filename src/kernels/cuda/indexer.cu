@@ -3,6 +3,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "kernels/cuda/bf16_split.cuh"
 #include "kernels/cuda/cuda_common.cuh"
@@ -317,6 +319,18 @@ std::atomic<uint64_t>& IndexerMmaLaunches() {
   return launches;
 }
 
+// DEEPINFER_INDEXER_MMA=0 (read once) keeps the SIMT scoring for bf16_exact too: for comparisons.
+bool IndexerMmaEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DEEPINFER_INDEXER_MMA");
+    if (v == nullptr || *v == '\0' || std::string(v) == "1") return true;
+    if (std::string(v) == "0") return false;
+    const std::string message = std::string("DEEPINFER_INDEXER_MMA must be 0 or 1, got '") + v + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::IndexerTopK", message.c_str());
+  }();
+  return enabled;
+}
+
 // The tensor-core scoring's shapes: dk 64 or 128, q and keys 16-byte aligned with strides of whole
 // float4s (q's heads contiguous: q_stride is only the query's).
 bool IndexerMmaUsable(const float* q, int64_t q_stride, const float* keys, int64_t key_stride, int64_t head_dim) {
@@ -352,7 +366,7 @@ void IndexerTopK(const float* q, int64_t q_stride, const float* weights, int64_t
   }
   if (max_keys > 0) {
     const dim3 grid(static_cast<unsigned>(num_queries), static_cast<unsigned>(CeilDiv(max_keys, kKeyTile)));
-    if (bf16_exact && IndexerMmaUsable(q, q_stride, keys, key_stride, head_dim)) {
+    if (bf16_exact && IndexerMmaEnabled() && IndexerMmaUsable(q, q_stride, keys, key_stride, head_dim)) {
       auto kernel = head_dim == 64 ? IndexerScoreMmaKernel<64> : IndexerScoreMmaKernel<128>;
       kernel<<<grid, kMmaScoreThreads, 0, stream>>>(q, q_stride, weights, weights_stride, static_cast<int>(num_heads),
                                                     keys, key_stride, key_ids, max_keys, num_visible, scores);

@@ -46,7 +46,8 @@ inline int64_t IndexerScratchFloats(int64_t num_queries, int64_t max_keys) { ret
 // tensor cores (mma.sync, f32 accumulation, k in steps of 16 in order): exact products, and sums
 // that round differently from the SIMT kernel's only where a partial sum is not exact in f32 (for
 // FP4 codes with power-of-two block scales, only when a row's block scales span more than 2^9).
-// Still deterministic and batch invariant. A value that is not exact in BF16 is rounded to nearest
+// Still deterministic and batch invariant (DEEPINFER_INDEXER_MMA=0, read once, keeps the SIMT
+// scoring, for comparisons). A value that is not exact in BF16 is rounded to nearest
 // (no error is raised; the benchmarks' hashed index rows are such values).
 void IndexerTopK(const float* q, int64_t q_stride, const float* weights, int64_t weights_stride,
                  int64_t num_queries, int64_t num_heads, int64_t head_dim, const float* keys,
