@@ -61,7 +61,9 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
            const std::map<std::string, StateRows> names{
                {"f32", StateRows::kF32}, {"bf16", StateRows::kBf16}, {"fp8", StateRows::kFp8}};
            const auto it = names.find(v);
-           if (it == names.end()) throw CLI::ValidationError("--state-rows", "expected f32, bf16 or fp8, got '" + v + "'");
+           if (it == names.end()) {
+             throw CLI::ValidationError("--state-rows", "expected f32, bf16 or fp8, got '" + v + "'");
+           }
            n.state_rows = it->second;
          },
          "with --kv-fp8, how the state stores its attention rows: f32 (2,048 bytes a V4 row), bf16 "

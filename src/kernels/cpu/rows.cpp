@@ -29,7 +29,9 @@ void BuildAttentionRows(const StepRowsPlan& plan, const LayerRowGeometry& g, int
     }
     const int64_t visible = g.ratio ? (p + 1) / g.ratio : 0;
     if (g.ratio == 128) {
-      for (int64_t r = 0; r < visible; ++r) ids[n++] = static_cast<int32_t>(MainRowOffset(plan, g, b, r) / g.row_floats);
+      for (int64_t r = 0; r < visible; ++r) {
+        ids[n++] = static_cast<int32_t>(MainRowOffset(plan, g, b, r) / g.row_floats);
+      }
     }
     counts[t] = static_cast<int32_t>(n);
     if (index_ids == nullptr) continue;

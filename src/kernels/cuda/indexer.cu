@@ -150,10 +150,10 @@ __global__ void __launch_bounds__(kMmaScoreThreads)
   for (int e = tid; e < kKeyTile * kF4; e += kMmaScoreThreads) {
     const int row = e / kF4, c4 = e % kF4;
     const int32_t id = ids[row];
-    const float4 k = id >= 0 ? __ldg(reinterpret_cast<const float4*>(keys + static_cast<int64_t>(id) * key_stride) + c4)
-                             : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 h = row < num_heads ? __ldg(reinterpret_cast<const float4*>(q_m + static_cast<int64_t>(row) * kDk) + c4)
-                                     : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4* key_row = reinterpret_cast<const float4*>(keys + static_cast<int64_t>(max(id, 0)) * key_stride);
+    const float4* head_row = reinterpret_cast<const float4*>(q_m + static_cast<int64_t>(row) * kDk);
+    const float4 k = id >= 0 ? __ldg(key_row + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 h = row < num_heads ? __ldg(head_row + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
     const __nv_bfloat162 k01 = __floats2bfloat162_rn(k.x, k.y), k23 = __floats2bfloat162_rn(k.z, k.w);
     const __nv_bfloat162 h01 = __floats2bfloat162_rn(h.x, h.y), h23 = __floats2bfloat162_rn(h.z, h.w);
     *reinterpret_cast<uint2*>(&ks[row][4 * c4]) =
@@ -168,10 +168,9 @@ __global__ void __launch_bounds__(kMmaScoreThreads)
   for (int n = 0; n < kHeadTile / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   // A: rows 16·warp + (l % 8) + 8·((l / 8) % 2), columns k0 + 8·(l / 16); B (two n8 tiles of heads):
   // rows 8·n + (l % 8) + 8·(l / 16), columns k0 + 8·((l / 8) % 2).
-  const uint32_t a_base =
-      static_cast<uint32_t>(__cvta_generic_to_shared(&ks[16 * warp + lane % 8 + 8 * ((lane / 8) % 2)][8 * (lane / 16)]));
-  const uint32_t b_base =
-      static_cast<uint32_t>(__cvta_generic_to_shared(&qs[lane % 8 + 8 * (lane / 16)][8 * ((lane / 8) % 2)]));
+  const int a_row = 16 * warp + lane % 8 + 8 * ((lane / 8) % 2), b_row = lane % 8 + 8 * (lane / 16);
+  const uint32_t a_base = static_cast<uint32_t>(__cvta_generic_to_shared(&ks[a_row][8 * (lane / 16)]));
+  const uint32_t b_base = static_cast<uint32_t>(__cvta_generic_to_shared(&qs[b_row][8 * ((lane / 8) % 2)]));
 #pragma unroll
   for (int k0 = 0; k0 < kDk; k0 += 16) {
     uint32_t a[4];
