@@ -150,10 +150,12 @@ __global__ void __launch_bounds__(kMmaScoreThreads)
   for (int e = tid; e < kKeyTile * kF4; e += kMmaScoreThreads) {
     const int row = e / kF4, c4 = e % kF4;
     const int32_t id = ids[row];
-    const float4* key_row = reinterpret_cast<const float4*>(keys + static_cast<int64_t>(max(id, 0)) * key_stride);
-    const float4* head_row = reinterpret_cast<const float4*>(q_m + static_cast<int64_t>(row) * kDk);
-    const float4 k = id >= 0 ? __ldg(key_row + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 h = row < num_heads ? __ldg(head_row + c4) : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 k = id >= 0
+                         ? __ldg(reinterpret_cast<const float4*>(keys + static_cast<int64_t>(id) * key_stride) + c4)
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 h = row < num_heads
+                         ? __ldg(reinterpret_cast<const float4*>(q_m + static_cast<int64_t>(row) * kDk) + c4)
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
     const __nv_bfloat162 k01 = __floats2bfloat162_rn(k.x, k.y), k23 = __floats2bfloat162_rn(k.z, k.w);
     const __nv_bfloat162 h01 = __floats2bfloat162_rn(h.x, h.y), h23 = __floats2bfloat162_rn(h.z, h.w);
     *reinterpret_cast<uint2*>(&ks[row][4 * c4]) =
