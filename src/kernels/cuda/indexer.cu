@@ -24,6 +24,17 @@ constexpr int kDotPitch = kHeadTile + 1;
 static_assert(kKeyTile == kHeadTile, "candidates and heads are staged by the same loop");
 static_assert(kScoreThreads == (kKeyTile / 4) * (kHeadTile / 4), "a 4x4 tile per thread");
 
+// A candidate's score from its dot products with the heads: Σ_h ReLU(dot[h]) · w[h], heads in
+// order, the sum a plain f32 chain from +0 (ReLU as std::max(v, 0.f): NaN passes through).
+__device__ __forceinline__ float WeightedHeadSum(const float* dot, const float* w, int num_heads) {
+  float s = 0.f;
+  for (int h = 0; h < num_heads; ++h) {
+    const float v = dot[h];
+    s += (v < 0.f ? 0.f : v) * w[h];
+  }
+  return s;
+}
+
 // One block per (query m = blockIdx.x, candidates j0 = blockIdx.y·64 … j0+63). Thread (tx, ty) =
 // (tid % 16, tid / 16) computes the dot products of candidates 4ty…4ty+3 with heads 4tx…4tx+3,
 // accumulating over dk in order; then thread t < 64 sums candidate j0+t over the heads in order.
@@ -89,14 +100,7 @@ __global__ void __launch_bounds__(kScoreThreads)
     for (int j = 0; j < 4; ++j) dots[4 * ty + i][4 * tx + j] = acc[i][j];
   }
   __syncthreads();
-  if (tid < kKeyTile && j0 + tid < nv) {
-    float s = 0.f;
-    for (int h = 0; h < num_heads; ++h) {
-      const float v = dots[tid][h];
-      s += (v < 0.f ? 0.f : v) * ws[h];  // ReLU as std::max(v, 0.f): NaN passes through
-    }
-    scores[m * max_keys + j0 + tid] = s;
-  }
+  if (tid < kKeyTile && j0 + tid < nv) scores[m * max_keys + j0 + tid] = WeightedHeadSum(dots[tid], ws, num_heads);
 }
 
 // ---- Scoring on tensor cores ------------------------------------------------------------------
@@ -195,14 +199,7 @@ __global__ void __launch_bounds__(kMmaScoreThreads)
     dots[16 * warp + gq + 8][8 * n + 2 * tq + 1] = acc[n][3];
   }
   __syncthreads();
-  if (tid < kKeyTile && j0 + tid < nv) {
-    float s = 0.f;
-    for (int h = 0; h < num_heads; ++h) {
-      const float v = dots[tid][h];
-      s += (v < 0.f ? 0.f : v) * ws[h];  // as IndexerScoreKernel's
-    }
-    scores[m * max_keys + j0 + tid] = s;
-  }
+  if (tid < kKeyTile && j0 + tid < nv) scores[m * max_keys + j0 + tid] = WeightedHeadSum(dots[tid], ws, num_heads);
 }
 
 // ---- Selection --------------------------------------------------------------------------------
