@@ -2,7 +2,8 @@
 // and V4.1's 528-byte one, and decode(encode(x)) against the rounding the state applies today
 // (cpu::Fp8RoundTrip on the e4m3 channels, cpu::Bf16Round on the rest), bit for bit, over rows
 // spanning many binades, zeros, signed zeros, blocks below the amax floor, values at the code
-// range's edges, infinities and NaNs; and that rounded rows decode to themselves.
+// range's edges, infinities and NaNs; and that rounded rows decode to themselves. The same for
+// §6.2's MXFP4 index rows (cpu::Fp4RowFormat) against cpu::Fp4RoundTrip.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -141,6 +142,66 @@ TEST(PackedRow, NonFiniteValues) {
   ExpectSameBits(y, RoundedAsTheStateRoundsIt(f, x), f.fp8_end);
   EXPECT_TRUE(std::isnan(y[450]) && std::isnan(y[451]));
   EXPECT_EQ(y[452], std::numeric_limits<float>::infinity());
+}
+
+// ---- MXFP4 index rows ----------------------------------------------------------------------
+
+std::vector<float> Fp4RoundTrip(const cpu::Fp4RowFormat& f, const std::vector<float>& x) {
+  std::vector<uint8_t> packed(static_cast<size_t>(f.row_bytes()), 0xAB);
+  cpu::EncodeFp4Row(f, x.data(), packed.data());
+  std::vector<float> y(static_cast<size_t>(f.dim), 12345.f);
+  cpu::DecodeFp4Row(f, packed.data(), y.data());
+  return y;
+}
+
+std::vector<float> Fp4Rounded(const cpu::Fp4RowFormat& f, std::vector<float> x) {
+  cpu::Fp4RoundTrip(x.data(), f.dim, f.block);
+  return x;
+}
+
+TEST(Fp4Row, Sizes) {
+  EXPECT_EQ(cpu::kV4IndexRow.row_bytes(), 68);  // §6.2: 64 bytes of values and 4 scales
+  EXPECT_EQ(cpu::kV4IndexRow.scale_offset(), 64);
+  EXPECT_EQ(cpu::kV4IndexRow.scales(), 4);
+  EXPECT_EQ(cpu::kV4IndexRow.row_pitch(), 80);
+  EXPECT_EQ((cpu::Fp4RowFormat{96, 64}.scales()), 2);  // a partial second block
+  EXPECT_NO_THROW(cpu::kV4IndexRow.Validate());
+  EXPECT_THROW((cpu::Fp4RowFormat{127, 32}.Validate()), std::exception);  // odd
+  EXPECT_THROW((cpu::Fp4RowFormat{128, 0}.Validate()), std::exception);
+  EXPECT_THROW((cpu::Fp4RowFormat{0, 32}.Validate()), std::exception);
+}
+
+TEST(Fp4Row, BytesOfAKnownRow) {
+  const cpu::Fp4RowFormat f{8, 4};
+  // Block 0: amax 6, scale 1 (byte 127): codes 1 (0.5), 0xA (-1), 7 (6), 0. Block 1: amax 3, scale
+  // 0.5 (byte 126): 3, 6, -4 and 1.5 at that scale, codes 5, 7, 0xE, 3. Channel 2i in the low nibble.
+  const std::vector<float> x{0.5f, -1.f, 6.f, 0.f, 1.5f, 3.f, -2.f, 0.75f};
+  std::vector<uint8_t> packed(static_cast<size_t>(f.row_bytes()), 0xAB);
+  cpu::EncodeFp4Row(f, x.data(), packed.data());
+  EXPECT_EQ(packed, (std::vector<uint8_t>{0xA1, 0x07, 0x75, 0x3E, 127, 126}));
+  ExpectSameBits(Fp4RoundTrip(f, x), x, f.dim);  // every value was a code at its scale
+}
+
+TEST(Fp4Row, DecodesToFp4RoundTripBitForBit) {
+  for (const cpu::Fp4RowFormat& f : {cpu::kV4IndexRow, cpu::Fp4RowFormat{64, 32}, cpu::Fp4RowFormat{96, 64}}) {
+    SCOPED_TRACE(testing::Message() << "dim " << f.dim << ", block " << f.block);
+    const PackedRowFormat shape{f.dim, f.dim, 32};  // MixedRow's kinds over every channel
+    for (uint64_t seed = 1; seed <= 200; ++seed) {
+      const std::vector<float> x = MixedRow(shape, seed);
+      const std::vector<float> rounded = Fp4Rounded(f, x);
+      ExpectSameBits(Fp4RoundTrip(f, x), rounded, f.dim);
+      ExpectSameBits(Fp4RoundTrip(f, rounded), rounded, f.dim);  // the state's rows decode to themselves
+    }
+  }
+}
+
+TEST(Fp4Row, NonFiniteValuesAsFp4RoundTrip) {
+  const cpu::Fp4RowFormat f = cpu::kV4IndexRow;
+  std::vector<float> x = MixedRow(PackedRowFormat{f.dim, f.dim, 32}, 9);
+  x[3] = std::numeric_limits<float>::infinity();   // block 0: scale +inf
+  x[40] = std::numeric_limits<float>::quiet_NaN();  // block 1: NaN is not its amax; e2m1 has no NaN
+  x[100] = -std::numeric_limits<float>::infinity();
+  ExpectSameBits(Fp4RoundTrip(f, x), Fp4Rounded(f, x), 0);
 }
 
 }  // namespace

@@ -135,16 +135,19 @@ void Bf16Round(float* x, int64_t n) {
   }
 }
 
+float E2m1BlockScale(const float* x, int64_t n) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return Ue8m0BlockScale(amax, kE2m1AmaxFloor, kE2m1InvMax);
+}
+
+uint8_t E2m1CodeAtScale(float v, float scale) { return F32ToFp4(std::clamp(v / scale, -kE2m1Max, kE2m1Max)); }
+
 void Fp4RoundTrip(float* x, int64_t n, int64_t block) {
   for (int64_t b0 = 0; b0 < n; b0 += block) {
     const int64_t b1 = std::min(n, b0 + block);
-    float amax = 0.f;
-    for (int64_t i = b0; i < b1; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float scale = Ue8m0BlockScale(amax, kE2m1AmaxFloor, kE2m1InvMax);
-    for (int64_t i = b0; i < b1; ++i) {
-      const float q = std::clamp(x[i] / scale, -kE2m1Max, kE2m1Max);
-      x[i] = Fp4ToF32(F32ToFp4(q)) * scale;
-    }
+    const float scale = E2m1BlockScale(x + b0, b1 - b0);
+    for (int64_t i = b0; i < b1; ++i) x[i] = Fp4ToF32(E2m1CodeAtScale(x[i], scale)) * scale;
   }
 }
 

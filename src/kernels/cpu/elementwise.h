@@ -45,6 +45,10 @@ void Bf16Round(float* x, int64_t n);
 // In place: blocks of `block` values, scale Ue8m0BlockScale(amax, 6·2^-126, 1/6), clamped to ±6,
 // rounded to e2m1 (nearest even) and scaled back.
 void Fp4RoundTrip(float* x, int64_t n, int64_t block);
+// Fp4RoundTrip's two halves for one block, shared with the packed index rows (state_row.h): the
+// block's scale from its n values, and one value's e2m1 code (a nibble) at that scale.
+float E2m1BlockScale(const float* x, int64_t n);
+uint8_t E2m1CodeAtScale(float v, float scale);
 // In place orthonormal Walsh–Hadamard transform of length n (a power of two), scaled 1/sqrt(n):
 // x ← x · H_n / sqrt(n) with H_n the Sylvester matrix.
 void Hadamard(float* x, int64_t n);

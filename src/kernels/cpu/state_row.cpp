@@ -52,6 +52,35 @@ void DecodePackedRow(const PackedRowFormat& f, const uint8_t* in, float* x) {
   }
 }
 
+void Fp4RowFormat::Validate() const {
+  DI_CHECK(dim > 0 && dim % 2 == 0 && block > 0,
+           "FP4 row format: needs an even dim > 0 and block > 0 (dim {}, block {})", dim, block);
+}
+
+void EncodeFp4Row(const Fp4RowFormat& f, const float* x, uint8_t* out) {
+  std::memset(out, 0, static_cast<size_t>(f.scale_offset()));
+  for (int64_t b = 0; b < f.scales(); ++b) {
+    const int64_t c0 = b * f.block, n = std::min(f.block, f.dim - c0);
+    const float scale = E2m1BlockScale(x + c0, n);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = c0 + i;
+      out[c / 2] |= static_cast<uint8_t>(E2m1CodeAtScale(x[c], scale) << (4 * (c % 2)));
+    }
+    out[f.scale_offset() + b] = static_cast<uint8_t>((F32Bits(scale) >> 23) & 0xffu);
+  }
+}
+
+void DecodeFp4Row(const Fp4RowFormat& f, const uint8_t* in, float* x) {
+  for (int64_t b = 0; b < f.scales(); ++b) {
+    const float scale = F32FromBits(static_cast<uint32_t>(in[f.scale_offset() + b]) << 23);
+    const int64_t c0 = b * f.block, n = std::min(f.block, f.dim - c0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = c0 + i;
+      x[c] = Fp4ToF32(static_cast<uint8_t>((in[c / 2] >> (4 * (c % 2))) & 0xfu)) * scale;
+    }
+  }
+}
+
 void PackRows(const PackedRowFormat& f, const float* src, int64_t ld_src, int64_t n, float* base,
               const int64_t* dst_offsets, int64_t first_offset) {
   const int64_t pitch_floats = f.row_pitch() / 4;

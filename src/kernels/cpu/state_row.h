@@ -47,6 +47,32 @@ void EncodePackedRow(const PackedRowFormat& f, const float* x, uint8_t* out);
 // One row in[row_bytes()] into x[dim]: code value times 2^(scale byte - 127), BF16 widened.
 void DecodePackedRow(const PackedRowFormat& f, const uint8_t* in, float* x);
 
+// §6.2's MXFP4 index rows: `dim` e2m1 codes, two a byte (channel 2i in the low nibble, 2i + 1 in
+// the high one, as the checkpoint packs FP4 weights), then one ue8m0 scale byte per `block`
+// channels (the last block may be partial): 64 + 4 = 68 bytes for V4's index rows (dim 128, block
+// 32). The rounding of Numerics::indexer_fp4 (cpu::Fp4RoundTrip). Not yet the state's storage:
+// the index rows are f32 (docs/performance.md, "Next (after version 51)").
+struct Fp4RowFormat {
+  int64_t dim = 0;    // values a row; even
+  int64_t block = 0;  // channels a scale
+
+  int64_t scales() const { return (dim + block - 1) / block; }
+  int64_t scale_offset() const { return dim / 2; }  // bytes
+  int64_t row_bytes() const { return scale_offset() + scales(); }
+  int64_t row_pitch() const { return (row_bytes() + 15) / 16 * 16; }  // bytes a stored row would take
+  // Throws unless dim > 0 is even and block > 0.
+  void Validate() const;
+};
+
+constexpr Fp4RowFormat kV4IndexRow{128, 32};
+
+// One row x[dim] into out[row_bytes()], for a format that passes Validate(). DecodeFp4Row of the
+// result equals Fp4RoundTrip(x, dim, block) bit for bit (e2m1 has no NaN: a NaN becomes the code
+// of 6, in both), and a row already so rounded decodes to itself.
+void EncodeFp4Row(const Fp4RowFormat& f, const float* x, uint8_t* out);
+// One row in[row_bytes()] into x[dim]: code value times 2^(scale byte - 127).
+void DecodeFp4Row(const Fp4RowFormat& f, const uint8_t* in, float* x);
+
 // Rows in the state buffer, which offsets address in floats (rows_plan.h): row i of n (src[i·ld_src
 // … + dim)) encoded at base + (dst_offsets ? dst_offsets[i] : first_offset + i·row_pitch()/4), its
 // row_pitch() bytes written (zeros past row_bytes()). Destinations must not overlap, except rows
