@@ -35,6 +35,26 @@ __device__ __forceinline__ float WeightedHeadSum(const float* dot, const float* 
   return s;
 }
 
+// A scoring block's tile: query m = blockIdx.x, candidates j0 = blockIdx.y·64 … j0 + 63 of the
+// query's nv visible ones.
+struct ScoreTile {
+  int64_t m, j0, nv, max_keys;
+  __device__ __forceinline__ ScoreTile(const int32_t* num_visible, int64_t max_keys_per_query)
+      : m(blockIdx.x),
+        j0(static_cast<int64_t>(blockIdx.y) * kKeyTile),
+        nv(min(max(static_cast<int64_t>(num_visible[blockIdx.x]), int64_t{0}), max_keys_per_query)),
+        max_keys(max_keys_per_query) {}
+  __device__ __forceinline__ bool empty() const { return j0 >= nv; }
+  // Threads 0 … 63 stage the tile's pool row ids (−1 past nv) and the query's head weights (0 past
+  // num_heads); the caller's barrier publishes them.
+  __device__ __forceinline__ void Stage(const int32_t* key_ids, const float* weights, int64_t weights_stride,
+                                        int num_heads, int32_t* ids, float* ws) const {
+    const int tid = threadIdx.x;
+    if (tid < kKeyTile) ids[tid] = j0 + tid < nv ? key_ids[m * max_keys + j0 + tid] : -1;
+    if (tid < kHeadTile) ws[tid] = tid < num_heads ? weights[m * weights_stride + tid] : 0.f;
+  }
+};
+
 // One block per (query m = blockIdx.x, candidates j0 = blockIdx.y·64 … j0+63). Thread (tx, ty) =
 // (tid % 16, tid / 16) computes the dot products of candidates 4ty…4ty+3 with heads 4tx…4tx+3,
 // accumulating over dk in order; then thread t < 64 sums candidate j0+t over the heads in order.
@@ -50,15 +70,13 @@ __global__ void __launch_bounds__(kScoreThreads)
   __shared__ float ws[kHeadTile];
   __shared__ int32_t ids[kKeyTile];
 
-  const int64_t m = blockIdx.x;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kKeyTile;
-  const int64_t nv = min(max(static_cast<int64_t>(num_visible[m]), int64_t{0}), max_keys);
-  if (j0 >= nv) return;  // uniform over the block
+  const ScoreTile tile(num_visible, max_keys);
+  if (tile.empty()) return;  // uniform over the block
+  const int64_t m = tile.m, j0 = tile.j0, nv = tile.nv;
   const int tid = threadIdx.x;
   const int tx = tid % 16, ty = tid / 16;
 
-  if (tid < kKeyTile) ids[tid] = j0 + tid < nv ? key_ids[m * max_keys + j0 + tid] : -1;
-  if (tid < kHeadTile) ws[tid] = tid < num_heads ? weights[m * weights_stride + tid] : 0.f;
+  tile.Stage(key_ids, weights, weights_stride, num_heads, ids, ws);
   const float* q_m = q + m * q_stride;
 
   float acc[4][4];  // [candidate 4ty+i][head 4tx+j]
@@ -140,15 +158,11 @@ __global__ void __launch_bounds__(kMmaScoreThreads)
   __shared__ float ws[kHeadTile];
   __shared__ int32_t ids[kKeyTile];
 
-  const int64_t m = blockIdx.x;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kKeyTile;
-  const int64_t nv = min(max(static_cast<int64_t>(num_visible[m]), int64_t{0}), max_keys);
-  if (j0 >= nv) return;  // uniform over the block
+  const ScoreTile tile(num_visible, max_keys);
+  if (tile.empty()) return;  // uniform over the block
+  const int64_t m = tile.m, j0 = tile.j0, nv = tile.nv;
   const int tid = threadIdx.x, lane = tid % kWarpSize, warp = tid / kWarpSize;
-  if (tid < kKeyTile) {
-    ids[tid] = j0 + tid < nv ? key_ids[m * max_keys + j0 + tid] : -1;
-    ws[tid] = tid < num_heads ? weights[m * weights_stride + tid] : 0.f;
-  }
+  tile.Stage(key_ids, weights, weights_stride, num_heads, ids, ws);
   __syncthreads();  // ids
   const float* q_m = q + m * q_stride;
   for (int e = tid; e < kKeyTile * kF4; e += kMmaScoreThreads) {
