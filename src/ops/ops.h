@@ -195,7 +195,7 @@ struct AttentionRowFormat {
 enum class AttentionInputs { kF32, kBf16 };
 
 // out[t] = AttentionWithSink(q[t], rows at base[row_ids[t, j]·w], j < counts[t]) for every token,
-// w the row's width in floats (d, or kPacked's row_pitch() / 4).
+// w the row's width in floats (d, or kPacked's row_floats()).
 // q, out: [T, H, d] f32; row_ids I32 [T, max_rows]; counts I32 [T]; sinks F32 [H]. q is not written.
 void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView& base, const TensorView& row_ids,
                      const TensorView& counts, const TensorView& sinks, float scale, const TensorView& out,

@@ -170,7 +170,7 @@ void SparseAttention(const OpContext& ctx, const TensorView& q, const TensorView
     DI_CHECK(rows_format.packed.dim == d, "sparse_attention: packed rows of {} values for heads of {}",
              rows_format.packed.dim, d);
   }
-  const int64_t row_floats = packed ? rows_format.packed.row_pitch() / 4 : d;
+  const int64_t row_floats = packed ? rows_format.packed.row_floats() : d;
   const bool bf16_inputs = inputs == AttentionInputs::kBf16;
   // The kernel depends on the numerics, the shapes and the buffers' alignment, never on the
   // batch, so every step of a run takes the same one.

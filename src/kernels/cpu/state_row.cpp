@@ -83,20 +83,18 @@ void DecodeFp4Row(const Fp4RowFormat& f, const uint8_t* in, float* x) {
 
 void PackRows(const PackedRowFormat& f, const float* src, int64_t ld_src, int64_t n, float* base,
               const int64_t* dst_offsets, int64_t first_offset) {
-  const int64_t pitch_floats = f.row_pitch() / 4;
   for (int64_t i = 0; i < n; ++i) {
-    auto* out = reinterpret_cast<uint8_t*>(base + (dst_offsets ? dst_offsets[i] : first_offset + i * pitch_floats));
+    auto* out = reinterpret_cast<uint8_t*>(base + (dst_offsets ? dst_offsets[i] : first_offset + i * f.row_floats()));
     EncodePackedRow(f, src + i * ld_src, out);
     std::memset(out + f.row_bytes(), 0, static_cast<size_t>(f.row_pitch() - f.row_bytes()));
   }
 }
 
 void FillHashPackedRows(const PackedRowFormat& f, const PackedRowRegions& r, uint64_t seed, float* base) {
-  const int64_t pitch_floats = f.row_pitch() / 4;
   std::vector<float> x(static_cast<size_t>(f.dim));
   for (int64_t i = 0; i < r.regions; ++i) {
     for (int64_t j = 0; j < r.rows; ++j) {
-      const int64_t o = r.first + i * r.region_stride + j * pitch_floats;
+      const int64_t o = r.first + i * r.region_stride + j * f.row_floats();
       for (int64_t c = 0; c < f.dim; ++c) x[c] = HashUniform(seed, static_cast<uint64_t>(o + c), -1.f, 1.f);
       PackRows(f, x.data(), f.dim, 1, base, nullptr, o);
     }

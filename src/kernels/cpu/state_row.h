@@ -28,6 +28,7 @@ struct PackedRowFormat {
   int64_t scale_offset() const { return fp8_end + 2 * (dim - fp8_end); }  // bytes
   int64_t row_bytes() const { return (scale_offset() + scales() + 7) / 8 * 8; }
   int64_t row_pitch() const { return (row_bytes() + 15) / 16 * 16; }  // bytes a stored row takes
+  int64_t row_floats() const { return row_pitch() / 4; }  // the same in floats (row offsets' unit)
   // Throws unless dim > 0, block > 0 and 0 <= fp8_end <= dim.
   void Validate() const;
 };
@@ -74,14 +75,14 @@ void EncodeFp4Row(const Fp4RowFormat& f, const float* x, uint8_t* out);
 void DecodeFp4Row(const Fp4RowFormat& f, const uint8_t* in, float* x);
 
 // Rows in the state buffer, which offsets address in floats (rows_plan.h): row i of n (src[i·ld_src
-// … + dim)) encoded at base + (dst_offsets ? dst_offsets[i] : first_offset + i·row_pitch()/4), its
+// … + dim)) encoded at base + (dst_offsets ? dst_offsets[i] : first_offset + i·row_floats()), its
 // row_pitch() bytes written (zeros past row_bytes()). Destinations must not overlap, except rows
 // that nothing reads (the static shapes' scratch row, v4_step.h), whose bytes are then any row's.
 void PackRows(const PackedRowFormat& f, const float* src, int64_t ld_src, int64_t n, float* base,
               const int64_t* dst_offsets, int64_t first_offset);
 
 // Benchmarks: `regions` runs of `rows` packed rows each, row j of run i at float offset
-// o = first + i·region_stride + j·row_pitch()/4, encoding x[c] = HashUniform(seed, o + c, -1, 1).
+// o = first + i·region_stride + j·row_floats(), encoding x[c] = HashUniform(seed, o + c, -1, 1).
 struct PackedRowRegions {
   int64_t first = 0;
   int64_t region_stride = 0;

@@ -336,7 +336,7 @@ void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int6
     ThrowCudaError(__FILE__, __LINE__, name, "head_dim must be in [1, 1024]");
   }
   if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
-  const int64_t row_floats = packed != nullptr ? (packed->row_pitch() + 3) / 4 : head_dim;
+  const int64_t row_floats = packed != nullptr ? packed->row_floats() : head_dim;
   if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < row_floats) {
     ThrowCudaError(__FILE__, __LINE__, name, "a row stride is smaller than the row");
   }

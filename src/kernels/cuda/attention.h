@@ -42,7 +42,7 @@ namespace deepinfer::cuda {
 // different values (1 BF16 unit of the probability at most), otherwise they agree as above.
 // packed (not null): the pool holds packed rows of that format (cpu::PackedRowFormat, dim ==
 // head_dim) instead of f32 rows: row r's row_pitch() bytes at rows + r·row_stride (row_stride
-// floats >= row_pitch() / 4, rows and row_stride·4 16-byte aligned; dim, fp8_end and block
+// floats >= row_floats(), rows and row_stride·4 16-byte aligned; dim, fp8_end and block
 // multiples of 16), read as the values cpu::DecodePackedRow gives.
 void AttentionWithSink(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                        const int32_t* row_ids, const int32_t* counts, int64_t max_rows,

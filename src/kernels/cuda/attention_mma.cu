@@ -242,10 +242,11 @@ __device__ __forceinline__ void LoadTilePacked(const AttentionArgs& a, const int
           const uint32_t words[4] = {first[b][i].x, first[b][i].y, first[b][i].z, first[b][i].w};
           uint32_t out[8];
 #pragma unroll
-          for (int k = 0; k < 8; ++k) {
-            const float2 f = E4m3PairToFloat2(static_cast<uint16_t>(words[k / 2] >> (16 * (k % 2))));
-            const __nv_bfloat162 v = __floats2bfloat162_rn(__fmul_rn(f.x, scale), __fmul_rn(f.y, scale));
-            out[k] = *reinterpret_cast<const uint32_t*>(&v);
+          for (int k = 0; k < 4; ++k) {
+            const float4 f = DecodeE4m3x4(words[k], scale);
+            const __nv_bfloat162 v01 = __floats2bfloat162_rn(f.x, f.y), v23 = __floats2bfloat162_rn(f.z, f.w);
+            out[2 * k] = *reinterpret_cast<const uint32_t*>(&v01);
+            out[2 * k + 1] = *reinterpret_cast<const uint32_t*>(&v23);
           }
           lo = make_uint4(out[0], out[1], out[2], out[3]);
           hi = make_uint4(out[4], out[5], out[6], out[7]);
@@ -650,7 +651,7 @@ bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* row
   const bool shape = (head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512) && num_heads >= 1 &&
                      num_heads <= 65535;
   const bool rows_ok = packed == nullptr || (packed->dim == head_dim && PackedRowsDecodable(*packed) &&
-                                             row_stride * 4 >= packed->row_pitch());
+                                             row_stride >= packed->row_floats());
   return shape && rows_ok && Aligned(q, q_stride * 4, 16) && Aligned(rows, row_stride * 4, 16);
 }
 
@@ -670,7 +671,7 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
   }
   if (num_queries < 0 || num_queries > INT_MAX / blocks) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
   if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
-  const int64_t row_floats = packed != nullptr ? (packed->row_pitch() + 3) / 4 : head_dim;
+  const int64_t row_floats = packed != nullptr ? packed->row_floats() : head_dim;
   if (q_stride < num_heads * head_dim || out_stride < num_heads * head_dim || row_stride < row_floats) {
     ThrowCudaError(__FILE__, __LINE__, name, "a row stride is smaller than the row");
   }

@@ -60,12 +60,13 @@ constexpr int kPackThreads = kPackWarps * kWarpSize;
 
 // cpu::PackedRowFormat's numbers as ints for the kernels.
 struct PackFormat {
-  int dim, fp8_end, block, scales, scale_offset, pitch;
+  int dim, fp8_end, block, scales, scale_offset, pitch, pitch_floats;
 };
 
 PackFormat ToPackFormat(const cpu::PackedRowFormat& f) {
   return PackFormat{static_cast<int>(f.dim),     static_cast<int>(f.fp8_end),      static_cast<int>(f.block),
-                    static_cast<int>(f.scales()), static_cast<int>(f.scale_offset()), static_cast<int>(f.row_pitch())};
+                    static_cast<int>(f.scales()), static_cast<int>(f.scale_offset()), static_cast<int>(f.row_pitch()),
+                    static_cast<int>(f.row_floats())};
 }
 
 // cpu::E4m3CodeAtScale: F32ToE4m3(clamp(v / scale, ±448)); a NaN quotient is code 0x7f.
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kPackThreads)
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kPackWarps + threadIdx.x / kWarpSize;
   if (row >= n) return;  // uniform over the warp
   const float* x = src + row * ld_src;
-  const int64_t offset = dst_offsets != nullptr ? dst_offsets[row] : first_offset + row * (f.pitch / 4);
+  const int64_t offset = dst_offsets != nullptr ? dst_offsets[row] : first_offset + row * f.pitch_floats;
   EncodeRowWarp(f, [x](int c) { return x[c]; }, reinterpret_cast<uint8_t*>(base + offset), threadIdx.x % kWarpSize);
 }
 
@@ -121,7 +122,7 @@ __global__ void __launch_bounds__(kPackThreads)
   PdlPrologue();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kPackWarps + threadIdx.x / kWarpSize;
   if (row >= r.regions * r.rows) return;
-  const int64_t o = r.first + (row / r.rows) * r.region_stride + (row % r.rows) * (f.pitch / 4);
+  const int64_t o = r.first + (row / r.rows) * r.region_stride + (row % r.rows) * f.pitch_floats;
   EncodeRowWarp(
       f, [o, seed](int c) { return cpu::HashUniform(seed, static_cast<uint64_t>(o + c), -1.f, 1.f); },
       reinterpret_cast<uint8_t*>(base + o), threadIdx.x % kWarpSize);

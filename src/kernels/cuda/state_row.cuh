@@ -35,6 +35,14 @@ __device__ __forceinline__ float2 E4m3PairToFloat2(uint16_t codes) {
   return __half22float2(*reinterpret_cast<const __half2*>(&h));
 }
 
+// Four e4m3 codes (channel order from the low byte) times their block's scale, one f32 multiply
+// each: cpu::DecodePackedRow's values.
+__device__ __forceinline__ float4 DecodeE4m3x4(uint32_t codes, float scale) {
+  const float2 lo = E4m3PairToFloat2(static_cast<uint16_t>(codes & 0xffffu));
+  const float2 hi = E4m3PairToFloat2(static_cast<uint16_t>(codes >> 16));
+  return make_float4(__fmul_rn(lo.x, scale), __fmul_rn(lo.y, scale), __fmul_rn(hi.x, scale), __fmul_rn(hi.y, scale));
+}
+
 // Channels 4·c4 … 4·c4 + 3 of the packed row at `row` (16-byte aligned): cpu::DecodePackedRow's
 // values bit for bit (code value times the block's scale, one f32 multiply; BF16 widened).
 __device__ __forceinline__ float4 DecodePacked4(const uint8_t* row, int c4, const PackedRowArgs& p) {
@@ -42,13 +50,7 @@ __device__ __forceinline__ float4 DecodePacked4(const uint8_t* row, int c4, cons
   float4 v;
   if (c < p.fp8_end) {
     const uint32_t codes = *reinterpret_cast<const uint32_t*>(row + c);
-    const float scale = __uint_as_float(static_cast<uint32_t>(row[p.scale_offset + c / p.block]) << 23);
-    const float2 lo = E4m3PairToFloat2(static_cast<uint16_t>(codes & 0xffffu));
-    const float2 hi = E4m3PairToFloat2(static_cast<uint16_t>(codes >> 16));
-    v.x = __fmul_rn(lo.x, scale);
-    v.y = __fmul_rn(lo.y, scale);
-    v.z = __fmul_rn(hi.x, scale);
-    v.w = __fmul_rn(hi.y, scale);
+    v = DecodeE4m3x4(codes, __uint_as_float(static_cast<uint32_t>(row[p.scale_offset + c / p.block]) << 23));
   } else {
     // BF16 channel c at byte fp8_end + 2·(c − fp8_end).
     const uint2 h = *reinterpret_cast<const uint2*>(row + 2 * c - p.fp8_end);

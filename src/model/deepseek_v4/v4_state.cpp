@@ -33,7 +33,7 @@ StateLayout StateLayout::ForConfig(const ModelConfig& c, int64_t block_size, con
              c.head_dim);
     rows.Validate();
     l.row_format = rows;
-    l.row_floats = l.row_format.row_pitch() / 4;
+    l.row_floats = l.row_format.row_floats();
   } else {
     l.row_floats = l.head_dim;
   }

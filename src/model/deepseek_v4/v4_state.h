@@ -51,7 +51,7 @@ struct StateLayout {
   int64_t block_floats = 0;
   int64_t row_align = 1;                  // lcm(row_floats, index_dim): regions start at multiples
   cpu::PackedRowFormat row_format;        // packed attention rows' format; dim 0: f32 rows
-  int64_t row_floats = 0;                 // floats an attention row takes (head_dim, or row_pitch() / 4)
+  int64_t row_floats = 0;                 // floats an attention row takes (head_dim, or row_format.row_floats())
 
   // rows: the attention rows' packed format (PackedRowFormatFor), or dim 0 for f32 rows. Packed
   // rows must hold values the format keeps exactly (Numerics::kv_fp8's rounding).
