@@ -398,6 +398,236 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #endif
 }
 
+// ---- TmaLinearWsKernel on two accumulators (TmaLinearPipeKernel) --------------------------------
+//
+// TmaLinearWsKernel's tiles, products and order (the same bits), with each consumer warpgroup
+// issuing chunk c's MMAs before it scales chunk c - 1 (two accumulators, wgmma.wait_group 1): a
+// warpgroup's MMAs no longer wait for its own scaling, only for the tensor cores. acc0, acc1 and
+// part take 192 of the consumers' 240 registers, so `total` (the sum over 512-column slices) lives
+// in shared memory: 64 KiB, element e of consumer thread t at float kThreads·e + t, written and
+// read by that thread alone, at each slice's end. That leaves kPipeStages stages of the ring.
+//
+// kPair: blocks in clusters of two, rank r taking weight row block 2i + r of pair i's token tile,
+// where the walk goes over pairs (pair i: row blocks 2i', 2i' + 1 with i' = i % (n_blocks / 2),
+// token tile i / (n_blocks / 2)). Each block's producer loads its own weight box, its own x scales
+// and x rows 64r .. 64r + 63 of the tile, multicast into both blocks' stages: a block reads 24 of a
+// stage's 32 KiB from L2 (the x tile once for two weight blocks). A stage of either block is then
+// written by both producers, so it is free once the consumer warps of both blocks released it:
+// every consumer warp arrives on its own block's empty barrier and on the other's (16 arrivals a
+// phase). Both blocks walk the same loads; they leave through a cluster barrier, so that neither
+// block's shared memory goes while the other may still write or arrive there.
+constexpr int kPipeStages = 4;
+using PipeRing = Ring<kLinearTokens, kPipeStages>;
+constexpr int kPipeTotalAt = (PipeRing::kEnd + 15) / 16 * 16;
+constexpr int kPipeSmemBytes = kPipeTotalAt + kThreads * PipeRing::kElems * 4 + 1024;  // + base alignment
+static_assert(kPipeSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+constexpr int kPairXRows = kLinearTokens / 2;  // x rows each block of a pair loads (multicast)
+
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// One arrival on the barrier at `bar` (this block's shared address) of the cluster's block `rank`,
+// with mbarrier.arrive's default semantics (release at CTA scope): what it announces is that this
+// warp's reads of a stage are complete (its MMAs' reads at their wait, its scale loads in
+// registers), so the other block's TMA may overwrite it. ".release.cluster" would cost a
+// MEMBAR.ALL.GPU an arrival.
+__device__ __forceinline__ void BarrierArriveCluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+
+// TmaLoad2d into the same shared address (dst) of every block of the cluster in `mask`, each
+// block's barrier at `bar` (this block's address) completing the box's bytes.
+__device__ __forceinline__ void TmaLoad2dMulticast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int inner,
+                                                   int outer, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(inner), "r"(outer), "h"(mask)
+      : "memory");
+}
+
+__device__ __forceinline__ void TmaLoad2dAt(uint32_t dst, const CUtensorMap* map, uint32_t bar, int inner, int outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(inner), "r"(outer)
+      : "memory");
+}
+
+__device__ __forceinline__ void BarrierArriveExpectTxAt(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// grid: a multiple of the cluster size (2 with kPair), at most one block per SM; kWsThreads
+// threads, kPipeSmemBytes of dynamic shared memory. Maps and p as TmaLinearWsKernel's, but with
+// kPair x_map's boxes are kPairXRows rows. tiles: n_blocks × token blocks; with kPair n_blocks is
+// even and the walk goes over tiles / 2 pairs.
+template <bool kPair>
+__global__ void __launch_bounds__(kWsThreads, 1)
+    TmaLinearPipeKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
+                        const __grid_constant__ CUtensorMap xs_map, const Params p, int n_blocks, int tiles) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
+#else
+  using R = PipeRing;
+  constexpr int kE = R::kElems;
+  constexpr uint32_t kReleases = kWsConsumerWarps * (kPair ? 2 : 1);
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* const smem = wgmma::AlignedSmem(smem_raw);
+  const uint32_t base = SmemAddress(smem);
+  const int tid = threadIdx.x;
+  const int chunks = static_cast<int>(p.k / kChunk);
+  const uint32_t rank = kPair ? ClusterRank() : 0u;
+  const int units = kPair ? gridDim.x / 2 : gridDim.x;             // walkers: clusters or blocks
+  const int unit = kPair ? blockIdx.x / 2 : blockIdx.x;            // this block's walker
+  const int walk_blocks = kPair ? n_blocks / 2 : n_blocks;         // row blocks (or pairs) a token tile
+  const int walk_tiles = kPair ? tiles / 2 : tiles;
+  auto full_at = [&](uint32_t j) { return base + R::kBarriers + 8 * (j % R::kStages); };
+  auto empty_at = [&](uint32_t j) { return base + R::kBarriers + 8 * (R::kStages + j % R::kStages); };
+  auto stage_at = [&](uint32_t j) { return base + (j % R::kStages) * R::kStageBytes; };
+  auto parity = [](uint32_t j) { return (j / R::kStages) & 1u; };
+  if (tid == 0) {
+    PrefetchTensorMap(&w_map);
+    PrefetchTensorMap(&x_map);
+    PrefetchTensorMap(&xs_map);
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + R::kBarriers);
+    for (int s = 0; s < R::kStages; ++s) {
+      BarrierInit(&bars[s], 1);
+      BarrierInit(&bars[R::kStages + s], static_cast<int>(kReleases));
+    }
+    FenceBarrierInit();
+  }
+  if constexpr (kPair) {
+    wgmma::ClusterSync();  // both blocks' barriers initialized before either block's copies or arrivals
+  } else {
+    __syncthreads();
+  }
+  if (tid >= kThreads) {  // the producer warpgroup
+    SetMaxRegistersDec<kWsProducerRegisters>();
+    if (tid == kThreads) {
+      uint32_t j = 0;
+      for (int w = unit; w < walk_tiles; w += units) {
+        const int n0 = (kPair ? 2 * (w % walk_blocks) + static_cast<int>(rank) : w % walk_blocks) * kBlockRows;
+        const int t0 = w / walk_blocks * kLinearTokens;
+        for (int c = 0; c < chunks; ++c, ++j) {
+          if (j >= R::kStages) BarrierWaitAt(empty_at(j), parity(j) ^ 1u);
+          const uint32_t full = full_at(j), stage = stage_at(j);
+          BarrierArriveExpectTxAt(full, R::kTxBytes);
+          TmaLoad2dAt(stage, &w_map, full, c * kChunk, n0);
+          if constexpr (kPair) {
+            TmaLoad2dMulticast(stage + R::kX + rank * kPairXRows * kChunk, &x_map, full, c * kChunk,
+                               t0 + static_cast<int>(rank) * kPairXRows, 0x3);
+          } else {
+            TmaLoad2dAt(stage + R::kX, &x_map, full, c * kChunk, t0);
+          }
+          TmaLoad2dAt(stage + R::kXs, &xs_map, full, t0, c);
+        }
+      }
+    }
+  } else {
+    SetMaxRegistersInc<kWsConsumerRegisters>();
+    const int group = tid / 128;  // consumer warpgroup: weight rows 64·group ..
+    const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+    const int g = lane / 4, q = lane % 4;
+    const uint32_t total_at = base + kPipeTotalAt + 4 * tid;  // element e at total_at + 4·kThreads·e
+    float acc0[kE], acc1[kE], part[kE];
+#pragma unroll
+    for (int i = 0; i < kE; ++i) acc0[i] = acc1[i] = part[i] = 0.f;
+    uint32_t j0 = 0;  // the tile's first load
+    for (int w = unit; w < walk_tiles; w += units, j0 += static_cast<uint32_t>(chunks)) {
+      const int64_t n0 =
+          static_cast<int64_t>(kPair ? 2 * (w % walk_blocks) + static_cast<int>(rank) : w % walk_blocks) * kBlockRows;
+      const int64_t t0 = static_cast<int64_t>(w / walk_blocks) * kLinearTokens;
+      const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows ra, ra + 8
+      const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
+      // Chunk c: wait for its load, issue its MMAs into cur; returns its weight scale's bits (an
+      // f32's, or the e8m0 byte), loaded now and decoded at use.
+      auto issue = [&](int c, float (&cur)[kE]) {
+        const uint32_t j = j0 + static_cast<uint32_t>(c);
+        BarrierWaitAt(full_at(j), parity(j));
+        __syncwarp();  // converged for the aligned MMAs
+        const uint32_t stage = stage_at(j);
+        wgmma::ChunkChainIssue(cur, stage + group * wgmma::kRowsPerGroup * kChunk, stage + R::kX);
+        return p.scale_f32 ? __float_as_uint(__ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c))
+                           : static_cast<uint32_t>(__ldg(p.scale + scale_row + c));
+      };
+      // Chunk c's MMAs complete in done: scaled into part, its stage released, the slice's end.
+      auto finish = [&](int c, const float (&done)[kE], uint32_t scale_bits) {
+        const uint32_t j = j0 + static_cast<uint32_t>(c);
+        const float sw = p.scale_f32 ? __uint_as_float(scale_bits) : DecodeE8m0(static_cast<uint8_t>(scale_bits));
+        const uint32_t xs = stage_at(j) + R::kXs;  // t0 % kXsAlign == 0: the tile's row 0 first
+#pragma unroll
+        for (int i = 0; i < kE / 4; ++i) {
+          const float2 x = wgmma::LdSharedF32x2(xs + 4 * (8 * i + 2 * q));
+          const float s0 = __fmul_rn(sw, x.x), s1 = __fmul_rn(sw, x.y);
+          part[4 * i + 0] = __fmaf_rn(done[4 * i + 0], s0, part[4 * i + 0]);
+          part[4 * i + 1] = __fmaf_rn(done[4 * i + 1], s1, part[4 * i + 1]);
+          part[4 * i + 2] = __fmaf_rn(done[4 * i + 2], s0, part[4 * i + 2]);
+          part[4 * i + 3] = __fmaf_rn(done[4 * i + 3], s1, part[4 * i + 3]);
+        }
+        __syncwarp();  // the warp's reads of the stage done (its MMAs' reads completed at the wait)
+        if (lane == 0) {
+          BarrierArriveAt(empty_at(j));
+          if constexpr (kPair) BarrierArriveCluster(empty_at(j), rank ^ 1u);
+        }
+        if ((c + 1) % mma::kSliceChunks == 0 || c + 1 == chunks) {  // EndChunk, total in shared memory
+          const bool first_slice = c < mma::kSliceChunks;
+#pragma unroll
+          for (int e = 0; e < kE; ++e) {
+            const uint32_t at = total_at + 4 * kThreads * e;
+            const float t = first_slice ? part[e] : __fadd_rn(__uint_as_float(wgmma::LdShared32(at)), part[e]);
+            wgmma::StShared32(at, __float_as_uint(t));
+            part[e] = 0.f;
+          }
+        }
+      };
+      // Chunk c into cur while chunk c - 1 (prev, its scale bits `before`) completes and is finished.
+      auto step = [&](int c, float (&cur)[kE], float (&prev)[kE], uint32_t before) {
+        const uint32_t now = issue(c, cur);
+        wgmma::WgmmaWait<1>();  // chunk c - 1's group; c's stays in flight
+        wgmma::PinAll(prev);
+        finish(c - 1, prev, before);
+        return now;
+      };
+      // Peeled so that no wgmma wait sits in a branch: chunk 0, then pairs, then the last.
+      uint32_t last = issue(0, acc0);
+      int c = 1;
+      for (; c + 1 < chunks; c += 2) {
+        last = step(c, acc1, acc0, last);
+        last = step(c + 1, acc0, acc1, last);
+      }
+      if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
+        last = step(c, acc1, acc0, last);
+        wgmma::ChunkChainWait(acc1);
+        finish(c, acc1, last);
+      } else {
+        wgmma::ChunkChainWait(acc0);
+        finish(c - 1, acc0, last);
+      }
+      wgmma::StoreBlockResult<kLinearTokens>(
+          p, ra, t0, q, [&](int e) { return __uint_as_float(wgmma::LdShared32(total_at + 4 * kThreads * e)); });
+    }
+  }
+  if constexpr (kPair) {
+    // Neither block leaves while the other may still multicast into its stages or arrive on its
+    // barriers (every load and arrival of the walk precedes this in both blocks).
+    __syncwarp();
+    wgmma::ClusterSync();
+  }
+#endif
+}
+
 // The tests' choice of the TMA-fed kernels, over the environment's: -1 none, 0 off, 1 on
 // (cuda::SetTmaKernelsForTesting).
 inline std::atomic<int>& TestOverride() {
