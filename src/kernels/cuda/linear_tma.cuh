@@ -374,24 +374,42 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   float acc[R::kElems], part[R::kElems], total[R::kElems];
 #pragma unroll
   for (int i = 0; i < R::kElems; ++i) acc[i] = part[i] = total[i] = 0.f;
-  int64_t j = 0;  // loads consumed
+  // Load j's stage (j % kStages) and parity ((j / kStages) & 1), counted along instead of divided.
+  uint32_t stage_index = 0, parity = 0;
+  const uint32_t ring_at = SmemAddress(ring.base);
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t n0 = static_cast<int64_t>(tile % n_blocks) * kBlockRows;
     const int64_t t0 = static_cast<int64_t>(tile / n_blocks) * kLinearTokens;
     const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows ra, ra + 8
     const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
-    for (int c = 0; c < chunks; ++c, ++j) {
-      ring.WaitLoaded(j);
-      uint8_t* stage = ring.Stage(j);
-      wgmma::ChunkChainIssue(acc, SmemAddress(stage + group * wgmma::kRowsPerGroup * kChunk),
-                             SmemAddress(stage + R::kX));
+    for (int c = 0; c < chunks; ++c) {
+      const uint32_t stage = ring_at + stage_index * R::kStageBytes;
+      BarrierWaitAt(ring_at + R::kBarriers + 8 * stage_index, parity);  // full[stage_index]
+      __syncwarp();  // converged for the aligned MMAs
+      wgmma::ChunkChainIssueLow(acc, stage + group * wgmma::kRowsPerGroup * kChunk, stage + R::kX);
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c)
                                    : DecodeE8m0(__ldg(p.scale + scale_row + c));
       wgmma::WgmmaWaitAll();
       wgmma::PinAll(acc);
-      wgmma::AddScaledRows(part, acc, sw, sw, R::XScales(stage, static_cast<int>(t0)), q);
-      ring.ReleaseByWarp(j, lane);  // the warp's last reads of the stage (the MMAs' reads are complete)
+      // AddScaledRows (the same roundings) on the x scales by ld.shared, two tokens a load: t0 is a
+      // multiple of kXsAlign, so the stage's scales start at the tile's row 0, 8-byte aligned.
+      const uint32_t xs = stage + R::kXs;
+#pragma unroll
+      for (int i = 0; i < R::kElems / 4; ++i) {
+        const float2 x = wgmma::LdSharedF32x2(xs + 4 * (8 * i + 2 * q));
+        const float s0 = __fmul_rn(sw, x.x), s1 = __fmul_rn(sw, x.y);
+        part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], s0, part[4 * i + 0]);
+        part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], s1, part[4 * i + 1]);
+        part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], s0, part[4 * i + 2]);
+        part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], s1, part[4 * i + 3]);
+      }
+      __syncwarp();  // the warp's last reads of the stage (the MMAs' reads are complete)
+      if (lane == 0) BarrierArriveAt(ring_at + R::kBarriers + 8 * (R::kStages + stage_index));  // empty[]
       wgmma::EndChunk(total, part, c, 0, chunks);
+      if (++stage_index == R::kStages) {
+        stage_index = 0;
+        parity ^= 1u;
+      }
     }
     wgmma::StoreBlockResult<kLinearTokens>(p, ra, t0, q, [&](int e) { return total[e]; });
   }
