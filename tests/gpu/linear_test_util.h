@@ -144,6 +144,7 @@ using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;
 using ScopedTmaPipe = ScopedSwitch<cuda::SetTmaPipeForTesting>;
 using ScopedTmaPair = ScopedSwitch<cuda::SetTmaPairForTesting>;
+using ScopedTmaTwoChains = ScopedSwitch<cuda::SetTmaTwoChainsForTesting>;
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;
 using ScopedDenseParts = ScopedSwitch<cuda::SetDensePartsForTesting>;
 using ScopedDenseWs = ScopedSwitch<cuda::SetDenseWsForTesting>;

@@ -1238,7 +1238,7 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     std::vector<float> x = RandomFloats(static_cast<size_t>(c.m * c.in), ++seed);
     for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
     DeviceArray<float> dx(x);
-    std::vector<float> tma, tma_ws, tma_pipe, tma_pair, other;
+    std::vector<float> tma, tma_ws, tma_pipe, tma_pair, tma_chains, other;
     {
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized plain(0);
@@ -1270,6 +1270,16 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
       EXPECT_EQ(paired, pair == 1 && (c.out + 127) / 128 % 2 == 0) << what << ": pairs " << pair;
     }
     {
+      ScopedTmaKernels on(1);
+      ScopedTmaWarpSpecialized ws(1);
+      ScopedTmaPipe pipe(1);
+      ScopedTmaPair no_pairs(0);
+      ScopedTmaTwoChains chains(1);
+      const uint64_t launches = cuda::TmaPipeLaunchesForTesting();
+      tma_chains = RunRows(w, dx, 0, c.m);
+      EXPECT_GT(cuda::TmaPipeLaunchesForTesting(), launches) << what << ": the two-chain kernel did not run";
+    }
+    {
       ScopedTmaKernels off(0);
       other = RunRows(w, dx, 0, c.m);
     }
@@ -1277,6 +1287,7 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     EXPECT_TRUE(AllEqual(tma_ws, other, what + ": warp-specialized"));
     EXPECT_TRUE(AllEqual(tma_pipe, other, what + ": two accumulators"));
     EXPECT_TRUE(AllEqual(tma_pair, other, what + ": two accumulators, pairs"));
+    EXPECT_TRUE(AllEqual(tma_chains, other, what + ": two interleaved chains"));
     EXPECT_TRUE(AllEqual(RunRows(w, dx, c.m - 1, 1), Rows(tma, c.out, c.m - 1, 1), what + ": the last row alone"));
   }
 }

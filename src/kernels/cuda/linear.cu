@@ -2694,6 +2694,9 @@ std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
 // clusters fit the device. Tests override them (SetTmaPipeForTesting, SetTmaPairForTesting).
 KernelSwitch g_tma_pipe{"DEEPINFER_TMA_PIPE", 0};
 KernelSwitch g_tma_pair{"DEEPINFER_TMA_PAIR", 0};
+// DEEPINFER_TMA_TWO_CHAINS (unset or 0: off, 1: on): the unpaired TmaLinearPipeKernel issues two
+// chunks' MMAs as two interleaved chains, then scales both (the same bits).
+KernelSwitch g_tma_two_chains{"DEEPINFER_TMA_TWO_CHAINS", 0};
 std::atomic<uint64_t> g_tma_pipe_launches{0};  // launches of it (tests)
 std::atomic<uint64_t> g_tma_pair_launches{0};  // of those, in clusters of two (tests)
 
@@ -2754,6 +2757,16 @@ void LaunchTmaPipe(const Params& p, const wgmma::GemmArgs& a, int device, const 
     g_tma_pair_launches.fetch_add(1);
   } else {
     const auto [x_map, xs_map] = XTensorMaps(a, p.k, tma::kLinearTokens);
+    if (g_tma_two_chains.On()) {
+      AllowDynamicSmem<tma::TmaLinearPipeKernel<false, true>>(device, tma::kPipeSmemBytes);
+      tma::TmaLinearPipeKernel<false, true><<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads,
+                                              tma::kPipeSmemBytes, stream>>>(w_map, x_map, xs_map, p,
+                                                                             static_cast<int>(n_blocks),
+                                                                             static_cast<int>(tiles));
+      DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, two chains");
+      g_tma_pipe_launches.fetch_add(1);
+      return;
+    }
     tma::TmaLinearPipeKernel<false><<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads,
                                       tma::kPipeSmemBytes, stream>>>(w_map, x_map, xs_map, p,
                                                                      static_cast<int>(n_blocks),
@@ -4433,6 +4446,7 @@ uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(
 void SetTmaPipeForTesting(int mode) { g_tma_pipe.SetForTesting(mode, "SetTmaPipeForTesting"); }
 uint64_t TmaPipeLaunchesForTesting() { return g_tma_pipe_launches.load(); }
 void SetTmaPairForTesting(int mode) { g_tma_pair.SetForTesting(mode, "SetTmaPairForTesting"); }
+void SetTmaTwoChainsForTesting(int mode) { g_tma_two_chains.SetForTesting(mode, "SetTmaTwoChainsForTesting"); }
 uint64_t TmaPairLaunchesForTesting() { return g_tma_pair_launches.load(); }
 
 void SetFp4InBlockRegistersForTesting(int mode) {

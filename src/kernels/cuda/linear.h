@@ -187,6 +187,9 @@ uint64_t TmaPipeLaunchesForTesting();
 // DEEPINFER_TMA_PAIR says (-1, the default: off unless 1); and how many such launches this process
 // has made.
 void SetTmaPairForTesting(int mode);
+// Tests only: the unpaired TmaLinearPipeKernel with two chunks' MMAs as two interleaved chains (the
+// same bits) on (1), off (0), or as DEEPINFER_TMA_TWO_CHAINS says (-1, the default: off unless 1).
+void SetTmaTwoChainsForTesting(int mode);
 uint64_t TmaPairLaunchesForTesting();
 // The FP4 experts at prefill sizes converted in the GEMM's blocks (ExpertsFp4InBlockKernel: no
 // per-call pre-fold; the same bits) on (1), off (0: pre-folded), or as DEEPINFER_FP4_IN_BLOCK says

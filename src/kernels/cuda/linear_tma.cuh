@@ -490,7 +490,7 @@ __device__ __forceinline__ void BarrierArriveExpectTxAt(uint32_t bar, uint32_t b
 // threads, kPipeSmemBytes of dynamic shared memory. Maps and p as TmaLinearWsKernel's, but with
 // kPair x_map's boxes are kPairXRows rows. tiles: n_blocks × token blocks; with kPair n_blocks is
 // even and the walk goes over tiles / 2 pairs.
-template <bool kPair>
+template <bool kPair, bool kTwoChains = false>
 __global__ void __launch_bounds__(kWsThreads, 1)
     TmaLinearPipeKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                         const __grid_constant__ CUtensorMap xs_map, const Params p, int n_blocks, int tiles) {
@@ -618,20 +618,63 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         finish(c - 1, prev, before);
         return now;
       };
-      // Peeled so that no wgmma wait sits in a branch: chunk 0, then pairs, then the last.
-      uint32_t last = issue(0, acc0);
-      int c = 1;
-      for (; c + 1 < chunks; c += 2) {
-        last = step(c, acc1, acc0, last);
-        last = step(c + 1, acc0, acc1, last);
-      }
-      if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
-        last = step(c, acc1, acc0, last);
-        wgmma::ChunkChainWait(acc1);
-        finish(c, acc1, last);
+      if constexpr (kTwoChains) {
+        // Chunks c and c + 1 as two independent chains whose k32 steps alternate on the tensor
+        // cores (each chain's own steps in order: the same products and sums), then both scaled
+        // in chunk order. A last odd chunk alone.
+        int c = 0;
+        for (; c + 1 < chunks; c += 2) {
+          const uint32_t j = j0 + static_cast<uint32_t>(c);
+          BarrierWaitAt(full_at(j), parity(j));
+          BarrierWaitAt(full_at(j + 1), parity(j + 1));
+          __syncwarp();  // converged for the aligned MMAs
+          const uint32_t s0 = stage_at(j), s1 = stage_at(j + 1);
+          const uint32_t w0 = wgmma::DescriptorLow(s0 + group * wgmma::kRowsPerGroup * kChunk);
+          const uint32_t x0 = wgmma::DescriptorLow(s0 + R::kX);
+          const uint32_t w1 = wgmma::DescriptorLow(s1 + group * wgmma::kRowsPerGroup * kChunk);
+          const uint32_t x1 = wgmma::DescriptorLow(s1 + R::kX);
+          const uint64_t high = static_cast<uint64_t>(wgmma::DescriptorHigh()) << 32;
+          wgmma::ZeroForWgmma(acc0);
+          wgmma::ZeroForWgmma(acc1);
+          wgmma::WgmmaFence();
+#pragma unroll
+          for (int kk = 0; kk < kChunk / 32; ++kk) {
+            wgmma::MmaK32(acc0, high | (w0 + 2 * kk), high | (x0 + 2 * kk));
+            wgmma::MmaK32(acc1, high | (w1 + 2 * kk), high | (x1 + 2 * kk));
+          }
+          wgmma::WgmmaCommit();
+          const auto scale_bits = [&](int cc) {
+            return p.scale_f32 ? __float_as_uint(__ldg(reinterpret_cast<const float*>(p.scale) + scale_row + cc))
+                               : static_cast<uint32_t>(__ldg(p.scale + scale_row + cc));
+          };
+          const uint32_t b0 = scale_bits(c), b1 = scale_bits(c + 1);
+          wgmma::WgmmaWaitAll();
+          wgmma::PinAll(acc0);
+          wgmma::PinAll(acc1);
+          finish(c, acc0, b0);
+          finish(c + 1, acc1, b1);
+        }
+        if (c < chunks) {
+          const uint32_t b = issue(c, acc0);
+          wgmma::ChunkChainWait(acc0);
+          finish(c, acc0, b);
+        }
       } else {
-        wgmma::ChunkChainWait(acc0);
-        finish(c - 1, acc0, last);
+        // Peeled so that no wgmma wait sits in a branch: chunk 0, then pairs, then the last.
+        uint32_t last = issue(0, acc0);
+        int c = 1;
+        for (; c + 1 < chunks; c += 2) {
+          last = step(c, acc1, acc0, last);
+          last = step(c + 1, acc0, acc1, last);
+        }
+        if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
+          last = step(c, acc1, acc0, last);
+          wgmma::ChunkChainWait(acc1);
+          finish(c, acc1, last);
+        } else {
+          wgmma::ChunkChainWait(acc0);
+          finish(c - 1, acc0, last);
+        }
       }
       wgmma::StoreBlockResult<kLinearTokens>(
           p, ra, t0, q, [&](int e) { return __uint_as_float(wgmma::LdShared32(total_at + 4 * kThreads * e)); });
