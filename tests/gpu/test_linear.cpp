@@ -1218,9 +1218,7 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
 // 128-token tiles) give the 64-token kernel's bits: one chunk (K = 128) and a partial slice (K =
 // 384, whose every M is unsplit), partial weight blocks (N = 200, 1100) and token tiles (M = 65,
 // 130, 2200), both scale dtypes, and [4096 -> 8192] at 330 rows: 32 chunks through the 6-stage
-// ring (each stage's barriers wrap 5 times), 3 token tiles. The same for its warp-specialized form
-// and for TmaLinearPipeKernel alone and in pairs (N = 1100's 9 row blocks take the unpaired form;
-// the others pairs: one chunk, an odd chunk count and even ones, blocks walking several tiles).
+// ring (each stage's barriers wrap 5 times), 3 token tiles.
 TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -1238,11 +1236,10 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     std::vector<float> x = RandomFloats(static_cast<size_t>(c.m * c.in), ++seed);
     for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
     DeviceArray<float> dx(x);
-    std::vector<float> tma, tma_ws, tma_pipe, tma_pair, tma_chains, other;
+    std::vector<float> tma, tma_ws, other;
     {
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized plain(0);
-      ScopedTmaPipe no_pipe(0);
       const uint64_t launches = cuda::TmaLaunchesForTesting();
       tma = RunRows(w, dx, 0, c.m);
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
@@ -1252,32 +1249,9 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
       // tiles than SMs (the last two cases: 162 and 192 tiles), one where it does not.
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized ws(1);
-      ScopedTmaPipe no_pipe(0);
       const uint64_t launches = cuda::TmaWarpSpecializedLaunchesForTesting();
       tma_ws = RunRows(w, dx, 0, c.m);
       EXPECT_GT(cuda::TmaWarpSpecializedLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
-    }
-    for (const int pair : {0, 1}) {
-      ScopedTmaKernels on(1);
-      ScopedTmaWarpSpecialized ws(1);
-      ScopedTmaPipe pipe(1);
-      ScopedTmaPair pairs(pair);
-      const uint64_t launches = cuda::TmaPipeLaunchesForTesting();
-      const uint64_t pair_launches = cuda::TmaPairLaunchesForTesting();
-      (pair == 1 ? tma_pair : tma_pipe) = RunRows(w, dx, 0, c.m);
-      EXPECT_GT(cuda::TmaPipeLaunchesForTesting(), launches) << what << ": the two-accumulator kernel did not run";
-      const bool paired = cuda::TmaPairLaunchesForTesting() > pair_launches;
-      EXPECT_EQ(paired, pair == 1 && (c.out + 127) / 128 % 2 == 0) << what << ": pairs " << pair;
-    }
-    {
-      ScopedTmaKernels on(1);
-      ScopedTmaWarpSpecialized ws(1);
-      ScopedTmaPipe pipe(1);
-      ScopedTmaPair no_pairs(0);
-      ScopedTmaTwoChains chains(1);
-      const uint64_t launches = cuda::TmaPipeLaunchesForTesting();
-      tma_chains = RunRows(w, dx, 0, c.m);
-      EXPECT_GT(cuda::TmaPipeLaunchesForTesting(), launches) << what << ": the two-chain kernel did not run";
     }
     {
       ScopedTmaKernels off(0);
@@ -1285,9 +1259,6 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     }
     EXPECT_TRUE(AllEqual(tma, other, what));
     EXPECT_TRUE(AllEqual(tma_ws, other, what + ": warp-specialized"));
-    EXPECT_TRUE(AllEqual(tma_pipe, other, what + ": two accumulators"));
-    EXPECT_TRUE(AllEqual(tma_pair, other, what + ": two accumulators, pairs"));
-    EXPECT_TRUE(AllEqual(tma_chains, other, what + ": two interleaved chains"));
     EXPECT_TRUE(AllEqual(RunRows(w, dx, c.m - 1, 1), Rows(tma, c.out, c.m - 1, 1), what + ": the last row alone"));
   }
 }

@@ -2687,97 +2687,8 @@ std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_
 KernelSwitch g_tma_warp_specialized{"DEEPINFER_TMA_WS", 1};
 std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
 
-// DEEPINFER_TMA_PIPE (read once; unset or 0: off, 1: on) runs Linear's warp-specialized TMA-fed
-// products on TmaLinearPipeKernel (two accumulators, the slices' sum in shared memory; the same
-// bits), and DEEPINFER_TMA_PAIR (unset or 0: off, 1: on) that kernel in clusters of two blocks
-// sharing each x tile by multicast, where the weight's row blocks are even in number and such
-// clusters fit the device. Tests override them (SetTmaPipeForTesting, SetTmaPairForTesting).
-KernelSwitch g_tma_pipe{"DEEPINFER_TMA_PIPE", 0};
-KernelSwitch g_tma_pair{"DEEPINFER_TMA_PAIR", 0};
-// DEEPINFER_TMA_TWO_CHAINS (unset or 0: off, 1: on): the unpaired TmaLinearPipeKernel issues two
-// chunks' MMAs as two interleaved chains, then scales both (the same bits).
-KernelSwitch g_tma_two_chains{"DEEPINFER_TMA_TWO_CHAINS", 0};
-std::atomic<uint64_t> g_tma_pipe_launches{0};  // launches of it (tests)
-std::atomic<uint64_t> g_tma_pair_launches{0};  // of those, in clusters of two (tests)
-
-// How many clusters of two TmaLinearPipeKernel<true> blocks the device holds at once (0: none, or
-// the query failed); asked once per device.
-int PairClustersResident(int device) {
-  static std::mutex mu;
-  static std::map<int, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find(device);
-  if (it != known.end()) return it->second;
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute cluster[1] = {};
-  config.gridDim = dim3(2);
-  config.blockDim = dim3(tma::kWsThreads);
-  config.dynamicSmemBytes = tma::kPipeSmemBytes;
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = 2;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  config.attrs = cluster;
-  config.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, tma::TmaLinearPipeKernel<true>, &config) != cudaSuccess) {
-    (void)cudaGetLastError();
-    clusters = 0;
-  }
-  known[device] = clusters;
-  return clusters;
-}
-
-// tma::TmaLinearPipeKernel for p over the codes and scales in a: in pairs where DEEPINFER_TMA_PAIR
-// and the shape allow it, else one block an SM.
-void LaunchTmaPipe(const Params& p, const wgmma::GemmArgs& a, int device, const CUtensorMap& w_map,
-                   int64_t n_blocks, int64_t tiles, cudaStream_t stream) {
-  AllowDynamicSmem<tma::TmaLinearPipeKernel<false>>(device, tma::kPipeSmemBytes);
-  AllowDynamicSmem<tma::TmaLinearPipeKernel<true>>(device, tma::kPipeSmemBytes);
-  const int sms = CurrentDeviceSms().second;
-  const int pair_clusters = g_tma_pair.On() && n_blocks % 2 == 0 ? PairClustersResident(device) : 0;
-  if (pair_clusters > 0) {
-    const CUtensorMap x_map = XTensorMaps(a, p.k, tma::kPairXRows).first;
-    const CUtensorMap xs_map = XTensorMaps(a, p.k, tma::kLinearTokens).second;
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute cluster[1] = {};
-    config.gridDim = dim3(static_cast<unsigned>(2 * std::min<int64_t>(tiles / 2, pair_clusters)));
-    config.blockDim = dim3(tma::kWsThreads);
-    config.dynamicSmemBytes = tma::kPipeSmemBytes;
-    config.stream = stream;
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 2;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = 1;
-    config.attrs = cluster;
-    config.numAttrs = 1;
-    DI_CUDA_CHECK(cudaLaunchKernelEx(&config, tma::TmaLinearPipeKernel<true>, w_map, x_map, xs_map, p,
-                                     static_cast<int>(n_blocks), static_cast<int>(tiles)),
-                  "cuda::Linear TMA, pairs");
-    g_tma_pair_launches.fetch_add(1);
-  } else {
-    const auto [x_map, xs_map] = XTensorMaps(a, p.k, tma::kLinearTokens);
-    if (g_tma_two_chains.On()) {
-      AllowDynamicSmem<tma::TmaLinearPipeKernel<false, true>>(device, tma::kPipeSmemBytes);
-      tma::TmaLinearPipeKernel<false, true><<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads,
-                                              tma::kPipeSmemBytes, stream>>>(w_map, x_map, xs_map, p,
-                                                                             static_cast<int>(n_blocks),
-                                                                             static_cast<int>(tiles));
-      DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, two chains");
-      g_tma_pipe_launches.fetch_add(1);
-      return;
-    }
-    tma::TmaLinearPipeKernel<false><<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads,
-                                      tma::kPipeSmemBytes, stream>>>(w_map, x_map, xs_map, p,
-                                                                     static_cast<int>(n_blocks),
-                                                                     static_cast<int>(tiles));
-    DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, two accumulators");
-  }
-  g_tma_pipe_launches.fetch_add(1);
-}
-
-// tma::TmaLinearWsKernel (or TmaLinearKernel, or TmaLinearPipeKernel) for p (FP8 weights,
-// tma::Usable) over the codes and scales in a.
+// tma::TmaLinearWsKernel (or TmaLinearKernel) for p (FP8 weights, tma::Usable) over the codes and
+// scales in a.
 void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream_t stream) {
   const int64_t tok_blocks = CeilDiv(a.m_pad, tma::kLinearTokens);
   if (tok_blocks > 65535) Fail("too many rows for one launch");
@@ -2788,11 +2699,6 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
       TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
   const auto [x_map, xs_map] = XTensorMaps(a, p.k, tma::kLinearTokens);
   const int64_t n_blocks = CeilDiv(p.n, tma::kBlockRows);
-  if (g_tma_pipe.On() && g_tma_warp_specialized.On() && n_blocks * tok_blocks <= 0x7fffffff) {
-    LaunchTmaPipe(p, a, device, w_map, n_blocks, n_blocks * tok_blocks, stream);
-    g_tma_launches.fetch_add(1);
-    return;
-  }
   if (g_tma_warp_specialized.On() && n_blocks * tok_blocks <= 0x7fffffff) {
     AllowDynamicSmem<tma::TmaLinearWsKernel>(device, tma::kLinearSmemBytes);
     const int sms = CurrentDeviceSms().second;
@@ -4442,12 +4348,6 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 }
 
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
-
-void SetTmaPipeForTesting(int mode) { g_tma_pipe.SetForTesting(mode, "SetTmaPipeForTesting"); }
-uint64_t TmaPipeLaunchesForTesting() { return g_tma_pipe_launches.load(); }
-void SetTmaPairForTesting(int mode) { g_tma_pair.SetForTesting(mode, "SetTmaPairForTesting"); }
-void SetTmaTwoChainsForTesting(int mode) { g_tma_two_chains.SetForTesting(mode, "SetTmaTwoChainsForTesting"); }
-uint64_t TmaPairLaunchesForTesting() { return g_tma_pair_launches.load(); }
 
 void SetFp4InBlockRegistersForTesting(int mode) {
   g_fp4_in_block_rs.SetForTesting(mode, "SetFp4InBlockRegistersForTesting");

@@ -177,20 +177,6 @@ uint64_t GroupedBf16LaunchesForTesting();
 // 0); and how many such launches this process has made.
 void SetTmaWarpSpecializedForTesting(int mode);
 uint64_t TmaWarpSpecializedLaunchesForTesting();
-// Tests only: those warp-specialized products on TmaLinearPipeKernel (two accumulators; the same
-// bits) on (1), off (0), or as DEEPINFER_TMA_PIPE says (-1, the default: off unless 1); and how
-// many such launches this process has made.
-void SetTmaPipeForTesting(int mode);
-uint64_t TmaPipeLaunchesForTesting();
-// Tests only: TmaLinearPipeKernel in clusters of two blocks sharing each x tile by multicast
-// (where the weight has an even number of 128-row blocks; the same bits) on (1), off (0), or as
-// DEEPINFER_TMA_PAIR says (-1, the default: off unless 1); and how many such launches this process
-// has made.
-void SetTmaPairForTesting(int mode);
-// Tests only: the unpaired TmaLinearPipeKernel with two chunks' MMAs as two interleaved chains (the
-// same bits) on (1), off (0), or as DEEPINFER_TMA_TWO_CHAINS says (-1, the default: off unless 1).
-void SetTmaTwoChainsForTesting(int mode);
-uint64_t TmaPairLaunchesForTesting();
 // The FP4 experts at prefill sizes converted in the GEMM's blocks (ExpertsFp4InBlockKernel: no
 // per-call pre-fold; the same bits) on (1), off (0: pre-folded), or as DEEPINFER_FP4_IN_BLOCK says
 // (-1, the default: on unless 0), converting `units` chunks side by side (1 or 2; 0: as
