@@ -2687,6 +2687,35 @@ std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_
 KernelSwitch g_tma_warp_specialized{"DEEPINFER_TMA_WS", 1};
 std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
 
+// DEEPINFER_TMA_STAGES = 4, 5 or 6 (read once; unset: 6, the most that fits): the depth of
+// TmaLinearWsKernel's ring, for measuring what the depth is worth (docs/performance.md, version 52).
+int TmaWsStages() {
+  static const int stages = [] {
+    const char* v = std::getenv("DEEPINFER_TMA_STAGES");
+    if (v == nullptr || *v == '\0') return 6;
+    if (std::strcmp(v, "4") == 0) return 4;
+    if (std::strcmp(v, "5") == 0) return 5;
+    if (std::strcmp(v, "6") == 0) return 6;
+    const std::string message = std::string("DEEPINFER_TMA_STAGES must be 4, 5 or 6, got '") + v + "'";
+    Fail(message.c_str());
+  }();
+  return stages;
+}
+
+// tma::TmaLinearWsKernel<kStages> over `tiles` tiles of n_blocks weight row blocks each.
+template <int kStages>
+void LaunchTmaWs(const CUtensorMap& w_map, const CUtensorMap& x_map, const CUtensorMap& xs_map, const Params& p,
+                 int device, int64_t n_blocks, int64_t tiles, cudaStream_t stream) {
+  constexpr auto kKernel = tma::TmaLinearWsKernel<kStages>;
+  constexpr int kSmem = tma::WsSmemBytes<kStages>();
+  static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
+  AllowDynamicSmem<kKernel>(device, kSmem);
+  const int sms = CurrentDeviceSms().second;
+  kKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads, kSmem, stream>>>(
+      w_map, x_map, xs_map, p, static_cast<int>(n_blocks), static_cast<int>(tiles));
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, warp-specialized");
+}
+
 // tma::TmaLinearWsKernel (or TmaLinearKernel) for p (FP8 weights, tma::Usable) over the codes and
 // scales in a.
 void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream_t stream) {
@@ -2700,13 +2729,12 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
   const auto [x_map, xs_map] = XTensorMaps(a, p.k, tma::kLinearTokens);
   const int64_t n_blocks = CeilDiv(p.n, tma::kBlockRows);
   if (g_tma_warp_specialized.On() && n_blocks * tok_blocks <= 0x7fffffff) {
-    AllowDynamicSmem<tma::TmaLinearWsKernel>(device, tma::kLinearSmemBytes);
-    const int sms = CurrentDeviceSms().second;
     const int64_t tiles = n_blocks * tok_blocks;
-    tma::TmaLinearWsKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads,
-                             tma::kLinearSmemBytes, stream>>>(w_map, x_map, xs_map, p, static_cast<int>(n_blocks),
-                                                              static_cast<int>(tiles));
-    DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, warp-specialized");
+    switch (TmaWsStages()) {
+      case 4: LaunchTmaWs<4>(w_map, x_map, xs_map, p, device, n_blocks, tiles, stream); break;
+      case 5: LaunchTmaWs<5>(w_map, x_map, xs_map, p, device, n_blocks, tiles, stream); break;
+      default: LaunchTmaWs<6>(w_map, x_map, xs_map, p, device, n_blocks, tiles, stream); break;
+    }
     g_tma_ws_launches.fetch_add(1);
   } else {
     AllowDynamicSmem<tma::TmaLinearKernel>(device, tma::kLinearSmemBytes);

@@ -337,6 +337,13 @@ constexpr int kWsProducerRegisters = 24, kWsConsumerRegisters = 240;
 static_assert(kWsProducerRegisters * 128 + kWsConsumerRegisters * kThreads <= kWsLaunchRegisters * kWsThreads,
               "setmaxnreg within the block's own registers");
 
+// kStages: the ring's depth (6, the most that fits; 4 and 5 for measuring what depth is worth,
+// DEEPINFER_TMA_STAGES); its shared memory is WsSmemBytes<kStages>.
+template <int kStages>
+constexpr int WsSmemBytes() {
+  return Ring<kLinearTokens, kStages>::kEnd + 1024;  // + base alignment
+}
+template <int kStages = LinearRing::kStages>
 __global__ void __launch_bounds__(kWsThreads, 1)
     TmaLinearWsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                       const __grid_constant__ CUtensorMap xs_map, const Params p, int n_blocks, int tiles) {
@@ -344,7 +351,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
-  using R = LinearRing;
+  using R = Ring<kLinearTokens, kStages>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(wgmma::AlignedSmem(smem_raw));
   const int tid = threadIdx.x;
