@@ -142,7 +142,6 @@ using ScopedLinearFused = ScopedSwitch<cuda::SetLinearFusedForTesting>;
 using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
 using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;
-using ScopedTmaTwoAcc = ScopedSwitch<cuda::SetTmaTwoAccForTesting>;
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;
 using ScopedDenseParts = ScopedSwitch<cuda::SetDensePartsForTesting>;
 using ScopedDenseWs = ScopedSwitch<cuda::SetDenseWsForTesting>;

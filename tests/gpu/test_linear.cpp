@@ -1218,9 +1218,7 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
 // 128-token tiles) give the 64-token kernel's bits: one chunk (K = 128) and a partial slice (K =
 // 384, whose every M is unsplit), partial weight blocks (N = 200, 1100) and token tiles (M = 65,
 // 130, 2200), both scale dtypes, and [4096 -> 8192] at 330 rows: 32 chunks through the 6-stage
-// ring (each stage's barriers wrap 5 times), 3 token tiles. The same for the warp-specialized
-// form and for TmaLinearTwoAccKernel (96-token tiles: M = 65 one partial tile, 130 two, 2200 23;
-// one chunk, an odd chunk count and even ones; blocks walking several tiles).
+// ring (each stage's barriers wrap 5 times), 3 token tiles.
 TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -1238,11 +1236,10 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     std::vector<float> x = RandomFloats(static_cast<size_t>(c.m * c.in), ++seed);
     for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
     DeviceArray<float> dx(x);
-    std::vector<float> tma, tma_ws, tma_two_acc, other;
+    std::vector<float> tma, tma_ws, other;
     {
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized plain(0);
-      ScopedTmaTwoAcc no_two_acc(0);
       const uint64_t launches = cuda::TmaLaunchesForTesting();
       tma = RunRows(w, dx, 0, c.m);
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
@@ -1252,18 +1249,9 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
       // tiles than SMs (the last two cases: 162 and 192 tiles), one where it does not.
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized ws(1);
-      ScopedTmaTwoAcc no_two_acc(0);
       const uint64_t launches = cuda::TmaWarpSpecializedLaunchesForTesting();
       tma_ws = RunRows(w, dx, 0, c.m);
       EXPECT_GT(cuda::TmaWarpSpecializedLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
-    }
-    {
-      ScopedTmaKernels on(1);
-      ScopedTmaWarpSpecialized ws(1);
-      ScopedTmaTwoAcc two_acc(1);
-      const uint64_t launches = cuda::TmaTwoAccLaunchesForTesting();
-      tma_two_acc = RunRows(w, dx, 0, c.m);
-      EXPECT_GT(cuda::TmaTwoAccLaunchesForTesting(), launches) << what << ": the two-accumulator kernel did not run";
     }
     {
       ScopedTmaKernels off(0);
@@ -1271,7 +1259,6 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     }
     EXPECT_TRUE(AllEqual(tma, other, what));
     EXPECT_TRUE(AllEqual(tma_ws, other, what + ": warp-specialized"));
-    EXPECT_TRUE(AllEqual(tma_two_acc, other, what + ": two accumulators, 96-token tiles"));
     EXPECT_TRUE(AllEqual(RunRows(w, dx, c.m - 1, 1), Rows(tma, c.out, c.m - 1, 1), what + ": the last row alone"));
   }
 }

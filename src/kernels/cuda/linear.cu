@@ -2687,41 +2687,6 @@ std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_
 KernelSwitch g_tma_warp_specialized{"DEEPINFER_TMA_WS", 1};
 std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
 
-// DEEPINFER_TMA_TWO_ACC (read once; unset or 0: off, 1: on) runs Linear's warp-specialized
-// TMA-fed products on TmaLinearTwoAccKernel (96-token tiles, two accumulators; the same bits).
-// Tests override it (SetTmaTwoAccForTesting).
-KernelSwitch g_tma_two_acc{"DEEPINFER_TMA_TWO_ACC", 0};
-std::atomic<uint64_t> g_tma_two_acc_launches{0};  // launches of it (tests)
-
-// DEEPINFER_TMA_STAGES = 4, 5 or 6 (read once; unset: 6, the most that fits): the depth of
-// TmaLinearWsKernel's ring, for measuring what the depth is worth (docs/performance.md, version 52).
-int TmaWsStages() {
-  static const int stages = [] {
-    const char* v = std::getenv("DEEPINFER_TMA_STAGES");
-    if (v == nullptr || *v == '\0') return 6;
-    if (std::strcmp(v, "4") == 0) return 4;
-    if (std::strcmp(v, "5") == 0) return 5;
-    if (std::strcmp(v, "6") == 0) return 6;
-    const std::string message = std::string("DEEPINFER_TMA_STAGES must be 4, 5 or 6, got '") + v + "'";
-    Fail(message.c_str());
-  }();
-  return stages;
-}
-
-// tma::TmaLinearWsKernel<kStages> over `tiles` tiles of n_blocks weight row blocks each.
-template <int kStages>
-void LaunchTmaWs(const CUtensorMap& w_map, const CUtensorMap& x_map, const CUtensorMap& xs_map, const Params& p,
-                 int device, int64_t n_blocks, int64_t tiles, cudaStream_t stream) {
-  constexpr auto kKernel = tma::TmaLinearWsKernel<kStages>;
-  constexpr int kSmem = tma::WsSmemBytes<kStages>();
-  static_assert(kSmem <= 227 * 1024, "Hopper's shared memory per block");
-  AllowDynamicSmem<kKernel>(device, kSmem);
-  const int sms = CurrentDeviceSms().second;
-  kKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads, kSmem, stream>>>(
-      w_map, x_map, xs_map, p, static_cast<int>(n_blocks), static_cast<int>(tiles));
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, warp-specialized");
-}
-
 // tma::TmaLinearWsKernel (or TmaLinearKernel) for p (FP8 weights, tma::Usable) over the codes and
 // scales in a.
 void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream_t stream) {
@@ -2734,27 +2699,14 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
       TensorMap(p.w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, w_dims, w_strides, w_box, CU_TENSOR_MAP_SWIZZLE_128B);
   const auto [x_map, xs_map] = XTensorMaps(a, p.k, tma::kLinearTokens);
   const int64_t n_blocks = CeilDiv(p.n, tma::kBlockRows);
-  const int64_t two_acc_tiles = n_blocks * CeilDiv(a.m_pad, tma::kTwoAccTokens);
-  if (g_tma_two_acc.On() && g_tma_warp_specialized.On() && two_acc_tiles <= 0x7fffffff) {
-    const auto [x96_map, xs96_map] = XTensorMaps(a, p.k, tma::kTwoAccTokens);
-    AllowDynamicSmem<tma::TmaLinearTwoAccKernel>(device, tma::kTwoAccSmemBytes);
-    const int sms = CurrentDeviceSms().second;
-    tma::TmaLinearTwoAccKernel<<<static_cast<unsigned>(std::min<int64_t>(two_acc_tiles, sms)), tma::kWsThreads,
-                                 tma::kTwoAccSmemBytes, stream>>>(w_map, x96_map, xs96_map, p,
-                                                                  static_cast<int>(n_blocks),
-                                                                  static_cast<int>(two_acc_tiles));
-    DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, two accumulators");
-    g_tma_two_acc_launches.fetch_add(1);
-    g_tma_launches.fetch_add(1);
-    return;
-  }
   if (g_tma_warp_specialized.On() && n_blocks * tok_blocks <= 0x7fffffff) {
+    AllowDynamicSmem<tma::TmaLinearWsKernel>(device, tma::kLinearSmemBytes);
+    const int sms = CurrentDeviceSms().second;
     const int64_t tiles = n_blocks * tok_blocks;
-    switch (TmaWsStages()) {
-      case 4: LaunchTmaWs<4>(w_map, x_map, xs_map, p, device, n_blocks, tiles, stream); break;
-      case 5: LaunchTmaWs<5>(w_map, x_map, xs_map, p, device, n_blocks, tiles, stream); break;
-      default: LaunchTmaWs<6>(w_map, x_map, xs_map, p, device, n_blocks, tiles, stream); break;
-    }
+    tma::TmaLinearWsKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads,
+                             tma::kLinearSmemBytes, stream>>>(w_map, x_map, xs_map, p, static_cast<int>(n_blocks),
+                                                              static_cast<int>(tiles));
+    DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, warp-specialized");
     g_tma_ws_launches.fetch_add(1);
   } else {
     AllowDynamicSmem<tma::TmaLinearKernel>(device, tma::kLinearSmemBytes);
@@ -4396,9 +4348,6 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 }
 
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
-
-void SetTmaTwoAccForTesting(int mode) { g_tma_two_acc.SetForTesting(mode, "SetTmaTwoAccForTesting"); }
-uint64_t TmaTwoAccLaunchesForTesting() { return g_tma_two_acc_launches.load(); }
 
 void SetFp4InBlockRegistersForTesting(int mode) {
   g_fp4_in_block_rs.SetForTesting(mode, "SetFp4InBlockRegistersForTesting");

@@ -177,11 +177,6 @@ uint64_t GroupedBf16LaunchesForTesting();
 // 0); and how many such launches this process has made.
 void SetTmaWarpSpecializedForTesting(int mode);
 uint64_t TmaWarpSpecializedLaunchesForTesting();
-// Tests only: those warp-specialized products on TmaLinearTwoAccKernel (96-token tiles, two
-// accumulators; the same bits) on (1), off (0), or as DEEPINFER_TMA_TWO_ACC says (-1, the default:
-// off unless 1); and how many such launches this process has made.
-void SetTmaTwoAccForTesting(int mode);
-uint64_t TmaTwoAccLaunchesForTesting();
 // The FP4 experts at prefill sizes converted in the GEMM's blocks (ExpertsFp4InBlockKernel: no
 // per-call pre-fold; the same bits) on (1), off (0: pre-folded), or as DEEPINFER_FP4_IN_BLOCK says
 // (-1, the default: on unless 0), converting `units` chunks side by side (1 or 2; 0: as

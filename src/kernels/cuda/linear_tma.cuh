@@ -337,13 +337,6 @@ constexpr int kWsProducerRegisters = 24, kWsConsumerRegisters = 240;
 static_assert(kWsProducerRegisters * 128 + kWsConsumerRegisters * kThreads <= kWsLaunchRegisters * kWsThreads,
               "setmaxnreg within the block's own registers");
 
-// kStages: the ring's depth (6, the most that fits; 4 and 5 for measuring what depth is worth,
-// DEEPINFER_TMA_STAGES); its shared memory is WsSmemBytes<kStages>.
-template <int kStages>
-constexpr int WsSmemBytes() {
-  return Ring<kLinearTokens, kStages>::kEnd + 1024;  // + base alignment
-}
-template <int kStages = LinearRing::kStages>
 __global__ void __launch_bounds__(kWsThreads, 1)
     TmaLinearWsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                       const __grid_constant__ CUtensorMap xs_map, const Params p, int n_blocks, int tiles) {
@@ -351,7 +344,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
-  using R = Ring<kLinearTokens, kStages>;
+  using R = LinearRing;
   extern __shared__ uint8_t smem_raw[];
   const R ring(wgmma::AlignedSmem(smem_raw));
   const int tid = threadIdx.x;
@@ -410,122 +403,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
     }
     wgmma::StoreBlockResult<kLinearTokens>(p, ra, t0, q, [&](int e) { return total[e]; });
-  }
-#endif
-}
-
-// ---- TmaLinearWsKernel on 96-token tiles and two accumulators (TmaLinearTwoAccKernel) -----------
-//
-// The warp-specialized scheme of TmaLinearWsKernel (a producer warpgroup, persistent blocks, tiles
-// of 128 weight rows, weight row blocks fastest) with two changes: tiles of 96 tokens (m64n96k32),
-// and each consumer warpgroup issuing chunk c's MMAs before it scales chunk c - 1 (two
-// accumulators, wgmma.wait_group 1), so that a warpgroup's MMAs do not wait for its own scaling.
-// At 96 tokens acc0, acc1, part and total take 4 × 48 of the consumers' 240 registers, which
-// 128-token tiles cannot (version 52: their total in shared memory left 4 stages, and they were
-// slower). Each output takes the same adds in the same order as WgmmaBlock<kFp8>: the same bits.
-constexpr int kTwoAccTokens = 96;
-using TwoAccRing = Ring<kTwoAccTokens, 7>;
-constexpr int kTwoAccSmemBytes = TwoAccRing::kEnd + 1024;  // + base alignment
-static_assert(kTwoAccSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
-
-// grid: at most one block per SM; kWsThreads threads, kTwoAccSmemBytes of dynamic shared memory.
-// Maps as TmaLinearWsKernel's at kTwoAccTokens tokens (XTensorMaps); tiles: n_blocks × token blocks
-// of kTwoAccTokens.
-__global__ void __launch_bounds__(kWsThreads, 1)
-    TmaLinearTwoAccKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                          const __grid_constant__ CUtensorMap xs_map, const Params p, int n_blocks, int tiles) {
-  PdlPrologue();
-#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
-#else
-  using R = TwoAccRing;
-  constexpr int kE = R::kElems;
-  extern __shared__ uint8_t smem_raw[];
-  const R ring(wgmma::AlignedSmem(smem_raw));
-  const uint32_t base = SmemAddress(ring.base);
-  const int tid = threadIdx.x;
-  const int chunks = static_cast<int>(p.k / kChunk);
-  if (tid == 0) ring.Setup(&w_map, &x_map, &xs_map, kWsConsumerWarps);
-  __syncthreads();
-  if (tid >= kThreads) {  // the producer warpgroup
-    SetMaxRegistersDec<kWsProducerRegisters>();
-    if (tid == kThreads) {
-      int64_t j = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int n0 = tile % n_blocks * kBlockRows, t0 = tile / n_blocks * kTwoAccTokens;
-        for (int c = 0; c < chunks; ++c, ++j) {
-          if (j >= R::kStages) ring.WaitReleased(j - R::kStages);
-          ring.Load(j, &w_map, c * kChunk, n0, -1, &x_map, &xs_map, t0);
-        }
-      }
-    }
-    return;
-  }
-  SetMaxRegistersInc<kWsConsumerRegisters>();
-  const int group = tid / 128;  // consumer warpgroup: weight rows 64·group ..
-  const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
-  const int g = lane / 4, q = lane % 4;
-  auto full_at = [&](uint32_t j) { return base + R::kBarriers + 8 * (j % R::kStages); };
-  auto empty_at = [&](uint32_t j) { return base + R::kBarriers + 8 * (R::kStages + j % R::kStages); };
-  auto stage_at = [&](uint32_t j) { return base + (j % R::kStages) * R::kStageBytes; };
-  auto parity = [](uint32_t j) { return (j / R::kStages) & 1u; };
-  // acc0, acc1: alternate chunks' k32 chains; part: the current 512-column slice; total: over
-  // slices (part ends every tile at +0, and total's first slice overwrites it).
-  float acc0[kE], acc1[kE], part[kE], total[kE];
-#pragma unroll
-  for (int i = 0; i < kE; ++i) acc0[i] = acc1[i] = part[i] = total[i] = 0.f;
-  uint32_t j0 = 0;  // the tile's first load
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, j0 += static_cast<uint32_t>(chunks)) {
-    const int64_t n0 = static_cast<int64_t>(tile % n_blocks) * kBlockRows;
-    const int64_t t0 = static_cast<int64_t>(tile / n_blocks) * kTwoAccTokens;
-    const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows ra, ra + 8
-    const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
-    // Chunk c: wait for its load, issue its MMAs into cur; returns its weight scale's bits (an
-    // f32's, or the e8m0 byte), loaded now and decoded at use.
-    auto issue = [&](int c, float (&cur)[kE]) {
-      const uint32_t j = j0 + static_cast<uint32_t>(c);
-      BarrierWaitAt(full_at(j), parity(j));
-      __syncwarp();  // converged for the aligned MMAs
-      const uint32_t stage = stage_at(j);
-      wgmma::ChunkChainIssueLow(cur, stage + group * wgmma::kRowsPerGroup * kChunk, stage + R::kX);
-      return p.scale_f32 ? __float_as_uint(__ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c))
-                         : static_cast<uint32_t>(__ldg(p.scale + scale_row + c));
-    };
-    // Chunk c's MMAs complete in done: scaled into part (AddScaledRows's roundings; t0 is a
-    // multiple of kXsAlign, so the stage's scales start at the tile's row 0), its stage released,
-    // the slice's end.
-    auto finish = [&](int c, const float (&done)[kE], uint32_t scale_bits) {
-      const uint32_t j = j0 + static_cast<uint32_t>(c);
-      const float sw = p.scale_f32 ? __uint_as_float(scale_bits) : DecodeE8m0(static_cast<uint8_t>(scale_bits));
-      wgmma::rs::AddScaledShared(part, done, sw, sw, stage_at(j) + R::kXs, q, kTwoAccTokens);
-      __syncwarp();  // the warp's reads of the stage done (its MMAs' reads completed at the wait)
-      if (lane == 0) BarrierArriveAt(empty_at(j));
-      wgmma::EndChunk(total, part, c, 0, chunks);
-    };
-    // Chunk c into cur while chunk c - 1 (prev, its scale bits `before`) completes and is finished.
-    auto step = [&](int c, float (&cur)[kE], float (&prev)[kE], uint32_t before) {
-      const uint32_t now = issue(c, cur);
-      wgmma::WgmmaWait<1>();  // chunk c - 1's group; c's stays in flight
-      wgmma::PinAll(prev);
-      finish(c - 1, prev, before);
-      return now;
-    };
-    // Peeled so that no wgmma wait sits in a branch: chunk 0, then pairs, then the last.
-    uint32_t last = issue(0, acc0);
-    int c = 1;
-    for (; c + 1 < chunks; c += 2) {
-      last = step(c, acc1, acc0, last);
-      last = step(c + 1, acc0, acc1, last);
-    }
-    if (c < chunks) {  // an even chunk count: the last chunk goes into acc1
-      last = step(c, acc1, acc0, last);
-      wgmma::ChunkChainWait(acc1);
-      finish(c, acc1, last);
-    } else {
-      wgmma::ChunkChainWait(acc0);
-      finish(c - 1, acc0, last);
-    }
-    wgmma::StoreBlockResult<kTwoAccTokens>(p, ra, t0, q, [&](int e) { return total[e]; });
   }
 #endif
 }
