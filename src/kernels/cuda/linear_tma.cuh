@@ -230,10 +230,15 @@ struct Ring {
   // Shared-address forms (a kernel keeping 32-bit addresses; `ring` the ring's own): load j's
   // full and empty barriers.
   __device__ __forceinline__ static uint32_t FullAt(uint32_t ring, uint32_t j) {
-    return ring + kBarriers + 8 * (j % kStages);
+    return FullOfStage(ring, j % kStages);
   }
   __device__ __forceinline__ static uint32_t EmptyAt(uint32_t ring, uint32_t j) {
-    return ring + kBarriers + 8 * (kStages + j % kStages);
+    return EmptyOfStage(ring, j % kStages);
+  }
+  // Stage s's (s < kStages) full and empty barriers.
+  __device__ __forceinline__ static uint32_t FullOfStage(uint32_t ring, uint32_t s) { return ring + kBarriers + 8 * s; }
+  __device__ __forceinline__ static uint32_t EmptyOfStage(uint32_t ring, uint32_t s) {
+    return ring + kBarriers + 8 * (kStages + s);
   }
 };
 
@@ -384,7 +389,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
     for (int c = 0; c < chunks; ++c) {
       const uint32_t stage = ring_at + stage_index * R::kStageBytes;
-      BarrierWaitAt(ring_at + R::kBarriers + 8 * stage_index, parity);  // full[stage_index]
+      BarrierWaitAt(R::FullOfStage(ring_at, stage_index), parity);
       __syncwarp();  // converged for the aligned MMAs
       wgmma::ChunkChainIssueLow(acc, stage + group * wgmma::kRowsPerGroup * kChunk, stage + R::kX);
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c)
@@ -395,7 +400,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // of kXsAlign, so the stage's scales start at the tile's row 0, 8-byte aligned.
       wgmma::rs::AddScaledShared(part, acc, sw, sw, stage + R::kXs, q, kLinearTokens);
       __syncwarp();  // the warp's last reads of the stage (the MMAs' reads are complete)
-      if (lane == 0) BarrierArriveAt(ring_at + R::kBarriers + 8 * (R::kStages + stage_index));  // empty[]
+      if (lane == 0) BarrierArriveAt(R::EmptyOfStage(ring_at, stage_index));
       wgmma::EndChunk(total, part, c, 0, chunks);
       if (++stage_index == R::kStages) {
         stage_index = 0;
