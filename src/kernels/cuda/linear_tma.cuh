@@ -240,6 +240,16 @@ struct Ring {
   __device__ __forceinline__ static uint32_t EmptyOfStage(uint32_t ring, uint32_t s) {
     return ring + kBarriers + 8 * (kStages + s);
   }
+  // WaitLoaded and ReleaseByWarp for a kernel that counts its stage s (< kStages) and the phase's
+  // parity along instead of dividing a load index (`ring` the ring's shared address).
+  __device__ __forceinline__ static void WaitStageLoaded(uint32_t ring, uint32_t s, uint32_t parity) {
+    BarrierWaitAt(FullOfStage(ring, s), parity);
+    __syncwarp();
+  }
+  __device__ __forceinline__ static void ReleaseStageByWarp(uint32_t ring, uint32_t s, int lane) {
+    __syncwarp();
+    if (lane == 0) BarrierArriveAt(EmptyOfStage(ring, s));
+  }
 };
 
 // ---- the kernel ---------------------------------------------------------------------------------
@@ -317,9 +327,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 // tiles b, b + gridDim.x, ... of the n_blocks × token blocks (weight row blocks fastest), and load
 // j of the ring is the j-th (tile, chunk) of that walk, so the producer runs up to kStages chunks
 // ahead across tile ends (a tile's stores overlap the next tile's first copies). A stage is free
-// once each of the 8 consumer warps released it (ReleaseByWarp): the producer waits for that, not
-// the consumers' thread 0, so neither warpgroup's MMAs wait for the other's scaling. setmaxnreg
-// gives the producer's registers to the consumers (ptxas holds the kernel to 168 at 384 threads).
+// once each of the 8 consumer warps released it (ReleaseStageByWarp): the producer waits for
+// that, not the consumers' thread 0, so neither warpgroup's MMAs wait for the other's scaling.
+// setmaxnreg gives the producer's registers to the consumers (ptxas holds the kernel to 168 at 384
+// threads).
 constexpr int kWsConsumerWarps = kThreads / kWarpSize;
 constexpr int kWsThreads = kThreads + 128;  // + the producer warpgroup (registers go by warpgroups)
 
@@ -389,8 +400,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
     for (int c = 0; c < chunks; ++c) {
       const uint32_t stage = ring_at + stage_index * R::kStageBytes;
-      BarrierWaitAt(R::FullOfStage(ring_at, stage_index), parity);
-      __syncwarp();  // converged for the aligned MMAs
+      R::WaitStageLoaded(ring_at, stage_index, parity);  // the warp leaves converged for the MMAs
       wgmma::ChunkChainIssueLow(acc, stage + group * wgmma::kRowsPerGroup * kChunk, stage + R::kX);
       const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c)
                                    : DecodeE8m0(__ldg(p.scale + scale_row + c));
@@ -399,8 +409,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       // AddScaledRows's roundings on the x scales by ld.shared, two tokens a load: t0 is a multiple
       // of kXsAlign, so the stage's scales start at the tile's row 0, 8-byte aligned.
       wgmma::rs::AddScaledShared(part, acc, sw, sw, stage + R::kXs, q, kLinearTokens);
-      __syncwarp();  // the warp's last reads of the stage (the MMAs' reads are complete)
-      if (lane == 0) BarrierArriveAt(R::EmptyOfStage(ring_at, stage_index));
+      R::ReleaseStageByWarp(ring_at, stage_index, lane);  // its last reads (the MMAs' are complete)
       wgmma::EndChunk(total, part, c, 0, chunks);
       if (++stage_index == R::kStages) {
         stage_index = 0;
