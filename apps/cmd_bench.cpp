@@ -169,10 +169,18 @@ void RunCeilings(const CeilingsArgs& a) {
       const bench::GemmTiming t = bench::TimeGemm(a.device_index, bench::GemmKind::kFp8BlockScaled, s.shape, 20);
       const std::string label = fmt::format("{} {}x{}x{}", s.name, s.shape.m, s.shape.n, s.shape.k);
       PrintGemm(label.c_str(), t);
+      const bench::GemmTiming own = bench::TimeOwnFp8Linear(a.device_index, s.shape, 20);
+      const std::string own_label = t.error.empty() && own.error.empty()
+                                        ? fmt::format("  deepinfer ({:.2f}x)", own.seconds_per_call / t.seconds_per_call)
+                                        : std::string("  deepinfer");
+      PrintGemm(own_label.c_str(), own);
       nlohmann::json j = bench::ToJson(t);
       j["name"] = s.name;
+      j["deepinfer"] = bench::ToJson(own);
       report["prefill_shapes"].push_back(j);
     }
+    std::printf("deepinfer: cuda::Linear (FP8 weights, kFp8Act with scratch; f32 x and y, so its TB/s counts\n"
+                "4-byte x and y); (N.NNx): its time over cuBLASLt's at the shape.\n");
   }
   if (!a.json.empty()) std::ofstream(a.json) << report.dump(2) << "\n";
 }
@@ -256,7 +264,7 @@ void RegisterBench(CLI::App& app) {
   ceilings->add_option("--json", c->json, "write the report as JSON");
   ceilings->add_option("--prefill-tokens", c->prefill_tokens,
                        "also time the block-scaled FP8 GEMM at the Flash prefill's projection shapes for this many "
-                       "tokens (0: not)")
+                       "tokens, cuBLASLt's beside DeepInfer's own (0: not)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   ceilings->callback([c] { RunCeilings(*c); });
   auto r = std::make_shared<ReadPatternsArgs>();

@@ -150,6 +150,17 @@ struct NamedGemmShape {
 // run at, beside its 8192³ ceiling. tokens and expert_rows > 0.
 std::vector<NamedGemmShape> FlashPrefillGemmShapes(int64_t tokens, int64_t expert_rows);
 
+// DeepInfer's own FP8 product at `shape`, beside cuBLASLt's: cuda::Linear under kFp8Act with the
+// scratch the model gives it (so x [m, k] f32 is quantized per 128 columns once, then the
+// block-scaled GEMM: TmaLinearWsKernel past 64 rows on sm_90a), W [n, k] e4m3 with e8m0 scales per
+// 128 × 128 block, y [m, n] f32. x holds e4m3 values with ±448 first in every 128-column block, so
+// the quantization is exact (scale 1) and the first call is checked against double sums at
+// sampled outputs with GemmTolerance; then `iterations` calls are timed after warm-up calls.
+// flops_per_s as TimeGemm's; operand_bytes_per_s counts x and y in f32, W and its scale bytes. The
+// shape needs k % 128 == 0; n any. Throws deepinfer::Error on CUDA errors; without the CUDA build
+// it throws as the other measurements do.
+GemmTiming TimeOwnFp8Linear(int device_index, GemmShape shape, int iterations);
+
 nlohmann::json ToJson(const GemmTiming& t);
 nlohmann::json ToJson(const CopyTiming& t);
 nlohmann::json ToJson(const Ceilings& c);

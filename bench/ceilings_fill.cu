@@ -36,6 +36,17 @@ __global__ void FillE4m3Kernel(uint8_t* dst, size_t n, uint64_t seed) {
   }
 }
 
+__global__ void FillE4m3FloatsKernel(float* dst, size_t n, size_t cols, uint64_t seed) {
+  PdlPrologue();
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint32_t code = static_cast<uint32_t>(Hash(seed, i) >> 24) & 0xffu;
+    if (i % cols % 128 == 0) code |= 0x7eu;  // ±448, the block's amax
+    if ((code & 0x7fu) == 0x7fu) code ^= 1u;  // NaN -> ±448
+    dst[i] = cuda::DecodeE4m3(static_cast<uint8_t>(code));
+  }
+}
+
 constexpr int kThreads = 256;
 
 unsigned Blocks(size_t n) {
@@ -54,6 +65,13 @@ cudaError_t FillRandomBf16(uint16_t* dst, size_t n, uint64_t seed, cudaStream_t 
 cudaError_t FillRandomE4m3(uint8_t* dst, size_t n, uint64_t seed, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   FillE4m3Kernel<<<Blocks(n), kThreads, 0, stream>>>(dst, n, seed);
+  return cudaGetLastError();
+}
+
+cudaError_t FillRandomE4m3Floats(float* dst, size_t rows, size_t cols, uint64_t seed, cudaStream_t stream) {
+  const size_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  FillE4m3FloatsKernel<<<Blocks(n), kThreads, 0, stream>>>(dst, n, cols, seed);
   return cudaGetLastError();
 }
 

@@ -10,6 +10,7 @@ namespace {
 }  // namespace
 
 GemmTiming TimeGemm(int, GemmKind, GemmShape, int) { NoCuda(); }
+GemmTiming TimeOwnFp8Linear(int, GemmShape, int) { NoCuda(); }
 std::vector<float> RunGemm(int, GemmKind, GemmShape, const GemmOperands&) { NoCuda(); }
 CopyTiming TimeDeviceCopy(int, size_t, int) { NoCuda(); }
 Ceilings MeasureCeilings(int) { NoCuda(); }

@@ -84,7 +84,7 @@ if [[ ${quick:-0} -eq 1 ]]; then
   {
     timeout 60 "$dist/deepinfer" bench read-patterns --json "$data/read-patterns.json" 2>&1 || status=1
     timeout 60 "$dist/deepinfer" bench phases --json "$data/phases.json" 2>&1 || status=1
-    timeout 60 "$dist/deepinfer" bench ceilings --prefill-tokens 8192 --json "$data/ceilings-prefill.json" 2>&1 ||
+    timeout 90 "$dist/deepinfer" bench ceilings --prefill-tokens 8192 --json "$data/ceilings-prefill.json" 2>&1 ||
       status=1
   } >"$final/micro.txt"
   grep -vE "^(head|experts)_[a-z_]+: |^(bf16|fp8)" "$final/micro.txt"
