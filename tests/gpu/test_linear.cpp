@@ -1216,9 +1216,10 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
 
 // Linear's unsplit FP8 products of more than 64 rows on the TMA-fed kernel (linear_tma.cuh,
 // 128-token tiles) give the 64-token kernel's bits: one chunk (K = 128) and a partial slice (K =
-// 384, whose every M is unsplit), partial weight blocks (N = 200, 1100) and token tiles (M = 65,
-// 130, 2200), both scale dtypes, and [4096 -> 8192] at 330 rows: 32 chunks through the 6-stage
-// ring (each stage's barriers wrap 5 times), 3 token tiles.
+// 384, whose every M is unsplit), partial weight blocks (N = 200, 1100; N = 201: an odd output
+// pitch, which the warp-specialized kernel stores a float at a time) and token tiles (M = 65, 70, 130,
+// 2200), both scale dtypes, and [4096 -> 8192] at 330 rows: 32 chunks through the 6-stage ring
+// (each stage's barriers wrap 5 times), 3 token tiles.
 TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -1229,14 +1230,15 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
   };
   uint64_t seed = 4600;
   for (const Case& c : {Case{kFp8E8m0, 200, 128, 65}, Case{kFp8F32, 200, 384, 130},
-                        Case{kFp8E8m0, 1100, 1024, 2200}, Case{kFp8E8m0, 8192, 4096, 330}}) {
+                        Case{kFp8E8m0, 1100, 1024, 2200}, Case{kFp8E8m0, 8192, 4096, 330},
+                        Case{kFp8E8m0, 201, 256, 70}}) {
     const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " + std::to_string(c.out) +
                              "] M=" + std::to_string(c.m);
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
     std::vector<float> x = RandomFloats(static_cast<size_t>(c.m * c.in), ++seed);
     for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
     DeviceArray<float> dx(x);
-    std::vector<float> tma, tma_ws, other;
+    std::vector<float> tma, tma_ws, tma_ws_thread_stores, other;
     {
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized plain(0);
@@ -1247,11 +1249,25 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     {
       // The persistent, warp-specialized kernel: blocks walk up to two tiles where the grid holds more
       // tiles than SMs (the last two cases: 162 and 192 tiles), one where it does not.
+      // With its output tiles by tensor-memory stores where y's pitch allows them (N % 4 == 0;
+      // partial boxes at N = 200, 1100 and at M = 65, 70, 130, 330), each thread's stores otherwise.
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized ws(1);
+      ScopedTmaStore tma_store(1);
       const uint64_t launches = cuda::TmaWarpSpecializedLaunchesForTesting();
+      const uint64_t store_launches = cuda::TmaStoreLaunchesForTesting();
       tma_ws = RunRows(w, dx, 0, c.m);
       EXPECT_GT(cuda::TmaWarpSpecializedLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
+      EXPECT_EQ(cuda::TmaStoreLaunchesForTesting() - store_launches, c.out % 4 == 0 ? 1u : 0u)
+          << what << ": tensor-memory stores";
+    }
+    {
+      ScopedTmaKernels on(1);
+      ScopedTmaWarpSpecialized ws(1);
+      ScopedTmaStore thread_stores(0);
+      const uint64_t store_launches = cuda::TmaStoreLaunchesForTesting();
+      tma_ws_thread_stores = RunRows(w, dx, 0, c.m);
+      EXPECT_EQ(cuda::TmaStoreLaunchesForTesting(), store_launches) << what << ": tensor-memory stores while off";
     }
     {
       ScopedTmaKernels off(0);
@@ -1259,6 +1275,7 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     }
     EXPECT_TRUE(AllEqual(tma, other, what));
     EXPECT_TRUE(AllEqual(tma_ws, other, what + ": warp-specialized"));
+    EXPECT_TRUE(AllEqual(tma_ws_thread_stores, other, what + ": warp-specialized, each thread's stores"));
     EXPECT_TRUE(AllEqual(RunRows(w, dx, c.m - 1, 1), Rows(tma, c.out, c.m - 1, 1), what + ": the last row alone"));
   }
 }

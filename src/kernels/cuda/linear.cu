@@ -2687,6 +2687,13 @@ std::pair<CUtensorMap, CUtensorMap> XTensorMaps(const wgmma::GemmArgs& a, int64_
 KernelSwitch g_tma_warp_specialized{"DEEPINFER_TMA_WS", 1};
 std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
 
+// DEEPINFER_TMA_STORE (read once; unset or 1: on, 0: off) lets TmaLinearWsKernel's output tiles
+// leave by tensor-memory stores (TmaLinearWsKernel<true>, where y and its pitch are 16-byte
+// aligned; the same values) instead of each thread's stores. Tests override it
+// (SetTmaStoreForTesting).
+KernelSwitch g_tma_store{"DEEPINFER_TMA_STORE", 1};
+std::atomic<uint64_t> g_tma_store_launches{0};  // launches of TmaLinearWsKernel<true> (tests)
+
 // tma::TmaLinearWsKernel (or TmaLinearKernel) for p (FP8 weights, tma::Usable) over the codes and
 // scales in a.
 void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream_t stream) {
@@ -2700,12 +2707,25 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
   const auto [x_map, xs_map] = XTensorMaps(a, p.k, tma::kLinearTokens);
   const int64_t n_blocks = CeilDiv(p.n, tma::kBlockRows);
   if (g_tma_warp_specialized.On() && n_blocks * tok_blocks <= 0x7fffffff) {
-    AllowDynamicSmem<tma::TmaLinearWsKernel>(device, tma::kLinearSmemBytes);
     const int sms = CurrentDeviceSms().second;
     const int64_t tiles = n_blocks * tok_blocks;
-    tma::TmaLinearWsKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads,
-                             tma::kLinearSmemBytes, stream>>>(w_map, x_map, xs_map, p, static_cast<int>(n_blocks),
-                                                              static_cast<int>(tiles));
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
+    if (g_tma_store.On() && reinterpret_cast<uintptr_t>(p.y) % 16 == 0 && p.ldy % 4 == 0) {
+      // y as FLOAT32 [m][n] with pitch ldy, boxes of 32 rows (f32) × 64 tokens, as the kernel stages them.
+      const uint64_t y_dims[2] = {static_cast<uint64_t>(p.n), static_cast<uint64_t>(p.m)};
+      const uint64_t y_strides[1] = {static_cast<uint64_t>(p.ldy) * 4};
+      const uint32_t y_box[2] = {tma::kStoreBoxRows, wgmma::kRowsPerGroup};
+      const CUtensorMap y_map =
+          TensorMap(p.y, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, y_dims, y_strides, y_box, CU_TENSOR_MAP_SWIZZLE_128B);
+      AllowDynamicSmem<tma::TmaLinearWsKernel<true>>(device, tma::kLinearStoreSmemBytes);
+      tma::TmaLinearWsKernel<true><<<grid, tma::kWsThreads, tma::kLinearStoreSmemBytes, stream>>>(
+          w_map, x_map, xs_map, y_map, p, static_cast<int>(n_blocks), static_cast<int>(tiles));
+      g_tma_store_launches.fetch_add(1);
+    } else {
+      AllowDynamicSmem<tma::TmaLinearWsKernel<false>>(device, tma::kLinearSmemBytes);
+      tma::TmaLinearWsKernel<false><<<grid, tma::kWsThreads, tma::kLinearSmemBytes, stream>>>(
+          w_map, x_map, xs_map, xs_map, p, static_cast<int>(n_blocks), static_cast<int>(tiles));
+    }
     DI_CUDA_LAUNCH_CHECK("cuda::Linear TMA, warp-specialized");
     g_tma_ws_launches.fetch_add(1);
   } else {
@@ -4348,6 +4368,9 @@ void SetTmaWarpSpecializedForTesting(int mode) {
 }
 
 uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(); }
+
+void SetTmaStoreForTesting(int mode) { g_tma_store.SetForTesting(mode, "SetTmaStoreForTesting"); }
+uint64_t TmaStoreLaunchesForTesting() { return g_tma_store_launches.load(); }
 
 void SetFp4InBlockRegistersForTesting(int mode) {
   g_fp4_in_block_rs.SetForTesting(mode, "SetFp4InBlockRegistersForTesting");

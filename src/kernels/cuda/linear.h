@@ -177,6 +177,11 @@ uint64_t GroupedBf16LaunchesForTesting();
 // 0); and how many such launches this process has made.
 void SetTmaWarpSpecializedForTesting(int mode);
 uint64_t TmaWarpSpecializedLaunchesForTesting();
+// Tests only: TmaLinearWsKernel's output tiles by tensor-memory stores (where y allows them) on
+// (1), off (0), or as DEEPINFER_TMA_STORE says (-1, the default: on unless 0); and how many such
+// launches this process has made.
+void SetTmaStoreForTesting(int mode);
+uint64_t TmaStoreLaunchesForTesting();
 // The FP4 experts at prefill sizes converted in the GEMM's blocks (ExpertsFp4InBlockKernel: no
 // per-call pre-fold; the same bits) on (1), off (0: pre-folded), or as DEEPINFER_FP4_IN_BLOCK says
 // (-1, the default: on unless 0), converting `units` chunks side by side (1 or 2; 0: as

@@ -25,6 +25,8 @@
 // capability 9.0, unless DEEPINFER_TMA=0.
 #pragma once
 
+#include <type_traits>
+
 #include <cuda.h>  // CUtensorMap and the encoder's types; the encoder itself comes from the runtime
 
 namespace tma {
@@ -353,14 +355,67 @@ constexpr int kWsProducerRegisters = 24, kWsConsumerRegisters = 240;
 static_assert(kWsProducerRegisters * 128 + kWsConsumerRegisters * kThreads <= kWsLaunchRegisters * kWsThreads,
               "setmaxnreg within the block's own registers");
 
+// TmaLinearWsKernel<true>'s shared memory: a 4-stage ring, then the output tile's staging (two
+// warpgroups × 4 boxes of 64 tokens × 32 f32 rows, 128-byte swizzled, 1024-byte aligned).
+using LinearStoreRing = Ring<kLinearTokens, 4>;
+constexpr int kStoreBoxRows = 32;                                   // weight rows (f32) a box
+constexpr int kStoreBoxBytes = wgmma::kRowsPerGroup * kStoreBoxRows * 4;  // 8 KiB
+constexpr int kStoreStaging = (LinearStoreRing::kEnd + 1023) / 1024 * 1024;
+constexpr int kLinearStoreSmemBytes = kStoreStaging + 2 * (kBlockRows / kStoreBoxRows) * kStoreBoxBytes + 1024;
+static_assert(kLinearStoreSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
+
+// Tensor-memory stores of the output tile (kTmaStore): a warpgroup's 64 tokens × 128 weight rows as
+// four boxes of y_map (FLOAT32 [m][n], row pitch ldy, boxes of 32 × 64, 128-byte swizzle), issued
+// by its first thread after the warpgroup has written them to its staging; the warps go on to the
+// next tile while the copies run.
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, uint32_t src, int inner, int outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(inner), "r"(outer)
+               : "memory");
+}
+__device__ __forceinline__ void BulkCommitGroup() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Returns once this thread's committed bulk copies have read their shared memory (kReadOnly) or
+// completed.
+template <bool kReadOnly>
+__device__ __forceinline__ void BulkWaitAll() {
+  if constexpr (kReadOnly) {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  } else {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  }
+}
+__device__ __forceinline__ void StShared64(uint32_t at, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(a), "f"(b) : "memory");
+}
+
+// The weight scale at scale + i as stored (f32 bits, or the e8m0 byte).
+__device__ __forceinline__ uint32_t WeightScaleBits(const Params& p, int64_t i) {
+  return p.scale_f32 ? __ldg(reinterpret_cast<const uint32_t*>(p.scale) + i) : __ldg(p.scale + i);
+}
+
+// The MMAs take the x tile as wgmma's A (warpgroup w: tokens 64·w ..) and the weight tile's 128
+// rows as B (N), as DeepGEMM lays out its FP8 GEMM, so a thread's D fragment holds 2 tokens (16·warp
+// + g and + 8 of its warpgroup's 64) × 32 weight rows (8i + 2q, + 1): its scale products are sw·xs
+// of 2 tokens a chunk (2 LDS, 2 FMUL) where the weights-as-A form took 32. wgmma sums an output's
+// products alike whichever operand holds them, so the bits are TmaLinearKernel's (tests).
+// kTmaStore: the output tile leaves by tensor-memory stores from shared memory (y_map; a 4-stage
+// ring, kLinearStoreSmemBytes), else by each thread's own stores (y_map unused; 6 stages,
+// kLinearSmemBytes). The weight scale of chunk c + 1 is loaded during chunk c.
+template <bool kTmaStore>
 __global__ void __launch_bounds__(kWsThreads, 1)
     TmaLinearWsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                      const __grid_constant__ CUtensorMap xs_map, const Params p, int n_blocks, int tiles) {
+                      const __grid_constant__ CUtensorMap xs_map, const __grid_constant__ CUtensorMap y_map,
+                      const Params p, int n_blocks, int tiles) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
-  using R = LinearRing;
+  using R = std::conditional_t<kTmaStore, LinearStoreRing, LinearRing>;
   extern __shared__ uint8_t smem_raw[];
   const R ring(wgmma::AlignedSmem(smem_raw));
   const int tid = threadIdx.x;
@@ -382,9 +437,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     return;
   }
   SetMaxRegistersInc<kWsConsumerRegisters>();
-  const int group = tid / 128;  // consumer warpgroup: weight rows 64·group ..
+  const int group = tid / 128;  // consumer warpgroup: the tile's tokens 64·group ..
   const int warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
   const int g = lane / 4, q = lane % 4;
+  const int tile_token = group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's tokens: + 0, + 8
   // acc: one chunk's k32 chain; part: the current 512-column slice; total: over slices. part ends
   // every tile at +0 (EndChunk), and total's first slice overwrites it.
   float acc[R::kElems], part[R::kElems], total[R::kElems];
@@ -396,19 +452,28 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t n0 = static_cast<int64_t>(tile % n_blocks) * kBlockRows;
     const int64_t t0 = static_cast<int64_t>(tile / n_blocks) * kLinearTokens;
-    const int64_t ra = n0 + group * wgmma::kRowsPerGroup + 16 * warp + g;  // this thread's rows ra, ra + 8
     const int64_t scale_row = (n0 / kFp8Block) * p.scale_row_stride;
+    uint32_t sw_bits = WeightScaleBits(p, scale_row);  // chunk c's scale, as stored
     for (int c = 0; c < chunks; ++c) {
       const uint32_t stage = ring_at + stage_index * R::kStageBytes;
       R::WaitStageLoaded(ring_at, stage_index, parity);  // the warp leaves converged for the MMAs
-      wgmma::ChunkChainIssueLow(acc, stage + group * wgmma::kRowsPerGroup * kChunk, stage + R::kX);
-      const float sw = p.scale_f32 ? __ldg(reinterpret_cast<const float*>(p.scale) + scale_row + c)
-                                   : DecodeE8m0(__ldg(p.scale + scale_row + c));
+      wgmma::ChunkChainIssueLow(acc, stage + R::kX + group * wgmma::kRowsPerGroup * kChunk, stage);
+      const float sw = p.scale_f32 ? __uint_as_float(sw_bits) : DecodeE8m0(static_cast<uint8_t>(sw_bits));
+      if (c + 1 < chunks) sw_bits = WeightScaleBits(p, scale_row + c + 1);
+      // The scale products of this thread's two tokens (AddScaledRows's roundings: sw·x, then one
+      // fma an element), loaded while the MMAs run.
+      const uint32_t xs = stage + R::kXs + 4 * tile_token;
+      const float sa = __fmul_rn(sw, __uint_as_float(wgmma::LdShared32(xs)));
+      const float sb = __fmul_rn(sw, __uint_as_float(wgmma::LdShared32(xs + 4 * 8)));
       wgmma::WgmmaWaitAll();
       wgmma::PinAll(acc);
-      // AddScaledRows's roundings on the x scales by ld.shared, two tokens a load: t0 is a multiple
-      // of kXsAlign, so the stage's scales start at the tile's row 0, 8-byte aligned.
-      wgmma::rs::AddScaledShared(part, acc, sw, sw, stage + R::kXs, q, kLinearTokens);
+#pragma unroll
+      for (int i = 0; i < R::kElems / 4; ++i) {
+        part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], sa, part[4 * i + 0]);
+        part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], sa, part[4 * i + 1]);
+        part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], sb, part[4 * i + 2]);
+        part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], sb, part[4 * i + 3]);
+      }
       R::ReleaseStageByWarp(ring_at, stage_index, lane);  // its last reads (the MMAs' are complete)
       wgmma::EndChunk(total, part, c, 0, chunks);
       if (++stage_index == R::kStages) {
@@ -416,7 +481,59 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         parity ^= 1u;
       }
     }
-    wgmma::StoreBlockResult<kLinearTokens>(p, ra, t0, q, [&](int e) { return total[e]; });
+    if constexpr (kTmaStore) {
+      // Staging box b holds rows n0 + 32b .. of the warpgroup's 64 tokens: token row r at 128·r,
+      // its 16-byte piece u at (u ^ r % 8)·16 (the 128-byte swizzle). Element 4i + e: row 8i + 2q
+      // (+ 1), piece 2·(i % 4) + q / 2, byte 8·(q % 2) within it.
+      const uint32_t staging = ring_at + kStoreStaging + group * 4 * kStoreBoxBytes;
+      const bool issuer = tid % 128 == 0;
+      if (issuer) BulkWaitAll<true>();  // the previous tile's copies have read the staging
+      NamedBarrierSync(1 + group, 128);
+      // Token rows 16·warp + g and + 8: both ≡ g mod 8, so one swizzle. Piece 2j + q / 2 of a box
+      // (j = i % 4) lands at at[j]; the box and the row + 8 are constant offsets from it.
+      const uint32_t row_a = staging + 128 * (16 * warp + g) + 8 * (q % 2);
+      uint32_t at[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) at[j] = row_a + (((2 * j + q / 2) ^ g) << 4);
+#pragma unroll
+      for (int i = 0; i < R::kElems / 4; ++i) {
+        StShared64(at[i % 4] + (i / 4) * kStoreBoxBytes, total[4 * i + 0], total[4 * i + 1]);
+        StShared64(at[i % 4] + (i / 4) * kStoreBoxBytes + 128 * 8, total[4 * i + 2], total[4 * i + 3]);
+      }
+      FenceProxyAsyncShared();  // the writes, visible to the tensor-memory copies
+      NamedBarrierSync(1 + group, 128);
+      if (issuer) {
+        const int token = static_cast<int>(t0) + group * wgmma::kRowsPerGroup;
+#pragma unroll
+        for (int b = 0; b < kBlockRows / kStoreBoxRows; ++b) {
+          TmaStore2d(&y_map, staging + b * kStoreBoxBytes, static_cast<int>(n0) + b * kStoreBoxRows, token);
+        }
+        BulkCommitGroup();
+        // The block's last tile: its copies complete before the block's memory goes. (Waiting
+        // after the tile loop instead makes ptxas spill ~100 registers of the sums.)
+        if (tile + static_cast<int>(gridDim.x) >= tiles) BulkWaitAll<false>();
+      }
+      continue;
+    }
+    // Element 4i + e: token ta (tb = ta + 8 for e >= 2), weight row n0 + 8i + 2q (+ 1 for odd e).
+    // A row pair is one 8-byte store where y's rows keep 8-byte alignment: a warp's store then fills
+    // 8 whole 32-byte sectors, where two 4-byte stores fill halves of them twice (+14% `linear`
+    // time at the 8k prefill, measured).
+    const int64_t ta = t0 + tile_token, tb = ta + 8;
+    const bool pairs = (p.ldy % 2 == 0) && (reinterpret_cast<uintptr_t>(p.y) % 8 == 0);
+#pragma unroll
+    for (int i = 0; i < R::kElems / 4; ++i) {
+      const int64_t row = n0 + 8 * i + 2 * q;
+      if (pairs && row + 1 < p.n) {
+        if (ta < p.m) *reinterpret_cast<float2*>(p.y + ta * p.ldy + row) = {total[4 * i + 0], total[4 * i + 1]};
+        if (tb < p.m) *reinterpret_cast<float2*>(p.y + tb * p.ldy + row) = {total[4 * i + 2], total[4 * i + 3]};
+        continue;
+      }
+      if (ta < p.m && row < p.n) p.y[ta * p.ldy + row] = total[4 * i + 0];
+      if (ta < p.m && row + 1 < p.n) p.y[ta * p.ldy + row + 1] = total[4 * i + 1];
+      if (tb < p.m && row < p.n) p.y[tb * p.ldy + row] = total[4 * i + 2];
+      if (tb < p.m && row + 1 < p.n) p.y[tb * p.ldy + row + 1] = total[4 * i + 3];
+    }
   }
 #endif
 }
