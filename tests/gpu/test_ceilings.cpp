@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "bench/ceilings.h"
 #include "gpu_test_util.h"
 #include "tensor/dtype.h"
@@ -241,6 +242,24 @@ TEST(Ceilings, TimeGemmChecksThenTimes) {
                 ShapeName(s).c_str(), 1e6 * t.seconds_per_call, 1e-12 * t.flops_per_s, t.check_ratio,
                 t.algo_note.c_str());
   }
+}
+
+// DeepInfer's own FP8 linear beside cuBLASLt's: its first call within GemmTolerance of the double
+// sums at sampled outputs, then timed, on the TMA kernel (300 rows; N = 200: a partial weight
+// block) and the GEMV (8 rows); k not a multiple of 128 is refused.
+TEST(Ceilings, TimeOwnFp8LinearChecksThenTimes) {
+  DI_REQUIRE_GPU();
+  for (const GemmShape s : {GemmShape{300, 200, 512}, GemmShape{8, 256, 384}}) {
+    const bench::GemmTiming t = bench::TimeOwnFp8Linear(0, s, 3);
+    EXPECT_TRUE(t.available) << ShapeName(s);
+    EXPECT_EQ(t.error, "") << ShapeName(s);
+    EXPECT_LE(t.check_ratio, 1.0) << ShapeName(s);
+    EXPECT_GT(t.seconds_per_call, 0.0) << ShapeName(s);
+    EXPECT_GT(t.flops_per_s, 0.0) << ShapeName(s);
+    std::printf("deepinfer fp8 %s: %.3f us/call, %.2f TFLOP/s, check %.3f\n", ShapeName(s).c_str(),
+                1e6 * t.seconds_per_call, 1e-12 * t.flops_per_s, t.check_ratio);
+  }
+  EXPECT_THROW(bench::TimeOwnFp8Linear(0, {8, 256, 200}, 1), Error);
 }
 
 // A decode-sized block-scaled GEMM (m = 1) may have no cuBLASLt algorithm on Hopper: TimeGemm

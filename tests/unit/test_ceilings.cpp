@@ -116,6 +116,7 @@ TEST(CeilingsBuild, CpuOnlyBuildSaysWhatIsMissing) {
     EXPECT_NE(std::string(e.what()).find("ceilings need the CUDA build"), std::string::npos) << e.what();
   }
   EXPECT_THROW(TimeGemm(0, GemmKind::kBf16, {8, 8, 8}, 1), Error);
+  EXPECT_THROW(TimeOwnFp8Linear(0, {8, 8, 128}, 1), Error);
   EXPECT_THROW(TimeDeviceCopy(0, 1024, 1), Error);
   EXPECT_THROW(RunGemm(0, GemmKind::kBf16, {8, 8, 8}, {}), Error);
 }
