@@ -670,12 +670,17 @@ TEST(CudaLinearMma, DenseSplitOnWarpgroupMma) {
   ScopedDenseWs ws_off(0);  // the 64-token kernels at every M (DenseWsKernelEqualsTheOther compares the two)
   TestWeight w = RandomWeight(kBf16, out, in, ++seed);
   DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
-  const uint64_t parts_launches = cuda::DensePartsLaunchesForTesting();
   const std::vector<float> all = RunRows(w, dx, 0, m);
   EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), all, "repeat"));
-  // With the scratch LinearScratchBytes asks for, x's parts are split once per call
-  // (DensePartsKernel); without it each block converts them: the same bits.
-  EXPECT_GT(cuda::DensePartsLaunchesForTesting(), parts_launches) << "the parts kernel did not run";
+  {
+    // With the scratch LinearScratchBytes asks for, x's parts are split once per call
+    // (DensePartsKernel, which serves the overlapped kernels only: gpu-run.sh's switch rerun turns
+    // them off by default); without it each block converts them: the same bits.
+    ScopedDenseOverlap overlap(1);
+    const uint64_t parts_launches = cuda::DensePartsLaunchesForTesting();
+    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), all, "overlapped, x's parts split once"));
+    EXPECT_GT(cuda::DensePartsLaunchesForTesting(), parts_launches) << "the parts kernel did not run";
+  }
   EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m, /*without_scratch=*/true), all, "x converted per block"));
   {
     ScopedDenseParts off(0);
@@ -1176,6 +1181,9 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  // The fused kernel takes 1-8 rows on the 8-token tiles only (gpu-run.sh's switch rerun turns them
+  // off by default: DEEPINFER_LINEAR_SMALL_TILES=0).
+  ScopedLinearSmallTiles small_tiles(1);
   struct Case {
     Spec spec;
     int64_t out, in;
