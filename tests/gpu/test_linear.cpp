@@ -538,7 +538,8 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
 // projection (8 groups of [4096 -> 1024], 8 slices), 3 groups of [192 -> 128] (3 chunks: one short
 // slice, fewer chunks than the ring's stages) and 8 groups of [1152 -> 128] (the last slice short),
 // at 256 rows (two whole token tiles) and 300 (a partial third); and in pieces of 128 rows of x
-// (one GEMM launch a piece). Too little scratch, or fewer rows, take the other kernels.
+// (one GEMM launch a piece); rounded x with its tiles sent by TMA stores and by each thread's
+// stores. Too little scratch, or fewer rows, take the other kernels.
 TEST(CudaLinearMma, GroupedBf16KernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -573,8 +574,19 @@ TEST(CudaLinearMma, GroupedBf16KernelEqualsTheOther) {
         const size_t weight_bytes = static_cast<size_t>(c.groups * c.r * c.k * 2);
         ASSERT_EQ(bytes, weight_bytes + static_cast<size_t>((round ? 1 : 3) * m * c.groups * c.k * 2)) << what;
         uint64_t launches = cuda::GroupedBf16LaunchesForTesting();
-        EXPECT_TRUE(AllEqual(run(1, 0, bytes), other, what));
+        const uint64_t store_launches = cuda::GroupedTmaStoreLaunchesForTesting();
+        {
+          ScopedTmaStore tma_store(1);
+          EXPECT_TRUE(AllEqual(run(1, 0, bytes), other, what));
+        }
         EXPECT_EQ(cuda::GroupedBf16LaunchesForTesting(), launches + 1) << what << ": one launch";
+        // One part (x rounded) sends its tiles by TMA stores: the same bits as each thread's stores.
+        EXPECT_EQ(cuda::GroupedTmaStoreLaunchesForTesting() - store_launches, round ? 1u : 0u)
+            << what << ": TMA stores";
+        {
+          ScopedTmaStore thread_stores(0);
+          EXPECT_TRUE(AllEqual(run(1, 0, bytes), other, what + ", each thread's stores"));
+        }
         launches = cuda::GroupedBf16LaunchesForTesting();
         EXPECT_TRUE(AllEqual(run(1, 128, bytes), other, what + ", pieces of 128 rows"));
         EXPECT_EQ(cuda::GroupedBf16LaunchesForTesting(), launches + static_cast<uint64_t>((m + 127) / 128))

@@ -2693,6 +2693,8 @@ std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
 // (SetTmaStoreForTesting).
 KernelSwitch g_tma_store{"DEEPINFER_TMA_STORE", 1};
 std::atomic<uint64_t> g_tma_store_launches{0};  // launches of TmaLinearWsKernel<true> (tests)
+// Launches of GroupedBf16WsKernel<1, false, true> (tests); the same switch.
+std::atomic<uint64_t> g_grouped_tma_store_launches{0};
 
 // tma::TmaLinearWsKernel (or TmaLinearKernel) for p (FP8 weights, tma::Usable) over the codes and
 // scales in a.
@@ -2987,17 +2989,40 @@ CUtensorMap SplitXPartsForWs(const float* x, int64_t ldx, int64_t m, int64_t gk,
 
 // GroupedBf16WsKernel<kParts, kFreshSlices> over p's groups × token tiles × ceil(p.n / 128) row
 // blocks, at most one block per SM. `what` names the launch in its error.
+// One part of x (rounded to BF16), whole weight blocks per group and y with 16-byte rows take the
+// kernel's TMA stores while DEEPINFER_TMA_STORE is on (the same values).
 template <int kParts, bool kFreshSlices>
 void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Params& p, int64_t groups, int device,
                   int sms, cudaStream_t stream, const char* what) {
-  using L = wgmma_split::GroupedBf16Layout<kParts>;
-  const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows}), tok_blocks = CeilDiv(p.m, int64_t{L::kTok});
+  const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows});
+  const int64_t tok_blocks = CeilDiv(p.m, int64_t{wgmma_split::GroupedBf16Layout<kParts>::kTok});
   const int64_t tiles = groups * n_blocks * tok_blocks;
   if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
+  if constexpr (kParts == 1 && !kFreshSlices) {
+    if (g_tma_store.On() && p.n % wgmma_split::kBlockRows == 0 && (groups == 1 || p.y_group_stride == p.n) &&
+        reinterpret_cast<uintptr_t>(p.y) % 16 == 0 && p.ldy % 4 == 0 && groups * p.n <= p.ldy) {
+      using L = wgmma_split::GroupedBf16Layout<1, true>;
+      // y as FLOAT32 [m][ldy], boxes of 32 weight rows × 128 tokens, as the kernel stages them.
+      const uint64_t y_dims[2] = {static_cast<uint64_t>(p.ldy), static_cast<uint64_t>(p.m)};
+      const uint64_t y_strides[1] = {static_cast<uint64_t>(p.ldy) * 4};
+      const uint32_t y_box[2] = {L::kStoreBoxRows, L::kTok};
+      const CUtensorMap y_map =
+          TensorMap(p.y, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, y_dims, y_strides, y_box, CU_TENSOR_MAP_SWIZZLE_128B);
+      constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<1, false, true>;
+      AllowDynamicSmem<kKernel>(device, L::kBytes);
+      kKernel<<<grid, tma::kWsThreads, L::kBytes, stream>>>(w_map, x_map, y_map, p, static_cast<int>(n_blocks),
+                                                             static_cast<int>(tok_blocks), static_cast<int>(tiles));
+      DI_CUDA_LAUNCH_CHECK(what);
+      g_grouped_tma_store_launches.fetch_add(1);
+      return;
+    }
+  }
+  using L = wgmma_split::GroupedBf16Layout<kParts>;
   constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices>;
   AllowDynamicSmem<kKernel>(device, L::kBytes);
-  kKernel<<<static_cast<unsigned>(std::min<int64_t>(tiles, sms)), tma::kWsThreads, L::kBytes, stream>>>(
-      w_map, x_map, p, static_cast<int>(n_blocks), static_cast<int>(tok_blocks), static_cast<int>(tiles));
+  kKernel<<<grid, tma::kWsThreads, L::kBytes, stream>>>(w_map, x_map, w_map, p, static_cast<int>(n_blocks),
+                                                         static_cast<int>(tok_blocks), static_cast<int>(tiles));
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
@@ -4371,6 +4396,7 @@ uint64_t TmaWarpSpecializedLaunchesForTesting() { return g_tma_ws_launches.load(
 
 void SetTmaStoreForTesting(int mode) { g_tma_store.SetForTesting(mode, "SetTmaStoreForTesting"); }
 uint64_t TmaStoreLaunchesForTesting() { return g_tma_store_launches.load(); }
+uint64_t GroupedTmaStoreLaunchesForTesting() { return g_grouped_tma_store_launches.load(); }
 
 void SetFp4InBlockRegistersForTesting(int mode) {
   g_fp4_in_block_rs.SetForTesting(mode, "SetFp4InBlockRegistersForTesting");

@@ -609,18 +609,26 @@ __global__ void __launch_bounds__(256) ConvertGroupedWeightKernel(const uint8_t*
 
 // Shared memory of GroupedBf16WsKernel<kParts>: kStages stages of the weight tile (128 rows × 64
 // BF16) and x's kParts part tiles (128 token rows × 64 BF16 each), every tile 128-byte swizzled by
-// the TMA; then full[kStages] and empty[kStages].
-template <int kParts>
+// the TMA; then full[kStages] and empty[kStages]; with kTmaStore (one part only) 4 stages and then
+// the output tile's staging: per consumer warpgroup two boxes of 32 weight rows (f32) × 128
+// tokens, 128-byte swizzled.
+template <int kParts, bool kTmaStore = false>
 struct GroupedBf16Layout {
   static constexpr int kTok = 128;
   static constexpr int kElems = kTok / 2;  // D fragment elements per thread
   static constexpr int kWBytes = kBlockRows * kRowBytes;  // 16 KiB
   static constexpr int kPartBytes = kTok * kRowBytes;     // 16 KiB
   static constexpr int kStageBytes = kWBytes + kParts * kPartBytes;
-  static constexpr int kStages = kParts == 1 ? 6 : 3;
+  static constexpr int kStages = kTmaStore ? 4 : kParts == 1 ? 6 : 3;
   static constexpr int kBarriers = kStages * kStageBytes;
-  static constexpr int kBytes = kBarriers + 2 * kStages * 8 + 1024;  // + base alignment
+  static constexpr int kStoreBoxRows = 32;                          // weight rows (f32) a box
+  static constexpr int kStoreBoxBytes = kTok * kStoreBoxRows * 4;  // 16 KiB
+  static constexpr int kStaging = (kBarriers + 2 * kStages * 8 + 1023) / 1024 * 1024;
+  static constexpr int kBytes =
+      (kTmaStore ? kStaging + 2 * (kRowsPerGroup / kStoreBoxRows) * kStoreBoxBytes : kBarriers + 2 * kStages * 8) +
+      1024;  // + base alignment
   static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
+  static_assert(!kTmaStore || kParts == 1, "the staging fits beside one part's stages only");
   static_assert(kStageBytes % 1024 == 0, "the swizzle's 1024-byte period");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
@@ -660,15 +668,19 @@ static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegister
 // swizzle. p: y, ldy, y_group_stride, m, n (rows per group), k.
 // kFreshSlices: each slice begins with an MMA that ignores d instead of zeroed registers (the
 // dense kernels' overlapped order, OverlappedSlices: the same bits as theirs, -0 included).
-template <int kParts, bool kFreshSlices = false>
+// kTmaStore (kParts == 1, p.n % 128 == 0): the output tiles leave by TMA stores of y_map (FLOAT32
+// [m][ldy], boxes of 32 × 128, 128-byte swizzle) from the staging, as TmaLinearWsKernel<true>'s;
+// else by each thread's stores (y_map unused).
+template <int kParts, bool kFreshSlices = false, bool kTmaStore = false>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
     GroupedBf16WsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
-                        const Params p, int n_blocks, int tok_blocks, int tiles) {
+                        const __grid_constant__ CUtensorMap y_map, const Params p, int n_blocks, int tok_blocks,
+                        int tiles) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
 #else
-  using L = GroupedBf16Layout<kParts>;
+  using L = GroupedBf16Layout<kParts, kTmaStore>;
   constexpr int S = L::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
@@ -748,6 +760,48 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 #pragma unroll
       for (int i = 0; i < L::kElems; ++i) total[i] = s0 == 0 ? acc[i] : __fadd_rn(total[i], acc[i]);
       if constexpr (!kFreshSlices) wgmma::ZeroForWgmma(acc);
+    }
+    if constexpr (kTmaStore) {
+      // The warpgroup's rows 0-31 in box 0 (warps 0, 1), 32-63 in box 1 (warps 2, 3): row r of a
+      // box, token t at 128·t + ((r / 4) ^ (t % 8))·16 + (r % 4)·4 (the 128-byte swizzle).
+      // Element 4i + e: token 8i + 2q (+ 1 for odd e), row 16·(warp % 2) + g (+ 8 for e >= 2).
+      // With t = 8i + 2q + e1, 128·t = 1024·i + ..., so 4 addresses serve the 64 stores.
+      const uint32_t box = wgmma::SharedAddress(smem + L::kStaging) + (2 * group + warp / 2) * L::kStoreBoxBytes;
+      const bool issuer = tid % 128 == 0;
+      if (issuer) tma::BulkWaitAll<true>();  // the previous tile's copies have read the staging
+      tma::NamedBarrierSync(1 + group, 128);
+      const int g8 = lane / 4, q = lane % 4;
+      uint32_t at[2][2];  // [token + e1][row + 8h]
+#pragma unroll
+      for (int e1 = 0; e1 < 2; ++e1) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = 16 * (warp % 2) + g8 + 8 * h;
+          at[e1][h] = box + 256 * q + 128 * e1 + (((r / 4) ^ (2 * q + e1)) << 4) + 4 * (r % 4);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < L::kElems / 4; ++i) {
+        wgmma::StShared32(at[0][0] + 1024 * i, __float_as_uint(total[4 * i + 0]));
+        wgmma::StShared32(at[1][0] + 1024 * i, __float_as_uint(total[4 * i + 1]));
+        wgmma::StShared32(at[0][1] + 1024 * i, __float_as_uint(total[4 * i + 2]));
+        wgmma::StShared32(at[1][1] + 1024 * i, __float_as_uint(total[4 * i + 3]));
+      }
+      tma::FenceProxyAsyncShared();  // the writes, visible to the tensor-memory copies
+      tma::NamedBarrierSync(1 + group, 128);
+      if (issuer) {
+        const uint32_t first = wgmma::SharedAddress(smem + L::kStaging) + 2 * group * L::kStoreBoxBytes;
+        const int column = static_cast<int>(g * p.n) + nb * kBlockRows + group * kRowsPerGroup;
+#pragma unroll
+        for (int b = 0; b < kRowsPerGroup / L::kStoreBoxRows; ++b) {
+          tma::TmaStore2d(&y_map, first + b * L::kStoreBoxBytes, column + b * L::kStoreBoxRows, static_cast<int>(t0));
+        }
+        tma::BulkCommitGroup();
+        // The block's last tile: its copies complete before the block's memory goes (inside the
+        // loop: TmaLinearWsKernel's spills came from the wait after it).
+        if (tile + static_cast<int>(gridDim.x) >= tiles) tma::BulkWaitAll<false>();
+      }
+      continue;
     }
     Params pg = p;
     pg.y = p.y + g * p.y_group_stride;
