@@ -170,9 +170,9 @@ void RunCeilings(const CeilingsArgs& a) {
       const std::string label = fmt::format("{} {}x{}x{}", s.name, s.shape.m, s.shape.n, s.shape.k);
       PrintGemm(label.c_str(), t);
       const bench::GemmTiming own = bench::TimeOwnFp8Linear(a.device_index, s.shape, 20);
-      const std::string own_label = t.error.empty() && own.error.empty()
-                                        ? fmt::format("  deepinfer ({:.2f}x)", own.seconds_per_call / t.seconds_per_call)
-                                        : std::string("  deepinfer");
+      const bool both = t.error.empty() && own.error.empty();
+      const std::string own_label =
+          both ? fmt::format("  deepinfer ({:.2f}x)", own.seconds_per_call / t.seconds_per_call) : "  deepinfer";
       PrintGemm(own_label.c_str(), own);
       nlohmann::json j = bench::ToJson(t);
       j["name"] = s.name;

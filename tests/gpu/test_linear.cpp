@@ -1269,7 +1269,7 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
     {
       // The persistent, warp-specialized kernel: blocks walk up to two tiles where the grid holds more
       // tiles than SMs (the last two cases: 162 and 192 tiles), one where it does not.
-      // With its output tiles by tensor-memory stores where y's pitch allows them (N % 4 == 0;
+      // With its output tiles by TMA stores where y's pitch allows them (N % 4 == 0;
       // partial boxes at N = 200, 1100 and at M = 65, 70, 130, 330), each thread's stores otherwise.
       ScopedTmaKernels on(1);
       ScopedTmaWarpSpecialized ws(1);
@@ -1279,7 +1279,7 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
       tma_ws = RunRows(w, dx, 0, c.m);
       EXPECT_GT(cuda::TmaWarpSpecializedLaunchesForTesting(), launches) << what << ": the TMA kernel did not run";
       EXPECT_EQ(cuda::TmaStoreLaunchesForTesting() - store_launches, c.out % 4 == 0 ? 1u : 0u)
-          << what << ": tensor-memory stores";
+          << what << ": TMA stores";
     }
     {
       ScopedTmaKernels on(1);
@@ -1287,7 +1287,7 @@ TEST(CudaLinearFp8, TmaKernelEqualsTheOther) {
       ScopedTmaStore thread_stores(0);
       const uint64_t store_launches = cuda::TmaStoreLaunchesForTesting();
       tma_ws_thread_stores = RunRows(w, dx, 0, c.m);
-      EXPECT_EQ(cuda::TmaStoreLaunchesForTesting(), store_launches) << what << ": tensor-memory stores while off";
+      EXPECT_EQ(cuda::TmaStoreLaunchesForTesting(), store_launches) << what << ": TMA stores while off";
     }
     {
       ScopedTmaKernels off(0);

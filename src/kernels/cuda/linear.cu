@@ -2688,8 +2688,9 @@ KernelSwitch g_tma_warp_specialized{"DEEPINFER_TMA_WS", 1};
 std::atomic<uint64_t> g_tma_ws_launches{0};  // launches of it (tests)
 
 // DEEPINFER_TMA_STORE (read once; unset or 1: on, 0: off) lets TmaLinearWsKernel's output tiles
-// leave by tensor-memory stores (TmaLinearWsKernel<true>, where y and its pitch are 16-byte
-// aligned; the same values) instead of each thread's stores. Tests override it
+// (TmaLinearWsKernel<true>) and GroupedLinear's one-part BF16 kernel's (GroupedBf16WsKernel<1,
+// false, true>; whole 128-row blocks per group) leave by TMA stores where y and its pitch are
+// 16-byte aligned, instead of each thread's stores: the same values. Tests override it
 // (SetTmaStoreForTesting).
 KernelSwitch g_tma_store{"DEEPINFER_TMA_STORE", 1};
 std::atomic<uint64_t> g_tma_store_launches{0};  // launches of TmaLinearWsKernel<true> (tests)

@@ -177,9 +177,9 @@ uint64_t GroupedBf16LaunchesForTesting();
 // 0); and how many such launches this process has made.
 void SetTmaWarpSpecializedForTesting(int mode);
 uint64_t TmaWarpSpecializedLaunchesForTesting();
-// Tests only: TmaLinearWsKernel's (and GroupedLinear's one-part BF16 kernel's) output tiles by
-// tensor-memory stores (where y allows them) on (1), off (0), or as DEEPINFER_TMA_STORE says (-1,
-// the default: on unless 0); and how many such launches of TmaLinearWsKernel this process has made.
+// Tests only: TmaLinearWsKernel's (and GroupedLinear's one-part BF16 kernel's) output tiles by TMA
+// stores (where y allows them) on (1), off (0), or as DEEPINFER_TMA_STORE says (-1, the default:
+// on unless 0); and how many such launches of TmaLinearWsKernel this process has made.
 void SetTmaStoreForTesting(int mode);
 uint64_t TmaStoreLaunchesForTesting();
 // Tests only: launches of GroupedLinear's one-part BF16 kernel with TMA stores (the same switch).

@@ -358,20 +358,19 @@ static_assert(kWsProducerRegisters * 128 + kWsConsumerRegisters * kThreads <= kW
 // TmaLinearWsKernel<true>'s shared memory: a 4-stage ring, then the output tile's staging (two
 // warpgroups × 4 boxes of 64 tokens × 32 f32 rows, 128-byte swizzled, 1024-byte aligned).
 using LinearStoreRing = Ring<kLinearTokens, 4>;
-constexpr int kStoreBoxRows = 32;                                   // weight rows (f32) a box
+constexpr int kStoreBoxRows = 32;                                        // weight rows (f32) a box
 constexpr int kStoreBoxBytes = wgmma::kRowsPerGroup * kStoreBoxRows * 4;  // 8 KiB
 constexpr int kStoreStaging = (LinearStoreRing::kEnd + 1023) / 1024 * 1024;
 constexpr int kLinearStoreSmemBytes = kStoreStaging + 2 * (kBlockRows / kStoreBoxRows) * kStoreBoxBytes + 1024;
 static_assert(kLinearStoreSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
 
-// Tensor-memory stores of the output tile (kTmaStore): a warpgroup's 64 tokens × 128 weight rows as
+// TMA stores of the output tile (kTmaStore): a warpgroup's 64 tokens × 128 weight rows as
 // four boxes of y_map (FLOAT32 [m][n], row pitch ldy, boxes of 32 × 64, 128-byte swizzle), issued
 // by its first thread after the warpgroup has written them to its staging; the warps go on to the
 // next tile while the copies run.
 __device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-__device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void TmaStore2d(const CUtensorMap* map, uint32_t src, int inner, int outer) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
@@ -389,7 +388,10 @@ __device__ __forceinline__ void BulkWaitAll() {
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   }
 }
-__device__ __forceinline__ void StShared64(uint32_t at, float a, float b) {
+
+// Two floats to shared memory at `at` (8-byte aligned), as f32 operands (wgmma::StShared64 takes
+// u32 ones: the same store, but ptxas allocates TmaLinearWsKernel<true>'s registers differently).
+__device__ __forceinline__ void StSharedF32x2(uint32_t at, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(a), "f"(b) : "memory");
 }
 
@@ -403,7 +405,7 @@ __device__ __forceinline__ uint32_t WeightScaleBits(const Params& p, int64_t i) 
 // + g and + 8 of its warpgroup's 64) × 32 weight rows (8i + 2q, + 1): its scale products are sw·xs
 // of 2 tokens a chunk (2 LDS, 2 FMUL) where the weights-as-A form took 32. wgmma sums an output's
 // products alike whichever operand holds them, so the bits are TmaLinearKernel's (tests).
-// kTmaStore: the output tile leaves by tensor-memory stores from shared memory (y_map; a 4-stage
+// kTmaStore: the output tile leaves by TMA stores from shared memory (y_map; a 4-stage
 // ring, kLinearStoreSmemBytes), else by each thread's own stores (y_map unused; 6 stages,
 // kLinearSmemBytes). The weight scale of chunk c + 1 is loaded during chunk c.
 template <bool kTmaStore>
@@ -497,10 +499,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int j = 0; j < 4; ++j) at[j] = row_a + (((2 * j + q / 2) ^ g) << 4);
 #pragma unroll
       for (int i = 0; i < R::kElems / 4; ++i) {
-        StShared64(at[i % 4] + (i / 4) * kStoreBoxBytes, total[4 * i + 0], total[4 * i + 1]);
-        StShared64(at[i % 4] + (i / 4) * kStoreBoxBytes + 128 * 8, total[4 * i + 2], total[4 * i + 3]);
+        StSharedF32x2(at[i % 4] + (i / 4) * kStoreBoxBytes, total[4 * i + 0], total[4 * i + 1]);
+        StSharedF32x2(at[i % 4] + (i / 4) * kStoreBoxBytes + 128 * 8, total[4 * i + 2], total[4 * i + 3]);
       }
-      FenceProxyAsyncShared();  // the writes, visible to the tensor-memory copies
+      wgmma::FenceProxyAsyncShared();  // the writes, visible to the TMA copies
       NamedBarrierSync(1 + group, 128);
       if (issuer) {
         const int token = static_cast<int>(t0) + group * wgmma::kRowsPerGroup;

@@ -787,7 +787,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         wgmma::StShared32(at[0][1] + 1024 * i, __float_as_uint(total[4 * i + 2]));
         wgmma::StShared32(at[1][1] + 1024 * i, __float_as_uint(total[4 * i + 3]));
       }
-      tma::FenceProxyAsyncShared();  // the writes, visible to the tensor-memory copies
+      wgmma::FenceProxyAsyncShared();  // the writes, visible to the TMA copies
       tma::NamedBarrierSync(1 + group, 128);
       if (issuer) {
         const uint32_t first = wgmma::SharedAddress(smem + L::kStaging) + 2 * group * L::kStoreBoxBytes;
