@@ -26,13 +26,18 @@ __global__ void FillBf16Kernel(uint16_t* dst, size_t n, uint64_t seed) {
   }
 }
 
+// Element i's random e4m3 code: the hash's top byte, NaN (0x7f, 0xff) made ±448.
+__device__ inline uint8_t RandomE4m3Code(uint64_t seed, size_t i) {
+  uint32_t code = static_cast<uint32_t>(Hash(seed, i) >> 24) & 0xffu;
+  if ((code & 0x7fu) == 0x7fu) code ^= 1u;
+  return static_cast<uint8_t>(code);
+}
+
 __global__ void FillE4m3Kernel(uint8_t* dst, size_t n, uint64_t seed) {
   PdlPrologue();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t code = static_cast<uint32_t>(Hash(seed, i) >> 24) & 0xffu;
-    if ((code & 0x7fu) == 0x7fu) code ^= 1u;  // NaN -> ±448
-    dst[i] = static_cast<uint8_t>(code);
+    dst[i] = RandomE4m3Code(seed, i);
   }
 }
 
@@ -40,10 +45,9 @@ __global__ void FillE4m3FloatsKernel(float* dst, size_t n, size_t cols, uint64_t
   PdlPrologue();
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint32_t code = static_cast<uint32_t>(Hash(seed, i) >> 24) & 0xffu;
-    if (i % cols % 128 == 0) code |= 0x7eu;  // ±448, the block's amax
-    if ((code & 0x7fu) == 0x7fu) code ^= 1u;  // NaN -> ±448
-    dst[i] = cuda::DecodeE4m3(static_cast<uint8_t>(code));
+    uint8_t code = RandomE4m3Code(seed, i);
+    if (i % cols % 128 == 0) code = (code & 0x80u) | 0x7eu;  // ±448 (the code's sign), the block's amax
+    dst[i] = cuda::DecodeE4m3(code);
   }
 }
 
