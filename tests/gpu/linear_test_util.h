@@ -151,6 +151,8 @@ using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>
 using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;
 // The in-block FP4 experts converted in the MMA warpgroups' registers where they have chunk words.
 using ScopedFp4InBlockRegisters = ScopedSwitch<cuda::SetFp4InBlockRegistersForTesting>;
+// Its up-shifted warps (the row scales once a slice).
+using ScopedFp4SliceScale = ScopedSwitch<cuda::SetFp4SliceScaleForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

@@ -19,6 +19,7 @@
 
 #include "gpu/gpu_test_util.h"
 #include "gpu/linear_test_util.h"
+#include "kernels/cpu/fp4_fold.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/moe.h"
 #include "kernels/cuda/elementwise.h"
@@ -631,23 +632,84 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
     EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting() > in_block_launches, in_block > 0) << "in the blocks";
   }
   // Converted in the MMA warpgroups' registers (ExpertsFp4RegistersTmaKernel), which takes the
-  // chunk words written at load; without them the in-block kernel runs instead.
+  // chunk words written at load; without them the in-block kernel runs instead. Its up-shifted
+  // warps (the row scales once a slice) on and off; the e8m0 scales drawn from the usual 11
+  // binades (some slices up-shifted), 18 (few) or 6 (every slice: no later pass, tops within 6).
   ScopedFp4InBlock converted(1, 2);
   ScopedFp4InBlockRegisters registers(1);
   ScopedTmaKernels tma(1, 64);
   ScopedTmaWarpSpecialized ws(1);
-  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
-    for (const bool wide_scales : {false, true}) {
-      const std::pair<uint8_t, uint8_t> e8m0 = wide_scales ? std::pair<uint8_t, uint8_t>{110, 128}
-                                                           : std::pair<uint8_t, uint8_t>{0, 0};
-      ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
-      SCOPED_TRACE(testing::Message() << "converted in registers, K " << k << (wide_scales ? ", 18 binades" : ""));
-      const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
-      CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true);
-      EXPECT_GT(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel did not run";
-      const uint64_t after = cuda::Fp4InBlockRegistersLaunchesForTesting();
-      CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0);
-      EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), after) << "it ran without chunk words";
+  for (const int slice_scale : {1, 0}) {
+    ScopedFp4SliceScale scoped_slice_scale(slice_scale);
+    for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+      for (const std::pair<uint8_t, uint8_t> e8m0 : {std::pair<uint8_t, uint8_t>{0, 0}, {110, 128}, {121, 126}}) {
+        ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+        SCOPED_TRACE(testing::Message() << "converted in registers, K " << k << ", e8m0 " << int{e8m0.first} << "-"
+                                        << int{e8m0.second} << ", slice scales " << slice_scale);
+        const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
+        CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true);
+        EXPECT_GT(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel did not run";
+        const uint64_t after = cuda::Fp4InBlockRegistersLaunchesForTesting();
+        if (e8m0.first == 0) {
+          CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0);
+          EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), after) << "it ran without chunk words";
+        }
+      }
+    }
+  }
+}
+
+// The chunk words written at load carry, per row and chunk, pass 0's shifts (bits 0-15) and the
+// row's up-shift in its slice (bits 16-19), as cpu::FirstFoldPassWord and cpu::SliceUpShift give
+// them from the weight's e8m0 scales: at K of 3 chunks (one partial slice), 8 (two slices) and 10,
+// with scales over 6 binades (every slice up-shifted, shifts 0-5) and the usual 11.
+TEST(CudaExpertsLinearFp8, Fp4ChunkWordsHoldSliceUpShifts) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no warpgroup MMAs on this device";
+  const int64_t experts = 3, n = 70;
+  uint64_t seed = 5370;
+  for (const int64_t k : {int64_t{384}, int64_t{1024}, int64_t{1280}}) {
+    for (const std::pair<uint8_t, uint8_t> e8m0 : {std::pair<uint8_t, uint8_t>{121, 126}, {0, 0}}) {
+      SCOPED_TRACE(testing::Message() << "K " << k << ", e8m0 " << int{e8m0.first} << "-" << int{e8m0.second});
+      ExpertPool pool(kFp4, experts, n, k, ++seed, 0, 28, 3, e8m0);
+      const size_t bytes = cuda::Fp4ChunkWordsBytes(pool.Device(0), experts, TestLinearMath());
+      ASSERT_GT(bytes, 0u);
+      DeviceArray<uint32_t> words(bytes / 4);
+      cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), experts, words.get(), bytes, nullptr);
+      const std::vector<uint32_t> got = words.ToHost();
+      const int64_t chunks = k / 128, stride = static_cast<int64_t>(bytes / 4) / experts;
+      int up_shifted = 0, not_up_shifted = 0, raised = 0;
+      for (int64_t e = 0; e < experts; ++e) {
+        const TensorView scale = pool.View(e).scale;
+        for (int64_t r = 0; r < n; ++r) {
+          for (int64_t c0 = 0; c0 < chunks; c0 += 4) {
+            const int count = static_cast<int>(std::min<int64_t>(4, chunks - c0));
+            uint32_t folds[4];
+            for (int j = 0; j < count; ++j) {
+              const uint8_t* s = scale.data<uint8_t>() + r * scale.stride(0) + 4 * (c0 + j);
+              const int ex[4] = {s[0], s[1], s[2], s[3]};
+              folds[j] = cpu::FirstFoldPassWord(ex);
+            }
+            for (int j = 0; j < count; ++j) {
+              const uint32_t word = got[static_cast<size_t>(e * stride + r * chunks + c0 + j)];
+              const uint32_t up = cpu::SliceUpShift(folds, count, j);
+              ASSERT_EQ(word & 0xffffu, folds[j] & 0xffffu) << "expert " << e << " row " << r << " chunk " << c0 + j;
+              ASSERT_EQ((word >> 16) & 0xfu, up) << "expert " << e << " row " << r << " chunk " << c0 + j;
+              up_shifted += up != cpu::kSliceNoUpShift ? 1 : 0;
+              not_up_shifted += up == cpu::kSliceNoUpShift ? 1 : 0;
+              raised += up != cpu::kSliceNoUpShift && up > 0 ? 1 : 0;
+            }
+          }
+        }
+      }
+      if (e8m0.first == 121) {
+        EXPECT_EQ(not_up_shifted, 0) << "tops within 6 binades and no later pass: every slice up-shifted";
+        if (k > 384) EXPECT_GT(raised, 0) << "no chunk raised";
+      } else {
+        EXPECT_GT(up_shifted, 0);
+        EXPECT_GT(not_up_shifted, 0);
+      }
     }
   }
 }

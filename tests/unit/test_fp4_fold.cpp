@@ -6,6 +6,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <vector>
 
 #include "kernels/cpu/fp4_fold.h"
 
@@ -38,8 +40,9 @@ uint32_t ConvertFour(uint32_t nibbles, int shift) {
   return BytePerm(FoldedTableWord(shift, 0), FoldedTableWord(shift, 4), nibbles & 0x7777u) | signs;
 }
 
+// Shifts -6..-1 are the up-shifted tables' (SliceUpShift).
 TEST(Fp4Fold, EveryNibbleAtEveryShiftIsExact) {
-  for (int shift = 0; shift <= kFp4FoldMaxShift; ++shift) {
+  for (int shift = -kFp4FoldMaxUpShift; shift <= kFp4FoldMaxShift; ++shift) {
     for (uint32_t four = 0; four < 0x10000u; ++four) {
       const uint32_t codes = ConvertFour(four, shift);
       for (int b = 0; b < 4; ++b) {
@@ -157,6 +160,41 @@ TEST(Fp4Fold, FirstPassWordMatchesFoldPass) {
   EXPECT_TRUE(FoldWordAny(FirstFoldPassWord(high)));
   EXPECT_FALSE(FoldWordAny(kFoldNoRowWord));
   for (int g = 0; g < 4; ++g) EXPECT_EQ(FoldWordShift(kFoldNoRowWord, g), kFoldGroupLeft);
+}
+
+// A slice's up-shifts: each chunk's top over the slice's lowest, where every chunk is taken whole
+// by pass 0, every top is 1-254 and the tops span at most 6 binades; otherwise none.
+TEST(Fp4Fold, SliceUpShiftsOnlyWhereTheSliceQualifies) {
+  auto words = [](std::initializer_list<std::array<int, 4>> chunks) {
+    std::vector<uint32_t> w;
+    for (const auto& e : chunks) {
+      const int ex[4] = {e[0], e[1], e[2], e[3]};
+      w.push_back(FirstFoldPassWord(ex));
+    }
+    return w;
+  };
+  const std::vector<uint32_t> spread6 = words({{120, 118, 119, 113}, {126, 126, 125, 124}, {123, 122, 121, 121},
+                                              {121, 120, 119, 118}});
+  const uint32_t want6[4] = {0, 6, 3, 1};  // tops 120, 126, 123, 121 over 120
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(SliceUpShift(spread6.data(), 4, j), want6[j]) << "chunk " << j;
+  // Tops 7 binades apart; a later pass (a group 9 below its top); top 0 and top 255.
+  const std::vector<uint32_t> spread7 = words({{120, 120, 120, 120}, {127, 127, 127, 127}});
+  const std::vector<uint32_t> later = words({{120, 111, 120, 120}, {120, 120, 120, 120}});
+  const std::vector<uint32_t> zero = words({{0, 0, 0, 0}, {3, 3, 3, 3}});
+  const std::vector<uint32_t> nan = words({{255, 250, 250, 250}, {250, 250, 250, 250}});
+  for (const auto* w : {&spread7, &later, &zero, &nan}) {
+    for (int j = 0; j < 2; ++j) EXPECT_EQ(SliceUpShift(w->data(), 2, j), kSliceNoUpShift) << "chunk " << j;
+  }
+  // One chunk (K's last of one): shift 0; a slice of one 9-binade chunk without a later pass.
+  const std::vector<uint32_t> one = words({{200, 192, 195, 199}});
+  EXPECT_EQ(SliceUpShift(one.data(), 1, 0), 0u);
+  // Every up-shifted code stays exact: the shift of a group is top - e_g - u >= -6.
+  for (int j = 0; j < 4; ++j) {
+    for (int g = 0; g < 4; ++g) {
+      const int shift = static_cast<int>(FoldWordShift(spread6[static_cast<size_t>(j)], g)) - static_cast<int>(want6[j]);
+      EXPECT_GE(shift, -kFp4FoldMaxUpShift);
+    }
+  }
 }
 
 }  // namespace

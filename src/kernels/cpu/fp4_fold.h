@@ -19,8 +19,11 @@ namespace deepinfer::cpu {
 
 // Largest shift of a group below its pass's top exponent that keeps every code exact.
 inline constexpr int kFp4FoldMaxShift = 8;
+// Largest shift up (d = -6): 6 · 2^6 = 384 is still an e4m3 value (448 the largest). Used where a
+// row's chunks of one slice share one scale (SliceUpShift).
+inline constexpr int kFp4FoldMaxUpShift = 6;
 
-// The e4m3 code (sign clear) of m · 2^-d with m = m2 / 2, for 0 <= d <= 8: in units of 2^-9 the
+// The e4m3 code (sign clear) of m · 2^-d with m = m2 / 2, for -6 <= d <= 8: in units of 2^-9 the
 // value is n = m2 · 2^(8 - d), an integer; below 8 units it is subnormal (code n), else it is
 // (8 + mantissa) · 2^(E - 1) units with exponent field E.
 DI_HOST_DEVICE constexpr uint32_t FoldedE4m3(uint32_t m2, int d) {
@@ -53,7 +56,7 @@ DI_HOST_DEVICE constexpr uint32_t E4m3Units(uint32_t code) {
 
 // Every table entry decodes to m · 2^-d exactly and is a finite e4m3 code (not 0x7f).
 DI_HOST_DEVICE constexpr bool FoldedTablesExact() {
-  for (int d = 0; d <= kFp4FoldMaxShift; ++d) {
+  for (int d = -kFp4FoldMaxUpShift; d <= kFp4FoldMaxShift; ++d) {
     for (int i = 0; i < 8; ++i) {
       const uint32_t code = FoldedE4m3(E2m1Magnitude2(i), d);
       if (code > 0x7eu || E4m3Units(code) != E2m1Magnitude2(i) << (kFp4FoldMaxShift - d)) return false;
@@ -61,7 +64,7 @@ DI_HOST_DEVICE constexpr bool FoldedTablesExact() {
   }
   return true;
 }
-static_assert(FoldedTablesExact(), "the folded FP4 tables are exact for shifts 0-8");
+static_assert(FoldedTablesExact(), "the folded FP4 tables are exact for shifts -6 to 8");
 static_assert(FoldedTableWord(0, 0) == 0x3c383000u && FoldedTableWord(0, 4) == 0x4c484440u,
               "shift 0 is the plain e2m1 -> e4m3 table");
 
@@ -120,5 +123,28 @@ DI_HOST_DEVICE inline uint32_t FoldWordShift(uint32_t word, int group) { return 
 DI_HOST_DEVICE inline int FoldWordTop(uint32_t word) { return static_cast<int>((word >> 16) & 0xffu); }
 DI_HOST_DEVICE inline bool FoldWordAny(uint32_t word) { return ((word >> 24) & 1u) != 0u; }
 DI_HOST_DEVICE inline bool FoldWordMore(uint32_t word) { return ((word >> 25) & 1u) != 0u; }
+
+// A slice of one row (the chunks whose products are summed before the row's running total takes
+// them: 4 chunks, or K's last fewer) in units of one scale. Pass 0 of chunk j codes its groups
+// relative to 2^top_j; where every chunk of the slice is taken whole by its pass 0 (no later pass),
+// every top is 1-254 (2^(top - 127) a normal float) and the tops lie within kFp4FoldMaxUpShift
+// binades, chunk j's codes may be raised by u_j = top_j - min top (shifts top_j - e_g - u_j, down
+// to -6: exact). Its products are then 2^u_j times pass 0's, and the slice's sum in units of
+// 2^(min top - 127) is 2^-(min top - 127) times the sum in units of 1, step for step, wherever no
+// partial sum is subnormal or overflows: the same bits with one scaling a slice instead of one a
+// chunk. fold_words: the slice's `count` pass-0 words (FirstFoldPassWord); returns u_j, or
+// kSliceNoUpShift where the slice does not qualify.
+inline constexpr uint32_t kSliceNoUpShift = 0xfu;
+DI_HOST_DEVICE inline uint32_t SliceUpShift(const uint32_t* fold_words, int count, int j) {
+  int lo = 255, hi = 0;
+  for (int i = 0; i < count; ++i) {
+    const int top = FoldWordTop(fold_words[i]);
+    if (!FoldWordAny(fold_words[i]) || FoldWordMore(fold_words[i]) || top < 1 || top > 254) return kSliceNoUpShift;
+    lo = top < lo ? top : lo;
+    hi = top > hi ? top : hi;
+  }
+  if (hi - lo > kFp4FoldMaxUpShift) return kSliceNoUpShift;
+  return static_cast<uint32_t>(FoldWordTop(fold_words[j]) - lo);
+}
 
 }  // namespace deepinfer::cpu

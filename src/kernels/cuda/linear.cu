@@ -1886,6 +1886,28 @@ __device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const
   }
 }
 
+// part += acc · x scale (the row scales applied per slice instead: ExpertsFp4RegistersTmaKernel's
+// up-shifted warps), the x scales read at shared address xs_addr as AddScaledRowsShared, in 8-byte
+// pairs where kPairs (xs_addr 8-byte aligned).
+template <int kElems, bool kPairs>
+__device__ __forceinline__ void AddXScaledShared(float (&part)[kElems], const float (&acc)[kElems], uint32_t xs_addr,
+                                                 int q) {
+#pragma unroll
+  for (int i = 0; i < kElems / 4; ++i) {
+    const uint32_t at = xs_addr + 4 * (8 * i + 2 * q);
+    float2 x;
+    if constexpr (kPairs) {
+      x = wgmma::LdSharedF32x2(at);
+    } else {
+      x = make_float2(__uint_as_float(wgmma::LdShared32(at)), __uint_as_float(wgmma::LdShared32(at + 4)));
+    }
+    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], x.x, part[4 * i + 0]);
+    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], x.y, part[4 * i + 1]);
+    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], x.x, part[4 * i + 2]);
+    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], x.y, part[4 * i + 3]);
+  }
+}
+
 // grid: at most one block per SM; tma::kWsThreads threads, InBlock<kP>::kBytes of dynamic shared
 // memory. x_map, xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales,
 // K % 128 == 0 (chunk words, where given, as WriteFp4ChunkWords wrote them, chunk_words_stride
@@ -2127,6 +2149,13 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 //     unit u + 1 is converted into the fragment u's MMAs have freed.
 // The experts' chunk words are required (WriteFp4ChunkWords). The same codes, passes, products and
 // adds as ExpertsFp4InBlockKernel, so Linear's bits.
+// kSliceScale (DEEPINFER_FP4_SLICE_SCALE): where every row of a warp has an up-shift in the unit's
+// slice (the chunk words' bits 16-19, cpu::SliceUpShift), the warp converts with the up-shifted
+// tables (rs::UpShiftedEntry), so that its products come in units of its rows' slice scales
+// 2^(min top - 127): part += acc · x scale (one FFMA a product instead of an FMUL and an FFMA), and
+// at the slice's end total = fma(part, slice scale, total), which is total + the part in units of
+// 1 exactly (cpu::SliceUpShift: the same bits). Other warps (uniform over the warp, and the same
+// for every chunk of a slice) take the chunk scales as before, through the same tables (up = 0).
 // 104-token tiles: at the 8k prefill an expert's ~192 ± 14 rows are two tiles where 96-token tiles
 // made half the experts three (its accumulators: 3 × 52 floats a thread).
 constexpr int kRsTokens = 104;
@@ -2158,6 +2187,7 @@ struct RsPrefill {
 // x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk words,
 // K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
 // kRsTokens-row tiles; experts [0, e_end).
+template <bool kSliceScale>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                                  const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -2194,8 +2224,14 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     }
     tma::FenceBarrierInit();
   }
-  if (tid < rs::kTableEntries * 4) wgmma::StShared32(tables + 4 * tid, rs::TableWord(tid));
+  if (tid < rs::kTableEntries * 4) {
+    wgmma::StShared32(tables + 4 * tid, kSliceScale ? rs::UpShiftedTableWord(tid) : rs::TableWord(tid));
+  }
   __syncthreads();
+  // The table entry of a shift field: raised by `up` on the up-shifted tables.
+  auto entry = [](uint32_t shift_field, uint32_t up) {
+    return kSliceScale ? rs::UpShiftedEntry(shift_field, up) : shift_field;
+  };
 
   // ---- the copies: this warp's rows of the fetch walk's unit, and thread 0's x loads
   const SharedItemWalk walks(ep, lists, e_end);
@@ -2269,17 +2305,28 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     total[i] = -0.f;  // -0 + x = x for every x, ±0 included: the first slice's part exactly
   }
   const uint32_t row_a = (g * rs::kRowBytes) + 16 * q;  // this thread's group of its row g in a slot
-  // Unit v's A fragment (its copies landed: kRsAhead - 1 later groups may fly) and row scales.
-  auto convert = [&](uint32_t v, uint32_t (&f)[16], float& sa, float& sb) {
+  // Unit v's A fragment (its copies landed: kRsAhead - 1 later groups may fly) and row scales:
+  // where `up` (uniform over the warp) the rows' slice scales, else their chunk scales.
+  auto convert = [&](uint32_t v, uint32_t (&f)[16], float& sa, float& sb, bool& up) {
     CpAsyncWait<kRsAhead - 1>();
     __syncwarp();
     const uint32_t from = slot(v);
     const uint32_t wa = wgmma::LdShared32(from + L::kWordsAt + 4 * g);
     const uint32_t wb = wgmma::LdShared32(from + L::kWordsAt + 4 * (g + 8));
-    rs::RowFragment(from + row_a, rs::GroupShift(wa, q), tables, f, 0);
-    rs::RowFragment(from + row_a + 8 * rs::kRowBytes, rs::GroupShift(wb, q), tables, f, 1);
-    sa = rs::ChunkWordScale(wa);
-    sb = rs::ChunkWordScale(wb);
+    uint32_t ua = 0, ub = 0;
+    up = false;
+    if constexpr (kSliceScale) {
+      ua = rs::ChunkWordUpShift(wa);
+      ub = rs::ChunkWordUpShift(wb);
+      up = __all_sync(0xffffffffu, ua != cpu::kSliceNoUpShift && ub != cpu::kSliceNoUpShift);
+      if (!up) ua = ub = 0;
+    }
+    rs::RowFragment(from + row_a, entry(rs::GroupShift(wa, q), ua), tables, f, 0);
+    rs::RowFragment(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(wb, q), ub), tables, f, 1);
+    // 2^(top - up): the chunk scale where up = 0 (a row past n: its zero word, scale 0), else the
+    // slice scale (top 1-254: a normal float's exponent bits alone).
+    sa = __uint_as_float((wa & rs::kChunkWordScaleBits) - (ua << 23));
+    sb = __uint_as_float((wb & rs::kChunkWordScaleBits) - (ub << 23));
   };
   auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
     tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
@@ -2288,9 +2335,15 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   };
   // Unit u's MMAs complete in acc (its fragment f free): scaled into part, later passes, x stage
   // released, the slice's and the item's ends.
-  auto finish = [&](uint32_t u, uint32_t (&f)[16], float sa, float sb) {
+  auto finish = [&](uint32_t u, uint32_t (&f)[16], float sa, float sb, bool up) {
     const uint32_t xs = x_stage(u) + L::kXCodes + 4 * (t.row0 % tma::kXsAlign);
-    if (t.row0 % 2 == 0) {  // uniform; the stage's scales 8-byte aligned from the tile's row 0
+    if (up) {  // uniform over the warp: the products in units of the slice scales
+      if (t.row0 % 2 == 0) {
+        AddXScaledShared<kElems, true>(part, acc, xs, q);
+      } else {
+        AddXScaledShared<kElems, false>(part, acc, xs, q);
+      }
+    } else if (t.row0 % 2 == 0) {  // uniform; the stage's scales 8-byte aligned from the tile's row 0
       rs::AddScaledShared(part, acc, sa, sb, xs, q, kRsTokens);  // every token group
     } else {
       AddScaledRowsShared(part, acc, sa, sb, xs, q);
@@ -2303,8 +2356,10 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
         const rs::RowFold none{0xffffu, 1.f, false};  // a row past n: every group left
         const rs::RowFold fa = ra < n ? rs::LaterFold(p, ra, c, pass) : none;
         const rs::RowFold fb = rb < n ? rs::LaterFold(p, rb, c, pass) : none;
-        rs::RowFragment(from + row_a, rs::GroupShift(fa.shifts, q), tables, f, 0);
-        rs::RowFragment(from + row_a + 8 * rs::kRowBytes, rs::GroupShift(fb.shifts, q), tables, f, 1);
+        // A warp whose rows are up-shifted has no group left for a later pass (cpu::SliceUpShift):
+        // its rows add +0 here, in either unit.
+        rs::RowFragment(from + row_a, entry(rs::GroupShift(fa.shifts, q), 0), tables, f, 0);
+        rs::RowFragment(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(fb.shifts, q), 0), tables, f, 1);
         rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(u)), x_desc_hi);
         wgmma::WgmmaWaitAll();
         wgmma::PinAll(acc);
@@ -2315,10 +2370,18 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     __syncwarp();  // the warp's reads of the stage done
     if (lane == 0) tma::BarrierArriveAt(empty_at(u));
     if (c % mma::kSliceChunks == mma::kSliceChunks - 1 || c == chunks - 1) {
+      if (up) {  // part · slice scale is the part in units of 1, exactly: one rounding, as the add's
 #pragma unroll
-      for (int i = 0; i < kElems; ++i) {
-        total[i] = __fadd_rn(total[i], part[i]);
-        part[i] = 0.f;
+        for (int i = 0; i < kElems; ++i) {
+          total[i] = __fmaf_rn(part[i], i % 4 < 2 ? sa : sb, total[i]);
+          part[i] = 0.f;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kElems; ++i) {
+          total[i] = __fadd_rn(total[i], part[i]);
+          part[i] = 0.f;
+        }
       }
     }
     if (++c == chunks) {
@@ -2335,17 +2398,18 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   // its 16 registers more spill at 104 tokens; the other warpgroup issues while this one waits.)
   uint32_t u = 0;
   float sa = 0.f, sb = 0.f;
-  convert(0, frag, sa, sb);
+  bool up = false;
+  convert(0, frag, sa, sb, up);
   issue(0, frag);
   for (;;) {
     fetch();
     const bool next = u + 1 < units;  // uniform; known, the fetch walk being kRsAhead units ahead
     wgmma::WgmmaWaitAll();
     wgmma::PinAll(acc);
-    finish(u, frag, sa, sb);
+    finish(u, frag, sa, sb, up);
     if (!next) break;
     ++u;
-    convert(u, frag, sa, sb);
+    convert(u, frag, sa, sb, up);
     issue(u, frag);
   }
   CpAsyncWaitAll();
@@ -3731,14 +3795,27 @@ void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, 
 
 // ExpertsFp4RegistersTmaKernel over every item of the plan (cut in kRsTokens-row tiles), once: at
 // most one block an SM.
+template <bool kSliceScale>
+void LaunchExpertsFp4RegistersTmaOf(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
+                                    const CUtensorMap& xs_map) {
+  constexpr int kSmem = RsPrefill::kBytes;
+  AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<kSliceScale>>(l.device, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  ExpertsFp4RegistersTmaKernel<kSliceScale><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem,
+                                               l.stream>>>(x_map, xs_map, ep, l.lists,
+                                                           static_cast<int32_t>(l.num_experts));
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
+}
+// DEEPINFER_FP4_SLICE_SCALE = 0 or 1 (unset: 1): ExpertsFp4RegistersTmaKernel's up-shifted warps
+// (the row scales once a slice; the same bits). Tests override it (SetFp4SliceScaleForTesting).
+KernelSwitch g_fp4_slice_scale{"DEEPINFER_FP4_SLICE_SCALE", 1};
 void LaunchExpertsFp4RegistersTma(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
                                   const CUtensorMap& xs_map) {
-  constexpr int kSmem = RsPrefill::kBytes;
-  AllowDynamicSmem<ExpertsFp4RegistersTmaKernel>(l.device, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4RegistersTmaKernel<<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
-      x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
+  if (g_fp4_slice_scale.On()) {
+    LaunchExpertsFp4RegistersTmaOf<true>(l, ep, x_map, xs_map);
+  } else {
+    LaunchExpertsFp4RegistersTmaOf<false>(l, ep, x_map, xs_map);
+  }
 }
 
 void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
@@ -4167,7 +4244,8 @@ void FoldExperts(const DeviceWeight* weights, const DeviceWeight& layout, int64_
 
 // Block (64-row block blockIdx.x, expert blockIdx.y): the chunk words of the block's rows of
 // `n` (wgmma::rs::ChunkWordOf of cpu::FirstFoldPassWord over the chunk's four group exponents, as
-// the register-fed block computes them per item) and the block's later-pass mask, into the
+// the register-fed block computes them per item, with the row's up-shift in its slice,
+// cpu::SliceUpShift) and the block's later-pass mask, into the
 // expert's wgmma::rs::ChunkWordsOfExpert words of `out`.
 __global__ void __launch_bounds__(256) Fp4ChunkWordsKernel(const DeviceWeight* weights, int64_t n, int64_t k,
                                                            uint32_t* out) {
@@ -4183,10 +4261,18 @@ __global__ void __launch_bounds__(256) Fp4ChunkWordsKernel(const DeviceWeight* w
   for (int64_t u = threadIdx.x; u < wgmma::rs::kRows * chunks; u += blockDim.x) {
     const int64_t row = row0 + u / chunks, c = u % chunks;
     if (row >= n) break;  // u grows with the row
-    const uint8_t* s = scale + row * w.scale_row_stride + 4 * c;
-    const int e[4] = {s[0], s[1], s[2], s[3]};
-    const uint32_t fold = cpu::FirstFoldPassWord(e);
-    words[row * chunks + c] = wgmma::rs::ChunkWordOf(fold);
+    // The pass-0 words of the chunk's slice (mma::kSliceChunks chunks, or K's last fewer).
+    const int64_t c0 = c - c % mma::kSliceChunks;
+    const int count = static_cast<int>(min(int64_t{mma::kSliceChunks}, chunks - c0));
+    uint32_t folds[mma::kSliceChunks];
+    for (int j = 0; j < count; ++j) {
+      const uint8_t* s = scale + row * w.scale_row_stride + 4 * (c0 + j);
+      const int e[4] = {s[0], s[1], s[2], s[3]};
+      folds[j] = cpu::FirstFoldPassWord(e);
+    }
+    const uint32_t fold = folds[c - c0];
+    const uint32_t up = cpu::SliceUpShift(folds, count, static_cast<int>(c - c0));
+    words[row * chunks + c] = wgmma::rs::ChunkWordWithUpShift(wgmma::rs::ChunkWordOf(fold), up);
     if (cpu::FoldWordMore(fold)) atomicOr(&mask[c / 32], 1u << (c % 32));
   }
   __syncthreads();
@@ -4399,6 +4485,7 @@ void SetTmaStoreForTesting(int mode) { g_tma_store.SetForTesting(mode, "SetTmaSt
 uint64_t TmaStoreLaunchesForTesting() { return g_tma_store_launches.load(); }
 uint64_t GroupedTmaStoreLaunchesForTesting() { return g_grouped_tma_store_launches.load(); }
 
+void SetFp4SliceScaleForTesting(int mode) { g_fp4_slice_scale.SetForTesting(mode, "SetFp4SliceScaleForTesting"); }
 void SetFp4InBlockRegistersForTesting(int mode) {
   g_fp4_in_block_rs.SetForTesting(mode, "SetFp4InBlockRegistersForTesting");
 }

@@ -195,6 +195,10 @@ uint64_t Fp4InBlockLaunchesForTesting();
 // DEEPINFER_FP4_IN_BLOCK_RS says (-1, the default: on unless 0); and how many it has made.
 void SetFp4InBlockRegistersForTesting(int mode);
 uint64_t Fp4InBlockRegistersLaunchesForTesting();
+// That kernel's up-shifted warps (the row scales applied once a slice where the chunk words allow
+// it; the same bits) on (1), off (0), or as DEEPINFER_FP4_SLICE_SCALE says (-1, the default: on
+// unless 0).
+void SetFp4SliceScaleForTesting(int mode);
 // Tests only: the 64-token dense split-BF16 kernels with each chunk's MMAs overlapping the next
 // chunk's conversion (the same bits) on (1), off (0), or as DEEPINFER_DENSE_OVERLAP says (-1, the
 // default: on unless 0).

@@ -158,6 +158,33 @@ __device__ __forceinline__ float ChunkWordScale(uint32_t chunk_word) {
   return __uint_as_float(chunk_word & kChunkWordScaleBits);
 }
 
+// The chunk words written at load (linear.cu's Fp4ChunkWordsKernel) also hold, in bits 16-19 (clear
+// in ChunkWordOf's), the row's up-shift in its slice (cpu::SliceUpShift: 0-6, or
+// cpu::kSliceNoUpShift). Only ExpertsFp4RegistersTmaKernel reads them; the other readers take
+// bits 0-15 and ChunkWordScale's.
+constexpr int kChunkWordUpShiftAt = 16;
+__host__ __device__ constexpr uint32_t ChunkWordWithUpShift(uint32_t chunk_word, uint32_t up_shift) {
+  return chunk_word | up_shift << kChunkWordUpShiftAt;
+}
+__device__ __forceinline__ uint32_t ChunkWordUpShift(uint32_t chunk_word) {
+  return (chunk_word >> kChunkWordUpShiftAt) & 0xfu;
+}
+
+// The up-shifted tables: entry i (0-14) holds shift i - kFp4FoldMaxUpShift (codes m · 2^(6 - i)), entry
+// 15 zeros (a group the pass leaves); word w as TableWord's. UpShiftedEntry: the entry of a word's
+// shift field (0-8, or kFoldGroupLeft) raised by `up` (0-6): kFoldGroupLeft stays 15.
+constexpr int kUpShiftedEntries = cpu::kFp4FoldMaxUpShift + cpu::kFp4FoldMaxShift + 2;
+static_assert(kUpShiftedEntries == kTableEntries && cpu::kFoldGroupLeft == kTableEntries - 1, "entries 0-14, then 15");
+__device__ __forceinline__ uint32_t UpShiftedTableWord(int w) {
+  const int entry = w / 4, field = w % 4;
+  if (entry >= kUpShiftedEntries - 1) return 0u;
+  const int shift = entry - cpu::kFp4FoldMaxUpShift;
+  return field < 2 ? cpu::FoldedTableWord(shift, 4 * field) : field == 2 ? 0x80808080u : 0u;
+}
+__device__ __forceinline__ uint32_t UpShiftedEntry(uint32_t shift_field, uint32_t up) {
+  return min(shift_field + static_cast<uint32_t>(cpu::kFp4FoldMaxUpShift) - up, cpu::kFoldGroupLeft);
+}
+
 // One row's A-fragment registers of a chunk from the row's group q: `group` the shared address of
 // its 16 bytes of nibbles in the stage (the row's 64 bytes as stored, + 16q), `shift` the group's
 // table entry (bits 4q.. of RowFold's shifts; `tables` the shared address of entry 0). Word s of
