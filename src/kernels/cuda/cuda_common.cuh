@@ -56,6 +56,20 @@ __device__ __forceinline__ void CpAsyncSharedOrZero(unsigned dst, const void* gm
                  : "memory");
   }
 }
+// CpAsyncSharedOrZero where `copy` holds, else nothing: a predicated instruction, no branch.
+template <int kBytes>
+__device__ __forceinline__ void CpAsyncSharedOrZeroIf(bool copy, unsigned dst, const void* gmem_src,
+                                                      unsigned src_bytes) {
+  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4 or 8 bytes");
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %3, 0;\n"
+      "@p cp.async.ca.shared.global [%0], [%1], %2, %4;\n"
+      "}\n" ::"r"(dst),
+      "l"(__cvta_generic_to_global(gmem_src)), "n"(kBytes), "r"(static_cast<unsigned>(copy)), "r"(src_bytes)
+      : "memory");
+}
 // The same to a generic pointer into shared memory, all of it read where `fill`, else zeros.
 template <int kBytes>
 __device__ __forceinline__ void CpAsyncOrZero(void* smem_dst, const void* gmem_src, bool fill) {

@@ -2245,13 +2245,13 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   // The source of the zero-filling copies (none of it read): any valid global address, here one
   // held in the parameters rather than in registers.
   const uint8_t* const any_valid = reinterpret_cast<const uint8_t*>(ep.chunk_words);
-  uint32_t word_at = 0;  // lanes 0-15: their row's chunk 0 word from ep.chunk_words (row 0's past n)
+  const uint32_t* words_src = ep.chunk_words;  // lanes 0-15: their row's chunk 0 word (row 0's past n)
   uint32_t word_fill = 0;
   auto begin_fetch_item = [&] {
     copies = copies_of();
     const int64_t row = fn0 + 64 * wg + 16 * warp + lane % 16;
     word_fill = row < n ? 4u : 0u;
-    word_at = static_cast<uint32_t>(ft.expert * ep.chunk_words_stride + (row < n ? row : 0) * chunks);
+    words_src = ep.chunk_words + (ft.expert * ep.chunk_words_stride + (row < n ? row : 0) * chunks);
   };
   if (fetching) begin_fetch_item();
   uint32_t fetched = 0, units = 0;  // fetch calls; units the walk had (uniform)
@@ -2259,7 +2259,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     if (fetching) {
       const uint32_t to = slot(fetched);
       copies.Load(to, fc, lane, any_valid);
-      if (lane < 16) CpAsyncSharedOrZero<4>(to + L::kWordsAt + 4 * lane, ep.chunk_words + (word_at + fc), word_fill);
+      CpAsyncSharedOrZeroIf<4>(lane < 16, to + L::kWordsAt + 4 * lane, words_src + fc, word_fill);  // no branch
       if (lane == 0 && tid / kWarpSize == static_cast<int>(fetched % L::kWarps)) {  // the warps take turns
         if (fetched >= kRsXStages) tma::BarrierWaitAt(empty_at(fetched), (fetched / kRsXStages - 1) & 1u);
         uint64_t* full = &bars[fetched % kRsXStages];
