@@ -1872,39 +1872,26 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
 
 // part += acc · (row scale · x scale) as wgmma::AddScaledRows (the same roundings), the x scales
 // read at shared address xs_addr (4-byte aligned; wgmma::rs::AddScaledShared where 8-byte aligned).
-template <int kElems>
+// !kRowScales: part += acc · x scale (sa, sb unused: the row scales applied once a slice instead,
+// ExpertsFp4RegistersTmaKernel's up-shifted warps), the x scales read in 8-byte pairs where kPairs
+// (xs_addr 8-byte aligned).
+template <int kElems, bool kRowScales = true, bool kPairs = false>
 __device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const float (&acc)[kElems], float sa,
                                                     float sb, uint32_t xs_addr, int q) {
 #pragma unroll
   for (int i = 0; i < kElems / 4; ++i) {
-    const float x0 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q)));
-    const float x1 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q + 1)));
-    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], __fmul_rn(sa, x0), part[4 * i + 0]);
-    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], __fmul_rn(sa, x1), part[4 * i + 1]);
-    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], __fmul_rn(sb, x0), part[4 * i + 2]);
-    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], __fmul_rn(sb, x1), part[4 * i + 3]);
-  }
-}
-
-// part += acc · x scale (the row scales applied per slice instead: ExpertsFp4RegistersTmaKernel's
-// up-shifted warps), the x scales read at shared address xs_addr as AddScaledRowsShared, in 8-byte
-// pairs where kPairs (xs_addr 8-byte aligned).
-template <int kElems, bool kPairs>
-__device__ __forceinline__ void AddXScaledShared(float (&part)[kElems], const float (&acc)[kElems], uint32_t xs_addr,
-                                                 int q) {
-#pragma unroll
-  for (int i = 0; i < kElems / 4; ++i) {
-    const uint32_t at = xs_addr + 4 * (8 * i + 2 * q);
-    float2 x;
+    float x0, x1;
     if constexpr (kPairs) {
-      x = wgmma::LdSharedF32x2(at);
+      const float2 x = wgmma::LdSharedF32x2(xs_addr + 4 * (8 * i + 2 * q));
+      x0 = x.x, x1 = x.y;
     } else {
-      x = make_float2(__uint_as_float(wgmma::LdShared32(at)), __uint_as_float(wgmma::LdShared32(at + 4)));
+      x0 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q)));
+      x1 = __uint_as_float(wgmma::LdShared32(xs_addr + 4 * (8 * i + 2 * q + 1)));
     }
-    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], x.x, part[4 * i + 0]);
-    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], x.y, part[4 * i + 1]);
-    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], x.x, part[4 * i + 2]);
-    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], x.y, part[4 * i + 3]);
+    part[4 * i + 0] = __fmaf_rn(acc[4 * i + 0], kRowScales ? __fmul_rn(sa, x0) : x0, part[4 * i + 0]);
+    part[4 * i + 1] = __fmaf_rn(acc[4 * i + 1], kRowScales ? __fmul_rn(sa, x1) : x1, part[4 * i + 1]);
+    part[4 * i + 2] = __fmaf_rn(acc[4 * i + 2], kRowScales ? __fmul_rn(sb, x0) : x0, part[4 * i + 2]);
+    part[4 * i + 3] = __fmaf_rn(acc[4 * i + 3], kRowScales ? __fmul_rn(sb, x1) : x1, part[4 * i + 3]);
   }
 }
 
@@ -2339,9 +2326,9 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     const uint32_t xs = x_stage(u) + L::kXCodes + 4 * (t.row0 % tma::kXsAlign);
     if (up) {  // uniform over the warp: the products in units of the slice scales
       if (t.row0 % 2 == 0) {
-        AddXScaledShared<kElems, true>(part, acc, xs, q);
+        AddScaledRowsShared<kElems, false, true>(part, acc, sa, sb, xs, q);
       } else {
-        AddXScaledShared<kElems, false>(part, acc, xs, q);
+        AddScaledRowsShared<kElems, false>(part, acc, sa, sb, xs, q);
       }
     } else if (t.row0 % 2 == 0) {  // uniform; the stage's scales 8-byte aligned from the tile's row 0
       rs::AddScaledShared(part, acc, sa, sb, xs, q, kRsTokens);  // every token group
