@@ -153,6 +153,8 @@ using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;
 using ScopedFp4InBlockRegisters = ScopedSwitch<cuda::SetFp4InBlockRegistersForTesting>;
 // Its up-shifted warps (the row scales once a slice).
 using ScopedFp4SliceScale = ScopedSwitch<cuda::SetFp4SliceScaleForTesting>;
+// Those calls on the kernel with one converted weight tile for two token tiles instead.
+using ScopedFp4TilePairs = ScopedSwitch<cuda::SetFp4TilePairsForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

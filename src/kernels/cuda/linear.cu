@@ -1349,14 +1349,16 @@ struct GroupItemWalk {
 };
 
 // GroupItemWalk's order over experts [0, e_end) for several walks of one block, each its own
-// Cursor (tile, block) over one set of the block's constants: a walk costs two registers.
-struct SharedItemWalk {
+// Cursor (tile, block) over one set of the block's constants: a walk costs two registers. Items of
+// kItemRows weight rows (ep.blocks_per_tile = ceil(n / kItemRows)).
+template <int kItemRows>
+struct SharedItemWalkOf {
   struct Cursor {
     int32_t tile, block;
   };
   int32_t step_tiles, step_blocks, blocks_per_tile, tiles, e_end;
 
-  __device__ __forceinline__ SharedItemWalk(const ExpertsParams& ep, const TileLists& lists, int32_t end)
+  __device__ __forceinline__ SharedItemWalkOf(const ExpertsParams& ep, const TileLists& lists, int32_t end)
       : step_tiles(static_cast<int32_t>(gridDim.x) / ep.blocks_per_tile),
         step_blocks(static_cast<int32_t>(gridDim.x) % ep.blocks_per_tile),
         blocks_per_tile(ep.blocks_per_tile),
@@ -1379,13 +1381,14 @@ struct SharedItemWalk {
       if (c.block >= blocks_per_tile) c.block -= blocks_per_tile, ++c.tile;
       if (t->expert < e_end) {
         tile = *t;
-        n0 = static_cast<int64_t>(block) * wgmma::kBlockRows;
+        n0 = static_cast<int64_t>(block) * kItemRows;
         return true;
       }
     }
     return false;
   }
 };
+using SharedItemWalk = SharedItemWalkOf<wgmma::kBlockRows>;
 
 // Shared memory of ExpertsPreFoldedTmaKernel<kTok>: the ring, then the byte_perm tables (18 words)
 // and one chunk's nibbles of the block's rows (64 bytes per row) for later passes.
@@ -2400,6 +2403,356 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     issue(u, frag);
   }
   CpAsyncWaitAll();
+#endif
+}
+
+// ---- FP4 experts: one converted tile for two token tiles ---------------------------------------
+//
+// ExpertsFp4TilePairKernel: every item (kPairTokens-token tile × 64 weight rows) of every expert in
+// one launch, on persistent blocks of a converting warpgroup and two MMA warpgroups. The converted
+// weight tile of each (item, chunk) serves both token tiles: MMA warpgroup w takes the tile's tokens
+// 104w .. 104w + 103 (none where the tile is shorter) with wgmma's SS form at m64n104k32, the weight
+// as A from the shared tile. At the 8k prefill an expert's ~192 rows are one pair, so each chunk of
+// the weight is converted once for ~200 tokens where the register-fed kernel converts it per
+// 104-token tile and per warpgroup fragment.
+//   - Converting thread i takes half i / 64 of weight row n0 + i % 64 (words 2h and 2h + 1 of each
+//     group's 16 bytes of nibbles, StoreFoldedUnit's 16-byte units 4h .. 4h + 3 of the row): it
+//     copies them with the row's chunk word and its 64-row block's later-pass mask word
+//     kRawSlots - 1 units ahead (cp.async; rows past n zero-filled: zero codes, scale 0), with a
+//     note of the unit beside them, so that the conversion needs no walk of its own.
+//   - Per pass of a unit (pass 0 from the chunk word; later passes, where the mask says some row of
+//     the block needs them, from rs::LaterFold and the warpgroup's vote) it writes the codes and the
+//     rows' scales into the next stage of the ring, whose x codes and scales (one box per token
+//     tile) its thread 0 has the TMA load; the stage says whether the pass is its chunk's last.
+//   - The MMA warpgroups take every load: chain, part += acc · (row scale · x scale), and at a
+//     512-column slice's end total = part (the first slice) or total + part, the totals in shared
+//     memory (acc, part and total at 104 tokens do not fit the 168 registers ptxas allows at 384
+//     threads).
+// The experts' chunk words are required. The same codes, passes, products and adds as
+// ExpertsFp4InBlockKernel, so Linear's bits.
+constexpr int kPairTokens = 2 * kRsTokens;   // the plan's tile height
+constexpr int kPairRows = wgmma::rs::kRows;  // weight rows an item (ep.blocks_per_tile = ceil(n / 64))
+
+struct TilePair {
+  static constexpr int kStages = 3;
+  static constexpr int kRawSlots = 8;  // units of the raw ring: copies kRawSlots - 1 units ahead
+  static constexpr int kConverterRegisters = 96;  // setmaxnreg's split (ptxas holds both to 168)
+  static constexpr int kMmaRegisters = 200;
+  static_assert(kConverterRegisters * 128 + kMmaRegisters * tma::kThreads <=
+                    tma::kWsLaunchRegisters * tma::kWsThreads,
+                "setmaxnreg within the block's own registers");
+  // A stage: the converted weight tile (64 rows × 128 e4m3 codes, 128-byte swizzle), token tile h's
+  // x codes at kX + h · kXCodes (swizzled) and its x scales' box at kXs + h · kXsBytes.
+  static constexpr int kW = 0;
+  static constexpr int kX = kPairRows * wgmma::kChunk;
+  static constexpr int kXCodes = kRsTokens * wgmma::kChunk;
+  static constexpr int kXs = kX + 2 * kXCodes;
+  static constexpr int kXsBytes = (kRsTokens + tma::kXsAlign) * 4;
+  static constexpr int kXTx = kXCodes + kXsBytes;  // bytes one token tile's x load writes
+  static constexpr int kStageBytes = (kXs + 2 * kXsBytes + 1023) / 1024 * 1024;  // the swizzle's alignment
+  static constexpr int kBarriers = kStages * kStageBytes;  // full[kStages], then empty[kStages]
+  // Per stage the pass's row scales (f32 [64]), then whether it is its chunk's last pass (a word).
+  static constexpr int kPass = kBarriers + 2 * kStages * 8;
+  static constexpr int kLast = kPairRows * 4;
+  static constexpr int kPassBytes = kLast + 16;
+  // MMA warpgroup w's totals: its thread t's elements 4i .. 4i + 3 at kTotals + w · kTotalsBytes +
+  // (128 i + t) · 16 (conflict-free 16-byte accesses).
+  static constexpr int kTotals = kPass + kStages * kPassBytes;
+  static constexpr int kTotalsBytes = kRsTokens / 2 * 128 * 4;
+  // A raw slot: the nibbles as [group b][converting thread] 8 bytes, then per converting thread its
+  // note (16 bytes: PairNote), chunk word and mask word.
+  static constexpr int kRaw = kTotals + 2 * kTotalsBytes;
+  static constexpr int kNibbleGroup = 128 * 8;
+  static constexpr int kNotes = 4 * kNibbleGroup;
+  static constexpr int kWords = kNotes + 128 * 16;
+  static constexpr int kMasks = kWords + 128 * 4;
+  static constexpr int kRawBytes = kMasks + 128 * 4;
+  static constexpr int kTables = kRaw + kRawSlots * kRawBytes;
+  static constexpr int kBytes = kTables + wgmma::rs::kTableEntries * 16 + 1024;  // + base alignment
+  static_assert(kX % 1024 == 0 && kXCodes % 1024 == 0 && kXs % 16 == 0 && kXsBytes % 16 == 0, "TMA boxes");
+  static_assert(kPass % 16 == 0 && kTotals % 16 == 0 && kRaw % 16 == 0 && kTables % 16 == 0, "16-byte accesses");
+  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
+};
+
+// What a converting thread notes of a unit beside its copies: x = the chunk, bit 31 whether its
+// row exists (kEnd past the walk's end); y = the tile's first x row; z = the tile's rows | the
+// item's 64-row block << 8; w = the expert.
+struct PairNote {
+  static constexpr uint32_t kEnd = 0xffffffffu;
+};
+
+// Half `half` of one row's chunk for one pass: words 2·half and 2·half + 1 of each group b's 16
+// bytes of nibbles (8 bytes at shared address nibbles + b · TilePair::kNibbleGroup) converted with
+// group b's table entry (bits 4b.. of `shifts`: a shift 0-8, or kFoldGroupLeft for zero codes) into
+// the row's 16-byte units 4·half + t, t = 0..3 (swizzled by x = row % 8), of the tile row at
+// row_addr: ConvertRowPasses' bytes for a = half.
+__device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts, uint32_t tables, uint32_t row_addr,
+                                               int x, int half) {
+  uint32_t lo[4], hi[4], signs[4];
+  uint2 nib[4];
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uint4 table = wgmma::LdShared128(tables + 16 * cpu::FoldWordShift(shifts, b));
+    lo[b] = table.x;
+    hi[b] = table.y;
+    signs[b] = table.z;
+    nib[b] = wgmma::LdShared64(nibbles + b * TilePair::kNibbleGroup);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t even[4], odd[4];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      mma::fp8::E2m1x8ToE4m3x8Table(h == 0 ? nib[b].x : nib[b].y, lo[b], hi[b], even[b], odd[b], signs[b]);
+    }
+    wgmma::StShared128(row_addr + (((4 * half + 2 * h) ^ x) << 4), make_uint4(even[0], even[1], even[2], even[3]));
+    wgmma::StShared128(row_addr + (((4 * half + 2 * h + 1) ^ x) << 4), make_uint4(odd[0], odd[1], odd[2], odd[3]));
+  }
+}
+
+// grid: at most one block per SM; tma::kWsThreads threads, TilePair::kBytes of dynamic shared
+// memory. x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk
+// words, K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
+// kPairTokens-row tiles; experts [0, e_end).
+__global__ void __launch_bounds__(tma::kWsThreads, 1)
+    ExpertsFp4TilePairKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
+                             const ExpertsParams ep, const TileLists lists, int32_t e_end) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
+#else
+  using L = TilePair;
+  namespace rs = wgmma::rs;
+  constexpr int kElems = kRsTokens / 2;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  CheckPlan(ep);
+  const int tid = threadIdx.x;
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  const int64_t n = ep.base.n;
+  const uint32_t base = tma::SmemAddress(smem);
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
+  auto full_at = [&](uint32_t j) { return base + L::kBarriers + 8 * (j % L::kStages); };
+  auto empty_at = [&](uint32_t j) { return base + L::kBarriers + 8 * (L::kStages + j % L::kStages); };
+  auto stage_at = [&](uint32_t j) { return base + (j % L::kStages) * L::kStageBytes; };
+  auto pass_at = [&](uint32_t j) { return base + L::kPass + (j % L::kStages) * L::kPassBytes; };
+  if (tid == 0) {
+    tma::PrefetchTensorMap(&x_map);
+    tma::PrefetchTensorMap(&xs_map);
+    for (int s = 0; s < L::kStages; ++s) {
+      tma::BarrierInit(&bars[s], 1 + 128);                          // the x loads' arrival, the converters'
+      tma::BarrierInit(&bars[L::kStages + s], tma::kWsConsumerWarps);  // one release per MMA warp
+    }
+    tma::FenceBarrierInit();
+  }
+  if (tid < rs::kTableEntries * 4) wgmma::StShared32(base + L::kTables + 4 * tid, rs::TableWord(tid));
+  __syncthreads();
+  const SharedItemWalkOf<kPairRows> walks(ep, lists, e_end);
+
+  if (tid >= tma::kThreads) {  // the converting warpgroup
+    tma::SetMaxRegistersDec<L::kConverterRegisters>();
+    const int ct = tid - tma::kThreads;
+    const int row = ct % kPairRows, half = ct / kPairRows;  // uniform half over a warp
+    const uint32_t tables = base + L::kTables;
+    auto raw_at = [&](uint32_t f) { return base + L::kRaw + (f % L::kRawSlots) * L::kRawBytes; };
+
+    // ---- the copies of unit `fetched` (kRawSlots - 1 ahead), one cp.async group per unit
+    typename SharedItemWalkOf<kPairRows>::Cursor fetch_at = walks.First(ep);
+    ExpertTile ft{};
+    int64_t fn0 = 0;
+    int fc = 0;
+    bool fetching = chunks > 0 && walks.Next(lists, fetch_at, ft, fn0);
+    const uint8_t* nibbles = nullptr;  // this thread's 8 bytes of group 0 of chunk 0
+    const uint32_t* words = nullptr;   // the row's chunk words
+    const uint32_t* masks = nullptr;   // the item's 64-row block's later-pass mask words
+    uint32_t fill = 0;                 // 8 where the row exists, else 0 (zero-filled copies)
+    bool vec = false;                  // 8-byte aligned nibbles: cp.async; else loaded by this thread
+    auto begin_fetch_item = [&] {
+      const DeviceWeight& w = ep.weights[ft.expert];
+      const int64_t r = fn0 + row;
+      const int64_t rr = r < n ? r : 0;  // a row past n reads row 0's addresses (valid, not read)
+      fill = r < n ? 8u : 0u;
+      const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);
+      nibbles = static_cast<const uint8_t*>(w.data) + rr * row_bytes + 8 * half;
+      vec = Aligned(w.data, row_bytes, 8);
+      const uint32_t* expert_words = ep.ExpertChunkWords(ft.expert);
+      words = expert_words + rr * chunks;
+      masks = rs::LaterPassMasks(expert_words, n, chunks, fn0);
+    };
+    if (fetching) begin_fetch_item();
+    uint32_t fetched = 0;
+    auto fetch = [&] {
+      const uint32_t raw = raw_at(fetched);
+      const uint32_t note = raw + L::kNotes + 16 * ct;
+      if (fetching) {
+        wgmma::StShared128(note, make_uint4(static_cast<uint32_t>(fc) | (fill != 0u ? 0x80000000u : 0u),
+                                            static_cast<uint32_t>(ft.row0),
+                                            static_cast<uint32_t>(ft.rows) | static_cast<uint32_t>(fn0 / kPairRows) << 8,
+                                            static_cast<uint32_t>(ft.expert)));
+        const uint8_t* src = nibbles + static_cast<int64_t>(fc) * (wgmma::kChunk / 2);
+        if (vec) {
+#pragma unroll
+          for (int b = 0; b < 4; ++b) CpAsyncSharedOrZero<8>(raw + b * L::kNibbleGroup + 8 * ct, src + 16 * b, fill);
+        } else {
+          for (int b = 0; b < 4; ++b) {
+            uint32_t v[2] = {0u, 0u};
+            for (int i = 0; i < 8 && fill != 0u; ++i) v[i / 4] |= static_cast<uint32_t>(__ldg(src + 16 * b + i)) << (8 * (i % 4));
+            wgmma::StShared64(raw + b * L::kNibbleGroup + 8 * ct, v[0], v[1]);
+          }
+        }
+        CpAsyncSharedOrZero<4>(raw + L::kWords + 4 * ct, words + fc, fill / 2);
+        CpAsyncSharedOrZero<4>(raw + L::kMasks + 4 * ct, masks + fc / 32, 4u);
+        if (++fc == chunks) {
+          fc = 0;
+          fetching = walks.Next(lists, fetch_at, ft, fn0);
+          if (fetching) begin_fetch_item();
+        }
+      } else {
+        wgmma::StShared128(note, make_uint4(PairNote::kEnd, 0u, 0u, 0u));
+      }
+      CpAsyncCommit();
+      ++fetched;
+    };
+    for (int i = 0; i < L::kRawSlots - 1; ++i) fetch();
+
+    // ---- the passes: load j of the ring per pass
+    uint32_t j = 0;
+    // Load j's stage, free, with its x loads on their way (one token tile, or two where rows > 104).
+    auto begin_pass = [&](int c, uint32_t x_row, uint32_t rows) {
+      if (j >= L::kStages) tma::BarrierWaitAt(empty_at(j), (j / L::kStages - 1) & 1u);
+      if (ct == 0) {
+        uint64_t* full = &bars[j % L::kStages];
+        uint8_t* stage = smem + (j % L::kStages) * L::kStageBytes;
+        const bool two = rows > static_cast<uint32_t>(kRsTokens);
+        tma::BarrierArriveExpectTx(full, (two ? 2 : 1) * L::kXTx);
+        tma::LoadXBoxes(stage + L::kX, stage + L::kXs, full, c * wgmma::kChunk, &x_map, &xs_map,
+                        static_cast<int>(x_row));
+        if (two) {
+          tma::LoadXBoxes(stage + L::kX + L::kXCodes, stage + L::kXs + L::kXsBytes, full, c * wgmma::kChunk, &x_map,
+                          &xs_map, static_cast<int>(x_row) + kRsTokens);
+        }
+      }
+      return stage_at(j);
+    };
+    // The row's scale for the pass and whether it is the chunk's last, then load j complete.
+    auto end_pass = [&](float scale, bool more) {
+      const uint32_t pass = pass_at(j);
+      if (half == 0) wgmma::StShared32(pass + 4 * row, __float_as_uint(scale));
+      if (ct == 0) wgmma::StShared32(pass + L::kLast, more ? 0u : 1u);
+      wgmma::FenceProxyAsyncShared();  // the codes, for the MMAs' reads
+      tma::BarrierArriveAt(full_at(j));
+      ++j;
+    };
+    for (uint32_t u = 0;; ++u) {
+      fetch();                            // unit u + kRawSlots - 1
+      CpAsyncWait<L::kRawSlots - 1>();    // unit u's copies (this thread's own) have landed
+      const uint32_t raw = raw_at(u);
+      const uint4 note = wgmma::LdShared128(raw + L::kNotes + 16 * ct);
+      if (note.x == PairNote::kEnd) break;  // uniform: every thread walks the same units
+      const int c = static_cast<int>(note.x & 0x7fffffffu);
+      const uint32_t rows = note.z & 0xffu;
+      const uint32_t word = wgmma::LdShared32(raw + L::kWords + 4 * ct);
+      bool more = ((wgmma::LdShared32(raw + L::kMasks + 4 * ct) >> (c % 32)) & 1u) != 0u;  // uniform
+      const uint32_t row_addr = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
+      ConvertHalfRow(raw + 8 * ct, word, tables, row_addr, row & 7, half);
+      end_pass(rs::ChunkWordScale(word), more);
+      for (int pass = 1; more; ++pass) {  // rare: the fold of each later pass from global memory
+        const ExpertTile tile{static_cast<int32_t>(note.w), static_cast<int32_t>(note.y), static_cast<int32_t>(rows), 0};
+        const Params p = TileParams<Kind::kFp4>(ep, tile);
+        const rs::RowFold none{0xffffu, 1.f, false};  // a row past n: every group left
+        const rs::RowFold fold =
+            (note.x & 0x80000000u) != 0u ? rs::LaterFold(p, static_cast<int64_t>(note.z >> 8) * kPairRows + row, c, pass) : none;
+        const uint32_t later_row = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
+        ConvertHalfRow(raw + 8 * ct, fold.shifts, tables, later_row, row & 7, half);
+        more = ConvertersOr(fold.more);
+        end_pass(fold.scale, more);
+      }
+    }
+    CpAsyncWaitAll();
+    return;
+  }
+
+  // ---- the MMA warpgroups: warpgroup wg takes token tile wg of each item
+  tma::SetMaxRegistersInc<L::kMmaRegisters>();
+  const int wg = tid / 128, warp = (tid % 128) / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int local_a = 16 * warp + g;  // this thread's rows of the item: local_a, + 8
+  const uint32_t totals = base + L::kTotals + wg * L::kTotalsBytes + 16 * (tid % 128);
+  float acc[kElems], part[kElems];
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) acc[i] = part[i] = 0.f;
+  typename SharedItemWalkOf<kPairRows>::Cursor at = walks.First(ep);
+  ExpertTile t{};
+  int64_t n0 = 0;
+  uint32_t j = 0;
+  while (chunks > 0 && walks.Next(lists, at, t, n0)) {
+    const int rows = t.rows - kRsTokens * wg;  // this warpgroup's tokens (uniform)
+    if (rows <= 0) {  // none: the loads taken and released alone
+      for (int c = 0; c < chunks;) {
+        tma::BarrierWaitAt(full_at(j), (j / L::kStages) & 1u);
+        const bool last = wgmma::LdShared32(pass_at(j) + L::kLast) != 0u;
+        __syncwarp();
+        if (lane == 0) tma::BarrierArriveAt(empty_at(j));
+        ++j;
+        if (last) ++c;
+      }
+      continue;
+    }
+    const int x_row = t.row0 + kRsTokens * wg;
+    const uint32_t x_at = L::kX + wg * L::kXCodes;
+    const uint32_t xs_at = L::kXs + wg * L::kXsBytes + 4 * (x_row % tma::kXsAlign);
+    // One loop per 512-column slice (ExpertsFp4InBlockKernel's reason), the totals after it.
+    for (int c = 0; c < chunks;) {
+      const bool first_slice = c == 0;
+      const int slice_end = std::min(c + mma::kSliceChunks, chunks);
+      while (c < slice_end) {
+        tma::BarrierWaitAt(full_at(j), (j / L::kStages) & 1u);
+        __syncwarp();  // converged for the aligned MMAs
+        const uint32_t stage = stage_at(j);
+        wgmma::ChunkChainIssueLow(acc, stage + L::kW, stage + x_at);
+        const uint32_t pass = pass_at(j);
+        const float sa = __uint_as_float(wgmma::LdShared32(pass + 4 * local_a));
+        const float sb = __uint_as_float(wgmma::LdShared32(pass + 4 * (local_a + 8)));
+        const bool last = wgmma::LdShared32(pass + L::kLast) != 0u;  // uniform over the block
+        wgmma::WgmmaWaitAll();
+        wgmma::PinAll(acc);
+        if (x_row % 2 == 0) {  // uniform; the scales 8-byte aligned
+          rs::AddScaledShared(part, acc, sa, sb, stage + xs_at, q, kRsTokens);
+        } else {
+          AddScaledRowsShared(part, acc, sa, sb, stage + xs_at, q);
+        }
+        __syncwarp();  // the warp's reads of the stage done
+        if (lane == 0) tma::BarrierArriveAt(empty_at(j));
+        ++j;
+        if (last) ++c;
+      }
+#pragma unroll
+      for (int i = 0; i < kElems / 4; ++i) {
+        const uint32_t at_i = totals + i * 128 * 16;
+        float4 sum = make_float4(part[4 * i], part[4 * i + 1], part[4 * i + 2], part[4 * i + 3]);
+        if (!first_slice) {
+          const uint4 old = wgmma::LdShared128(at_i);
+          sum.x = __fadd_rn(__uint_as_float(old.x), sum.x);
+          sum.y = __fadd_rn(__uint_as_float(old.y), sum.y);
+          sum.z = __fadd_rn(__uint_as_float(old.z), sum.z);
+          sum.w = __fadd_rn(__uint_as_float(old.w), sum.w);
+        }
+        wgmma::StShared128(at_i, make_uint4(__float_as_uint(sum.x), __float_as_uint(sum.y), __float_as_uint(sum.z),
+                                            __float_as_uint(sum.w)));
+        part[4 * i] = part[4 * i + 1] = part[4 * i + 2] = part[4 * i + 3] = 0.f;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kElems / 4; ++i) {  // the totals into acc (free after the last MMAs), stored
+      const uint4 v = wgmma::LdShared128(totals + i * 128 * 16);
+      acc[4 * i] = __uint_as_float(v.x);
+      acc[4 * i + 1] = __uint_as_float(v.y);
+      acc[4 * i + 2] = __uint_as_float(v.z);
+      acc[4 * i + 3] = __uint_as_float(v.w);
+    }
+    const Params tp = TileParams<Kind::kFp4>(ep, ExpertTile{t.expert, x_row, min(rows, kRsTokens), 0});
+    wgmma::StoreBlockResult<kRsTokens>(tp, n0 + local_a, 0, q, [&](int i) { return acc[i]; });
+  }
 #endif
 }
 
@@ -3472,6 +3825,7 @@ struct ExpertsLaunch {
   int tma_tokens = 0;  // the pre-folded experts on the TMA-fed kernel at 64 or 128 tokens (0: not)
   bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (96)
   bool fp4_registers = false;  // of those, converted in registers (ExpertsFp4RegistersTmaKernel, 104)
+  bool fp4_tile_pairs = false;  // instead, one converted tile for two token tiles (ExpertsFp4TilePairKernel, 208)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
@@ -3684,6 +4038,12 @@ std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 KernelSwitch g_fp4_in_block_rs{"DEEPINFER_FP4_IN_BLOCK_RS", 1};
 std::atomic<uint64_t> g_fp4_in_block_rs_launches{0};  // launches of it (tests)
 std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-block launches reading them (tests)
+// DEEPINFER_FP4_TILE_PAIRS (read once; unset or 1: on; 0: off): the calls that would take
+// ExpertsFp4RegistersTmaKernel on ExpertsFp4TilePairKernel instead (one converted weight tile for
+// two 104-token tiles; the same bits; docs/performance.md, version 55). Tests override it
+// (SetFp4TilePairsForTesting).
+KernelSwitch g_fp4_tile_pairs{"DEEPINFER_FP4_TILE_PAIRS", 1};
+std::atomic<uint64_t> g_fp4_tile_pairs_launches{0};  // launches of it (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
 // on warpgroup MMAs with codes scratch for x (wgmma::ExpertsUsable), not kept folded, at prefill
@@ -3793,6 +4153,18 @@ void LaunchExpertsFp4RegistersTmaOf(const ExpertsLaunch& l, const ExpertsParams&
                                                            static_cast<int32_t>(l.num_experts));
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
 }
+// ExpertsFp4TilePairKernel over every item of the plan (cut in kPairTokens-row tiles; items of 64
+// weight rows), once: at most one block an SM.
+void LaunchExpertsFp4TilePairs(const ExpertsLaunch& l, ExpertsParams ep, const CUtensorMap& x_map,
+                               const CUtensorMap& xs_map) {
+  constexpr int kSmem = TilePair::kBytes;
+  ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, kPairRows));
+  AllowDynamicSmem<ExpertsFp4TilePairKernel>(l.device, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  ExpertsFp4TilePairKernel<<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
+      x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 tile pairs");
+}
 // DEEPINFER_FP4_SLICE_SCALE = 0 or 1 (unset: 1): ExpertsFp4RegistersTmaKernel's up-shifted warps
 // (the row scales once a slice; the same bits). Tests override it (SetFp4SliceScaleForTesting).
 KernelSwitch g_fp4_slice_scale{"DEEPINFER_FP4_SLICE_SCALE", 1};
@@ -3808,8 +4180,13 @@ void LaunchExpertsFp4RegistersTma(const ExpertsLaunch& l, const ExpertsParams& e
 void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
-  const auto [x_map, xs_map] = XTensorMaps(a, b.k, static_cast<uint32_t>(ep.tile_rows));  // the plan's tiles
-  if (l.fp4_registers) {
+  // The plan's tiles; a pair's two token tiles one box each.
+  const uint32_t box_rows = static_cast<uint32_t>(l.fp4_tile_pairs ? kRsTokens : ep.tile_rows);
+  const auto [x_map, xs_map] = XTensorMaps(a, b.k, box_rows);
+  if (l.fp4_tile_pairs) {
+    LaunchExpertsFp4TilePairs(l, ep, x_map, xs_map);
+    g_fp4_tile_pairs_launches.fetch_add(1);
+  } else if (l.fp4_registers) {
     LaunchExpertsFp4RegistersTma(l, ep, x_map, xs_map);
     g_fp4_in_block_rs_launches.fetch_add(1);
   } else if (InBlockUnits() == 2) {
@@ -4132,6 +4509,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   l.fp4_in_block = Fp4InBlockFor(kind, l.path, scale_f32, rows_bound, num_experts, k, codes, codes_bytes,
                                  l.folded != nullptr);
   l.fp4_registers = l.fp4_in_block && Fp4RegistersPrefillFor(l.chunk_words != nullptr, num_experts, n, k);
+  l.fp4_tile_pairs = l.fp4_registers && g_fp4_tile_pairs.On();
   l.tma_tokens = l.fp4_in_block ? 0
                                 : ExpertsTmaTokensFor(kind, l.path, scale_f32, rows_bound, num_experts, n, k, codes,
                                                       codes_bytes, l.folded != nullptr);
@@ -4139,6 +4517,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   // experts converted in the blocks (kRsTokens where in registers), 128 for the TMA-fed pre-folded
   // kernel at 128 tokens: either is then certain to run (ExpertsTmaTokensFor).
   const int32_t tile_rows = l.path != Path::kFp8 ? kTileM
+                            : l.fp4_tile_pairs    ? kPairTokens
                             : l.fp4_registers     ? kRsTokens
                             : l.fp4_in_block      ? kInBlockTokens
                             : l.tma_tokens == 128 ? 128
@@ -4478,6 +4857,9 @@ void SetFp4InBlockRegistersForTesting(int mode) {
 }
 
 uint64_t Fp4InBlockRegistersLaunchesForTesting() { return g_fp4_in_block_rs_launches.load(); }
+
+void SetFp4TilePairsForTesting(int mode) { g_fp4_tile_pairs.SetForTesting(mode, "SetFp4TilePairsForTesting"); }
+uint64_t Fp4TilePairsLaunchesForTesting() { return g_fp4_tile_pairs_launches.load(); }
 
 void SetFp4InBlockForTesting(int mode, int units) {
   if (units != 0 && units != 1 && units != 2) Fail("SetFp4InBlockForTesting: 1 or 2 units");

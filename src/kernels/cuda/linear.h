@@ -195,6 +195,11 @@ uint64_t Fp4InBlockLaunchesForTesting();
 // DEEPINFER_FP4_IN_BLOCK_RS says (-1, the default: on unless 0); and how many it has made.
 void SetFp4InBlockRegistersForTesting(int mode);
 uint64_t Fp4InBlockRegistersLaunchesForTesting();
+// Those launches instead on ExpertsFp4TilePairKernel (one converted weight tile for two 104-token
+// tiles; the same bits) on (1), off (0), or as DEEPINFER_FP4_TILE_PAIRS says (-1, the default: on
+// unless 0); and how many it has made.
+void SetFp4TilePairsForTesting(int mode);
+uint64_t Fp4TilePairsLaunchesForTesting();
 // That kernel's up-shifted warps (the row scales applied once a slice where the chunk words allow
 // it; the same bits) on (1), off (0), or as DEEPINFER_FP4_SLICE_SCALE says (-1, the default: on
 // unless 0).

@@ -289,12 +289,34 @@ __device__ __forceinline__ void MmaM64N96K32(float (&d)[48], uint64_t desc_a, ui
       : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
 }
 
+// d (+)= A·B for one k32 step, m64n104k32, e4m3 × e4m3 → f32, as MmaM64N64K32 for 104 tokens.
+__device__ __forceinline__ void MmaM64N104K32(float (&d)[52], uint64_t desc_a, uint64_t desc_b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %54, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n104k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22,"
+      " %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43,"
+      " %44, %45, %46, %47, %48, %49, %50, %51}, "
+      "%52, %53, p, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51])
+      : "l"(desc_a), "l"(desc_b), "r"(1));  // scale-d = 1: acc is zeroed first, as mma.sync adds its C
+}
+
 // d (+)= A·B for one k32 step on a tile of 2·kElems tokens (4: m64n8k32, 8: m64n16k32, 32:
-// m64n64k32, 48: m64n96k32, 64: m64n128k32), the accumulator's previous value added.
+// m64n64k32, 48: m64n96k32, 52: m64n104k32, 64: m64n128k32), the accumulator's previous value added.
 template <int kElems>
 __device__ __forceinline__ void MmaK32(float (&d)[kElems], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(kElems == 4 || kElems == 8 || kElems == 32 || kElems == 48 || kElems == 64,
-                "8-, 16-, 64-, 96- or 128-token tiles");
+  static_assert(kElems == 4 || kElems == 8 || kElems == 32 || kElems == 48 || kElems == 52 || kElems == 64,
+                "8-, 16-, 64-, 96-, 104- or 128-token tiles");
   if constexpr (kElems == 4) {
     MmaM64N8K32(d, desc_a, desc_b);
   } else if constexpr (kElems == 8) {
@@ -303,6 +325,8 @@ __device__ __forceinline__ void MmaK32(float (&d)[kElems], uint64_t desc_a, uint
     MmaM64N64K32(d, desc_a, desc_b, 1);
   } else if constexpr (kElems == 48) {
     MmaM64N96K32(d, desc_a, desc_b);
+  } else if constexpr (kElems == 52) {
+    MmaM64N104K32(d, desc_a, desc_b);
   } else {
     MmaM64N128K32(d, desc_a, desc_b);
   }
