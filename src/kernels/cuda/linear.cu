@@ -2442,14 +2442,16 @@ struct TilePair {
                     tma::kWsLaunchRegisters * tma::kWsThreads,
                 "setmaxnreg within the block's own registers");
   // A stage: the converted weight tile (64 rows × 128 e4m3 codes, 128-byte swizzle), token tile h's
-  // x codes at kX + h · kXCodes (swizzled) and its x scales' box at kXs + h · kXsBytes.
+  // x codes at kX + h · kXCodes (swizzled) and its x scales' box at kXs + h · kXsStride (a TMA
+  // destination is 128-byte aligned).
   static constexpr int kW = 0;
   static constexpr int kX = kPairRows * wgmma::kChunk;
   static constexpr int kXCodes = kRsTokens * wgmma::kChunk;
   static constexpr int kXs = kX + 2 * kXCodes;
-  static constexpr int kXsBytes = (kRsTokens + tma::kXsAlign) * 4;
+  static constexpr int kXsBytes = (kRsTokens + tma::kXsAlign) * 4;  // a scales box
+  static constexpr int kXsStride = (kXsBytes + 127) / 128 * 128;
   static constexpr int kXTx = kXCodes + kXsBytes;  // bytes one token tile's x load writes
-  static constexpr int kStageBytes = (kXs + 2 * kXsBytes + 1023) / 1024 * 1024;  // the swizzle's alignment
+  static constexpr int kStageBytes = (kXs + 2 * kXsStride + 1023) / 1024 * 1024;  // the swizzle's alignment
   static constexpr int kBarriers = kStages * kStageBytes;  // full[kStages], then empty[kStages]
   // Per stage the pass's row scales (f32 [64]), then whether it is its chunk's last pass (a word).
   static constexpr int kPass = kBarriers + 2 * kStages * 8;
@@ -2469,7 +2471,7 @@ struct TilePair {
   static constexpr int kRawBytes = kMasks + 128 * 4;
   static constexpr int kTables = kRaw + kRawSlots * kRawBytes;
   static constexpr int kBytes = kTables + wgmma::rs::kTableEntries * 16 + 1024;  // + base alignment
-  static_assert(kX % 1024 == 0 && kXCodes % 1024 == 0 && kXs % 16 == 0 && kXsBytes % 16 == 0, "TMA boxes");
+  static_assert(kX % 1024 == 0 && kXCodes % 1024 == 0 && kXs % 128 == 0, "TMA destinations");
   static_assert(kPass % 16 == 0 && kTotals % 16 == 0 && kRaw % 16 == 0 && kTables % 16 == 0, "16-byte accesses");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
@@ -2628,7 +2630,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         tma::LoadXBoxes(stage + L::kX, stage + L::kXs, full, c * wgmma::kChunk, &x_map, &xs_map,
                         static_cast<int>(x_row));
         if (two) {
-          tma::LoadXBoxes(stage + L::kX + L::kXCodes, stage + L::kXs + L::kXsBytes, full, c * wgmma::kChunk, &x_map,
+          tma::LoadXBoxes(stage + L::kX + L::kXCodes, stage + L::kXs + L::kXsStride, full, c * wgmma::kChunk, &x_map,
                           &xs_map, static_cast<int>(x_row) + kRsTokens);
         }
       }
@@ -2700,7 +2702,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     }
     const int x_row = t.row0 + kRsTokens * wg;
     const uint32_t x_at = L::kX + wg * L::kXCodes;
-    const uint32_t xs_at = L::kXs + wg * L::kXsBytes + 4 * (x_row % tma::kXsAlign);
+    const uint32_t xs_at = L::kXs + wg * L::kXsStride + 4 * (x_row % tma::kXsAlign);
     // One loop per 512-column slice (ExpertsFp4InBlockKernel's reason), the totals after it.
     for (int c = 0; c < chunks;) {
       const bool first_slice = c == 0;
