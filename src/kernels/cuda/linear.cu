@@ -2415,11 +2415,12 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
 // as A from the shared tile. At the 8k prefill an expert's ~192 rows are one pair, so each chunk of
 // the weight is converted once for ~200 tokens where the register-fed kernel converts it per
 // 104-token tile and per warpgroup fragment.
-//   - Converting thread i takes half i / 64 of weight row n0 + i % 64 (words 2h and 2h + 1 of each
-//     group's 16 bytes of nibbles, StoreFoldedUnit's 16-byte units 4h .. 4h + 3 of the row): it
-//     copies them with the row's chunk word and its 64-row block's later-pass mask word
-//     kRawSlots - 1 units ahead (cp.async; rows past n zero-filled: zero codes, scale 0), with a
-//     note of the unit beside them, so that the conversion needs no walk of its own.
+//   - Converting thread i takes half h = i % 2 of weight row n0 + i / 2 (words 2h and 2h + 1 of
+//     each group's 16 bytes of nibbles, StoreFoldedUnit's 16-byte units 4h .. 4h + 3 of the row).
+//     Each converting warp copies its 16 rows' nibbles and chunk words and the 64-row block's
+//     later-pass mask word kRawSlots - 1 units ahead (cp.async, coalesced: PairCopies; rows past n
+//     zero-filled: zero codes, scale 0), with a note of the unit beside them, so that the
+//     conversion needs no walk of its own.
 //   - Per pass of a unit (pass 0 from the chunk word; later passes, where the mask says some row of
 //     the block needs them, from rs::LaterFold and the warpgroup's vote) it writes the codes and the
 //     rows' scales into the next stage of the ring, whose x codes and scales (one box per token
@@ -2434,8 +2435,8 @@ constexpr int kPairTokens = 2 * kRsTokens;   // the plan's tile height
 constexpr int kPairRows = wgmma::rs::kRows;  // weight rows an item (ep.blocks_per_tile = ceil(n / 64))
 
 struct TilePair {
-  static constexpr int kStages = 3;
-  static constexpr int kRawSlots = 8;  // units of the raw ring: copies kRawSlots - 1 units ahead
+  static constexpr int kStages = 4;
+  static constexpr int kRawSlots = 7;  // units of the raw ring: copies kRawSlots - 1 units ahead
   static constexpr int kConverterRegisters = 96;  // setmaxnreg's split (ptxas holds both to 168)
   static constexpr int kMmaRegisters = 200;
   static_assert(kConverterRegisters * 128 + kMmaRegisters * tma::kThreads <=
@@ -2461,14 +2462,14 @@ struct TilePair {
   // (128 i + t) · 16 (conflict-free 16-byte accesses).
   static constexpr int kTotals = kPass + kStages * kPassBytes;
   static constexpr int kTotalsBytes = kRsTokens / 2 * 128 * 4;
-  // A raw slot: the nibbles as [group b][converting thread] 8 bytes, then per converting thread its
-  // note (16 bytes: PairNote), chunk word and mask word.
+  // A raw slot: the nibbles (PairCopies' layout), the rows' chunk words, then per converting warp
+  // the mask word and its note of the unit (16 bytes: PairNote).
   static constexpr int kRaw = kTotals + 2 * kTotalsBytes;
-  static constexpr int kNibbleGroup = 128 * 8;
-  static constexpr int kNotes = 4 * kNibbleGroup;
-  static constexpr int kWords = kNotes + 128 * 16;
-  static constexpr int kMasks = kWords + 128 * 4;
-  static constexpr int kRawBytes = kMasks + 128 * 4;
+  static constexpr int kNibbles = 0;
+  static constexpr int kWords = kNibbles + kPairRows * wgmma::kChunk / 2;
+  static constexpr int kMasks = kWords + kPairRows * 4;
+  static constexpr int kNotes = kMasks + 16;
+  static constexpr int kRawBytes = kNotes + 4 * 16;
   static constexpr int kTables = kRaw + kRawSlots * kRawBytes;
   static constexpr int kBytes = kTables + wgmma::rs::kTableEntries * 16 + 1024;  // + base alignment
   static_assert(kX % 1024 == 0 && kXCodes % 1024 == 0 && kXs % 128 == 0, "TMA destinations");
@@ -2476,15 +2477,59 @@ struct TilePair {
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// What a converting thread notes of a unit beside its copies: x = the chunk, bit 31 whether its
-// row exists (kEnd past the walk's end); y = the tile's first x row; z = the tile's rows | the
-// item's 64-row block << 8; w = the expert.
+// What a converting warp's lane 0 notes of a unit beside its copies: x = the chunk (kEnd past the
+// walk's end); y = the tile's first x row; z = the tile's rows | the item's 64-row block << 8;
+// w = the expert.
 struct PairNote {
   static constexpr uint32_t kEnd = 0xffffffffu;
 };
 
+// A converting warp's copies of its 16 rows' nibbles of one chunk (rows 16w .. 16w + 15 of the
+// item, zeros past n): lane l the 16 bytes of group l % 4 of rows 8i + l / 4 (i = 0, 1), so that
+// four lanes read a row's 64 bytes, into [group][row] 16-byte pieces, so that the thread pair
+// converting a row reads 8 bytes each of a group with the warp's 32 reads contiguous.
+struct PairCopies {
+  static constexpr int kGroupStride = kWarpSize / 2 * 16;  // bytes of one group of the warp's 16 rows
+  static constexpr int kWarpBytes = 4 * kGroupStride;
+  const uint8_t* src[2] = {nullptr, nullptr};  // lane's piece of chunk 0 (row 0's past n)
+  uint32_t fill[2] = {0u, 0u};                 // 16 where the row exists, else 0 (zeros)
+  bool vec = false;                            // 16-byte aligned rows: cp.async; else loaded by the lane
+
+  PairCopies() = default;
+  __device__ __forceinline__ PairCopies(const ExpertsParams& ep, const ExpertTile& t, int64_t n0, int warp, int lane) {
+    const DeviceWeight& w = ep.weights[t.expert];
+    const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
+    vec = Aligned(w.data, row_bytes, 16);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t r = n0 + 16 * warp + 8 * i + lane / 4;
+      fill[i] = r < ep.base.n ? 16u : 0u;
+      src[i] = static_cast<const uint8_t*>(w.data) + (r < ep.base.n ? r : 0) * row_bytes + 16 * (lane % 4);
+    }
+  }
+  // Chunk c's pieces into the warp's area at shared address `to`.
+  __device__ __forceinline__ void Load(uint32_t to, int c, int lane) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t dst = to + (lane % 4) * kGroupStride + (8 * i + lane / 4) * 16;
+      const uint8_t* from = src[i] + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
+      if (vec) {
+        CpAsyncSharedOrZero<16>(dst, from, fill[i]);
+      } else {
+        uint32_t v[4] = {0u, 0u, 0u, 0u};
+        for (int b = 0; b < 16 && fill[i] != 0u; ++b) v[b / 4] |= static_cast<uint32_t>(__ldg(from + b)) << (8 * (b % 4));
+        wgmma::StShared128(dst, make_uint4(v[0], v[1], v[2], v[3]));
+      }
+    }
+  }
+  // Where half `half` of item row `row`'s group 0 sits (group b: + b · kGroupStride).
+  __device__ __forceinline__ static uint32_t RowHalf(int row, int half) {
+    return (row / 16) * kWarpBytes + (row % 16) * 16 + 8 * half;
+  }
+};
+
 // Half `half` of one row's chunk for one pass: words 2·half and 2·half + 1 of each group b's 16
-// bytes of nibbles (8 bytes at shared address nibbles + b · TilePair::kNibbleGroup) converted with
+// bytes of nibbles (8 bytes at shared address nibbles + b · PairCopies::kGroupStride) converted with
 // group b's table entry (bits 4b.. of `shifts`: a shift 0-8, or kFoldGroupLeft for zero codes) into
 // the row's 16-byte units 4·half + t, t = 0..3 (swizzled by x = row % 8), of the tile row at
 // row_addr: ConvertRowPasses' bytes for a = half.
@@ -2498,7 +2543,7 @@ __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts
     lo[b] = table.x;
     hi[b] = table.y;
     signs[b] = table.z;
-    nib[b] = wgmma::LdShared64(nibbles + b * TilePair::kNibbleGroup);
+    nib[b] = wgmma::LdShared64(nibbles + b * PairCopies::kGroupStride);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -2554,7 +2599,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
   if (tid >= tma::kThreads) {  // the converting warpgroup
     tma::SetMaxRegistersDec<L::kConverterRegisters>();
     const int ct = tid - tma::kThreads;
-    const int row = ct % kPairRows, half = ct / kPairRows;  // uniform half over a warp
+    const int cwarp = ct / kWarpSize, clane = ct % kWarpSize;
+    const int row = ct / 2, half = ct % 2;  // this thread's row of the item (warp w: rows 16w ..) and half
     const uint32_t tables = base + L::kTables;
     auto raw_at = [&](uint32_t f) { return base + L::kRaw + (f % L::kRawSlots) * L::kRawBytes; };
 
@@ -2564,53 +2610,39 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     int64_t fn0 = 0;
     int fc = 0;
     bool fetching = chunks > 0 && walks.Next(lists, fetch_at, ft, fn0);
-    const uint8_t* nibbles = nullptr;  // this thread's 8 bytes of group 0 of chunk 0
-    const uint32_t* words = nullptr;   // the row's chunk words
-    const uint32_t* masks = nullptr;   // the item's 64-row block's later-pass mask words
-    uint32_t fill = 0;                 // 8 where the row exists, else 0 (zero-filled copies)
-    bool vec = false;                  // 8-byte aligned nibbles: cp.async; else loaded by this thread
+    PairCopies copies;
+    const uint32_t* words_src = nullptr;  // lanes 0-15: row 16 cwarp + lane's chunk words (row 0's past n)
+    uint32_t word_fill = 0;
+    const uint32_t* masks = nullptr;  // the item's 64-row block's later-pass mask words
     auto begin_fetch_item = [&] {
-      const DeviceWeight& w = ep.weights[ft.expert];
-      const int64_t r = fn0 + row;
-      const int64_t rr = r < n ? r : 0;  // a row past n reads row 0's addresses (valid, not read)
-      fill = r < n ? 8u : 0u;
-      const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);
-      nibbles = static_cast<const uint8_t*>(w.data) + rr * row_bytes + 8 * half;
-      vec = Aligned(w.data, row_bytes, 8);
+      copies = PairCopies(ep, ft, fn0, cwarp, clane);
+      const int64_t r = fn0 + 16 * cwarp + clane % 16;
+      word_fill = r < n ? 4u : 0u;
       const uint32_t* expert_words = ep.ExpertChunkWords(ft.expert);
-      words = expert_words + rr * chunks;
+      words_src = expert_words + (r < n ? r : 0) * chunks;
       masks = rs::LaterPassMasks(expert_words, n, chunks, fn0);
     };
     if (fetching) begin_fetch_item();
     uint32_t fetched = 0;
     auto fetch = [&] {
       const uint32_t raw = raw_at(fetched);
-      const uint32_t note = raw + L::kNotes + 16 * ct;
       if (fetching) {
-        wgmma::StShared128(note, make_uint4(static_cast<uint32_t>(fc) | (fill != 0u ? 0x80000000u : 0u),
-                                            static_cast<uint32_t>(ft.row0),
-                                            static_cast<uint32_t>(ft.rows) | static_cast<uint32_t>(fn0 / kPairRows) << 8,
-                                            static_cast<uint32_t>(ft.expert)));
-        const uint8_t* src = nibbles + static_cast<int64_t>(fc) * (wgmma::kChunk / 2);
-        if (vec) {
-#pragma unroll
-          for (int b = 0; b < 4; ++b) CpAsyncSharedOrZero<8>(raw + b * L::kNibbleGroup + 8 * ct, src + 16 * b, fill);
-        } else {
-          for (int b = 0; b < 4; ++b) {
-            uint32_t v[2] = {0u, 0u};
-            for (int i = 0; i < 8 && fill != 0u; ++i) v[i / 4] |= static_cast<uint32_t>(__ldg(src + 16 * b + i)) << (8 * (i % 4));
-            wgmma::StShared64(raw + b * L::kNibbleGroup + 8 * ct, v[0], v[1]);
-          }
+        copies.Load(raw + L::kNibbles + cwarp * PairCopies::kWarpBytes, fc, clane);
+        CpAsyncSharedOrZeroIf<4>(clane < 16, raw + L::kWords + 4 * (16 * cwarp + clane), words_src + fc, word_fill);
+        CpAsyncSharedOrZeroIf<4>(clane == 0, raw + L::kMasks + 4 * cwarp, masks + fc / 32, 4u);
+        if (clane == 0) {
+          wgmma::StShared128(raw + L::kNotes + 16 * cwarp,
+                             make_uint4(static_cast<uint32_t>(fc), static_cast<uint32_t>(ft.row0),
+                                        static_cast<uint32_t>(ft.rows) | static_cast<uint32_t>(fn0 / kPairRows) << 8,
+                                        static_cast<uint32_t>(ft.expert)));
         }
-        CpAsyncSharedOrZero<4>(raw + L::kWords + 4 * ct, words + fc, fill / 2);
-        CpAsyncSharedOrZero<4>(raw + L::kMasks + 4 * ct, masks + fc / 32, 4u);
         if (++fc == chunks) {
           fc = 0;
           fetching = walks.Next(lists, fetch_at, ft, fn0);
           if (fetching) begin_fetch_item();
         }
-      } else {
-        wgmma::StShared128(note, make_uint4(PairNote::kEnd, 0u, 0u, 0u));
+      } else if (clane == 0) {
+        wgmma::StShared128(raw + L::kNotes + 16 * cwarp, make_uint4(PairNote::kEnd, 0u, 0u, 0u));
       }
       CpAsyncCommit();
       ++fetched;
@@ -2646,26 +2678,28 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       ++j;
     };
     for (uint32_t u = 0;; ++u) {
-      fetch();                            // unit u + kRawSlots - 1
-      CpAsyncWait<L::kRawSlots - 1>();    // unit u's copies (this thread's own) have landed
+      fetch();                          // unit u + kRawSlots - 1
+      CpAsyncWait<L::kRawSlots - 1>();  // unit u's copies (this thread's own) have landed
+      __syncwarp();                     // and the warp's, which are its rows'
       const uint32_t raw = raw_at(u);
-      const uint4 note = wgmma::LdShared128(raw + L::kNotes + 16 * ct);
-      if (note.x == PairNote::kEnd) break;  // uniform: every thread walks the same units
-      const int c = static_cast<int>(note.x & 0x7fffffffu);
+      const uint4 note = wgmma::LdShared128(raw + L::kNotes + 16 * cwarp);
+      if (note.x == PairNote::kEnd) break;  // uniform: every warp walks the same units
+      const int c = static_cast<int>(note.x);
       const uint32_t rows = note.z & 0xffu;
-      const uint32_t word = wgmma::LdShared32(raw + L::kWords + 4 * ct);
-      bool more = ((wgmma::LdShared32(raw + L::kMasks + 4 * ct) >> (c % 32)) & 1u) != 0u;  // uniform
+      const uint32_t word = wgmma::LdShared32(raw + L::kWords + 4 * row);
+      bool more = ((wgmma::LdShared32(raw + L::kMasks + 4 * cwarp) >> (c % 32)) & 1u) != 0u;  // uniform
+      const uint32_t nibbles = raw + L::kNibbles + PairCopies::RowHalf(row, half);
       const uint32_t row_addr = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
-      ConvertHalfRow(raw + 8 * ct, word, tables, row_addr, row & 7, half);
+      ConvertHalfRow(nibbles, word, tables, row_addr, row & 7, half);
       end_pass(rs::ChunkWordScale(word), more);
       for (int pass = 1; more; ++pass) {  // rare: the fold of each later pass from global memory
         const ExpertTile tile{static_cast<int32_t>(note.w), static_cast<int32_t>(note.y), static_cast<int32_t>(rows), 0};
         const Params p = TileParams<Kind::kFp4>(ep, tile);
+        const int64_t weight_row = static_cast<int64_t>(note.z >> 8) * kPairRows + row;
         const rs::RowFold none{0xffffu, 1.f, false};  // a row past n: every group left
-        const rs::RowFold fold =
-            (note.x & 0x80000000u) != 0u ? rs::LaterFold(p, static_cast<int64_t>(note.z >> 8) * kPairRows + row, c, pass) : none;
+        const rs::RowFold fold = weight_row < n ? rs::LaterFold(p, weight_row, c, pass) : none;
         const uint32_t later_row = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
-        ConvertHalfRow(raw + 8 * ct, fold.shifts, tables, later_row, row & 7, half);
+        ConvertHalfRow(nibbles, fold.shifts, tables, later_row, row & 7, half);
         more = ConvertersOr(fold.more);
         end_pass(fold.scale, more);
       }
