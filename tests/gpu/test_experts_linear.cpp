@@ -664,17 +664,20 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
   // words: the counts make pairs of one token tile (70, 1, 9, 17, 64), of two (130, 200) and none;
   // 200 weight rows are three full 64-row items and one of 8; later passes over 18 binades.
   ScopedFp4TilePairs pairs(1);
-  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
-    for (const std::pair<uint8_t, uint8_t> e8m0 : {std::pair<uint8_t, uint8_t>{0, 0}, {110, 128}, {121, 126}}) {
-      ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
-      SCOPED_TRACE(testing::Message() << "tile pairs, K " << k << ", e8m0 " << int{e8m0.first} << "-"
-                                      << int{e8m0.second});
-      const uint64_t pair_launches = cuda::Fp4TilePairsLaunchesForTesting();
-      const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
-      CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true);
-      EXPECT_GT(cuda::Fp4TilePairsLaunchesForTesting(), pair_launches) << "the tile-pair kernel did not run";
-      EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel ran";
-      CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, 0, false, /*chunk_words=*/true);
+  for (const int slice_scale : {1, 0}) {
+    ScopedFp4SliceScale scoped_slice_scale(slice_scale);
+    for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+      for (const std::pair<uint8_t, uint8_t> e8m0 : {std::pair<uint8_t, uint8_t>{0, 0}, {110, 128}, {121, 126}}) {
+        ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+        SCOPED_TRACE(testing::Message() << "tile pairs, K " << k << ", e8m0 " << int{e8m0.first} << "-"
+                                        << int{e8m0.second} << ", slice scales " << slice_scale);
+        const uint64_t pair_launches = cuda::Fp4TilePairsLaunchesForTesting();
+        const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
+        CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true);
+        EXPECT_GT(cuda::Fp4TilePairsLaunchesForTesting(), pair_launches) << "the tile-pair kernel did not run";
+        EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel ran";
+        CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7}, 0, false, /*chunk_words=*/true);
+      }
     }
   }
 }

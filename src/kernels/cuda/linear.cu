@@ -2454,10 +2454,12 @@ struct TilePair {
   static constexpr int kXTx = kXCodes + kXsBytes;  // bytes one token tile's x load writes
   static constexpr int kStageBytes = (kXs + 2 * kXsStride + 1023) / 1024 * 1024;  // the swizzle's alignment
   static constexpr int kBarriers = kStages * kStageBytes;  // full[kStages], then empty[kStages]
-  // Per stage the pass's row scales (f32 [64]), then whether it is its chunk's last pass (a word).
+  // Per stage the pass's row scales (f32 [64]), whether it is its chunk's last pass (a word), then
+  // per 16-row warp block whether its rows are up-shifted (kSliceScale; a word each).
   static constexpr int kPass = kBarriers + 2 * kStages * 8;
   static constexpr int kLast = kPairRows * 4;
-  static constexpr int kPassBytes = kLast + 16;
+  static constexpr int kUp = kLast + 4;
+  static constexpr int kPassBytes = kUp + 4 * 4 + 12;
   // MMA warpgroup w's totals: its thread t's elements 4i .. 4i + 3 at kTotals + w · kTotalsBytes +
   // (128 i + t) · 16 (conflict-free 16-byte accesses).
   static constexpr int kTotals = kPass + kStages * kPassBytes;
@@ -2530,7 +2532,7 @@ struct PairCopies {
 
 // Half `half` of one row's chunk for one pass: words 2·half and 2·half + 1 of each group b's 16
 // bytes of nibbles (8 bytes at shared address nibbles + b · PairCopies::kGroupStride) converted with
-// group b's table entry (bits 4b.. of `shifts`: a shift 0-8, or kFoldGroupLeft for zero codes) into
+// group b's table entry (bits 4b.. of `shifts`: TableWord's or UpShiftedTableWord's entry) into
 // the row's 16-byte units 4·half + t, t = 0..3 (swizzled by x = row % 8), of the tile row at
 // row_addr: ConvertRowPasses' bytes for a = half.
 __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts, uint32_t tables, uint32_t row_addr,
@@ -2557,10 +2559,31 @@ __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts
   }
 }
 
+// The table entries of a pass's four groups (4 bits each) from its shift fields (FoldWordShift's):
+// kSliceScale, on the up-shifted tables raised by `up` (rs::UpShiftedEntry); else the fields.
+template <bool kSliceScale>
+__device__ __forceinline__ uint32_t PassEntries(uint32_t shifts, uint32_t up) {
+  if constexpr (!kSliceScale) {
+    return shifts & 0xffffu;
+  } else {
+    uint32_t entries = 0u;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) entries |= wgmma::rs::UpShiftedEntry(cpu::FoldWordShift(shifts, b), up) << (4 * b);
+    return entries;
+  }
+}
+
 // grid: at most one block per SM; tma::kWsThreads threads, TilePair::kBytes of dynamic shared
 // memory. x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk
 // words, K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
 // kPairTokens-row tiles; experts [0, e_end).
+// kSliceScale (DEEPINFER_FP4_SLICE_SCALE): ExpertsFp4RegistersTmaKernel's up-shifted warps. The
+// converting warp of rows 16w .. 16w + 15 decides (every row of it has an up-shift in the unit's
+// slice), converts them on the up-shifted tables, writes their slice scales as the rows' scales
+// (in later passes too, whose codes are then zero) and flags the block in the pass area; MMA warp
+// w of either warpgroup then takes part += acc · x scale and at the slice's end
+// total = fma(part, slice scale, total).
+template <bool kSliceScale>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
     ExpertsFp4TilePairKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                              const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -2592,7 +2615,9 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     }
     tma::FenceBarrierInit();
   }
-  if (tid < rs::kTableEntries * 4) wgmma::StShared32(base + L::kTables + 4 * tid, rs::TableWord(tid));
+  if (tid < rs::kTableEntries * 4) {
+    wgmma::StShared32(base + L::kTables + 4 * tid, kSliceScale ? rs::UpShiftedTableWord(tid) : rs::TableWord(tid));
+  }
   __syncthreads();
   const SharedItemWalkOf<kPairRows> walks(ep, lists, e_end);
 
@@ -2668,11 +2693,13 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       }
       return stage_at(j);
     };
-    // The row's scale for the pass and whether it is the chunk's last, then load j complete.
-    auto end_pass = [&](float scale, bool more) {
+    // The row's scale for the pass, whether it is the chunk's last and whether the warp's rows are
+    // up-shifted, then load j complete.
+    auto end_pass = [&](float scale, bool more, bool up) {
       const uint32_t pass = pass_at(j);
       if (half == 0) wgmma::StShared32(pass + 4 * row, __float_as_uint(scale));
       if (ct == 0) wgmma::StShared32(pass + L::kLast, more ? 0u : 1u);
+      if (kSliceScale && clane == 0) wgmma::StShared32(pass + L::kUp + 4 * cwarp, up ? 1u : 0u);
       wgmma::FenceProxyAsyncShared();  // the codes, for the MMAs' reads
       tma::BarrierArriveAt(full_at(j));
       ++j;
@@ -2688,10 +2715,21 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       const uint32_t rows = note.z & 0xffu;
       const uint32_t word = wgmma::LdShared32(raw + L::kWords + 4 * row);
       bool more = ((wgmma::LdShared32(raw + L::kMasks + 4 * cwarp) >> (c % 32)) & 1u) != 0u;  // uniform
+      // The warp's rows up-shifted (uniform over the warp) where each of them has an up-shift.
+      uint32_t up = 0u;
+      bool warp_up = false;
+      if constexpr (kSliceScale) {
+        up = rs::ChunkWordUpShift(word);
+        warp_up = __all_sync(0xffffffffu, up != cpu::kSliceNoUpShift);
+        if (!warp_up) up = 0u;
+      }
+      // 2^(top - up): the chunk scale where up = 0 (a row past n: its zero word, scale 0), else the
+      // slice scale (top 1-254).
+      const float scale = __uint_as_float((word & rs::kChunkWordScaleBits) - (up << 23));
       const uint32_t nibbles = raw + L::kNibbles + PairCopies::RowHalf(row, half);
       const uint32_t row_addr = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
-      ConvertHalfRow(nibbles, word, tables, row_addr, row & 7, half);
-      end_pass(rs::ChunkWordScale(word), more);
+      ConvertHalfRow(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half);
+      end_pass(scale, more, warp_up);
       for (int pass = 1; more; ++pass) {  // rare: the fold of each later pass from global memory
         const ExpertTile tile{static_cast<int32_t>(note.w), static_cast<int32_t>(note.y), static_cast<int32_t>(rows), 0};
         const Params p = TileParams<Kind::kFp4>(ep, tile);
@@ -2699,9 +2737,11 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         const rs::RowFold none{0xffffu, 1.f, false};  // a row past n: every group left
         const rs::RowFold fold = weight_row < n ? rs::LaterFold(p, weight_row, c, pass) : none;
         const uint32_t later_row = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
-        ConvertHalfRow(nibbles, fold.shifts, tables, later_row, row & 7, half);
+        // An up-shifted warp's rows have no group left for a later pass (cpu::SliceUpShift): zero
+        // codes, their slice scale kept for the slice's end.
+        ConvertHalfRow(nibbles, PassEntries<kSliceScale>(fold.shifts, 0u), tables, later_row, row & 7, half);
         more = ConvertersOr(fold.more);
-        end_pass(fold.scale, more);
+        end_pass(warp_up ? scale : fold.scale, more, warp_up);
       }
     }
     CpAsyncWaitAll();
@@ -2741,18 +2781,27 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     for (int c = 0; c < chunks;) {
       const bool first_slice = c == 0;
       const int slice_end = std::min(c + mma::kSliceChunks, chunks);
+      float sa = 0.f, sb = 0.f;  // the last pass's row scales: where `up`, the slice scales
+      bool up = false;           // the warp's rows up-shifted (uniform over the warp; so the whole slice)
       while (c < slice_end) {
         tma::BarrierWaitAt(full_at(j), (j / L::kStages) & 1u);
         __syncwarp();  // converged for the aligned MMAs
         const uint32_t stage = stage_at(j);
         wgmma::ChunkChainIssueLow(acc, stage + L::kW, stage + x_at);
         const uint32_t pass = pass_at(j);
-        const float sa = __uint_as_float(wgmma::LdShared32(pass + 4 * local_a));
-        const float sb = __uint_as_float(wgmma::LdShared32(pass + 4 * (local_a + 8)));
+        sa = __uint_as_float(wgmma::LdShared32(pass + 4 * local_a));
+        sb = __uint_as_float(wgmma::LdShared32(pass + 4 * (local_a + 8)));
         const bool last = wgmma::LdShared32(pass + L::kLast) != 0u;  // uniform over the block
+        up = kSliceScale && wgmma::LdShared32(pass + L::kUp + 4 * warp) != 0u;
         wgmma::WgmmaWaitAll();
         wgmma::PinAll(acc);
-        if (x_row % 2 == 0) {  // uniform; the scales 8-byte aligned
+        if (up) {  // the products in units of the slice scales
+          if (x_row % 2 == 0) {
+            AddScaledRowsShared<kElems, false, true>(part, acc, sa, sb, stage + xs_at, q);
+          } else {
+            AddScaledRowsShared<kElems, false>(part, acc, sa, sb, stage + xs_at, q);
+          }
+        } else if (x_row % 2 == 0) {  // uniform; the scales 8-byte aligned
           rs::AddScaledShared(part, acc, sa, sb, stage + xs_at, q, kRsTokens);
         } else {
           AddScaledRowsShared(part, acc, sa, sb, stage + xs_at, q);
@@ -2762,20 +2811,22 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         ++j;
         if (last) ++c;
       }
+      // total = part (the first slice: -0 + part) or total + part; where `up`, part · slice scale
+      // (the part in units of 1, exactly) added in one rounding, as the add's.
 #pragma unroll
       for (int i = 0; i < kElems / 4; ++i) {
         const uint32_t at_i = totals + i * 128 * 16;
-        float4 sum = make_float4(part[4 * i], part[4 * i + 1], part[4 * i + 2], part[4 * i + 3]);
-        if (!first_slice) {
-          const uint4 old = wgmma::LdShared128(at_i);
-          sum.x = __fadd_rn(__uint_as_float(old.x), sum.x);
-          sum.y = __fadd_rn(__uint_as_float(old.y), sum.y);
-          sum.z = __fadd_rn(__uint_as_float(old.z), sum.z);
-          sum.w = __fadd_rn(__uint_as_float(old.w), sum.w);
+        const uint4 old = first_slice ? make_uint4(0x80000000u, 0x80000000u, 0x80000000u, 0x80000000u)
+                                      : wgmma::LdShared128(at_i);
+        float sum[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float total = __uint_as_float(e == 0 ? old.x : e == 1 ? old.y : e == 2 ? old.z : old.w);
+          sum[e] = up ? __fmaf_rn(part[4 * i + e], e < 2 ? sa : sb, total) : __fadd_rn(total, part[4 * i + e]);
+          part[4 * i + e] = 0.f;
         }
-        wgmma::StShared128(at_i, make_uint4(__float_as_uint(sum.x), __float_as_uint(sum.y), __float_as_uint(sum.z),
-                                            __float_as_uint(sum.w)));
-        part[4 * i] = part[4 * i + 1] = part[4 * i + 2] = part[4 * i + 3] = 0.f;
+        wgmma::StShared128(at_i, make_uint4(__float_as_uint(sum[0]), __float_as_uint(sum[1]), __float_as_uint(sum[2]),
+                                            __float_as_uint(sum[3])));
       }
     }
 #pragma unroll
@@ -4074,11 +4125,11 @@ std::atomic<uint64_t> g_fp4_in_block_launches{0};  // launches of it (tests)
 KernelSwitch g_fp4_in_block_rs{"DEEPINFER_FP4_IN_BLOCK_RS", 1};
 std::atomic<uint64_t> g_fp4_in_block_rs_launches{0};  // launches of it (tests)
 std::atomic<uint64_t> g_fp4_chunk_words_launches{0};  // register-fed and in-block launches reading them (tests)
-// DEEPINFER_FP4_TILE_PAIRS (read once; unset or 1: on; 0: off): the calls that would take
+// DEEPINFER_FP4_TILE_PAIRS (read once; unset or 0: off; 1: on): the calls that would take
 // ExpertsFp4RegistersTmaKernel on ExpertsFp4TilePairKernel instead (one converted weight tile for
 // two 104-token tiles; the same bits; docs/performance.md, version 55). Tests override it
 // (SetFp4TilePairsForTesting).
-KernelSwitch g_fp4_tile_pairs{"DEEPINFER_FP4_TILE_PAIRS", 1};
+KernelSwitch g_fp4_tile_pairs{"DEEPINFER_FP4_TILE_PAIRS", 0};
 std::atomic<uint64_t> g_fp4_tile_pairs_launches{0};  // launches of it (tests)
 
 // Whether an ExpertsLinear call takes ExpertsFp4InBlockKernel: FP4 experts on the FP8-input path
@@ -4191,13 +4242,14 @@ void LaunchExpertsFp4RegistersTmaOf(const ExpertsLaunch& l, const ExpertsParams&
 }
 // ExpertsFp4TilePairKernel over every item of the plan (cut in kPairTokens-row tiles; items of 64
 // weight rows), once: at most one block an SM.
-void LaunchExpertsFp4TilePairs(const ExpertsLaunch& l, ExpertsParams ep, const CUtensorMap& x_map,
-                               const CUtensorMap& xs_map) {
+template <bool kSliceScale>
+void LaunchExpertsFp4TilePairsOf(const ExpertsLaunch& l, ExpertsParams ep, const CUtensorMap& x_map,
+                                 const CUtensorMap& xs_map) {
   constexpr int kSmem = TilePair::kBytes;
   ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, kPairRows));
-  AllowDynamicSmem<ExpertsFp4TilePairKernel>(l.device, kSmem);
+  AllowDynamicSmem<ExpertsFp4TilePairKernel<kSliceScale>>(l.device, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4TilePairKernel<<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
+  ExpertsFp4TilePairKernel<kSliceScale><<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
       x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 tile pairs");
 }
@@ -4220,7 +4272,11 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   const uint32_t box_rows = static_cast<uint32_t>(l.fp4_tile_pairs ? kRsTokens : ep.tile_rows);
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, box_rows);
   if (l.fp4_tile_pairs) {
-    LaunchExpertsFp4TilePairs(l, ep, x_map, xs_map);
+    if (g_fp4_slice_scale.On()) {
+      LaunchExpertsFp4TilePairsOf<true>(l, ep, x_map, xs_map);
+    } else {
+      LaunchExpertsFp4TilePairsOf<false>(l, ep, x_map, xs_map);
+    }
     g_fp4_tile_pairs_launches.fetch_add(1);
   } else if (l.fp4_registers) {
     LaunchExpertsFp4RegistersTma(l, ep, x_map, xs_map);

@@ -196,8 +196,8 @@ uint64_t Fp4InBlockLaunchesForTesting();
 void SetFp4InBlockRegistersForTesting(int mode);
 uint64_t Fp4InBlockRegistersLaunchesForTesting();
 // Those launches instead on ExpertsFp4TilePairKernel (one converted weight tile for two 104-token
-// tiles; the same bits) on (1), off (0), or as DEEPINFER_FP4_TILE_PAIRS says (-1, the default: on
-// unless 0); and how many it has made.
+// tiles; the same bits) on (1), off (0), or as DEEPINFER_FP4_TILE_PAIRS says (-1, the default: off
+// unless 1); and how many it has made.
 void SetFp4TilePairsForTesting(int mode);
 uint64_t Fp4TilePairsLaunchesForTesting();
 // That kernel's up-shifted warps (the row scales applied once a slice where the chunk words allow
