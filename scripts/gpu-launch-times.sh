@@ -29,8 +29,8 @@ for variant in "${variants[@]}"; do
     --launch-skip 0 --launch-count "$count" --metrics gpu__time_duration.sum --csv \
     "${profiled_bench_steps[@]}" "$@" >"$log" 2>&1
   times=$(grep -E 'gpu__time_duration' "$log" | awk -F'","' '{gsub(/"/, "", $NF); printf "%s ", $NF}')
-  kernels=$(grep -E 'gpu__time_duration' "$log" | awk -F'","' '{print $5}' | sed 's/(.*//' | sort | uniq -c | tr -s ' ' |
-    tr '\n' ';')
+  kernels=$(grep -E 'gpu__time_duration' "$log" | awk -F'","' '{print $5}' | sed 's/(.*//' | sort | uniq -c |
+    tr -s ' ' | tr '\n' ';')
   echo "$name: ${times:-no launches} (ns; ${kernels})" | tee -a "$out/launch-times.txt"
   [[ -n $times ]] || tail -5 "$log"
   rm -f "$log"

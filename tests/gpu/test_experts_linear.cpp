@@ -650,7 +650,8 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
                                           << int{e8m0.second} << ", slice scales " << slice_scale);
           const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
           CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true);
-          EXPECT_GT(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel did not run";
+          EXPECT_GT(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches)
+              << "the register-fed kernel did not run";
           const uint64_t after = cuda::Fp4InBlockRegistersLaunchesForTesting();
           if (e8m0.first == 0) {
             CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0);

@@ -2519,7 +2519,9 @@ struct PairCopies {
         CpAsyncSharedOrZero<16>(dst, from, fill[i]);
       } else {
         uint32_t v[4] = {0u, 0u, 0u, 0u};
-        for (int b = 0; b < 16 && fill[i] != 0u; ++b) v[b / 4] |= static_cast<uint32_t>(__ldg(from + b)) << (8 * (b % 4));
+        for (int b = 0; b < 16 && fill[i] != 0u; ++b) {
+          v[b / 4] |= static_cast<uint32_t>(__ldg(from + b)) << (8 * (b % 4));
+        }
         wgmma::StShared128(dst, make_uint4(v[0], v[1], v[2], v[3]));
       }
     }
@@ -2731,8 +2733,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       ConvertHalfRow(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half);
       end_pass(scale, more, warp_up);
       for (int pass = 1; more; ++pass) {  // rare: the fold of each later pass from global memory
-        const ExpertTile tile{static_cast<int32_t>(note.w), static_cast<int32_t>(note.y), static_cast<int32_t>(rows), 0};
-        const Params p = TileParams<Kind::kFp4>(ep, tile);
+        const Params p = TileParams<Kind::kFp4>(
+            ep, ExpertTile{static_cast<int32_t>(note.w), static_cast<int32_t>(note.y), static_cast<int32_t>(rows), 0});
         const int64_t weight_row = static_cast<int64_t>(note.z >> 8) * kPairRows + row;
         const rs::RowFold none{0xffffu, 1.f, false};  // a row past n: every group left
         const rs::RowFold fold = weight_row < n ? rs::LaterFold(p, weight_row, c, pass) : none;
