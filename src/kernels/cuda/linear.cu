@@ -4217,55 +4217,23 @@ int InBlockUnits() {
   return chosen != 0 ? chosen : units;
 }
 
-// ExpertsFp4InBlockKernel<kP> over every item of the plan (cut in kInBlockTokens-row tiles), once.
-template <int kP>
-void LaunchExpertsFp4InBlockOf(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
-                               const CUtensorMap& xs_map) {
-  constexpr int kSmem = InBlock<kP>::kBytes;
-  AllowDynamicSmem<ExpertsFp4InBlockKernel<kP>>(l.device, kSmem);
+// kKernel, one of the FP4 experts' prefill kernels converting in the blocks (ExpertsFp4InBlockKernel,
+// ExpertsFp4RegistersTmaKernel, ExpertsFp4TilePairKernel: their parameters are alike), over every
+// item of the plan, once: at most one block an SM, `threads` threads, kSmem bytes of dynamic shared
+// memory. ep.blocks_per_tile: the kernel's items per tile.
+template <auto kKernel, int kSmem>
+void LaunchExpertsFp4Prefill(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
+                             const CUtensorMap& xs_map, int threads, const char* what) {
+  AllowDynamicSmem<kKernel>(l.device, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4InBlockKernel<kP><<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
-      x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in the blocks");
-}
-
-// ExpertsFp4RegistersTmaKernel over every item of the plan (cut in kRsTokens-row tiles), once: at
-// most one block an SM.
-template <bool kSliceScale>
-void LaunchExpertsFp4RegistersTmaOf(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
-                                    const CUtensorMap& xs_map) {
-  constexpr int kSmem = RsPrefill::kBytes;
-  AllowDynamicSmem<ExpertsFp4RegistersTmaKernel<kSliceScale>>(l.device, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4RegistersTmaKernel<kSliceScale><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem,
-                                               l.stream>>>(x_map, xs_map, ep, l.lists,
-                                                           static_cast<int32_t>(l.num_experts));
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 converted in registers");
-}
-// ExpertsFp4TilePairKernel over every item of the plan (cut in kPairTokens-row tiles; items of 64
-// weight rows), once: at most one block an SM.
-template <bool kSliceScale>
-void LaunchExpertsFp4TilePairsOf(const ExpertsLaunch& l, ExpertsParams ep, const CUtensorMap& x_map,
-                                 const CUtensorMap& xs_map) {
-  constexpr int kSmem = TilePair::kBytes;
-  ep.blocks_per_tile = static_cast<int32_t>(CeilDiv(l.params.base.n, kPairRows));
-  AllowDynamicSmem<ExpertsFp4TilePairKernel<kSliceScale>>(l.device, kSmem);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4TilePairKernel<kSliceScale><<<static_cast<unsigned>(grid), tma::kWsThreads, kSmem, l.stream>>>(
-      x_map, xs_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 tile pairs");
+  kKernel<<<static_cast<unsigned>(grid), threads, kSmem, l.stream>>>(x_map, xs_map, ep, l.lists,
+                                                                     static_cast<int32_t>(l.num_experts));
+  DI_CUDA_LAUNCH_CHECK(what);
 }
 // DEEPINFER_FP4_SLICE_SCALE = 0 or 1 (unset: 1): ExpertsFp4RegistersTmaKernel's up-shifted warps
-// (the row scales once a slice; the same bits). Tests override it (SetFp4SliceScaleForTesting).
+// (the row scales once a slice; the same bits), and ExpertsFp4TilePairKernel's. Tests override it
+// (SetFp4SliceScaleForTesting).
 KernelSwitch g_fp4_slice_scale{"DEEPINFER_FP4_SLICE_SCALE", 1};
-void LaunchExpertsFp4RegistersTma(const ExpertsLaunch& l, const ExpertsParams& ep, const CUtensorMap& x_map,
-                                  const CUtensorMap& xs_map) {
-  if (g_fp4_slice_scale.On()) {
-    LaunchExpertsFp4RegistersTmaOf<true>(l, ep, x_map, xs_map);
-  } else {
-    LaunchExpertsFp4RegistersTmaOf<false>(l, ep, x_map, xs_map);
-  }
-}
 
 void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a) {
   const Params& b = l.params.base;
@@ -4273,20 +4241,38 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   // The plan's tiles; a pair's two token tiles one box each.
   const uint32_t box_rows = static_cast<uint32_t>(l.fp4_tile_pairs ? kRsTokens : ep.tile_rows);
   const auto [x_map, xs_map] = XTensorMaps(a, b.k, box_rows);
+  const bool slice_scale = g_fp4_slice_scale.On();
   if (l.fp4_tile_pairs) {
-    if (g_fp4_slice_scale.On()) {
-      LaunchExpertsFp4TilePairsOf<true>(l, ep, x_map, xs_map);
+    ExpertsParams pairs = ep;  // items of 64 weight rows
+    pairs.blocks_per_tile = static_cast<int32_t>(CeilDiv(b.n, kPairRows));
+    constexpr const char* kWhat = "cuda::ExpertsLinear FP4 tile pairs";
+    if (slice_scale) {
+      LaunchExpertsFp4Prefill<ExpertsFp4TilePairKernel<true>, TilePair::kBytes>(l, pairs, x_map, xs_map,
+                                                                               tma::kWsThreads, kWhat);
     } else {
-      LaunchExpertsFp4TilePairsOf<false>(l, ep, x_map, xs_map);
+      LaunchExpertsFp4Prefill<ExpertsFp4TilePairKernel<false>, TilePair::kBytes>(l, pairs, x_map, xs_map,
+                                                                                tma::kWsThreads, kWhat);
     }
     g_fp4_tile_pairs_launches.fetch_add(1);
   } else if (l.fp4_registers) {
-    LaunchExpertsFp4RegistersTma(l, ep, x_map, xs_map);
+    constexpr const char* kWhat = "cuda::ExpertsLinear FP4 converted in registers";
+    if (slice_scale) {
+      LaunchExpertsFp4Prefill<ExpertsFp4RegistersTmaKernel<true>, RsPrefill::kBytes>(l, ep, x_map, xs_map,
+                                                                                    2 * wgmma::rs::kThreads, kWhat);
+    } else {
+      LaunchExpertsFp4Prefill<ExpertsFp4RegistersTmaKernel<false>, RsPrefill::kBytes>(l, ep, x_map, xs_map,
+                                                                                     2 * wgmma::rs::kThreads, kWhat);
+    }
     g_fp4_in_block_rs_launches.fetch_add(1);
-  } else if (InBlockUnits() == 2) {
-    LaunchExpertsFp4InBlockOf<2>(l, ep, x_map, xs_map);
   } else {
-    LaunchExpertsFp4InBlockOf<1>(l, ep, x_map, xs_map);
+    constexpr const char* kWhat = "cuda::ExpertsLinear FP4 converted in the blocks";
+    if (InBlockUnits() == 2) {
+      LaunchExpertsFp4Prefill<ExpertsFp4InBlockKernel<2>, InBlock<2>::kBytes>(l, ep, x_map, xs_map, tma::kWsThreads,
+                                                                              kWhat);
+    } else {
+      LaunchExpertsFp4Prefill<ExpertsFp4InBlockKernel<1>, InBlock<1>::kBytes>(l, ep, x_map, xs_map, tma::kWsThreads,
+                                                                              kWhat);
+    }
   }
   g_tma_launches.fetch_add(1);
   g_tma_ws_launches.fetch_add(1);
