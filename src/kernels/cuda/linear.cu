@@ -1673,11 +1673,10 @@ struct InBlockRaw {
 template <int kP>
 struct InBlock {
   static_assert(kP == 1 || kP == 2, "one or two units in flight");
-  // setmaxnreg's split (kP = 2: no spills at 128/184; kP = 1: 32 bytes, in the walk). ptxas holds
-  // the whole kernel to tma::kWsLaunchRegisters (168) a thread whatever the consumers' count: the split
-  // moves registers between warpgroups at run time, it does not raise that limit (a
-  // 512-thread form with two converting warpgroups had 128 registers and needed 64-token tiles:
-  // docs/performance.md, version 39).
+  // setmaxnreg's split (kP = 2: no spills at 128/184; kP = 1: 32 bytes, in the walk). ptxas gives
+  // this kernel no more than tma::kWsLaunchRegisters (168) a thread whatever the consumers' count
+  // (its waits trap on a timeout: tma::SetMaxRegistersInc); a 512-thread form with two converting
+  // warpgroups had 128 registers and needed 64-token tiles (docs/performance.md, version 39).
   static constexpr int kProducerRegisters = kP == 1 ? 96 : 128;
   static constexpr int kConsumerRegisters = kP == 1 ? 200 : 184;
   static_assert(kProducerRegisters * 128 + kConsumerRegisters * tma::kThreads <=
@@ -2427,8 +2426,8 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
 //     tile) its thread 0 has the TMA load; the stage says whether the pass is its chunk's last.
 //   - The MMA warpgroups take every load: chain, part += acc · (row scale · x scale), and at a
 //     512-column slice's end total = part (the first slice) or total + part, the totals in shared
-//     memory (acc, part and total at 104 tokens do not fit the 168 registers ptxas allows at 384
-//     threads).
+//     memory (acc, part and total at 104 tokens do not fit the 168 registers ptxas gives this
+//     kernel: tma::SetMaxRegistersInc).
 // The experts' chunk words are required. The same codes, passes, products and adds as
 // ExpertsFp4InBlockKernel, so Linear's bits.
 constexpr int kPairTokens = 2 * kRsTokens;   // the plan's tile height
@@ -2437,7 +2436,7 @@ constexpr int kPairRows = wgmma::rs::kRows;  // weight rows an item (ep.blocks_p
 struct TilePair {
   static constexpr int kStages = 4;
   static constexpr int kRawSlots = 7;  // units of the raw ring: copies kRawSlots - 1 units ahead
-  static constexpr int kConverterRegisters = 96;  // setmaxnreg's split (ptxas holds both to 168)
+  static constexpr int kConverterRegisters = 96;  // setmaxnreg's split (ptxas keeps both within 168)
   static constexpr int kMmaRegisters = 200;
   static_assert(kConverterRegisters * 128 + kMmaRegisters * tma::kThreads <=
                     tma::kWsLaunchRegisters * tma::kWsThreads,

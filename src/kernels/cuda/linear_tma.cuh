@@ -331,13 +331,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 // ahead across tile ends (a tile's stores overlap the next tile's first copies). A stage is free
 // once each of the 8 consumer warps released it (ReleaseStageByWarp): the producer waits for
 // that, not the consumers' thread 0, so neither warpgroup's MMAs wait for the other's scaling.
-// setmaxnreg gives the producer's registers to the consumers (ptxas holds the kernel to 168 at 384
-// threads).
+// setmaxnreg gives the producer's registers to the consumers (see SetMaxRegistersInc for what ptxas
+// allocates after it).
 constexpr int kWsConsumerWarps = kThreads / kWarpSize;
 constexpr int kWsThreads = kThreads + 128;  // + the producer warpgroup (registers go by warpgroups)
 
 // setmaxnreg: the registers per thread of the calling warpgroup from here on (a multiple of 8 in
-// 24..256; every warp of the warpgroup executes it).
+// 24..256; every warp of the warpgroup executes it). ptxas can allocate up to the raised count in
+// the code the .inc dominates, beyond the launch's 168 (2026-12-06, CUDA 13.0: a 384-thread kernel
+// with 200 live floats after `.inc 232` used R0-R211 and spilled nothing, 552 bytes without it).
+// It did not where that code waits through BarrierWaitAt (whose timeout calls __trap()): the kernel
+// stayed within R165 and spilled (branch wip/rs-ws; with a spin wait instead, R204-R229). The
+// kernels here that use it wait through BarrierWaitAt, so their consumers get no more than 168.
 template <int kRegisters>
 __device__ __forceinline__ void SetMaxRegistersInc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
