@@ -342,7 +342,7 @@ constexpr int kWsThreads = kThreads + 128;  // + the producer warpgroup (registe
 // with 200 live floats after `.inc 232` used R0-R211 and spilled nothing, 552 bytes without it).
 // It did not where that code waits through BarrierWaitAt (whose timeout calls __trap()): the kernel
 // stayed within R165 and spilled (branch wip/rs-ws; with a spin wait instead, R204-R229). The
-// kernels here that use it wait through BarrierWaitAt, so their consumers get no more than 168.
+// FP4 in-block and tile-pair kernels, which wait through it, stay within R159 and R151.
 template <int kRegisters>
 __device__ __forceinline__ void SetMaxRegistersInc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
