@@ -2312,10 +2312,8 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     }
     rs::RowFragment(from + row_a, entry(rs::GroupShift(wa, q), ua), tables, f, 0);
     rs::RowFragment(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(wb, q), ub), tables, f, 1);
-    // 2^(top - up): the chunk scale where up = 0 (a row past n: its zero word, scale 0), else the
-    // slice scale (top 1-254: a normal float's exponent bits alone).
-    sa = __uint_as_float((wa & rs::kChunkWordScaleBits) - (ua << 23));
-    sb = __uint_as_float((wb & rs::kChunkWordScaleBits) - (ub << 23));
+    sa = rs::ChunkWordScale(wa, ua);
+    sb = rs::ChunkWordScale(wb, ub);
   };
   auto issue = [&](uint32_t v, const uint32_t (&f)[16]) {
     tma::BarrierWaitAt(full_at(v), (v / kRsXStages) & 1u);
@@ -2724,9 +2722,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         warp_up = __all_sync(0xffffffffu, up != cpu::kSliceNoUpShift);
         if (!warp_up) up = 0u;
       }
-      // 2^(top - up): the chunk scale where up = 0 (a row past n: its zero word, scale 0), else the
-      // slice scale (top 1-254).
-      const float scale = __uint_as_float((word & rs::kChunkWordScaleBits) - (up << 23));
+      const float scale = rs::ChunkWordScale(word, up);  // the chunk scale, or the slice scale where up
       const uint32_t nibbles = raw + L::kNibbles + PairCopies::RowHalf(row, half);
       const uint32_t row_addr = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
       ConvertHalfRow(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half);

@@ -154,8 +154,11 @@ constexpr uint32_t kChunkWordScaleBits = 0x7fc00000u;
 __device__ __forceinline__ uint32_t ChunkWordOf(uint32_t fold_word) {
   return (fold_word & 0xffffu) | __float_as_uint(RowScaleOfFoldWord(fold_word));
 }
-__device__ __forceinline__ float ChunkWordScale(uint32_t chunk_word) {
-  return __uint_as_float(chunk_word & kChunkWordScaleBits);
+// The row scale of a chunk word: 2^(top - up), the chunk scale where up = 0 (a row past n: its
+// zero word, scale 0), else its slice scale for an up-shift `up` (top 1-254: a normal float's
+// exponent bits alone, so subtracting from them divides by 2^up exactly).
+__device__ __forceinline__ float ChunkWordScale(uint32_t chunk_word, uint32_t up = 0u) {
+  return __uint_as_float((chunk_word & kChunkWordScaleBits) - (up << 23));
 }
 
 // The chunk words written at load (linear.cu's Fp4ChunkWordsKernel) also hold, in bits 16-19 (clear
