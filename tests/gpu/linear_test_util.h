@@ -155,6 +155,8 @@ using ScopedFp4InBlockRegisters = ScopedSwitch<cuda::SetFp4InBlockRegistersForTe
 using ScopedFp4SliceScale = ScopedSwitch<cuda::SetFp4SliceScaleForTesting>;
 // Those calls on the kernel with one converted weight tile for two token tiles instead.
 using ScopedFp4TilePairs = ScopedSwitch<cuda::SetFp4TilePairsForTesting>;
+// Those calls on BF16 MMAs with the scales folded (other bits than Linear's).
+using ScopedFp4Bf16 = ScopedSwitch<cuda::SetFp4Bf16ForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

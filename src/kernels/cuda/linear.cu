@@ -289,6 +289,7 @@ constexpr int DuplicateLaneMask() {
 #include "kernels/cuda/linear_mma.cuh"
 #include "kernels/cuda/linear_wgmma.cuh"
 #include "kernels/cuda/linear_wgmma_rs.cuh"
+#include "kernels/cuda/linear_wgmma_fp4bf16.cuh"
 #include "kernels/cuda/linear_tma.cuh"
 #include "kernels/cuda/linear_wgmma_split.cuh"
 
@@ -2403,6 +2404,235 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
 #endif
 }
 
+// ---- FP4 experts on BF16 MMAs, every scale folded into the operands ----------------------------
+//
+// ExpertsFp4Bf16Kernel (DEEPINFER_FP4_BF16, off by default): ExpertsFp4RegistersTmaKernel's items,
+// walk, warps and copies (kRsTokens-token tiles × 128 weight rows, warpgroup w rows n0 + 64w ..,
+// each thread the group q of its rows g and g + 8), but each output is one chain of m64n104k16 BF16
+// MMAs over all of K (linear_wgmma_fp4bf16.cuh): the A fragment is the nibbles times their group
+// scale, exact in BF16, and x comes as act_quant's values in BF16 (QuantizeRowsBf16Kernel, the BF16
+// order), so no part, total or scale-add is left after the MMAs. Unit u = the u-th (item, chunk):
+//   - each warp copies its 16 rows' nibbles and group bytes of unit u + kBf16Ahead into a ring of its
+//     own (cp.async; rows past n zero-filled), and lane 0 of warp (u + kBf16Ahead) % 8 has the TMA
+//     load that unit's x halves (columns 0-63 and 64-127 of the chunk in the BF16 order, 104 rows ×
+//     128 bytes each, 128-byte swizzle) into the block's x ring;
+//   - the chunk's two halves (four k16 steps each) have fragments of their own, so that half h of
+//     unit u + 1 is converted while half 1 - h of unit u is in the MMAs.
+// Group bytes above fp4bf16::kMaxGroupByte (scales above 2) are not converted exactly: the kernel
+// then traps (the host takes this path only where the switch asks for it).
+constexpr int kBf16Ahead = 4;    // units whose copies are in flight ahead
+constexpr int kBf16Slots = 6;    // a warp's copy ring
+constexpr int kBf16XStages = 6;  // the x ring
+static_assert(kBf16Slots >= kBf16Ahead + 1 && kBf16XStages >= kBf16Ahead + 2, "rings deep enough for the copies ahead");
+
+struct Bf16Prefill {
+  static constexpr int kXHalfBytes = kRsTokens * 128;  // 64 BF16 columns of the tile's tokens
+  static constexpr int kXStageBytes = 2 * kXHalfBytes;
+  static constexpr int kBarriers = kBf16XStages * kXStageBytes;  // full[], then empty[]
+  static constexpr int kCopies = kBarriers + 2 * kBf16XStages * 8;
+  static constexpr int kScalesAt = wgmma::rs::kWarpStageBytes;  // a slot: 16 rows' nibbles, then their group bytes
+  static constexpr int kSlotBytes = kScalesAt + wgmma::rs::kWarpRows * 4;
+  static constexpr int kWarpRingBytes = kBf16Slots * kSlotBytes;
+  static constexpr int kWarps = 2 * wgmma::rs::kThreads / kWarpSize;
+  static constexpr int kBytes = kCopies + kWarps * kWarpRingBytes + 1024;  // + base alignment
+  static_assert(kXHalfBytes % 1024 == 0, "each half at the swizzle's alignment");
+  static_assert(kCopies % 16 == 0 && kSlotBytes % 16 == 0, "16-byte copies");
+  static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
+};
+
+// grid: at most one block per SM; 256 threads, Bf16Prefill::kBytes of dynamic shared memory.
+// x_map: BF16 [m_pad][k] (QuantizeRowsBf16Kernel's), boxes of 64 columns × kRsTokens rows, 128-byte
+// swizzle; ep: FP4 experts with e8m0 scales, K % 128 == 0, the scale rows 4-byte aligned; the plan cut
+// in kRsTokens-row tiles; experts [0, e_end).
+__global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
+    ExpertsFp4Bf16Kernel(const __grid_constant__ CUtensorMap x_map, const ExpertsParams ep, const TileLists lists,
+                         int32_t e_end) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
+#else
+  using L = Bf16Prefill;
+  namespace rs = wgmma::rs;
+  namespace f4b = wgmma::fp4bf16;
+  constexpr int kElems = kRsTokens / 2;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  CheckPlan(ep);
+  const int tid = threadIdx.x;
+  const int wg = tid / rs::kThreads, warp = (tid % rs::kThreads) / kWarpSize, lane = tid % kWarpSize;
+  const int g = lane / 4, q = lane % 4;
+  const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
+  const int64_t n = ep.base.n;
+  const uint32_t base = tma::SmemAddress(smem);
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
+  auto full_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (u % kBf16XStages); };
+  auto empty_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (kBf16XStages + u % kBf16XStages); };
+  auto x_stage = [&](uint32_t u) { return base + (u % kBf16XStages) * L::kXStageBytes; };
+  const uint32_t ring = base + L::kCopies + (tid / kWarpSize) * L::kWarpRingBytes;
+  auto slot = [&](uint32_t u) { return ring + (u % kBf16Slots) * L::kSlotBytes; };
+  const uint32_t x_desc_hi = wgmma::DescriptorHigh();
+  if (tid == 0) {
+    tma::PrefetchTensorMap(&x_map);
+    for (int s = 0; s < kBf16XStages; ++s) {
+      tma::BarrierInit(&bars[s], 1);
+      tma::BarrierInit(&bars[kBf16XStages + s], L::kWarps);
+    }
+    tma::FenceBarrierInit();
+  }
+  __syncthreads();
+  // Waits that leave only through their barrier: a timeout's exit among MMAs in flight makes ptxas
+  // serialize them (docs/performance.md, version 56).
+  auto spin = [](uint32_t bar, uint32_t parity) {
+    while (!tma::BarrierTryWaitAt(bar, parity)) {
+    }
+  };
+
+  // ---- the copies: this warp's rows of the fetch walk's unit, and one lane's x loads
+  const SharedItemWalk walks(ep, lists, e_end);
+  SharedItemWalk::Cursor fetch_at = walks.First(ep);
+  ExpertTile ft{};
+  int64_t fn0 = 0;
+  int fc = 0;
+  bool fetching = chunks > 0 && walks.Next(lists, fetch_at, ft, fn0);
+  auto copies_of = [&] { return rs::WarpCopies(TileParams<Kind::kFp4>(ep, ft), fn0 + 64 * wg, warp, lane); };
+  rs::WarpCopies copies = copies_of();
+  // The source of the zero-filling copies (none of it read): a valid global address.
+  const uint8_t* const any_valid = reinterpret_cast<const uint8_t*>(ep.weights);
+  const uint8_t* scales_src = any_valid;  // lanes 0-15: their row's chunk 0 group bytes
+  uint32_t scale_fill = 0;
+  bool scales_aligned = true;  // the expert's scale rows 4-byte aligned (the row stride is: host)
+  auto begin_fetch_item = [&] {
+    copies = copies_of();
+    const Params p = TileParams<Kind::kFp4>(ep, ft);
+    const int64_t row = fn0 + 64 * wg + 16 * warp + lane % 16;
+    scale_fill = row < n ? 4u : 0u;
+    scales_src = row < n ? p.scale + row * p.scale_row_stride : any_valid;
+    scales_aligned = (reinterpret_cast<uintptr_t>(p.scale) & 3u) == 0;
+  };
+  if (fetching) begin_fetch_item();
+  uint32_t fetched = 0, units = 0;
+  auto fetch = [&] {
+    if (fetching) {
+      const uint32_t to = slot(fetched);
+      copies.Load(to, fc, lane, any_valid);
+      if (scales_aligned) {
+        CpAsyncSharedOrZeroIf<4>(lane < 16, to + L::kScalesAt + 4 * lane,
+                                 scales_src + 4 * (scale_fill != 0u ? fc : 0), scale_fill);
+      } else if (lane < 16) {  // read by this warp after its wait and __syncwarp, as the copies
+        uint32_t bytes = 0u;
+        for (int b = 0; b < 4 && scale_fill != 0u; ++b) bytes |= uint32_t{__ldg(scales_src + 4 * fc + b)} << (8 * b);
+        wgmma::StShared32(to + L::kScalesAt + 4 * lane, bytes);
+      }
+      if (lane == 0 && tid / kWarpSize == static_cast<int>(fetched % L::kWarps)) {  // the warps take turns
+        if (fetched >= kBf16XStages) spin(empty_at(fetched), (fetched / kBf16XStages - 1) & 1u);
+        uint64_t* full = &bars[fetched % kBf16XStages];
+        uint8_t* stage = smem + (fetched % kBf16XStages) * L::kXStageBytes;
+        tma::BarrierArriveExpectTx(full, L::kXStageBytes);
+        tma::TmaLoad2d(stage, &x_map, full, fc * wgmma::kChunk, ft.row0);
+        tma::TmaLoad2d(stage + L::kXHalfBytes, &x_map, full, fc * wgmma::kChunk + 64, ft.row0);
+      }
+      ++units;
+      if (++fc == chunks) {
+        fc = 0;
+        fetching = walks.Next(lists, fetch_at, ft, fn0);
+        if (fetching) begin_fetch_item();
+      }
+    }
+    CpAsyncCommit();
+    ++fetched;
+  };
+  for (int i = 0; i < kBf16Ahead; ++i) fetch();
+  if (units == 0) {  // uniform
+    CpAsyncWaitAll();
+    return;
+  }
+
+  // ---- the MMAs
+  SharedItemWalk::Cursor walk_at = walks.First(ep);
+  ExpertTile t{};
+  int64_t n0 = 0;
+  bool have = walks.Next(lists, walk_at, t, n0);
+  float acc[kElems];
+#pragma unroll
+  for (int i = 0; i < kElems; ++i) acc[i] = 0.f;
+  uint32_t fa[16], fb[16];
+  uint4 nib_a, nib_b;         // unit v's group q of rows g and g + 8 (both halves)
+  uint32_t mult_a, mult_b;    // their BF16 multipliers
+  uint32_t bytes_seen = 0;    // the largest group byte converted
+  const uint32_t row_a = g * rs::kRowBytes + 16 * q;
+  // Unit v's words and multipliers (its copies landed: kBf16Ahead - 1 later groups may fly), then
+  // its half 0 into fa.
+  auto convert_first = [&](uint32_t v) {
+    CpAsyncWait<kBf16Ahead - 1>();
+    __syncwarp();
+    const uint32_t from = slot(v);
+    nib_a = wgmma::LdShared128(from + row_a);
+    nib_b = wgmma::LdShared128(from + row_a + 8 * rs::kRowBytes);
+    const uint32_t ea = (wgmma::LdShared32(from + L::kScalesAt + 4 * g) >> (8 * q)) & 0xffu;
+    const uint32_t eb = (wgmma::LdShared32(from + L::kScalesAt + 4 * (g + 8)) >> (8 * q)) & 0xffu;
+    bytes_seen = max(bytes_seen, max(ea, eb));
+    mult_a = f4b::GroupMultiplier(ea);
+    mult_b = f4b::GroupMultiplier(eb);
+    f4b::WordToSteps(nib_a.x, mult_a, fa, 0);
+    f4b::WordToSteps(nib_b.x, mult_b, fa, 1);
+    f4b::WordToSteps(nib_a.y, mult_a, fa + 8, 0);
+    f4b::WordToSteps(nib_b.y, mult_b, fa + 8, 1);
+  };
+  auto convert_second = [&] {
+    f4b::WordToSteps(nib_a.z, mult_a, fb, 0);
+    f4b::WordToSteps(nib_b.z, mult_b, fb, 1);
+    f4b::WordToSteps(nib_a.w, mult_a, fb + 8, 0);
+    f4b::WordToSteps(nib_b.w, mult_b, fb + 8, 1);
+  };
+  // Half h's four k16 steps of unit v from fragment f; fresh: the item's first (from zero).
+  auto issue = [&](uint32_t v, int h, const uint32_t (&f)[16], uint32_t fresh) {
+    __syncwarp();  // converged for the aligned MMAs
+    wgmma::WgmmaFence();
+    const uint32_t lo = wgmma::DescriptorLow(x_stage(v) + h * L::kXHalfBytes);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      f4b::MmaM64N104K16Bf16Rs(acc, f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3], lo + 2 * s, x_desc_hi,
+                              s == 0 ? 1u - fresh : 1u);
+    }
+    wgmma::WgmmaCommit();
+  };
+  auto release = [&](uint32_t v) {
+    __syncwarp();  // the warp's MMAs on the stage done
+    if (lane == 0) tma::BarrierArriveAt(empty_at(v));
+  };
+  uint32_t u = 0;
+  while (have) {
+    convert_first(u);
+    spin(full_at(u), (u / kBf16XStages) & 1u);
+    issue(u, 0, fa, 1u);
+    convert_second();
+    issue(u, 1, fb, 0u);
+    fetch();
+    for (int c = 1; c < chunks; ++c) {
+      ++u;
+      wgmma::WgmmaWait<1>();  // unit u - 1's half 0 done: fa free
+      convert_first(u);
+      spin(full_at(u), (u / kBf16XStages) & 1u);
+      issue(u, 0, fa, 0u);
+      wgmma::WgmmaWait<1>();  // unit u - 1's half 1 done: fb free, its x stage read
+      release(u - 1);
+      convert_second();
+      issue(u, 1, fb, 0u);
+      fetch();
+    }
+    wgmma::WgmmaWaitAll();
+    wgmma::PinAll(acc);
+    release(u);
+    const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
+    wgmma::StoreBlockResult<kRsTokens>(tp, n0 + 64 * wg + 16 * warp + g, 0, q, [&](int i) { return acc[i]; });
+    ++u;
+    have = walks.Next(lists, walk_at, t, n0);
+  }
+  CpAsyncWaitAll();
+  if (bytes_seen > static_cast<uint32_t>(f4b::kMaxGroupByte)) __trap();
+#endif
+}
+
 // ---- FP4 experts: one converted tile for two token tiles ---------------------------------------
 //
 // ExpertsFp4TilePairKernel: every item (kPairTokens-token tile × 64 weight rows) of every expert in
@@ -3910,6 +4140,7 @@ struct ExpertsLaunch {
   bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (96)
   bool fp4_registers = false;  // of those, converted in registers (ExpertsFp4RegistersTmaKernel, 104)
   bool fp4_tile_pairs = false;  // instead, one converted tile for two token tiles (ExpertsFp4TilePairKernel, 208)
+  bool fp4_bf16 = false;  // instead, on BF16 MMAs with the scales folded (ExpertsFp4Bf16Kernel, 104)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
@@ -4275,6 +4506,41 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
 }
 
+// DEEPINFER_FP4_BF16 = 0 or 1 (read once; unset: 0): the FP4 experts that the register-fed kernel
+// would take run on ExpertsFp4Bf16Kernel instead, its x written by QuantizeRowsBf16Kernel into the
+// codes scratch (Fp4Bf16XBytes). Other bits than the FP8-input path's (the exact products in one
+// chain a row): a measurement, not a default (docs/performance.md, version 57). Tests override it
+// (SetFp4Bf16ForTesting).
+KernelSwitch g_fp4_bf16{"DEEPINFER_FP4_BF16", 0};
+std::atomic<uint64_t> g_fp4_bf16_launches{0};  // launches of it (tests)
+
+// The codes scratch ExpertsFp4Bf16Kernel's x takes: BF16 [ExpertsPaddedRows][k].
+int64_t Fp4Bf16XBytes(int64_t rows_bound, int64_t k) { return wgmma::ExpertsPaddedRows(rows_bound) * k * 2; }
+
+void LaunchExpertsFp4Bf16(const ExpertsLaunch& l, const ExpertsParams& ep) {
+  const Params& b = l.params.base;
+  if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
+  const int64_t m_pad = wgmma::ExpertsPaddedRows(b.m);
+  auto* x_bf16 = static_cast<__nv_bfloat16*>(l.codes);
+  const int64_t quant_blocks = CeilDiv(m_pad * (b.k / wgmma::kChunk), 256 / kWarpSize);
+  if (quant_blocks > 0x7fffffff) Fail("too many rows for one launch");
+  wgmma::fp4bf16::QuantizeRowsBf16Kernel<<<static_cast<unsigned>(quant_blocks), 256, 0, l.stream>>>(
+      b.x, b.ldx, b.m, m_pad, b.k, b.x_vec, x_bf16);
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear act_quant to BF16");
+  const uint64_t dims[2] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(m_pad)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(b.k) * 2};
+  const uint32_t box[2] = {64, static_cast<uint32_t>(kRsTokens)};
+  const CUtensorMap x_map =
+      TensorMap(x_bf16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  AllowDynamicSmem<ExpertsFp4Bf16Kernel>(l.device, Bf16Prefill::kBytes);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  ExpertsFp4Bf16Kernel<<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, Bf16Prefill::kBytes, l.stream>>>(
+      x_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 on BF16 MMAs");
+  g_fp4_bf16_launches.fetch_add(1);
+  g_tma_launches.fetch_add(1);
+}
+
 // FP4 experts, pre-folded in groups of as many experts as the codes scratch holds after x's
 // codes: per group PreFoldKernel, then the GEMM over the items of the group's experts (every block
 // walks all items and skips the others'): ExpertsPreFoldedTmaKernel where l.tma_tokens says so,
@@ -4419,13 +4685,16 @@ template <Kind K>
 void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   if (l.capacity.total == 0) return;
   const Params& b = l.params.base;
-  const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
-                                                K == Kind::kFp4, l.codes, l.stream);
   ExpertsParams ep = l.params;
   ep.count = nullptr;
   ep.tiles = nullptr;
   const int64_t blocks_per_tile = CeilDiv(b.n, wgmma::kBlockRows);
   ep.blocks_per_tile = static_cast<int32_t>(blocks_per_tile);
+  if constexpr (K == Kind::kFp4) {
+    if (l.fp4_bf16) return LaunchExpertsFp4Bf16(l, ep);
+  }
+  const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
+                                                K == Kind::kFp4, l.codes, l.stream);
   if constexpr (K == Kind::kFp4) {
     // Read by the in-block and register-fed kernels (Fp4ChunkWordsBytes: K within
     // wgmma::rs::kMaxChunks chunks).
@@ -4584,7 +4853,9 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   l.fp4_in_block = Fp4InBlockFor(kind, l.path, scale_f32, rows_bound, num_experts, k, codes, codes_bytes,
                                  l.folded != nullptr);
   l.fp4_registers = l.fp4_in_block && Fp4RegistersPrefillFor(l.chunk_words != nullptr, num_experts, n, k);
-  l.fp4_tile_pairs = l.fp4_registers && g_fp4_tile_pairs.On();
+  l.fp4_bf16 = l.fp4_registers && g_fp4_bf16.On() &&
+               static_cast<int64_t>(codes_bytes) >= Fp4Bf16XBytes(rows_bound, k) && layout.scale_row_stride % 4 == 0;
+  l.fp4_tile_pairs = l.fp4_registers && !l.fp4_bf16 && g_fp4_tile_pairs.On();
   l.tma_tokens = l.fp4_in_block ? 0
                                 : ExpertsTmaTokensFor(kind, l.path, scale_f32, rows_bound, num_experts, n, k, codes,
                                                       codes_bytes, l.folded != nullptr);
@@ -4932,6 +5203,8 @@ void SetFp4InBlockRegistersForTesting(int mode) {
 }
 
 uint64_t Fp4InBlockRegistersLaunchesForTesting() { return g_fp4_in_block_rs_launches.load(); }
+void SetFp4Bf16ForTesting(int mode) { g_fp4_bf16.SetForTesting(mode, "SetFp4Bf16ForTesting"); }
+uint64_t Fp4Bf16LaunchesForTesting() { return g_fp4_bf16_launches.load(); }
 
 void SetFp4TilePairsForTesting(int mode) { g_fp4_tile_pairs.SetForTesting(mode, "SetFp4TilePairsForTesting"); }
 uint64_t Fp4TilePairsLaunchesForTesting() { return g_fp4_tile_pairs_launches.load(); }

@@ -1,0 +1,128 @@
+// The FP4 experts' products on BF16 warpgroup MMAs with every scale folded into the operands
+// (`DEEPINFER_FP4_BF16`, off by default; docs/performance.md, version 57). Included by linear.cu after
+// linear_wgmma_rs.cuh.
+//
+// An FP4 weight value e2m1 · 2^(e - 127) (e its group's e8m0 byte) and an act_quant'ed x value
+// e4m3 · 2^s (ue8m0 scales) are both exact in BF16 (8 significant bits, f32's exponent range, its
+// subnormals down to 2^-133), and their product exact in f32. So where the group bytes are at most
+// kFp4Bf16MaxGroupByte, each output is one chain of k16 MMAs over all of K from +0, with no per-chunk
+// scale-adds: the sum of the exact products in wgmma's f32 accumulation, the same values cpu::Linear
+// sums (a different order, and so different bits from the FP8-input path's, which rounds a part per
+// 128 columns).
+//
+// The BF16 order of a 128-column chunk (x is written in it, the weight's nibbles stay as stored): A
+// fragment thread q of k16 step S = 2s + h holds, for each of its rows, the group q's columns
+// 32q + 8s + {2h, 2h + 4} (register a0 / a1: the pair's low and high halves) and
+// 32q + 8s + {2h + 1, 2h + 5} (a2 / a3). So nibble word s of the row's group q (columns 8s .. 8s + 7)
+// gives steps 2s and 2s + 1, and x's column c of the chunk sits at Fp4Bf16Position(c).
+#pragma once
+
+#include <cuda_bf16.h>
+
+namespace wgmma {
+namespace fp4bf16 {
+
+// The largest group byte the one-multiply conversion takes exactly (its multiplier 2^(e - 1) must be
+// a BF16 normal): scales up to 2, far above any trained FP4 expert's.
+constexpr int kMaxGroupByte = 128;
+
+// Where column c (0-127) of a chunk sits in the BF16 order: k16 step S at positions 16S .. 16S + 15.
+__host__ __device__ constexpr int Fp4Bf16Position(int c) {
+  const int q = c / 32, s = (c % 32) / 8, i = c % 8;
+  const int h = (i % 4) / 2, pair = i % 2, high = i / 4;
+  return 16 * (2 * s + h) + 2 * q + 8 * pair + high;
+}
+__host__ __device__ constexpr bool Fp4Bf16OrderIsAPermutation() {
+  bool seen[128] = {};
+  for (int c = 0; c < 128; ++c) {
+    const int p = Fp4Bf16Position(c);
+    if (p < 0 || p >= 128 || seen[p]) return false;
+    seen[p] = true;
+  }
+  return true;
+}
+static_assert(Fp4Bf16OrderIsAPermutation(), "the BF16 order permutes a chunk's columns");
+static_assert(Fp4Bf16Position(0) == 0 && Fp4Bf16Position(4) == 1 && Fp4Bf16Position(1) == 8 &&
+                  Fp4Bf16Position(2) == 16 && Fp4Bf16Position(32) == 2 && Fp4Bf16Position(127) == 127,
+              "thread 0's step 0 holds columns 0, 4 (a0) and 1, 5 (a2); step 1 columns 2, 6 and 3, 7");
+
+// The BF16 pair multiplier of group byte e (0 <= e <= kMaxGroupByte): 2^(e - 1) in both halves.
+__device__ __forceinline__ uint32_t GroupMultiplier(uint32_t e) {
+  const uint32_t half = (e + 126u) << 7;
+  return half | (half << 16);
+}
+
+// BF16 pair `pair` (0-3) of nibble word w (nibble i = bits 4i .. 4i + 3, sign in the top bit): the low
+// half nibble `pair`, the high half nibble pair + 4, each e2m1 · 2^(e - 127) for the multiplier of e.
+// The nibble's magnitude bits placed at BF16 bits 6-8 (exponent bits 0-1 and the mantissa's top bit)
+// with its sign at bit 15 read as ±e2m1 · 2^-126 (a subnormal for e2m1's own subnormal 0.5); the
+// multiply by 2^(e - 1) is exact.
+template <int kPair>
+__device__ __forceinline__ uint32_t PairOfWord(uint32_t w, uint32_t multiplier) {
+  constexpr int kMagShift = 6 - 4 * kPair, kSignShift = 12 - 4 * kPair;
+  const uint32_t mag = (kMagShift >= 0 ? w << kMagShift : w >> -kMagShift) & 0x01c001c0u;
+  const uint32_t placed = mag | ((w << kSignShift) & 0x80008000u);
+  uint32_t out;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(out) : "r"(placed), "r"(multiplier));
+  return out;
+}
+
+// Steps 2s and 2s + 1's registers of one row (lo = 0: row g, a0 / a2; 1: row g + 8, a1 / a3) from
+// its group's nibble word s, into frag[4·step + ...] of a fragment holding `steps` from step 2s on.
+__device__ __forceinline__ void WordToSteps(uint32_t w, uint32_t multiplier, uint32_t* frag, int lo) {
+  frag[0 + lo] = PairOfWord<0>(w, multiplier);
+  frag[2 + lo] = PairOfWord<1>(w, multiplier);
+  frag[4 + lo] = PairOfWord<2>(w, multiplier);
+  frag[6 + lo] = PairOfWord<3>(w, multiplier);
+}
+
+// d (+)= A·B for one k16 step, m64n104k16, bf16 × bf16 → f32, A from registers (this thread's
+// fragment), B (x, K-major, 128-byte swizzle) from shared memory by descriptor words; scale_d 0
+// starts from zero.
+__device__ __forceinline__ void MmaM64N104K16Bf16Rs(float (&d)[52], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                    uint32_t a3, uint32_t desc_lo, uint32_t desc_hi,
+                                                    uint32_t scale_d) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 desc;\n"
+      "mov.b64 desc, {%56, %57};\n"
+      "setp.ne.b32 p, %58, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n104k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22,"
+      " %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43,"
+      " %44, %45, %46, %47, %48, %49, %50, %51}, {%52, %53, %54, %55}, desc, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(desc_lo), "r"(desc_hi), "r"(scale_d));
+}
+
+// act_quant of x's m rows (zeros for rows m .. m_pad - 1) as BF16 values code · scale, each chunk in
+// the BF16 order: out [m_pad][k]. One warp per (row, chunk), lane l quantizing columns 4l .. 4l + 3 as
+// QuantizeRowsKernel does (the same codes and scales).
+__global__ void __launch_bounds__(256) QuantizeRowsBf16Kernel(const float* __restrict__ x, int64_t ldx, int64_t m,
+                                                              int64_t m_pad, int64_t k, bool x_vec,
+                                                              __nv_bfloat16* __restrict__ out) {
+  PdlPrologue();
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t chunks = k / kChunk;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (item >= m_pad * chunks) return;  // uniform per warp
+  const int64_t row = item / chunks, c = item % chunks;
+  const QuantizedUnit u = QuantizeLoaded(LoadUnit(x, ldx, m, row, c * kChunk + 4 * lane, x_vec));
+  __nv_bfloat16* chunk = out + row * k + c * kChunk;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const float v = __fmul_rn(DecodeE4m3(static_cast<uint8_t>(u.codes >> (8 * b))), u.scale);  // exact
+    chunk[Fp4Bf16Position(4 * lane + b)] = __float2bfloat16_rn(v);                               // exact
+  }
+}
+
+}  // namespace fp4bf16
+}  // namespace wgmma
