@@ -127,6 +127,15 @@ class ScopedFp4InBlock {
   ScopedFp4InBlock(const ScopedFp4InBlock&) = delete;
   ScopedFp4InBlock& operator=(const ScopedFp4InBlock&) = delete;
 };
+// cuda::SetFp4Bf16ForTesting(mode, tokens) for the scope (the FP4 experts on BF16 MMAs with the scales
+// folded: other bits than Linear's), then back to the environment's.
+class ScopedFp4Bf16 {
+ public:
+  explicit ScopedFp4Bf16(int mode, int tokens = 0) { cuda::SetFp4Bf16ForTesting(mode, tokens); }
+  ~ScopedFp4Bf16() { cuda::SetFp4Bf16ForTesting(-1); }
+  ScopedFp4Bf16(const ScopedFp4Bf16&) = delete;
+  ScopedFp4Bf16& operator=(const ScopedFp4Bf16&) = delete;
+};
 // cuda::SetGroupedBf16ForTesting(mode, piece_rows) for the scope, then back to the environment's.
 class ScopedGroupedBf16 {
  public:
@@ -155,8 +164,6 @@ using ScopedFp4InBlockRegisters = ScopedSwitch<cuda::SetFp4InBlockRegistersForTe
 using ScopedFp4SliceScale = ScopedSwitch<cuda::SetFp4SliceScaleForTesting>;
 // Those calls on the kernel with one converted weight tile for two token tiles instead.
 using ScopedFp4TilePairs = ScopedSwitch<cuda::SetFp4TilePairsForTesting>;
-// Those calls on BF16 MMAs with the scales folded (other bits than Linear's).
-using ScopedFp4Bf16 = ScopedSwitch<cuda::SetFp4Bf16ForTesting>;
 ::testing::AssertionResult WithinOrderBound(const std::vector<float>& got, const std::vector<float>& want,
                                             const std::vector<float>& sabs, int64_t k, const std::string& what);
 // The same with the bound c·S given.

@@ -686,9 +686,10 @@ TEST(CudaExpertsLinearFp8, PreFoldedTmaFp4EqualsLinear) {
 
 // The FP4 experts on BF16 MMAs with their scales folded (ExpertsFp4Bf16Kernel, DEEPINFER_FP4_BF16):
 // every output within the order bound of cpu::Linear's (the exact products of the act_quant'ed x and
-// the weight, summed in another order), over K of 1, 3 and 8 chunks, token tiles of 1-104 rows and
-// two, weight rows past a 64-row block, strided x and y, and e8m0 scales from the usual range, 18
-// binades and the largest bytes the kernel takes (120-128). The chunk words only select the path.
+// the weight, summed in another order), on 104- and 208-token tiles, over K of 1, 3 and 8 chunks,
+// experts of 0-200 rows (one tile, two, and 105 = 104 + 1), weight rows past a 64-row block, strided
+// x and y, and e8m0 scales from the usual range, 18 binades and the largest bytes the kernel takes
+// (120-128). The chunk words only select the path.
 TEST(CudaExpertsLinearFp8, Fp4Bf16WithinTheOrderBound) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -700,21 +701,23 @@ TEST(CudaExpertsLinearFp8, Fp4Bf16WithinTheOrderBound) {
   ScopedTmaKernels tma(1, 64);
   ScopedTmaWarpSpecialized ws(1);
   ScopedFp4TilePairs pairs(0);
-  ScopedFp4Bf16 bf16(1);
   uint64_t seed = 5750;
-  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
-    for (const std::pair<uint8_t, uint8_t> e8m0 : {std::pair<uint8_t, uint8_t>{0, 0}, {110, 128}, {120, 128}}) {
-      ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
-      SCOPED_TRACE(testing::Message() << "BF16 MMAs, K " << k << ", e8m0 " << int{e8m0.first} << "-"
-                                      << int{e8m0.second});
-      const uint64_t launches = cuda::Fp4Bf16LaunchesForTesting();
-      const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
-      CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true, false,
-                   /*linear_bits=*/false);
-      EXPECT_GT(cuda::Fp4Bf16LaunchesForTesting(), launches) << "the BF16 kernel did not run";
-      EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel ran";
-      CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7, 8}, 0, false, /*chunk_words=*/true, false,
-                   /*linear_bits=*/false);
+  for (const int tokens : {104, 208}) {
+    ScopedFp4Bf16 bf16(1, tokens);
+    for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+      for (const std::pair<uint8_t, uint8_t> e8m0 : {std::pair<uint8_t, uint8_t>{0, 0}, {110, 128}, {120, 128}}) {
+        ExpertPool pool(kFp4, experts, 200, k, ++seed, 0, 28, 3, e8m0);
+        SCOPED_TRACE(testing::Message() << "BF16 MMAs on " << tokens << "-token tiles, K " << k << ", e8m0 "
+                                        << int{e8m0.first} << "-" << int{e8m0.second});
+        const uint64_t launches = cuda::Fp4Bf16LaunchesForTesting();
+        const uint64_t rs_launches = cuda::Fp4InBlockRegistersLaunchesForTesting();
+        CheckExperts(pool, counts, bound, k, 200, ++seed, {}, 0, false, /*chunk_words=*/true, false,
+                     /*linear_bits=*/false);
+        EXPECT_GT(cuda::Fp4Bf16LaunchesForTesting(), launches) << "the BF16 kernel did not run";
+        EXPECT_EQ(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs_launches) << "the register-fed kernel ran";
+        CheckExperts(pool, counts, bound, k + 5, 203, ++seed, {0, 2, 7, 8}, 0, false, /*chunk_words=*/true, false,
+                     /*linear_bits=*/false);
+      }
     }
   }
 }

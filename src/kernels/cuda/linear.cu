@@ -2412,27 +2412,30 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
 // MMAs over all of K (linear_wgmma_fp4bf16.cuh): the A fragment is the nibbles times their group
 // scale, exact in BF16, and x comes as act_quant's values in BF16 (QuantizeRowsBf16Kernel, the BF16
 // order), so no part, total or scale-add is left after the MMAs. Unit u = the u-th (item, chunk):
-//   - each warp copies its 16 rows' nibbles and group bytes of unit u + kBf16Ahead into a ring of its
-//     own (cp.async; rows past n zero-filled), and lane 0 of warp (u + kBf16Ahead) % 8 has the TMA
+//   - each warp copies its 16 rows' nibbles and group bytes of unit u + kAhead into a ring of its
+//     own (cp.async; rows past n zero-filled), and lane 0 of warp (u + kAhead) % 8 has the TMA
 //     load that unit's x halves (columns 0-63 and 64-127 of the chunk in the BF16 order, 104 rows ×
 //     128 bytes each, 128-byte swizzle) into the block's x ring;
 //   - the chunk's two halves (four k16 steps each) have fragments of their own, so that half h of
 //     unit u + 1 is converted while half 1 - h of unit u is in the MMAs.
 // Group bytes above fp4bf16::kMaxGroupByte (scales above 2) are not converted exactly: the kernel
 // then traps (the host takes this path only where the switch asks for it).
-constexpr int kBf16Ahead = 4;    // units whose copies are in flight ahead
-constexpr int kBf16Slots = 6;    // a warp's copy ring
-constexpr int kBf16XStages = 6;  // the x ring
-static_assert(kBf16Slots >= kBf16Ahead + 1 && kBf16XStages >= kBf16Ahead + 2, "rings deep enough for the copies ahead");
-
+// kTok: the tile's tokens, 104 (kRsTokens: an expert's ~192 rows at the 8k prefill are two tiles) or
+// 208 (kPairTokens: one tile, so each weight chunk is converted once for twice the MMAs, on a
+// shallower x ring).
+template <int kTok>
 struct Bf16Prefill {
-  static constexpr int kXHalfBytes = kRsTokens * 128;  // 64 BF16 columns of the tile's tokens
+  static constexpr int kAhead = kTok == kRsTokens ? 4 : 2;    // units whose copies are in flight ahead
+  static constexpr int kSlots = kTok == kRsTokens ? 6 : 4;    // a warp's copy ring
+  static constexpr int kXStages = kTok == kRsTokens ? 6 : 3;  // the x ring
+  static_assert(kSlots >= kAhead + 1 && kXStages >= kAhead + 1, "rings deep enough for the copies ahead");
+  static constexpr int kXHalfBytes = kTok * 128;  // 64 BF16 columns of the tile's tokens
   static constexpr int kXStageBytes = 2 * kXHalfBytes;
-  static constexpr int kBarriers = kBf16XStages * kXStageBytes;  // full[], then empty[]
-  static constexpr int kCopies = kBarriers + 2 * kBf16XStages * 8;
+  static constexpr int kBarriers = kXStages * kXStageBytes;  // full[], then empty[]
+  static constexpr int kCopies = kBarriers + 2 * kXStages * 8;
   static constexpr int kScalesAt = wgmma::rs::kWarpStageBytes;  // a slot: 16 rows' nibbles, then their group bytes
   static constexpr int kSlotBytes = kScalesAt + wgmma::rs::kWarpRows * 4;
-  static constexpr int kWarpRingBytes = kBf16Slots * kSlotBytes;
+  static constexpr int kWarpRingBytes = kSlots * kSlotBytes;
   static constexpr int kWarps = 2 * wgmma::rs::kThreads / kWarpSize;
   static constexpr int kBytes = kCopies + kWarps * kWarpRingBytes + 1024;  // + base alignment
   static_assert(kXHalfBytes % 1024 == 0, "each half at the swizzle's alignment");
@@ -2440,10 +2443,11 @@ struct Bf16Prefill {
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// grid: at most one block per SM; 256 threads, Bf16Prefill::kBytes of dynamic shared memory.
-// x_map: BF16 [m_pad][k] (QuantizeRowsBf16Kernel's), boxes of 64 columns × kRsTokens rows, 128-byte
-// swizzle; ep: FP4 experts with e8m0 scales, K % 128 == 0, the scale rows 4-byte aligned; the plan cut
-// in kRsTokens-row tiles; experts [0, e_end).
+// grid: at most one block per SM; 256 threads, Bf16Prefill<kTok>::kBytes of dynamic shared memory.
+// x_map: BF16 [m_pad][k] (QuantizeRowsBf16Kernel's), boxes of 64 columns × kTok rows, 128-byte
+// swizzle; ep: FP4 experts with e8m0 scales, K % 128 == 0, the scale row stride a multiple of 4; the
+// plan cut in kTok-row tiles; experts [0, e_end).
+template <int kTok>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4Bf16Kernel(const __grid_constant__ CUtensorMap x_map, const ExpertsParams ep, const TileLists lists,
                          int32_t e_end) {
@@ -2451,10 +2455,10 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
 #else
-  using L = Bf16Prefill;
+  using L = Bf16Prefill<kTok>;
   namespace rs = wgmma::rs;
   namespace f4b = wgmma::fp4bf16;
-  constexpr int kElems = kRsTokens / 2;
+  constexpr int kElems = kTok / 2;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
   CheckPlan(ep);
@@ -2465,17 +2469,17 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   const int64_t n = ep.base.n;
   const uint32_t base = tma::SmemAddress(smem);
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
-  auto full_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (u % kBf16XStages); };
-  auto empty_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (kBf16XStages + u % kBf16XStages); };
-  auto x_stage = [&](uint32_t u) { return base + (u % kBf16XStages) * L::kXStageBytes; };
+  auto full_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (u % L::kXStages); };
+  auto empty_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (L::kXStages + u % L::kXStages); };
+  auto x_stage = [&](uint32_t u) { return base + (u % L::kXStages) * L::kXStageBytes; };
   const uint32_t ring = base + L::kCopies + (tid / kWarpSize) * L::kWarpRingBytes;
-  auto slot = [&](uint32_t u) { return ring + (u % kBf16Slots) * L::kSlotBytes; };
+  auto slot = [&](uint32_t u) { return ring + (u % L::kSlots) * L::kSlotBytes; };
   const uint32_t x_desc_hi = wgmma::DescriptorHigh();
   if (tid == 0) {
     tma::PrefetchTensorMap(&x_map);
-    for (int s = 0; s < kBf16XStages; ++s) {
+    for (int s = 0; s < L::kXStages; ++s) {
       tma::BarrierInit(&bars[s], 1);
-      tma::BarrierInit(&bars[kBf16XStages + s], L::kWarps);
+      tma::BarrierInit(&bars[L::kXStages + s], L::kWarps);
     }
     tma::FenceBarrierInit();
   }
@@ -2524,9 +2528,9 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
         wgmma::StShared32(to + L::kScalesAt + 4 * lane, bytes);
       }
       if (lane == 0 && tid / kWarpSize == static_cast<int>(fetched % L::kWarps)) {  // the warps take turns
-        if (fetched >= kBf16XStages) spin(empty_at(fetched), (fetched / kBf16XStages - 1) & 1u);
-        uint64_t* full = &bars[fetched % kBf16XStages];
-        uint8_t* stage = smem + (fetched % kBf16XStages) * L::kXStageBytes;
+        if (fetched >= L::kXStages) spin(empty_at(fetched), (fetched / L::kXStages - 1) & 1u);
+        uint64_t* full = &bars[fetched % L::kXStages];
+        uint8_t* stage = smem + (fetched % L::kXStages) * L::kXStageBytes;
         tma::BarrierArriveExpectTx(full, L::kXStageBytes);
         tma::TmaLoad2d(stage, &x_map, full, fc * wgmma::kChunk, ft.row0);
         tma::TmaLoad2d(stage + L::kXHalfBytes, &x_map, full, fc * wgmma::kChunk + 64, ft.row0);
@@ -2541,7 +2545,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     CpAsyncCommit();
     ++fetched;
   };
-  for (int i = 0; i < kBf16Ahead; ++i) fetch();
+  for (int i = 0; i < L::kAhead; ++i) fetch();
   if (units == 0) {  // uniform
     CpAsyncWaitAll();
     return;
@@ -2560,10 +2564,10 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   uint32_t mult_a, mult_b;    // their BF16 multipliers
   uint32_t bytes_seen = 0;    // the largest group byte converted
   const uint32_t row_a = g * rs::kRowBytes + 16 * q;
-  // Unit v's words and multipliers (its copies landed: kBf16Ahead - 1 later groups may fly), then
+  // Unit v's words and multipliers (its copies landed: L::kAhead - 1 later groups may fly), then
   // its half 0 into fa.
   auto convert_first = [&](uint32_t v) {
-    CpAsyncWait<kBf16Ahead - 1>();
+    CpAsyncWait<L::kAhead - 1>();
     __syncwarp();
     const uint32_t from = slot(v);
     nib_a = wgmma::LdShared128(from + row_a);
@@ -2591,7 +2595,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     const uint32_t lo = wgmma::DescriptorLow(x_stage(v) + h * L::kXHalfBytes);
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      f4b::MmaM64N104K16Bf16Rs(acc, f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3], lo + 2 * s, x_desc_hi,
+      f4b::MmaBf16Rs<kTok>(acc, f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3], lo + 2 * s, x_desc_hi,
                               s == 0 ? 1u - fresh : 1u);
     }
     wgmma::WgmmaCommit();
@@ -2603,7 +2607,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   uint32_t u = 0;
   while (have) {
     convert_first(u);
-    spin(full_at(u), (u / kBf16XStages) & 1u);
+    spin(full_at(u), (u / L::kXStages) & 1u);
     issue(u, 0, fa, 1u);
     convert_second();
     issue(u, 1, fb, 0u);
@@ -2612,7 +2616,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
       ++u;
       wgmma::WgmmaWait<1>();  // unit u - 1's half 0 done: fa free
       convert_first(u);
-      spin(full_at(u), (u / kBf16XStages) & 1u);
+      spin(full_at(u), (u / L::kXStages) & 1u);
       issue(u, 0, fa, 0u);
       wgmma::WgmmaWait<1>();  // unit u - 1's half 1 done: fb free, its x stage read
       release(u - 1);
@@ -2624,7 +2628,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     wgmma::PinAll(acc);
     release(u);
     const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
-    wgmma::StoreBlockResult<kRsTokens>(tp, n0 + 64 * wg + 16 * warp + g, 0, q, [&](int i) { return acc[i]; });
+    wgmma::StoreBlockResult<kTok>(tp, n0 + 64 * wg + 16 * warp + g, 0, q, [&](int i) { return acc[i]; });
     ++u;
     have = walks.Next(lists, walk_at, t, n0);
   }
@@ -4517,6 +4521,32 @@ std::atomic<uint64_t> g_fp4_bf16_launches{0};  // launches of it (tests)
 // The codes scratch ExpertsFp4Bf16Kernel's x takes: BF16 [ExpertsPaddedRows][k].
 int64_t Fp4Bf16XBytes(int64_t rows_bound, int64_t k) { return wgmma::ExpertsPaddedRows(rows_bound) * k * 2; }
 
+// DEEPINFER_FP4_BF16_TOKENS = 104 or 208 (read once; unset: 104): ExpertsFp4Bf16Kernel's tile tokens.
+// Tests override it (SetFp4Bf16ForTesting).
+std::atomic<int> g_fp4_bf16_tokens_for_testing{0};
+int Fp4Bf16Tokens() {
+  static const int tokens = EnvEither("DEEPINFER_FP4_BF16_TOKENS", kRsTokens, kPairTokens);
+  const int chosen = g_fp4_bf16_tokens_for_testing.load();
+  return chosen != 0 ? chosen : tokens;
+}
+
+template <int kTok>
+void LaunchExpertsFp4Bf16Tiles(const ExpertsLaunch& l, const ExpertsParams& ep, const __nv_bfloat16* x_bf16,
+                               int64_t m_pad) {
+  const Params& b = l.params.base;
+  const uint64_t dims[2] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(m_pad)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(b.k) * 2};
+  const uint32_t box[2] = {64, static_cast<uint32_t>(kTok)};
+  const CUtensorMap x_map =
+      TensorMap(x_bf16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+  constexpr int kSmem = Bf16Prefill<kTok>::kBytes;
+  AllowDynamicSmem<ExpertsFp4Bf16Kernel<kTok>>(l.device, kSmem);
+  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  ExpertsFp4Bf16Kernel<kTok><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+      x_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 on BF16 MMAs");
+}
+
 void LaunchExpertsFp4Bf16(const ExpertsLaunch& l, const ExpertsParams& ep) {
   const Params& b = l.params.base;
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
@@ -4527,16 +4557,11 @@ void LaunchExpertsFp4Bf16(const ExpertsLaunch& l, const ExpertsParams& ep) {
   wgmma::fp4bf16::QuantizeRowsBf16Kernel<<<static_cast<unsigned>(quant_blocks), 256, 0, l.stream>>>(
       b.x, b.ldx, b.m, m_pad, b.k, b.x_vec, x_bf16);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear act_quant to BF16");
-  const uint64_t dims[2] = {static_cast<uint64_t>(b.k), static_cast<uint64_t>(m_pad)};
-  const uint64_t strides[1] = {static_cast<uint64_t>(b.k) * 2};
-  const uint32_t box[2] = {64, static_cast<uint32_t>(kRsTokens)};
-  const CUtensorMap x_map =
-      TensorMap(x_bf16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
-  AllowDynamicSmem<ExpertsFp4Bf16Kernel>(l.device, Bf16Prefill::kBytes);
-  const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
-  ExpertsFp4Bf16Kernel<<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, Bf16Prefill::kBytes, l.stream>>>(
-      x_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 on BF16 MMAs");
+  if (l.params.tile_rows == kPairTokens) {
+    LaunchExpertsFp4Bf16Tiles<kPairTokens>(l, ep, x_bf16, m_pad);
+  } else {
+    LaunchExpertsFp4Bf16Tiles<kRsTokens>(l, ep, x_bf16, m_pad);
+  }
   g_fp4_bf16_launches.fetch_add(1);
   g_tma_launches.fetch_add(1);
 }
@@ -4863,6 +4888,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   // experts converted in the blocks (kRsTokens where in registers), 128 for the TMA-fed pre-folded
   // kernel at 128 tokens: either is then certain to run (ExpertsTmaTokensFor).
   const int32_t tile_rows = l.path != Path::kFp8 ? kTileM
+                            : l.fp4_bf16          ? Fp4Bf16Tokens()
                             : l.fp4_tile_pairs    ? kPairTokens
                             : l.fp4_registers     ? kRsTokens
                             : l.fp4_in_block      ? kInBlockTokens
@@ -5203,7 +5229,11 @@ void SetFp4InBlockRegistersForTesting(int mode) {
 }
 
 uint64_t Fp4InBlockRegistersLaunchesForTesting() { return g_fp4_in_block_rs_launches.load(); }
-void SetFp4Bf16ForTesting(int mode) { g_fp4_bf16.SetForTesting(mode, "SetFp4Bf16ForTesting"); }
+void SetFp4Bf16ForTesting(int mode, int tokens) {
+  if (tokens != 0 && tokens != kRsTokens && tokens != kPairTokens) Fail("SetFp4Bf16ForTesting: 0, 104 or 208 tokens");
+  g_fp4_bf16.SetForTesting(mode, "SetFp4Bf16ForTesting");
+  g_fp4_bf16_tokens_for_testing.store(tokens);
+}
 uint64_t Fp4Bf16LaunchesForTesting() { return g_fp4_bf16_launches.load(); }
 
 void SetFp4TilePairsForTesting(int mode) { g_fp4_tile_pairs.SetForTesting(mode, "SetFp4TilePairsForTesting"); }

@@ -195,9 +195,9 @@ uint64_t Fp4InBlockLaunchesForTesting();
 // DEEPINFER_FP4_IN_BLOCK_RS says (-1, the default: on unless 0); and how many it has made.
 void SetFp4InBlockRegistersForTesting(int mode);
 uint64_t Fp4InBlockRegistersLaunchesForTesting();
-// DEEPINFER_FP4_BF16's choice for this process (0 or 1; -1: back to the environment's), and the
-// launches of ExpertsFp4Bf16Kernel so far.
-void SetFp4Bf16ForTesting(int mode);
+// DEEPINFER_FP4_BF16's choice for this process (0 or 1; -1: back to the environment's) and its tile
+// tokens (104 or 208; 0: DEEPINFER_FP4_BF16_TOKENS's), and the launches of ExpertsFp4Bf16Kernel so far.
+void SetFp4Bf16ForTesting(int mode, int tokens = 0);
 uint64_t Fp4Bf16LaunchesForTesting();
 // Those launches instead on ExpertsFp4TilePairKernel (one converted weight tile for two 104-token
 // tiles; the same bits) on (1), off (0), or as DEEPINFER_FP4_TILE_PAIRS says (-1, the default: off
