@@ -4521,11 +4521,12 @@ std::atomic<uint64_t> g_fp4_bf16_launches{0};  // launches of it (tests)
 // The codes scratch ExpertsFp4Bf16Kernel's x takes: BF16 [ExpertsPaddedRows][k].
 int64_t Fp4Bf16XBytes(int64_t rows_bound, int64_t k) { return wgmma::ExpertsPaddedRows(rows_bound) * k * 2; }
 
-// DEEPINFER_FP4_BF16_TOKENS = 104 or 208 (read once; unset: 104): ExpertsFp4Bf16Kernel's tile tokens.
-// Tests override it (SetFp4Bf16ForTesting).
+// DEEPINFER_FP4_BF16_TOKENS = 208 or 104 (read once; unset: 208): ExpertsFp4Bf16Kernel's tile tokens
+// (measured on the H100, 2026-12-06, layer 0's w1/w3 at the 8k prefill: 2.82 ms at 208, 3.99 at 104;
+// docs/performance.md, version 57). Tests override it (SetFp4Bf16ForTesting).
 std::atomic<int> g_fp4_bf16_tokens_for_testing{0};
 int Fp4Bf16Tokens() {
-  static const int tokens = EnvEither("DEEPINFER_FP4_BF16_TOKENS", kRsTokens, kPairTokens);
+  static const int tokens = EnvEither("DEEPINFER_FP4_BF16_TOKENS", kPairTokens, kRsTokens);
   const int chosen = g_fp4_bf16_tokens_for_testing.load();
   return chosen != 0 ? chosen : tokens;
 }
