@@ -2406,16 +2406,18 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
 
 // ---- FP4 experts on BF16 MMAs, every scale folded into the operands ----------------------------
 //
-// ExpertsFp4Bf16Kernel (DEEPINFER_FP4_BF16, off by default): ExpertsFp4RegistersTmaKernel's items,
-// walk, warps and copies (kRsTokens-token tiles × 128 weight rows, warpgroup w rows n0 + 64w ..,
-// each thread the group q of its rows g and g + 8), but each output is one chain of m64n104k16 BF16
-// MMAs over all of K (linear_wgmma_fp4bf16.cuh): the A fragment is the nibbles times their group
-// scale, exact in BF16, and x comes as act_quant's values in BF16 (QuantizeRowsBf16Kernel, the BF16
-// order), so no part, total or scale-add is left after the MMAs. Unit u = the u-th (item, chunk):
+// ExpertsFp4Bf16Kernel<kTok> (DEEPINFER_FP4_BF16, off by default): ExpertsFp4RegistersTmaKernel's
+// items, walk, warps and copies (kTok-token tiles × 128 weight rows, warpgroup w rows n0 + 64w ..,
+// each thread the group q of its rows g and g + 8), but each output is one chain of m64n{kTok}k16
+// BF16 MMAs over all of K (linear_wgmma_fp4bf16.cuh): the A fragment is the nibbles times their
+// group scale, exact in BF16, and x comes as act_quant's values in BF16 (QuantizeRowsBf16Kernel, the
+// BF16 order), so no part, total or scale-add is left after the MMAs: other bits than Linear's (the
+// decode kernels keep the FP8 path, so the switch gives up batch invariance). Unit u = the u-th
+// (item, chunk):
 //   - each warp copies its 16 rows' nibbles and group bytes of unit u + kAhead into a ring of its
 //     own (cp.async; rows past n zero-filled), and lane 0 of warp (u + kAhead) % 8 has the TMA
-//     load that unit's x halves (columns 0-63 and 64-127 of the chunk in the BF16 order, 104 rows ×
-//     128 bytes each, 128-byte swizzle) into the block's x ring;
+//     load that unit's x halves (columns 0-63 and 64-127 of the chunk in the BF16 order, kTok rows
+//     × 128 bytes each, 128-byte swizzle) into the block's x ring;
 //   - the chunk's two halves (four k16 steps each) have fragments of their own, so that half h of
 //     unit u + 1 is converted while half 1 - h of unit u is in the MMAs.
 // Group bytes above fp4bf16::kMaxGroupByte (scales above 2) are not converted exactly: the kernel
