@@ -4146,7 +4146,7 @@ struct ExpertsLaunch {
   bool fp4_in_block = false;  // instead, converted in the blocks of ExpertsFp4InBlockKernel (96)
   bool fp4_registers = false;  // of those, converted in registers (ExpertsFp4RegistersTmaKernel, 104)
   bool fp4_tile_pairs = false;  // instead, one converted tile for two token tiles (ExpertsFp4TilePairKernel, 208)
-  bool fp4_bf16 = false;  // instead, on BF16 MMAs with the scales folded (ExpertsFp4Bf16Kernel, 104)
+  bool fp4_bf16 = false;  // instead, on BF16 MMAs with the scales folded (ExpertsFp4Bf16Kernel, 208 or 104)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
