@@ -264,11 +264,45 @@ size_t ExpertsLinearCodesBytes(const OpContext& ctx, int64_t rows_bound, const E
   return 0;
 }
 
+bool ExpertsLinearTakesBf16X(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input,
+                             const TensorView& codes) {
+#if DEEPINFER_HAS_CUDA
+  if (ctx.on_cuda() && !w.experts.empty() && !codes.empty() && w.folded.data() == nullptr) {
+    return cuda::ExpertsLinearTakesBf16X(rows_bound, static_cast<int64_t>(w.experts.size()), ToDevice(w.experts[0]),
+                                         MathOf(ctx, input), codes.raw(), codes.nbytes(),
+                                         w.chunk_words.data() != nullptr);
+  }
+#else
+  (void)rows_bound, (void)w, (void)input, (void)codes;
+#endif
+  (void)ctx;
+  return false;
+}
+
+void MoeGatherBf16(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, const TensorView& offsets,
+                   int64_t top_k, const TensorView& expert_weights, const TensorView& codes,
+                   const TensorView& row_weights) {
+  CheckDevice(ctx, "moe_gather", {&x, &sorted_slots, &offsets, &expert_weights, &codes, &row_weights});
+  const int64_t d = x.ndim() == 2 ? x.size(1) : 0, bound = sorted_slots.numel(), num_experts = offsets.numel() - 1;
+  DI_CHECK(x.ndim() == 2 && x.dtype() == DType::kF32 && x.stride(1) == 1, "moe_gather: x {} must be f32 rows",
+           x.ShapeString());
+  DI_CHECK(sorted_slots.dtype() == DType::kI32 && offsets.dtype() == DType::kI32 && num_experts >= 0 &&
+               row_weights.numel() >= bound,
+           "moe_gather: I32 slots and offsets [E+1], and {} row weights for {} slots", row_weights.numel(), bound);
+  DI_ON_CUDA(ctx, "moe_gather",
+             cuda::GatherQuantizeRowsBf16(x.data<float>(), x.stride(0), d, sorted_slots.data<int32_t>(),
+                                          offsets.data<int32_t>() + num_experts, top_k, bound,
+                                          expert_weights.data<float>(), row_weights.data<float>(), codes.raw(),
+                                          codes.nbytes(), ctx.stream));
+  DI_CHECK(false, "moe_gather: the BF16 rows in the codes are a GPU path");
+}
+
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
                    const TensorView& y, const TensorView& scratch, LinearInput input, bool plan_in_scratch,
-                   const TensorView& codes) {
+                   const TensorView& codes, bool x_in_codes) {
   (void)input;
   (void)plan_in_scratch;
+  DI_CHECK(!x_in_codes || ctx.on_cuda(), "experts_linear: x in the codes is a GPU path");
   CheckDevice(ctx, "experts_linear", {&x, &offsets, &y, &scratch, &codes});
   const int64_t num_experts = offsets.numel() - 1, rows = x.size(0);
   DI_CHECK(offsets.dtype() == DType::kI32 && offsets.is_contiguous() &&
@@ -293,7 +327,8 @@ void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& 
                                  codes.empty() ? 0 : codes.nbytes(),
                                  MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.folded.data() : nullptr,
                                  MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.chunk_words.data() : nullptr,
-                                 MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.fp4_tiles.data() : nullptr));
+                                 MathOf(ctx, input) == cuda::LinearMath::kFp8Act ? w.fp4_tiles.data() : nullptr,
+                                 x_in_codes));
   const int32_t* off = offsets.data<int32_t>();
   for (int64_t e = 0; e < num_experts; ++e) {
     const int64_t r0 = std::clamp<int64_t>(off[e], 0, rows), r1 = std::clamp<int64_t>(off[e + 1], r0, rows);

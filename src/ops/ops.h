@@ -278,10 +278,20 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
 // comes back to the host (kernels/cuda/linear.h).
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
                    const TensorView& y, const TensorView& scratch, LinearInput input = LinearInput::kAsIs,
-                   bool plan_in_scratch = false, const TensorView& codes = TensorView());
+                   bool plan_in_scratch = false, const TensorView& codes = TensorView(), bool x_in_codes = false);
 size_t ExpertsLinearScratchBytes(int64_t rows_bound, int64_t num_experts);
 // Codes bytes ExpertsLinear can use for rows_bound rows (0 on the CPU and where no kernel uses any).
 size_t ExpertsLinearCodesBytes(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input);
+// Whether ExpertsLinear on the GPU takes the FP4 experts on BF16 MMAs for rows_bound rows with these
+// codes (cuda::ExpertsLinearTakesBf16X, DEEPINFER_FP4_BF16): then MoeGatherBf16 can write x into the
+// codes and the call take x_in_codes (x is then not read). False on the CPU.
+bool ExpertsLinearTakesBf16X(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input,
+                             const TensorView& codes);
+// MoeGather's rows for such a call, act_quant'ed as BF16 into `codes` (cuda::GatherQuantizeRowsBf16),
+// and its row weights; xe is not written. CUDA only.
+void MoeGatherBf16(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, const TensorView& offsets,
+                   int64_t top_k, const TensorView& expert_weights, const TensorView& codes,
+                   const TensorView& row_weights);
 // out[t] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot]] (+ shared[t]).
 void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,
                 int64_t top_k, const TensorView& shared, const TensorView& out);

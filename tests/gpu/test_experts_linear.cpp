@@ -722,6 +722,92 @@ TEST(CudaExpertsLinearFp8, Fp4Bf16WithinTheOrderBound) {
   }
 }
 
+// The gather that writes the BF16 kernel's x itself (cuda::GatherQuantizeRowsBf16, the MoE's
+// x_in_codes) gives the bits of the gathered f32 rows quantized inside ExpertsLinear, and
+// MoeGather's row weights: 200 tokens routed top-3 over 9 FP4 experts (above 64 rows an expert, so
+// the in-block kernels run), K of 3 and 8 chunks, both tile sizes. Without the switch the query is
+// false and a call that says x is in the codes fails.
+TEST(CudaExpertsLinearFp8, GatheredBf16RowsGiveTheSameBits) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  ScopedFp4InBlock converted(1, 2);
+  ScopedFp4InBlockRegisters registers(1);
+  ScopedTmaKernels tma(1, 64);
+  ScopedTmaWarpSpecialized ws(1);
+  ScopedFp4TilePairs pairs(0);
+  constexpr int64_t kTokens = 200, kTopK = 3, kExperts = 9, kN = 200;
+  const int64_t bound = kTokens * kTopK;
+  std::mt19937_64 rng(5901);
+  // Slots t·k + j of each token's k distinct experts, sorted by expert (stable), as MoeAlign sorts.
+  std::vector<std::pair<int32_t, int32_t>> by_expert;  // (expert, slot)
+  std::vector<int32_t> pool_ids(kExperts);
+  for (int64_t t = 0; t < kTokens; ++t) {
+    std::iota(pool_ids.begin(), pool_ids.end(), 0);
+    for (int64_t j = 0; j < kTopK; ++j) {
+      std::swap(pool_ids[j], pool_ids[j + rng() % (kExperts - j)]);
+      by_expert.emplace_back(pool_ids[j], static_cast<int32_t>(t * kTopK + j));
+    }
+  }
+  std::stable_sort(by_expert.begin(), by_expert.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<int32_t> sorted_slots, counts(kExperts, 0);
+  for (const auto& [e, slot] : by_expert) {
+    sorted_slots.push_back(slot);
+    ++counts[e];
+  }
+  const std::vector<int32_t> off = Offsets(counts);
+  const std::vector<float> expert_weights = RandomFloats(static_cast<size_t>(bound), 5902);
+  DeviceArray<int32_t> dslots(sorted_slots), doff(off);
+  DeviceArray<float> dweights(expert_weights);
+  uint64_t seed = 5910;
+  for (const int tokens : {208, 104}) {
+    for (const int64_t k : {int64_t{384}, int64_t{1024}}) {
+      SCOPED_TRACE(testing::Message() << tokens << "-token tiles, K " << k);
+      ExpertPool pool(kFp4, kExperts, kN, k, ++seed);
+      const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens * k), ++seed);
+      std::vector<float> xe(static_cast<size_t>(bound * k));
+      for (int64_t r = 0; r < bound; ++r) {
+        std::copy_n(x.begin() + (sorted_slots[r] / kTopK) * k, k, xe.begin() + r * k);
+      }
+      DeviceArray<float> dx(x), dxe(xe), dy_in(static_cast<size_t>(bound * kN)), dy_codes(dy_in.size());
+      DeviceArray<float> drow_weights(static_cast<size_t>(bound));
+      DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(bound, kExperts));
+      const size_t codes_bytes =
+          cuda::ExpertsLinearCodesBytes(bound, kExperts, pool.Device(0), cuda::LinearMath::kFp8Act);
+      DeviceArray<uint8_t> codes(codes_bytes);
+      const size_t words_bytes = cuda::Fp4ChunkWordsBytes(pool.Device(0), kExperts, cuda::LinearMath::kFp8Act);
+      DeviceArray<uint8_t> words(words_bytes);
+      cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), kExperts, words.get(), words_bytes, nullptr);
+      auto run = [&](float* y, bool x_in_codes) {
+        cuda::ExpertsLinear(dxe.get(), k, bound, doff.get(), kExperts, pool.table(),
+                            pool.Device(0), y, kN, scratch.get(), nullptr, cuda::LinearMath::kFp8Act, false,
+                            codes.get(), codes_bytes, nullptr, words.get(), nullptr, x_in_codes);
+      };
+      {
+        ScopedFp4Bf16 off_switch(0);
+        EXPECT_FALSE(cuda::ExpertsLinearTakesBf16X(bound, kExperts, pool.Device(0), cuda::LinearMath::kFp8Act,
+                                                   codes.get(), codes_bytes, true));
+        EXPECT_ANY_THROW(run(dy_codes.get(), true)) << "x in the codes without the BF16 kernel";
+      }
+      ScopedFp4Bf16 bf16(1, tokens);
+      ASSERT_TRUE(cuda::ExpertsLinearTakesBf16X(bound, kExperts, pool.Device(0), cuda::LinearMath::kFp8Act,
+                                                codes.get(), codes_bytes, true));
+      const uint64_t launches = cuda::Fp4Bf16LaunchesForTesting();
+      run(dy_in.get(), false);
+      cuda::GatherQuantizeRowsBf16(dx.get(), k, k, dslots.get(), doff.get() + kExperts, kTopK, bound, dweights.get(),
+                                   drow_weights.get(), codes.get(), codes_bytes, nullptr);
+      run(dy_codes.get(), true);
+      EXPECT_EQ(cuda::Fp4Bf16LaunchesForTesting(), launches + 2) << "both calls on the BF16 kernel";
+      EXPECT_TRUE(AllEqual(Bits(dy_codes.ToHost()), Bits(dy_in.ToHost()), "x gathered into the codes vs quantized"));
+      const std::vector<float> row_weights = drow_weights.ToHost();
+      for (int64_t r = 0; r < bound; ++r) {
+        ASSERT_EQ(row_weights[r], expert_weights[sorted_slots[r]]) << "row weight " << r;
+      }
+    }
+  }
+}
+
 // The chunk words written at load carry, per row and chunk, pass 0's shifts (bits 0-15) and the
 // row's up-shift in its slice (bits 16-19), as cpu::FirstFoldPassWord and cpu::SliceUpShift give
 // them from the weight's e8m0 scales: at K of 3 chunks (one partial slice), 8 (two slices) and 10,

@@ -4147,6 +4147,7 @@ struct ExpertsLaunch {
   bool fp4_registers = false;  // of those, converted in registers (ExpertsFp4RegistersTmaKernel, 104)
   bool fp4_tile_pairs = false;  // instead, one converted tile for two token tiles (ExpertsFp4TilePairKernel, 208)
   bool fp4_bf16 = false;  // instead, on BF16 MMAs with the scales folded (ExpertsFp4Bf16Kernel, 208 or 104)
+  bool x_in_codes = false;  // there, x already in the codes scratch (GatherQuantizeRowsBf16)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
@@ -4555,11 +4556,13 @@ void LaunchExpertsFp4Bf16(const ExpertsLaunch& l, const ExpertsParams& ep) {
   if (b.k > 0x7fffffff || b.n > 0x7fffffff) Fail("FP4 experts too large for 32-bit coordinates");
   const int64_t m_pad = wgmma::ExpertsPaddedRows(b.m);
   auto* x_bf16 = static_cast<__nv_bfloat16*>(l.codes);
-  const int64_t quant_blocks = CeilDiv(m_pad * (b.k / wgmma::kChunk), 256 / kWarpSize);
-  if (quant_blocks > 0x7fffffff) Fail("too many rows for one launch");
-  wgmma::fp4bf16::QuantizeRowsBf16Kernel<<<static_cast<unsigned>(quant_blocks), 256, 0, l.stream>>>(
-      b.x, b.ldx, b.m, m_pad, b.k, b.x_vec, x_bf16);
-  DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear act_quant to BF16");
+  if (!l.x_in_codes) {
+    const int64_t quant_blocks = CeilDiv(m_pad * (b.k / wgmma::kChunk), 256 / kWarpSize);
+    if (quant_blocks > 0x7fffffff) Fail("too many rows for one launch");
+    wgmma::fp4bf16::QuantizeRowsBf16Kernel<<<static_cast<unsigned>(quant_blocks), 256, 0, l.stream>>>(
+        b.x, b.ldx, b.m, m_pad, b.k, b.x_vec, x_bf16);
+    DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear act_quant to BF16");
+  }
   if (l.params.tile_rows == kPairTokens) {
     LaunchExpertsFp4Bf16Tiles<kPairTokens>(l, ep, x_bf16, m_pad);
   } else {
@@ -4834,10 +4837,24 @@ size_t ExpertsLinearPreFoldCodesBytes(int64_t rows_bound, int64_t num_experts, c
   return static_cast<size_t>(PreFoldOffset(rows_bound, layout.in_features) + group * lay.ExpertBytes());
 }
 
+// Whether an ExpertsLinear call takes ExpertsFp4Bf16Kernel: the register-fed kernel's conditions
+// (Fp4InBlockFor, Fp4RegistersPrefillFor), the switch, the codes scratch holding x in BF16, and scale
+// rows whose stride keeps them 4-byte aligned.
+bool Fp4Bf16For(const DeviceWeight& layout, int64_t rows_bound, int64_t num_experts, LinearMath math,
+                const void* codes, size_t codes_bytes, bool folded, bool chunk_words) {
+  const Kind kind = KindOf(layout);
+  const int64_t n = layout.out_features, k = layout.in_features;
+  const bool scale_f32 = layout.scale_dtype == DType::kF32;
+  const Path path = PathFor(math, kind, scale_f32, k);
+  return Fp4InBlockFor(kind, path, scale_f32, rows_bound, num_experts, k, codes, codes_bytes, folded) &&
+         Fp4RegistersPrefillFor(chunk_words, num_experts, n, k) && g_fp4_bf16.On() &&
+         static_cast<int64_t>(codes_bytes) >= Fp4Bf16XBytes(rows_bound, k) && layout.scale_row_stride % 4 == 0;
+}
+
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math, bool plan_in_scratch, void* codes, size_t codes_bytes,
-                   const void* folded, const void* chunk_words, const void* fp4_tiles) {
+                   const void* folded, const void* chunk_words, const void* fp4_tiles, bool x_in_codes) {
   const Kind kind = KindOf(layout);
   const int64_t n = layout.out_features, k = layout.in_features;
   if (n < 0 || k < 0) Fail("negative weight shape");
@@ -4881,8 +4898,12 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   l.fp4_in_block = Fp4InBlockFor(kind, l.path, scale_f32, rows_bound, num_experts, k, codes, codes_bytes,
                                  l.folded != nullptr);
   l.fp4_registers = l.fp4_in_block && Fp4RegistersPrefillFor(l.chunk_words != nullptr, num_experts, n, k);
-  l.fp4_bf16 = l.fp4_registers && g_fp4_bf16.On() &&
-               static_cast<int64_t>(codes_bytes) >= Fp4Bf16XBytes(rows_bound, k) && layout.scale_row_stride % 4 == 0;
+  l.fp4_bf16 = l.fp4_registers && Fp4Bf16For(layout, rows_bound, num_experts, math, codes, codes_bytes,
+                                              l.folded != nullptr, l.chunk_words != nullptr);
+  if (x_in_codes && !l.fp4_bf16) {
+    Fail("x given in the codes scratch (GatherQuantizeRowsBf16) where the FP4 experts on BF16 MMAs do not run");
+  }
+  l.x_in_codes = x_in_codes;
   l.fp4_tile_pairs = l.fp4_registers && !l.fp4_bf16 && g_fp4_tile_pairs.On();
   l.tma_tokens = l.fp4_in_block ? 0
                                 : ExpertsTmaTokensFor(kind, l.path, scale_f32, rows_bound, num_experts, n, k, codes,
@@ -4932,6 +4953,32 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     case Kind::kFp8: return LaunchExperts<Kind::kFp8>(l);
     case Kind::kFp4: return LaunchExperts<Kind::kFp4>(l);
   }
+}
+
+bool ExpertsLinearTakesBf16X(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math,
+                             const void* codes, size_t codes_bytes, bool chunk_words) {
+  return rows_bound > 0 && num_experts > 0 &&
+         Fp4Bf16For(layout, rows_bound, num_experts, math, codes, codes_bytes, false, chunk_words);
+}
+
+void GatherQuantizeRowsBf16(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots,
+                            const int32_t* row_count, int64_t top_k, int64_t max_rows, const float* expert_weights,
+                            float* row_weights, void* codes, size_t codes_bytes, cudaStream_t stream) {
+  if (max_rows <= 0) return;
+  if (x == nullptr || sorted_slots == nullptr || codes == nullptr ||
+      (row_weights != nullptr && expert_weights == nullptr)) {
+    Fail("GatherQuantizeRowsBf16: null x, slots, codes or expert weights");
+  }
+  if (d <= 0 || d % wgmma::kChunk != 0 || ldx < d || top_k <= 0) {
+    Fail("GatherQuantizeRowsBf16: d must be a positive multiple of 128 within ldx, top_k positive");
+  }
+  if (static_cast<int64_t>(codes_bytes) < Fp4Bf16XBytes(max_rows, d)) Fail("GatherQuantizeRowsBf16: codes too small");
+  const int64_t blocks = CeilDiv(max_rows * (d / wgmma::kChunk), 256 / kWarpSize);
+  if (blocks > 0x7fffffff) Fail("GatherQuantizeRowsBf16: too many rows for one launch");
+  wgmma::fp4bf16::GatherQuantizeRowsBf16Kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      x, ldx, d, sorted_slots, row_count, top_k, max_rows, Aligned(x, ldx * 4, 16), expert_weights, row_weights,
+      static_cast<__nv_bfloat16*>(codes));
+  DI_CUDA_LAUNCH_CHECK("cuda::GatherQuantizeRowsBf16");
 }
 
 size_t FoldedExpertsBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {

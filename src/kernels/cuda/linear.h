@@ -322,7 +322,22 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool plan_in_scratch = false,
                    void* codes = nullptr, size_t codes_bytes = 0, const void* folded = nullptr,
-                   const void* chunk_words = nullptr, const void* fp4_tiles = nullptr);
+                   const void* chunk_words = nullptr, const void* fp4_tiles = nullptr, bool x_in_codes = false);
+// Whether such a call (FP4 experts of `layout`, `rows_bound` rows, the codes scratch `codes` of
+// codes_bytes, chunk words given or not, not kept folded) takes the FP4 experts on BF16 MMAs
+// (DEEPINFER_FP4_BF16): then its x may come already in the codes scratch (x_in_codes), written by
+// GatherQuantizeRowsBf16, and is not read from `x`. ExpertsLinear fails where x_in_codes is given
+// and this is false.
+bool ExpertsLinearTakesBf16X(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math,
+                             const void* codes, size_t codes_bytes, bool chunk_words);
+// MoeGather (moe.h) and act_quant in one pass, for the call above: the codes scratch's row r <
+// max_rows (r < *row_count where row_count, DEVICE int32, is given) is act_quant of x's row
+// sorted_slots[r] / top_k as BF16 in the BF16 order ExpertsFp4Bf16Kernel reads, and row_weights[r] =
+// expert_weights[sorted_slots[r]] (when row_weights is given); rows past the count or of a negative
+// slot are untouched. d % 128 == 0; codes of at least ExpertsPaddedRows(max_rows) · d · 2 bytes.
+void GatherQuantizeRowsBf16(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots,
+                            const int32_t* row_count, int64_t top_k, int64_t max_rows, const float* expert_weights,
+                            float* row_weights, void* codes, size_t codes_bytes, cudaStream_t stream);
 // Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any): x's
 // codes and scales, and for FP4 experts with at least 64 rows per expert on average (prefill)
 // room to pre-fold them (ExpertsLinearPreFoldCodesBytes; DEEPINFER_FP4_PREFOLD=0 or 1, read once,

@@ -161,5 +161,34 @@ __global__ void __launch_bounds__(256) QuantizeRowsBf16Kernel(const float* __res
   }
 }
 
+// MoeGather's rows as QuantizeRowsBf16Kernel writes them, from the tokens' rows: out row r < max_rows
+// (r < *row_count where row_count is given) is act_quant of x row sorted_slots[r] / top_k in BF16, the
+// BF16 order, and row_weights[r] = expert_weights[sorted_slots[r]] (when given); rows past the count
+// or of a negative slot are untouched, as MoeGather leaves them. One warp per (row, chunk).
+__global__ void __launch_bounds__(256) GatherQuantizeRowsBf16Kernel(
+    const float* __restrict__ x, int64_t ldx, int64_t k, const int32_t* __restrict__ sorted_slots,
+    const int32_t* __restrict__ row_count, int64_t top_k, int64_t max_rows, bool x_vec,
+    const float* __restrict__ expert_weights, float* __restrict__ row_weights, __nv_bfloat16* __restrict__ out) {
+  PdlPrologue();
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t chunks = k / kChunk;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (item >= max_rows * chunks) return;  // uniform per warp
+  const int64_t row = item / chunks, c = item % chunks;
+  if (row_count != nullptr && row >= *row_count) return;
+  const int32_t slot = sorted_slots[row];
+  if (slot < 0) return;
+  const int64_t token = slot / top_k;
+  // LoadUnit's row bound: the token's row is always within x (m = token + 1).
+  const QuantizedUnit u = QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec));
+  __nv_bfloat16* chunk = out + row * k + c * kChunk;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const float v = __fmul_rn(DecodeE4m3(static_cast<uint8_t>(u.codes >> (8 * b))), u.scale);  // exact
+    chunk[Fp4Bf16Position(4 * lane + b)] = __float2bfloat16_rn(v);                               // exact
+  }
+  if (c == 0 && lane == 0 && row_weights != nullptr) row_weights[row] = expert_weights[slot];
+}
+
 }  // namespace fp4bf16
 }  // namespace wgmma

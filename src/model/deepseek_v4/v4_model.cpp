@@ -646,18 +646,29 @@ void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const
   const TensorView experts_scratch =
       ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::ExpertsLinearScratchBytes(bound, num_experts))});
   const TensorView routed_rows = offsets.Slice(num_experts, num_experts + 1);
-  ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
   // Where the GPU quantizes each projection's input once (reused: the three calls run in order).
   const ops::ExpertsWeight& first = joined ? experts.w13 : experts.w1;
   const size_t codes_bytes = std::max(ops::ExpertsLinearCodesBytes(ctx.op, bound, first, QuantizedInput()),
                                       ops::ExpertsLinearCodesBytes(ctx.op, bound, experts.w2, QuantizedInput()));
   const TensorView codes =
       codes_bytes == 0 ? TensorView() : ws.Alloc(DType::kI8, {static_cast<int64_t>(codes_bytes)});
-  if (joined) {
-    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w13, gu, experts_scratch, QuantizedInput(), false, codes);
+  // With the FP4 experts on BF16 MMAs (DEEPINFER_FP4_BF16), the gather writes w1/w3's input into the
+  // codes as those calls read it (act_quant'ed BF16) instead of f32 rows they would quantize again.
+  const bool x_in_codes = ops::ExpertsLinearTakesBf16X(ctx.op, bound, first, QuantizedInput(), codes) &&
+                          (joined || ops::ExpertsLinearTakesBf16X(ctx.op, bound, experts.w3, QuantizedInput(), codes));
+  if (x_in_codes) {
+    ops::MoeGatherBf16(ctx.op, xq, sorted_slots, offsets, k, expert_weights, codes, row_weights);
   } else {
-    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch, QuantizedInput(), false, codes);
-    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true, codes);
+    ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
+  }
+  if (joined) {
+    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w13, gu, experts_scratch, QuantizedInput(), false, codes,
+                       x_in_codes);
+  } else {
+    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w1, ge, experts_scratch, QuantizedInput(), false, codes,
+                       x_in_codes);
+    ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true, codes,
+                       x_in_codes);
   }
   ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
   QuantizeLinearInput(ctx, ge, routed_rows);
