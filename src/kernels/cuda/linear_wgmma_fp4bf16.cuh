@@ -140,6 +140,17 @@ __device__ __forceinline__ void MmaBf16Rs<208>(float (&d)[104], uint32_t a0, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(desc_lo), "r"(desc_hi), "r"(scale_d));
 }
 
+// Lane `lane`'s act_quant unit (columns 4·lane .. + 3 of a chunk, QuantizeLoaded's codes and scale)
+// as the BF16 values code · scale (exact) at their places in the chunk's BF16 order (`chunk`: the
+// row's chunk in the output).
+__device__ __forceinline__ void StoreUnitBf16(const QuantizedUnit& u, __nv_bfloat16* chunk, int lane) {
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const float v = __fmul_rn(DecodeE4m3(static_cast<uint8_t>(u.codes >> (8 * b))), u.scale);
+    chunk[Fp4Bf16Position(4 * lane + b)] = __float2bfloat16_rn(v);
+  }
+}
+
 // act_quant of x's m rows (zeros for rows m .. m_pad - 1) as BF16 values code · scale, each chunk in
 // the BF16 order: out [m_pad][k]. One warp per (row, chunk), lane l quantizing columns 4l .. 4l + 3 as
 // QuantizeRowsKernel does (the same codes and scales).
@@ -152,13 +163,8 @@ __global__ void __launch_bounds__(256) QuantizeRowsBf16Kernel(const float* __res
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (item >= m_pad * chunks) return;  // uniform per warp
   const int64_t row = item / chunks, c = item % chunks;
-  const QuantizedUnit u = QuantizeLoaded(LoadUnit(x, ldx, m, row, c * kChunk + 4 * lane, x_vec));
-  __nv_bfloat16* chunk = out + row * k + c * kChunk;
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    const float v = __fmul_rn(DecodeE4m3(static_cast<uint8_t>(u.codes >> (8 * b))), u.scale);  // exact
-    chunk[Fp4Bf16Position(4 * lane + b)] = __float2bfloat16_rn(v);                               // exact
-  }
+  StoreUnitBf16(QuantizeLoaded(LoadUnit(x, ldx, m, row, c * kChunk + 4 * lane, x_vec)), out + row * k + c * kChunk,
+                lane);
 }
 
 // MoeGather's rows as QuantizeRowsBf16Kernel writes them, from the tokens' rows: out row r < max_rows
@@ -180,13 +186,8 @@ __global__ void __launch_bounds__(256) GatherQuantizeRowsBf16Kernel(
   if (slot < 0) return;
   const int64_t token = slot / top_k;
   // LoadUnit's row bound: the token's row is always within x (m = token + 1).
-  const QuantizedUnit u = QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec));
-  __nv_bfloat16* chunk = out + row * k + c * kChunk;
-#pragma unroll
-  for (int b = 0; b < 4; ++b) {
-    const float v = __fmul_rn(DecodeE4m3(static_cast<uint8_t>(u.codes >> (8 * b))), u.scale);  // exact
-    chunk[Fp4Bf16Position(4 * lane + b)] = __float2bfloat16_rn(v);                               // exact
-  }
+  StoreUnitBf16(QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec)),
+                out + row * k + c * kChunk, lane);
   if (c == 0 && lane == 0 && row_weights != nullptr) row_weights[row] = expert_weights[slot];
 }
 
