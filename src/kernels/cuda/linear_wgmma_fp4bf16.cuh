@@ -5,15 +5,15 @@
 // An FP4 weight value e2m1 · 2^(e - 127) (e its group's e8m0 byte) and an act_quant'ed x value
 // e4m3 · 2^s (ue8m0 scales) are both exact in BF16 (8 significant bits, f32's exponent range, its
 // subnormals down to 2^-133), and their product exact in f32. So where the group bytes are at most
-// kFp4Bf16MaxGroupByte, each output is one chain of k16 MMAs over all of K from +0, with no per-chunk
+// kMaxGroupByte, each output is one chain of k16 MMAs over all of K from +0, with no per-chunk
 // scale-adds: the sum of the exact products in wgmma's f32 accumulation, the same values cpu::Linear
 // sums (a different order, and so different bits from the FP8-input path's, which rounds a part per
 // 128 columns).
 //
 // The BF16 order of a 128-column chunk (x is written in it, the weight's nibbles stay as stored): A
 // fragment thread q of k16 step S = 2s + h holds, for each of its rows, the group q's columns
-// 32q + 8s + {2h, 2h + 4} (register a0 / a1: the pair's low and high halves) and
-// 32q + 8s + {2h + 1, 2h + 5} (a2 / a3). So nibble word s of the row's group q (columns 8s .. 8s + 7)
+// 32q + 8s + {2h, 2h + 4} (registers a0 for row g and a1 for row g + 8, the first column in the low
+// half) and 32q + 8s + {2h + 1, 2h + 5} (a2 and a3). So nibble word s of the row's group q (columns 8s .. 8s + 7)
 // gives steps 2s and 2s + 1, and x's column c of the chunk sits at Fp4Bf16Position(c).
 #pragma once
 
@@ -68,7 +68,7 @@ __device__ __forceinline__ uint32_t PairOfWord(uint32_t w, uint32_t multiplier) 
 }
 
 // Steps 2s and 2s + 1's registers of one row (lo = 0: row g, a0 / a2; 1: row g + 8, a1 / a3) from
-// its group's nibble word s, into frag[4·step + ...] of a fragment holding `steps` from step 2s on.
+// its group's nibble word s: frag[0..3] step 2s's {a0, a1, a2, a3}, frag[4..7] step 2s + 1's.
 __device__ __forceinline__ void WordToSteps(uint32_t w, uint32_t multiplier, uint32_t* frag, int lo) {
   frag[0 + lo] = PairOfWord<0>(w, multiplier);
   frag[2 + lo] = PairOfWord<1>(w, multiplier);
