@@ -14,7 +14,6 @@
 //   algorithm   the heuristic's first result with a 32 MiB workspace
 #include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +27,7 @@
 #include "device/buffer.h"
 #include "device/cuda_stream.h"
 #include "bench/ceilings_fill.h"
+#include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/linear.h"
 #include "tensor/dtype.h"
 
@@ -40,103 +40,9 @@ constexpr int kWarmupCalls = 3;
 
 // ---- cuBLASLt, loaded once per process ------------------------------------------------------
 
-struct CublasLt {
-  std::string path;  // the name dlopen accepted
-  size_t version = 0;
-  decltype(&cublasLtCreate) Create = nullptr;
-  decltype(&cublasLtDestroy) Destroy = nullptr;
-  decltype(&cublasLtGetVersion) GetVersion = nullptr;
-  decltype(&cublasLtGetStatusName) GetStatusName = nullptr;
-  decltype(&cublasLtGetStatusString) GetStatusString = nullptr;
-  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
-  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
-  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
-  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
-  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
-  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
-  decltype(&cublasLtMatmulAlgoConfigGetAttribute) MatmulAlgoConfigGetAttribute = nullptr;
-  decltype(&cublasLtMatmul) Matmul = nullptr;
-
-  std::string StatusText(cublasStatus_t status) const {
-    return fmt::format("{} ({})", GetStatusName(status), GetStatusString(status));
-  }
-  // "cuBLASLt 13.0.2 (libcublasLt.so.13)".
-  std::string Describe() const {
-    return fmt::format("cuBLASLt {}.{}.{} ({})", version / 10000, version / 100 % 100, version % 100, path);
-  }
-};
-
-template <typename Fn>
-void Resolve(void* lib, const char* name, Fn* fn, std::string* first_missing) {
-  void* symbol = dlsym(lib, name);
-  if (symbol == nullptr && first_missing->empty()) *first_missing = name;
-  *fn = reinterpret_cast<Fn>(symbol);
-}
-
-struct LoadedCublasLt {
-  CublasLt lt;
-  std::string error;  // empty when loaded
-};
-
-LoadedCublasLt LoadCublasLt() {
-  LoadedCublasLt r;
-  std::vector<std::string> names;
-  if (const char* env = std::getenv("DEEPINFER_CUBLASLT"); env != nullptr && *env != '\0') names.emplace_back(env);
-  names.emplace_back("libcublasLt.so.13");
-  names.emplace_back("libcublasLt.so");
-  void* lib = nullptr;
-  std::string tried;
-  for (const std::string& name : names) {
-    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) {
-      r.lt.path = name;
-      break;
-    }
-    const char* why = dlerror();
-    tried += fmt::format("{}{}", tried.empty() ? "" : "; ", why != nullptr ? why : name.c_str());
-  }
-  if (lib == nullptr) {
-    r.error = fmt::format("cannot load cuBLASLt ({}); set DEEPINFER_CUBLASLT to the library's path", tried);
-    return r;
-  }
-  CublasLt& lt = r.lt;
-  std::string missing;
-  Resolve(lib, "cublasLtCreate", &lt.Create, &missing);
-  Resolve(lib, "cublasLtDestroy", &lt.Destroy, &missing);
-  Resolve(lib, "cublasLtGetVersion", &lt.GetVersion, &missing);
-  Resolve(lib, "cublasLtGetStatusName", &lt.GetStatusName, &missing);
-  Resolve(lib, "cublasLtGetStatusString", &lt.GetStatusString, &missing);
-  Resolve(lib, "cublasLtMatmulDescCreate", &lt.MatmulDescCreate, &missing);
-  Resolve(lib, "cublasLtMatmulDescDestroy", &lt.MatmulDescDestroy, &missing);
-  Resolve(lib, "cublasLtMatmulDescSetAttribute", &lt.MatmulDescSetAttribute, &missing);
-  Resolve(lib, "cublasLtMatrixLayoutCreate", &lt.MatrixLayoutCreate, &missing);
-  Resolve(lib, "cublasLtMatrixLayoutDestroy", &lt.MatrixLayoutDestroy, &missing);
-  Resolve(lib, "cublasLtMatmulPreferenceCreate", &lt.MatmulPreferenceCreate, &missing);
-  Resolve(lib, "cublasLtMatmulPreferenceDestroy", &lt.MatmulPreferenceDestroy, &missing);
-  Resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &lt.MatmulPreferenceSetAttribute, &missing);
-  Resolve(lib, "cublasLtMatmulAlgoGetHeuristic", &lt.MatmulAlgoGetHeuristic, &missing);
-  Resolve(lib, "cublasLtMatmulAlgoConfigGetAttribute", &lt.MatmulAlgoConfigGetAttribute, &missing);
-  Resolve(lib, "cublasLtMatmul", &lt.Matmul, &missing);
-  if (!missing.empty()) {
-    r.error = fmt::format("{} lacks {}", lt.path, missing);
-    return r;  // the handle stays open: harmless, and the error is final for the process
-  }
-  lt.version = lt.GetVersion();
-  return r;
-}
-
-// The process's cuBLASLt, or nullptr with *error set. Loaded on the first call.
-const CublasLt* GetCublasLt(std::string* error) {
-  static const LoadedCublasLt loaded = LoadCublasLt();
-  if (!loaded.error.empty()) {
-    *error = loaded.error;
-    return nullptr;
-  }
-  return &loaded.lt;
-}
+// The loader lives with the engine's own cuBLASLt path (kernels/cuda/cublaslt.h).
+using CublasLt = cuda::CublasLtApi;
+using cuda::GetCublasLt;
 
 // ---- CUDA runtime helpers -------------------------------------------------------------------
 

@@ -44,6 +44,12 @@ struct Numerics {
   // warpgroup-MMA device keeps the routed FP4 experts folded into e4m3 codes for the whole run
   // (about twice their bytes of device memory), so that no step converts their nibbles.
   bool fold_fp4_experts = false;
+  // CUDA with fp8_activations and tensor_core_linears: the prefill's big products on the faster
+  // kernels that sum in another order than decode's (docs/numerics.md, "Batch invariance"): FP8
+  // linears of 512+ rows on cuBLASLt's block-scaled GEMM, the routed FP4 experts of a prefill on
+  // BF16 MMAs with every scale folded in. Each output stays within the order bound of the f32
+  // sum, but a sequence's bits then depend on how its prompt is batched and chunked.
+  bool fast_prefill = false;
   // Not a numerics change (the same bits): with kv_fp8, how the state stores its attention rows
   // (raw windows, compressed main rows, fresh rows; v4_state.h): f32 (2,048 bytes a V4 row), BF16
   // (1,024) or dsv4-model.md §6.2's packed FP8 rows (584 bytes at a 592-byte pitch, the default:

@@ -87,6 +87,7 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
 
 size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input) {
 #if DEEPINFER_HAS_CUDA
+  const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
   if (ctx.on_cuda()) return cuda::LinearScratchBytes(rows, ToDevice(w), MathOf(ctx, input));
 #else
   (void)rows, (void)w, (void)input;
@@ -99,6 +100,9 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
             LinearInput input, const TensorView& scratch) {
   (void)input;  // the CPU computes the same f32 math for every input
   CheckDevice(ctx, "linear", {&x, &w.data, &y, &scratch});
+#if DEEPINFER_HAS_CUDA
+  const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
+#endif
   // The profile names quantized (FP8 / FP4) and dense (BF16 / F32) weights apart: their kernels and
   // ceilings differ (bench/step_bench.cpp counts both as linear layers).
   DI_ON_CUDA(ctx, w.format == WeightFormat::kDense ? "dense_linear" : "linear", CheckLinearShapes(x, w, y);
@@ -152,6 +156,9 @@ void LinearsOfOneInput(const OpContext& ctx, const TensorView& x, const std::vec
       outputs.push_back({&weights.back(), product.y.data<float>(), product.y.stride(0)});
     }
   }
+#endif
+#if DEEPINFER_HAS_CUDA
+  const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
 #endif
   // Profiled as Linear names its products: dense (BF16 / F32) weights apart from quantized ones.
   DI_ON_CUDA(ctx, dense ? "dense_linear" : "linear",
@@ -253,6 +260,7 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
 
 size_t ExpertsLinearCodesBytes(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input) {
 #if DEEPINFER_HAS_CUDA
+  const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
   if (ctx.on_cuda() && !w.experts.empty()) {
     return cuda::ExpertsLinearCodesBytes(rows_bound, static_cast<int64_t>(w.experts.size()), ToDevice(w.experts[0]),
                                          MathOf(ctx, input), w.folded.data() != nullptr);
@@ -267,6 +275,7 @@ size_t ExpertsLinearCodesBytes(const OpContext& ctx, int64_t rows_bound, const E
 bool ExpertsLinearTakesBf16X(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input,
                              const TensorView& codes) {
 #if DEEPINFER_HAS_CUDA
+  const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
   if (ctx.on_cuda() && !w.experts.empty() && !codes.empty() && w.folded.data() == nullptr) {
     return cuda::ExpertsLinearTakesBf16X(rows_bound, static_cast<int64_t>(w.experts.size()), ToDevice(w.experts[0]),
                                          MathOf(ctx, input), codes.raw(), codes.nbytes(),
@@ -314,6 +323,9 @@ void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& 
                y.size(1) == first.out_features,
            "experts_linear: x {} y {} for [{}, {}] weights", x.ShapeString(), y.ShapeString(), first.out_features,
            first.in_features);
+#if DEEPINFER_HAS_CUDA
+  const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
+#endif
   DI_ON_CUDA(ctx, "experts_linear",
              DI_CHECK(w.device_table.data() != nullptr && w.device_table.device() == ctx.device,
                       "experts_linear: the experts have no table on this device");

@@ -136,6 +136,14 @@ class ScopedFp4Bf16 {
   ScopedFp4Bf16(const ScopedFp4Bf16&) = delete;
   ScopedFp4Bf16& operator=(const ScopedFp4Bf16&) = delete;
 };
+// cuda::SetCublasLtFp8ForTesting(mode, min_rows) for the scope, then back to the environment's.
+class ScopedCublasLtFp8 {
+ public:
+  explicit ScopedCublasLtFp8(int mode, int64_t min_rows = 0) { cuda::SetCublasLtFp8ForTesting(mode, min_rows); }
+  ~ScopedCublasLtFp8() { cuda::SetCublasLtFp8ForTesting(-1); }
+  ScopedCublasLtFp8(const ScopedCublasLtFp8&) = delete;
+  ScopedCublasLtFp8& operator=(const ScopedCublasLtFp8&) = delete;
+};
 // cuda::SetGroupedBf16ForTesting(mode, piece_rows) for the scope, then back to the environment's.
 class ScopedGroupedBf16 {
  public:

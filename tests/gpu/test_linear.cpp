@@ -1234,6 +1234,52 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
   }
 }
 
+// Linear's FP8 products on cuBLASLt's block-scaled GEMM (DEEPINFER_CUBLASLT_FP8, off by default;
+// here from 64 rows): (1) on integer data, where no path may round, equal to the CPU bit for bit;
+// (2) on random data with spread block scales, within the FP8 path's bound of the CPU, at shapes
+// of the Flash prefill's kinds scaled down (K = 1024, 4096, 8192; N = 512, 1024, 4096), rows that
+// are not a multiple of 4 or 64 (cuBLASLt's scale rows are padded to 4), x and y with row strides
+// past their widths (the columns past N must stay unwritten). Each call must take cuBLASLt, and a
+// product below the row threshold must not.
+TEST(CudaLinearFp8, CublasLtBlockScaledWithinTheOrderBound) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedCublasLtFp8 on(1, 64);
+  uint64_t seed = 4900;
+  {
+    TestWeight w = IntegerWeight(kFp8E8m0, 512, 1024, ++seed);
+    constexpr int64_t kRows = 131;
+    std::mt19937_64 rng(++seed);
+    std::vector<float> x(static_cast<size_t>(kRows * w.in));
+    for (size_t i = 0; i < x.size(); ++i) {
+      // -4..4, with ±4 at the start of every 128-column chunk: its scale is exactly 2^-6.
+      x[i] = i % 128 == 0 ? (rng() % 2 ? 4.f : -4.f) : static_cast<float>(static_cast<int>(rng() % 9) - 4);
+    }
+    std::vector<float> want(static_cast<size_t>(kRows * w.out));
+    cpu::Linear(TensorView(x.data(), DType::kF32, {kRows, w.in}), w.View(),
+                TensorView(want.data(), DType::kF32, {kRows, w.out}));
+    DeviceArray<float> dx(x);
+    const uint64_t launches = cuda::CublasLtFp8LaunchesForTesting();
+    EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, kRows), want, "integers [1024 -> 512] M=131"));
+    EXPECT_EQ(cuda::CublasLtFp8LaunchesForTesting(), launches + 1) << "cuBLASLt did not take the product";
+    const uint64_t below = cuda::CublasLtFp8LaunchesForTesting();
+    RunRows(w, dx, 0, 63);
+    EXPECT_EQ(cuda::CublasLtFp8LaunchesForTesting(), below) << "cuBLASLt took 63 rows, below its 64";
+  }
+  struct Case {
+    int64_t out, in, m, ldx_pad, ldy_pad;
+  };
+  for (const Case& c : {Case{512, 4096, 64, 0, 0}, Case{1024, 4096, 301, 4, 0}, Case{4096, 8192, 130, 0, 8},
+                        Case{4096, 1024, 515, 4, 4}}) {
+    TestWeight w = RandomWeight(kFp8E8m0, c.out, c.in, ++seed);
+    const uint64_t launches = cuda::CublasLtFp8LaunchesForTesting();
+    CheckLinear(w, c.m, c.in + c.ldx_pad, c.out + c.ldy_pad, ++seed);
+    EXPECT_EQ(cuda::CublasLtFp8LaunchesForTesting(), launches + 1)
+        << "[" << c.in << " -> " << c.out << "] M=" << c.m << ": cuBLASLt did not take the product";
+  }
+}
+
 // Linear's unsplit FP8 products of more than 64 rows on the TMA-fed kernel (linear_tma.cuh,
 // 128-token tiles) give the 64-token kernel's bits: one chunk (K = 128) and a partial slice (K =
 // 384, whose every M is unsplit), partial weight blocks (N = 200, 1100; N = 201: an odd output

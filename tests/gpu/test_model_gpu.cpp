@@ -219,6 +219,53 @@ TEST(GpuModel, FoldedFp4ExpertsGiveTheSameLogits) {
   ExpectChunkedPrefillEqualsOneShot("v4-tiny-fp8fp4", folded, {1, 7, 128});
 }
 
+// --fast-prefill (Numerics::fast_prefill): the FP4 golden's prefill takes cuBLASLt for its FP8
+// linears whose shapes allow it (from 16 rows here: the default 512 is past every tiny prompt), and
+// stays near the batch-invariant path (other orders of the f32 sums, then act_quant roundings that
+// may flip: finite logits, cosine similarity at least 0.99). The choice is the model's own: an
+// invariant model prefilled before and after the fast one in this process takes no cuBLASLt
+// product and gives the same bits both times.
+TEST(GpuModel, FastPrefillStaysNearAndLeavesOtherModelsInvariant) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  struct LowerCublasLtRows {
+    LowerCublasLtRows() { cuda::SetCublasLtFp8ForTesting(-1, 16); }
+    ~LowerCublasLtRows() { cuda::SetCublasLtFp8ForTesting(-1, 0); }
+  } lowered;
+  const Golden g = LoadGolden("v4-tiny-fp8fp4");
+  std::vector<int32_t> prompt = g.prompt_ids;
+  if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
+  ASSERT_GE(prompt.size(), 16u);
+  LoadOptions fast = OnGpuQuantizedTensorCores();
+  fast.numerics.fast_prefill = true;
+  LoadedModel plain_model = LoadModel(g.dir, OnGpuQuantizedTensorCores());
+  LoadedModel fast_model = LoadModel(g.dir, fast);
+  const uint64_t start = cuda::CublasLtFp8LaunchesForTesting();
+  SequenceDriver before(*plain_model.model);
+  const std::vector<float> plain_logits = before.Prefill(prompt);
+  EXPECT_EQ(cuda::CublasLtFp8LaunchesForTesting(), start) << "the invariant model took cuBLASLt";
+  SequenceDriver fast_driver(*fast_model.model);
+  const std::vector<float> fast_logits = fast_driver.Prefill(prompt);
+  const uint64_t after_fast = cuda::CublasLtFp8LaunchesForTesting();
+  EXPECT_GT(after_fast, start) << "the fast prefill took no cuBLASLt product";
+  SequenceDriver after(*plain_model.model);
+  EXPECT_TRUE(test::AllEqual(after.Prefill(prompt), plain_logits, "the invariant model after the fast one"));
+  EXPECT_EQ(cuda::CublasLtFp8LaunchesForTesting(), after_fast) << "the invariant model took cuBLASLt";
+  ASSERT_EQ(fast_logits.size(), plain_logits.size());
+  double dot = 0, na = 0, nb = 0, worst = 0;
+  for (size_t i = 0; i < fast_logits.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(fast_logits[i])) << "logit " << i;
+    dot += static_cast<double>(fast_logits[i]) * plain_logits[i];
+    na += static_cast<double>(fast_logits[i]) * fast_logits[i];
+    nb += static_cast<double>(plain_logits[i]) * plain_logits[i];
+    worst = std::max(worst, std::fabs(static_cast<double>(fast_logits[i]) - plain_logits[i]));
+  }
+  const double cosine = dot / std::sqrt(na * nb);
+  std::printf("fast prefill against the invariant order: max |diff| %.3g, cosine %.6f over %zu logits\n", worst,
+              cosine, fast_logits.size());
+  EXPECT_GE(cosine, 0.99);
+}
+
 // The state's packed rows (dsv4-model.md §6.2's BF16 and FP8 rows; Numerics::state_rows) change no
 // bit against f32 rows of the same values: the flash-like golden (compressors, indexer) with every
 // reference rounding, the attention on the SIMT kernel and on tensor cores, one-shot, in chunks of

@@ -18,6 +18,7 @@
 #include "kernels/cpu/fp4_fold.h"
 #include "kernels/cpu/ue8m0.h"
 #include "kernels/cuda/bf16_split.cuh"
+#include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/cuda_common.cuh"
 
 namespace deepinfer::cuda {
@@ -3109,13 +3110,22 @@ int64_t MmaRowBlocks(int64_t n, int64_t k) {
 // A kernel choice: the environment's DEEPINFER_* switch (0 or 1, `unset` where it is unset or
 // empty; -1 lets the caller decide; any other value throws), read once at its first use, and a
 // test's override for the whole process (SetForTesting: -1 the environment again, 0 off, 1 on).
+// Whether the calls of this thread may take the batch-variant kernels (BatchVariantKernelsScope).
+thread_local bool t_batch_variant_allowed = false;
+
 class KernelSwitch {
  public:
-  constexpr KernelSwitch(const char* name, int unset) : name_(name), unset_(unset) {}
-  // The tests' choice where they made one, else the environment's: -1, 0 or 1.
+  // follows_scope: unset in the environment, the switch is on inside an allowing
+  // BatchVariantKernelsScope (and `unset` elsewhere).
+  constexpr KernelSwitch(const char* name, int unset, bool follows_scope = false)
+      : name_(name), unset_(unset), follows_scope_(follows_scope) {}
+  // The tests' choice where they made one, else the environment's, else the scope's: -1, 0 or 1.
   int Mode() const {
     const int test = test_.load();
-    return test >= 0 ? test : FromEnvironment();
+    if (test >= 0) return test;
+    const int env = FromEnvironment();
+    if (env != kUnset) return env;
+    return follows_scope_ && t_batch_variant_allowed ? 1 : unset_;
   }
   bool On() const { return Mode() == 1; }
   // `who`: the test hook's name, for its error.
@@ -3126,17 +3136,19 @@ class KernelSwitch {
 
  private:
   static constexpr int kUnread = -2;
+  static constexpr int kUnset = -3;  // the variable is unset or empty
   int FromEnvironment() const {
     int v = env_.load();
     if (v == kUnread) {  // concurrent first reads compute the same value
       const char* text = std::getenv(name_);
-      v = text == nullptr || *text == '\0' ? unset_ : EnvSwitch(name_, false, "cuda::Linear") ? 1 : 0;
+      v = text == nullptr || *text == '\0' ? kUnset : EnvSwitch(name_, false, "cuda::Linear") ? 1 : 0;
       env_.store(v);
     }
     return v;
   }
   const char* name_;
   int unset_;
+  bool follows_scope_;
   mutable std::atomic<int> env_{kUnread};
   std::atomic<int> test_{-1};
 };
@@ -4019,6 +4031,97 @@ void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
   LaunchDenseSplitTiles<64, false>(p, stream);
 }
 
+// DEEPINFER_CUBLASLT_FP8 (read once; 1: on, 0: off, unset: inside an allowing
+// BatchVariantKernelsScope, i.e. --fast-prefill) runs Linear's products of FP8 weights
+// with e8m0 scales under kFp8Act, given scratch, of at least kCublasLtFp8MinRows rows on cuBLASLt's
+// block-scaled FP8 GEMM (cublaslt.h): x quantized by QuantizeRowsKernel as for the wgmma path (the
+// same codes and scales), the weight's scales widened to f32 into the scratch on each call, y f32.
+// cuBLASLt sums in its own order, not linear_wgmma.cuh's 512-column slices, so with it on a row's
+// bits depend on whether its batch reached kCublasLtFp8MinRows: batch invariance is given up for
+// these products (docs/numerics.md). Where the host's conditions hold and cuBLASLt then fails (not
+// loadable, no algorithm), the call throws its reason. Tests override it (SetCublasLtFp8ForTesting).
+KernelSwitch g_cublaslt_fp8{"DEEPINFER_CUBLASLT_FP8", 0, true};
+std::atomic<uint64_t> g_cublaslt_fp8_launches{0};
+std::atomic<int64_t> g_cublaslt_fp8_min_rows_for_testing{0};
+constexpr int64_t kCublasLtFp8MinRows = 512;
+
+int64_t CublasLtFp8MinRows() {
+  const int64_t test = g_cublaslt_fp8_min_rows_for_testing.load();
+  return test > 0 ? test : kCublasLtFp8MinRows;
+}
+
+// The path's scratch: x's codes [Round4(m)][k] and scales [k / 128][Round4(m)] in
+// wgmma::ScratchLayout's places, then (256-byte aligned) the weight's f32 scales
+// [n / 128][BlockScaledWeightScaleLd(k)].
+int64_t CublasLtFp8WeightScalesOffset(int64_t m, int64_t k) {
+  return CeilDiv(static_cast<int64_t>(wgmma::ScratchBytesForPaddedRows(BlockScaledActScaleLd(m), k)), int64_t{256}) *
+         256;
+}
+size_t CublasLtFp8ScratchBytes(int64_t m, int64_t n, int64_t k) {
+  return static_cast<size_t>(CublasLtFp8WeightScalesOffset(m, k) + n / 128 * BlockScaledWeightScaleLd(k) * 4);
+}
+
+// Whether a product of m rows of `w` under `math` takes the path (the scratch aside).
+bool CublasLtFp8Takes(int64_t m, const DeviceWeight& w, LinearMath math) {
+  return g_cublaslt_fp8.On() && math == LinearMath::kFp8Act && w.format == DeviceWeight::Format::kFp8 &&
+         w.scale_dtype == DType::kF8E8M0 && m >= CublasLtFp8MinRows() && w.out_features % 128 == 0 &&
+         w.in_features % 128 == 0 && w.in_features <= mma::kMaxSlices * mma::kSlice && w.data_row_stride % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && wgmma::DeviceHasWgmma();
+}
+
+// out[r][c] = 2^(e − 127) for the e8m0 byte e of scale row r, column c < cols; 0 for c in [cols, ld).
+__global__ void WidenE8m0ScalesKernel(const uint8_t* __restrict__ scale, int64_t scale_row_stride, int64_t rows,
+                                      int64_t cols, int64_t ld, float* __restrict__ out) {
+  PdlPrologue();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * ld) return;
+  const int64_t r = i / ld, c = i % ld;
+  out[i] = c < cols ? DecodeE8m0(scale[r * scale_row_stride + c]) : 0.f;
+}
+
+// Linear's product of p on cuBLASLt where CublasLtFp8Takes holds, the scratch suffices and the
+// stream is not capturing a graph; false (nothing launched) otherwise.
+bool LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
+  DeviceWeight w;
+  w.format = DeviceWeight::Format::kFp8;
+  w.scale_dtype = p.scale_f32 ? DType::kF32 : DType::kF8E8M0;
+  w.out_features = p.n;
+  w.in_features = p.k;
+  w.data = p.w;
+  w.data_row_stride = p.w_row_bytes;
+  if (!CublasLtFp8Takes(p.m, w, LinearMath::kFp8Act) || p.scratch == nullptr || !Aligned(p.scratch, 0, 256) ||
+      p.scratch_bytes < CublasLtFp8ScratchBytes(p.m, p.n, p.k)) {
+    return false;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  DI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone) return false;
+  const int64_t m_pad = BlockScaledActScaleLd(p.m);
+  const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, false, p.scratch, stream);
+  float* w_scales =
+      reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + CublasLtFp8WeightScalesOffset(p.m, p.k));
+  const int64_t scale_rows = p.n / 128, scale_ld = BlockScaledWeightScaleLd(p.k);
+  WidenE8m0ScalesKernel<<<static_cast<unsigned>(CeilDiv(scale_rows * scale_ld, 256)), 256, 0, stream>>>(
+      p.scale, p.scale_row_stride, scale_rows, p.k / 128, scale_ld, w_scales);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear cuBLASLt weight scales");
+  BlockScaledFp8Product product;
+  product.x_codes = a.codes;
+  product.x_scales = a.xscales;
+  product.w_codes = p.w;
+  product.w_row_bytes = p.w_row_bytes;
+  product.w_scales = w_scales;
+  product.y = p.y;
+  product.ldy = p.ldy;
+  product.m = p.m;
+  product.n = p.n;
+  product.k = p.k;
+  if (const std::string error = RunBlockScaledFp8(product, stream); !error.empty()) {
+    Fail(("DEEPINFER_CUBLASLT_FP8: " + error).c_str());
+  }
+  g_cublaslt_fp8_launches.fetch_add(1);
+  return true;
+}
+
 template <Kind K>
 void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath math) {
   static_assert(kGemvMaxRows == 16, "the GEMV instantiations cover M <= 16");
@@ -4038,6 +4141,9 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
       // FP8 inputs with scratch on an sm_90a device: x quantized once, then warpgroup MMAs, at
       // every M (their k32 sums differ from mma.sync's; linear_wgmma.cuh).
       if (path == Path::kFp8) {
+        if constexpr (K == Kind::kFp8) {
+          if (groups == 1 && LaunchCublasLtFp8(p, stream)) return;
+        }
         const WgmmaLinearLayout layout = MakeWgmmaLinearLayout(p.m, p.n, p.k);
         if (wgmma::Usable(p, K, groups, layout.bytes)) {
           return LaunchWgmma<K>(p, layout, stream);
@@ -4513,12 +4619,12 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
   if (l.chunk_words != nullptr) g_fp4_chunk_words_launches.fetch_add(1);
 }
 
-// DEEPINFER_FP4_BF16 = 0 or 1 (read once; unset: 0): the FP4 experts that the register-fed kernel
-// would take run on ExpertsFp4Bf16Kernel instead, its x written by QuantizeRowsBf16Kernel into the
-// codes scratch (Fp4Bf16XBytes). Other bits than the FP8-input path's (the exact products in one
-// chain a row): a measurement, not a default (docs/performance.md, version 57). Tests override it
-// (SetFp4Bf16ForTesting).
-KernelSwitch g_fp4_bf16{"DEEPINFER_FP4_BF16", 0};
+// DEEPINFER_FP4_BF16 = 0 or 1 (read once; unset: on inside an allowing BatchVariantKernelsScope,
+// i.e. --fast-prefill, else off): the FP4 experts that the register-fed kernel would take run on
+// ExpertsFp4Bf16Kernel instead, its x written by QuantizeRowsBf16Kernel into the codes scratch
+// (Fp4Bf16XBytes). Other bits than the FP8-input path's (the exact products in one chain a row),
+// so not batch invariant (docs/performance.md, version 57). Tests override it (SetFp4Bf16ForTesting).
+KernelSwitch g_fp4_bf16{"DEEPINFER_FP4_BF16", 0, true};
 std::atomic<uint64_t> g_fp4_bf16_launches{0};  // launches of it (tests)
 
 // The codes scratch ExpertsFp4Bf16Kernel's x takes: BF16 [ExpertsPaddedRows][k].
@@ -5286,6 +5392,18 @@ void SetFp4Bf16ForTesting(int mode, int tokens) {
 }
 uint64_t Fp4Bf16LaunchesForTesting() { return g_fp4_bf16_launches.load(); }
 
+BatchVariantKernelsScope::BatchVariantKernelsScope(bool allowed) : previous_(t_batch_variant_allowed) {
+  t_batch_variant_allowed = allowed;
+}
+BatchVariantKernelsScope::~BatchVariantKernelsScope() { t_batch_variant_allowed = previous_; }
+
+void SetCublasLtFp8ForTesting(int mode, int64_t min_rows) {
+  if (min_rows < 0) Fail("SetCublasLtFp8ForTesting: negative row count");
+  g_cublaslt_fp8.SetForTesting(mode, "SetCublasLtFp8ForTesting");
+  g_cublaslt_fp8_min_rows_for_testing.store(min_rows);
+}
+uint64_t CublasLtFp8LaunchesForTesting() { return g_cublaslt_fp8_launches.load(); }
+
 void SetFp4TilePairsForTesting(int mode) { g_fp4_tile_pairs.SetForTesting(mode, "SetFp4TilePairsForTesting"); }
 uint64_t Fp4TilePairsLaunchesForTesting() { return g_fp4_tile_pairs_launches.load(); }
 
@@ -5385,9 +5503,12 @@ size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
       w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma() && g_dense_parts.On()) {
     return static_cast<size_t>(CeilDiv(wgmma_split::DensePartsBytes(m, w.in_features), int64_t{256}) * 256);
   }
-  // Elsewhere only where LaunchKind takes the wgmma path (any M, any row alignment; one group).
+  // Elsewhere only where LaunchKind takes the wgmma path (any M, any row alignment; one group),
+  // or cuBLASLt's.
   if (!WeightTakesWgmma(w, math)) return 0;
-  return MakeWgmmaLinearLayout(m, w.out_features, w.in_features).bytes;
+  const size_t wgmma_bytes = MakeWgmmaLinearLayout(m, w.out_features, w.in_features).bytes;
+  if (!CublasLtFp8Takes(m, w, math)) return wgmma_bytes;
+  return std::max(wgmma_bytes, CublasLtFp8ScratchBytes(m, w.out_features, w.in_features));
 }
 
 namespace {
@@ -5418,7 +5539,7 @@ void ReadSwitches() {
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(),
        g_dense_split.Mode(), SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(),
-       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), g_linear_fused.Mode(), true);
+       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), g_linear_fused.Mode(), g_cublaslt_fp8.Mode(), true);
   (void)switches_read;
 }
 

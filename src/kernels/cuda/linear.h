@@ -74,6 +74,22 @@ struct DeviceWeight {
 //               e4m3 codes, scaled once per chunk (linear_wgmma.cuh, FoldPass).
 enum class LinearMath : uint8_t { kSimtF32, kSplitBf16, kFp8Act };
 
+// The kernels that give up batch invariance for speed (docs/numerics.md): Linear's FP8 products of
+// 512+ rows on cuBLASLt (DEEPINFER_CUBLASLT_FP8) and the prefill's FP4 experts on BF16 MMAs
+// (DEEPINFER_FP4_BF16). Each runs where its environment switch is 1, never where it is 0, and,
+// where it is unset, in the calls a thread makes while a scope that allows them is open on it
+// (ops' wrappers open one from OpContext::fast_prefill). Scopes nest; the innermost decides.
+class BatchVariantKernelsScope {
+ public:
+  explicit BatchVariantKernelsScope(bool allowed);
+  ~BatchVariantKernelsScope();
+  BatchVariantKernelsScope(const BatchVariantKernelsScope&) = delete;
+  BatchVariantKernelsScope& operator=(const BatchVariantKernelsScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // M at or below which Linear / GroupedLinear use the GEMV kernel (both kernels give identical bits).
 inline constexpr int64_t kGemvMaxRows = 16;
 
@@ -204,6 +220,10 @@ uint64_t Fp4Bf16LaunchesForTesting();
 // unless 1); and how many it has made.
 void SetFp4TilePairsForTesting(int mode);
 uint64_t Fp4TilePairsLaunchesForTesting();
+// Tests only: DEEPINFER_CUBLASLT_FP8 for this process (-1 back to the environment's, 0 off, 1 on)
+// and the rows from which it takes a product (0: the default, 512); and its launches so far.
+void SetCublasLtFp8ForTesting(int mode, int64_t min_rows = 0);
+uint64_t CublasLtFp8LaunchesForTesting();
 // That kernel's up-shifted warps (the row scales applied once a slice where the chunk words allow
 // it; the same bits) on (1), off (0), or as DEEPINFER_FP4_SLICE_SCALE says (-1, the default: on
 // unless 0).

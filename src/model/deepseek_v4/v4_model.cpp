@@ -26,6 +26,10 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, De
                (!device_.is_cpu() && numerics_.tensor_core_linears && numerics_.fp8_activations),
            "--fold-fp4-experts keeps FP4 experts folded for the FP8-input tensor-core kernels: it needs a CUDA "
            "device, --tensor-cores and --fp8-activations");
+  DI_CHECK(!numerics_.fast_prefill ||
+               (!device_.is_cpu() && numerics_.tensor_core_linears && numerics_.fp8_activations),
+           "--fast-prefill picks among the FP8-input tensor-core kernels: it needs a CUDA device, --tensor-cores and "
+           "--fp8-activations");
   const auto& c = config_;
   rope_plain_ = ops::MakeRopeTable(c.qk_rope_head_dim, c.rope_theta, 0, 1.0, 0, 0);
   const auto& rs = c.rope_scaling;
@@ -45,7 +49,7 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, De
 
 bool V4Model::ActQuantInKernels() const {
   if (!numerics_.fp8_activations) return false;
-  const ops::OpContext op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears};
+  const ops::OpContext op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears, numerics_.fast_prefill};
   auto rounds = [&](const LinearWeight& w) { return w.empty() || ops::QuantizesFp8InputInKernel(op, w); };
   auto block_rounds = [&](const BlockWeights& b) {
     const AttentionWeights& a = b.attn;
@@ -237,7 +241,7 @@ void V4Model::UploadWeights() {
   rope_compressed_.device_inv_freq = TensorView(device_rope_.as<float>() + half, DType::kF32, {half}, device_);
   // The head again in tiles, for its small-batch kernel (DEEPINFER_DENSE_TILES=1: 1.06 GB more at
   // Flash's shapes; the same logits).
-  const ops::OpContext tiles_op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears};
+  const ops::OpContext tiles_op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears, numerics_.fast_prefill};
   if (const size_t bytes = ops::DenseTilesBytes(tiles_op, weights_.head); bytes > 0) {
     head_tiles_ = Buffer(bytes, device_);
     const TensorView tiles(head_tiles_.data(), DType::kU8, {static_cast<int64_t>(bytes)}, device_);
@@ -247,7 +251,7 @@ void V4Model::UploadWeights() {
 }
 
 void V4Model::BuildExpertTables() {
-  const ops::OpContext op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears};
+  const ops::OpContext op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears, numerics_.fast_prefill};
   auto build = [&](const BlockWeights& b) {
     const size_t i = static_cast<size_t>(b.layer);
     if (expert_tables_.size() <= i) expert_tables_.resize(i + 1);
@@ -359,7 +363,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
 
   const int64_t tokens = batch.num_tokens, d = c.hidden_size, s = c.hc_mult;
   StepContext ctx;
-  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only, batch.profiler, numerics_.tensor_core_linears};
+  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only, batch.profiler, numerics_.tensor_core_linears, numerics_.fast_prefill};
   if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope("embedding");
   ctx.ws = workspace_.get();
   if (batch.graph_staging != nullptr) {

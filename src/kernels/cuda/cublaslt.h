@@ -1,0 +1,79 @@
+// cuBLASLt, loaded at run time with dlopen (only its header is used at build time, so no binary
+// links it and a machine without it still runs every other path), and the one product the engine
+// asks of it: the block-scaled FP8 GEMM of DeepSeek's formats (weights e4m3 with 128 × 128
+// scales, activations e4m3 with 1 × 128 scales), f32 out.
+//
+// Library: $DEEPINFER_CUBLASLT if set, else libcublasLt.so.13, else libcublasLt.so.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace deepinfer::cuda {
+
+// The entry points DeepInfer calls, resolved from the loaded library.
+struct CublasLtApi {
+  std::string path;    // the name dlopen accepted
+  size_t version = 0;  // cublasLtGetVersion(): major·10000 + minor·100 + patch
+  decltype(&cublasLtCreate) Create = nullptr;
+  decltype(&cublasLtDestroy) Destroy = nullptr;
+  decltype(&cublasLtGetVersion) GetVersion = nullptr;
+  decltype(&cublasLtGetStatusName) GetStatusName = nullptr;
+  decltype(&cublasLtGetStatusString) GetStatusString = nullptr;
+  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
+  decltype(&cublasLtMatmulAlgoConfigGetAttribute) MatmulAlgoConfigGetAttribute = nullptr;
+  decltype(&cublasLtMatmul) Matmul = nullptr;
+
+  // "CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)".
+  std::string StatusText(cublasStatus_t status) const;
+  // "cuBLASLt 13.0.2 (libcublasLt.so.13)".
+  std::string Describe() const;
+};
+
+// The process's cuBLASLt, loaded on the first call; nullptr with *error set (which library names
+// were tried and why each failed, or the missing entry point) where it cannot be loaded.
+const CublasLtApi* GetCublasLt(std::string* error);
+
+// Row strides of the scale arrays cuBLASLt reads (its VEC128_32F and BLK128x128_32F modes): the
+// activation's scales are [k / 128][BlockScaledActScaleLd(m)] (each 128-column block's m scales
+// contiguous), the weight's [n / 128][BlockScaledWeightScaleLd(k)].
+inline int64_t BlockScaledActScaleLd(int64_t m) { return (m + 3) / 4 * 4; }
+inline int64_t BlockScaledWeightScaleLd(int64_t k) { return (k / 128 + 3) / 4 * 4; }
+
+// y[r, o] = Σ_c x(r, c)·W(o, c) for r < m, o < n, where x(r, c) = x_codes[r, c]·x_scales[c / 128][r]
+// and W(o, c) = w_codes[o, c]·w_scales[o / 128][c / 128], e4m3 codes; compute and y f32.
+// k and n multiples of 128, every pointer 16-byte aligned, w_row_bytes a multiple of 16.
+// cuBLASLt's own order of sums (the algorithm its heuristic picks for the shape, without split-K
+// reductions where it offers a choice): not linear_wgmma.cuh's 512-column slices.
+struct BlockScaledFp8Product {
+  const uint8_t* x_codes = nullptr;  // [m][k], row stride k bytes
+  const float* x_scales = nullptr;   // [k / 128][BlockScaledActScaleLd(m)]
+  const uint8_t* w_codes = nullptr;  // [n][k], row stride w_row_bytes
+  int64_t w_row_bytes = 0;
+  const float* w_scales = nullptr;  // [n / 128][BlockScaledWeightScaleLd(k)]
+  float* y = nullptr;               // [m][ldy]
+  int64_t ldy = 0;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// Enqueues the product on `stream` (on the current device). Returns "" when enqueued, else why not
+// (cuBLASLt missing, no algorithm for the shape, the stream capturing a graph before the
+// workspace exists, a failed call); nothing is enqueued then. Plans (descriptors and the chosen
+// algorithm) are cached per shape; calls from several threads are serialized.
+std::string RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream);
+
+// The chosen algorithm of the last plan made for (m, n, k), as text (tests and benchmarks), or "".
+std::string BlockScaledFp8AlgoForTesting(int64_t m, int64_t n, int64_t k);
+
+}  // namespace deepinfer::cuda
