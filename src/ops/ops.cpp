@@ -205,6 +205,9 @@ void GroupedLinear(const OpContext& ctx, const TensorView& x, const LinearWeight
   if (input == LinearInput::kBf16 && !round_in_kernel) {
     Bf16RoundRows(ctx, x.Reshape({x.size(0), x.size(1) * x.size(2)}), 0, x.size(1) * x.size(2));
   }
+#if DEEPINFER_HAS_CUDA
+  const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
+#endif
   DI_ON_CUDA(ctx, "grouped_linear",
              cuda::GroupedLinear(x.data<float>(), x.size(0), num_groups, ToDevice(w), y.data<float>(), ctx.stream,
                                  MathOf(ctx), round_in_kernel, scratch.empty() ? nullptr : scratch.raw(),

@@ -136,6 +136,14 @@ class ScopedFp4Bf16 {
   ScopedFp4Bf16(const ScopedFp4Bf16&) = delete;
   ScopedFp4Bf16& operator=(const ScopedFp4Bf16&) = delete;
 };
+// cuda::SetCublasLtBf16ForTesting(mode) for the scope, then back to the environment's.
+class ScopedCublasLtBf16 {
+ public:
+  explicit ScopedCublasLtBf16(int mode) { cuda::SetCublasLtBf16ForTesting(mode); }
+  ~ScopedCublasLtBf16() { cuda::SetCublasLtBf16ForTesting(-1); }
+  ScopedCublasLtBf16(const ScopedCublasLtBf16&) = delete;
+  ScopedCublasLtBf16& operator=(const ScopedCublasLtBf16&) = delete;
+};
 // cuda::SetCublasLtFp8ForTesting(mode, min_rows) for the scope, then back to the environment's.
 class ScopedCublasLtFp8 {
  public:

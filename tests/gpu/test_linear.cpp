@@ -532,6 +532,55 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   }
 }
 
+// GroupedLinear's one-part BF16 products (x rounded to BF16: wo_a with --attn-out-bf16) on
+// cuBLASLt's strided-batched BF16 GEMM (DEEPINFER_CUBLASLT_BF16, off by default): within the chain
+// bound of the CPU's f32 sums of the same rounded x, at wo_a's shape (8 groups, K = 4096, R =
+// 1024) and an odd one (3 groups of [192 -> 128]), 256 and 300 rows, in one piece and in pieces of
+// 128 rows (a launch a piece).
+TEST(CudaLinearMma, GroupedCublasLtWithinTheChainBound) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  ScopedCublasLtBf16 on(1);
+  struct Case {
+    int64_t groups, r, k;
+  };
+  uint64_t seed = 3990;
+  for (const Case& c : {Case{8, 1024, 4096}, Case{3, 128, 192}}) {
+    TestWeight w = RandomWeight(kFp8E8m0, c.groups * c.r, c.k, ++seed);
+    for (const int64_t m : {int64_t{256}, int64_t{300}}) {
+      std::vector<float> x = RandomFloats(static_cast<size_t>(m * c.groups * c.k), ++seed);
+      cpu::Bf16Round(x.data(), static_cast<int64_t>(x.size()));
+      std::vector<float> xabs(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xabs[i] = std::fabs(x[i]);
+      std::vector<float> want(static_cast<size_t>(m * c.groups * c.r)), sabs(want.size());
+      cpu::GroupedLinear(TensorView(x.data(), DType::kF32, {m, c.groups, c.k}), w.View(), c.groups,
+                         TensorView(want.data(), DType::kF32, {m, c.groups, c.r}));
+      std::vector<float> wabs = AbsDense(w.View());
+      cpu::GroupedLinear(TensorView(xabs.data(), DType::kF32, {m, c.groups, c.k}), DenseView(wabs, c.groups * c.r, c.k),
+                         c.groups, TensorView(sabs.data(), DType::kF32, {m, c.groups, c.r}));
+      DeviceArray<float> dx(x);
+      for (const int64_t piece : {int64_t{0}, int64_t{128}}) {
+        const std::string what = "G=" + std::to_string(c.groups) + " [" + std::to_string(c.k) + " -> " +
+                                 std::to_string(c.r) + "] M=" + std::to_string(m) + " piece " + std::to_string(piece);
+        ScopedGroupedBf16 grouped(1, piece);
+        const size_t bytes = cuda::GroupedLinearScratchBytes(m, c.groups, w.Device(), TestLinearMath(), true);
+        ASSERT_GT(bytes, 0u) << what;
+        DeviceArray<uint8_t> scratch(bytes);
+        DeviceArray<float> dy(want.size());
+        dy.Fill(0xff);
+        const uint64_t launches = cuda::CublasLtBf16LaunchesForTesting();
+        cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath(), true, scratch.get(),
+                            bytes);
+        EXPECT_EQ(cuda::CublasLtBf16LaunchesForTesting() - launches,
+                  static_cast<uint64_t>(piece == 0 ? 1 : (m + piece - 1) / piece))
+            << what << ": a cuBLASLt launch a piece";
+        EXPECT_TRUE(WithinBoundC(dy.ToHost(), want, sabs, SplitChainBoundC(c.k), what));
+      }
+    }
+  }
+}
+
 // GroupedLinear given scratch at 256 rows or more converts the weight to BF16 once and splits x's
 // parts once, then multiplies them on GroupedBf16WsKernel: the bits of the kernels it replaces (run
 // without scratch), with x as is (three parts) and rounded to BF16 (one), on the Flash output
@@ -1237,10 +1286,10 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
 // Linear's FP8 products on cuBLASLt's block-scaled GEMM (DEEPINFER_CUBLASLT_FP8, off by default;
 // here from 64 rows): (1) on integer data, where no path may round, equal to the CPU bit for bit;
 // (2) on random data with spread block scales, within the FP8 path's bound of the CPU, at shapes
-// of the Flash prefill's kinds scaled down (K = 1024, 4096, 8192; N = 512, 1024, 4096), rows that
-// are not a multiple of 4 or 64 (cuBLASLt's scale rows are padded to 4), x and y with row strides
-// past their widths (the columns past N must stay unwritten). Each call must take cuBLASLt, and a
-// product below the row threshold must not.
+// of the Flash prefill's kinds scaled down (K = 1024, 4096, 8192; N = 512, 1024, 4096), row counts
+// that are not a multiple of 4 (cuBLASLt takes the first multiple of 4, the wgmma path the 1-3
+// rows after) or of 64, x and y with row strides past their widths (the columns past N must stay
+// unwritten). Each call must take cuBLASLt once, and a product below the row threshold must not.
 TEST(CudaLinearFp8, CublasLtBlockScaledWithinTheOrderBound) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace deepinfer::cuda {
@@ -66,6 +67,7 @@ LoadedCublasLt LoadCublasLt() {
   Resolve(lib, "cublasLtMatmulDescSetAttribute", &lt.MatmulDescSetAttribute, &missing);
   Resolve(lib, "cublasLtMatrixLayoutCreate", &lt.MatrixLayoutCreate, &missing);
   Resolve(lib, "cublasLtMatrixLayoutDestroy", &lt.MatrixLayoutDestroy, &missing);
+  Resolve(lib, "cublasLtMatrixLayoutSetAttribute", &lt.MatrixLayoutSetAttribute, &missing);
   Resolve(lib, "cublasLtMatmulPreferenceCreate", &lt.MatmulPreferenceCreate, &missing);
   Resolve(lib, "cublasLtMatmulPreferenceDestroy", &lt.MatmulPreferenceDestroy, &missing);
   Resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &lt.MatmulPreferenceSetAttribute, &missing);
@@ -80,10 +82,22 @@ LoadedCublasLt LoadCublasLt() {
   return r;
 }
 
-// ---- the block-scaled FP8 product -------------------------------------------------------------
+// ---- the products -------------------------------------------------------------------------------
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kMaxPlans = 1024;  // past this many shapes the cache starts over
+
+// One product's shape in cuBLASLt's column-major terms: A = W as k × n (ld lda), B = x as k × m
+// (ld ldb), D = y as n × m (ld ldd), `batch` of them `stride_*` elements apart.
+struct Spec {
+  bool block_scaled = false;  // A, B e4m3 with BLK128x128 / VEC128 f32 scales; else BF16
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
+  int64_t batch = 1, stride_a = 0, stride_b = 0, stride_d = 0;
+
+  auto Key(int device) const {
+    return std::make_tuple(device, block_scaled, m, n, k, lda, ldb, ldd, batch, stride_a, stride_b, stride_d);
+  }
+};
 
 // One shape's cuBLASLt objects. The scale pointers are attributes of the descriptor, set on each
 // call (under the module's lock) before cublasLtMatmul reads them.
@@ -92,7 +106,8 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   std::string algo_text;
-  std::string error;  // why the shape has no plan (final for the process)
+  std::string error;         // why the shape has no plan (final for the process)
+  bool unsupported = false;  // the error is the heuristic's: no algorithm for the shape
 };
 
 // Per device: the handle and the workspace (allocated on the first call outside a graph capture).
@@ -102,12 +117,10 @@ struct DeviceState {
   std::string error;
 };
 
-using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t>;  // device, m, n, k, ldy, w_row_bytes
-
 struct Module {
   std::mutex mu;
   std::map<int, DeviceState> devices;
-  std::map<PlanKey, Plan> plans;
+  std::map<decltype(Spec{}.Key(0)), Plan> plans;
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::string> last_algo;  // (m, n, k) -> text (tests)
 };
 
@@ -120,6 +133,12 @@ template <typename T>
 cublasStatus_t SetDesc(const CublasLtApi& lt, cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute,
                        const T& value) {
   return lt.MatmulDescSetAttribute(desc, attribute, &value, sizeof(value));
+}
+
+template <typename T>
+cublasStatus_t SetLayout(const CublasLtApi& lt, cublasLtMatrixLayout_t layout,
+                         cublasLtMatrixLayoutAttribute_t attribute, const T& value) {
+  return lt.MatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value));
 }
 
 template <typename T>
@@ -138,7 +157,9 @@ void DestroyPlan(const CublasLtApi& lt, Plan& plan) {
   plan = Plan{};
 }
 
-Plan MakePlan(const CublasLtApi& lt, cublasLtHandle_t handle, const BlockScaledFp8Product& p) {
+// scales: A's and B's scale pointers (block-scaled only; the heuristic may read their alignment).
+Plan MakePlan(const CublasLtApi& lt, cublasLtHandle_t handle, const Spec& s, const void* a_scale,
+              const void* b_scale) {
   Plan plan;
   const auto fail = [&](cublasStatus_t status, const char* what) {
     if (status == CUBLAS_STATUS_SUCCESS) return false;
@@ -147,24 +168,37 @@ Plan MakePlan(const CublasLtApi& lt, cublasLtHandle_t handle, const BlockScaledF
   };
   if (fail(lt.MatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate")) return plan;
   const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
-  const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
-  const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
   if (fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, transa), "TRANSA") ||
-      fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, transb), "TRANSB") ||
-      fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode), "A_SCALE_MODE BLK128x128_32F") ||
-      fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode), "B_SCALE_MODE VEC128_32F") ||
-      fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, static_cast<const void*>(p.w_scales)),
-           "A_SCALE_POINTER") ||
-      fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, static_cast<const void*>(p.x_scales)),
-           "B_SCALE_POINTER")) {
+      fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, transb), "TRANSB")) {
     return plan;
   }
+  if (s.block_scaled) {
+    const int32_t a_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    const int32_t b_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    if (fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, a_mode), "A_SCALE_MODE BLK128x128_32F") ||
+        fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, b_mode), "B_SCALE_MODE VEC128_32F") ||
+        fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale), "A_SCALE_POINTER") ||
+        fail(SetDesc(lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale), "B_SCALE_POINTER")) {
+      return plan;
+    }
+  }
+  const cudaDataType_t in = s.block_scaled ? CUDA_R_8F_E4M3 : CUDA_R_16BF;
   const auto u64 = [](int64_t x) { return static_cast<uint64_t>(x); };
-  // Column-major views: A = W as k × n (ld w_row_bytes), B = x as k × m (ld k), D = y as n × m (ld ldy).
-  if (fail(lt.MatrixLayoutCreate(&plan.a, CUDA_R_8F_E4M3, u64(p.k), u64(p.n), p.w_row_bytes), "layout A") ||
-      fail(lt.MatrixLayoutCreate(&plan.b, CUDA_R_8F_E4M3, u64(p.k), u64(p.m), p.k), "layout B") ||
-      fail(lt.MatrixLayoutCreate(&plan.d, CUDA_R_32F, u64(p.n), u64(p.m), p.ldy), "layout D")) {
+  if (fail(lt.MatrixLayoutCreate(&plan.a, in, u64(s.k), u64(s.n), s.lda), "layout A") ||
+      fail(lt.MatrixLayoutCreate(&plan.b, in, u64(s.k), u64(s.m), s.ldb), "layout B") ||
+      fail(lt.MatrixLayoutCreate(&plan.d, CUDA_R_32F, u64(s.n), u64(s.m), s.ldd), "layout D")) {
     return plan;
+  }
+  if (s.batch > 1) {
+    const int32_t count = static_cast<int32_t>(s.batch);
+    if (fail(SetLayout(lt, plan.a, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count), "batch count A") ||
+        fail(SetLayout(lt, plan.b, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count), "batch count B") ||
+        fail(SetLayout(lt, plan.d, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, count), "batch count D") ||
+        fail(SetLayout(lt, plan.a, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, s.stride_a), "batch stride A") ||
+        fail(SetLayout(lt, plan.b, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, s.stride_b), "batch stride B") ||
+        fail(SetLayout(lt, plan.d, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, s.stride_d), "batch stride D")) {
+      return plan;
+    }
   }
   cublasLtMatmulPreference_t pref = nullptr;
   if (fail(lt.MatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate")) return plan;
@@ -177,10 +211,14 @@ Plan MakePlan(const CublasLtApi& lt, cublasLtHandle_t handle, const BlockScaledF
     status = lt.MatmulAlgoGetHeuristic(handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref, 1, &result, &count);
   }
   lt.MatmulPreferenceDestroy(pref);
-  if (fail(status, "cublasLtMatmulAlgoGetHeuristic")) return plan;
+  if (fail(status, "cublasLtMatmulAlgoGetHeuristic")) {
+    plan.unsupported = status == CUBLAS_STATUS_NOT_SUPPORTED;
+    return plan;
+  }
   if (count == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
-    plan.error = fmt::format("cuBLASLt ({}) has no block-scaled FP8 algorithm with f32 output for m={} n={} k={}",
-                             lt.Describe(), p.m, p.n, p.k);
+    plan.unsupported = true;
+    plan.error = fmt::format("cuBLASLt ({}) has no {} algorithm with f32 output for m={} n={} k={} batch={}",
+                             lt.Describe(), s.block_scaled ? "block-scaled FP8" : "BF16", s.m, s.n, s.k, s.batch);
     return plan;
   }
   plan.algo = result.algo;
@@ -194,6 +232,60 @@ Plan MakePlan(const CublasLtApi& lt, cublasLtHandle_t handle, const BlockScaledF
   return plan;
 }
 
+// Enqueues the product of `s` (see Spec) on `stream`: its plan found or made, the scale pointers
+// set (block-scaled), then cublasLtMatmul with alpha 1 and beta 0.
+CublasLtResult Enqueue(const Spec& s, const void* a, const void* b, float* d, const void* a_scale,
+                       const void* b_scale, cudaStream_t stream) {
+  using Status = CublasLtResult::Status;
+  const auto failed = [](std::string why) { return CublasLtResult{Status::kFailed, std::move(why)}; };
+  std::string error;
+  const CublasLtApi* lt = GetCublasLt(&error);
+  if (lt == nullptr) return failed(error);
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return failed("cuBLASLt product: cudaGetDevice failed");
+  Module& module = TheModule();
+  std::lock_guard<std::mutex> lock(module.mu);
+  DeviceState& dev = module.devices[device];
+  if (!dev.error.empty()) return failed(dev.error);
+  if (dev.workspace == nullptr) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      return failed("cuBLASLt product: the first call may not be inside a graph capture (it allocates the workspace)");
+    }
+    if (dev.handle == nullptr) {
+      if (const cublasStatus_t st = lt->Create(&dev.handle); st != CUBLAS_STATUS_SUCCESS) {
+        dev.error = "cublasLtCreate: " + lt->StatusText(st);
+        return failed(dev.error);
+      }
+    }
+    if (cudaMalloc(&dev.workspace, kWorkspaceBytes) != cudaSuccess) {
+      dev.workspace = nullptr;
+      return failed(fmt::format("cuBLASLt product: cannot allocate the {} MiB workspace", kWorkspaceBytes >> 20));
+    }
+  }
+  const auto key = s.Key(device);
+  auto it = module.plans.find(key);
+  if (it == module.plans.end()) {
+    if (module.plans.size() >= kMaxPlans) {
+      for (auto& [unused, old] : module.plans) DestroyPlan(*lt, old);
+      module.plans.clear();
+    }
+    it = module.plans.emplace(key, MakePlan(*lt, dev.handle, s, a_scale, b_scale)).first;
+    module.last_algo[{s.m, s.n, s.k}] = it->second.error.empty() ? it->second.algo_text : it->second.error;
+  }
+  Plan& plan = it->second;
+  if (!plan.error.empty()) return {plan.unsupported ? Status::kUnsupported : Status::kFailed, plan.error};
+  if (s.block_scaled && (SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale) != CUBLAS_STATUS_SUCCESS ||
+                         SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale) != CUBLAS_STATUS_SUCCESS)) {
+    return failed("cuBLASLt product: cannot set the scale pointers");
+  }
+  const float alpha = 1.f, beta = 0.f;
+  const cublasStatus_t status = lt->Matmul(dev.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,
+                                           plan.d, &plan.algo, dev.workspace, kWorkspaceBytes, stream);
+  if (status != CUBLAS_STATUS_SUCCESS) return failed("cublasLtMatmul: " + lt->StatusText(status));
+  return {Status::kEnqueued, {}};
+}
+
 }  // namespace
 
 const CublasLtApi* GetCublasLt(std::string* error) {
@@ -205,58 +297,42 @@ const CublasLtApi* GetCublasLt(std::string* error) {
   return &loaded.api;
 }
 
-std::string RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream) {
+CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream) {
   if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.n % 128 != 0 || p.k % 128 != 0 || p.w_row_bytes % 16 != 0 ||
       p.ldy < p.n) {
-    return fmt::format("block-scaled FP8: unsupported shape m={} n={} k={} w_row_bytes={} ldy={}", p.m, p.n, p.k,
-                       p.w_row_bytes, p.ldy);
+    return {CublasLtResult::Status::kFailed,
+            fmt::format("block-scaled FP8: unsupported arguments m={} n={} k={} w_row_bytes={} ldy={}", p.m, p.n, p.k,
+                        p.w_row_bytes, p.ldy)};
   }
-  std::string error;
-  const CublasLtApi* lt = GetCublasLt(&error);
-  if (lt == nullptr) return error;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return "block-scaled FP8: cudaGetDevice failed";
-  Module& module = TheModule();
-  std::lock_guard<std::mutex> lock(module.mu);
-  DeviceState& dev = module.devices[device];
-  if (!dev.error.empty()) return dev.error;
-  if (dev.workspace == nullptr) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-      return "block-scaled FP8: the first call may not be inside a graph capture (its workspace is allocated then)";
-    }
-    if (const cublasStatus_t s = lt->Create(&dev.handle); s != CUBLAS_STATUS_SUCCESS) {
-      dev.error = "cublasLtCreate: " + lt->StatusText(s);
-      return dev.error;
-    }
-    if (cudaMalloc(&dev.workspace, kWorkspaceBytes) != cudaSuccess) {
-      dev.workspace = nullptr;
-      return fmt::format("block-scaled FP8: cannot allocate the {} MiB workspace", kWorkspaceBytes >> 20);
-    }
+  Spec s;
+  s.block_scaled = true;
+  s.m = p.m;
+  s.n = p.n;
+  s.k = p.k;
+  s.lda = p.w_row_bytes;
+  s.ldb = p.k;
+  s.ldd = p.ldy;
+  return Enqueue(s, p.w_codes, p.x_codes, p.y, p.w_scales, p.x_scales, stream);
+}
+
+CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0 || p.ldx < p.k || p.w_row_elems < p.k || p.ldy < p.n) {
+    return {CublasLtResult::Status::kFailed,
+            fmt::format("BF16 batched: unsupported arguments m={} n={} k={} batch={} ldx={} ldw={} ldy={}", p.m, p.n,
+                        p.k, p.batch, p.ldx, p.w_row_elems, p.ldy)};
   }
-  const PlanKey key{device, p.m, p.n, p.k, p.ldy, p.w_row_bytes};
-  auto it = module.plans.find(key);
-  if (it == module.plans.end()) {
-    if (module.plans.size() >= kMaxPlans) {
-      for (auto& [unused, old] : module.plans) DestroyPlan(*lt, old);
-      module.plans.clear();
-    }
-    it = module.plans.emplace(key, MakePlan(*lt, dev.handle, p)).first;
-    module.last_algo[{p.m, p.n, p.k}] = it->second.error.empty() ? it->second.algo_text : it->second.error;
-  }
-  Plan& plan = it->second;
-  if (!plan.error.empty()) return plan.error;
-  const void* a_scale = p.w_scales;
-  const void* b_scale = p.x_scales;
-  if (SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale) != CUBLAS_STATUS_SUCCESS ||
-      SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale) != CUBLAS_STATUS_SUCCESS) {
-    return "block-scaled FP8: cannot set the scale pointers";
-  }
-  const float alpha = 1.f, beta = 0.f;
-  const cublasStatus_t status = lt->Matmul(dev.handle, plan.desc, &alpha, p.w_codes, plan.a, p.x_codes, plan.b, &beta,
-                                           p.y, plan.d, p.y, plan.d, &plan.algo, dev.workspace, kWorkspaceBytes, stream);
-  if (status != CUBLAS_STATUS_SUCCESS) return "cublasLtMatmul: " + lt->StatusText(status);
-  return {};
+  Spec s;
+  s.m = p.m;
+  s.n = p.n;
+  s.k = p.k;
+  s.lda = p.w_row_elems;
+  s.ldb = p.ldx;
+  s.ldd = p.ldy;
+  s.batch = p.batch;
+  s.stride_a = p.w_batch_stride;
+  s.stride_b = p.x_batch_stride;
+  s.stride_d = p.y_batch_stride;
+  return Enqueue(s, p.w, p.x, p.y, nullptr, nullptr, stream);
 }
 
 std::string BlockScaledFp8AlgoForTesting(int64_t m, int64_t n, int64_t k) {

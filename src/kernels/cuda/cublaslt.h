@@ -28,6 +28,7 @@ struct CublasLtApi {
   decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
   decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
   decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
+  decltype(&cublasLtMatrixLayoutSetAttribute) MatrixLayoutSetAttribute = nullptr;
   decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
   decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
   decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
@@ -67,11 +68,35 @@ struct BlockScaledFp8Product {
   int64_t m = 0, n = 0, k = 0;
 };
 
-// Enqueues the product on `stream` (on the current device). Returns "" when enqueued, else why not
-// (cuBLASLt missing, no algorithm for the shape, the stream capturing a graph before the
-// workspace exists, a failed call); nothing is enqueued then. Plans (descriptors and the chosen
-// algorithm) are cached per shape; calls from several threads are serialized.
-std::string RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream);
+// What a Run* call did.
+struct CublasLtResult {
+  enum class Status : uint8_t {
+    kEnqueued,
+    kUnsupported,  // cuBLASLt has no algorithm for the shape (e.g. m not a multiple of 4); final per shape
+    kFailed,       // cuBLASLt missing, a bad argument, a capture before the first call, a failed call
+  };
+  Status status = Status::kFailed;
+  std::string why;  // empty when enqueued
+};
+
+// Enqueues the product on `stream` (on the current device); where it is not enqueued, nothing is.
+// Plans (descriptors and the chosen algorithm) are cached per shape; calls from several threads
+// are serialized. Measured (cuBLASLt 13.0, H100): m = 131 has no algorithm, m = 300 and 8,192 have.
+CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream);
+
+// y_b[r, o] = Σ_c x_b[r, c]·W_b[o, c] for each batch entry b < batch, r < m, o < n: x_b = x + b·x_batch_stride
+// ([m][ldx] BF16), W_b = w + b·w_batch_stride ([n][w_row_elems] BF16), y_b = y + b·y_batch_stride
+// ([m][ldy] f32); compute f32, in cuBLASLt's order of sums. Strides count elements.
+struct Bf16BatchedProduct {
+  const uint16_t* x = nullptr;
+  int64_t ldx = 0, x_batch_stride = 0;
+  const uint16_t* w = nullptr;
+  int64_t w_row_elems = 0, w_batch_stride = 0;
+  float* y = nullptr;
+  int64_t ldy = 0, y_batch_stride = 0;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+};
+CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream);
 
 // The chosen algorithm of the last plan made for (m, n, k), as text (tests and benchmarks), or "".
 std::string BlockScaledFp8AlgoForTesting(int64_t m, int64_t n, int64_t k);

@@ -10,7 +10,9 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -3763,8 +3765,45 @@ void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Para
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
+// DEEPINFER_CUBLASLT_BF16 (read once; 1: on, 0: off, unset: inside an allowing
+// BatchVariantKernelsScope, i.e. --fast-prefill): LaunchGroupedBf16's products on one part (x
+// rounded to BF16: `wo_a` with --attn-out-bf16) multiply the converted weight and x's BF16 rows on
+// cuBLASLt's strided-batched BF16 GEMM (a batch entry a group, f32 out) instead of
+// GroupedBf16WsKernel. Exact products, cuBLASLt's order of sums: not the 512-column slices', so not
+// batch invariant. A shape cuBLASLt has no algorithm for keeps the kernel. Tests override it
+// (SetCublasLtBf16ForTesting).
+KernelSwitch g_cublaslt_bf16{"DEEPINFER_CUBLASLT_BF16", 0, true};
+std::atomic<uint64_t> g_cublaslt_bf16_launches{0};
+
+// One piece of a grouped product on cuBLASLt: x's BF16 rows [m][groups · k] at `x16`, the weight
+// [groups · n][k] at `w16`. False (nothing enqueued) where cuBLASLt has no algorithm; fails where
+// it cannot be loaded or its call fails.
+bool RunGroupedOnCublasLt(const uint16_t* x16, const uint16_t* w16, const Params& p, int64_t groups,
+                          cudaStream_t stream) {
+  Bf16BatchedProduct product;
+  product.x = x16;
+  product.ldx = groups * p.k;
+  product.x_batch_stride = p.k;
+  product.w = w16;
+  product.w_row_elems = p.k;
+  product.w_batch_stride = p.n * p.k;
+  product.y = p.y;
+  product.ldy = p.ldy;
+  product.y_batch_stride = p.y_group_stride;
+  product.m = p.m;
+  product.n = p.n;
+  product.k = p.k;
+  product.batch = groups;
+  const CublasLtResult result = RunBf16Batched(product, stream);
+  if (result.status == CublasLtResult::Status::kUnsupported) return false;
+  if (result.status != CublasLtResult::Status::kEnqueued) Fail(("DEEPINFER_CUBLASLT_BF16: " + result.why).c_str());
+  g_cublaslt_bf16_launches.fetch_add(1);
+  return true;
+}
+
 // The weight converted into the scratch once, then per piece of x's rows its parts split and
-// GroupedBf16WsKernel<kParts> on at most one block per SM.
+// GroupedBf16WsKernel<kParts> on at most one block per SM (or, one part under
+// DEEPINFER_CUBLASLT_BF16, cuBLASLt).
 template <int kParts>
 void LaunchGroupedBf16(const Params& p, int64_t groups, cudaStream_t stream) {
   const auto [device, sms] = CurrentDeviceSms();
@@ -3786,6 +3825,7 @@ void LaunchGroupedBf16(const Params& p, int64_t groups, cudaStream_t stream) {
     Params pp = p;
     pp.y = p.y + r0 * p.ldy;
     pp.m = m;
+    if (kParts == 1 && g_cublaslt_bf16.On() && RunGroupedOnCublasLt(parts, w16, pp, groups, stream)) continue;
     LaunchBf16Ws<kParts, false>(w_map, x_map, pp, groups, device, sms, stream,
                                 "cuda::GroupedLinear BF16 wgmma, warp-specialized");
     g_grouped_bf16_launches.fetch_add(1);
@@ -4061,10 +4101,15 @@ size_t CublasLtFp8ScratchBytes(int64_t m, int64_t n, int64_t k) {
   return static_cast<size_t>(CublasLtFp8WeightScalesOffset(m, k) + n / 128 * BlockScaledWeightScaleLd(k) * 4);
 }
 
+// Rows of an m-row product that cuBLASLt takes, from the top: a multiple of 4 (cuBLASLt 13.0 has
+// no block-scaled algorithm for m = 131; it has for 300 and 8,192), or 0; the rest (at most 3
+// rows) run on the wgmma path.
+int64_t CublasLtFp8Rows(int64_t m) { return m / 4 * 4; }
+
 // Whether a product of m rows of `w` under `math` takes the path (the scratch aside).
 bool CublasLtFp8Takes(int64_t m, const DeviceWeight& w, LinearMath math) {
   return g_cublaslt_fp8.On() && math == LinearMath::kFp8Act && w.format == DeviceWeight::Format::kFp8 &&
-         w.scale_dtype == DType::kF8E8M0 && m >= CublasLtFp8MinRows() && w.out_features % 128 == 0 &&
+         w.scale_dtype == DType::kF8E8M0 && CublasLtFp8Rows(m) >= CublasLtFp8MinRows() && w.out_features % 128 == 0 &&
          w.in_features % 128 == 0 && w.in_features <= mma::kMaxSlices * mma::kSlice && w.data_row_stride % 16 == 0 &&
          reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && wgmma::DeviceHasWgmma();
 }
@@ -4079,9 +4124,15 @@ __global__ void WidenE8m0ScalesKernel(const uint8_t* __restrict__ scale, int64_t
   out[i] = c < cols ? DecodeE8m0(scale[r * scale_row_stride + c]) : 0.f;
 }
 
-// Linear's product of p on cuBLASLt where CublasLtFp8Takes holds, the scratch suffices and the
-// stream is not capturing a graph; false (nothing launched) otherwise.
-bool LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
+// Shapes (m, n, k) cuBLASLt had no algorithm for (kUnsupported): they run on the wgmma path.
+std::mutex g_cublaslt_unsupported_mu;
+std::set<std::tuple<int64_t, int64_t, int64_t>> g_cublaslt_unsupported;
+
+// Linear's product of p on cuBLASLt where CublasLtFp8Takes holds, the scratch suffices, the stream
+// is not capturing a graph and cuBLASLt has an algorithm for the shape: returns the rows it
+// enqueued (CublasLtFp8Rows(p.m), the first ones), or 0 with nothing launched. Fails where cuBLASLt
+// cannot be loaded or its call fails.
+int64_t LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
   DeviceWeight w;
   w.format = DeviceWeight::Format::kFp8;
   w.scale_dtype = p.scale_f32 ? DType::kF32 : DType::kF8E8M0;
@@ -4089,17 +4140,21 @@ bool LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
   w.in_features = p.k;
   w.data = p.w;
   w.data_row_stride = p.w_row_bytes;
+  const int64_t rows = CublasLtFp8Rows(p.m);
   if (!CublasLtFp8Takes(p.m, w, LinearMath::kFp8Act) || p.scratch == nullptr || !Aligned(p.scratch, 0, 256) ||
-      p.scratch_bytes < CublasLtFp8ScratchBytes(p.m, p.n, p.k)) {
-    return false;
+      p.scratch_bytes < CublasLtFp8ScratchBytes(rows, p.n, p.k)) {
+    return 0;
   }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   DI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-  if (capture != cudaStreamCaptureStatusNone) return false;
-  const int64_t m_pad = BlockScaledActScaleLd(p.m);
-  const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, false, p.scratch, stream);
+  if (capture != cudaStreamCaptureStatusNone) return 0;
+  {
+    std::lock_guard<std::mutex> lock(g_cublaslt_unsupported_mu);
+    if (g_cublaslt_unsupported.count({rows, p.n, p.k}) > 0) return 0;
+  }
+  const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, rows, rows, p.k, p.x_vec, false, p.scratch, stream);
   float* w_scales =
-      reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + CublasLtFp8WeightScalesOffset(p.m, p.k));
+      reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + CublasLtFp8WeightScalesOffset(rows, p.k));
   const int64_t scale_rows = p.n / 128, scale_ld = BlockScaledWeightScaleLd(p.k);
   WidenE8m0ScalesKernel<<<static_cast<unsigned>(CeilDiv(scale_rows * scale_ld, 256)), 256, 0, stream>>>(
       p.scale, p.scale_row_stride, scale_rows, p.k / 128, scale_ld, w_scales);
@@ -4112,14 +4167,20 @@ bool LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
   product.w_scales = w_scales;
   product.y = p.y;
   product.ldy = p.ldy;
-  product.m = p.m;
+  product.m = rows;
   product.n = p.n;
   product.k = p.k;
-  if (const std::string error = RunBlockScaledFp8(product, stream); !error.empty()) {
-    Fail(("DEEPINFER_CUBLASLT_FP8: " + error).c_str());
+  const CublasLtResult result = RunBlockScaledFp8(product, stream);
+  if (result.status == CublasLtResult::Status::kUnsupported) {
+    std::lock_guard<std::mutex> lock(g_cublaslt_unsupported_mu);
+    g_cublaslt_unsupported.insert({rows, p.n, p.k});
+    return 0;  // the quantized codes and scales in the scratch go unread
+  }
+  if (result.status != CublasLtResult::Status::kEnqueued) {
+    Fail(("DEEPINFER_CUBLASLT_FP8: " + result.why).c_str());
   }
   g_cublaslt_fp8_launches.fetch_add(1);
-  return true;
+  return rows;
 }
 
 template <Kind K>
@@ -4142,7 +4203,15 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
       // every M (their k32 sums differ from mma.sync's; linear_wgmma.cuh).
       if (path == Path::kFp8) {
         if constexpr (K == Kind::kFp8) {
-          if (groups == 1 && LaunchCublasLtFp8(p, stream)) return;
+          const int64_t done = groups == 1 ? LaunchCublasLtFp8(p, stream) : 0;
+          if (done == p.m) return;
+          if (done > 0) {  // the last rows (at most 3) here, after cuBLASLt has read the scratch
+            Params tail = p;
+            tail.x += done * p.ldx;
+            tail.y += done * p.ldy;
+            tail.m -= done;
+            return LaunchKind<K>(tail, groups, stream, math);
+          }
         }
         const WgmmaLinearLayout layout = MakeWgmmaLinearLayout(p.m, p.n, p.k);
         if (wgmma::Usable(p, K, groups, layout.bytes)) {
@@ -5397,6 +5466,9 @@ BatchVariantKernelsScope::BatchVariantKernelsScope(bool allowed) : previous_(t_b
 }
 BatchVariantKernelsScope::~BatchVariantKernelsScope() { t_batch_variant_allowed = previous_; }
 
+void SetCublasLtBf16ForTesting(int mode) { g_cublaslt_bf16.SetForTesting(mode, "SetCublasLtBf16ForTesting"); }
+uint64_t CublasLtBf16LaunchesForTesting() { return g_cublaslt_bf16_launches.load(); }
+
 void SetCublasLtFp8ForTesting(int mode, int64_t min_rows) {
   if (min_rows < 0) Fail("SetCublasLtFp8ForTesting: negative row count");
   g_cublaslt_fp8.SetForTesting(mode, "SetCublasLtFp8ForTesting");
@@ -5508,7 +5580,11 @@ size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   if (!WeightTakesWgmma(w, math)) return 0;
   const size_t wgmma_bytes = MakeWgmmaLinearLayout(m, w.out_features, w.in_features).bytes;
   if (!CublasLtFp8Takes(m, w, math)) return wgmma_bytes;
-  return std::max(wgmma_bytes, CublasLtFp8ScratchBytes(m, w.out_features, w.in_features));
+  // cuBLASLt's rows, or the wgmma path for all m where cuBLASLt has no algorithm, then the tail's.
+  const int64_t rows = CublasLtFp8Rows(m), tail = m - rows;
+  size_t bytes = std::max(wgmma_bytes, CublasLtFp8ScratchBytes(rows, w.out_features, w.in_features));
+  if (tail > 0) bytes = std::max(bytes, MakeWgmmaLinearLayout(tail, w.out_features, w.in_features).bytes);
+  return bytes;
 }
 
 namespace {

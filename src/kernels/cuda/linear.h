@@ -75,7 +75,8 @@ struct DeviceWeight {
 enum class LinearMath : uint8_t { kSimtF32, kSplitBf16, kFp8Act };
 
 // The kernels that give up batch invariance for speed (docs/numerics.md): Linear's FP8 products of
-// 512+ rows on cuBLASLt (DEEPINFER_CUBLASLT_FP8) and the prefill's FP4 experts on BF16 MMAs
+// 512+ rows on cuBLASLt (DEEPINFER_CUBLASLT_FP8), GroupedLinear's prefill products on one BF16 part
+// on cuBLASLt (DEEPINFER_CUBLASLT_BF16) and the prefill's FP4 experts on BF16 MMAs
 // (DEEPINFER_FP4_BF16). Each runs where its environment switch is 1, never where it is 0, and,
 // where it is unset, in the calls a thread makes while a scope that allows them is open on it
 // (ops' wrappers open one from OpContext::fast_prefill). Scopes nest; the innermost decides.
@@ -224,6 +225,10 @@ uint64_t Fp4TilePairsLaunchesForTesting();
 // and the rows from which it takes a product (0: the default, 512); and its launches so far.
 void SetCublasLtFp8ForTesting(int mode, int64_t min_rows = 0);
 uint64_t CublasLtFp8LaunchesForTesting();
+// Tests only: DEEPINFER_CUBLASLT_BF16 for this process (-1 back to the environment's, 0 off, 1 on)
+// and its launches so far (GroupedLinear's one-part BF16 products on cuBLASLt).
+void SetCublasLtBf16ForTesting(int mode);
+uint64_t CublasLtBf16LaunchesForTesting();
 // That kernel's up-shifted warps (the row scales applied once a slice where the chunk words allow
 // it; the same bits) on (1), off (0), or as DEEPINFER_FP4_SLICE_SCALE says (-1, the default: on
 // unless 0).
