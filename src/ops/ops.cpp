@@ -529,4 +529,29 @@ void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const Ten
   }
 }
 
+bool SwiGluWritesBf16Codes(const OpContext& ctx) {
+#if DEEPINFER_HAS_CUDA
+  if (ctx.on_cuda()) return cuda::SwiGluQuantizeRowsBf16On();
+#endif
+  (void)ctx;
+  return false;
+}
+
+void ClampedSwiGluBf16(const OpContext& ctx, const TensorView& gate, const TensorView& up, float limit,
+                       const TensorView& row_weights, const TensorView& row_count, const TensorView& codes) {
+  CheckDevice(ctx, "swiglu", {&gate, &up, &row_weights, &row_count, &codes});
+  DI_CHECK(row_count.empty() || (row_count.dtype() == DType::kI32 && row_count.numel() == 1),
+           "swiglu: row_count must be one I32");
+  DI_CHECK(gate.ndim() == 2 && up.ndim() == 2 && gate.dtype() == DType::kF32 && up.dtype() == DType::kF32 &&
+               up.size(0) == gate.size(0) && up.size(1) == gate.size(1) && gate.stride(1) == 1 && up.stride(1) == 1,
+           "swiglu: gate {} and up {} must be f32 rows of one shape", gate.ShapeString(), up.ShapeString());
+  DI_ON_CUDA(ctx, "swiglu",
+             cuda::SwiGluQuantizeRowsBf16(gate.data<float>(), gate.stride(0), up.data<float>(), up.stride(0),
+                                          gate.size(0), gate.size(1), limit,
+                                          row_weights.empty() ? nullptr : row_weights.data<float>(),
+                                          row_count.empty() ? nullptr : row_count.data<int32_t>(), codes.raw(),
+                                          codes.nbytes(), ctx.stream));
+  DI_CHECK(false, "swiglu: the BF16 rows in the codes are a GPU path");
+}
+
 }  // namespace deepinfer::ops

@@ -138,6 +138,14 @@ void Route(const OpContext& ctx, const TensorView& logits, const TensorView& tok
 // rest are untouched, and on CUDA the count is read on the device (M is the launch bound).
 void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const TensorView& up, float limit,
                    const TensorView& row_weights, const TensorView& row_count = TensorView());
+// ClampedSwiGlu's values act_quant'ed as BF16 into `codes` as w2's ExpertsLinear call reads them with
+// x_in_codes (cuda::SwiGluQuantizeRowsBf16; ExpertsLinearTakesBf16X for w2 must hold); gate is not
+// written. CUDA only.
+void ClampedSwiGluBf16(const OpContext& ctx, const TensorView& gate, const TensorView& up, float limit,
+                       const TensorView& row_weights, const TensorView& row_count, const TensorView& codes);
+// Whether the model should take ClampedSwiGluBf16 where w2 takes its x in the codes
+// (cuda::SwiGluQuantizeRowsBf16On: DEEPINFER_SWIGLU_BF16=1). False on the CPU.
+bool SwiGluWritesBf16Codes(const OpContext& ctx);
 
 // ---- memory --------------------------------------------------------------------------------
 // Copies `bytes` between any two of host and the context's device (queued on the stream; a

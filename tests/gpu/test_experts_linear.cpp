@@ -808,6 +808,70 @@ TEST(CudaExpertsLinearFp8, GatheredBf16RowsGiveTheSameBits) {
   }
 }
 
+// The SwiGLU writing w2's input into the codes (cuda::SwiGluQuantizeRowsBf16, under the BF16
+// experts) gives the bits of ClampedSwiGlu's f32 rows quantized inside ExpertsLinear: the clamp on
+// and off, every row routed and only the first 500 (the row count read on the device), K of 3 and
+// 8 chunks, 208- and 104-token tiles; the gate rows stay unwritten.
+TEST(CudaExpertsLinearFp8, SwiGluBf16RowsGiveTheSameBits) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  ScopedFp4InBlock converted(1, 2);
+  ScopedFp4InBlockRegisters registers(1);
+  ScopedTmaKernels tma(1, 64);
+  ScopedTmaWarpSpecialized ws(1);
+  ScopedFp4TilePairs pairs(0);
+  constexpr int64_t kExperts = 9, kN = 200, kBound = 600;
+  uint64_t seed = 5960;
+  for (const int tokens : {208, 104}) {
+    for (const int64_t k : {int64_t{384}, int64_t{1024}}) {
+      for (const float limit : {7.f, 0.f}) {
+        for (const int32_t routed : {int32_t{600}, int32_t{500}}) {
+          SCOPED_TRACE(testing::Message() << tokens << "-token tiles, K " << k << ", limit " << limit << ", "
+                                          << routed << " rows routed");
+          ExpertPool pool(kFp4, kExperts, kN, k, ++seed);
+          // Rows past offsets[E] (the count the SwiGLU reads on the device) are routed to no expert.
+          const std::vector<int32_t> off =
+              Offsets(routed == 600 ? std::vector<int32_t>{90, 0, 70, 120, 41, 59, 100, 30, 90}
+                                    : std::vector<int32_t>{90, 0, 70, 120, 41, 59, 100, 20, 0});
+          std::vector<float> gate = RandomFloats(static_cast<size_t>(kBound * k), ++seed);
+          for (float& v : gate) v *= 12.f;  // past the clamp
+          const std::vector<float> up = RandomFloats(static_cast<size_t>(kBound * k), ++seed);
+          const std::vector<float> weights = RandomFloats(static_cast<size_t>(kBound), ++seed);
+          DeviceArray<int32_t> doff(off);
+          DeviceArray<float> dg_f32(gate), dg_codes(gate), du(up), dw(weights);
+          DeviceArray<float> dy_f32(static_cast<size_t>(kBound * kN)), dy_codes(dy_f32.size());
+          dy_f32.Fill(0);
+          dy_codes.Fill(0);
+          DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(kBound, kExperts));
+          const size_t codes_bytes =
+              cuda::ExpertsLinearCodesBytes(kBound, kExperts, pool.Device(0), cuda::LinearMath::kFp8Act);
+          DeviceArray<uint8_t> codes(codes_bytes);
+          const size_t words_bytes = cuda::Fp4ChunkWordsBytes(pool.Device(0), kExperts, cuda::LinearMath::kFp8Act);
+          DeviceArray<uint8_t> words(words_bytes);
+          cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), kExperts, words.get(), words_bytes, nullptr);
+          ScopedFp4Bf16 bf16(1, tokens);
+          ASSERT_TRUE(cuda::ExpertsLinearTakesBf16X(kBound, kExperts, pool.Device(0), cuda::LinearMath::kFp8Act,
+                                                    codes.get(), codes_bytes, true));
+          auto run = [&](const float* x, float* y, bool x_in_codes) {
+            cuda::ExpertsLinear(x, k, kBound, doff.get(), kExperts, pool.table(), pool.Device(0), y, kN,
+                                scratch.get(), nullptr, cuda::LinearMath::kFp8Act, false, codes.get(), codes_bytes,
+                                nullptr, words.get(), nullptr, x_in_codes);
+          };
+          cuda::ClampedSwiGlu(dg_f32.get(), k, du.get(), k, kBound, k, limit, dw.get(), doff.get() + kExperts,
+                              nullptr);
+          run(dg_f32.get(), dy_f32.get(), false);
+          cuda::SwiGluQuantizeRowsBf16(dg_codes.get(), k, du.get(), k, kBound, k, limit, dw.get(),
+                                       doff.get() + kExperts, codes.get(), codes_bytes, nullptr);
+          run(dg_codes.get(), dy_codes.get(), true);
+          EXPECT_TRUE(AllEqual(Bits(dy_codes.ToHost()), Bits(dy_f32.ToHost()), "SwiGLU into the codes vs f32 rows"));
+          EXPECT_TRUE(AllEqual(Bits(dg_codes.ToHost()), Bits(gate), "the gate rows stay unwritten"));
+        }
+      }
+    }
+  }
+}
+
 // The chunk words written at load carry, per row and chunk, pass 0's shifts (bits 0-15) and the
 // row's up-shift in its slice (bits 16-19), as cpu::FirstFoldPassWord and cpu::SliceUpShift give
 // them from the weight's e8m0 scales: at K of 3 chunks (one partial slice), 8 (two slices) and 10,

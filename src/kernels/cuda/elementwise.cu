@@ -1,4 +1,5 @@
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/swiglu.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cpu/hash_uniform.h"
 #include "kernels/cpu/ue8m0.h"
@@ -333,13 +334,7 @@ __global__ void SwiGluKernel(float* g, int64_t ldg, const float* u, int64_t ldu,
     const float weight = row_weights != nullptr ? row_weights[r] : 1.f;
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      float gate = g[r * ldg + i], up = u[r * ldu + i];
-      if (limit > 0.f) {
-        gate = fminf(gate, limit);
-        up = fminf(fmaxf(up, -limit), limit);
-      }
-      const float silu = gate / (1.f + expf(-gate));
-      g[r * ldg + i] = silu * up * weight;
+      g[r * ldg + i] = ClampedSwiGluValue(g[r * ldg + i], u[r * ldu + i], limit, weight);
     }
   }
 }
@@ -365,15 +360,7 @@ __global__ void __launch_bounds__(256) SwiGluVec4Kernel(float* g, int64_t ldg, c
     float* gv = &gate.x;
     const float* uv = &up.x;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float gk = gv[k], uk = uv[k];
-      if (limit > 0.f) {
-        gk = fminf(gk, limit);
-        uk = fminf(fmaxf(uk, -limit), limit);
-      }
-      const float silu = gk / (1.f + expf(-gk));
-      gv[k] = silu * uk * weight;
-    }
+    for (int k = 0; k < 4; ++k) gv[k] = ClampedSwiGluValue(gv[k], uv[k], limit, weight);
     *gp = gate;
   }
 }

@@ -22,6 +22,7 @@
 #include "kernels/cuda/bf16_split.cuh"
 #include "kernels/cuda/cublaslt.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/swiglu.cuh"
 
 namespace deepinfer::cuda {
 
@@ -5154,6 +5155,28 @@ void GatherQuantizeRowsBf16(const float* x, int64_t ldx, int64_t d, const int32_
       x, ldx, d, sorted_slots, row_count, top_k, max_rows, Aligned(x, ldx * 4, 16), expert_weights, row_weights,
       static_cast<__nv_bfloat16*>(codes));
   DI_CUDA_LAUNCH_CHECK("cuda::GatherQuantizeRowsBf16");
+}
+
+bool SwiGluQuantizeRowsBf16On() {
+  static const KernelSwitch on{"DEEPINFER_SWIGLU_BF16", 0};
+  return on.On();
+}
+
+void SwiGluQuantizeRowsBf16(const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n,
+                            float limit, const float* row_weights, const int32_t* row_count, void* codes,
+                            size_t codes_bytes, cudaStream_t stream) {
+  if (m <= 0) return;
+  if (g == nullptr || u == nullptr || codes == nullptr) Fail("SwiGluQuantizeRowsBf16: null g, u or codes");
+  if (n <= 0 || n % wgmma::kChunk != 0 || ldg < n || ldu < n || ldg % 4 != 0 || ldu % 4 != 0 ||
+      !Aligned(g, 0, 16) || !Aligned(u, 0, 16)) {
+    Fail("SwiGluQuantizeRowsBf16: n must be a positive multiple of 128, g and u rows 16-byte aligned");
+  }
+  if (static_cast<int64_t>(codes_bytes) < Fp4Bf16XBytes(m, n)) Fail("SwiGluQuantizeRowsBf16: codes too small");
+  const int64_t blocks = CeilDiv(m * (n / wgmma::kChunk), 256 / kWarpSize);
+  if (blocks > 0x7fffffff) Fail("SwiGluQuantizeRowsBf16: too many rows for one launch");
+  wgmma::fp4bf16::SwiGluQuantizeRowsBf16Kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      g, ldg, u, ldu, m, n, limit, row_weights, row_count, static_cast<__nv_bfloat16*>(codes));
+  DI_CUDA_LAUNCH_CHECK("cuda::SwiGluQuantizeRowsBf16");
 }
 
 size_t FoldedExpertsBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {

@@ -363,6 +363,17 @@ bool ExpertsLinearTakesBf16X(int64_t rows_bound, int64_t num_experts, const Devi
 void GatherQuantizeRowsBf16(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots,
                             const int32_t* row_count, int64_t top_k, int64_t max_rows, const float* expert_weights,
                             float* row_weights, void* codes, size_t codes_bytes, cudaStream_t stream);
+// ClampedSwiGlu (elementwise.h: its values, bit for bit) and act_quant in one pass, for w2's call
+// above: the codes scratch's row r < m (r < *row_count where row_count, DEVICE int32, is given) is
+// act_quant of silu(min(g_r, limit)) · clamp(u_r) · row_weights[r] as BF16 in the BF16 order
+// ExpertsFp4Bf16Kernel reads; g is not written, other rows are untouched. n % 128 == 0; g and u
+// rows 16-byte aligned; codes of at least ExpertsPaddedRows(m) · n · 2 bytes.
+void SwiGluQuantizeRowsBf16(const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n,
+                            float limit, const float* row_weights, const int32_t* row_count, void* codes,
+                            size_t codes_bytes, cudaStream_t stream);
+// Whether the model asks for it (DEEPINFER_SWIGLU_BF16=1, read once; off by default: written and
+// tested in session 50 without device time left to run it; docs/performance.md, version 58).
+bool SwiGluQuantizeRowsBf16On();
 // Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any): x's
 // codes and scales, and for FP4 experts with at least 64 rows per expert on average (prefill)
 // room to pre-fold them (ExpertsLinearPreFoldCodesBytes; DEEPINFER_FP4_PREFOLD=0 or 1, read once,

@@ -674,9 +674,18 @@ void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const
     ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true, codes,
                        x_in_codes);
   }
-  ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
-  QuantizeLinearInput(ctx, ge, routed_rows);
-  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true, codes);
+  // Likewise, where asked (DEEPINFER_SWIGLU_BF16=1), the SwiGLU writes w2's input into the codes
+  // (the gate rows stay unwritten then).
+  const bool h_in_codes = x_in_codes && ops::SwiGluWritesBf16Codes(ctx.op) &&
+                          ops::ExpertsLinearTakesBf16X(ctx.op, bound, experts.w2, QuantizedInput(), codes);
+  if (h_in_codes) {
+    ops::ClampedSwiGluBf16(ctx.op, ge, ue, limit, row_weights, routed_rows, codes);
+  } else {
+    ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
+    QuantizeLinearInput(ctx, ge, routed_rows);
+  }
+  ops::ExpertsLinear(ctx.op, ge, offsets, experts.w2, ye, experts_scratch, QuantizedInput(), true, codes,
+                     h_in_codes);
 }
 
 }  // namespace deepinfer::v4
