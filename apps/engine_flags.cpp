@@ -58,8 +58,8 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
   app->add_flag("--fast-prefill", n.fast_prefill,
                 "CUDA with --tensor-cores --fp8-activations: the prefill's big products on faster kernels that sum in "
                 "another order than decode's (FP8 linears of 512+ rows and wo_a's BF16 products on cuBLASLt, the "
-                "routed FP4 experts on BF16 MMAs): each output within the f32 sum's order bound, but a sequence's bits then depend on how its "
-                "prompt is batched and chunked (docs/numerics.md)");
+                "routed FP4 experts on BF16 MMAs): each output within the f32 sum's order bound, but a sequence's "
+                "bits then depend on how its prompt is batched and chunked (docs/numerics.md)");
   app->add_option_function<std::string>(
          "--state-rows",
          [&n](const std::string& v) {

@@ -156,8 +156,6 @@ void LinearsOfOneInput(const OpContext& ctx, const TensorView& x, const std::vec
       outputs.push_back({&weights.back(), product.y.data<float>(), product.y.stride(0)});
     }
   }
-#endif
-#if DEEPINFER_HAS_CUDA
   const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
 #endif
   // Profiled as Linear names its products: dense (BF16 / F32) weights apart from quantized ones.

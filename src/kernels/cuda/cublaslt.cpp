@@ -275,9 +275,10 @@ CublasLtResult Enqueue(const Spec& s, const void* a, const void* b, float* d, co
   }
   Plan& plan = it->second;
   if (!plan.error.empty()) return {plan.unsupported ? Status::kUnsupported : Status::kFailed, plan.error};
-  if (s.block_scaled && (SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale) != CUBLAS_STATUS_SUCCESS ||
-                         SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale) != CUBLAS_STATUS_SUCCESS)) {
-    return failed("cuBLASLt product: cannot set the scale pointers");
+  if (s.block_scaled) {
+    const bool set = SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale) == CUBLAS_STATUS_SUCCESS &&
+                     SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale) == CUBLAS_STATUS_SUCCESS;
+    if (!set) return failed("cuBLASLt product: cannot set the scale pointers");
   }
   const float alpha = 1.f, beta = 0.f;
   const cublasStatus_t status = lt->Matmul(dev.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,

@@ -55,8 +55,8 @@ inline int64_t BlockScaledWeightScaleLd(int64_t k) { return (k / 128 + 3) / 4 * 
 // y[r, o] = Σ_c x(r, c)·W(o, c) for r < m, o < n, where x(r, c) = x_codes[r, c]·x_scales[c / 128][r]
 // and W(o, c) = w_codes[o, c]·w_scales[o / 128][c / 128], e4m3 codes; compute and y f32.
 // k and n multiples of 128, every pointer 16-byte aligned, w_row_bytes a multiple of 16.
-// cuBLASLt's own order of sums (the algorithm its heuristic picks for the shape, without split-K
-// reductions where it offers a choice): not linear_wgmma.cuh's 512-column slices.
+// cuBLASLt's own order of sums (the first algorithm its heuristic gives for the shape, with up to a
+// 32 MiB workspace): not linear_wgmma.cuh's 512-column slices.
 struct BlockScaledFp8Product {
   const uint8_t* x_codes = nullptr;  // [m][k], row stride k bytes
   const float* x_scales = nullptr;   // [k / 128][BlockScaledActScaleLd(m)]
@@ -81,7 +81,7 @@ struct CublasLtResult {
 
 // Enqueues the product on `stream` (on the current device); where it is not enqueued, nothing is.
 // Plans (descriptors and the chosen algorithm) are cached per shape; calls from several threads
-// are serialized. Measured (cuBLASLt 13.0, H100): m = 131 has no algorithm, m = 300 and 8,192 have.
+// are serialized. Measured (cuBLASLt 13.1, H100): m = 131 has no algorithm, m = 300 and 8,192 have.
 CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream);
 
 // y_b[r, o] = Σ_c x_b[r, c]·W_b[o, c] for each batch entry b < batch, r < m, o < n: x_b = x + b·x_batch_stride

@@ -3110,12 +3110,12 @@ int64_t MmaRowBlocks(int64_t n, int64_t k) {
 
 [[noreturn]] void Fail(const char* what) { ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", what); }
 
-// A kernel choice: the environment's DEEPINFER_* switch (0 or 1, `unset` where it is unset or
-// empty; -1 lets the caller decide; any other value throws), read once at its first use, and a
-// test's override for the whole process (SetForTesting: -1 the environment again, 0 off, 1 on).
 // Whether the calls of this thread may take the batch-variant kernels (BatchVariantKernelsScope).
 thread_local bool t_batch_variant_allowed = false;
 
+// A kernel choice: the environment's DEEPINFER_* switch (0 or 1, `unset` where it is unset or
+// empty; -1 lets the caller decide; any other value throws), read once at its first use, and a
+// test's override for the whole process (SetForTesting: -1 the environment again, 0 off, 1 on).
 class KernelSwitch {
  public:
   // follows_scope: unset in the environment, the switch is on inside an allowing
@@ -4079,8 +4079,9 @@ void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
 // same codes and scales), the weight's scales widened to f32 into the scratch on each call, y f32.
 // cuBLASLt sums in its own order, not linear_wgmma.cuh's 512-column slices, so with it on a row's
 // bits depend on whether its batch reached kCublasLtFp8MinRows: batch invariance is given up for
-// these products (docs/numerics.md). Where the host's conditions hold and cuBLASLt then fails (not
-// loadable, no algorithm), the call throws its reason. Tests override it (SetCublasLtFp8ForTesting).
+// these products (docs/numerics.md). A shape cuBLASLt has no algorithm for runs on the wgmma path
+// (remembered per shape); where cuBLASLt cannot be loaded or its call fails, the call throws the
+// reason. Tests override it (SetCublasLtFp8ForTesting).
 KernelSwitch g_cublaslt_fp8{"DEEPINFER_CUBLASLT_FP8", 0, true};
 std::atomic<uint64_t> g_cublaslt_fp8_launches{0};
 std::atomic<int64_t> g_cublaslt_fp8_min_rows_for_testing{0};
@@ -4102,7 +4103,7 @@ size_t CublasLtFp8ScratchBytes(int64_t m, int64_t n, int64_t k) {
   return static_cast<size_t>(CublasLtFp8WeightScalesOffset(m, k) + n / 128 * BlockScaledWeightScaleLd(k) * 4);
 }
 
-// Rows of an m-row product that cuBLASLt takes, from the top: a multiple of 4 (cuBLASLt 13.0 has
+// Rows of an m-row product that cuBLASLt takes, from the top: a multiple of 4 (cuBLASLt 13.1 has
 // no block-scaled algorithm for m = 131; it has for 300 and 8,192), or 0; the rest (at most 3
 // rows) run on the wgmma path.
 int64_t CublasLtFp8Rows(int64_t m) { return m / 4 * 4; }
@@ -5638,7 +5639,8 @@ void ReadSwitches() {
   static const bool switches_read =
       (tma::TurnedOff(), wgmma_split::GroupedTmaMode(), ExpertsTmaTokens(false), g_staged_slices.Mode(),
        g_dense_split.Mode(), SmallTileBlocksPerSm(), g_linear_small_tiles.Mode(), g_grouped_half_blocks.Mode(),
-       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), g_linear_fused.Mode(), g_cublaslt_fp8.Mode(), true);
+       g_dense_overlap.Mode(), g_tma_warp_specialized.Mode(), g_grouped_bf16.Mode(), g_linear_fused.Mode(),
+       g_cublaslt_fp8.Mode(), true);
   (void)switches_read;
 }
 

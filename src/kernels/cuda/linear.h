@@ -371,8 +371,8 @@ void GatherQuantizeRowsBf16(const float* x, int64_t ldx, int64_t d, const int32_
 void SwiGluQuantizeRowsBf16(const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n,
                             float limit, const float* row_weights, const int32_t* row_count, void* codes,
                             size_t codes_bytes, cudaStream_t stream);
-// Whether the model asks for it (DEEPINFER_SWIGLU_BF16=1, read once; off by default: written and
-// tested in session 50 without device time left to run it; docs/performance.md, version 58).
+// Whether the model asks for it (DEEPINFER_SWIGLU_BF16=1, read once; off by default: written in
+// session 50 with no device time left to run its test; docs/performance.md, version 58).
 bool SwiGluQuantizeRowsBf16On();
 // Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any): x's
 // codes and scales, and for FP4 experts with at least 64 rows per expert on average (prefill)

@@ -241,7 +241,8 @@ void V4Model::UploadWeights() {
   rope_compressed_.device_inv_freq = TensorView(device_rope_.as<float>() + half, DType::kF32, {half}, device_);
   // The head again in tiles, for its small-batch kernel (DEEPINFER_DENSE_TILES=1: 1.06 GB more at
   // Flash's shapes; the same logits).
-  const ops::OpContext tiles_op{device_, nullptr, false, nullptr, numerics_.tensor_core_linears, numerics_.fast_prefill};
+  const ops::OpContext tiles_op{
+      device_, nullptr, false, nullptr, numerics_.tensor_core_linears, numerics_.fast_prefill};
   if (const size_t bytes = ops::DenseTilesBytes(tiles_op, weights_.head); bytes > 0) {
     head_tiles_ = Buffer(bytes, device_);
     const TensorView tiles(head_tiles_.data(), DType::kU8, {static_cast<int64_t>(bytes)}, device_);
@@ -363,7 +364,8 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
 
   const int64_t tokens = batch.num_tokens, d = c.hidden_size, s = c.hc_mult;
   StepContext ctx;
-  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only, batch.profiler, numerics_.tensor_core_linears, numerics_.fast_prefill};
+  ctx.op = ops::OpContext{device_, batch.stream, batch.record_only, batch.profiler, numerics_.tensor_core_linears,
+                          numerics_.fast_prefill};
   if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope("embedding");
   ctx.ws = workspace_.get();
   if (batch.graph_staging != nullptr) {
