@@ -105,7 +105,6 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  std::string algo_text;
   std::string error;         // why the shape has no plan (final for the process)
   bool unsupported = false;  // the error is the heuristic's: no algorithm for the shape
 };
@@ -121,7 +120,6 @@ struct Module {
   std::mutex mu;
   std::map<int, DeviceState> devices;
   std::map<decltype(Spec{}.Key(0)), Plan> plans;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::string> last_algo;  // (m, n, k) -> text (tests)
 };
 
 Module& TheModule() {
@@ -139,14 +137,6 @@ template <typename T>
 cublasStatus_t SetLayout(const CublasLtApi& lt, cublasLtMatrixLayout_t layout,
                          cublasLtMatrixLayoutAttribute_t attribute, const T& value) {
   return lt.MatrixLayoutSetAttribute(layout, attribute, &value, sizeof(value));
-}
-
-template <typename T>
-T AlgoConfig(const CublasLtApi& lt, const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
-  T value{};
-  size_t written = 0;
-  lt.MatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
-  return value;
 }
 
 void DestroyPlan(const CublasLtApi& lt, Plan& plan) {
@@ -222,13 +212,6 @@ Plan MakePlan(const CublasLtApi& lt, cublasLtHandle_t handle, const Spec& s, con
     return plan;
   }
   plan.algo = result.algo;
-  plan.algo_text = fmt::format(
-      "{}: algo {} tile {} stages {} split-K {} cluster {}, workspace {} B", lt.Describe(),
-      AlgoConfig<int32_t>(lt, plan.algo, CUBLASLT_ALGO_CONFIG_ID),
-      AlgoConfig<uint32_t>(lt, plan.algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
-      AlgoConfig<uint32_t>(lt, plan.algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-      AlgoConfig<int32_t>(lt, plan.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-      AlgoConfig<uint16_t>(lt, plan.algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID), result.workspaceSize);
   return plan;
 }
 
@@ -271,7 +254,6 @@ CublasLtResult Enqueue(const Spec& s, const void* a, const void* b, float* d, co
       module.plans.clear();
     }
     it = module.plans.emplace(key, MakePlan(*lt, dev.handle, s, a_scale, b_scale)).first;
-    module.last_algo[{s.m, s.n, s.k}] = it->second.error.empty() ? it->second.algo_text : it->second.error;
   }
   Plan& plan = it->second;
   if (!plan.error.empty()) return {plan.unsupported ? Status::kUnsupported : Status::kFailed, plan.error};
@@ -334,13 +316,6 @@ CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) 
   s.stride_b = p.x_batch_stride;
   s.stride_d = p.y_batch_stride;
   return Enqueue(s, p.w, p.x, p.y, nullptr, nullptr, stream);
-}
-
-std::string BlockScaledFp8AlgoForTesting(int64_t m, int64_t n, int64_t k) {
-  Module& module = TheModule();
-  std::lock_guard<std::mutex> lock(module.mu);
-  const auto it = module.last_algo.find({m, n, k});
-  return it == module.last_algo.end() ? std::string() : it->second;
 }
 
 }  // namespace deepinfer::cuda

@@ -98,7 +98,4 @@ struct Bf16BatchedProduct {
 };
 CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream);
 
-// The chosen algorithm of the last plan made for (m, n, k), as text (tests and benchmarks), or "".
-std::string BlockScaledFp8AlgoForTesting(int64_t m, int64_t n, int64_t k);
-
 }  // namespace deepinfer::cuda
