@@ -144,6 +144,14 @@ class ScopedCublasLtBf16 {
   ScopedCublasLtBf16(const ScopedCublasLtBf16&) = delete;
   ScopedCublasLtBf16& operator=(const ScopedCublasLtBf16&) = delete;
 };
+// cuda::SetCublasLtDenseForTesting(mode) for the scope, then back to the environment's.
+class ScopedCublasLtDense {
+ public:
+  explicit ScopedCublasLtDense(int mode) { cuda::SetCublasLtDenseForTesting(mode); }
+  ~ScopedCublasLtDense() { cuda::SetCublasLtDenseForTesting(-1); }
+  ScopedCublasLtDense(const ScopedCublasLtDense&) = delete;
+  ScopedCublasLtDense& operator=(const ScopedCublasLtDense&) = delete;
+};
 // cuda::SetCublasLtFp8ForTesting(mode, min_rows) for the scope, then back to the environment's.
 class ScopedCublasLtFp8 {
  public:

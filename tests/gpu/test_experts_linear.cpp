@@ -808,6 +808,56 @@ TEST(CudaExpertsLinearFp8, GatheredBf16RowsGiveTheSameBits) {
   }
 }
 
+// ExpertsFp4Bf16Kernel<208>'s narrow tiles (at most 104 rows: m64n104k16 on their first 104 tokens,
+// DEEPINFER_FP4_BF16_NARROW) give the bits of the 104-token kernel's tiles, as its wide ones do:
+// experts of 230 rows (a 22-row narrow tail), 312 (208 + 104), 1, 60, 104 and 105 rows, 0, 208 and 209
+// (a 1-row tail), K of 1, 3 and 8 chunks, 200 weight rows (a partial 64-row block); every row of y
+// written.
+TEST(CudaExpertsLinearFp8, Fp4Bf16NarrowTilesGiveTheBitsOf104TokenTiles) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  ScopedFp4InBlock converted(1, 2);
+  ScopedFp4InBlockRegisters registers(1);
+  ScopedTmaKernels tma(1, 64);
+  ScopedTmaWarpSpecialized ws(1);
+  ScopedFp4TilePairs pairs(0);
+  const std::vector<int32_t> counts = {230, 1, 104, 105, 312, 0, 208, 209, 60};
+  const std::vector<int32_t> off = Offsets(counts);
+  const int64_t experts = static_cast<int64_t>(counts.size()), bound = off.back(), n = 200;
+  DeviceArray<int32_t> doff(off);
+  uint64_t seed = 5990;
+  for (const int64_t k : {int64_t{128}, int64_t{384}, int64_t{1024}}) {
+    SCOPED_TRACE(testing::Message() << "K " << k);
+    ExpertPool pool(kFp4, experts, n, k, ++seed);
+    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(bound * k), ++seed));
+    DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(bound, experts));
+    const size_t codes_bytes = cuda::ExpertsLinearCodesBytes(bound, experts, pool.Device(0), cuda::LinearMath::kFp8Act);
+    DeviceArray<uint8_t> codes(codes_bytes);
+    const size_t words_bytes = cuda::Fp4ChunkWordsBytes(pool.Device(0), experts, cuda::LinearMath::kFp8Act);
+    DeviceArray<uint8_t> words(words_bytes);
+    cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), experts, words.get(), words_bytes, nullptr);
+    // y filled with NaN first: a row the kernel leaves unwritten fails the comparison.
+    auto run = [&](int tokens, int narrow) {
+      ScopedFp4Bf16 bf16(1, tokens);
+      cuda::SetFp4Bf16NarrowForTesting(narrow);
+      DeviceArray<float> dy(static_cast<size_t>(bound * n));
+      dy.Fill(0xff);  // every float a NaN
+      const uint64_t launches = cuda::Fp4Bf16LaunchesForTesting();
+      cuda::ExpertsLinear(dx.get(), k, bound, doff.get(), experts, pool.table(), pool.Device(0), dy.get(), n,
+                          scratch.get(), nullptr, cuda::LinearMath::kFp8Act, false, codes.get(), codes_bytes,
+                          nullptr, words.get(), nullptr, false);
+      cuda::SetFp4Bf16NarrowForTesting(-1);
+      EXPECT_EQ(cuda::Fp4Bf16LaunchesForTesting(), launches + 1) << "the BF16 kernel did not run";
+      return dy.ToHost();
+    };
+    const std::vector<float> y104 = run(104, 1);
+    for (const float v : y104) ASSERT_FALSE(std::isnan(v)) << "a row the 104-token tiles left unwritten";
+    EXPECT_TRUE(AllEqual(Bits(run(208, 1)), Bits(y104), "208-token tiles, narrow ones on n104, vs 104-token tiles"));
+    EXPECT_TRUE(AllEqual(Bits(run(208, 0)), Bits(y104), "208-token tiles, all on n208, vs 104-token tiles"));
+  }
+}
+
 // The SwiGLU writing w2's input into the codes (cuda::SwiGluQuantizeRowsBf16, under the BF16
 // experts) gives the bits of ClampedSwiGlu's f32 rows quantized inside ExpertsLinear: the clamp on
 // and off, every row routed and only the first 500 (the row count read on the device), K of 3 and

@@ -948,6 +948,70 @@ TEST(CudaLinearMma, LinearsOfOneInputEqualLinear) {
   }
 }
 
+// DEEPINFER_CUBLASLT_DENSE: dense split-BF16 products of 512+ rows on x's three parts run as three
+// cuBLASLt BF16 GEMMs (y = W·x_0, += W·x_1, += W·x_2), alone (Linear) and on shared parts
+// (LinearsOfOneInput): each output within the chain bound of the CPU's f32 sum, at the compressor's
+// [4096 -> 1024] and [4096 -> 300] (n not a multiple of 8), 512 and 600 rows; 511 rows keep the
+// warp-specialized kernel (no cuBLASLt launch).
+TEST(CudaLinearMma, DenseCublasLtWithinTheChainBound) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  ScopedCublasLtDense dense(1);
+  constexpr int64_t kIn = 4096;
+  uint64_t seed = 6200;
+  std::vector<TestWeight> weights;
+  for (const int64_t out : {int64_t{1024}, int64_t{300}}) weights.push_back(RandomWeight(kBf16, out, kIn, ++seed));
+  for (const int64_t m : {int64_t{512}, int64_t{600}, int64_t{511}}) {
+    SCOPED_TRACE(testing::Message() << "M=" << m);
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(m * kIn), ++seed);
+    std::vector<float> xabs(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xabs[i] = std::fabs(x[i]);
+    DeviceArray<float> dx(x);
+    std::vector<std::vector<float>> want, sabs;
+    for (TestWeight& w : weights) {
+      want.emplace_back(static_cast<size_t>(m * w.out));
+      sabs.emplace_back(want.back().size());
+      cpu::Linear(TensorView(const_cast<float*>(x.data()), DType::kF32, {m, kIn}), w.View(),
+                  TensorView(want.back().data(), DType::kF32, {m, w.out}));
+      std::vector<float> wabs = AbsDense(w.View());
+      cpu::Linear(TensorView(xabs.data(), DType::kF32, {m, kIn}), DenseView(wabs, w.out, kIn),
+                  TensorView(sabs.back().data(), DType::kF32, {m, w.out}));
+    }
+    const uint64_t expected = m >= 512 ? 1u : 0u;
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const uint64_t launches = cuda::CublasLtDenseLaunchesForTesting();
+      const std::vector<float> alone = RunRows(weights[i], dx, 0, m);
+      EXPECT_EQ(cuda::CublasLtDenseLaunchesForTesting() - launches, expected) << "Linear, product " << i;
+      EXPECT_TRUE(WithinBoundC(alone, want[i], sabs[i], SplitChainBoundC(kIn), "Linear " + std::to_string(i)));
+    }
+    std::vector<DeviceArray<float>> ys;
+    std::vector<cuda::DeviceWeight> device_weights;
+    std::vector<cuda::LinearOutput> outputs;
+    size_t scratch_bytes = 0;
+    device_weights.reserve(weights.size());
+    for (const TestWeight& w : weights) {
+      ys.emplace_back(static_cast<size_t>(m * w.out));
+      ys.back().Fill(0xff);
+      device_weights.push_back(w.Device());
+      scratch_bytes = std::max(scratch_bytes, cuda::LinearScratchBytes(m, device_weights.back(), TestLinearMath()));
+    }
+    for (size_t i = 0; i < weights.size(); ++i) outputs.push_back({&device_weights[i], ys[i].get(), weights[i].out});
+    DeviceArray<uint8_t> scratch(scratch_bytes);
+    const uint64_t launches = cuda::CublasLtDenseLaunchesForTesting();
+    const uint64_t shared = cuda::SharedXPartsLaunchesForTesting();
+    cuda::LinearsOfOneInput(dx.get(), kIn, m, outputs.data(), static_cast<int>(outputs.size()), nullptr,
+                            TestLinearMath(), scratch.get(), scratch_bytes);
+    EXPECT_EQ(cuda::SharedXPartsLaunchesForTesting() - shared, 2u) << "both on x's shared parts";
+    EXPECT_EQ(cuda::CublasLtDenseLaunchesForTesting() - launches, 2 * expected) << "LinearsOfOneInput";
+    for (size_t i = 0; i < weights.size(); ++i) {
+      EXPECT_TRUE(WithinBoundC(ys[i].ToHost(), want[i], sabs[i], SplitChainBoundC(kIn),
+                               "LinearsOfOneInput " + std::to_string(i)));
+    }
+  }
+}
+
 // round_x_to_bf16 (the attention output under Numerics::bf16_attention_output): the grouped
 // kernels round x to BF16 as they read it and multiply that one part, on both the cp.async and the
 // TMA-fed kernel. Their outputs must be the three-part kernels' on x rounded by the CPU's

@@ -216,9 +216,10 @@ Plan MakePlan(const CublasLtApi& lt, cublasLtHandle_t handle, const Spec& s, con
 }
 
 // Enqueues the product of `s` (see Spec) on `stream`: its plan found or made, the scale pointers
-// set (block-scaled), then cublasLtMatmul with alpha 1 and beta 0.
+// set (block-scaled), then cublasLtMatmul with alpha 1 and `beta` (0, or 1 to add into d). With
+// plan_only, returns kPlanned once the plan exists, enqueuing nothing.
 CublasLtResult Enqueue(const Spec& s, const void* a, const void* b, float* d, const void* a_scale,
-                       const void* b_scale, cudaStream_t stream) {
+                       const void* b_scale, cudaStream_t stream, float beta = 0.f, bool plan_only = false) {
   using Status = CublasLtResult::Status;
   const auto failed = [](std::string why) { return CublasLtResult{Status::kFailed, std::move(why)}; };
   std::string error;
@@ -257,12 +258,13 @@ CublasLtResult Enqueue(const Spec& s, const void* a, const void* b, float* d, co
   }
   Plan& plan = it->second;
   if (!plan.error.empty()) return {plan.unsupported ? Status::kUnsupported : Status::kFailed, plan.error};
+  if (plan_only) return {Status::kPlanned, {}};
   if (s.block_scaled) {
     const bool set = SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, a_scale) == CUBLAS_STATUS_SUCCESS &&
                      SetDesc(*lt, plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, b_scale) == CUBLAS_STATUS_SUCCESS;
     if (!set) return failed("cuBLASLt product: cannot set the scale pointers");
   }
-  const float alpha = 1.f, beta = 0.f;
+  const float alpha = 1.f;
   const cublasStatus_t status = lt->Matmul(dev.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, d, plan.d, d,
                                            plan.d, &plan.algo, dev.workspace, kWorkspaceBytes, stream);
   if (status != CUBLAS_STATUS_SUCCESS) return failed("cublasLtMatmul: " + lt->StatusText(status));
@@ -298,12 +300,9 @@ CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t st
   return Enqueue(s, p.w_codes, p.x_codes, p.y, p.w_scales, p.x_scales, stream);
 }
 
-CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) {
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0 || p.ldx < p.k || p.w_row_elems < p.k || p.ldy < p.n) {
-    return {CublasLtResult::Status::kFailed,
-            fmt::format("BF16 batched: unsupported arguments m={} n={} k={} batch={} ldx={} ldw={} ldy={}", p.m, p.n,
-                        p.k, p.batch, p.ldx, p.w_row_elems, p.ldy)};
-  }
+namespace {
+
+Spec Bf16BatchedSpec(const Bf16BatchedProduct& p) {
   Spec s;
   s.m = p.m;
   s.n = p.n;
@@ -315,7 +314,25 @@ CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) 
   s.stride_a = p.w_batch_stride;
   s.stride_b = p.x_batch_stride;
   s.stride_d = p.y_batch_stride;
-  return Enqueue(s, p.w, p.x, p.y, nullptr, nullptr, stream);
+  return s;
+}
+
+}  // namespace
+
+CublasLtResult PlanBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0 || p.ldx < p.k || p.w_row_elems < p.k || p.ldy < p.n) {
+    return {CublasLtResult::Status::kFailed, "BF16 batched plan: unsupported arguments"};
+  }
+  return Enqueue(Bf16BatchedSpec(p), nullptr, nullptr, nullptr, nullptr, nullptr, stream, 0.f, true);
+}
+
+CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) {
+  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0 || p.ldx < p.k || p.w_row_elems < p.k || p.ldy < p.n) {
+    return {CublasLtResult::Status::kFailed,
+            fmt::format("BF16 batched: unsupported arguments m={} n={} k={} batch={} ldx={} ldw={} ldy={}", p.m, p.n,
+                        p.k, p.batch, p.ldx, p.w_row_elems, p.ldy)};
+  }
+  return Enqueue(Bf16BatchedSpec(p), p.w, p.x, p.y, nullptr, nullptr, stream, p.accumulate ? 1.f : 0.f);
 }
 
 }  // namespace deepinfer::cuda

@@ -74,6 +74,7 @@ struct CublasLtResult {
     kEnqueued,
     kUnsupported,  // cuBLASLt has no algorithm for the shape (e.g. m not a multiple of 4); final per shape
     kFailed,       // cuBLASLt missing, a bad argument, a capture before the first call, a failed call
+    kPlanned,      // Plan* only: the shape has a plan (made now or before), nothing enqueued
   };
   Status status = Status::kFailed;
   std::string why;  // empty when enqueued
@@ -84,7 +85,8 @@ struct CublasLtResult {
 // are serialized. Measured (cuBLASLt 13.1, H100): m = 131 has no algorithm, m = 300 and 8,192 have.
 CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream);
 
-// y_b[r, o] = Σ_c x_b[r, c]·W_b[o, c] for each batch entry b < batch, r < m, o < n: x_b = x + b·x_batch_stride
+// y_b[r, o] = Σ_c x_b[r, c]·W_b[o, c] (or y_b[r, o] + that sum, where `accumulate`) for each batch
+// entry b < batch, r < m, o < n: x_b = x + b·x_batch_stride
 // ([m][ldx] BF16), W_b = w + b·w_batch_stride ([n][w_row_elems] BF16), y_b = y + b·y_batch_stride
 // ([m][ldy] f32); compute f32, in cuBLASLt's order of sums. Strides count elements.
 struct Bf16BatchedProduct {
@@ -95,7 +97,12 @@ struct Bf16BatchedProduct {
   float* y = nullptr;
   int64_t ldy = 0, y_batch_stride = 0;
   int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool accumulate = false;  // y_b += the product (cuBLASLt's beta 1) instead of y_b = it
 };
 CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream);
+// Whether RunBf16Batched has an algorithm for p's shape (the pointers unread): kPlanned with the
+// plan cached, else kUnsupported or kFailed as RunBf16Batched would answer. Not inside a graph
+// capture before the device's first product (the workspace is allocated then).
+CublasLtResult PlanBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

@@ -2153,6 +2153,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 // 104-token tiles: at the 8k prefill an expert's ~192 ± 14 rows are two tiles where 96-token tiles
 // made half the experts three (its accumulators: 3 × 52 floats a thread).
 constexpr int kRsTokens = 104;
+constexpr int kPairTokens = 2 * kRsTokens;  // ExpertsFp4TilePairKernel's and ExpertsFp4Bf16Kernel's wide tiles
 constexpr int kRsAhead = 5;    // units whose copies are in flight ahead (7, on 10-stage rings: no faster)
 constexpr int kRsSlots = 8;    // a warp's copy ring
 constexpr int kRsXStages = 8;  // the x ring
@@ -2452,11 +2453,13 @@ struct Bf16Prefill {
 // grid: at most one block per SM; 256 threads, Bf16Prefill<kTok>::kBytes of dynamic shared memory.
 // x_map: BF16 [m_pad][k] (QuantizeRowsBf16Kernel's), boxes of 64 columns × kTok rows, 128-byte
 // swizzle; ep: FP4 experts with e8m0 scales, K % 128 == 0, the scale row stride a multiple of 4; the
-// plan cut in kTok-row tiles; experts [0, e_end).
+// plan cut in kTok-row tiles; experts [0, e_end). narrow_rows (0 or kRsTokens; kTok = 208 only):
+// tiles of at most that many rows (an expert's last, e.g. the 22 rows past 208) run m64n104k16 on
+// their first 104 tokens instead of n208 over mostly absent ones: the same bits, about half the MMAs.
 template <int kTok>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4Bf16Kernel(const __grid_constant__ CUtensorMap x_map, const ExpertsParams ep, const TileLists lists,
-                         int32_t e_end) {
+                         int32_t e_end, int32_t narrow_rows) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma as used here are sm_90a only; the host never picks this path elsewhere
@@ -2594,15 +2597,20 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     f4b::WordToSteps(nib_a.w, mult_a, fb + 8, 0);
     f4b::WordToSteps(nib_b.w, mult_b, fb + 8, 1);
   };
-  // Half h's four k16 steps of unit v from fragment f; fresh: the item's first (from zero).
-  auto issue = [&](uint32_t v, int h, const uint32_t (&f)[16], uint32_t fresh) {
+  // Half h's four k16 steps of unit v from fragment f; fresh: the item's first (from zero). Narrow
+  // (a std::bool_constant): on the tile's first 104 tokens only (MmaBf16RsNarrow).
+  auto issue = [&](auto narrow, uint32_t v, int h, const uint32_t (&f)[16], uint32_t fresh) {
     __syncwarp();  // converged for the aligned MMAs
     wgmma::WgmmaFence();
     const uint32_t lo = wgmma::DescriptorLow(x_stage(v) + h * L::kXHalfBytes);
 #pragma unroll
     for (int s = 0; s < 4; ++s) {
-      f4b::MmaBf16Rs<kTok>(acc, f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3], lo + 2 * s, x_desc_hi,
-                              s == 0 ? 1u - fresh : 1u);
+      const uint32_t scale_d = s == 0 ? 1u - fresh : 1u;
+      if constexpr (decltype(narrow)::value) {
+        f4b::MmaBf16RsNarrow(acc, f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3], lo + 2 * s, x_desc_hi, scale_d);
+      } else {
+        f4b::MmaBf16Rs<kTok>(acc, f[4 * s], f[4 * s + 1], f[4 * s + 2], f[4 * s + 3], lo + 2 * s, x_desc_hi, scale_d);
+      }
     }
     wgmma::WgmmaCommit();
   };
@@ -2611,26 +2619,38 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     if (lane == 0) tma::BarrierArriveAt(empty_at(v));
   };
   uint32_t u = 0;
-  while (have) {
+  // The item's chunks, from unit u on; all MMAs done at the end.
+  auto item_mmas = [&](auto narrow) {
     convert_first(u);
     spin(full_at(u), (u / L::kXStages) & 1u);
-    issue(u, 0, fa, 1u);
+    issue(narrow, u, 0, fa, 1u);
     convert_second();
-    issue(u, 1, fb, 0u);
+    issue(narrow, u, 1, fb, 0u);
     fetch();
     for (int c = 1; c < chunks; ++c) {
       ++u;
       wgmma::WgmmaWait<1>();  // unit u - 1's half 0 done: fa free
       convert_first(u);
       spin(full_at(u), (u / L::kXStages) & 1u);
-      issue(u, 0, fa, 0u);
+      issue(narrow, u, 0, fa, 0u);
       wgmma::WgmmaWait<1>();  // unit u - 1's half 1 done: fb free, its x stage read
       release(u - 1);
       convert_second();
-      issue(u, 1, fb, 0u);
+      issue(narrow, u, 1, fb, 0u);
       fetch();
     }
     wgmma::WgmmaWaitAll();
+  };
+  while (have) {
+    if constexpr (kTok == kPairTokens) {
+      if (t.rows <= narrow_rows) {  // uniform: the block's tile
+        item_mmas(std::true_type{});
+      } else {
+        item_mmas(std::false_type{});
+      }
+    } else {
+      item_mmas(std::false_type{});
+    }
     wgmma::PinAll(acc);
     release(u);
     const Params tp = TileParams<Kind::kFp4>(ep, t);  // the tile's y and m
@@ -2668,7 +2688,6 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
 //     kernel: tma::SetMaxRegistersInc).
 // The experts' chunk words are required. The same codes, passes, products and adds as
 // ExpertsFp4InBlockKernel, so Linear's bits.
-constexpr int kPairTokens = 2 * kRsTokens;   // the plan's tile height
 constexpr int kPairRows = wgmma::rs::kRows;  // weight rows an item (ep.blocks_per_tile = ceil(n / 64))
 
 struct TilePair {
@@ -3712,15 +3731,22 @@ CUtensorMap Bf16WeightMap(const void* w, int64_t rows, int64_t k, int64_t row_by
 }
 
 // SplitXPartsKernel<kParts> on rows [0, m) of x (gk columns, ldx apart) into `parts`, [kParts][m][gk]
-// BF16, and the tensor map GroupedBf16WsKernel reads them by (boxes of 1 × 128 rows × 64 values,
-// zeros past m). `what` names the split launch in its error.
+// BF16. `what` names the launch in its error.
 template <int kParts>
-CUtensorMap SplitXPartsForWs(const float* x, int64_t ldx, int64_t m, int64_t gk, uint16_t* parts, int sms,
-                             cudaStream_t stream, const char* what) {
+void SplitXParts(const float* x, int64_t ldx, int64_t m, int64_t gk, uint16_t* parts, int sms, cudaStream_t stream,
+                 const char* what) {
   const int64_t units = m * (gk / 8);
   wgmma_split::SplitXPartsKernel<kParts><<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(units, 256), sms * 8)), 256,
                                            0, stream>>>(x, ldx, m, m, gk, parts);
   DI_CUDA_LAUNCH_CHECK(what);
+}
+
+// SplitXParts, and the tensor map GroupedBf16WsKernel reads the parts by (boxes of 1 × 128 rows × 64
+// values, zeros past m).
+template <int kParts>
+CUtensorMap SplitXPartsForWs(const float* x, int64_t ldx, int64_t m, int64_t gk, uint16_t* parts, int sms,
+                             cudaStream_t stream, const char* what) {
+  SplitXParts<kParts>(x, ldx, m, gk, parts, sms, stream, what);
   const uint64_t dims[3] = {static_cast<uint64_t>(gk), static_cast<uint64_t>(m), uint64_t{kParts}};
   const uint64_t strides[2] = {static_cast<uint64_t>(gk) * 2, static_cast<uint64_t>(m * gk) * 2};
   const uint32_t box[3] = {wgmma_split::kChunkCols, wgmma_split::GroupedBf16Layout<kParts>::kTok, 1};
@@ -4063,9 +4089,77 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
 }
 
+// DEEPINFER_CUBLASLT_DENSE (read once; 1: on, 0: off, unset: inside an allowing
+// BatchVariantKernelsScope, i.e. --fast-prefill): dense split-BF16 products of at least
+// kCublasLtDenseMinRows rows (Linear's, and LinearsOfOneInput's on x's parts split once) run as three
+// cuBLASLt BF16 GEMMs over the weight as it is, from x's three parts: y = W·x_0, then y += W·x_1
+// and y += W·x_2. The same exact products, summed in cuBLASLt's order and part by part, so not
+// batch invariant. Operands not 256-byte aligned (cuBLASLt's heuristic assumes it), a graph capture,
+// too little scratch for the parts, or a shape cuBLASLt has no algorithm for keep the kernels.
+// Tests override it (SetCublasLtDenseForTesting).
+KernelSwitch g_cublaslt_dense{"DEEPINFER_CUBLASLT_DENSE", 0, true};
+std::atomic<uint64_t> g_cublaslt_dense_launches{0};  // products (three GEMMs each) on it (tests)
+constexpr int64_t kCublasLtDenseMinRows = 512;
+
+// cuBLASLt's BF16 product of p's weight and one part of x ([p.m][p.k] at x16) into p.y.
+Bf16BatchedProduct DensePartProduct(const Params& p, const uint16_t* x16, bool accumulate) {
+  Bf16BatchedProduct product;
+  product.x = x16;
+  product.ldx = p.k;
+  product.w = reinterpret_cast<const uint16_t*>(p.w);
+  product.w_row_elems = p.w_row_bytes / 2;
+  product.y = p.y;
+  product.ldy = p.ldy;
+  product.m = p.m;
+  product.n = p.n;
+  product.k = p.k;
+  product.accumulate = accumulate;
+  return product;
+}
+
+// Whether p's product (kind, math) runs on RunDenseOnCublasLt: a split-BF16 product of a BF16
+// weight, the switch, the rows, scratch for x's parts [3][m][k] at p.scratch, operands aligned, no
+// capture, and an algorithm for the shape (asked once per shape: cuBLASLt's plan cache). Fails
+// where cuBLASLt cannot be loaded.
+bool DenseOnCublasLt(const Params& p, Kind kind, LinearMath math, cudaStream_t stream) {
+  if (kind != Kind::kBF16 || PathFor(math, kind, p.scale_f32, p.k) != Path::kSplitBf16 || !g_dense_split.On() ||
+      !g_cublaslt_dense.On() || p.m < kCublasLtDenseMinRows) {
+    return false;
+  }
+  const auto aligned = [](const void* at) { return reinterpret_cast<uintptr_t>(at) % 256 == 0; };
+  if (p.scratch == nullptr || !aligned(p.scratch) || p.scratch_bytes < static_cast<size_t>(3 * p.m * p.k * 2) ||
+      (p.m * p.k * 2) % 256 != 0 || !aligned(p.w) || !aligned(p.y) || p.w_row_bytes % 16 != 0 || p.ldy % 4 != 0 ||
+      p.k % 8 != 0 || p.ldx % 4 != 0 || !Aligned(p.x, 0, 16) || p.m >= (int64_t{1} << 31)) {
+    return false;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  DI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  if (capture != cudaStreamCaptureStatusNone) return false;
+  const CublasLtResult plan = PlanBf16Batched(DensePartProduct(p, nullptr, false), stream);
+  if (plan.status == CublasLtResult::Status::kUnsupported) return false;
+  if (plan.status != CublasLtResult::Status::kPlanned) Fail(("DEEPINFER_CUBLASLT_DENSE: " + plan.why).c_str());
+  return true;
+}
+
+// p's product from x's parts [3][p.m][p.k] at `parts` as three cuBLASLt GEMMs, where
+// DenseOnCublasLt(p, ...) holds. Fails where a call fails.
+void RunDenseOnCublasLt(const Params& p, const uint16_t* parts, cudaStream_t stream) {
+  for (int part = 0; part < 3; ++part) {
+    const CublasLtResult result = RunBf16Batched(DensePartProduct(p, parts + part * p.m * p.k, part > 0), stream);
+    if (result.status != CublasLtResult::Status::kEnqueued) Fail(("DEEPINFER_CUBLASLT_DENSE: " + result.why).c_str());
+  }
+  g_cublaslt_dense_launches.fetch_add(1);
+}
+
 // Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits. With
 // DenseOverlapOn, both tile sizes take the overlapped loop, whose slices start with scale-d = 0.
+// Under DEEPINFER_CUBLASLT_DENSE, products DenseOnCublasLt takes run on cuBLASLt instead.
 void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
+  if (DenseOnCublasLt(p, Kind::kBF16, LinearMath::kSplitBf16, stream)) {
+    auto* parts = static_cast<uint16_t*>(p.scratch);
+    SplitXParts<3>(p.x, p.ldx, p.m, p.k, parts, CurrentDeviceSms().second, stream, "cuda::Linear split-BF16 x parts");
+    return RunDenseOnCublasLt(p, parts, stream);
+  }
   const bool overlap = g_dense_overlap.On();  // one mode for every M: the same sums at every batch size
   if (p.m <= 8) return overlap ? LaunchDenseSplitTiles<8, true>(p, stream) : LaunchDenseSplitTiles<8, false>(p, stream);
   if (overlap) return LaunchDenseSplitTiles<64, true>(p, stream);
@@ -4711,6 +4805,11 @@ int Fp4Bf16Tokens() {
   return chosen != 0 ? chosen : tokens;
 }
 
+// DEEPINFER_FP4_BF16_NARROW = 0 or 1 (read once; unset: 1): ExpertsFp4Bf16Kernel<208>'s tiles of at
+// most 104 rows on m64n104k16 (narrow_rows; the same bits either way). Tests override it
+// (SetFp4Bf16NarrowForTesting).
+KernelSwitch g_fp4_bf16_narrow{"DEEPINFER_FP4_BF16_NARROW", 1};
+
 template <int kTok>
 void LaunchExpertsFp4Bf16Tiles(const ExpertsLaunch& l, const ExpertsParams& ep, const __nv_bfloat16* x_bf16,
                                int64_t m_pad) {
@@ -4723,8 +4822,9 @@ void LaunchExpertsFp4Bf16Tiles(const ExpertsLaunch& l, const ExpertsParams& ep, 
   constexpr int kSmem = Bf16Prefill<kTok>::kBytes;
   AllowDynamicSmem<ExpertsFp4Bf16Kernel<kTok>>(l.device, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
+  const int32_t narrow_rows = kTok == kPairTokens && g_fp4_bf16_narrow.On() ? kRsTokens : 0;
   ExpertsFp4Bf16Kernel<kTok><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
-      x_map, ep, l.lists, static_cast<int32_t>(l.num_experts));
+      x_map, ep, l.lists, static_cast<int32_t>(l.num_experts), narrow_rows);
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 on BF16 MMAs");
 }
 
@@ -5484,6 +5584,7 @@ void SetFp4Bf16ForTesting(int mode, int tokens) {
   g_fp4_bf16_tokens_for_testing.store(tokens);
 }
 uint64_t Fp4Bf16LaunchesForTesting() { return g_fp4_bf16_launches.load(); }
+void SetFp4Bf16NarrowForTesting(int mode) { g_fp4_bf16_narrow.SetForTesting(mode, "SetFp4Bf16NarrowForTesting"); }
 
 BatchVariantKernelsScope::BatchVariantKernelsScope(bool allowed) : previous_(t_batch_variant_allowed) {
   t_batch_variant_allowed = allowed;
@@ -5491,6 +5592,8 @@ BatchVariantKernelsScope::BatchVariantKernelsScope(bool allowed) : previous_(t_b
 BatchVariantKernelsScope::~BatchVariantKernelsScope() { t_batch_variant_allowed = previous_; }
 
 void SetCublasLtBf16ForTesting(int mode) { g_cublaslt_bf16.SetForTesting(mode, "SetCublasLtBf16ForTesting"); }
+void SetCublasLtDenseForTesting(int mode) { g_cublaslt_dense.SetForTesting(mode, "SetCublasLtDenseForTesting"); }
+uint64_t CublasLtDenseLaunchesForTesting() { return g_cublaslt_dense_launches.load(); }
 uint64_t CublasLtBf16LaunchesForTesting() { return g_cublaslt_bf16_launches.load(); }
 
 void SetCublasLtFp8ForTesting(int mode, int64_t min_rows) {
@@ -5683,7 +5786,8 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
   }
   std::vector<Params> params(static_cast<size_t>(count));
   std::vector<Kind> kinds(static_cast<size_t>(count));
-  std::vector<char> shared(static_cast<size_t>(count), 0);
+  std::vector<char> shared(static_cast<size_t>(count), 0);   // on x's parts split once below
+  std::vector<char> on_lt(static_cast<size_t>(count), 0);    // of those, on cuBLASLt (DenseOnCublasLt)
   auto has_work = [&](int i) { return m > 0 && outputs[i].w->out_features > 0; };
   int sharing = 0;
   const auto [device, sms] = m > 0 ? CurrentDeviceSms() : std::pair<int, int>{0, 0};
@@ -5694,7 +5798,8 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
       continue;
     }
     kinds[i] = SetLinearParams(x, ldx, m, *outputs[i].w, outputs[i].y, outputs[i].ldy, scratch, scratch_bytes, p);
-    shared[i] = TakesDenseWs(p, kinds[i], math, device, sms);
+    on_lt[i] = DenseOnCublasLt(p, kinds[i], math, stream);
+    shared[i] = on_lt[i] || TakesDenseWs(p, kinds[i], math, device, sms);
     sharing += shared[i];
   }
   // With fewer than two sharing, each runs as Linear runs it, in list order. Else the others
@@ -5705,11 +5810,24 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
   }
   if (sharing < 2) return;
   const int64_t k = outputs[0].w->in_features;
-  const CUtensorMap x_map = SplitXPartsForWs<3>(x, ldx, m, k, static_cast<uint16_t*>(scratch), sms, stream,
-                                                "cuda::LinearsOfOneInput split-BF16 x parts");
+  auto* parts = static_cast<uint16_t*>(scratch);
+  const char* split_what = "cuda::LinearsOfOneInput split-BF16 x parts";
+  CUtensorMap x_map{};  // for the warp-specialized kernel's products, where there are any
+  bool kernel_shares = false;
+  for (int i = 0; i < count; ++i) kernel_shares = kernel_shares || (shared[i] && !on_lt[i]);
+  if (kernel_shares) {
+    x_map = SplitXPartsForWs<3>(x, ldx, m, k, parts, sms, stream, split_what);
+  } else {
+    SplitXParts<3>(x, ldx, m, k, parts, sms, stream, split_what);
+  }
   for (int i = 0; i < count; ++i) {
     const Params& p = params[i];
     if (!shared[i]) continue;
+    g_shared_x_launches.fetch_add(1);
+    if (on_lt[i]) {
+      RunDenseOnCublasLt(p, parts, stream);
+      continue;
+    }
     const CUtensorMap w_map = Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
     const char* what = "cuda::LinearsOfOneInput split-BF16 wgmma, warp-specialized";
     if (g_dense_overlap.On()) {
@@ -5719,7 +5837,6 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
     }
     g_dense_split_launches.fetch_add(1);
     g_dense_ws_launches.fetch_add(1);
-    g_shared_x_launches.fetch_add(1);
   }
 }
 

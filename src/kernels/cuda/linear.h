@@ -216,6 +216,9 @@ uint64_t Fp4InBlockRegistersLaunchesForTesting();
 // tokens (104 or 208; 0: DEEPINFER_FP4_BF16_TOKENS's), and the launches of ExpertsFp4Bf16Kernel so far.
 void SetFp4Bf16ForTesting(int mode, int tokens = 0);
 uint64_t Fp4Bf16LaunchesForTesting();
+// DEEPINFER_FP4_BF16_NARROW's choice (0 or 1; -1: the environment's): the 208-token tiles of at most
+// 104 rows on m64n104k16 MMAs (the same bits).
+void SetFp4Bf16NarrowForTesting(int mode);
 // Those launches instead on ExpertsFp4TilePairKernel (one converted weight tile for two 104-token
 // tiles; the same bits) on (1), off (0), or as DEEPINFER_FP4_TILE_PAIRS says (-1, the default: off
 // unless 1); and how many it has made.
@@ -229,6 +232,10 @@ uint64_t CublasLtFp8LaunchesForTesting();
 // and its launches so far (GroupedLinear's one-part BF16 products on cuBLASLt).
 void SetCublasLtBf16ForTesting(int mode);
 uint64_t CublasLtBf16LaunchesForTesting();
+// Tests only: DEEPINFER_CUBLASLT_DENSE for this process (-1 back to the environment's, 0 off, 1 on)
+// and its products so far (dense split-BF16 products of 512+ rows as three cuBLASLt BF16 GEMMs).
+void SetCublasLtDenseForTesting(int mode);
+uint64_t CublasLtDenseLaunchesForTesting();
 // That kernel's up-shifted warps (the row scales applied once a slice where the chunk words allow
 // it; the same bits) on (1), off (0), or as DEEPINFER_FP4_SLICE_SCALE says (-1, the default: on
 // unless 0).

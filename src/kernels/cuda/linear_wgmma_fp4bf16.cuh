@@ -140,6 +140,17 @@ __device__ __forceinline__ void MmaBf16Rs<208>(float (&d)[104], uint32_t a0, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(desc_lo), "r"(desc_hi), "r"(scale_d));
 }
 
+// m64n104k16 on the first 52 accumulators of a 208-token tile's (its tokens 0-103, StoreBlockResult's
+// elements 0-51): the narrow tiles of ExpertsFp4Bf16Kernel<208>, whose rows all sit there. Each output
+// column is the same chain of k16 steps as at n208 (the bits of the 104-token kernel's tiles);
+// elements 52-103 are left as they are.
+template <int kElems>
+__device__ __forceinline__ void MmaBf16RsNarrow(float (&d)[kElems], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                                uint32_t desc_lo, uint32_t desc_hi, uint32_t scale_d) {
+  static_assert(kElems >= 52, "a tile of at least 104 tokens");
+  MmaBf16Rs<104>(*reinterpret_cast<float(*)[52]>(&d[0]), a0, a1, a2, a3, desc_lo, desc_hi, scale_d);
+}
+
 // Lane `lane`'s act_quant unit (columns 4·lane .. + 3 of a chunk, QuantizeLoaded's codes and scale)
 // as the BF16 values code · scale (exact) at their places in the chunk's BF16 order (`chunk`: the
 // row's chunk in the output).
