@@ -57,10 +57,9 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
                 "step converts their nibbles");
   app->add_flag("--fast-prefill", n.fast_prefill,
                 "CUDA with --tensor-cores --fp8-activations: the prefill's big products on faster kernels that sum in "
-                "another order than decode's (FP8 linears of 512+ rows, wo_a's BF16 products and the dense BF16 "
-                "linears of 512+ rows on cuBLASLt, the routed FP4 experts on BF16 MMAs): each output within the f32 "
-                "sum's order bound, but a sequence's bits then depend on how its prompt is batched and chunked "
-                "(docs/numerics.md)");
+                "another order than decode's (FP8 linears of 512+ rows and wo_a's BF16 products on cuBLASLt, the "
+                "routed FP4 experts on BF16 MMAs): each output within the f32 sum's order bound, but a sequence's "
+                "bits then depend on how its prompt is batched and chunked (docs/numerics.md)");
   app->add_option_function<std::string>(
          "--state-rows",
          [&n](const std::string& v) {

@@ -47,10 +47,9 @@ struct Numerics {
   // CUDA with fp8_activations and tensor_core_linears: the prefill's big products on the faster
   // kernels that sum in another order than decode's (docs/numerics.md, "Batch invariance"): FP8
   // linears of 512+ rows on cuBLASLt's block-scaled GEMM, wo_a's BF16 prefill products on cuBLASLt
-  // (with bf16_attention_output), the dense BF16 linears of 512+ rows as cuBLASLt BF16 GEMMs on x's
-  // three parts, the routed FP4 experts of a prefill on BF16 MMAs with every scale folded in. Each
-  // output stays within the order bound of the f32 sum, but a sequence's bits then depend on how
-  // its prompt is batched and chunked.
+  // (with bf16_attention_output), the routed FP4 experts of a prefill on BF16 MMAs with every
+  // scale folded in. Each output stays within the order bound of the f32 sum, but a sequence's
+  // bits then depend on how its prompt is batched and chunked.
   bool fast_prefill = false;
   // Not a numerics change (the same bits): with kv_fp8, how the state stores its attention rows
   // (raw windows, compressed main rows, fresh rows; v4_state.h): f32 (2,048 bytes a V4 row), BF16

@@ -35,9 +35,9 @@ struct OpContext {
   // attention over rows exact in BF16 (AttentionRows::kExactInBf16) goes to tensor cores with it.
   bool tensor_core_linears = false;
   // CUDA only (Numerics::fast_prefill): the linears may take the kernels that sum in another order
-  // than the batch-invariant one for speed (cuda::BatchVariantKernelsScope: big FP8, grouped BF16
-  // and dense BF16 products on cuBLASLt, the prefill's FP4 experts on BF16 MMAs), so a row's bits
-  // may depend on its batch.
+  // than the batch-invariant one for speed (cuda::BatchVariantKernelsScope: big FP8 and grouped
+  // BF16 products on cuBLASLt, the prefill's FP4 experts on BF16 MMAs), so a row's bits may depend
+  // on its batch.
   bool fast_prefill = false;
 
   bool on_cuda() const { return device.type == DeviceType::kCuda; }

@@ -144,7 +144,7 @@ void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const Ten
 void ClampedSwiGluBf16(const OpContext& ctx, const TensorView& gate, const TensorView& up, float limit,
                        const TensorView& row_weights, const TensorView& row_count, const TensorView& codes);
 // Whether the model should take ClampedSwiGluBf16 where w2 takes its x in the codes
-// (cuda::SwiGluQuantizeRowsBf16On: DEEPINFER_SWIGLU_BF16=1). False on the CPU.
+// (cuda::SwiGluQuantizeRowsBf16On: unless DEEPINFER_SWIGLU_BF16=0). False on the CPU.
 bool SwiGluWritesBf16Codes(const OpContext& ctx);
 
 // ---- memory --------------------------------------------------------------------------------

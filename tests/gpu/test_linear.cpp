@@ -952,7 +952,7 @@ TEST(CudaLinearMma, LinearsOfOneInputEqualLinear) {
 // cuBLASLt BF16 GEMMs (y = W·x_0, += W·x_1, += W·x_2), alone (Linear) and on shared parts
 // (LinearsOfOneInput): each output within the chain bound of the CPU's f32 sum, at the compressor's
 // [4096 -> 1024] and [4096 -> 300] (n not a multiple of 8), 512 and 600 rows; 511 rows keep the
-// warp-specialized kernel (no cuBLASLt launch).
+// kernels (no cuBLASLt launch; at that size neither grid fills the GPU, so x's parts are not shared).
 TEST(CudaLinearMma, DenseCublasLtWithinTheChainBound) {
   DI_REQUIRE_GPU();
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
@@ -1003,7 +1003,7 @@ TEST(CudaLinearMma, DenseCublasLtWithinTheChainBound) {
     const uint64_t shared = cuda::SharedXPartsLaunchesForTesting();
     cuda::LinearsOfOneInput(dx.get(), kIn, m, outputs.data(), static_cast<int>(outputs.size()), nullptr,
                             TestLinearMath(), scratch.get(), scratch_bytes);
-    EXPECT_EQ(cuda::SharedXPartsLaunchesForTesting() - shared, 2u) << "both on x's shared parts";
+    if (m >= 512) EXPECT_EQ(cuda::SharedXPartsLaunchesForTesting() - shared, 2u) << "both on x's shared parts";
     EXPECT_EQ(cuda::CublasLtDenseLaunchesForTesting() - launches, 2 * expected) << "LinearsOfOneInput";
     for (size_t i = 0; i < weights.size(); ++i) {
       EXPECT_TRUE(WithinBoundC(ys[i].ToHost(), want[i], sabs[i], SplitChainBoundC(kIn),

@@ -4089,15 +4089,15 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
 }
 
-// DEEPINFER_CUBLASLT_DENSE (read once; 1: on, 0: off, unset: inside an allowing
-// BatchVariantKernelsScope, i.e. --fast-prefill): dense split-BF16 products of at least
+// DEEPINFER_CUBLASLT_DENSE=1 (read once; unset or 0: off, --fast-prefill included: measured no
+// faster, docs/performance.md version 59): dense split-BF16 products of at least
 // kCublasLtDenseMinRows rows (Linear's, and LinearsOfOneInput's on x's parts split once) run as three
 // cuBLASLt BF16 GEMMs over the weight as it is, from x's three parts: y = W·x_0, then y += W·x_1
 // and y += W·x_2. The same exact products, summed in cuBLASLt's order and part by part, so not
 // batch invariant. Operands not 256-byte aligned (cuBLASLt's heuristic assumes it), a graph capture,
 // too little scratch for the parts, or a shape cuBLASLt has no algorithm for keep the kernels.
 // Tests override it (SetCublasLtDenseForTesting).
-KernelSwitch g_cublaslt_dense{"DEEPINFER_CUBLASLT_DENSE", 0, true};
+KernelSwitch g_cublaslt_dense{"DEEPINFER_CUBLASLT_DENSE", 0};
 std::atomic<uint64_t> g_cublaslt_dense_launches{0};  // products (three GEMMs each) on it (tests)
 constexpr int64_t kCublasLtDenseMinRows = 512;
 
@@ -5259,7 +5259,7 @@ void GatherQuantizeRowsBf16(const float* x, int64_t ldx, int64_t d, const int32_
 }
 
 bool SwiGluQuantizeRowsBf16On() {
-  static const KernelSwitch on{"DEEPINFER_SWIGLU_BF16", 0};
+  static const KernelSwitch on{"DEEPINFER_SWIGLU_BF16", 1};
   return on.On();
 }
 

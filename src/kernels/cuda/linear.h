@@ -378,8 +378,9 @@ void GatherQuantizeRowsBf16(const float* x, int64_t ldx, int64_t d, const int32_
 void SwiGluQuantizeRowsBf16(const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n,
                             float limit, const float* row_weights, const int32_t* row_count, void* codes,
                             size_t codes_bytes, cudaStream_t stream);
-// Whether the model asks for it (DEEPINFER_SWIGLU_BF16=1, read once; off by default: written in
-// session 50 with no device time left to run its test; docs/performance.md, version 58).
+// Whether the model takes it where w2's input goes to the BF16 experts kernel (DEEPINFER_SWIGLU_BF16:
+// 0 or 1, read once; unset: on, the same bits as quantizing in the call; docs/performance.md,
+// version 59).
 bool SwiGluQuantizeRowsBf16On();
 // Codes bytes ExpertsLinear can use for rows_bound rows of x (0 where no kernel uses any): x's
 // codes and scales, and for FP4 experts with at least 64 rows per expert on average (prefill)

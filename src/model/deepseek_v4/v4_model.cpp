@@ -676,8 +676,8 @@ void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const
     ops::ExpertsLinear(ctx.op, xe, offsets, experts.w3, ue, experts_scratch, QuantizedInput(), true, codes,
                        x_in_codes);
   }
-  // Likewise, where asked (DEEPINFER_SWIGLU_BF16=1), the SwiGLU writes w2's input into the codes
-  // (the gate rows stay unwritten then).
+  // Likewise (unless DEEPINFER_SWIGLU_BF16=0) the SwiGLU writes w2's input into the codes (the gate
+  // rows stay unwritten then).
   const bool h_in_codes = x_in_codes && ops::SwiGluWritesBf16Codes(ctx.op) &&
                           ops::ExpertsLinearTakesBf16X(ctx.op, bound, experts.w2, QuantizedInput(), codes);
   if (h_in_codes) {
