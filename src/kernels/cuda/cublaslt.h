@@ -86,9 +86,9 @@ struct CublasLtResult {
 CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream);
 
 // y_b[r, o] = Σ_c x_b[r, c]·W_b[o, c] (or y_b[r, o] + that sum, where `accumulate`) for each batch
-// entry b < batch, r < m, o < n: x_b = x + b·x_batch_stride
-// ([m][ldx] BF16), W_b = w + b·w_batch_stride ([n][w_row_elems] BF16), y_b = y + b·y_batch_stride
-// ([m][ldy] f32); compute f32, in cuBLASLt's order of sums. Strides count elements.
+// entry b < batch, r < m, o < n: x_b = x + b·x_batch_stride ([m][ldx] BF16), W_b = w +
+// b·w_batch_stride ([n][w_row_elems] BF16), y_b = y + b·y_batch_stride ([m][ldy] f32); compute f32,
+// in cuBLASLt's order of sums. Strides count elements.
 struct Bf16BatchedProduct {
   const uint16_t* x = nullptr;
   int64_t ldx = 0, x_batch_stride = 0;
