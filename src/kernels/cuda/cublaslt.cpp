@@ -302,6 +302,13 @@ CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t st
 
 namespace {
 
+// Why RunBf16Batched cannot take p's arguments; empty where it can.
+std::string Bf16BatchedArgumentsError(const Bf16BatchedProduct& p) {
+  if (p.m > 0 && p.n > 0 && p.k > 0 && p.batch > 0 && p.ldx >= p.k && p.w_row_elems >= p.k && p.ldy >= p.n) return {};
+  return fmt::format("BF16 batched: unsupported arguments m={} n={} k={} batch={} ldx={} ldw={} ldy={}", p.m, p.n, p.k,
+                     p.batch, p.ldx, p.w_row_elems, p.ldy);
+}
+
 Spec Bf16BatchedSpec(const Bf16BatchedProduct& p) {
   Spec s;
   s.m = p.m;
@@ -320,18 +327,12 @@ Spec Bf16BatchedSpec(const Bf16BatchedProduct& p) {
 }  // namespace
 
 CublasLtResult PlanBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) {
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0 || p.ldx < p.k || p.w_row_elems < p.k || p.ldy < p.n) {
-    return {CublasLtResult::Status::kFailed, "BF16 batched plan: unsupported arguments"};
-  }
+  if (std::string why = Bf16BatchedArgumentsError(p); !why.empty()) return {CublasLtResult::Status::kFailed, why};
   return Enqueue(Bf16BatchedSpec(p), nullptr, nullptr, nullptr, nullptr, nullptr, stream, 0.f, true);
 }
 
 CublasLtResult RunBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) {
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.batch <= 0 || p.ldx < p.k || p.w_row_elems < p.k || p.ldy < p.n) {
-    return {CublasLtResult::Status::kFailed,
-            fmt::format("BF16 batched: unsupported arguments m={} n={} k={} batch={} ldx={} ldw={} ldy={}", p.m, p.n,
-                        p.k, p.batch, p.ldx, p.w_row_elems, p.ldy)};
-  }
+  if (std::string why = Bf16BatchedArgumentsError(p); !why.empty()) return {CublasLtResult::Status::kFailed, why};
   return Enqueue(Bf16BatchedSpec(p), p.w, p.x, p.y, nullptr, nullptr, stream, p.accumulate ? 1.f : 0.f);
 }
 

@@ -4089,6 +4089,13 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma");
 }
 
+// Whether `stream` is capturing a CUDA graph (the cuBLASLt paths stay out of graphs).
+bool StreamCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  DI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+  return capture != cudaStreamCaptureStatusNone;
+}
+
 // DEEPINFER_CUBLASLT_DENSE=1 (read once; unset or 0: off, --fast-prefill included: measured no
 // faster, docs/performance.md version 59): dense split-BF16 products of at least
 // kCublasLtDenseMinRows rows (Linear's, and LinearsOfOneInput's on x's parts split once) run as three
@@ -4126,15 +4133,13 @@ bool DenseOnCublasLt(const Params& p, Kind kind, LinearMath math, cudaStream_t s
       !g_cublaslt_dense.On() || p.m < kCublasLtDenseMinRows) {
     return false;
   }
-  const auto aligned = [](const void* at) { return reinterpret_cast<uintptr_t>(at) % 256 == 0; };
-  if (p.scratch == nullptr || !aligned(p.scratch) || p.scratch_bytes < static_cast<size_t>(3 * p.m * p.k * 2) ||
-      (p.m * p.k * 2) % 256 != 0 || !aligned(p.w) || !aligned(p.y) || p.w_row_bytes % 16 != 0 || p.ldy % 4 != 0 ||
-      p.k % 8 != 0 || p.ldx % 4 != 0 || !Aligned(p.x, 0, 16) || p.m >= (int64_t{1} << 31)) {
+  const int64_t part_bytes = p.m * p.k * 2;  // each of x's parts 256-byte aligned too
+  if (p.scratch == nullptr || !Aligned(p.scratch, part_bytes, 256) ||
+      p.scratch_bytes < static_cast<size_t>(3 * part_bytes) || !Aligned(p.w, 0, 256) || !Aligned(p.y, 0, 256) ||
+      p.w_row_bytes % 16 != 0 || p.ldy % 4 != 0 || p.k % 8 != 0 || p.ldx % 4 != 0 || !Aligned(p.x, 0, 16) ||
+      p.m >= (int64_t{1} << 31) || StreamCapturing(stream)) {
     return false;
   }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  DI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-  if (capture != cudaStreamCaptureStatusNone) return false;
   const CublasLtResult plan = PlanBf16Batched(DensePartProduct(p, nullptr, false), stream);
   if (plan.status == CublasLtResult::Status::kUnsupported) return false;
   if (plan.status != CublasLtResult::Status::kPlanned) Fail(("DEEPINFER_CUBLASLT_DENSE: " + plan.why).c_str());
@@ -4241,9 +4246,7 @@ int64_t LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
       p.scratch_bytes < CublasLtFp8ScratchBytes(rows, p.n, p.k)) {
     return 0;
   }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  DI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
-  if (capture != cudaStreamCaptureStatusNone) return 0;
+  if (StreamCapturing(stream)) return 0;
   {
     std::lock_guard<std::mutex> lock(g_cublaslt_unsupported_mu);
     if (g_cublaslt_unsupported.count({rows, p.n, p.k}) > 0) return 0;
