@@ -179,6 +179,7 @@ using ScopedTmaStore = ScopedSwitch<cuda::SetTmaStoreForTesting>;
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;
 using ScopedDenseParts = ScopedSwitch<cuda::SetDensePartsForTesting>;
 using ScopedDenseWs = ScopedSwitch<cuda::SetDenseWsForTesting>;
+using ScopedBf16WsPairs = ScopedSwitch<cuda::SetBf16WsPairsForTesting>;
 using ScopedDenseTiles = ScopedSwitch<cuda::SetDenseTilesForTesting>;
 using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>;
 using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;

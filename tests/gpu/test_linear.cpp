@@ -829,6 +829,118 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
   }
 }
 
+// GroupedBf16WsKernel in clusters of two blocks (DEEPINFER_BF16_WS_PAIRS: row blocks 2u and 2u + 1
+// of a token tile, each loading half of x's tiles multicast into both) gives the bits of the kernel
+// without pairs: dense products (Linear: the head's 3-part form at 256 and 300 rows; an even
+// count of row blocks, an odd one whose last rank computes nothing (4200 rows: 33 blocks, the last
+// partial; K of 23 chunks), two row blocks (K of one slice, so no clusters over K), K of two
+// slices), the shared-parts products of LinearsOfOneInput (beside a [1024 -> 64] that runs alone), and
+// GroupedLinear's (8 and 3 groups, x as is and rounded, TMA stores and each thread's; 3 row blocks
+// a group, so rank 1 of the last unit of a group loads the next group's rows and stores nothing).
+TEST(CudaLinearMma, Bf16WsPairsGiveTheSameBits) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
+    GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  }
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  ScopedDenseWs ws(1);
+  uint64_t seed = 7300;
+  struct Dense {
+    int64_t out, in;
+  };
+  for (const Dense& c : {Dense{8192, 4096}, Dense{4200, 1472}, Dense{256, 512}, Dense{8192, 1024}}) {
+    TestWeight w = RandomWeight(kBf16, c.out, c.in, ++seed);
+    for (const int64_t m : {int64_t{256}, int64_t{300}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.in), ++seed));
+      for (const int overlap : {0, 1}) {
+        SCOPED_TRACE(testing::Message() << "[" << c.in << " -> " << c.out << "] M=" << m << " overlap " << overlap);
+        ScopedDenseOverlap loop(overlap);
+        std::vector<float> alone;
+        {
+          ScopedBf16WsPairs off(0);
+          alone = RunRows(w, dx, 0, m);
+        }
+        ScopedBf16WsPairs pairs(1);
+        const uint64_t launches = cuda::Bf16WsPairLaunchesForTesting();
+        const uint64_t ws_launches = cuda::DenseWsLaunchesForTesting();
+        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), alone, "pairs against one block a tile"));
+        EXPECT_EQ(cuda::DenseWsLaunchesForTesting() - ws_launches, 1u) << "the warp-specialized kernel did not run";
+        EXPECT_EQ(cuda::Bf16WsPairLaunchesForTesting() - launches, 1u) << "the pairs did not run";
+      }
+    }
+  }
+  {
+    SCOPED_TRACE("LinearsOfOneInput");
+    constexpr int64_t kIn = 1024, kRows = 1024;
+    std::vector<TestWeight> weights;
+    for (const int64_t out : {int64_t{4096}, int64_t{64}, int64_t{2048}}) {
+      weights.push_back(RandomWeight(kBf16, out, kIn, ++seed));
+    }
+    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kRows * kIn), ++seed));
+    auto run_all = [&](int mode) {
+      ScopedBf16WsPairs pairs(mode);
+      std::vector<DeviceArray<float>> ys;
+      std::vector<cuda::DeviceWeight> device_weights;
+      std::vector<cuda::LinearOutput> outputs;
+      size_t scratch_bytes = 0;
+      device_weights.reserve(weights.size());
+      for (const TestWeight& w : weights) {
+        ys.emplace_back(static_cast<size_t>(kRows * w.out));
+        ys.back().Fill(0xff);
+        device_weights.push_back(w.Device());
+        scratch_bytes = std::max(scratch_bytes, cuda::LinearScratchBytes(kRows, device_weights.back(), TestLinearMath()));
+      }
+      for (size_t i = 0; i < weights.size(); ++i) outputs.push_back({&device_weights[i], ys[i].get(), weights[i].out});
+      DeviceArray<uint8_t> scratch(scratch_bytes);
+      cuda::LinearsOfOneInput(dx.get(), kIn, kRows, outputs.data(), static_cast<int>(outputs.size()), nullptr,
+                              TestLinearMath(), scratch.get(), scratch_bytes);
+      std::vector<std::vector<float>> out;
+      for (const auto& y : ys) out.push_back(y.ToHost());
+      return out;
+    };
+    const auto alone = run_all(0);
+    const uint64_t launches = cuda::Bf16WsPairLaunchesForTesting();
+    const auto paired = run_all(1);
+    EXPECT_EQ(cuda::Bf16WsPairLaunchesForTesting() - launches, 2u) << "[1024 -> 4096] and [1024 -> 2048] in pairs";
+    for (size_t i = 0; i < alone.size(); ++i) {
+      EXPECT_TRUE(AllEqual(paired[i], alone[i], "product " + std::to_string(i)));
+    }
+  }
+  struct Grouped {
+    int64_t groups, r, k;
+  };
+  for (const Grouped& c : {Grouped{8, 1024, 4096}, Grouped{3, 384, 192}}) {
+    TestWeight w = RandomWeight(kFp8E8m0, c.groups * c.r, c.k, ++seed);
+    for (const int64_t m : {int64_t{256}, int64_t{300}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.groups * c.k), ++seed));
+      for (const bool round : {false, true}) {
+        for (const int tma_store : {0, 1}) {
+          const std::string what = "G=" + std::to_string(c.groups) + " [" + std::to_string(c.k) + " -> " +
+                                   std::to_string(c.r) + "] M=" + std::to_string(m) + (round ? " rounded" : " as is") +
+                                   (tma_store == 1 ? ", TMA stores" : ", each thread's stores");
+          ScopedTmaStore stores(tma_store);
+          auto run = [&](int mode) {
+            ScopedGroupedBf16 grouped(1);
+            ScopedBf16WsPairs pairs(mode);
+            const size_t bytes = cuda::GroupedLinearScratchBytes(m, c.groups, w.Device(), TestLinearMath(), round);
+            DeviceArray<uint8_t> scratch(std::max<size_t>(bytes, 1));
+            DeviceArray<float> dy(static_cast<size_t>(m * c.groups * c.r));
+            dy.Fill(0xff);
+            cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath(), round,
+                                scratch.get(), bytes);
+            return dy.ToHost();
+          };
+          const std::vector<float> alone = run(0);
+          const uint64_t launches = cuda::Bf16WsPairLaunchesForTesting();
+          EXPECT_TRUE(AllEqual(run(1), alone, what));
+          EXPECT_EQ(cuda::Bf16WsPairLaunchesForTesting() - launches, 1u) << what << ": the pairs did not run";
+        }
+      }
+    }
+  }
+}
+
 // BF16 weights with tiles (DEEPINFER_DENSE_TILES: the weight again in 16 KiB tiles, written once):
 // the tiles hold the weight's bytes where wgmma_split::DenseTileOffset says (zeros past its rows),
 // and products of at most 8 rows on the 8-token kernel read them with the bits of the row-major

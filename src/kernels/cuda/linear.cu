@@ -3741,29 +3741,122 @@ void SplitXParts(const float* x, int64_t ldx, int64_t m, int64_t gk, uint16_t* p
   DI_CUDA_LAUNCH_CHECK(what);
 }
 
-// SplitXParts, and the tensor map GroupedBf16WsKernel reads the parts by (boxes of 1 × 128 rows × 64
-// values, zeros past m).
+// The tensor map GroupedBf16WsKernel reads x's parts by ([kParts][m][gk] BF16 at `parts`): boxes of
+// 1 × `box_rows` rows × 64 values (128: a token tile; 64: half of one, for kPairs), zeros past m.
 template <int kParts>
-CUtensorMap SplitXPartsForWs(const float* x, int64_t ldx, int64_t m, int64_t gk, uint16_t* parts, int sms,
-                             cudaStream_t stream, const char* what) {
-  SplitXParts<kParts>(x, ldx, m, gk, parts, sms, stream, what);
+CUtensorMap XPartsMap(const uint16_t* parts, int64_t m, int64_t gk, int box_rows) {
   const uint64_t dims[3] = {static_cast<uint64_t>(gk), static_cast<uint64_t>(m), uint64_t{kParts}};
   const uint64_t strides[2] = {static_cast<uint64_t>(gk) * 2, static_cast<uint64_t>(m * gk) * 2};
-  const uint32_t box[3] = {wgmma_split::kChunkCols, wgmma_split::GroupedBf16Layout<kParts>::kTok, 1};
+  const uint32_t box[3] = {wgmma_split::kChunkCols, static_cast<uint32_t>(box_rows), 1};
   return TensorMap(parts, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
+// The x map's box rows for a launch that takes pairs (Bf16WsPairs) or not.
+constexpr int XBoxRows(bool pairs) { return wgmma_split::GroupedBf16Layout<1>::kTok / (pairs ? 2 : 1); }
+
+// SplitXParts, and XPartsMap over the parts.
+template <int kParts>
+CUtensorMap SplitXPartsForWs(const float* x, int64_t ldx, int64_t m, int64_t gk, uint16_t* parts, int sms,
+                             cudaStream_t stream, const char* what, int box_rows = XBoxRows(false)) {
+  SplitXParts<kParts>(x, ldx, m, gk, parts, sms, stream, what);
+  return XPartsMap<kParts>(parts, m, gk, box_rows);
+}
+
+bool DeviceLaunchesClusters(int device);  // below
+
+// DEEPINFER_BF16_WS_PAIRS (read once; unset or 0: off, 1: on): GroupedBf16WsKernel in clusters of
+// two blocks sharing x's tiles by multicast (kPairs: the same bits) wherever the product has at
+// least two weight row blocks and such clusters fit the device. Tests override it
+// (SetBf16WsPairsForTesting).
+KernelSwitch g_bf16_ws_pairs{"DEEPINFER_BF16_WS_PAIRS", 0};
+std::atomic<uint64_t> g_bf16_ws_pair_launches{0};  // launches of GroupedBf16WsKernel<*, *, *, true> (tests)
+
+// Clusters of two GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true> blocks resident at once
+// on `device` (0: none fit); asked once per (device, kernel).
+template <int kParts, bool kFreshSlices, bool kTmaStore>
+int Bf16WsPairsResident(int device) {
+  static std::mutex mu;
+  static std::map<int, int> known;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true>;
+  constexpr int kSmem = wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes;
+  AllowDynamicSmem<kKernel>(device, kSmem);
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster[1] = {};
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 2;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.gridDim = dim3(2);
+  config.blockDim = dim3(tma::kWsThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess) {
+    (void)cudaGetLastError();  // the query's own error: no pairs on this device
+    clusters = 0;
+  }
+  return known[device] = clusters;
+}
+
+// Whether a LaunchBf16Ws<kParts, kFreshSlices> over weights of n rows a group takes pairs: the
+// switch, at least two row blocks, a device that launches clusters and holds clusters of two of
+// each kernel the launch may pick.
+template <int kParts, bool kFreshSlices>
+bool Bf16WsPairs(int64_t n, int device) {
+  if (!g_bf16_ws_pairs.On() || CeilDiv(n, int64_t{wgmma_split::kBlockRows}) < 2 || !DeviceLaunchesClusters(device)) {
+    return false;
+  }
+  if (Bf16WsPairsResident<kParts, kFreshSlices, false>(device) <= 0) return false;
+  if constexpr (kParts == 1 && !kFreshSlices) return Bf16WsPairsResident<1, false, true>(device) > 0;
+  return true;
 }
 
 // GroupedBf16WsKernel<kParts, kFreshSlices> over p's groups × token tiles × ceil(p.n / 128) row
 // blocks, at most one block per SM. `what` names the launch in its error.
 // One part of x (rounded to BF16), whole weight blocks per group and y with 16-byte rows take the
 // kernel's TMA stores while DEEPINFER_TMA_STORE is on (the same values).
+// GroupedBf16WsKernel<..., true> in clusters of two on `grid` blocks (even); false (nothing
+// launched) where no such cluster fits the device.
+template <int kParts, bool kFreshSlices, bool kTmaStore>
+bool LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const CUtensorMap& y_map, const Params& p,
+                       int64_t n_blocks, int64_t tok_blocks, int64_t units, int device, cudaStream_t stream,
+                       const char* what) {
+  const int resident = Bf16WsPairsResident<kParts, kFreshSlices, kTmaStore>(device);
+  if (resident <= 0) return false;
+  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true>;
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster[1] = {};
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 2;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.gridDim = dim3(static_cast<unsigned>(2 * std::min<int64_t>(units, resident)));
+  config.blockDim = dim3(tma::kWsThreads);
+  config.dynamicSmemBytes = wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes;
+  config.stream = stream;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&config, kKernel, w_map, x_map, y_map, p, static_cast<int>(n_blocks),
+                                   static_cast<int>(tok_blocks), static_cast<int>(units)),
+                what);
+  g_bf16_ws_pair_launches.fetch_add(1);
+  return true;
+}
+
+// pairs (Bf16WsPairs; x_map's boxes then of XBoxRows(true) rows): in clusters of two blocks over
+// units of two row blocks, where such clusters fit (else x_map must not have half boxes: Fail).
 template <int kParts, bool kFreshSlices>
 void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Params& p, int64_t groups, int device,
-                  int sms, cudaStream_t stream, const char* what) {
+                  int sms, cudaStream_t stream, const char* what, bool pairs = false) {
   const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows});
   const int64_t tok_blocks = CeilDiv(p.m, int64_t{wgmma_split::GroupedBf16Layout<kParts>::kTok});
   const int64_t tiles = groups * n_blocks * tok_blocks;
   if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
+  const int64_t units = groups * CeilDiv(n_blocks, int64_t{2}) * tok_blocks;  // pairs' units
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
   if constexpr (kParts == 1 && !kFreshSlices) {
     if (g_tma_store.On() && p.n % wgmma_split::kBlockRows == 0 && (groups == 1 || p.y_group_stride == p.n) &&
@@ -3775,6 +3868,14 @@ void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Para
       const uint32_t y_box[2] = {L::kStoreBoxRows, L::kTok};
       const CUtensorMap y_map =
           TensorMap(p.y, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, y_dims, y_strides, y_box, CU_TENSOR_MAP_SWIZZLE_128B);
+      if (pairs) {
+        if (!LaunchBf16WsPairs<1, false, true>(w_map, x_map, y_map, p, n_blocks, tok_blocks, units, device, stream,
+                                               what)) {
+          Fail("GroupedBf16WsKernel: no cluster of two fits the device (half-box x map)");
+        }
+        g_grouped_tma_store_launches.fetch_add(1);
+        return;
+      }
       constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<1, false, true>;
       AllowDynamicSmem<kKernel>(device, L::kBytes);
       kKernel<<<grid, tma::kWsThreads, L::kBytes, stream>>>(w_map, x_map, y_map, p, static_cast<int>(n_blocks),
@@ -3783,6 +3884,13 @@ void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Para
       g_grouped_tma_store_launches.fetch_add(1);
       return;
     }
+  }
+  if (pairs) {
+    if (!LaunchBf16WsPairs<kParts, kFreshSlices, false>(w_map, x_map, w_map, p, n_blocks, tok_blocks, units, device,
+                                                        stream, what)) {
+      Fail("GroupedBf16WsKernel: no cluster of two fits the device (half-box x map)");
+    }
+    return;
   }
   using L = wgmma_split::GroupedBf16Layout<kParts>;
   constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices>;
@@ -3845,16 +3953,17 @@ void LaunchGroupedBf16(const Params& p, int64_t groups, cudaStream_t stream) {
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear BF16 weight");
   const CUtensorMap w_map = Bf16WeightMap(w16, rows, p.k, p.k * 2);
   const int64_t piece = GroupedBf16PieceRows(p.m, groups, p.k, kParts);
+  const bool pairs = Bf16WsPairs<kParts, false>(p.n, device);
   for (int64_t r0 = 0; r0 < p.m; r0 += piece) {
     const int64_t m = std::min(piece, p.m - r0);
     const CUtensorMap x_map = SplitXPartsForWs<kParts>(p.x + r0 * p.ldx, p.ldx, m, gk, parts, sms, stream,
-                                                       "cuda::GroupedLinear BF16 x parts");
+                                                       "cuda::GroupedLinear BF16 x parts", XBoxRows(pairs));
     Params pp = p;
     pp.y = p.y + r0 * p.ldy;
     pp.m = m;
     if (kParts == 1 && g_cublaslt_bf16.On() && RunGroupedOnCublasLt(parts, w16, pp, groups, stream)) continue;
     LaunchBf16Ws<kParts, false>(w_map, x_map, pp, groups, device, sms, stream,
-                                "cuda::GroupedLinear BF16 wgmma, warp-specialized");
+                                "cuda::GroupedLinear BF16 wgmma, warp-specialized", pairs);
     g_grouped_bf16_launches.fetch_add(1);
   }
 }
@@ -4023,10 +4132,11 @@ bool DenseWsRuns(const Params& p) {
 
 template <bool kOverlap>
 void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
+  const bool pairs = Bf16WsPairs<3, kOverlap>(p.n, device);
   const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms, stream,
-                                                "cuda::Linear split-BF16 x parts");
+                                                "cuda::Linear split-BF16 x parts", XBoxRows(pairs));
   LaunchBf16Ws<3, kOverlap>(Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes), x_map, p, 1, device, sms, stream,
-                            "cuda::Linear split-BF16 wgmma, warp-specialized");
+                            "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
   g_dense_ws_launches.fetch_add(1);
 }
 
@@ -5628,6 +5738,10 @@ void SetDenseWsMinRowsForTesting(int64_t rows) {
 
 uint64_t DenseWsLaunchesForTesting() { return g_dense_ws_launches.load(); }
 
+void SetBf16WsPairsForTesting(int mode) { g_bf16_ws_pairs.SetForTesting(mode, "SetBf16WsPairsForTesting"); }
+
+uint64_t Bf16WsPairLaunchesForTesting() { return g_bf16_ws_pair_launches.load(); }
+
 void SetDensePartsForTesting(int mode) { g_dense_parts.SetForTesting(mode, "SetDensePartsForTesting"); }
 
 uint64_t DensePartsLaunchesForTesting() { return g_dense_parts_launches.load(); }
@@ -5833,10 +5947,17 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
     }
     const CUtensorMap w_map = Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
     const char* what = "cuda::LinearsOfOneInput split-BF16 wgmma, warp-specialized";
+    // Pairs read the same parts through half boxes.
+    auto launch = [&](auto overlap) {
+      constexpr bool kOverlap = decltype(overlap)::value;
+      const bool pairs = Bf16WsPairs<3, kOverlap>(p.n, device);
+      const CUtensorMap half_map = pairs ? XPartsMap<3>(parts, m, k, XBoxRows(true)) : CUtensorMap{};
+      LaunchBf16Ws<3, kOverlap>(w_map, pairs ? half_map : x_map, p, 1, device, sms, stream, what, pairs);
+    };
     if (g_dense_overlap.On()) {
-      LaunchBf16Ws<3, true>(w_map, x_map, p, 1, device, sms, stream, what);
+      launch(std::true_type{});
     } else {
-      LaunchBf16Ws<3, false>(w_map, x_map, p, 1, device, sms, stream, what);
+      launch(std::false_type{});
     }
     g_dense_split_launches.fetch_add(1);
     g_dense_ws_launches.fetch_add(1);

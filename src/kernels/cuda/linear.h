@@ -256,6 +256,12 @@ uint64_t DensePartsLaunchesForTesting();
 void SetDenseWsForTesting(int mode);
 void SetDenseWsMinRowsForTesting(int64_t rows);
 uint64_t DenseWsLaunchesForTesting();
+// Tests only: GroupedBf16WsKernel in clusters of two blocks sharing x's tiles by multicast (the
+// same bits; wherever a product has two row blocks or more) on (1), off (0), or as
+// DEEPINFER_BF16_WS_PAIRS says (-1, the default: off unless 1); and how many such launches this
+// process has made.
+void SetBf16WsPairsForTesting(int mode);
+uint64_t Bf16WsPairLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
 // into other e4m3 codes than the four-nibble one, over 3·65,536 words whose halves take every
 // 16-bit pattern, for each folded table (0 expected). Synchronizes the device.

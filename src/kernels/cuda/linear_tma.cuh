@@ -126,6 +126,38 @@ __device__ __forceinline__ void TmaLoad3d(void* dst, const CUtensorMap* map, uin
       : "memory");
 }
 
+// TmaLoad3d multicast: the box lands at dst's offset in every block of the cluster whose bit is
+// set in `blocks` (bit r: rank r), each completing the transaction bytes of the barrier at bar's
+// offset in its own shared memory.
+__device__ __forceinline__ void TmaLoad3dMulticast(void* dst, const CUtensorMap* map, uint64_t* bar, int inner,
+                                                   int middle, int outer, uint16_t blocks) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(SmemAddress(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(SmemAddress(bar)), "r"(inner), "r"(middle), "r"(outer), "h"(blocks)
+      : "memory");
+}
+
+// This thread's arrival on the barrier at bar's offset in the shared memory of the cluster's block
+// `rank` (this block's own included).
+__device__ __forceinline__ void BarrierArriveInBlock(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(SmemAddress(bar)),
+      "r"(rank)
+      : "memory");
+}
+
+// This block's rank in its cluster.
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t rank = 0;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }

@@ -671,7 +671,15 @@ static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegister
 // kTmaStore (kParts == 1, p.n % 128 == 0): the output tiles leave by TMA stores of y_map (FLOAT32
 // [m][ldy], boxes of 32 × 128, 128-byte swizzle) from the staging, as TmaLinearWsKernel<true>'s;
 // else by each thread's stores (y_map unused).
-template <int kParts, bool kFreshSlices = false, bool kTmaStore = false>
+// kPairs (launched in clusters of two blocks, Bf16WsPairs): the walk is over units, a unit being
+// weight row blocks 2u' and 2u' + 1 of one token tile and group (`tiles` counts units; the
+// cluster takes units c, c + clusters, ...), rank r computing block 2u' + r (none past n_blocks:
+// its loads still run, its stores do not). Each rank loads its own weight tile and token rows
+// [64r, 64r + 64) of x's part tiles multicast into both ranks (x_map's boxes are then 1 × 64 rows
+// × 64 values), so a block reads 24 KiB of a 3-part stage's 48 KiB of x from L2 instead of all
+// of it. A stage is free once both ranks' consumer warps have released it (each warp arrives on
+// both ranks' empty barrier). The same tiles in the same shared-memory places: the same bits.
+template <int kParts, bool kFreshSlices = false, bool kTmaStore = false, bool kPairs = false>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
     GroupedBf16WsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                         const __grid_constant__ CUtensorMap y_map, const Params p, int n_blocks, int tok_blocks,
@@ -688,23 +696,34 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
   uint64_t* empty = full + S;
   const int tid = threadIdx.x;
   const int chunks = static_cast<int>(p.k / kChunkCols);
+  // kPairs: this block's rank; units per (group, token tile); the walk's first unit and stride.
+  const int rank = kPairs ? static_cast<int>(tma::ClusterRank()) : 0;
+  const int units_per_row = kPairs ? (n_blocks + 1) / 2 : n_blocks;
+  const int first_unit = kPairs ? static_cast<int>(blockIdx.x) / 2 : static_cast<int>(blockIdx.x);
+  const int unit_step = kPairs ? static_cast<int>(gridDim.x) / 2 : static_cast<int>(gridDim.x);
   if (tid == 0) {
     tma::PrefetchTensorMap(&w_map);
     tma::PrefetchTensorMap(&x_map);
     for (int s = 0; s < S; ++s) {
       tma::BarrierInit(&full[s], 1);
-      tma::BarrierInit(&empty[s], tma::kWsConsumerWarps);
+      tma::BarrierInit(&empty[s], (kPairs ? 2 : 1) * tma::kWsConsumerWarps);
     }
     tma::FenceBarrierInit();
   }
-  __syncthreads();
+  // kPairs: both ranks' barriers are initialized before either rank's copies or arrivals reach them.
+  if constexpr (kPairs) {
+    wgmma::ClusterSync();
+  } else {
+    __syncthreads();
+  }
   if (tid >= tma::kThreads) {  // the producer warpgroup
     tma::SetMaxRegistersDec<kGroupedBf16ProducerRegisters>();
     if (tid == tma::kThreads) {
       int64_t j = 0;
-      for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int nb = tile % n_blocks, rest = tile / n_blocks;
+      for (int unit = first_unit; unit < tiles; unit += unit_step) {
+        const int nb = kPairs ? 2 * (unit % units_per_row) + rank : unit % units_per_row, rest = unit / units_per_row;
         const int t0 = rest % tok_blocks * L::kTok, g = rest / tok_blocks;
+        // Past n_blocks (kPairs, odd n_blocks): the next group's rows, or zeros past the weight.
         const int w_row = g * static_cast<int>(p.n) + nb * kBlockRows, x_col = g * static_cast<int>(p.k);
         for (int c = 0; c < chunks; ++c, ++j) {
           if (j >= S) tma::BarrierWait(&empty[(j - S) % S], static_cast<uint32_t>((j - S) / S) & 1u);
@@ -714,11 +733,19 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
           tma::TmaLoad2d(stage, &w_map, bar, c * kChunkCols, w_row);
 #pragma unroll
           for (int part = 0; part < kParts; ++part) {
-            tma::TmaLoad3d(stage + L::kWBytes + part * L::kPartBytes, &x_map, bar, x_col + c * kChunkCols, t0, part);
+            uint8_t* x_tile = stage + L::kWBytes + part * L::kPartBytes;
+            if constexpr (kPairs) {
+              constexpr int kHalfRows = L::kTok / 2;
+              tma::TmaLoad3dMulticast(x_tile + rank * kHalfRows * kRowBytes, &x_map, bar, x_col + c * kChunkCols,
+                                      t0 + rank * kHalfRows, part, uint16_t{0x3});
+            } else {
+              tma::TmaLoad3d(x_tile, &x_map, bar, x_col + c * kChunkCols, t0, part);
+            }
           }
         }
       }
     }
+    if constexpr (kPairs) wgmma::ClusterSync();  // the consumers' matching sync: see the kernel's end
     return;
   }
   tma::SetMaxRegistersInc<kGroupedBf16ConsumerRegisters>();
@@ -739,10 +766,17 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
   };
   auto release = [&](int64_t load) {  // the warp's MMAs of `load` complete: its stage is free
     __syncwarp();
-    if (lane == 0) tma::BarrierArrive(&empty[load % S]);
+    if (lane == 0) {
+      if constexpr (kPairs) {  // in both ranks: the other rank's copies write this stage too
+        tma::BarrierArriveInBlock(&empty[load % S], 0u);
+        tma::BarrierArriveInBlock(&empty[load % S], 1u);
+      } else {
+        tma::BarrierArrive(&empty[load % S]);
+      }
+    }
   };
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int nb = tile % n_blocks, rest = tile / n_blocks;
+  for (int unit = first_unit; unit < tiles; unit += unit_step) {
+    const int nb = kPairs ? 2 * (unit % units_per_row) + rank : unit % units_per_row, rest = unit / units_per_row;
     const int64_t t0 = static_cast<int64_t>(rest % tok_blocks) * L::kTok, g = rest / tok_blocks;
     for (int s0 = 0; s0 < chunks; s0 += kSliceChunks) {
       // The slice's chunks: chunk c's MMAs issued while chunk c - 1's may run; no register of acc
@@ -762,6 +796,10 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       if constexpr (!kFreshSlices) wgmma::ZeroForWgmma(acc);
     }
     if constexpr (kTmaStore) {
+      if (kPairs && nb >= n_blocks) {  // a rank past the last row block: nothing to store
+        if (tid % 128 == 0 && unit + unit_step >= tiles) tma::BulkWaitAll<false>();
+        continue;
+      }
       // The warpgroup's rows 0-31 in box 0 (warps 0, 1), 32-63 in box 1 (warps 2, 3): row r of a
       // box, token t at 128·t + ((r / 4) ^ (t % 8))·16 + (r % 4)·4 (the 128-byte swizzle).
       // Element 4i + e: token 8i + 2q (+ 1 for odd e), row 16·(warp % 2) + g (+ 8 for e >= 2).
@@ -799,7 +837,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         tma::BulkCommitGroup();
         // The block's last tile: its copies complete before the block's memory goes (inside the
         // loop: TmaLinearWsKernel's spills came from the wait after it).
-        if (tile + static_cast<int>(gridDim.x) >= tiles) tma::BulkWaitAll<false>();
+        if (unit + unit_step >= tiles) tma::BulkWaitAll<false>();
       }
       continue;
     }
@@ -808,6 +846,9 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     const int64_t ra = static_cast<int64_t>(nb) * kBlockRows + group * kRowsPerGroup + 16 * warp + lane / 4;
     wgmma::StoreBlockResult<L::kTok>(pg, ra, t0, lane % 4, [&](int e) { return total[e]; });
   }
+  // kPairs: neither rank leaves (its shared memory and barriers gone) while the other's copies or
+  // arrivals may still reach them.
+  if constexpr (kPairs) wgmma::ClusterSync();
 #endif
 }
 
