@@ -836,7 +836,8 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
 // partial; K of 23 chunks), two row blocks (K of one slice, so no clusters over K), K of two
 // slices), the shared-parts products of LinearsOfOneInput (beside a [1024 -> 64] that runs alone), and
 // GroupedLinear's (8 and 3 groups, x as is and rounded, TMA stores and each thread's; 3 row blocks
-// a group, so rank 1 of the last unit of a group loads the next group's rows and stores nothing).
+// a group, so rank 1 of the last unit of a group loads the next group's rows and stores nothing);
+// and, the switch unset, pairs for dense products of 256 rows and not of 300, nor grouped ones.
 TEST(CudaLinearMma, Bf16WsPairsGiveTheSameBits) {
   DI_REQUIRE_GPU();
   if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
@@ -869,6 +870,19 @@ TEST(CudaLinearMma, Bf16WsPairsGiveTheSameBits) {
         EXPECT_EQ(cuda::Bf16WsPairLaunchesForTesting() - launches, 1u) << "the pairs did not run";
       }
     }
+  }
+  {
+    // Unset, the switch pairs dense products of at most two token tiles (256 rows), not more.
+    SCOPED_TRACE("the default");
+    ScopedBf16WsPairs unset(-1);
+    TestWeight w = RandomWeight(kBf16, 8192, 1024, ++seed);
+    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(300 * 1024), ++seed));
+    uint64_t launches = cuda::Bf16WsPairLaunchesForTesting();
+    RunRows(w, dx, 0, 256);
+    EXPECT_EQ(cuda::Bf16WsPairLaunchesForTesting() - launches, 1u) << "256 rows";
+    launches = cuda::Bf16WsPairLaunchesForTesting();
+    RunRows(w, dx, 0, 300);
+    EXPECT_EQ(cuda::Bf16WsPairLaunchesForTesting() - launches, 0u) << "300 rows";
   }
   {
     SCOPED_TRACE("LinearsOfOneInput");
@@ -932,9 +946,12 @@ TEST(CudaLinearMma, Bf16WsPairsGiveTheSameBits) {
             return dy.ToHost();
           };
           const std::vector<float> alone = run(0);
-          const uint64_t launches = cuda::Bf16WsPairLaunchesForTesting();
+          uint64_t launches = cuda::Bf16WsPairLaunchesForTesting();
           EXPECT_TRUE(AllEqual(run(1), alone, what));
           EXPECT_EQ(cuda::Bf16WsPairLaunchesForTesting() - launches, 1u) << what << ": the pairs did not run";
+          launches = cuda::Bf16WsPairLaunchesForTesting();
+          run(-1);
+          EXPECT_EQ(cuda::Bf16WsPairLaunchesForTesting() - launches, 0u) << what << ": unset, grouped ones are alone";
         }
       }
     }

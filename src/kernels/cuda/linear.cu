@@ -3764,11 +3764,14 @@ CUtensorMap SplitXPartsForWs(const float* x, int64_t ldx, int64_t m, int64_t gk,
 
 bool DeviceLaunchesClusters(int device);  // below
 
-// DEEPINFER_BF16_WS_PAIRS (read once; unset or 0: off, 1: on): GroupedBf16WsKernel in clusters of
-// two blocks sharing x's tiles by multicast (kPairs: the same bits) wherever the product has at
-// least two weight row blocks and such clusters fit the device. Tests override it
-// (SetBf16WsPairsForTesting).
-KernelSwitch g_bf16_ws_pairs{"DEEPINFER_BF16_WS_PAIRS", 0};
+// DEEPINFER_BF16_WS_PAIRS (read once; 1: on, 0: off, unset: dense products of at most two token
+// tiles): GroupedBf16WsKernel in clusters of two blocks sharing x's tiles by multicast (kPairs: the
+// same bits) where the product has at least two weight row blocks and such clusters fit the device.
+// Measured on an H200 (docs/performance.md, version 60): the head at decode batch 256
+// `dense_linear` 1.576 -> 1.499 ms, the step 8.248 -> 8.143; the 8k prefill's `grouped_linear`
+// 3.869 -> 4.002 and `dense_linear` 2.162 -> 2.192 (x's L2 reads are not what bounds those).
+// Tests override it (SetBf16WsPairsForTesting).
+KernelSwitch g_bf16_ws_pairs{"DEEPINFER_BF16_WS_PAIRS", -1};
 std::atomic<uint64_t> g_bf16_ws_pair_launches{0};  // launches of GroupedBf16WsKernel<*, *, *, true> (tests)
 
 // Clusters of two GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true> blocks resident at once
@@ -3802,14 +3805,15 @@ int Bf16WsPairsResident(int device) {
   return known[device] = clusters;
 }
 
-// Whether a LaunchBf16Ws<kParts, kFreshSlices> over weights of n rows a group takes pairs: the
-// switch, at least two row blocks, a device that launches clusters and holds clusters of two of
-// each kernel the launch may pick.
+// Whether a LaunchBf16Ws<kParts, kFreshSlices> of m rows over weights of n rows a group (`dense`:
+// one group, Linear's or LinearsOfOneInput's) takes pairs: the switch (unset: dense and m at most
+// two token tiles), at least two row blocks, a device that launches clusters and holds clusters of
+// two of each kernel the launch may pick.
 template <int kParts, bool kFreshSlices>
-bool Bf16WsPairs(int64_t n, int device) {
-  if (!g_bf16_ws_pairs.On() || CeilDiv(n, int64_t{wgmma_split::kBlockRows}) < 2 || !DeviceLaunchesClusters(device)) {
-    return false;
-  }
+bool Bf16WsPairs(int64_t m, int64_t n, bool dense, int device) {
+  const int mode = g_bf16_ws_pairs.Mode();
+  const bool wanted = mode < 0 ? dense && m <= 2 * wgmma_split::GroupedBf16Layout<kParts>::kTok : mode == 1;
+  if (!wanted || CeilDiv(n, int64_t{wgmma_split::kBlockRows}) < 2 || !DeviceLaunchesClusters(device)) return false;
   if (Bf16WsPairsResident<kParts, kFreshSlices, false>(device) <= 0) return false;
   if constexpr (kParts == 1 && !kFreshSlices) return Bf16WsPairsResident<1, false, true>(device) > 0;
   return true;
@@ -3953,7 +3957,7 @@ void LaunchGroupedBf16(const Params& p, int64_t groups, cudaStream_t stream) {
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear BF16 weight");
   const CUtensorMap w_map = Bf16WeightMap(w16, rows, p.k, p.k * 2);
   const int64_t piece = GroupedBf16PieceRows(p.m, groups, p.k, kParts);
-  const bool pairs = Bf16WsPairs<kParts, false>(p.n, device);
+  const bool pairs = Bf16WsPairs<kParts, false>(p.m, p.n, false, device);
   for (int64_t r0 = 0; r0 < p.m; r0 += piece) {
     const int64_t m = std::min(piece, p.m - r0);
     const CUtensorMap x_map = SplitXPartsForWs<kParts>(p.x + r0 * p.ldx, p.ldx, m, gk, parts, sms, stream,
@@ -4132,7 +4136,7 @@ bool DenseWsRuns(const Params& p) {
 
 template <bool kOverlap>
 void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
-  const bool pairs = Bf16WsPairs<3, kOverlap>(p.n, device);
+  const bool pairs = Bf16WsPairs<3, kOverlap>(p.m, p.n, true, device);
   const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms, stream,
                                                 "cuda::Linear split-BF16 x parts", XBoxRows(pairs));
   LaunchBf16Ws<3, kOverlap>(Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes), x_map, p, 1, device, sms, stream,
@@ -5950,7 +5954,7 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
     // Pairs read the same parts through half boxes.
     auto launch = [&](auto overlap) {
       constexpr bool kOverlap = decltype(overlap)::value;
-      const bool pairs = Bf16WsPairs<3, kOverlap>(p.n, device);
+      const bool pairs = Bf16WsPairs<3, kOverlap>(p.m, p.n, true, device);
       const CUtensorMap half_map = pairs ? XPartsMap<3>(parts, m, k, XBoxRows(true)) : CUtensorMap{};
       LaunchBf16Ws<3, kOverlap>(w_map, pairs ? half_map : x_map, p, 1, device, sms, stream, what, pairs);
     };

@@ -258,8 +258,8 @@ void SetDenseWsMinRowsForTesting(int64_t rows);
 uint64_t DenseWsLaunchesForTesting();
 // Tests only: GroupedBf16WsKernel in clusters of two blocks sharing x's tiles by multicast (the
 // same bits; wherever a product has two row blocks or more) on (1), off (0), or as
-// DEEPINFER_BF16_WS_PAIRS says (-1, the default: off unless 1); and how many such launches this
-// process has made.
+// DEEPINFER_BF16_WS_PAIRS says (-1, the default: unset, dense products of at most 256 rows); and
+// how many such launches this process has made.
 void SetBf16WsPairsForTesting(int mode);
 uint64_t Bf16WsPairLaunchesForTesting();
 // Tests only: how many words the FP4 kernels' eight-nibble conversion (E2m1x8ToE4m3x8Table) turns
