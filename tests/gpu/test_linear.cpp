@@ -290,6 +290,33 @@ std::vector<float> Rows(const std::vector<float>& y, int64_t width, int64_t r0, 
   return std::vector<float>(y.begin() + r0 * width, y.begin() + (r0 + n) * width);
 }
 
+// Runs cuda::LinearsOfOneInput on the first m rows of x [m, in] through the first `count` weights
+// (all of them where count is 0), with the scratch LinearScratchBytes asks for, and returns each
+// product's y [m, out] (NaN where nothing was written).
+std::vector<std::vector<float>> RunLinearsOfOneInput(const std::vector<TestWeight>& weights,
+                                                     const DeviceArray<float>& dx, int64_t in, int64_t m,
+                                                     size_t count = 0) {
+  if (count == 0) count = weights.size();
+  std::vector<DeviceArray<float>> ys;
+  std::vector<cuda::DeviceWeight> device_weights;
+  std::vector<cuda::LinearOutput> outputs;
+  size_t scratch_bytes = 0;
+  device_weights.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    ys.emplace_back(static_cast<size_t>(m * weights[i].out));
+    ys.back().Fill(0xff);
+    device_weights.push_back(weights[i].Device());
+    scratch_bytes = std::max(scratch_bytes, cuda::LinearScratchBytes(m, device_weights.back(), TestLinearMath()));
+  }
+  for (size_t i = 0; i < count; ++i) outputs.push_back({&device_weights[i], ys[i].get(), weights[i].out});
+  DeviceArray<uint8_t> scratch(scratch_bytes);
+  cuda::LinearsOfOneInput(dx.get(), in, m, outputs.data(), static_cast<int>(count), nullptr, TestLinearMath(),
+                          scratch.get(), scratch_bytes);
+  std::vector<std::vector<float>> out;
+  for (const auto& y : ys) out.push_back(y.ToHost());
+  return out;
+}
+
 // For each case: a random weight and m rows of x; the m rows at once twice (deterministic), every
 // `row_step`-th row alone and each span (first row, rows) must give the full batch's bits.
 // Seeds: ++seed for the weight, then for x.
@@ -894,24 +921,7 @@ TEST(CudaLinearMma, Bf16WsPairsGiveTheSameBits) {
     DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kRows * kIn), ++seed));
     auto run_all = [&](int mode) {
       ScopedBf16WsPairs pairs(mode);
-      std::vector<DeviceArray<float>> ys;
-      std::vector<cuda::DeviceWeight> device_weights;
-      std::vector<cuda::LinearOutput> outputs;
-      size_t scratch_bytes = 0;
-      device_weights.reserve(weights.size());
-      for (const TestWeight& w : weights) {
-        ys.emplace_back(static_cast<size_t>(kRows * w.out));
-        ys.back().Fill(0xff);
-        device_weights.push_back(w.Device());
-        scratch_bytes = std::max(scratch_bytes, cuda::LinearScratchBytes(kRows, device_weights.back(), TestLinearMath()));
-      }
-      for (size_t i = 0; i < weights.size(); ++i) outputs.push_back({&device_weights[i], ys[i].get(), weights[i].out});
-      DeviceArray<uint8_t> scratch(scratch_bytes);
-      cuda::LinearsOfOneInput(dx.get(), kIn, kRows, outputs.data(), static_cast<int>(outputs.size()), nullptr,
-                              TestLinearMath(), scratch.get(), scratch_bytes);
-      std::vector<std::vector<float>> out;
-      for (const auto& y : ys) out.push_back(y.ToHost());
-      return out;
+      return RunLinearsOfOneInput(weights, dx, kIn, kRows);
     };
     const auto alone = run_all(0);
     const uint64_t launches = cuda::Bf16WsPairLaunchesForTesting();
@@ -1053,25 +1063,11 @@ TEST(CudaLinearMma, LinearsOfOneInputEqualLinear) {
   DeviceArray<float> dx(RandomFloats(static_cast<size_t>(kRows * kIn), ++seed));
   for (const size_t count : {size_t{3}, size_t{2}}) {  // 2: [1024 -> 4096] and [1024 -> 64], one wide product
     SCOPED_TRACE(testing::Message() << count << " products");
-    std::vector<DeviceArray<float>> ys;
-    std::vector<cuda::DeviceWeight> device_weights;
-    std::vector<cuda::LinearOutput> outputs;
-    size_t scratch_bytes = 0;
-    device_weights.reserve(count);
-    for (size_t i = 0; i < count; ++i) {
-      ys.emplace_back(static_cast<size_t>(kRows * weights[i].out));
-      ys.back().Fill(0xff);
-      device_weights.push_back(weights[i].Device());
-      scratch_bytes = std::max(scratch_bytes, cuda::LinearScratchBytes(kRows, device_weights.back(), TestLinearMath()));
-    }
-    for (size_t i = 0; i < count; ++i) outputs.push_back({&device_weights[i], ys[i].get(), weights[i].out});
-    DeviceArray<uint8_t> scratch(scratch_bytes);
     const uint64_t shared = cuda::SharedXPartsLaunchesForTesting();
-    cuda::LinearsOfOneInput(dx.get(), kIn, kRows, outputs.data(), static_cast<int>(count), nullptr, TestLinearMath(),
-                            scratch.get(), scratch_bytes);
+    const std::vector<std::vector<float>> ys = RunLinearsOfOneInput(weights, dx, kIn, kRows, count);
     EXPECT_EQ(cuda::SharedXPartsLaunchesForTesting() - shared, count == 3 ? 2u : 0u);
     for (size_t i = 0; i < count; ++i) {
-      EXPECT_TRUE(AllEqual(ys[i].ToHost(), RunRows(weights[i], dx, 0, kRows),
+      EXPECT_TRUE(AllEqual(ys[i], RunRows(weights[i], dx, 0, kRows),
                            "product " + std::to_string(i) + " against Linear alone"));
     }
   }
@@ -1115,28 +1111,14 @@ TEST(CudaLinearMma, DenseCublasLtWithinTheChainBound) {
       EXPECT_EQ(cuda::CublasLtDenseLaunchesForTesting() - launches, expected) << "Linear, product " << i;
       EXPECT_TRUE(WithinBoundC(alone, want[i], sabs[i], SplitChainBoundC(kIn), "Linear " + std::to_string(i)));
     }
-    std::vector<DeviceArray<float>> ys;
-    std::vector<cuda::DeviceWeight> device_weights;
-    std::vector<cuda::LinearOutput> outputs;
-    size_t scratch_bytes = 0;
-    device_weights.reserve(weights.size());
-    for (const TestWeight& w : weights) {
-      ys.emplace_back(static_cast<size_t>(m * w.out));
-      ys.back().Fill(0xff);
-      device_weights.push_back(w.Device());
-      scratch_bytes = std::max(scratch_bytes, cuda::LinearScratchBytes(m, device_weights.back(), TestLinearMath()));
-    }
-    for (size_t i = 0; i < weights.size(); ++i) outputs.push_back({&device_weights[i], ys[i].get(), weights[i].out});
-    DeviceArray<uint8_t> scratch(scratch_bytes);
     const uint64_t launches = cuda::CublasLtDenseLaunchesForTesting();
     const uint64_t shared = cuda::SharedXPartsLaunchesForTesting();
-    cuda::LinearsOfOneInput(dx.get(), kIn, m, outputs.data(), static_cast<int>(outputs.size()), nullptr,
-                            TestLinearMath(), scratch.get(), scratch_bytes);
+    const std::vector<std::vector<float>> ys = RunLinearsOfOneInput(weights, dx, kIn, m);
     if (m >= 512) EXPECT_EQ(cuda::SharedXPartsLaunchesForTesting() - shared, 2u) << "both on x's shared parts";
     EXPECT_EQ(cuda::CublasLtDenseLaunchesForTesting() - launches, 2 * expected) << "LinearsOfOneInput";
     for (size_t i = 0; i < weights.size(); ++i) {
-      EXPECT_TRUE(WithinBoundC(ys[i].ToHost(), want[i], sabs[i], SplitChainBoundC(kIn),
-                               "LinearsOfOneInput " + std::to_string(i)));
+      EXPECT_TRUE(
+          WithinBoundC(ys[i], want[i], sabs[i], SplitChainBoundC(kIn), "LinearsOfOneInput " + std::to_string(i)));
     }
   }
 }

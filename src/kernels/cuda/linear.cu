@@ -3507,25 +3507,32 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
 std::atomic<uint64_t> g_linear_fused_launches{0};  // launches of it (tests)
 KernelSwitch g_linear_fused{"DEEPINFER_LINEAR_FUSED", 0};
 
-// A launch of wgmma::kThreads-thread blocks on `grid` in clusters of (1, 1, grid.z) (no cluster
-// where grid.z is 1), for cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters.
-struct SliceClusterLaunch {
+// A launch of `threads`-thread blocks on `grid` in clusters of `cluster` blocks (no cluster attribute
+// where that is one block), `smem` bytes of dynamic shared memory each, for cudaLaunchKernelEx and
+// cudaOccupancyMaxActiveClusters.
+struct ClusterLaunch {
   cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute cluster[1] = {};
-  SliceClusterLaunch(dim3 grid, int smem, cudaStream_t stream) {
+  cudaLaunchAttribute attribute[1] = {};
+  ClusterLaunch(dim3 grid, unsigned threads, dim3 cluster, int smem, cudaStream_t stream) {
     config.gridDim = grid;
-    config.blockDim = dim3(wgmma::kThreads);
+    config.blockDim = dim3(threads);
     config.dynamicSmemBytes = static_cast<size_t>(smem);
     config.stream = stream;
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 1;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = grid.z;
-    config.attrs = cluster;
-    config.numAttrs = grid.z > 1 ? 1 : 0;
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = cluster.x;
+    attribute[0].val.clusterDim.y = cluster.y;
+    attribute[0].val.clusterDim.z = cluster.z;
+    config.attrs = attribute;
+    config.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 1 : 0;
   }
-  SliceClusterLaunch(const SliceClusterLaunch&) = delete;  // config points at cluster
-  SliceClusterLaunch& operator=(const SliceClusterLaunch&) = delete;
+  ClusterLaunch(const ClusterLaunch&) = delete;  // config points at attribute
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
+// wgmma::kThreads-thread blocks on `grid` in clusters of (1, 1, grid.z): a product's K slices.
+struct SliceClusterLaunch : ClusterLaunch {
+  SliceClusterLaunch(dim3 grid, int smem, cudaStream_t stream)
+      : ClusterLaunch(grid, wgmma::kThreads, dim3(1, 1, grid.z), smem, stream) {}
 };
 
 // Whether clusters of (1, 1, slices) blocks of kKernel at `smem` bytes of dynamic shared memory can
@@ -3774,35 +3781,39 @@ bool DeviceLaunchesClusters(int device);  // below
 KernelSwitch g_bf16_ws_pairs{"DEEPINFER_BF16_WS_PAIRS", -1};
 std::atomic<uint64_t> g_bf16_ws_pair_launches{0};  // launches of GroupedBf16WsKernel<*, *, *, true> (tests)
 
+// `blocks` tma::kWsThreads-thread blocks in clusters of two: GroupedBf16WsKernel's pairs.
+struct PairClusterLaunch : ClusterLaunch {
+  PairClusterLaunch(unsigned blocks, int smem, cudaStream_t stream)
+      : ClusterLaunch(dim3(blocks), tma::kWsThreads, dim3(2, 1, 1), smem, stream) {}
+};
+
+// ask(device)'s answer, asked once per device (`known` and `mu`: the caller's statics).
+template <class T, class Ask>
+T AskOncePerDevice(std::mutex& mu, std::map<int, T>& known, int device, const Ask& ask) {
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(device);
+  if (it != known.end()) return it->second;
+  return known[device] = ask(device);
+}
+
 // Clusters of two GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true> blocks resident at once
 // on `device` (0: none fit); asked once per (device, kernel).
 template <int kParts, bool kFreshSlices, bool kTmaStore>
 int Bf16WsPairsResident(int device) {
   static std::mutex mu;
   static std::map<int, int> known;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find(device);
-  if (it != known.end()) return it->second;
-  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true>;
-  constexpr int kSmem = wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes;
-  AllowDynamicSmem<kKernel>(device, kSmem);
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute cluster[1] = {};
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = 2;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  config.gridDim = dim3(2);
-  config.blockDim = dim3(tma::kWsThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.attrs = cluster;
-  config.numAttrs = 1;
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();  // the query's own error: no pairs on this device
-    clusters = 0;
-  }
-  return known[device] = clusters;
+  return AskOncePerDevice(mu, known, device, [](int d) {
+    constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true>;
+    constexpr int kSmem = wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes;
+    AllowDynamicSmem<kKernel>(d, kSmem);
+    const PairClusterLaunch launch(2, kSmem, nullptr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kKernel, &launch.config) != cudaSuccess) {
+      (void)cudaGetLastError();  // the query's own error: no pairs on this device
+      clusters = 0;
+    }
+    return clusters;
+  });
 }
 
 // Whether a LaunchBf16Ws<kParts, kFreshSlices> of m rows over weights of n rows a group (`dense`:
@@ -3819,12 +3830,9 @@ bool Bf16WsPairs(int64_t m, int64_t n, bool dense, int device) {
   return true;
 }
 
-// GroupedBf16WsKernel<kParts, kFreshSlices> over p's groups × token tiles × ceil(p.n / 128) row
-// blocks, at most one block per SM. `what` names the launch in its error.
-// One part of x (rounded to BF16), whole weight blocks per group and y with 16-byte rows take the
-// kernel's TMA stores while DEEPINFER_TMA_STORE is on (the same values).
-// GroupedBf16WsKernel<..., true> in clusters of two on `grid` blocks (even); false (nothing
-// launched) where no such cluster fits the device.
+// GroupedBf16WsKernel<..., true> in clusters of two over `units` units of two row blocks, as many
+// clusters as are resident at once (at most `units`); false (nothing launched) where none fits the
+// device.
 template <int kParts, bool kFreshSlices, bool kTmaStore>
 bool LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const CUtensorMap& y_map, const Params& p,
                        int64_t n_blocks, int64_t tok_blocks, int64_t units, int device, cudaStream_t stream,
@@ -3832,25 +3840,19 @@ bool LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const
   const int resident = Bf16WsPairsResident<kParts, kFreshSlices, kTmaStore>(device);
   if (resident <= 0) return false;
   constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true>;
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute cluster[1] = {};
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = 2;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  config.gridDim = dim3(static_cast<unsigned>(2 * std::min<int64_t>(units, resident)));
-  config.blockDim = dim3(tma::kWsThreads);
-  config.dynamicSmemBytes = wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes;
-  config.stream = stream;
-  config.attrs = cluster;
-  config.numAttrs = 1;
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&config, kKernel, w_map, x_map, y_map, p, static_cast<int>(n_blocks),
+  const PairClusterLaunch launch(static_cast<unsigned>(2 * std::min<int64_t>(units, resident)),
+                                 wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes, stream);
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kKernel, w_map, x_map, y_map, p, static_cast<int>(n_blocks),
                                    static_cast<int>(tok_blocks), static_cast<int>(units)),
                 what);
   g_bf16_ws_pair_launches.fetch_add(1);
   return true;
 }
 
+// GroupedBf16WsKernel<kParts, kFreshSlices> over p's groups × token tiles × ceil(p.n / 128) row
+// blocks, at most one block per SM. `what` names the launch in its error.
+// One part of x (rounded to BF16), whole weight blocks per group and y with 16-byte rows take the
+// kernel's TMA stores while DEEPINFER_TMA_STORE is on (the same values).
 // pairs (Bf16WsPairs; x_map's boxes then of XBoxRows(true) rows): in clusters of two blocks over
 // units of two row blocks, where such clusters fit (else x_map must not have half boxes: Fail).
 template <int kParts, bool kFreshSlices>
@@ -4024,12 +4026,11 @@ bool StagedSlicesOn(int64_t rows) {
 bool DeviceLaunchesClusters(int device) {
   static std::mutex mu;
   static std::map<int, bool> known;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find(device);
-  if (it != known.end()) return it->second;
-  int cluster_launch = 0;
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device), "cudaDeviceGetAttribute");
-  return known[device] = cluster_launch != 0;
+  return AskOncePerDevice(mu, known, device, [](int d) {
+    int cluster_launch = 0;
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, d), "cudaDeviceGetAttribute");
+    return cluster_launch != 0;
+  });
 }
 
 template <Kind K>
