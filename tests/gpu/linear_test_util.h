@@ -137,21 +137,9 @@ class ScopedFp4Bf16 {
   ScopedFp4Bf16& operator=(const ScopedFp4Bf16&) = delete;
 };
 // cuda::SetCublasLtBf16ForTesting(mode) for the scope, then back to the environment's.
-class ScopedCublasLtBf16 {
- public:
-  explicit ScopedCublasLtBf16(int mode) { cuda::SetCublasLtBf16ForTesting(mode); }
-  ~ScopedCublasLtBf16() { cuda::SetCublasLtBf16ForTesting(-1); }
-  ScopedCublasLtBf16(const ScopedCublasLtBf16&) = delete;
-  ScopedCublasLtBf16& operator=(const ScopedCublasLtBf16&) = delete;
-};
+using ScopedCublasLtBf16 = ScopedSwitch<cuda::SetCublasLtBf16ForTesting>;
 // cuda::SetCublasLtDenseForTesting(mode) for the scope, then back to the environment's.
-class ScopedCublasLtDense {
- public:
-  explicit ScopedCublasLtDense(int mode) { cuda::SetCublasLtDenseForTesting(mode); }
-  ~ScopedCublasLtDense() { cuda::SetCublasLtDenseForTesting(-1); }
-  ScopedCublasLtDense(const ScopedCublasLtDense&) = delete;
-  ScopedCublasLtDense& operator=(const ScopedCublasLtDense&) = delete;
-};
+using ScopedCublasLtDense = ScopedSwitch<cuda::SetCublasLtDenseForTesting>;
 // cuda::SetCublasLtFp8ForTesting(mode, min_rows) for the scope, then back to the environment's.
 class ScopedCublasLtFp8 {
  public:

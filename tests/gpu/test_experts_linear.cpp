@@ -274,6 +274,17 @@ void CheckDecodeFlash(uint64_t seed) {
   }
 }
 
+// The prefill's FP4 expert kernels for the scope: in-block, converted in the MMA warpgroups'
+// registers (two units), TMA-fed from 64 tokens and warp-specialized, one converted tile per token
+// tile (no tile pairs).
+struct ScopedFp4RegistersTma {
+  ScopedFp4InBlock converted{1, 2};
+  ScopedFp4InBlockRegisters registers{1};
+  ScopedTmaKernels tma{1, 64};
+  ScopedTmaWarpSpecialized ws{1};
+  ScopedFp4TilePairs pairs{0};
+};
+
 TEST(CudaExpertsLinear, AllFormatsOddShapes) {
   DI_REQUIRE_GPU();
   uint64_t seed = 100;
@@ -696,11 +707,7 @@ TEST(CudaExpertsLinearFp8, Fp4Bf16WithinTheOrderBound) {
   if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
   const std::vector<int32_t> counts = {70, 1, 130, 0, 9, 104, 17, 200, 105};
   const int64_t experts = static_cast<int64_t>(counts.size()), bound = 650;
-  ScopedFp4InBlock converted(1, 2);
-  ScopedFp4InBlockRegisters registers(1);
-  ScopedTmaKernels tma(1, 64);
-  ScopedTmaWarpSpecialized ws(1);
-  ScopedFp4TilePairs pairs(0);
+  ScopedFp4RegistersTma prefill_kernels;
   uint64_t seed = 5750;
   for (const int tokens : {104, 208}) {
     ScopedFp4Bf16 bf16(1, tokens);
@@ -731,11 +738,7 @@ TEST(CudaExpertsLinearFp8, GatheredBf16RowsGiveTheSameBits) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
-  ScopedFp4InBlock converted(1, 2);
-  ScopedFp4InBlockRegisters registers(1);
-  ScopedTmaKernels tma(1, 64);
-  ScopedTmaWarpSpecialized ws(1);
-  ScopedFp4TilePairs pairs(0);
+  ScopedFp4RegistersTma prefill_kernels;
   constexpr int64_t kTokens = 200, kTopK = 3, kExperts = 9, kN = 200;
   const int64_t bound = kTokens * kTopK;
   std::mt19937_64 rng(5901);
@@ -817,11 +820,7 @@ TEST(CudaExpertsLinearFp8, Fp4Bf16NarrowTilesGiveTheBitsOf104TokenTiles) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
-  ScopedFp4InBlock converted(1, 2);
-  ScopedFp4InBlockRegisters registers(1);
-  ScopedTmaKernels tma(1, 64);
-  ScopedTmaWarpSpecialized ws(1);
-  ScopedFp4TilePairs pairs(0);
+  ScopedFp4RegistersTma prefill_kernels;
   const std::vector<int32_t> counts = {230, 1, 104, 105, 312, 0, 208, 209, 60};
   const std::vector<int32_t> off = Offsets(counts);
   const int64_t experts = static_cast<int64_t>(counts.size()), bound = off.back(), n = 200;
@@ -866,11 +865,7 @@ TEST(CudaExpertsLinearFp8, SwiGluBf16RowsGiveTheSameBits) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
-  ScopedFp4InBlock converted(1, 2);
-  ScopedFp4InBlockRegisters registers(1);
-  ScopedTmaKernels tma(1, 64);
-  ScopedTmaWarpSpecialized ws(1);
-  ScopedFp4TilePairs pairs(0);
+  ScopedFp4RegistersTma prefill_kernels;
   constexpr int64_t kExperts = 9, kN = 200, kBound = 600;
   uint64_t seed = 5960;
   for (const int tokens : {208, 104}) {
