@@ -282,13 +282,19 @@ const CublasLtApi* GetCublasLt(std::string* error) {
   return &loaded.api;
 }
 
-CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream) {
-  if (p.m <= 0 || p.n <= 0 || p.k <= 0 || p.n % 128 != 0 || p.k % 128 != 0 || p.w_row_bytes % 16 != 0 ||
-      p.ldy < p.n) {
-    return {CublasLtResult::Status::kFailed,
-            fmt::format("block-scaled FP8: unsupported arguments m={} n={} k={} w_row_bytes={} ldy={}", p.m, p.n, p.k,
-                        p.w_row_bytes, p.ldy)};
+
+namespace {
+
+// Why RunBlockScaledFp8 cannot take p's arguments; empty where it can.
+std::string BlockScaledArgumentsError(const BlockScaledFp8Product& p) {
+  if (p.m > 0 && p.n > 0 && p.k > 0 && p.n % 128 == 0 && p.k % 128 == 0 && p.w_row_bytes % 16 == 0 && p.ldy >= p.n) {
+    return {};
   }
+  return fmt::format("block-scaled FP8: unsupported arguments m={} n={} k={} w_row_bytes={} ldy={}", p.m, p.n, p.k,
+                     p.w_row_bytes, p.ldy);
+}
+
+Spec BlockScaledSpec(const BlockScaledFp8Product& p) {
   Spec s;
   s.block_scaled = true;
   s.m = p.m;
@@ -297,10 +303,8 @@ CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t st
   s.lda = p.w_row_bytes;
   s.ldb = p.k;
   s.ldd = p.ldy;
-  return Enqueue(s, p.w_codes, p.x_codes, p.y, p.w_scales, p.x_scales, stream);
+  return s;
 }
-
-namespace {
 
 // Why RunBf16Batched cannot take p's arguments; empty where it can.
 std::string Bf16BatchedArgumentsError(const Bf16BatchedProduct& p) {
@@ -325,6 +329,16 @@ Spec Bf16BatchedSpec(const Bf16BatchedProduct& p) {
 }
 
 }  // namespace
+
+CublasLtResult PlanBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream) {
+  if (std::string why = BlockScaledArgumentsError(p); !why.empty()) return {CublasLtResult::Status::kFailed, why};
+  return Enqueue(BlockScaledSpec(p), nullptr, nullptr, nullptr, p.w_scales, p.x_scales, stream, 0.f, true);
+}
+
+CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream) {
+  if (std::string why = BlockScaledArgumentsError(p); !why.empty()) return {CublasLtResult::Status::kFailed, why};
+  return Enqueue(BlockScaledSpec(p), p.w_codes, p.x_codes, p.y, p.w_scales, p.x_scales, stream);
+}
 
 CublasLtResult PlanBf16Batched(const Bf16BatchedProduct& p, cudaStream_t stream) {
   if (std::string why = Bf16BatchedArgumentsError(p); !why.empty()) return {CublasLtResult::Status::kFailed, why};

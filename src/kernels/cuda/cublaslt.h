@@ -84,6 +84,10 @@ struct CublasLtResult {
 // Plans (descriptors and the chosen algorithm) are cached per shape; calls from several threads
 // are serialized. Measured (cuBLASLt 13.1, H100): m = 131 has no algorithm, m = 300 and 8,192 have.
 CublasLtResult RunBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream);
+// Whether RunBlockScaledFp8 has an algorithm for p's shape (only the scale pointers read, for their
+// alignment): kPlanned with the plan cached, else kUnsupported or kFailed as RunBlockScaledFp8 would
+// answer. Not inside a graph capture before the device's first product (the workspace is allocated then).
+CublasLtResult PlanBlockScaledFp8(const BlockScaledFp8Product& p, cudaStream_t stream);
 
 // y_b[r, o] = Σ_c x_b[r, c]·W_b[o, c] (or y_b[r, o] + that sum, where `accumulate`) for each batch
 // entry b < batch, r < m, o < n: x_b = x + b·x_batch_stride ([m][ldx] BF16), W_b = w +

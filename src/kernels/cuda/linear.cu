@@ -4340,14 +4340,10 @@ __global__ void WidenE8m0ScalesKernel(const uint8_t* __restrict__ scale, int64_t
   out[i] = c < cols ? DecodeE8m0(scale[r * scale_row_stride + c]) : 0.f;
 }
 
-// Shapes (m, n, k) cuBLASLt had no algorithm for (kUnsupported): they run on the wgmma path.
-std::mutex g_cublaslt_unsupported_mu;
-std::set<std::tuple<int64_t, int64_t, int64_t>> g_cublaslt_unsupported;
-
 // Linear's product of p on cuBLASLt where CublasLtFp8Takes holds, the scratch suffices, the stream
-// is not capturing a graph and cuBLASLt has an algorithm for the shape: returns the rows it
-// enqueued (CublasLtFp8Rows(p.m), the first ones), or 0 with nothing launched. Fails where cuBLASLt
-// cannot be loaded or its call fails.
+// is not capturing a graph and cuBLASLt has an algorithm for the shape (its plan cache answers, so a
+// shape without one costs no quantization): returns the rows it enqueued (CublasLtFp8Rows(p.m), the
+// first ones), or 0 with nothing launched. Fails where cuBLASLt cannot be loaded or its call fails.
 int64_t LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
   DeviceWeight w;
   w.format = DeviceWeight::Format::kFp8;
@@ -4362,17 +4358,10 @@ int64_t LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
     return 0;
   }
   if (StreamCapturing(stream)) return 0;
-  {
-    std::lock_guard<std::mutex> lock(g_cublaslt_unsupported_mu);
-    if (g_cublaslt_unsupported.count({rows, p.n, p.k}) > 0) return 0;
-  }
-  const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, rows, rows, p.k, p.x_vec, false, p.scratch, stream);
+  // x's codes and scales go where QuantizeIntoScratch writes them, the weight's f32 scales after them.
+  const wgmma::GemmArgs a = wgmma::ScratchLayout(p.scratch, rows, p.k);
   float* w_scales =
       reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + CublasLtFp8WeightScalesOffset(rows, p.k));
-  const int64_t scale_rows = p.n / 128, scale_ld = BlockScaledWeightScaleLd(p.k);
-  WidenE8m0ScalesKernel<<<static_cast<unsigned>(CeilDiv(scale_rows * scale_ld, 256)), 256, 0, stream>>>(
-      p.scale, p.scale_row_stride, scale_rows, p.k / 128, scale_ld, w_scales);
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear cuBLASLt weight scales");
   BlockScaledFp8Product product;
   product.x_codes = a.codes;
   product.x_scales = a.xscales;
@@ -4384,12 +4373,15 @@ int64_t LaunchCublasLtFp8(const Params& p, cudaStream_t stream) {
   product.m = rows;
   product.n = p.n;
   product.k = p.k;
+  const CublasLtResult plan = PlanBlockScaledFp8(product, stream);
+  if (plan.status == CublasLtResult::Status::kUnsupported) return 0;
+  if (plan.status != CublasLtResult::Status::kPlanned) Fail(("DEEPINFER_CUBLASLT_FP8: " + plan.why).c_str());
+  QuantizeIntoScratch(p.x, p.ldx, rows, rows, p.k, p.x_vec, false, p.scratch, stream);
+  const int64_t scale_rows = p.n / 128, scale_ld = BlockScaledWeightScaleLd(p.k);
+  WidenE8m0ScalesKernel<<<static_cast<unsigned>(CeilDiv(scale_rows * scale_ld, 256)), 256, 0, stream>>>(
+      p.scale, p.scale_row_stride, scale_rows, p.k / 128, scale_ld, w_scales);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear cuBLASLt weight scales");
   const CublasLtResult result = RunBlockScaledFp8(product, stream);
-  if (result.status == CublasLtResult::Status::kUnsupported) {
-    std::lock_guard<std::mutex> lock(g_cublaslt_unsupported_mu);
-    g_cublaslt_unsupported.insert({rows, p.n, p.k});
-    return 0;  // the quantized codes and scales in the scratch go unread
-  }
   if (result.status != CublasLtResult::Status::kEnqueued) {
     Fail(("DEEPINFER_CUBLASLT_FP8: " + result.why).c_str());
   }
