@@ -482,9 +482,9 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const uint32_t warp_bars = base + L.Barriers() + warp * kStages * 8;  // kBulk: this warp's "full" barriers
   auto bar_of = [&](int c) { return warp_bars + (use_of(c) % kStages) * 8; };
   // kBulk, lane 0: chunk c's KiB of the warp's tiles into its stage, after every lane's reads of what
-  // the stage held (the caller's __syncwarp, then the proxy fence: generic reads before async writes).
+  // the stage held (the caller's __syncwarp; like a TMA ring's release of a stage to its producer,
+  // no proxy fence: the reads are complete in registers before it).
   auto bulk_load = [&](int c) {
-    FenceProxyAsyncShared();
     tma::BarrierArriveExpectTxAt(bar_of(c), kWarpStageBytes);
     tma::BulkLoadAt(stage_of(c), warp_tiles + static_cast<int64_t>(c) * kTileBytes, kWarpStageBytes, bar_of(c));
   };
