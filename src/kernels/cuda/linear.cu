@@ -292,9 +292,9 @@ constexpr int DuplicateLaneMask() {
 
 #include "kernels/cuda/linear_mma.cuh"
 #include "kernels/cuda/linear_wgmma.cuh"
-#include "kernels/cuda/linear_tma.cuh"
 #include "kernels/cuda/linear_wgmma_rs.cuh"
 #include "kernels/cuda/linear_wgmma_fp4bf16.cuh"
+#include "kernels/cuda/linear_tma.cuh"
 #include "kernels/cuda/linear_wgmma_split.cuh"
 
 // ---- GEMV: M <= MT rows ------------------------------------------------------------------------
@@ -1201,28 +1201,20 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
 // bytes of spills; 16 tokens: 2, 172 registers, none, or 3, 168 registers, none; ptxas, CUDA 13.0,
 // since version 31).
-// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits). kBulk (with kTiles): each
-// warp's chunk of them by one cp.async.bulk (rs::Fp4RegistersBlock's kBulk; the same bits).
-template <int kTok, int kMinBlocks, bool kTiles = false, bool kBulk = false>
+// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits).
+template <int kTok, int kMinBlocks, bool kTiles = false>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
-  const int item_chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
-  if constexpr (kBulk) {
-    extern __shared__ uint8_t smem_raw[];
-    wgmma::rs::InitBulkBarriers(wgmma::AlignedSmem(smem_raw), wgmma::rs::Smem{item_chunks, kTok});
-  }
-  uint32_t ring_uses = 0;  // kBulk: the chunks the block's earlier items took through the ring
   ForEachExpertsWgmmaItem<kTok, wgmma::rs::kRows>(ep, lists, [&](const ExpertTile& t, int64_t n0, uint8_t* smem,
                                                                  int chunks) {
     const uint32_t* words = ep.ExpertChunkWords(t.expert);
     if constexpr (kTiles) {
-      wgmma::rs::Fp4RegistersBlock<kTok, true, kBulk>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks,
-                                                      words, ep.fp4_tiles + t.expert * ep.fp4_tiles_stride, ring_uses);
-      ring_uses += static_cast<uint32_t>(item_chunks);
+      wgmma::rs::Fp4RegistersBlock<kTok, true>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words,
+                                               ep.fp4_tiles + t.expert * ep.fp4_tiles_stride);
     } else {
       wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
     }
@@ -5054,12 +5046,6 @@ int RegisterA16BlocksPerSm() {
 // Tests override it (SetFp4ExpertTilesForTesting).
 KernelSwitch g_fp4_tiles{"DEEPINFER_EXPERTS_TILES", 0};
 std::atomic<uint64_t> g_fp4_tiles_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true> (tests)
-// DEEPINFER_EXPERTS_TILES_BULK (read once; unset or 0: off, 1: on): where the register-fed kernel reads
-// the experts' tiles, each warp's KiB of a chunk comes by one cp.async.bulk on an mbarrier instead of
-// 64 16-byte cp.async (ExpertsFp4RegistersKernel's kBulk; the same bits). Tests override it
-// (SetFp4TilesBulkForTesting).
-KernelSwitch g_fp4_tiles_bulk{"DEEPINFER_EXPERTS_TILES_BULK", 0};
-std::atomic<uint64_t> g_fp4_tiles_bulk_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true, true>
 // kKernel (an ExpertsFp4RegistersKernel of kTok tokens) over the plan's tiles of its size (ep as
 // LaunchExpertsWgmma built it): persistent blocks of `smem` bytes (max_smem: the kernel's most at
 // any K), at most as many as fit on the device at once. Returns false, launching nothing, where
@@ -5091,15 +5077,6 @@ bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, 
   namespace rs = wgmma::rs;
   const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
   const int smem = rs::Smem{chunks, kTok}.Bytes(), max_smem = rs::Smem{rs::kMaxChunks, kTok}.Bytes();
-  if (ep.fp4_tiles != nullptr && g_fp4_tiles_bulk.On()) {
-    const bool ran = LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true, true>, kTok>(
-        l, ep, a, required, rs::Smem{chunks, kTok}.BulkBytes(), rs::Smem{rs::kMaxChunks, kTok}.BulkBytes());
-    if (ran) {
-      g_fp4_tiles_launches.fetch_add(1);
-      g_fp4_tiles_bulk_launches.fetch_add(1);
-    }
-    return ran;
-  }
   if (ep.fp4_tiles != nullptr) {
     const bool ran =
         LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(l, ep, a, required, smem, max_smem);
@@ -5575,8 +5552,6 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
 }
 
 void SetFp4ExpertTilesForTesting(int mode) { g_fp4_tiles.SetForTesting(mode, "SetFp4ExpertTilesForTesting"); }
-void SetFp4TilesBulkForTesting(int mode) { g_fp4_tiles_bulk.SetForTesting(mode, "SetFp4TilesBulkForTesting"); }
-uint64_t Fp4TilesBulkLaunchesForTesting() { return g_fp4_tiles_bulk_launches.load(); }
 
 uint64_t Fp4ExpertTilesLaunchesForTesting() { return g_fp4_tiles_launches.load(); }
 

@@ -44,10 +44,9 @@ __device__ __forceinline__ uint32_t SmemAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void BarrierInitAt(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+__device__ __forceinline__ void BarrierInit(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(count) : "memory");
 }
-__device__ __forceinline__ void BarrierInit(uint64_t* bar, int count) { BarrierInitAt(SmemAddress(bar), count); }
 
 // Makes the initialized barriers visible to the async proxy (the TMA's complete_tx).
 __device__ __forceinline__ void FenceBarrierInit() {
@@ -55,18 +54,8 @@ __device__ __forceinline__ void FenceBarrierInit() {
 }
 
 // This thread's arrival, announcing `bytes` of TMA writes that complete the phase with it.
-__device__ __forceinline__ void BarrierArriveExpectTxAt(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
 __device__ __forceinline__ void BarrierArriveExpectTx(uint64_t* bar, uint32_t bytes) {
-  BarrierArriveExpectTxAt(SmemAddress(bar), bytes);
-}
-
-// `bytes` (a multiple of 16) from global memory at src into shared memory at dst (both 16-byte
-// aligned) by the TMA without a tensor map (cp.async.bulk), completing `bar`'s transaction bytes.
-__device__ __forceinline__ void BulkLoadAt(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(bar)
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(SmemAddress(bar)), "r"(bytes)
                : "memory");
 }
 

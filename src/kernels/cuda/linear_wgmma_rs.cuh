@@ -56,10 +56,6 @@ struct Smem {
   __host__ __device__ constexpr int Tables() const { return (Folds() + chunks * kFoldStride * 4 + 15) / 16 * 16; }
   __host__ __device__ constexpr int Mask() const { return Tables() + kTableEntries * 16; }
   __host__ __device__ constexpr int Bytes() const { return Mask() + 8 + 1024; }  // + base alignment
-  // With the bulk-copied ring (Fp4RegistersBlock<*, true, true>): each warp's kStages "full"
-  // mbarriers after the mask, 8-byte aligned.
-  __host__ __device__ constexpr int Barriers() const { return Mask() + 8; }
-  __host__ __device__ constexpr int BulkBytes() const { return Barriers() + kThreads / kWarpSize * kStages * 8 + 1024; }
 };
 
 // Word w (0 <= w < 4·kTableEntries) of the tables: entry w / 4 is {the byte_perm words of magnitudes
@@ -443,16 +439,11 @@ __device__ __forceinline__ void PipelinedChunks(int chunks, const Issue& issue, 
 // shared memory free after a barrier.
 // kTiles: the nibbles from the expert's tiles (`tiles`: its TileBytesOfExpert bytes) instead of its
 // rows; the same bytes in the same stage places, the same bits.
-// kBulk (with kTiles): lane 0 of each warp brings its chunk's KiB of tiles in with one cp.async.bulk
-// on the warp's "full" mbarrier of the stage (InitBulkBarriers, once per block) instead of each
-// lane's two 16-byte cp.async; ring_uses: the chunks this block's ring took before this item (the
-// stages and the barriers' phases go on from there). The same bytes in the same places: the same bits.
-template <int kTok, bool kTiles = false, bool kBulk = false>
+template <int kTok, bool kTiles = false>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                   uint8_t* smem, int chunks, const uint32_t* words,
-                                                  const uint8_t* tiles = nullptr, uint32_t ring_uses = 0) {
+                                                  const uint8_t* tiles = nullptr) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
-  static_assert(kTiles || !kBulk, "bulk copies need the tiles' contiguous KiB a warp and chunk");
   constexpr int kElems = kTok / 2;
   constexpr int kXChunkBytes = Smem{0, kTok}.XChunkBytes();
   const Smem L{chunks, kTok};
@@ -462,32 +453,15 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m));
   const int la = kWarpRows * warp + g, lb = la + 8;  // this thread's rows within the block
   const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
-  // kTiles: this warp's tiles (its 16 rows' chunk c at + c · kTileBytes, one contiguous KiB each).
-  const uint8_t* const warp_tiles = kTiles ? tiles + (n0 / kWarpRows + warp) * chunks * kTileBytes : nullptr;
   const auto copies = [&] {
     if constexpr (kTiles) {
-      return WarpCopiesT<kTileBytes>(warp_tiles, lane);  // unused with kBulk
+      return WarpCopiesT<kTileBytes>(tiles + (n0 / kWarpRows + warp) * chunks * kTileBytes, lane);
     } else {
       return WarpCopies(p, n0, warp, lane);
     }
   }();
   const uint32_t base = SharedAddress(smem);
-  // kBulk: chunk c's use of the ring (its stage, its barrier's phase: use / kStages); else chunk c's
-  // stage is c % kStages.
-  auto use_of = [&](int c) { return ring_uses + static_cast<uint32_t>(c); };
-  auto stage_of = [&](int c) {
-    const uint32_t stage = kBulk ? use_of(c) % kStages : static_cast<uint32_t>(c % kStages);
-    return base + stage * kStageBytes + warp * kWarpStageBytes;
-  };
-  const uint32_t warp_bars = base + L.Barriers() + warp * kStages * 8;  // kBulk: this warp's "full" barriers
-  auto bar_of = [&](int c) { return warp_bars + (use_of(c) % kStages) * 8; };
-  // kBulk, lane 0: chunk c's KiB of the warp's tiles into its stage, after every lane's reads of what
-  // the stage held (the caller's __syncwarp; like a TMA ring's release of a stage to its producer,
-  // no proxy fence: the reads are complete in registers before it).
-  auto bulk_load = [&](int c) {
-    tma::BarrierArriveExpectTxAt(bar_of(c), kWarpStageBytes);
-    tma::BulkLoadAt(stage_of(c), warp_tiles + static_cast<int64_t>(c) * kTileBytes, kWarpStageBytes, bar_of(c));
-  };
+  auto stage_of = [&](int c) { return base + (c % kStages) * kStageBytes + warp * kWarpStageBytes; };
   const uint32_t group_offset = g * kRowBytes + 16 * q;  // row g's group q within the warp's stage part
   const uint32_t x_base = base + L.X(), xs = base + L.Xs(), folds = base + L.Folds(), tables = base + L.Tables();
   const uint32_t mask = base + L.Mask();
@@ -533,12 +507,8 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   if (tid < 2) StShared32(mask + 4 * tid, 0u);
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
-    if constexpr (kBulk) {
-      if (lane == 0 && s < chunks) bulk_load(s);  // the stages' last readers finished before the last item's barrier
-    } else {
-      if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
-    }
-    CpAsyncCommit();  // with kBulk empty: the groups stay counted as without it
+    if (s < chunks) copies.Load(stage_of(s), s, lane, p.w);
+    CpAsyncCommit();
   }
   // The pass-0 fold word of every (row, chunk) of the block (cpu::FirstFoldPassWord; rows past
   // p.n: cpu::kFoldNoRowWord), kept as its chunk word, once per item instead of once per thread and
@@ -599,16 +569,10 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   // Chunk c: wait for this thread's copies of it (the warp's, after __syncwarp), queue chunk
   // c + kAhead into the stage chunk c - 2 used (finished), convert and issue c's MMAs.
   auto issue = [&](int c, uint32_t (&frag)[16], float (&acc)[kElems]) {
-    if constexpr (kBulk) {
-      tma::BarrierWaitAt(bar_of(c), (use_of(c) / kStages) & 1u);
-      __syncwarp();  // every lane's reads of chunk c - 2 (the stage c + kAhead takes) are done
-      if (lane == 0 && c + kAhead < chunks) bulk_load(c + kAhead);
-    } else {
-      CpAsyncWait<kAhead - 1>();
-      __syncwarp();
-      if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
-      CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
-    }
+    CpAsyncWait<kAhead - 1>();
+    __syncwarp();
+    if (c + kAhead < chunks) copies.Load(stage_of(c + kAhead), c + kAhead, lane, p.w);
+    CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
     const uint32_t stage = stage_of(c) + group_offset;
     const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
     RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
@@ -633,19 +597,6 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   CpAsyncWaitAll();
   StoreBlockResult<kTok>(p, n0 + la, 0, q, [&](int j) { return total[j]; });
   __syncthreads();  // shared memory free for the caller's next item
-}
-
-// Fp4RegistersBlock<*, true, true>'s barriers, once per block before its first item: lane 0 of each
-// warp initializes its kStages "full" barriers (one arrival each: the lane's expect_tx), then the
-// block syncs. smem: the kernel's aligned base; L its layout.
-__device__ __forceinline__ void InitBulkBarriers(uint8_t* smem, const Smem& L) {
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  if (threadIdx.x % kWarpSize == 0) {
-    const uint32_t bars = SharedAddress(smem) + L.Barriers() + warp * kStages * 8;
-    for (int s = 0; s < kStages; ++s) tma::BarrierInitAt(bars + s * 8, 1);
-    tma::FenceBarrierInit();
-  }
-  __syncthreads();
 }
 
 // Where this kernel takes an ExpertsLinear call's tiles of 1-8 rows: FP4 weights with e8m0 scales
