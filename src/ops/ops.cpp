@@ -129,6 +129,28 @@ void WriteDenseTiles(const OpContext& ctx, const LinearWeight& w, const TensorVi
   DI_THROW("dense tiles: a layout of the CUDA kernels; the CPU reads the weight as it is");
 }
 
+bool DenseTilesInPlace(const OpContext& ctx, const LinearWeight& w) {
+#if DEEPINFER_HAS_CUDA
+  if (ctx.on_cuda() && w.format == WeightFormat::kDense) {
+    return cuda::DenseTilesBytes(ToDevice(w), MathOf(ctx)) > 0 && cuda::DenseTilesInPlace(ToDevice(w));
+  }
+#else
+  (void)w;
+#endif
+  (void)ctx;
+  return false;
+}
+
+void RewriteAsDenseTiles(const OpContext& ctx, LinearWeight& w) {
+  CheckDevice(ctx, "dense_tiles", {&w.data});
+  DI_CHECK(w.tiles.empty(), "dense tiles: the weight has tiles already");
+  DI_CHECK(DenseTilesInPlace(ctx, w), "dense tiles: this weight's tiles do not go in place of its rows");
+#if DEEPINFER_HAS_CUDA
+  cuda::RewriteAsDenseTiles(ToDevice(w), ctx.stream);
+  w.tiles = w.data;
+#endif
+}
+
 size_t LinearsOfOneInputScratchBytes(const OpContext& ctx, int64_t rows, const std::vector<LinearProduct>& products) {
   size_t bytes = 0;
   for (const LinearProduct& product : products) {

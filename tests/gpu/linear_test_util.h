@@ -169,6 +169,7 @@ using ScopedDenseParts = ScopedSwitch<cuda::SetDensePartsForTesting>;
 using ScopedDenseWs = ScopedSwitch<cuda::SetDenseWsForTesting>;
 using ScopedBf16WsPairs = ScopedSwitch<cuda::SetBf16WsPairsForTesting>;
 using ScopedDenseTiles = ScopedSwitch<cuda::SetDenseTilesForTesting>;
+using ScopedDenseTilesInPlace = ScopedSwitch<cuda::SetDenseTilesInPlaceForTesting>;
 using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>;
 using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;
 // The in-block FP4 experts converted in the MMA warpgroups' registers where they have chunk words.

@@ -970,8 +970,9 @@ TEST(CudaLinearMma, Bf16WsPairsGiveTheSameBits) {
 
 // BF16 weights with tiles (DEEPINFER_DENSE_TILES: the weight again in 16 KiB tiles, written once):
 // the tiles hold the weight's bytes where wgmma_split::DenseTileOffset says (zeros past its rows),
-// and products of at most 8 rows on the 8-token kernel read them with the bits of the row-major
-// weight; 9 rows (the 64-token kernels) do not read them. Rows past n in the last block (1000,
+// and every kernel of the product reads them with the bits of the row-major weight: the 8-token
+// kernel (1-8 rows), the 64-token ones (9, 64: x's parts split once) and the warp-specialized one
+// (256 in pairs, 300 alone: two and three token tiles). Rows past n in the last block (1000,
 // 300, 1100), rows padded past K, K of one slice (256), of 9 slices (4160) and of 16 (8192, the
 // split-BF16 path's most): none takes the cluster kernel, whatever the SMs. A narrow weight whose
 // 1-8 rows take the K slices over a cluster ([1024 -> 256]: 2 row blocks, 2 slices) and one past
@@ -1024,7 +1025,8 @@ TEST(CudaLinearMma, DenseTilesGiveTheBitsOfTheRows) {
       }
     }
     EXPECT_EQ(wrong, 0u) << "tile bytes out of place";
-    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}}) {
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}, int64_t{64}, int64_t{256},
+                            int64_t{300}}) {
       DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.in), ++seed));
       auto run = [&](const void* with_tiles) {
         DeviceArray<float> dy(static_cast<size_t>(m * c.out));
@@ -1038,9 +1040,73 @@ TEST(CudaLinearMma, DenseTilesGiveTheBitsOfTheRows) {
       const std::vector<float> want = run(nullptr);
       const uint64_t launches = cuda::DenseTilesLaunchesForTesting();
       const std::vector<float> from_tiles = run(tiles.get());
-      EXPECT_EQ(cuda::DenseTilesLaunchesForTesting() - launches, m <= 8 ? 1u : 0u) << "M=" << m;
+      EXPECT_EQ(cuda::DenseTilesLaunchesForTesting() - launches, 1u) << "M=" << m;
       EXPECT_TRUE(AllEqual(from_tiles, want, "tiles against rows, M=" + std::to_string(m)));
     }
+  }
+}
+
+// DEEPINFER_DENSE_TILES_IN_PLACE: a weight of a multiple of 128 rows without row padding is
+// rewritten as its tiles in place (its bytes those WriteDenseTiles writes elsewhere), and Linear,
+// given tiles == its data, gives the row-major weight's bits at 1, 8, 9, 64, 256 and 300 rows (every
+// kernel that reads tiles); a kernel that reads rows (DEEPINFER_DENSE_WGMMA=0) is refused. Padded
+// rows or the switch off: not in place.
+TEST(CudaLinearMma, DenseTilesInPlaceGiveTheBitsOfTheRows) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  ScopedDenseTiles tiles_on(1);
+  uint64_t seed = 7600;
+  {
+    ScopedDenseTilesInPlace off(0);
+    const TestWeight w = RandomWeight(kBf16, 1024, 512, ++seed);
+    EXPECT_FALSE(cuda::DenseTilesInPlace(w.Device())) << "switch off";
+  }
+  ScopedDenseTilesInPlace in_place(1);
+  EXPECT_FALSE(cuda::DenseTilesInPlace(RandomWeight(kBf16, 1024, 512, ++seed, 64).Device())) << "padded rows";
+  EXPECT_FALSE(cuda::DenseTilesInPlace(RandomWeight(kBf16, 1000, 512, ++seed).Device())) << "1000 rows";
+  struct Case {
+    int64_t out, in;  // K of one slice or of 16: no product of this weight takes the K slices' kernel
+  };
+  for (const Case& c : {Case{1280, 512}, Case{256, 8192}}) {
+    const int64_t out = c.out, in = c.in;
+    SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "]");
+    const TestWeight w = RandomWeight(kBf16, out, in, ++seed);
+    const cuda::DeviceWeight rows = w.Device();
+    ASSERT_TRUE(cuda::DenseTilesInPlace(rows));
+    const size_t bytes = cuda::DenseTilesBytes(rows, cuda::LinearMath::kSplitBf16);
+    ASSERT_EQ(bytes, w.data.size());
+    DeviceArray<uint8_t> copied(bytes);
+    cuda::WriteDenseTiles(rows, copied.get(), bytes, nullptr);
+    DeviceArray<uint8_t> rewritten(w.data);  // the rows again, to be rewritten in place
+    cuda::DeviceWeight tiled = rows;
+    tiled.data = rewritten.get();
+    cuda::RewriteAsDenseTiles(tiled, nullptr);
+    EXPECT_TRUE(rewritten.ToHost() == copied.ToHost()) << "the tiles WriteDenseTiles writes";
+    for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{64}, int64_t{256}, int64_t{300}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
+      auto run = [&](const cuda::DeviceWeight& weight, const void* tiles) {
+        DeviceArray<float> dy(static_cast<size_t>(m * out));
+        dy.Fill(0xff);
+        const size_t scratch_bytes = cuda::LinearScratchBytes(m, weight, cuda::LinearMath::kSplitBf16);
+        DeviceArray<uint8_t> scratch(scratch_bytes);
+        cuda::Linear(dx.get(), in, m, weight, dy.get(), out, nullptr, cuda::LinearMath::kSplitBf16, scratch.get(),
+                     scratch_bytes, tiles);
+        return dy.ToHost();
+      };
+      const std::vector<float> want = run(rows, nullptr);
+      const uint64_t launches = cuda::DenseTilesLaunchesForTesting();
+      EXPECT_TRUE(AllEqual(run(tiled, tiled.data), want, "rewritten in place, M=" + std::to_string(m)));
+      EXPECT_EQ(cuda::DenseTilesLaunchesForTesting() - launches, 1u) << "M=" << m;
+    }
+    ScopedDenseSplit rows_kernels(0);
+    DeviceArray<float> dx(RandomFloats(static_cast<size_t>(in), ++seed));
+    DeviceArray<float> dy(static_cast<size_t>(out));
+    EXPECT_THROW(cuda::Linear(dx.get(), in, 1, tiled, dy.get(), out, nullptr, cuda::LinearMath::kSplitBf16, nullptr,
+                              0, tiled.data),
+                 Error)
+        << "a kernel that reads rows";
   }
 }
 

@@ -3737,6 +3737,18 @@ CUtensorMap Bf16WeightMap(const void* w, int64_t rows, int64_t k, int64_t row_by
   return TensorMap(w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
+// A BF16 weight's tiles (DenseTileOffset's layout: n rows of k columns) as GroupedBf16WsKernel<...,
+// kWTiles> reads them: a tensor of [ceil(n / 128) · k / 64 · 128 rows][64 values], 128 bytes a row,
+// boxes of 128 rows × 64 values, 128-byte swizzle (the tiles' own zero rows past n).
+CUtensorMap Bf16TilesMap(const void* tiles, int64_t n, int64_t k) {
+  const int64_t rows =
+      CeilDiv(n, int64_t{wgmma_split::kBlockRows}) * (k / wgmma_split::kChunkCols) * wgmma_split::kBlockRows;
+  const uint64_t dims[2] = {uint64_t{wgmma_split::kChunkCols}, static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {uint64_t{wgmma_split::kRowBytes}};
+  const uint32_t box[2] = {wgmma_split::kChunkCols, wgmma_split::kBlockRows};
+  return TensorMap(tiles, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 // SplitXPartsKernel<kParts> on rows [0, m) of x (gk columns, ldx apart) into `parts`, [kParts][m][gk]
 // BF16. `what` names the launch in its error.
 template <int kParts>
@@ -3798,12 +3810,12 @@ T AskOncePerDevice(std::mutex& mu, std::map<int, T>& known, int device, const As
 
 // Clusters of two GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true> blocks resident at once
 // on `device` (0: none fit); asked once per (device, kernel).
-template <int kParts, bool kFreshSlices, bool kTmaStore>
+template <int kParts, bool kFreshSlices, bool kTmaStore, bool kWTiles = false>
 int Bf16WsPairsResident(int device) {
   static std::mutex mu;
   static std::map<int, int> known;
   return AskOncePerDevice(mu, known, device, [](int d) {
-    constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true>;
+    constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true, kWTiles>;
     constexpr int kSmem = wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes;
     AllowDynamicSmem<kKernel>(d, kSmem);
     const PairClusterLaunch launch(2, kSmem, nullptr);
@@ -3820,12 +3832,12 @@ int Bf16WsPairsResident(int device) {
 // one group, Linear's or LinearsOfOneInput's) takes pairs: the switch (unset: dense and m at most
 // two token tiles), at least two row blocks, a device that launches clusters and holds clusters of
 // two of each kernel the launch may pick.
-template <int kParts, bool kFreshSlices>
+template <int kParts, bool kFreshSlices, bool kWTiles = false>
 bool Bf16WsPairs(int64_t m, int64_t n, bool dense, int device) {
   const int mode = g_bf16_ws_pairs.Mode();
   const bool wanted = mode < 0 ? dense && m <= 2 * wgmma_split::GroupedBf16Layout<kParts>::kTok : mode == 1;
   if (!wanted || CeilDiv(n, int64_t{wgmma_split::kBlockRows}) < 2 || !DeviceLaunchesClusters(device)) return false;
-  if (Bf16WsPairsResident<kParts, kFreshSlices, false>(device) <= 0) return false;
+  if (Bf16WsPairsResident<kParts, kFreshSlices, false, kWTiles>(device) <= 0) return false;
   if constexpr (kParts == 1 && !kFreshSlices) return Bf16WsPairsResident<1, false, true>(device) > 0;
   return true;
 }
@@ -3833,13 +3845,13 @@ bool Bf16WsPairs(int64_t m, int64_t n, bool dense, int device) {
 // GroupedBf16WsKernel<..., true> in clusters of two over `units` units of two row blocks, as many
 // clusters as are resident at once (at most `units`); false (nothing launched) where none fits the
 // device.
-template <int kParts, bool kFreshSlices, bool kTmaStore>
+template <int kParts, bool kFreshSlices, bool kTmaStore, bool kWTiles = false>
 bool LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const CUtensorMap& y_map, const Params& p,
                        int64_t n_blocks, int64_t tok_blocks, int64_t units, int device, cudaStream_t stream,
                        const char* what) {
-  const int resident = Bf16WsPairsResident<kParts, kFreshSlices, kTmaStore>(device);
+  const int resident = Bf16WsPairsResident<kParts, kFreshSlices, kTmaStore, kWTiles>(device);
   if (resident <= 0) return false;
-  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true>;
+  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true, kWTiles>;
   const PairClusterLaunch launch(static_cast<unsigned>(2 * std::min<int64_t>(units, resident)),
                                  wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes, stream);
   DI_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kKernel, w_map, x_map, y_map, p, static_cast<int>(n_blocks),
@@ -3855,9 +3867,11 @@ bool LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const
 // kernel's TMA stores while DEEPINFER_TMA_STORE is on (the same values).
 // pairs (Bf16WsPairs; x_map's boxes then of XBoxRows(true) rows): in clusters of two blocks over
 // units of two row blocks, where such clusters fit (else x_map must not have half boxes: Fail).
-template <int kParts, bool kFreshSlices>
+// kWTiles (one group, three parts): w_map is Bf16TilesMap's.
+template <int kParts, bool kFreshSlices, bool kWTiles = false>
 void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Params& p, int64_t groups, int device,
                   int sms, cudaStream_t stream, const char* what, bool pairs = false) {
+  static_assert(!kWTiles || kParts == 3, "tiles: the dense products' three parts");
   const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows});
   const int64_t tok_blocks = CeilDiv(p.m, int64_t{wgmma_split::GroupedBf16Layout<kParts>::kTok});
   const int64_t tiles = groups * n_blocks * tok_blocks;
@@ -3892,14 +3906,14 @@ void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Para
     }
   }
   if (pairs) {
-    if (!LaunchBf16WsPairs<kParts, kFreshSlices, false>(w_map, x_map, w_map, p, n_blocks, tok_blocks, units, device,
-                                                        stream, what)) {
+    if (!LaunchBf16WsPairs<kParts, kFreshSlices, false, kWTiles>(w_map, x_map, w_map, p, n_blocks, tok_blocks, units,
+                                                                 device, stream, what)) {
       Fail("GroupedBf16WsKernel: no cluster of two fits the device (half-box x map)");
     }
     return;
   }
   using L = wgmma_split::GroupedBf16Layout<kParts>;
-  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices>;
+  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, false, false, kWTiles>;
   AllowDynamicSmem<kKernel>(device, L::kBytes);
   kKernel<<<grid, tma::kWsThreads, L::kBytes, stream>>>(w_map, x_map, w_map, p, static_cast<int>(n_blocks),
                                                          static_cast<int>(tok_blocks), static_cast<int>(tiles));
@@ -4064,10 +4078,11 @@ std::atomic<uint64_t> g_dense_split_launches{0};  // launches of either dense ke
 KernelSwitch g_dense_split{"DEEPINFER_DENSE_WGMMA", 1};
 
 // DEEPINFER_DENSE_TILES (read once; unset or 0: off, 1: on): DenseTilesBytes offers BF16 weights
-// tiles (Linear's `tiles`), which the 8-token dense kernel then reads. Tests override it
+// tiles (Linear's `tiles`), which the dense kernels then read (the 8- and 64-token ones and the
+// warp-specialized one; not the K slices' cluster kernel). Tests override it
 // (SetDenseTilesForTesting).
 KernelSwitch g_dense_tiles{"DEEPINFER_DENSE_TILES", 0};
-std::atomic<uint64_t> g_dense_tiles_launches{0};  // launches of DenseSplitKernel<8, *, true> (tests)
+std::atomic<uint64_t> g_dense_tiles_launches{0};  // launches of a dense kernel on tiles (tests)
 
 // DEEPINFER_DENSE_OVERLAP (read once; unset or 1: on, 0: off) runs the dense kernels (both tile
 // sizes, so every M sums alike) with chunk c's MMAs issued while chunk c - 1's may still run, each
@@ -4099,9 +4114,16 @@ void LaunchDenseParts(const Params& p, int64_t row_blocks, int device, int sms, 
   wgmma_split::SplitXPartsKernel<3>
       <<<static_cast<unsigned>(split_blocks), 256, 0, stream>>>(p.x, p.ldx, p.m, m_pad, p.k, parts);
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 x parts");
-  AllowDynamicSmem<wgmma_split::DensePartsKernel>(device, wgmma_split::kPartsSmemBytes);
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(m_pad / wgmma::kTokens));
-  wgmma_split::DensePartsKernel<<<grid, wgmma::kThreads, wgmma_split::kPartsSmemBytes, stream>>>(p, parts, m_pad);
+  if (p.w_tiles != nullptr) {  // the weight from its tiles: the same bits
+    AllowDynamicSmem<wgmma_split::DensePartsKernel<true>>(device, wgmma_split::kPartsSmemBytes);
+    wgmma_split::DensePartsKernel<true>
+        <<<grid, wgmma::kThreads, wgmma_split::kPartsSmemBytes, stream>>>(p, parts, m_pad);
+    g_dense_tiles_launches.fetch_add(1);
+  } else {
+    AllowDynamicSmem<wgmma_split::DensePartsKernel<>>(device, wgmma_split::kPartsSmemBytes);
+    wgmma_split::DensePartsKernel<><<<grid, wgmma::kThreads, wgmma_split::kPartsSmemBytes, stream>>>(p, parts, m_pad);
+  }
   DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma on x's parts");
   g_dense_parts_launches.fetch_add(1);
 }
@@ -4135,13 +4157,24 @@ bool DenseWsRuns(const Params& p) {
          p.m < (int64_t{1} << 31) && p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && EncodeTiled() != nullptr;
 }
 
+// The weight from its tiles where p.w_tiles has them (the same bits).
 template <bool kOverlap>
 void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
-  const bool pairs = Bf16WsPairs<3, kOverlap>(p.m, p.n, true, device);
-  const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms, stream,
-                                                "cuda::Linear split-BF16 x parts", XBoxRows(pairs));
-  LaunchBf16Ws<3, kOverlap>(Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes), x_map, p, 1, device, sms, stream,
-                            "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
+  auto launch = [&](auto tiles) {
+    constexpr bool kTiles = decltype(tiles)::value;
+    const bool pairs = Bf16WsPairs<3, kOverlap, kTiles>(p.m, p.n, true, device);
+    const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms,
+                                                  stream, "cuda::Linear split-BF16 x parts", XBoxRows(pairs));
+    const CUtensorMap w_map = kTiles ? Bf16TilesMap(p.w_tiles, p.n, p.k) : Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
+    LaunchBf16Ws<3, kOverlap, kTiles>(w_map, x_map, p, 1, device, sms, stream,
+                                      "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
+  };
+  if (p.w_tiles != nullptr) {
+    launch(std::true_type{});
+    g_dense_tiles_launches.fetch_add(1);
+  } else {
+    launch(std::false_type{});
+  }
   g_dense_ws_launches.fetch_add(1);
 }
 
@@ -4190,14 +4223,12 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   }
   constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(tok_blocks));
-  if constexpr (kTok == 8) {
-    if (p.w_tiles != nullptr) {
-      AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap, true>>(device, kSmem);
-      wgmma_split::DenseSplitKernel<kTok, kOverlap, true><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
-      DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma on the weight's tiles");
-      g_dense_tiles_launches.fetch_add(1);
-      return;
-    }
+  if (p.w_tiles != nullptr) {
+    AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap, true>>(device, kSmem);
+    wgmma_split::DenseSplitKernel<kTok, kOverlap, true><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+    DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma on the weight's tiles");
+    g_dense_tiles_launches.fetch_add(1);
+    return;
   }
   AllowDynamicSmem<wgmma_split::DenseSplitKernel<kTok, kOverlap>>(device, kSmem);
   wgmma_split::DenseSplitKernel<kTok, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
@@ -4274,6 +4305,17 @@ void RunDenseOnCublasLt(const Params& p, const uint16_t* parts, cudaStream_t str
 // Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits. With
 // DenseOverlapOn, both tile sizes take the overlapped loop, whose slices start with scale-d = 0.
 // Under DEEPINFER_CUBLASLT_DENSE, products DenseOnCublasLt takes run on cuBLASLt instead.
+// Whether Launch takes a kernel that reads p.w_tiles for p (BF16 weights with tiles): the split-BF16
+// wgmma path, not on cuBLASLt, and not the K slices' cluster kernel (DenseTakesSlices).
+bool DenseReadsTiles(const Params& p, Kind kind, LinearMath math) {
+  if (kind != Kind::kBF16 || p.w_tiles == nullptr || PathFor(math, kind, p.scale_f32, p.k) != Path::kSplitBf16 ||
+      !g_dense_split.On() || !wgmma_split::DenseUsable(p, 1) || g_cublaslt_dense.On()) {
+    return false;
+  }
+  const auto [device, sms] = CurrentDeviceSms();
+  return p.m <= 8 ? !DenseTakesSlices<8>(p, device, sms) : !DenseTakesSlices<64>(p, device, sms);
+}
+
 void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
   if (DenseOnCublasLt(p, Kind::kBF16, LinearMath::kSplitBf16, stream)) {
     auto* parts = static_cast<uint16_t*>(p.scratch);
@@ -5606,8 +5648,9 @@ size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math) {
       !Aligned(w.data, w.data_row_stride * 2, 16) || !wgmma::DeviceHasWgmma()) {
     return 0;
   }
-  // Only DenseSplitKernel<8> reads them: none where a product of 1-8 rows takes the K slices over
-  // a cluster instead (LaunchDenseSplitTiles's choice, which depends on the shape alone).
+  // None where a product of 1-8 rows takes the K slices over a cluster (LaunchDenseSplitTiles's
+  // choice, which depends on the shape alone), whose kernel reads the rows; the others (the 8- and
+  // 64-token kernels, the warp-specialized one) read the tiles where they are given.
   Params p{};
   p.n = w.out_features;
   p.k = w.in_features;
@@ -5636,6 +5679,51 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
       static_cast<uint4*>(out));
   DI_CUDA_LAUNCH_CHECK("cuda::WriteDenseTiles");
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteDenseTiles");  // load time: ready for any stream
+}
+
+// DEEPINFER_DENSE_TILES_IN_PLACE (read once; unset or 0: off, 1: on): with DEEPINFER_DENSE_TILES=1,
+// weights whose tiles take exactly their rows' bytes are rewritten as their tiles in place
+// (RewriteAsDenseTiles) instead of holding a second copy. Tests override it
+// (SetDenseTilesInPlaceForTesting).
+KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 0};
+
+bool DenseTilesInPlace(const DeviceWeight& w) {
+  return g_dense_tiles_in_place.On() && w.out_features % wgmma::kBlockRows == 0 &&
+         w.data_row_stride == w.in_features && DenseTilesBytes(w, LinearMath::kSplitBf16) > 0;
+}
+
+void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream) {
+  if (!DenseTilesInPlace(w)) {
+    Fail("RewriteAsDenseTiles: a weight WriteDenseTiles takes, of a multiple of 128 rows without row padding, with "
+         "DEEPINFER_DENSE_TILES=1 and DEEPINFER_DENSE_TILES_IN_PLACE=1");
+  }
+  // Each 128-row block's bytes (1 row block = its `chunks` tiles, the same bytes) are permuted within
+  // themselves: a group of row blocks is copied aside, then written back as tiles.
+  const int64_t block_bytes = wgmma::kBlockRows * w.in_features * 2;
+  const int64_t row_blocks = w.out_features / wgmma::kBlockRows;
+  const int64_t group = std::max<int64_t>(1, std::min<int64_t>(row_blocks, (int64_t{64} << 20) / block_bytes));
+  void* aside = nullptr;
+  DI_CUDA_CHECK(cudaMalloc(&aside, static_cast<size_t>(group * block_bytes)), "RewriteAsDenseTiles: scratch");
+  uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(w.data));
+  const int sms = CurrentDeviceSms().second;
+  for (int64_t b0 = 0; b0 < row_blocks; b0 += group) {
+    const int64_t blocks = std::min(group, row_blocks - b0);
+    uint8_t* at = data + b0 * block_bytes;
+    DI_CUDA_CHECK(cudaMemcpyAsync(aside, at, static_cast<size_t>(blocks * block_bytes), cudaMemcpyDeviceToDevice,
+                                  stream),
+                  "RewriteAsDenseTiles: copy aside");
+    const int64_t units = blocks * block_bytes / 16;
+    WriteDenseTilesKernel<<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8)), 256, 0,
+                            stream>>>(static_cast<const uint8_t*>(aside), w.in_features * 2,
+                                      blocks * wgmma::kBlockRows, w.in_features, units, reinterpret_cast<uint4*>(at));
+    DI_CUDA_LAUNCH_CHECK("cuda::RewriteAsDenseTiles");
+  }
+  DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::RewriteAsDenseTiles");  // before the scratch goes
+  DI_CUDA_CHECK(cudaFree(aside), "RewriteAsDenseTiles: scratch");
+}
+
+void SetDenseTilesInPlaceForTesting(int mode) {
+  g_dense_tiles_in_place.SetForTesting(mode, "SetDenseTilesInPlaceForTesting");
 }
 
 void SetDenseTilesForTesting(int mode) { g_dense_tiles.SetForTesting(mode, "SetDenseTilesForTesting"); }
@@ -5885,6 +5973,12 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   if (kind == Kind::kBF16 && tiles != nullptr) {
     if (reinterpret_cast<uintptr_t>(tiles) % 16 != 0) Fail("the weight's tiles are not 16-byte aligned");
     p.w_tiles = static_cast<const uint8_t*>(tiles);
+  }
+  // Rows rewritten as tiles in place (RewriteAsDenseTiles): only the kernels that read tiles may run.
+  if (tiles != nullptr && tiles == w.data && !DenseReadsTiles(p, kind, math)) {
+    Fail("this weight's rows were rewritten as its tiles (DEEPINFER_DENSE_TILES_IN_PLACE=1), and this product "
+         "would take a kernel that reads rows (f32 SIMT math, DEEPINFER_DENSE_WGMMA=0, DEEPINFER_CUBLASLT_DENSE=1 "
+         "or K slices over a cluster); unset DEEPINFER_DENSE_TILES_IN_PLACE");
   }
   Launch(p, kind, 1, stream, math);
 }

@@ -103,9 +103,9 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // differently from the mma.sync kernels that run without scratch (linear_wgmma.cuh), so a caller
 // that needs a row's bits independent of m passes scratch at every m, or at none.
 // tiles (DEVICE, may be null; read only for a BF16 w under kSplitBf16): w again as 16 KiB tiles of
-// 128 rows × 64 columns (DenseTilesBytes, written once by WriteDenseTiles), which the 8-token
-// split-BF16 kernel (at most 8 rows) reads instead of w's data, each chunk one contiguous read
-// instead of 128 pieces a row apart: the same bits.
+// 128 rows × 64 columns (DenseTilesBytes, written once by WriteDenseTiles), which the split-BF16
+// kernels (the 8- and 64-token ones, the warp-specialized one) read instead of w's data, each chunk
+// one contiguous read instead of 128 pieces a row apart: the same bits.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
             size_t scratch_bytes = 0, const void* tiles = nullptr);
@@ -285,6 +285,16 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
 // default: off unless 1); and how many launches have read a weight's tiles.
 void SetDenseTilesForTesting(int mode);
 uint64_t DenseTilesLaunchesForTesting();
+// Whether `w`'s tiles go in place of its rows (DEEPINFER_DENSE_TILES_IN_PLACE=1, read once; unset:
+// off): DenseTilesBytes(w, kSplitBf16) > 0, a multiple of 128 rows and no row padding, so the tiles
+// take exactly the rows' bytes.
+bool DenseTilesInPlace(const DeviceWeight& w);
+// Rewrites w's rows (DEVICE) as its tiles in place on `stream` (a 64 MiB scratch at most, freed
+// before it returns), and synchronizes it (load time). Then Linear takes the weight with tiles ==
+// w.data and runs only the kernels that read tiles (a product that would read rows throws).
+void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream);
+// Tests only: DenseTilesInPlace's switch on (1), off (0) or as the environment says (-1).
+void SetDenseTilesInPlaceForTesting(int mode);
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read
 // from device memory (ExpertsLinear), which cannot be checked at launch.

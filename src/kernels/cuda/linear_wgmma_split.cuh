@@ -679,7 +679,10 @@ static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegister
 // × 64 values), so a block reads 24 KiB of a 3-part stage's 48 KiB of x from L2 instead of all
 // of it. A stage is free once both ranks' consumer warps have released it (each warp arrives on
 // both ranks' empty barrier). The same tiles in the same shared-memory places: the same bits.
-template <int kParts, bool kFreshSlices = false, bool kTmaStore = false, bool kPairs = false>
+// kWTiles (one group): w_map is the weight's tiles (DenseTileOffset's layout) as a tensor of
+// [row blocks · chunks · 128 rows][64 values], tile (nb, c) at rows (nb · chunks + c) · 128: the same
+// bytes in the same places.
+template <int kParts, bool kFreshSlices = false, bool kTmaStore = false, bool kPairs = false, bool kWTiles = false>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
     GroupedBf16WsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                         const __grid_constant__ CUtensorMap y_map, const Params p, int n_blocks, int tok_blocks,
@@ -724,13 +727,17 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         const int nb = kPairs ? 2 * (unit % units_per_row) + rank : unit % units_per_row, rest = unit / units_per_row;
         const int t0 = rest % tok_blocks * L::kTok, g = rest / tok_blocks;
         // Past n_blocks (kPairs, odd n_blocks): the next group's rows, or zeros past the weight.
-        const int w_row = g * static_cast<int>(p.n) + nb * kBlockRows, x_col = g * static_cast<int>(p.k);
+        const int x_col = g * static_cast<int>(p.k);
         for (int c = 0; c < chunks; ++c, ++j) {
           if (j >= S) tma::BarrierWait(&empty[(j - S) % S], static_cast<uint32_t>((j - S) / S) & 1u);
           uint64_t* bar = &full[j % S];
           uint8_t* stage = smem + (j % S) * L::kStageBytes;
           tma::BarrierArriveExpectTx(bar, L::kStageBytes);
-          tma::TmaLoad2d(stage, &w_map, bar, c * kChunkCols, w_row);
+          if constexpr (kWTiles) {  // past n_blocks (kPairs): rows past the tensor, TMA's zeros
+            tma::TmaLoad2d(stage, &w_map, bar, 0, (nb * chunks + c) * kBlockRows);
+          } else {
+            tma::TmaLoad2d(stage, &w_map, bar, c * kChunkCols, g * static_cast<int>(p.n) + nb * kBlockRows);
+          }
 #pragma unroll
           for (int part = 0; part < kParts; ++part) {
             uint8_t* x_tile = stage + L::kWBytes + part * L::kPartBytes;
@@ -1242,10 +1249,12 @@ constexpr int kPartsSmemBytes = kDenseStages * kPartsStageBytes + 1024;
 static_assert(kPartsSmemBytes <= 227 * 1024, "Hopper's shared memory per block");
 
 // Queues chunk c of weight rows n0.. (zeros past p.n) and of the parts' token rows t0.. (the
-// padded planes hold every row of the tile) into `stage` (cp.async; the caller commits).
+// padded planes hold every row of the tile) into `stage` (cp.async; the caller commits). kTiles:
+// the weight from its tiles (LoadDenseWeightTile).
+template <bool kTiles = false>
 __device__ __forceinline__ void LoadPartsStage(const Params& p, const uint16_t* parts, int64_t m_pad, int64_t n0,
                                                int64_t t0, int c, uint8_t* stage) {
-  LoadDenseWeightTile(p, n0, c, stage);
+  LoadDenseWeightTile<kTiles>(p, n0, c, stage);
   const int tid = threadIdx.x;
   const int64_t plane = m_pad * p.k;
 #pragma unroll
@@ -1261,6 +1270,7 @@ __device__ __forceinline__ void LoadPartsStage(const Params& p, const uint16_t* 
 // shared memory. Per chunk: chunk c's MMAs issued, then chunk c - 1's awaited, one barrier (its
 // stage free in both warpgroups; everyone's copies of chunk c + 1 landed), chunk c + S - 1 queued
 // into chunk c - 1's stage.
+template <bool kTiles = false>
 __global__ void __launch_bounds__(kThreads, 1)
     DensePartsKernel(const Params p, const uint16_t* __restrict__ parts, const int64_t m_pad) {
   PdlPrologue();
@@ -1281,7 +1291,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   auto x_addr_of = [&](int c) { return static_cast<uint32_t>(__cvta_generic_to_shared(stage_of(c) + kDenseWBytes)); };
 #pragma unroll
   for (int s = 0; s < S - 1; ++s) {
-    if (s < chunks) LoadPartsStage(p, parts, m_pad, n0, t0, s, stage_of(s));
+    if (s < chunks) LoadPartsStage<kTiles>(p, parts, m_pad, n0, t0, s, stage_of(s));
     CpAsyncCommit();
   }
   CpAsyncWait<S - 2>();  // chunk 0's group (this thread's copies)
@@ -1294,7 +1304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // c + S - 1 queued into chunk c - 1's stage.
   auto step = [&](int c) {
     AwaitOverlappedChunk<S>(c + 1 < chunks);
-    if (c + S - 1 < chunks) LoadPartsStage(p, parts, m_pad, n0, t0, c + S - 1, stage_of(c + S - 1));
+    if (c + S - 1 < chunks) LoadPartsStage<kTiles>(p, parts, m_pad, n0, t0, c + S - 1, stage_of(c + S - 1));
     CpAsyncCommit();  // possibly empty: keeps the group count per iteration fixed
   };
   OverlappedSlices<kTokens>(acc, 0, chunks, w_addr_of, x_addr_of, step, [&](int slice, const float (&sum)[kElems]) {

@@ -239,11 +239,14 @@ void V4Model::UploadWeights() {
   ops::CopyBytes(op, device_rope_.as<float>() + half, rope_compressed_.inv_freq.data(), half * sizeof(float));
   rope_plain_.device_inv_freq = TensorView(device_rope_.data(), DType::kF32, {half}, device_);
   rope_compressed_.device_inv_freq = TensorView(device_rope_.as<float>() + half, DType::kF32, {half}, device_);
-  // The head again in tiles, for its small-batch kernel (DEEPINFER_DENSE_TILES=1: 1.06 GB more at
-  // Flash's shapes; the same logits).
+  // The head in tiles, which its split-BF16 kernels read (DEEPINFER_DENSE_TILES=1; the same logits):
+  // in place of its rows (DEEPINFER_DENSE_TILES_IN_PLACE=1), or as a second copy (1.06 GB more at
+  // Flash's shapes).
   const ops::OpContext tiles_op{
       device_, nullptr, false, nullptr, numerics_.tensor_core_linears, numerics_.fast_prefill};
-  if (const size_t bytes = ops::DenseTilesBytes(tiles_op, weights_.head); bytes > 0) {
+  if (ops::DenseTilesInPlace(tiles_op, weights_.head)) {  // DEEPINFER_DENSE_TILES_IN_PLACE=1: no second copy
+    ops::RewriteAsDenseTiles(tiles_op, weights_.head);
+  } else if (const size_t bytes = ops::DenseTilesBytes(tiles_op, weights_.head); bytes > 0) {
     head_tiles_ = Buffer(bytes, device_);
     const TensorView tiles(head_tiles_.data(), DType::kU8, {static_cast<int64_t>(bytes)}, device_);
     ops::WriteDenseTiles(tiles_op, weights_.head, tiles);
