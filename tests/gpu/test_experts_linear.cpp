@@ -486,7 +486,8 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
 // written once): the register-fed kernel of the 1-16-row tiles reads them with Linear's bits per
 // expert, with chunk words and without; N = 200 and 40 (items past the last row: the tiles' zero
 // rows); weight rows 16-byte aligned and not (the writer's byte loads); the Flash decode routing at
-// 256 tokens, w1/w3 and w2. Each call checks that the tiles were read.
+// 256 tokens, w1/w3 and w2; the tiles' words sign-split and as stored. Each call checks that the
+// tiles were read, in the layout asked for.
 TEST(CudaExpertsLinearFp8, RegisterFedTilesEqualLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -494,31 +495,44 @@ TEST(CudaExpertsLinearFp8, RegisterFedTilesEqualLinear) {
   if (Fp4PreFoldAlways()) GTEST_SKIP() << "DEEPINFER_FP4_PREFOLD=1: every row count pre-folded";
   ScopedExpertsRegisterA register_fed(1);
   const ScopedSwitch<cuda::SetFp4ExpertTilesForTesting> tiles_on(1);
-  const auto check_tiles = [](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound, int64_t ldx,
-                              int64_t ldy, uint64_t seed, bool words, std::vector<int64_t> cpu_experts = {}) {
-    const ScopedFp4ChunkWords chunk_words(words ? 1 : 0);
-    const uint64_t before = cuda::Fp4ExpertTilesLaunchesForTesting();
-    CheckExperts(pool, counts, rows_bound, ldx, ldy, seed, std::move(cpu_experts), 0, false, words, true);
-    EXPECT_GT(cuda::Fp4ExpertTilesLaunchesForTesting(), before) << "no launch read the tiles";
-  };
-  uint64_t seed = 5700;
-  const std::vector<int32_t> counts = {1, 16, 0, 9, 3, 8, 14, 2};
-  for (const bool words : {true, false}) {
-    SCOPED_TRACE(words ? "with chunk words" : "without chunk words");
-    for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
-      for (const int64_t n : {int64_t{200}, int64_t{40}}) {
-        ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), n, 1024, ++seed, 0, data_step, scale_step,
-                        {110, 128});
-        check_tiles(pool, counts, Offsets(counts).back() + 5, 1024, n, ++seed, words);
+  // Each case with the tiles' words in the sign-split layout (DEEPINFER_EXPERTS_TILES_SIGN_SPLIT, the
+  // default), then as stored.
+  for (const int sign_split : {1, 0}) {
+    SCOPED_TRACE(sign_split != 0 ? "sign-split words" : "words as stored");
+    const ScopedSwitch<cuda::SetFp4TilesSignSplitForTesting> split_switch(sign_split);
+    const auto check_tiles = [sign_split](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound,
+                                          int64_t ldx, int64_t ldy, uint64_t seed, bool words,
+                                          std::vector<int64_t> cpu_experts = {}) {
+      const ScopedFp4ChunkWords chunk_words(words ? 1 : 0);
+      const uint64_t before = cuda::Fp4ExpertTilesLaunchesForTesting();
+      const uint64_t split_before = cuda::Fp4TilesSignSplitLaunchesForTesting();
+      CheckExperts(pool, counts, rows_bound, ldx, ldy, seed, std::move(cpu_experts), 0, false, words, true);
+      EXPECT_GT(cuda::Fp4ExpertTilesLaunchesForTesting(), before) << "no launch read the tiles";
+      if (sign_split != 0) {
+        EXPECT_GT(cuda::Fp4TilesSignSplitLaunchesForTesting(), split_before) << "no launch read sign-split tiles";
+      } else {
+        EXPECT_EQ(cuda::Fp4TilesSignSplitLaunchesForTesting(), split_before) << "sign-split tiles with the switch off";
+      }
+    };
+    uint64_t seed = 5700;
+    const std::vector<int32_t> counts = {1, 16, 0, 9, 3, 8, 14, 2};
+    for (const bool words : {true, false}) {
+      SCOPED_TRACE(words ? "with chunk words" : "without chunk words");
+      for (const auto& [data_step, scale_step] : {std::pair<int64_t, int64_t>{32, 4}, {28, 3}}) {
+        for (const int64_t n : {int64_t{200}, int64_t{40}}) {
+          ExpertPool pool(kFp4, static_cast<int64_t>(counts.size()), n, 1024, ++seed, 0, data_step, scale_step,
+                          {110, 128});
+          check_tiles(pool, counts, Offsets(counts).back() + 5, 1024, n, ++seed, words);
+        }
       }
     }
-  }
-  const int64_t tokens = SanitizerSizes() ? 16 : 256;
-  const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5750);
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
-    SCOPED_TRACE(testing::Message() << "decode [" << k << " -> " << n << "]");
-    ExpertPool pool(kFp4, 256, n, k, 5751 + static_cast<uint64_t>(n), 0, 32, 4);
-    check_tiles(pool, decode, tokens * 6, k, n, 5752 + static_cast<uint64_t>(n), true, {0, 37, 74});
+    const int64_t tokens = SanitizerSizes() ? 16 : 256;
+    const std::vector<int32_t> decode = RandomRouting(tokens, 6, 256, 5750);
+    for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+      SCOPED_TRACE(testing::Message() << "decode [" << k << " -> " << n << "]");
+      ExpertPool pool(kFp4, 256, n, k, 5751 + static_cast<uint64_t>(n), 0, 32, 4);
+      check_tiles(pool, decode, tokens * 6, k, n, 5752 + static_cast<uint64_t>(n), true, {0, 37, 74});
+    }
   }
 }
 

@@ -197,5 +197,56 @@ TEST(Fp4Fold, SliceUpShiftsOnlyWhereTheSliceQualifies) {
   }
 }
 
+// The sign-split layout (SignSplitWord) and the kernels' conversion of it (linear_mma.cuh's
+// E2m1x8SignSplitToE4m3x8Table, emulated here with byte_perm): for every shift's tables and both
+// sign masks (kept, or dropped for a group a pass leaves), its two code words are those of the
+// stored word's conversion (E2m1x8ToE4m3x8Table: ConvertFour's codes of nibbles 0-3, then 4-7),
+// over every word whose eight nibbles take each of the 16 values in each place (and 4,096 random
+// words); and the layout loses no bit (inverted here, round trip).
+TEST(Fp4Fold, SignSplitWordsConvertToTheStoredWordsCodes) {
+  const auto stored_codes = [](uint32_t word, int shift, uint32_t sign_mask) {
+    const uint32_t keep = sign_mask != 0u ? 0xffffffffu : 0x7f7f7f7fu;
+    return std::array<uint32_t, 2>{ConvertFour(word & 0xffffu, shift) & keep, ConvertFour(word >> 16, shift) & keep};
+  };
+  const auto split_codes = [](uint32_t split, int shift, uint32_t sign_mask) {
+    const uint32_t lo = FoldedTableWord(shift, 0), hi = FoldedTableWord(shift, 4);
+    const uint32_t magnitudes = split & 0x77777777u;
+    return std::array<uint32_t, 2>{BytePerm(lo, hi, magnitudes & 0xffffu) | (split & sign_mask),
+                                   BytePerm(lo, hi, magnitudes >> 16) | ((split << 4) & sign_mask)};
+  };
+  const auto unsplit = [](uint32_t split) {
+    uint32_t word = split & 0x77777777u;
+    for (int j = 0; j < 8; ++j) {
+      const int at = j < 4 ? 8 * j + 7 : 8 * (j - 4) + 3;
+      word |= ((split >> at) & 1u) << (4 * j + 3);
+    }
+    return word;
+  };
+  std::vector<uint32_t> words;
+  for (uint32_t value = 0; value < 16; ++value) {
+    for (int place = 0; place < 8; ++place) {
+      for (const uint32_t others : {0x00000000u, 0x88888888u, 0x12345678u, 0xfedcba98u}) {
+        const uint32_t mask = 0xfu << (4 * place);
+        words.push_back((others & ~mask) | (value << (4 * place)));
+      }
+    }
+  }
+  uint64_t state = 0x5eed5eedu;
+  for (int i = 0; i < 4096; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    words.push_back(static_cast<uint32_t>(state >> 32));
+  }
+  for (const uint32_t word : words) {
+    const uint32_t split = SignSplitWord(word);
+    ASSERT_EQ(unsplit(split), word) << std::hex << word;
+    for (int shift = -kFp4FoldMaxUpShift; shift <= kFp4FoldMaxShift; ++shift) {
+      for (const uint32_t sign_mask : {0x80808080u, 0u}) {
+        ASSERT_EQ(split_codes(split, shift, sign_mask), stored_codes(word, shift, sign_mask))
+            << std::hex << "word " << word << " shift " << std::dec << shift << " sign mask " << sign_mask;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::cpu

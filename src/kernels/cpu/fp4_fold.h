@@ -147,4 +147,25 @@ DI_HOST_DEVICE inline uint32_t SliceUpShift(const uint32_t* fold_words, int coun
   return static_cast<uint32_t>(FoldWordTop(fold_words[j]) - lo);
 }
 
+// The sign-split layout of a 32-bit word of eight nibbles (nibble j at bits 4j..4j + 3 as stored, bit
+// 4j + 3 its sign): the magnitudes stay in place, nibble j's sign moves to bit 8j + 7 for j < 4 and
+// to bit 8(j - 4) + 3 for j >= 4. So the signs of the codes of nibbles 0-3 sit on their bytes' top
+// bits as they are, and those of nibbles 4-7 four bits below theirs, and a kernel converts a word
+// into its eight e4m3 codes with a mask, two table lookups (byte_perm, which reads only a
+// selector's low 16 bits and whose selectors must have bit 3 clear), one shift of the magnitudes,
+// one of the word and two merges of the signs: 7 instructions where the stored order takes 9
+// (kernels/cuda/linear_mma.cuh, E2m1x8SignSplitToE4m3x8Table). A bijection on words.
+DI_HOST_DEVICE constexpr uint32_t SignSplitWord(uint32_t word) {
+  uint32_t out = word & 0x77777777u;
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t sign = (word >> (4 * j + 3)) & 1u;
+    out |= sign << (j < 4 ? 8 * j + 7 : 8 * (j - 4) + 3);
+  }
+  return out;
+}
+static_assert(SignSplitWord(0x00000008u) == 0x00000080u && SignSplitWord(0x00008000u) == 0x80000000u &&
+                  SignSplitWord(0x00080000u) == 0x00000008u && SignSplitWord(0x80000000u) == 0x08000000u &&
+                  SignSplitWord(0x77777777u) == 0x77777777u,
+              "the signs of nibbles 0-3 on bits 7, 15, 23, 31, those of 4-7 on 3, 11, 19, 27");
+
 }  // namespace deepinfer::cpu

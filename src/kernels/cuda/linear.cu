@@ -1201,8 +1201,9 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
 // bytes of spills; 16 tokens: 2, 172 registers, none, or 3, 168 registers, none; ptxas, CUDA 13.0,
 // since version 31).
-// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits).
-template <int kTok, int kMinBlocks, bool kTiles = false>
+// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits); kSignSplit: the tiles'
+// words in the sign-split layout (rs::Fp4RegistersBlock's; the same bits).
+template <int kTok, int kMinBlocks, bool kTiles = false, bool kSignSplit = false>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
   PdlPrologue();
@@ -1213,8 +1214,8 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
                                                                  int chunks) {
     const uint32_t* words = ep.ExpertChunkWords(t.expert);
     if constexpr (kTiles) {
-      wgmma::rs::Fp4RegistersBlock<kTok, true>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words,
-                                               ep.fp4_tiles + t.expert * ep.fp4_tiles_stride);
+      wgmma::rs::Fp4RegistersBlock<kTok, true, kSignSplit>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem,
+                                                           chunks, words, ep.fp4_tiles + t.expert * ep.fp4_tiles_stride);
     } else {
       wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
     }
@@ -5088,6 +5089,13 @@ int RegisterA16BlocksPerSm() {
 // Tests override it (SetFp4ExpertTilesForTesting).
 KernelSwitch g_fp4_tiles{"DEEPINFER_EXPERTS_TILES", 0};
 std::atomic<uint64_t> g_fp4_tiles_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true> (tests)
+// DEEPINFER_EXPERTS_TILES_SIGN_SPLIT (read once; unset or 1: on, 0: off): WriteFp4ExpertTiles writes
+// every word of the tiles in the sign-split layout (cpu::SignSplitWord), which the register-fed
+// kernel converts in 7 instructions instead of 9 (ExpertsFp4RegistersKernel<*, *, true, true>; the
+// same bits). The tiles are written and read under the one value. Tests override it
+// (SetFp4TilesSignSplitForTesting).
+KernelSwitch g_fp4_tiles_sign_split{"DEEPINFER_EXPERTS_TILES_SIGN_SPLIT", 1};
+std::atomic<uint64_t> g_fp4_sign_split_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true, true>
 // kKernel (an ExpertsFp4RegistersKernel of kTok tokens) over the plan's tiles of its size (ep as
 // LaunchExpertsWgmma built it): persistent blocks of `smem` bytes (max_smem: the kernel's most at
 // any K), at most as many as fit on the device at once. Returns false, launching nothing, where
@@ -5120,9 +5128,15 @@ bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, 
   const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
   const int smem = rs::Smem{chunks, kTok}.Bytes(), max_smem = rs::Smem{rs::kMaxChunks, kTok}.Bytes();
   if (ep.fp4_tiles != nullptr) {
+    const bool sign_split = g_fp4_tiles_sign_split.On();
     const bool ran =
-        LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(l, ep, a, required, smem, max_smem);
+        sign_split
+            ? LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true, true>, kTok>(l, ep, a, required, smem,
+                                                                                            max_smem)
+            : LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(l, ep, a, required, smem,
+                                                                                      max_smem);
     if (ran) g_fp4_tiles_launches.fetch_add(1);
+    if (ran && sign_split) g_fp4_sign_split_launches.fetch_add(1);
     return ran;
   }
   return LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks>, kTok>(l, ep, a, required, smem, max_smem);
@@ -5552,8 +5566,10 @@ size_t Fp4ExpertTilesBytes(const DeviceWeight& layout, int64_t num_experts, Line
 namespace {
 // Grid-stride over every expert's tiles in 16-byte units: unit i of expert e is byte 16·i of its
 // tiles (wgmma::rs::TileBytesOfExpert's layout), copied from the expert's rows (zeros past n).
+// sign_split: each word in the sign-split layout (cpu::SignSplitWord), else as stored.
 __global__ void WriteFp4ExpertTilesKernel(const DeviceWeight* __restrict__ weights, int64_t n, int64_t chunks,
-                                          int64_t expert_units, int64_t units, uint4* __restrict__ out) {
+                                          int64_t expert_units, int64_t units, bool sign_split,
+                                          uint4* __restrict__ out) {
   PdlPrologue();
   namespace rs = wgmma::rs;
   constexpr int64_t kTileUnits = rs::kTileBytes / 16, kRowUnits = rs::kRowBytes / 16;
@@ -5570,6 +5586,7 @@ __global__ void WriteFp4ExpertTilesKernel(const DeviceWeight* __restrict__ weigh
       for (int j = 0; j < 4; ++j) {  // byte loads: any row alignment
         word[j] = 0u;
         for (int b = 0; b < 4; ++b) word[j] |= static_cast<uint32_t>(src[4 * j + b]) << (8 * b);
+        if (sign_split) word[j] = cpu::SignSplitWord(word[j]);
       }
       v = make_uint4(word[0], word[1], word[2], word[3]);
     }
@@ -5588,7 +5605,8 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
   const int sms = CurrentDeviceSms().second;
   const int64_t blocks = std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8);
   WriteFp4ExpertTilesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-      weights, layout.out_features, chunks, expert_units, units, static_cast<uint4*>(out));
+      weights, layout.out_features, chunks, expert_units, units, g_fp4_tiles_sign_split.On(),
+      static_cast<uint4*>(out));
   DI_CUDA_LAUNCH_CHECK("cuda::WriteFp4ExpertTiles");
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
 }
@@ -5596,6 +5614,12 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
 void SetFp4ExpertTilesForTesting(int mode) { g_fp4_tiles.SetForTesting(mode, "SetFp4ExpertTilesForTesting"); }
 
 uint64_t Fp4ExpertTilesLaunchesForTesting() { return g_fp4_tiles_launches.load(); }
+
+void SetFp4TilesSignSplitForTesting(int mode) {
+  g_fp4_tiles_sign_split.SetForTesting(mode, "SetFp4TilesSignSplitForTesting");
+}
+
+uint64_t Fp4TilesSignSplitLaunchesForTesting() { return g_fp4_sign_split_launches.load(); }
 
 void SetFp4ChunkWordsForTesting(int mode) { g_fp4_chunk_words.SetForTesting(mode, "SetFp4ChunkWordsForTesting"); }
 

@@ -444,6 +444,11 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
 // the default: off unless 1); and how many register-fed launches have read experts' tiles.
 void SetFp4ExpertTilesForTesting(int mode);
 uint64_t Fp4ExpertTilesLaunchesForTesting();
+// Tests only: DEEPINFER_EXPERTS_TILES_SIGN_SPLIT's switch on (1), off (0), or as the variable says
+// (-1, the default: on unless 0), set before the tiles are written; and how many register-fed
+// launches have read tiles in the sign-split layout.
+void SetFp4TilesSignSplitForTesting(int mode);
+uint64_t Fp4TilesSignSplitLaunchesForTesting();
 // Tests only: Fp4ChunkWordsBytes's switch on (1), off (0), or as DEEPINFER_FP4_CHUNK_WORDS says (-1,
 // the default: on unless 0); and how many register-fed or in-block launches have read chunk words.
 void SetFp4ChunkWordsForTesting(int mode);

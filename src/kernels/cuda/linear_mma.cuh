@@ -569,6 +569,17 @@ __device__ __forceinline__ void E2m1x8ToE4m3x8Table(uint32_t nibbles, uint32_t l
   out1 = PrmtGeneric(lo, hi, magnitudes >> 16) | (signs1 & sign_mask);
 }
 
+// E2m1x8ToE4m3x8Table's codes from the word in the sign-split layout (cpu::SignSplitWord of the
+// stored word): the signs of out0's codes are the word's bits 7, 15, 23, 31 and those of out1's its
+// bits 3, 11, 19, 27, so each merges with one LOP3 (7 instructions a word where the stored order
+// takes 9). The same codes for the same nibbles.
+__device__ __forceinline__ void E2m1x8SignSplitToE4m3x8Table(uint32_t word, uint32_t lo, uint32_t hi, uint32_t& out0,
+                                                            uint32_t& out1, uint32_t sign_mask = 0x80808080u) {
+  const uint32_t magnitudes = word & 0x77777777u;
+  out0 = PrmtGeneric(lo, hi, magnitudes) | (word & sign_mask);
+  out1 = PrmtGeneric(lo, hi, magnitudes >> 16) | ((word << 4) & sign_mask);
+}
+
 // Exact: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are the e4m3 codes 0x00, 0x30, 0x38, 0x3c, 0x40,
 // 0x44, 0x48, 0x4c.
 __device__ __forceinline__ uint32_t E2m1x4ToE4m3x4(uint32_t nibbles) {

@@ -193,7 +193,9 @@ __device__ __forceinline__ uint32_t UpShiftedEntry(uint32_t shift_field, uint32_
 // table entry (bits 4q.. of RowFold's shifts; `tables` the shared address of entry 0). Word s of
 // the 16 bytes holds the group's columns 8s..8s+7: in the FP4 order the fragment's columns
 // 4q..4q+3 (frag[4s + lo]) and 16 + 4q.. (frag[4s + lo + 2]) of step s; lo = 0 for the thread's
-// row g, 1 for g + 8.
+// row g, 1 for g + 8. kSignSplit: the words in the sign-split layout (cpu::SignSplitWord; the same
+// fragment).
+template <bool kSignSplit = false>
 __device__ __forceinline__ void RowFragment(uint32_t group, uint32_t shift, uint32_t tables, uint32_t (&frag)[16],
                                             int lo) {
   const uint4 v = LdShared128(group);
@@ -203,7 +205,11 @@ __device__ __forceinline__ void RowFragment(uint32_t group, uint32_t shift, uint
   const uint32_t nibbles[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
-    mma::fp8::E2m1x8ToE4m3x8Table(nibbles[s], t.x, t.y, frag[4 * s + lo], frag[4 * s + lo + 2], t.z);
+    if constexpr (kSignSplit) {
+      mma::fp8::E2m1x8SignSplitToE4m3x8Table(nibbles[s], t.x, t.y, frag[4 * s + lo], frag[4 * s + lo + 2], t.z);
+    } else {
+      mma::fp8::E2m1x8ToE4m3x8Table(nibbles[s], t.x, t.y, frag[4 * s + lo], frag[4 * s + lo + 2], t.z);
+    }
   }
 }
 
@@ -372,9 +378,10 @@ struct RowScales {
 // Later passes `pass` = 1, 2, ... over chunk c of rows row_a and row_b of p (valid_a / valid_b:
 // within p.n; else every group left) until no row of the block needs another (uniform over the
 // block: __syncthreads_or): each pass's fragment from the chunk's nibbles at shared address `stage`
-// (this thread's group in its warp's part), its MMAs into `done` from +0 and its products scaled
-// into part with x's scales at shared address xs_c. frag and done are free on entry and on return.
-template <int kElems>
+// (this thread's group in its warp's part; kSignSplit: RowFragment's), its MMAs into `done` from +0
+// and its products scaled into part with x's scales at shared address xs_c. frag and done are free
+// on entry and on return.
+template <bool kSignSplit = false, int kElems>
 __device__ __forceinline__ void LaterPasses(const Params& p, int64_t row_a, int64_t row_b, bool valid_a, bool valid_b,
                                             int c, int q, uint32_t stage, uint32_t tables, uint32_t desc_lo,
                                             uint32_t desc_hi, float (&done)[kElems], uint32_t (&frag)[16],
@@ -383,8 +390,8 @@ __device__ __forceinline__ void LaterPasses(const Params& p, int64_t row_a, int6
     const RowFold none{0xffffu, 1.f, false};  // a row past p.n: every group left
     const RowFold fa = valid_a ? LaterFold(p, row_a, c, pass) : none;
     const RowFold fb = valid_b ? LaterFold(p, row_b, c, pass) : none;
-    RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
-    RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
+    RowFragment<kSignSplit>(stage, GroupShift(fa.shifts, q), tables, frag, 0);
+    RowFragment<kSignSplit>(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
     IssueChunk(done, frag, desc_lo, desc_hi);
     WgmmaWaitAll();
     PinAll(done);
@@ -438,12 +445,15 @@ __device__ __forceinline__ void PipelinedChunks(int chunks, const Issue& issue, 
 // from the group exponents; or null. All 128 threads call it; it leaves no copies in flight and
 // shared memory free after a barrier.
 // kTiles: the nibbles from the expert's tiles (`tiles`: its TileBytesOfExpert bytes) instead of its
-// rows; the same bytes in the same stage places, the same bits.
-template <int kTok, bool kTiles = false>
+// rows; the same bytes in the same stage places, the same bits. kSignSplit (with kTiles): the tiles'
+// words are in the sign-split layout (WriteFp4ExpertTiles under DEEPINFER_EXPERTS_TILES_SIGN_SPLIT),
+// converted in 7 instructions a word instead of 9; the same fragments, the same bits.
+template <int kTok, bool kTiles = false, bool kSignSplit = false>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                   uint8_t* smem, int chunks, const uint32_t* words,
                                                   const uint8_t* tiles = nullptr) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
+  static_assert(kTiles || !kSignSplit, "only the tiles are written in the sign-split layout");
   constexpr int kElems = kTok / 2;
   constexpr int kXChunkBytes = Smem{0, kTok}.XChunkBytes();
   const Smem L{chunks, kTok};
@@ -575,8 +585,8 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
     CpAsyncCommit();  // possibly empty: keeps the group count per chunk fixed
     const uint32_t stage = stage_of(c) + group_offset;
     const RowFold fa = fold_of(c, la), fb = fold_of(c, lb);
-    RowFragment(stage, GroupShift(fa.shifts, q), tables, frag, 0);
-    RowFragment(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
+    RowFragment<kSignSplit>(stage, GroupShift(fa.shifts, q), tables, frag, 0);
+    RowFragment<kSignSplit>(stage + 8 * kRowBytes, GroupShift(fb.shifts, q), tables, frag, 1);
     IssueChunk(acc, frag, desc_lo_of(c), x_desc_hi);
     return RowScales{fa.scale, fb.scale};
   };
@@ -587,8 +597,8 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   auto finish = [&](int c, float (&done)[kElems], uint32_t (&frag)[16], const RowScales& s, bool may_end) {
     AddScaledShared(part, done, s.sa, s.sb, xs + c * kTok * 4, q, tokens);
     if (((later >> c) & 1u) != 0u) {
-      LaterPasses(p, n0 + la, n0 + lb, valid_a, valid_b, c, q, stage_of(c) + group_offset, tables, desc_lo_of(c),
-                  x_desc_hi, done, frag, part, xs + c * kTok * 4, tokens);
+      LaterPasses<kSignSplit>(p, n0 + la, n0 + lb, valid_a, valid_b, c, q, stage_of(c) + group_offset, tables,
+                              desc_lo_of(c), x_desc_hi, done, frag, part, xs + c * kTok * 4, tokens);
     }
     if (may_end) EndChunk(total, part, c, 0, chunks, tokens);
   };
