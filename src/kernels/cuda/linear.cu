@@ -5712,8 +5712,14 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
 KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 0};
 
 bool DenseTilesInPlace(const DeviceWeight& w) {
-  return g_dense_tiles_in_place.On() && w.out_features % wgmma::kBlockRows == 0 &&
-         w.data_row_stride == w.in_features && DenseTilesBytes(w, LinearMath::kSplitBf16) > 0;
+  if (!g_dense_tiles_in_place.On()) return false;
+  // Refused at load rather than at the weight's first product, which would fail (DenseReadsTiles).
+  if (g_cublaslt_dense.On()) {
+    Fail("DEEPINFER_DENSE_TILES_IN_PLACE=1 rewrites a weight's rows as its tiles, which cuBLASLt's dense products "
+         "cannot read: unset it or DEEPINFER_CUBLASLT_DENSE");
+  }
+  return w.out_features % wgmma::kBlockRows == 0 && w.data_row_stride == w.in_features &&
+         DenseTilesBytes(w, LinearMath::kSplitBf16) > 0;
 }
 
 void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream) {
