@@ -856,6 +856,37 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
   }
 }
 
+// Dense split-BF16 products of 1-8 rows whose one-block-a-row-block grid fills the GPU
+// (DEEPINFER_DENSE_WS8: x's parts and the 8-token warp-specialized kernel) give the bits of
+// DenseSplitKernel<8> in both loop forms: 266 row blocks (the last partial: rows past n) at K of
+// three slices and of eight, 1, 3 and 8 rows; and with the weight's tiles.
+TEST(CudaLinearMma, DenseWs8GivesTheBitsOfTheBlockKernel) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  uint64_t seed = 6100;
+  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{34000, 1536}, {34000, 4096}}) {
+    TestWeight w = RandomWeight(kBf16, out, in, ++seed);
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
+      for (const int overlap : {0, 1}) {
+        SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "] M=" << m << " overlap " << overlap);
+        ScopedDenseOverlap loop(overlap);
+        std::vector<float> block_kernel;
+        {
+          const ScopedSwitch<cuda::SetDenseWs8ForTesting> off(0);
+          block_kernel = RunRows(w, dx, 0, m);
+        }
+        const ScopedSwitch<cuda::SetDenseWs8ForTesting> ws8(1);
+        const uint64_t launches = cuda::DenseWs8LaunchesForTesting();
+        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), block_kernel, "8-token warp-specialized against the block kernel"));
+        EXPECT_EQ(cuda::DenseWs8LaunchesForTesting() - launches, 1u) << "the 8-token warp-specialized kernel did not run";
+      }
+    }
+  }
+}
+
 // GroupedBf16WsKernel in clusters of two blocks (DEEPINFER_BF16_WS_PAIRS: row blocks 2u and 2u + 1
 // of a token tile, each loading half of x's tiles multicast into both) gives the bits of the kernel
 // without pairs: dense products (Linear: the head's 3-part form at 256 and 300 rows; an even

@@ -4150,13 +4150,16 @@ int64_t DenseWsMinRows() {
   return chosen > 0 ? chosen : rows;
 }
 
-bool DenseWsRuns(const Params& p) {
-  return g_dense_ws.On() && p.m >= DenseWsMinRows() && p.scratch != nullptr &&
-         reinterpret_cast<uintptr_t>(p.scratch) % 256 == 0 &&
+// Whether p's arguments suit the dense warp-specialized kernels: the scratch holds x's three parts,
+// x and the weight aligned for the parts' split and the TMA, sizes within int.
+bool DenseWsArgumentsFit(const Params& p) {
+  return p.scratch != nullptr && reinterpret_cast<uintptr_t>(p.scratch) % 256 == 0 &&
          p.scratch_bytes >= static_cast<size_t>(3 * p.m * p.k * 2) && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
          p.w_row_bytes % 16 == 0 && p.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
          p.m < (int64_t{1} << 31) && p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && EncodeTiled() != nullptr;
 }
+
+bool DenseWsRuns(const Params& p) { return g_dense_ws.On() && p.m >= DenseWsMinRows() && DenseWsArgumentsFit(p); }
 
 // The weight from its tiles where p.w_tiles has them (the same bits).
 template <bool kOverlap>
@@ -4177,6 +4180,45 @@ void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
     launch(std::false_type{});
   }
   g_dense_ws_launches.fetch_add(1);
+}
+
+// DEEPINFER_DENSE_WS8 (read once; unset or 0: off, 1: on): the dense split-BF16 products of 1-8
+// rows that take DenseSplitKernel<8> (one block per 128 weight rows, over all of K: the head at decode
+// batches 1-8), where the scratch holds x's parts (LinearScratchBytes offers them under the switch),
+// run on x's parts split once and GroupedBf16WsKernel<3, *, false, false, *, 8> instead: a producer
+// warp's TMA ring of 8 stages and no block barriers, the same MMAs in the same order (the same
+// bits). Written without a device (docs/performance.md, version 61); tests override it
+// (SetDenseWs8ForTesting).
+KernelSwitch g_dense_ws8{"DEEPINFER_DENSE_WS8", 0};
+std::atomic<uint64_t> g_dense_ws8_launches{0};
+
+bool DenseWs8Runs(const Params& p) { return g_dense_ws8.On() && p.m >= 1 && p.m <= 8 && DenseWsArgumentsFit(p); }
+
+// x's three parts split into the scratch, then the 8-token warp-specialized kernel over every row
+// block (persistent, at most one block per SM); the weight from its tiles where p.w_tiles has them.
+template <bool kOverlap>
+void LaunchDenseWs8(const Params& p, int device, int sms, cudaStream_t stream) {
+  auto launch = [&](auto tiles) {
+    constexpr bool kTiles = decltype(tiles)::value;
+    using L = wgmma_split::GroupedBf16Layout<3, false, 8>;
+    constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<3, kOverlap, false, false, kTiles, 8>;
+    const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms,
+                                                  stream, "cuda::Linear split-BF16 x parts (8-token tiles)", L::kTok);
+    const CUtensorMap w_map = kTiles ? Bf16TilesMap(p.w_tiles, p.n, p.k) : Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
+    const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows});
+    if (n_blocks > 0x7fffffff) Fail("too many row blocks for one launch");
+    AllowDynamicSmem<kKernel>(device, L::kBytes);
+    kKernel<<<static_cast<unsigned>(std::min<int64_t>(n_blocks, sms)), tma::kWsThreads, L::kBytes, stream>>>(
+        w_map, x_map, w_map, p, static_cast<int>(n_blocks), 1, static_cast<int>(n_blocks));
+    DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, warp-specialized, 8-token tiles");
+  };
+  if (p.w_tiles != nullptr) {
+    launch(std::true_type{});
+    g_dense_tiles_launches.fetch_add(1);
+  } else {
+    launch(std::false_type{});
+  }
+  g_dense_ws8_launches.fetch_add(1);
 }
 
 template <int kTok, int kCluster, bool kOverlap>
@@ -4218,6 +4260,9 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   }
   if constexpr (kTok == 64) {
     if (DenseWsRuns(p)) return LaunchDenseWs<kOverlap>(p, device, sms, stream);
+  }
+  if constexpr (kTok == 8) {
+    if (DenseWs8Runs(p)) return LaunchDenseWs8<kOverlap>(p, device, sms, stream);
   }
   if constexpr (kTok == 64 && kOverlap) {
     if (DensePartsOn(p)) return LaunchDenseParts(p, row_blocks, device, sms, stream);
@@ -5846,6 +5891,10 @@ void SetDenseOverlapForTesting(int mode) { g_dense_overlap.SetForTesting(mode, "
 
 void SetDenseWsForTesting(int mode) { g_dense_ws.SetForTesting(mode, "SetDenseWsForTesting"); }
 
+void SetDenseWs8ForTesting(int mode) { g_dense_ws8.SetForTesting(mode, "SetDenseWs8ForTesting"); }
+
+uint64_t DenseWs8LaunchesForTesting() { return g_dense_ws8_launches.load(); }
+
 void SetDenseWsMinRowsForTesting(int64_t rows) {
   if (rows < 0) Fail("SetDenseWsMinRowsForTesting: rows must be 0 (the environment's) or more");
   g_dense_ws_min_rows_for_testing.store(rows);
@@ -5933,6 +5982,11 @@ size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   if (KindOf(w) == Kind::kBF16 && math == LinearMath::kSplitBf16 && m > 8 && w.in_features > 0 &&
       w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma() && g_dense_parts.On()) {
     return static_cast<size_t>(CeilDiv(wgmma_split::DensePartsBytes(m, w.in_features), int64_t{256}) * 256);
+  }
+  // At 1-8 rows under DEEPINFER_DENSE_WS8: x's parts for the 8-token warp-specialized kernel.
+  if (KindOf(w) == Kind::kBF16 && math == LinearMath::kSplitBf16 && m <= 8 && w.in_features > 0 &&
+      w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma() && g_dense_ws8.On()) {
+    return static_cast<size_t>(CeilDiv(3 * m * w.in_features * 2, int64_t{256}) * 256);
   }
   // Elsewhere only where LaunchKind takes the wgmma path (any M, any row alignment; one group),
   // or cuBLASLt's.

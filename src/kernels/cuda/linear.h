@@ -254,6 +254,10 @@ uint64_t DensePartsLaunchesForTesting();
 // DEEPINFER_DENSE_WS says (-1, the default: on unless 0); the fewest rows that take it (0: the
 // environment's); and how many such launches this process has made.
 void SetDenseWsForTesting(int mode);
+// Tests only: DEEPINFER_DENSE_WS8's switch on (1), off (0), or as the variable says (-1, the default:
+// off unless 1); and how many dense products of 1-8 rows ran on the 8-token warp-specialized kernel.
+void SetDenseWs8ForTesting(int mode);
+uint64_t DenseWs8LaunchesForTesting();
 void SetDenseWsMinRowsForTesting(int64_t rows);
 uint64_t DenseWsLaunchesForTesting();
 // Tests only: GroupedBf16WsKernel in clusters of two blocks sharing x's tiles by multicast (the

@@ -611,15 +611,16 @@ __global__ void __launch_bounds__(256) ConvertGroupedWeightKernel(const uint8_t*
 // BF16) and x's kParts part tiles (128 token rows × 64 BF16 each), every tile 128-byte swizzled by
 // the TMA; then full[kStages] and empty[kStages]; with kTmaStore (one part only) 4 stages and then
 // the output tile's staging: per consumer warpgroup two boxes of 32 weight rows (f32) × 128
-// tokens, 128-byte swizzled.
-template <int kParts, bool kTmaStore = false>
+// tokens, 128-byte swizzled. kTokens = 8 (the dense products of 1-8 rows, DEEPINFER_DENSE_WS8):
+// token tiles of 8 rows (a part tile is one 1,024-byte swizzle period), 8 stages of 19 KiB.
+template <int kParts, bool kTmaStore = false, int kTokens = 128>
 struct GroupedBf16Layout {
-  static constexpr int kTok = 128;
+  static constexpr int kTok = kTokens;
   static constexpr int kElems = kTok / 2;  // D fragment elements per thread
   static constexpr int kWBytes = kBlockRows * kRowBytes;  // 16 KiB
   static constexpr int kPartBytes = kTok * kRowBytes;     // 16 KiB
   static constexpr int kStageBytes = kWBytes + kParts * kPartBytes;
-  static constexpr int kStages = kTmaStore ? 4 : kParts == 1 ? 6 : 3;
+  static constexpr int kStages = kTok == 8 ? 8 : kTmaStore ? 4 : kParts == 1 ? 6 : 3;
   static constexpr int kBarriers = kStages * kStageBytes;
   static constexpr int kStoreBoxRows = 32;                          // weight rows (f32) a box
   static constexpr int kStoreBoxBytes = kTok * kStoreBoxRows * 4;  // 16 KiB
@@ -629,24 +630,29 @@ struct GroupedBf16Layout {
       1024;  // + base alignment
   static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
   static_assert(!kTmaStore || kParts == 1, "the staging fits beside one part's stages only");
+  static_assert(kTok == 128 || (kTok == 8 && !kTmaStore), "128-token tiles, or 8 without TMA stores");
   static_assert(kStageBytes % 1024 == 0, "the swizzle's 1024-byte period");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// Issues one chunk's MMAs into acc (IssueSplitChunk's order at 128 tokens): w_addr the warpgroup's
-// 64 weight rows, x_addr the first part tile (the others kPartBytes apart); `fresh`: the first MMA
-// ignores acc (IssueDenseChunk's slice start).
-template <int kParts>
-__device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[64], uint32_t w_addr, uint32_t x_addr,
+// Issues one chunk's MMAs into acc (IssueSplitChunk's order at 128 tokens, IssueDenseChunk<8>'s at
+// 8): w_addr the warpgroup's 64 weight rows, x_addr the first part tile (the others kPartBytes
+// apart); `fresh`: the first MMA ignores acc (IssueDenseChunk's slice start).
+template <int kParts, int kTok = 128>
+__device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[kTok / 2], uint32_t w_addr, uint32_t x_addr,
                                                       bool fresh = false) {
+  constexpr int kPartBytes = GroupedBf16Layout<kParts, false, kTok>::kPartBytes;
   const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
   wgmma::WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
     for (int part = 0; part < kParts; ++part) {
-      MmaBf16M64N128K16(acc, w_lo + 2 * kk, x_lo + (part * GroupedBf16Layout<kParts>::kPartBytes + 32 * kk) / 16,
-                        !fresh || kk + part > 0);
+      if constexpr (kTok == 8) {
+        MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
+      } else {
+        MmaBf16M64N128K16(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
+      }
     }
   }
   wgmma::WgmmaCommit();
@@ -682,7 +688,11 @@ static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegister
 // kWTiles (one group): w_map is the weight's tiles (DenseTileOffset's layout) as a tensor of
 // [row blocks · chunks · 128 rows][64 values], tile (nb, c) at rows (nb · chunks + c) · 128: the same
 // bytes in the same places.
-template <int kParts, bool kFreshSlices = false, bool kTmaStore = false, bool kPairs = false, bool kWTiles = false>
+// kTok = 8 (neither kTmaStore nor kPairs): token tiles of 8 rows (x_map's boxes of 8 rows),
+// m64n8k16 MMAs in IssueDenseChunk<8>'s order: DenseSplitKernel<8>'s products and bits without its
+// block barriers (DEEPINFER_DENSE_WS8).
+template <int kParts, bool kFreshSlices = false, bool kTmaStore = false, bool kPairs = false, bool kWTiles = false,
+          int kTok = 128>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
     GroupedBf16WsKernel(const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map,
                         const __grid_constant__ CUtensorMap y_map, const Params p, int n_blocks, int tok_blocks,
@@ -691,7 +701,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
 #else
-  using L = GroupedBf16Layout<kParts, kTmaStore>;
+  using L = GroupedBf16Layout<kParts, kTmaStore, kTok>;
+  static_assert(kTok == 128 || !kPairs, "pairs of 128-token tiles only");
   constexpr int S = L::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
@@ -769,7 +780,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     tma::BarrierWait(&full[load % S], static_cast<uint32_t>(load / S) & 1u);
     __syncwarp();
     const uint32_t stage = wgmma::SharedAddress(smem + (load % S) * L::kStageBytes);
-    IssueGroupedBf16Chunk<kParts>(acc, stage + group * kRowsPerGroup * kRowBytes, stage + L::kWBytes, fresh);
+    IssueGroupedBf16Chunk<kParts, kTok>(acc, stage + group * kRowsPerGroup * kRowBytes, stage + L::kWBytes, fresh);
   };
   auto release = [&](int64_t load) {  // the warp's MMAs of `load` complete: its stage is free
     __syncwarp();
