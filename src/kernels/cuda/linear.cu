@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -3844,14 +3843,14 @@ bool Bf16WsPairs(int64_t m, int64_t n, bool dense, int device) {
 }
 
 // GroupedBf16WsKernel<..., true> in clusters of two over `units` units of two row blocks, as many
-// clusters as are resident at once (at most `units`); false (nothing launched) where none fits the
-// device.
+// clusters as are resident at once (at most `units`). Fails where none fits the device (x_map has
+// half boxes: the caller asked Bf16WsPairs first).
 template <int kParts, bool kFreshSlices, bool kTmaStore, bool kWTiles = false>
-bool LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const CUtensorMap& y_map, const Params& p,
+void LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const CUtensorMap& y_map, const Params& p,
                        int64_t n_blocks, int64_t tok_blocks, int64_t units, int device, cudaStream_t stream,
                        const char* what) {
   const int resident = Bf16WsPairsResident<kParts, kFreshSlices, kTmaStore, kWTiles>(device);
-  if (resident <= 0) return false;
+  if (resident <= 0) Fail("GroupedBf16WsKernel: no cluster of two fits the device (half-box x map)");
   constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, kTmaStore, true, kWTiles>;
   const PairClusterLaunch launch(static_cast<unsigned>(2 * std::min<int64_t>(units, resident)),
                                  wgmma_split::GroupedBf16Layout<kParts, kTmaStore>::kBytes, stream);
@@ -3859,7 +3858,6 @@ bool LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const
                                    static_cast<int>(tok_blocks), static_cast<int>(units)),
                 what);
   g_bf16_ws_pair_launches.fetch_add(1);
-  return true;
 }
 
 // GroupedBf16WsKernel<kParts, kFreshSlices> over p's groups × token tiles × ceil(p.n / 128) row
@@ -3868,18 +3866,19 @@ bool LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const
 // kernel's TMA stores while DEEPINFER_TMA_STORE is on (the same values).
 // pairs (Bf16WsPairs; x_map's boxes then of XBoxRows(true) rows): in clusters of two blocks over
 // units of two row blocks, where such clusters fit (else x_map must not have half boxes: Fail).
-// kWTiles (one group, three parts): w_map is Bf16TilesMap's.
-template <int kParts, bool kFreshSlices, bool kWTiles = false>
+// kWTiles (one group, three parts): w_map is Bf16TilesMap's. kTok: the token tile (8: x_map's boxes
+// of 8 rows, neither pairs nor TMA stores).
+template <int kParts, bool kFreshSlices, bool kWTiles = false, int kTok = 128>
 void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Params& p, int64_t groups, int device,
                   int sms, cudaStream_t stream, const char* what, bool pairs = false) {
   static_assert(!kWTiles || kParts == 3, "tiles: the dense products' three parts");
   const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows});
-  const int64_t tok_blocks = CeilDiv(p.m, int64_t{wgmma_split::GroupedBf16Layout<kParts>::kTok});
+  const int64_t tok_blocks = CeilDiv(p.m, int64_t{kTok});
   const int64_t tiles = groups * n_blocks * tok_blocks;
   if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
   const int64_t units = groups * CeilDiv(n_blocks, int64_t{2}) * tok_blocks;  // pairs' units
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
-  if constexpr (kParts == 1 && !kFreshSlices) {
+  if constexpr (kParts == 1 && !kFreshSlices && kTok == 128) {
     if (g_tma_store.On() && p.n % wgmma_split::kBlockRows == 0 && (groups == 1 || p.y_group_stride == p.n) &&
         reinterpret_cast<uintptr_t>(p.y) % 16 == 0 && p.ldy % 4 == 0 && groups * p.n <= p.ldy) {
       using L = wgmma_split::GroupedBf16Layout<1, true>;
@@ -3890,10 +3889,7 @@ void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Para
       const CUtensorMap y_map =
           TensorMap(p.y, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, y_dims, y_strides, y_box, CU_TENSOR_MAP_SWIZZLE_128B);
       if (pairs) {
-        if (!LaunchBf16WsPairs<1, false, true>(w_map, x_map, y_map, p, n_blocks, tok_blocks, units, device, stream,
-                                               what)) {
-          Fail("GroupedBf16WsKernel: no cluster of two fits the device (half-box x map)");
-        }
+        LaunchBf16WsPairs<1, false, true>(w_map, x_map, y_map, p, n_blocks, tok_blocks, units, device, stream, what);
         g_grouped_tma_store_launches.fetch_add(1);
         return;
       }
@@ -3907,14 +3903,14 @@ void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Para
     }
   }
   if (pairs) {
-    if (!LaunchBf16WsPairs<kParts, kFreshSlices, false, kWTiles>(w_map, x_map, w_map, p, n_blocks, tok_blocks, units,
-                                                                 device, stream, what)) {
-      Fail("GroupedBf16WsKernel: no cluster of two fits the device (half-box x map)");
+    if constexpr (kTok == 128) {
+      return LaunchBf16WsPairs<kParts, kFreshSlices, false, kWTiles>(w_map, x_map, w_map, p, n_blocks, tok_blocks,
+                                                                     units, device, stream, what);
     }
-    return;
+    Fail("GroupedBf16WsKernel: pairs of 128-token tiles only");
   }
-  using L = wgmma_split::GroupedBf16Layout<kParts>;
-  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, false, false, kWTiles>;
+  using L = wgmma_split::GroupedBf16Layout<kParts, false, kTok>;
+  constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<kParts, kFreshSlices, false, false, kWTiles, kTok>;
   AllowDynamicSmem<kKernel>(device, L::kBytes);
   kKernel<<<grid, tma::kWsThreads, L::kBytes, stream>>>(w_map, x_map, w_map, p, static_cast<int>(n_blocks),
                                                          static_cast<int>(tok_blocks), static_cast<int>(tiles));
@@ -4161,27 +4157,6 @@ bool DenseWsArgumentsFit(const Params& p) {
 
 bool DenseWsRuns(const Params& p) { return g_dense_ws.On() && p.m >= DenseWsMinRows() && DenseWsArgumentsFit(p); }
 
-// The weight from its tiles where p.w_tiles has them (the same bits).
-template <bool kOverlap>
-void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
-  auto launch = [&](auto tiles) {
-    constexpr bool kTiles = decltype(tiles)::value;
-    const bool pairs = Bf16WsPairs<3, kOverlap, kTiles>(p.m, p.n, true, device);
-    const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms,
-                                                  stream, "cuda::Linear split-BF16 x parts", XBoxRows(pairs));
-    const CUtensorMap w_map = kTiles ? Bf16TilesMap(p.w_tiles, p.n, p.k) : Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
-    LaunchBf16Ws<3, kOverlap, kTiles>(w_map, x_map, p, 1, device, sms, stream,
-                                      "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
-  };
-  if (p.w_tiles != nullptr) {
-    launch(std::true_type{});
-    g_dense_tiles_launches.fetch_add(1);
-  } else {
-    launch(std::false_type{});
-  }
-  g_dense_ws_launches.fetch_add(1);
-}
-
 // DEEPINFER_DENSE_WS8 (read once; unset or 0: off, 1: on): the dense split-BF16 products of 1-8
 // rows that take DenseSplitKernel<8> (one block per 128 weight rows, over all of K: the head at decode
 // batches 1-8), where the scratch holds x's parts (LinearScratchBytes offers them under the switch),
@@ -4194,23 +4169,20 @@ std::atomic<uint64_t> g_dense_ws8_launches{0};
 
 bool DenseWs8Runs(const Params& p) { return g_dense_ws8.On() && p.m >= 1 && p.m <= 8 && DenseWsArgumentsFit(p); }
 
-// x's three parts split into the scratch, then the 8-token warp-specialized kernel over every row
-// block (persistent, at most one block per SM); the weight from its tiles where p.w_tiles has them.
-template <bool kOverlap>
-void LaunchDenseWs8(const Params& p, int device, int sms, cudaStream_t stream) {
+// x's three parts split into the scratch, then GroupedBf16WsKernel on kTok-token tiles (128: the
+// products DenseWsRuns takes, in pairs where Bf16WsPairs says; 8: DenseWs8Runs's); the weight from
+// its tiles where p.w_tiles has them (the same bits).
+template <bool kOverlap, int kTok = 128>
+void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
   auto launch = [&](auto tiles) {
     constexpr bool kTiles = decltype(tiles)::value;
-    using L = wgmma_split::GroupedBf16Layout<3, false, 8>;
-    constexpr auto kKernel = wgmma_split::GroupedBf16WsKernel<3, kOverlap, false, false, kTiles, 8>;
+    const bool pairs = kTok == 128 && Bf16WsPairs<3, kOverlap, kTiles>(p.m, p.n, true, device);
     const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms,
-                                                  stream, "cuda::Linear split-BF16 x parts (8-token tiles)", L::kTok);
+                                                  stream, "cuda::Linear split-BF16 x parts",
+                                                  kTok == 128 ? XBoxRows(pairs) : kTok);
     const CUtensorMap w_map = kTiles ? Bf16TilesMap(p.w_tiles, p.n, p.k) : Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
-    const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows});
-    if (n_blocks > 0x7fffffff) Fail("too many row blocks for one launch");
-    AllowDynamicSmem<kKernel>(device, L::kBytes);
-    kKernel<<<static_cast<unsigned>(std::min<int64_t>(n_blocks, sms)), tma::kWsThreads, L::kBytes, stream>>>(
-        w_map, x_map, w_map, p, static_cast<int>(n_blocks), 1, static_cast<int>(n_blocks));
-    DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, warp-specialized, 8-token tiles");
+    LaunchBf16Ws<3, kOverlap, kTiles, kTok>(w_map, x_map, p, 1, device, sms, stream,
+                                            "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
   };
   if (p.w_tiles != nullptr) {
     launch(std::true_type{});
@@ -4218,7 +4190,7 @@ void LaunchDenseWs8(const Params& p, int device, int sms, cudaStream_t stream) {
   } else {
     launch(std::false_type{});
   }
-  g_dense_ws8_launches.fetch_add(1);
+  (kTok == 8 ? g_dense_ws8_launches : g_dense_ws_launches).fetch_add(1);
 }
 
 template <int kTok, int kCluster, bool kOverlap>
@@ -4262,7 +4234,7 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
     if (DenseWsRuns(p)) return LaunchDenseWs<kOverlap>(p, device, sms, stream);
   }
   if constexpr (kTok == 8) {
-    if (DenseWs8Runs(p)) return LaunchDenseWs8<kOverlap>(p, device, sms, stream);
+    if (DenseWs8Runs(p)) return LaunchDenseWs<kOverlap, 8>(p, device, sms, stream);
   }
   if constexpr (kTok == 64 && kOverlap) {
     if (DensePartsOn(p)) return LaunchDenseParts(p, row_blocks, device, sms, stream);
@@ -4348,9 +4320,6 @@ void RunDenseOnCublasLt(const Params& p, const uint16_t* parts, cudaStream_t str
   g_cublaslt_dense_launches.fetch_add(1);
 }
 
-// Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits. With
-// DenseOverlapOn, both tile sizes take the overlapped loop, whose slices start with scale-d = 0.
-// Under DEEPINFER_CUBLASLT_DENSE, products DenseOnCublasLt takes run on cuBLASLt instead.
 // Whether Launch takes a kernel that reads p.w_tiles for p (BF16 weights with tiles): the split-BF16
 // wgmma path, not on cuBLASLt, and not the K slices' cluster kernel (DenseTakesSlices).
 bool DenseReadsTiles(const Params& p, Kind kind, LinearMath math) {
@@ -4362,6 +4331,9 @@ bool DenseReadsTiles(const Params& p, Kind kind, LinearMath math) {
   return p.m <= 8 ? !DenseTakesSlices<8>(p, device, sms) : !DenseTakesSlices<64>(p, device, sms);
 }
 
+// Products of at most 8 rows on 8-token tiles, the others on 64-token tiles: the same bits. With
+// DenseOverlapOn, both tile sizes take the overlapped loop, whose slices start with scale-d = 0.
+// Under DEEPINFER_CUBLASLT_DENSE, products DenseOnCublasLt takes run on cuBLASLt instead.
 void LaunchDenseSplit(const Params& p, cudaStream_t stream) {
   if (DenseOnCublasLt(p, Kind::kBF16, LinearMath::kSplitBf16, stream)) {
     auto* parts = static_cast<uint16_t*>(p.scratch);

@@ -291,7 +291,8 @@ void SetDenseTilesForTesting(int mode);
 uint64_t DenseTilesLaunchesForTesting();
 // Whether `w`'s tiles go in place of its rows (DEEPINFER_DENSE_TILES_IN_PLACE=1, read once; unset:
 // off): DenseTilesBytes(w, kSplitBf16) > 0, a multiple of 128 rows and no row padding, so the tiles
-// take exactly the rows' bytes.
+// take exactly the rows' bytes. Fails with the switch on and DEEPINFER_CUBLASLT_DENSE=1 (whose
+// products read rows).
 bool DenseTilesInPlace(const DeviceWeight& w);
 // Rewrites w's rows (DEVICE) as its tiles in place on `stream` (a 64 MiB scratch at most, freed
 // before it returns), and synchronizes it (load time). Then Linear takes the weight with tiles ==
