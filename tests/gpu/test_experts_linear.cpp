@@ -486,8 +486,8 @@ TEST(CudaExpertsLinearFp8, RegisterFedSmallTilesEqualLinear) {
 // written once): the register-fed kernel of the 1-16-row tiles reads them with Linear's bits per
 // expert, with chunk words and without; N = 200 and 40 (items past the last row: the tiles' zero
 // rows); weight rows 16-byte aligned and not (the writer's byte loads); the Flash decode routing at
-// 256 tokens, w1/w3 and w2; the tiles' words sign-split and as stored. Each call checks that the
-// tiles were read, in the layout asked for.
+// 256 tokens, w1/w3 and w2; the tiles' words sign-split and as stored, the tiles warp-major and
+// chunk-major. Each call checks that the tiles were read, in the word layout asked for.
 TEST(CudaExpertsLinearFp8, RegisterFedTilesEqualLinear) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -496,10 +496,12 @@ TEST(CudaExpertsLinearFp8, RegisterFedTilesEqualLinear) {
   ScopedExpertsRegisterA register_fed(1);
   const ScopedSwitch<cuda::SetFp4ExpertTilesForTesting> tiles_on(1);
   // Each case with the tiles' words in the sign-split layout (DEEPINFER_EXPERTS_TILES_SIGN_SPLIT, the
-  // default), then as stored.
-  for (const int sign_split : {1, 0}) {
-    SCOPED_TRACE(sign_split != 0 ? "sign-split words" : "words as stored");
+  // default), then as stored; warp-major (the default), then sign-split words chunk-major.
+  for (const auto& [sign_split, chunk_major] : {std::pair<int, int>{1, 0}, {0, 0}, {1, 1}}) {
+    SCOPED_TRACE(testing::Message() << (sign_split != 0 ? "sign-split words" : "words as stored")
+                                    << (chunk_major != 0 ? ", chunk-major" : ", warp-major"));
     const ScopedSwitch<cuda::SetFp4TilesSignSplitForTesting> split_switch(sign_split);
+    const ScopedSwitch<cuda::SetFp4TilesChunkMajorForTesting> order_switch(chunk_major);
     const auto check_tiles = [sign_split](ExpertPool& pool, const std::vector<int32_t>& counts, int64_t rows_bound,
                                           int64_t ldx, int64_t ldy, uint64_t seed, bool words,
                                           std::vector<int64_t> cpu_experts = {}) {

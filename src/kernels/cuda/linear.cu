@@ -957,6 +957,7 @@ struct ExpertsParams {
   int64_t chunk_words_stride;     // words from one expert's to the next's
   const uint8_t* fp4_tiles = nullptr;  // FP4 experts' tiles (WriteFp4ExpertTiles), or null
   int64_t fp4_tiles_stride = 0;        // bytes from one expert's tiles to the next's
+  wgmma::rs::TileLayout fp4_tiles_layout{};  // where an expert's tiles are within its bytes
 
   // Expert e's chunk words, or null where there are none.
   __device__ __forceinline__ const uint32_t* ExpertChunkWords(int32_t e) const {
@@ -1214,7 +1215,8 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     const uint32_t* words = ep.ExpertChunkWords(t.expert);
     if constexpr (kTiles) {
       wgmma::rs::Fp4RegistersBlock<kTok, true, kSignSplit>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem,
-                                                           chunks, words, ep.fp4_tiles + t.expert * ep.fp4_tiles_stride);
+                                                           chunks, words, ep.fp4_tiles + t.expert * ep.fp4_tiles_stride,
+                                                           ep.fp4_tiles_layout);
     } else {
       wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
     }
@@ -5112,6 +5114,12 @@ std::atomic<uint64_t> g_fp4_tiles_launches{0};  // launches of ExpertsFp4Registe
 // same bits). The tiles are written and read under the one value. Tests override it
 // (SetFp4TilesSignSplitForTesting).
 KernelSwitch g_fp4_tiles_sign_split{"DEEPINFER_EXPERTS_TILES_SIGN_SPLIT", 1};
+// DEEPINFER_EXPERTS_TILES_CHUNK_MAJOR (read once; unset or 0: warp-major, 1: chunk-major): the
+// order of the tiles in an expert's bytes (wgmma::rs::TileLayoutOf). Chunk-major is the rows' form
+// with a 64-byte row stride, which every reader of the rows could take in place; warp-major keeps
+// each warp's reads of an item in one run of bytes. Written and read under the one value. Tests
+// override it (SetFp4TilesChunkMajorForTesting).
+KernelSwitch g_fp4_tiles_chunk_major{"DEEPINFER_EXPERTS_TILES_CHUNK_MAJOR", 0};
 std::atomic<uint64_t> g_fp4_sign_split_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true, true>
 // kKernel (an ExpertsFp4RegistersKernel of kTok tokens) over the plan's tiles of its size (ep as
 // LaunchExpertsWgmma built it): persistent blocks of `smem` bytes (max_smem: the kernel's most at
@@ -5193,6 +5201,7 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
     ep.chunk_words_stride = wgmma::rs::ChunkWordsOfExpert(b.n, b.k / wgmma::kChunk);
     ep.fp4_tiles = l.fp4_tiles;
     ep.fp4_tiles_stride = wgmma::rs::TileBytesOfExpert(b.n, b.k / wgmma::kChunk);
+    ep.fp4_tiles_layout = wgmma::rs::TileLayoutOf(g_fp4_tiles_chunk_major.On(), b.n, b.k / wgmma::kChunk);
     if (l.folded != nullptr) return LaunchExpertsFolded(l, ep, a);
     if (l.fp4_in_block) return LaunchExpertsFp4InBlock(l, ep, a);
     if (LaunchExpertsPreFolded(l, ep, a)) return;
@@ -5582,18 +5591,22 @@ size_t Fp4ExpertTilesBytes(const DeviceWeight& layout, int64_t num_experts, Line
 
 namespace {
 // Grid-stride over every expert's tiles in 16-byte units: unit i of expert e is byte 16·i of its
-// tiles (wgmma::rs::TileBytesOfExpert's layout), copied from the expert's rows (zeros past n).
-// sign_split: each word in the sign-split layout (cpu::SignSplitWord), else as stored.
+// tiles (wgmma::rs::TileBytesOfExpert's layout, chunk-major or warp-major), copied from the
+// expert's rows (zeros past n). sign_split: each word in the sign-split layout (cpu::SignSplitWord),
+// else as stored.
 __global__ void WriteFp4ExpertTilesKernel(const DeviceWeight* __restrict__ weights, int64_t n, int64_t chunks,
-                                          int64_t expert_units, int64_t units, bool sign_split,
+                                          int64_t expert_units, int64_t units, bool sign_split, bool chunk_major,
                                           uint4* __restrict__ out) {
   PdlPrologue();
   namespace rs = wgmma::rs;
   constexpr int64_t kTileUnits = rs::kTileBytes / 16, kRowUnits = rs::kRowBytes / 16;
+  const int64_t blocks = rs::WarpBlocksOfExpert(n);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < units;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t e = i / expert_units, tile = (i % expert_units) / kTileUnits, unit = i % kTileUnits;
-    const int64_t row = (tile / chunks) * rs::kWarpRows + unit / kRowUnits, chunk = tile % chunks;
+    const int64_t block = chunk_major ? tile % blocks : tile / chunks;
+    const int64_t chunk = chunk_major ? tile / blocks : tile % chunks;
+    const int64_t row = block * rs::kWarpRows + unit / kRowUnits;
     const DeviceWeight& w = weights[e];
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (row < n) {
@@ -5623,7 +5636,7 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
   const int64_t blocks = std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8);
   WriteFp4ExpertTilesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
       weights, layout.out_features, chunks, expert_units, units, g_fp4_tiles_sign_split.On(),
-      static_cast<uint4*>(out));
+      g_fp4_tiles_chunk_major.On(), static_cast<uint4*>(out));
   DI_CUDA_LAUNCH_CHECK("cuda::WriteFp4ExpertTiles");
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
 }
@@ -5637,6 +5650,10 @@ void SetFp4TilesSignSplitForTesting(int mode) {
 }
 
 uint64_t Fp4TilesSignSplitLaunchesForTesting() { return g_fp4_sign_split_launches.load(); }
+
+void SetFp4TilesChunkMajorForTesting(int mode) {
+  g_fp4_tiles_chunk_major.SetForTesting(mode, "SetFp4TilesChunkMajorForTesting");
+}
 
 void SetFp4ChunkWordsForTesting(int mode) { g_fp4_chunk_words.SetForTesting(mode, "SetFp4ChunkWordsForTesting"); }
 

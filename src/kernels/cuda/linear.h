@@ -454,6 +454,10 @@ uint64_t Fp4ExpertTilesLaunchesForTesting();
 // launches have read tiles in the sign-split layout.
 void SetFp4TilesSignSplitForTesting(int mode);
 uint64_t Fp4TilesSignSplitLaunchesForTesting();
+// Tests only: DEEPINFER_EXPERTS_TILES_CHUNK_MAJOR's switch on (1: chunk-major tiles), off (0:
+// warp-major), or as the variable says (-1, the default: warp-major unless 1), set before the tiles
+// are written.
+void SetFp4TilesChunkMajorForTesting(int mode);
 // Tests only: Fp4ChunkWordsBytes's switch on (1), off (0), or as DEEPINFER_FP4_CHUNK_WORDS says (-1,
 // the default: on unless 0); and how many register-fed or in-block launches have read chunk words.
 void SetFp4ChunkWordsForTesting(int mode);

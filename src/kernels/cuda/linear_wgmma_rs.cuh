@@ -274,9 +274,9 @@ __device__ __forceinline__ void IssueChunk(float (&acc)[kElems], const uint32_t 
 // the stage + 1 KiB · warp; each row's 64 bytes as stored): lane l copies 16-byte unit l % 4 of
 // rows l / 4 and l / 4 + 8, by 16-byte cp.async where the weight's rows are 16-byte aligned, 4-byte
 // cp.async where 4-byte aligned, else byte loads; rows past p.n get zeros.
-// kChunkStride: bytes from a row's chunk to its next, kRowBytes in the rows as stored; kTileBytes
-// in the expert's tiles (WriteFp4ExpertTiles: each warp's 16 rows of a chunk 1 KiB in a row, laid
-// out as the warp's stage part, zeros past the rows).
+// kChunkStride: bytes from a row's chunk to its next, kRowBytes in the rows as stored; 0 in the
+// expert's tiles (WriteFp4ExpertTiles: each warp's 16 rows of a chunk 1 KiB in a row, laid out as
+// the warp's stage part, zeros past the rows), where `chunk_stride` holds the tiles' layout's.
 template <int kChunkStride>
 struct WarpCopiesT {
   const uint8_t* src;    // this lane's unit of its first row, chunk 0
@@ -284,6 +284,7 @@ struct WarpCopiesT {
   int dst;               // offset of this lane's first unit in the warp's stage part
   int rows;              // rows of this warp within p.n (0-16)
   int align;             // 16, 4 or 1: the weight rows' alignment the copies use
+  uint32_t chunk_stride = kChunkStride;  // bytes from a chunk's copies to the next's
 
   __device__ __forceinline__ WarpCopiesT(const Params& p, int64_t n0, int warp, int lane) {
     const int64_t row0 = n0 + kWarpRows * warp;
@@ -294,18 +295,21 @@ struct WarpCopiesT {
     half_stride = static_cast<uint32_t>(8 * p.w_row_bytes);
     dst = (lane / 4) * kRowBytes + 16 * (lane % 4);
   }
-  // From the warp's tiles (`warp_tiles`: its rows' chunk 0 tile): every row there (zeros past the
-  // expert's rows), 16-byte aligned.
-  __device__ __forceinline__ WarpCopiesT(const uint8_t* warp_tiles, int lane) {
+  // From the warp's tiles (`warp_tiles`: its rows' chunk 0 tile; `tile_chunk_stride`: bytes from
+  // one of its chunks' tiles to the next's): every row there (zeros past the expert's rows),
+  // 16-byte aligned.
+  __device__ __forceinline__ WarpCopiesT(const uint8_t* warp_tiles, uint32_t tile_chunk_stride, int lane) {
+    static_assert(kChunkStride == 0, "the tiles' chunk stride is the layout's");
     rows = kWarpRows;
     align = 16;
     dst = (lane / 4) * kRowBytes + 16 * (lane % 4);
     src = warp_tiles + dst;
     half_stride = 8 * kRowBytes;
+    chunk_stride = tile_chunk_stride;
   }
 
   __device__ __forceinline__ void Load(uint32_t warp_stage, int c, int lane, const uint8_t* any_valid) const {
-    const uint8_t* from = src + static_cast<int64_t>(c) * kChunkStride;
+    const uint8_t* from = src + static_cast<int64_t>(c) * (kChunkStride != 0 ? kChunkStride : chunk_stride);
     const uint32_t to = warp_stage + dst;
     constexpr int kHalfBytes = 8 * kRowBytes;  // 8 rows of the stage
     if (align == 16 && rows == kWarpRows) {  // the common case: no row past p.n, no predicates
@@ -349,11 +353,28 @@ struct WarpCopiesT {
 using WarpCopies = WarpCopiesT<kRowBytes>;
 constexpr int kTileBytes = kWarpRows * kRowBytes;  // a warp's rows of one chunk in the expert's tiles: 1 KiB
 
-// Expert tiles (WriteFp4ExpertTiles): for an expert of n rows and `chunks` chunks, warp block w
-// (rows 16w..16w + 15, zeros past n) of chunk c at byte (w · chunks + c) · kTileBytes, row r's 64
-// bytes at 64 · (r % 16) within it; ceil(n / 64) · 4 warp blocks, so every item's warps have theirs.
+// Expert tiles (WriteFp4ExpertTiles): for an expert of n rows and `chunks` chunks, ceil(n / 64) · 4
+// warp blocks (rows 16w..16w + 15, zeros past n), so that every item's warps have theirs; the tile of
+// warp block w and chunk c (row r's 64 bytes at 64 · (r % 16) within it) at byte
+//   (w · chunks + c) · kTileBytes   warp-major: a warp's chunks one after another;
+//   (c · blocks + w) · kTileBytes   chunk-major: a chunk's blocks one after another, so that chunk c
+//                                   of rows r.. is at c · blocks · kTileBytes + 64 · r (the rows' form
+//                                   with a 64-byte row stride and a chunk stride of the padded rows).
+__host__ __device__ constexpr int64_t WarpBlocksOfExpert(int64_t n) {
+  return (n + kRows - 1) / kRows * (kRows / kWarpRows);
+}
 __host__ __device__ constexpr int64_t TileBytesOfExpert(int64_t n, int64_t chunks) {
-  return (n + kRows - 1) / kRows * (kRows / kWarpRows) * chunks * kTileBytes;
+  return WarpBlocksOfExpert(n) * chunks * kTileBytes;
+}
+// Where a tiles' layout puts warp block w's chunk 0 (`block_stride` bytes from one block's to the
+// next's) and its next chunks (`chunk_stride` bytes apart).
+struct TileLayout {
+  uint32_t block_stride, chunk_stride;
+};
+__host__ __device__ constexpr TileLayout TileLayoutOf(bool chunk_major, int64_t n, int64_t chunks) {
+  return chunk_major ? TileLayout{static_cast<uint32_t>(kTileBytes),
+                                  static_cast<uint32_t>(WarpBlocksOfExpert(n) * kTileBytes)}
+                     : TileLayout{static_cast<uint32_t>(chunks * kTileBytes), static_cast<uint32_t>(kTileBytes)};
 }
 
 // The expert's chunk words written once at load (linear.cu's Fp4ChunkWordsKernel): ChunkWordOf of
@@ -444,14 +465,14 @@ __device__ __forceinline__ void PipelinedChunks(int chunks, const Issue& issue, 
 // chunks of K. words: the expert's chunk words (ChunkWordsOfExpert), copied instead of computed
 // from the group exponents; or null. All 128 threads call it; it leaves no copies in flight and
 // shared memory free after a barrier.
-// kTiles: the nibbles from the expert's tiles (`tiles`: its TileBytesOfExpert bytes) instead of its
-// rows; the same bytes in the same stage places, the same bits. kSignSplit (with kTiles): the tiles'
+// kTiles: the nibbles from the expert's tiles (`tiles`: its TileBytesOfExpert bytes, in `layout`)
+// instead of its rows; the same bytes in the same stage places, the same bits. kSignSplit (with kTiles): the tiles'
 // words are in the sign-split layout (WriteFp4ExpertTiles under DEEPINFER_EXPERTS_TILES_SIGN_SPLIT),
 // converted in 7 instructions a word instead of 9; the same fragments, the same bits.
 template <int kTok, bool kTiles = false, bool kSignSplit = false>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                   uint8_t* smem, int chunks, const uint32_t* words,
-                                                  const uint8_t* tiles = nullptr) {
+                                                  const uint8_t* tiles = nullptr, TileLayout layout = {}) {
   static_assert(kTok == 8 || kTok == 16, "8- or 16-token tiles");
   static_assert(kTiles || !kSignSplit, "only the tiles are written in the sign-split layout");
   constexpr int kElems = kTok / 2;
@@ -465,7 +486,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
   const auto copies = [&] {
     if constexpr (kTiles) {
-      return WarpCopiesT<kTileBytes>(tiles + (n0 / kWarpRows + warp) * chunks * kTileBytes, lane);
+      return WarpCopiesT<0>(tiles + (n0 / kWarpRows + warp) * layout.block_stride, layout.chunk_stride, lane);
     } else {
       return WarpCopies(p, n0, warp, lane);
     }
