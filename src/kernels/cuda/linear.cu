@@ -100,6 +100,9 @@ struct Params {
   // BF16 weights only, may be null: Linear's `tiles` (last, so that the fields above keep their
   // parameter offsets in every kernel).
   const uint8_t* w_tiles = nullptr;
+  // FP4 weights: bytes from a row's 128-column chunk (64 bytes of nibbles) to its next: 64 in the
+  // rows as stored, DeviceWeight::data_chunk_stride where they are chunk-major.
+  int64_t w_chunk_bytes = 64;
 };
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
@@ -1284,7 +1287,7 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (shift != cpu::kFoldGroupLeft) {
       uint32_t word[2];
-      wgmma::LoadWords(p.w + (n0 + row) * p.w_row_bytes + c * (wgmma::kChunk / 2) + unit * 8, p.w_vec16, word);
+      wgmma::LoadWords(p.w + (n0 + row) * p.w_row_bytes + c * p.w_chunk_bytes + unit * 8, p.w_vec16, word);
       v = wgmma::FoldedUnitCodes(make_uint2(word[0], word[1]), tables[2 * shift], tables[2 * shift + 1]);
     }
     uint8_t* chunk_codes = codes + (n0 + row) * ep.base.k + c * wgmma::kChunk;  // FP4 order (StoreFoldedUnit's)
@@ -1750,6 +1753,7 @@ struct InBlockRow {
   uint32_t fill = 0;                // 16 where the row exists, 0 past n: the 16-byte copies' source bytes
   bool second_half = false;         // the block has rows in its second 64-row half
   bool vec = false;  // 16-byte aligned nibbles and 4-byte aligned exponents (cp.async); else bytes
+  int64_t chunk_bytes = 0;  // from a chunk's nibbles to the next's (Params::w_chunk_bytes)
 
   InBlockRow() = default;  // no item: Copy is not called
   // Row n0 + i of tile t's expert, i < 128 (n0 a multiple of 128).
@@ -1767,7 +1771,8 @@ struct InBlockRow {
     const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
     nibbles = static_cast<const uint8_t*>(w.data) + row * row_bytes;
     exponents = static_cast<const uint8_t*>(w.scale) + row * w.scale_row_stride;
-    vec = Aligned(w.data, row_bytes, 16) && Aligned(w.scale, w.scale_row_stride, 4);
+    chunk_bytes = ep.base.w_chunk_bytes;
+    vec = Aligned(w.data, row_bytes, 16) && chunk_bytes % 16 == 0 && Aligned(w.scale, w.scale_row_stride, 4);
   }
   __device__ __forceinline__ bool exists() const { return fill != 0u; }
   // Chunk c's 64 bytes of nibbles, 4 exponents and chunk word into the InBlockRaw area at shared
@@ -1782,7 +1787,7 @@ struct InBlockRow {
       CpAsyncSharedOrZero<4>(mask + 4, masks + 2 + c / 32, second_half ? 4u : 0u);
     }
     if (words != nullptr) CpAsyncSharedOrZero<4>(raw + InBlockRaw::kWords + 4 * slot, words + c, fill4);
-    const uint8_t* src = nibbles + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
+    const uint8_t* src = nibbles + static_cast<int64_t>(c) * chunk_bytes;
     const uint32_t exps = raw + InBlockRaw::kExponents + 4 * slot;
     if (vec) {
 #pragma unroll
@@ -2754,12 +2759,14 @@ struct PairCopies {
   const uint8_t* src[2] = {nullptr, nullptr};  // lane's piece of chunk 0 (row 0's past n)
   uint32_t fill[2] = {0u, 0u};                 // 16 where the row exists, else 0 (zeros)
   bool vec = false;                            // 16-byte aligned rows: cp.async; else loaded by the lane
+  int64_t chunk_bytes = 0;                     // from a chunk's pieces to the next's (Params::w_chunk_bytes)
 
   PairCopies() = default;
   __device__ __forceinline__ PairCopies(const ExpertsParams& ep, const ExpertTile& t, int64_t n0, int warp, int lane) {
     const DeviceWeight& w = ep.weights[t.expert];
     const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
-    vec = Aligned(w.data, row_bytes, 16);
+    chunk_bytes = ep.base.w_chunk_bytes;
+    vec = Aligned(w.data, row_bytes, 16) && chunk_bytes % 16 == 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t r = n0 + 16 * warp + 8 * i + lane / 4;
@@ -2772,7 +2779,7 @@ struct PairCopies {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint32_t dst = to + (lane % 4) * kGroupStride + (8 * i + lane / 4) * 16;
-      const uint8_t* from = src[i] + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
+      const uint8_t* from = src[i] + static_cast<int64_t>(c) * chunk_bytes;
       if (vec) {
         CpAsyncSharedOrZero<16>(dst, from, fill[i]);
       } else {
@@ -3201,14 +3208,26 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   const int64_t row_bytes = w.data_row_stride * RowElementBytes(kind);
   if (kind == Kind::kFp4) {
     if (in % kFp4Block != 0) Fail("FP4 weight in_features must be a multiple of 32");
-    if (w.data_row_stride < in / 2) Fail("FP4 weight row stride below in_features / 2 bytes");
+    if (w.data_chunk_stride != 0) {
+      if (in % wgmma::kChunk != 0 || w.data_row_stride != wgmma::kChunk / 2 ||
+          w.data_chunk_stride < out * (wgmma::kChunk / 2) ||
+          w.data_chunk_stride % 16 != 0) {
+        Fail("chunk-major FP4 weight: in_features a multiple of 128, a row stride of 64 bytes and a chunk stride of "
+             "at least 64 bytes a row, a multiple of 16");
+      }
+    } else if (w.data_row_stride < in / 2) {
+      Fail("FP4 weight row stride below in_features / 2 bytes");
+    }
   } else if (w.data_row_stride < in) {
     Fail("weight row stride below in_features");
+  } else if (w.data_chunk_stride != 0) {
+    Fail("a chunk stride is an FP4 weight's");
   }
   p.w = static_cast<const uint8_t*>(w.data);
   p.w_row_bytes = row_bytes;
   p.w_vec = Aligned(w.data, row_bytes, VecAlign(kind));
   p.w_vec16 = Aligned(w.data, row_bytes, 16);
+  p.w_chunk_bytes = w.data_chunk_stride != 0 ? w.data_chunk_stride : wgmma::kChunk / 2;
   p.scale = nullptr;
   p.scale_row_stride = 0;
   p.scale_f32 = false;
@@ -4594,6 +4613,7 @@ struct ExpertsLaunch {
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
+  bool chunk_major = false;  // the FP4 experts' nibbles chunk-major (RewriteFp4ExpertsChunkMajor)
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -5237,6 +5257,15 @@ void LaunchExperts(const ExpertsLaunch& l) {
           return LaunchExpertsWgmma<K>(l);  // every tile, x quantized once
         }
       }
+    }
+  }
+  if (l.chunk_major) {
+    Fail("these FP4 experts were rewritten chunk-major (DEEPINFER_EXPERTS_IN_PLACE=1), which only the FP8-input "
+         "warpgroup-MMA kernels read, and this call takes another path (f32 SIMT or split-BF16 math, no codes "
+         "scratch, or a device without sm_90a code); unset DEEPINFER_EXPERTS_IN_PLACE");
+  }
+  if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
+    if (l.path != Path::kSimt) {
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");
       LaunchExpertsMmaSmall<K>(l);   // 1-8 rows
       LaunchExpertsMma<K, 2>(l, 3);  // 9-16
@@ -5358,6 +5387,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     if (reinterpret_cast<uintptr_t>(chunk_words) % 256 != 0) Fail("FP4 chunk words not 256-byte aligned");
     l.chunk_words = static_cast<const uint32_t*>(chunk_words);
   }
+  CheckWeight(layout);
   if (fp4_tiles != nullptr) {
     if (Fp4ExpertTilesBytes(layout, num_experts, math) == 0) Fail("FP4 expert tiles given where no kernel reads them");
     if (reinterpret_cast<uintptr_t>(fp4_tiles) % 256 != 0) Fail("FP4 expert tiles not 256-byte aligned");
@@ -5414,6 +5444,9 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   ep.base.num_slabs = CeilDiv(k, kSlab);
   ep.base.x_vec = Aligned(x, ldx * 4, 16);  // then every row start is aligned too
   ep.base.scale_f32 = layout.scale_dtype == DType::kF32;  // the launch's choices (each tile sets its own)
+  // Every expert of the table has the layout's chunk stride (RewriteFp4ExpertsChunkMajor rewrites all).
+  ep.base.w_chunk_bytes = layout.data_chunk_stride != 0 ? layout.data_chunk_stride : wgmma::kChunk / 2;
+  l.chunk_major = layout.data_chunk_stride != 0;
   ep.weights = weights;
   switch (kind) {
     case Kind::kF32: return LaunchExperts<Kind::kF32>(l);
@@ -5581,7 +5614,8 @@ void WriteFp4ChunkWords(const DeviceWeight* weights, const DeviceWeight& layout,
 }
 
 size_t Fp4ExpertTilesBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {
-  if (num_experts <= 0 || KindOf(layout) != Kind::kFp4 || !WeightTakesWgmma(layout, math) ||
+  if (num_experts <= 0 || KindOf(layout) != Kind::kFp4 || layout.data_chunk_stride != 0 ||
+      !WeightTakesWgmma(layout, math) ||
       !wgmma::rs::Usable(layout.in_features) || !g_fp4_tiles.On()) {
     return 0;
   }
@@ -5640,6 +5674,78 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
   DI_CUDA_LAUNCH_CHECK("cuda::WriteFp4ExpertTiles");
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
 }
+
+// DEEPINFER_EXPERTS_IN_PLACE (read once; unset or 0: off, 1: on): FP4 experts on the FP8-input
+// warpgroup-MMA path are rewritten chunk-major in place at load (RewriteFp4ExpertsChunkMajor), so
+// that each warp's 16 rows of a chunk are one contiguous KiB, as in the tiles, without a second
+// copy. Tests override it (SetExpertsInPlaceForTesting).
+KernelSwitch g_experts_in_place{"DEEPINFER_EXPERTS_IN_PLACE", 0};
+
+bool Fp4ExpertsChunkMajorInPlace(const DeviceWeight& layout, LinearMath math) {
+  return g_experts_in_place.On() && KindOf(layout) == Kind::kFp4 && layout.data_chunk_stride == 0 &&
+         layout.in_features % wgmma::kChunk == 0 && layout.data_row_stride == layout.in_features / 2 &&
+         WeightTakesWgmma(layout, math);
+}
+
+namespace {
+// Grid-stride over `units` 16-byte units of chunk-major nibbles: unit i is byte 16·i of
+// [chunks][n][64 bytes], from rows of row_bytes bytes at `rows`.
+__global__ void ChunkMajorKernel(const uint8_t* __restrict__ rows, int64_t row_bytes, int64_t n, int64_t units,
+                                 uint4* __restrict__ out) {
+  PdlPrologue();
+  constexpr int64_t kPieceUnits = wgmma::kChunk / 2 / 16;  // a row's 64 bytes of one chunk
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < units;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i / (n * kPieceUnits), r = (i / kPieceUnits) % n, u = i % kPieceUnits;
+    out[i] = *reinterpret_cast<const uint4*>(rows + r * row_bytes + c * (wgmma::kChunk / 2) + u * 16);
+  }
+}
+}  // namespace
+
+DeviceWeight ChunkMajorOf(const DeviceWeight& w) {
+  DeviceWeight d = w;
+  d.data_row_stride = wgmma::kChunk / 2;
+  d.data_chunk_stride = w.out_features * (wgmma::kChunk / 2);
+  return d;
+}
+
+void RewriteFp4ExpertsChunkMajor(const DeviceWeight* experts, int64_t num_experts, LinearMath math,
+                                 cudaStream_t stream) {
+  if (num_experts <= 0) return;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    CheckWeight(experts[e]);
+    if (!Fp4ExpertsChunkMajorInPlace(experts[e], math) || experts[e].out_features != experts[0].out_features ||
+        experts[e].in_features != experts[0].in_features) {
+      Fail("RewriteFp4ExpertsChunkMajor: FP4 experts of one shape in rows without padding, K a multiple of 128, "
+           "read on the FP8-input warpgroup-MMA path, with DEEPINFER_EXPERTS_IN_PLACE=1");
+    }
+    if (reinterpret_cast<uintptr_t>(experts[e].data) % 16 != 0) {
+      Fail("RewriteFp4ExpertsChunkMajor: an expert's nibbles not 16-byte aligned");
+    }
+  }
+  const int64_t n = experts[0].out_features, row_bytes = experts[0].in_features / 2, bytes = n * row_bytes;
+  if (bytes == 0) return;
+  void* aside = nullptr;
+  DI_CUDA_CHECK(cudaMalloc(&aside, static_cast<size_t>(bytes)), "RewriteFp4ExpertsChunkMajor: scratch");
+  const int sms = CurrentDeviceSms().second;
+  const int64_t units = bytes / 16;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8));
+  cudaError_t status = cudaSuccess;
+  for (int64_t e = 0; e < num_experts && status == cudaSuccess; ++e) {
+    uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(experts[e].data));
+    status = cudaMemcpyAsync(aside, data, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream);
+    if (status != cudaSuccess) break;
+    ChunkMajorKernel<<<blocks, 256, 0, stream>>>(static_cast<const uint8_t*>(aside), row_bytes, n, units,
+                                                 reinterpret_cast<uint4*>(data));
+    status = cudaGetLastError();
+  }
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);  // before the scratch goes
+  const cudaError_t freed = cudaFree(aside);
+  DI_CUDA_CHECK(status, "RewriteFp4ExpertsChunkMajor");
+  DI_CUDA_CHECK(freed, "RewriteFp4ExpertsChunkMajor: scratch");
+}
+
+void SetExpertsInPlaceForTesting(int mode) { g_experts_in_place.SetForTesting(mode, "SetExpertsInPlaceForTesting"); }
 
 void SetFp4ExpertTilesForTesting(int mode) { g_fp4_tiles.SetForTesting(mode, "SetFp4ExpertTilesForTesting"); }
 
@@ -6040,6 +6146,9 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
     Params p{};
     SetWeight(w, p);  // its checks
     return;
+  }
+  if (w.data_chunk_stride != 0) {
+    Fail("a chunk-major FP4 weight (RewriteFp4ExpertsChunkMajor) is an expert's: ExpertsLinear reads it");
   }
   Params p{};
   const Kind kind = SetLinearParams(x, ldx, m, w, y, ldy, scratch, scratch_bytes, p);

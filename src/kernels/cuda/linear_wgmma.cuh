@@ -469,8 +469,11 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
                                           uint8_t* stage, int64_t n0, int64_t t_codes, int tokens, int c) {
   using S = StageCopies<K>;
   const int tid = threadIdx.x;
+  // FP4: a row's chunks p.w_chunk_bytes apart (S::kRowBytes in the rows as stored; chunk-major
+  // nibbles farther); FP8: S::kRowBytes.
+  const int64_t chunk_bytes = K == Kind::kFp4 ? p.w_chunk_bytes : S::kRowBytes;
   if (cp.whole_w) {
-    const uint8_t* src = cp.w + c * S::kRowBytes;
+    const uint8_t* src = cp.w + c * chunk_bytes;
 #pragma unroll
     for (int i = 0; i < S::kWPasses; ++i) CpAsync16(stage + cp.w_dst + i * S::kPassBytes, src + i * cp.w_pass_stride);
   } else {
@@ -479,7 +482,7 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
       const int id = tid + i * kThreads;
       const int row = id / S::kWUnits, unit = id % S::kWUnits;
       const bool valid = n0 + row < p.n;
-      const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * S::kRowBytes + unit * 16;
+      const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * chunk_bytes + unit * 16;
       Copy16(stage + cp.w_dst + i * S::kPassBytes, src, valid, p.w_vec16);
     }
   }
@@ -855,7 +858,7 @@ __device__ __forceinline__ void LoadRawNibbles(const Params& p, uint8_t* raw, in
   for (int id = static_cast<int>(threadIdx.x); id < kBlockRows * kUnits; id += kThreads) {
     const int row = id / kUnits, unit = id % kUnits;
     const bool valid = n0 + row < p.n;
-    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * (kChunk / 2) + unit * 16;
+    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * p.w_chunk_bytes + unit * 16;
     uint32_t word[4] = {0u, 0u, 0u, 0u};
     if (valid) LoadWords(src, p.w_vec16, word);
     *reinterpret_cast<uint4*>(raw + row * (kChunk / 2) + unit * 16) = make_uint4(word[0], word[1], word[2], word[3]);
