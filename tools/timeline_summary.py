@@ -14,9 +14,12 @@ those steps:
 """
 import argparse
 import csv
-import re
+import os
 import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_summary import short_name  # noqa: E402  (the kernel names as the ncu summaries print them)
 
 
 def read_trace(path):
@@ -40,22 +43,6 @@ def read_trace(path):
         kernels.append((int(float(r[start_key])), int(float(r[dur_key])), short_name(name)))
     kernels.sort()
     return kernels
-
-
-def short_name(name):
-    """The kernel's name without its argument list and namespaces; template arguments kept."""
-    name = re.sub(r"^void ", "", name).replace("(anonymous namespace)::", "")
-    depth, cut = 0, len(name)
-    for i, ch in enumerate(name):  # the first '(' outside template brackets starts the arguments
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            cut = i
-            break
-    name = name[:cut]
-    return re.sub(r"\b[A-Za-z_][A-Za-z_0-9]*::", "", name)
 
 
 def main():
