@@ -375,6 +375,13 @@ __host__ __device__ constexpr TileLayout TileLayoutOf(bool chunk_major, int64_t 
                                   static_cast<uint32_t>(WarpBlocksOfExpert(n) * kTileBytes)}
                      : TileLayout{static_cast<uint32_t>(chunks * kTileBytes), static_cast<uint32_t>(kTileBytes)};
 }
+// N = 200: 4 items of 64 rows, 16 warp blocks; 8 chunks.
+static_assert(TileLayoutOf(true, 200, 8).block_stride == kTileBytes &&
+                  TileLayoutOf(true, 200, 8).chunk_stride == 16 * kTileBytes &&
+                  TileLayoutOf(false, 200, 8).block_stride == 8 * kTileBytes &&
+                  TileLayoutOf(false, 200, 8).chunk_stride == kTileBytes &&
+                  TileBytesOfExpert(200, 8) == 128 * kTileBytes,
+              "the tiles' two orders");
 
 // The expert's chunk words written once at load (linear.cu's Fp4ChunkWordsKernel): ChunkWordOf of
 // row r's pass-0 fold word of chunk c at words[r·chunks + c], then per 64-row block b the chunks
