@@ -579,10 +579,10 @@ std::vector<uint32_t> ExpertsBits(const cuda::DeviceWeight* table, const cuda::D
 // FP4 experts rewritten chunk-major in place (DEEPINFER_EXPERTS_IN_PLACE: cuda::
 // RewriteFp4ExpertsChunkMajor) give the bits of the same experts in rows, on every kernel of the
 // FP8-input path that reads nibbles: the register-fed 8- and 16-token tiles (a decode routing at the
-// Flash experts' shapes, w1/w3 [4096 -> 2048] and w2 [2048 -> 4096]), the 64-row tiles, the prefill's
-// register-fed and in-block kernels (200-300 rows an expert) and the pre-fold (a group's codes
-// scratch); with and without chunk words; N = 200 (no multiple of 64), group scales over 18
-// binades (later passes from the nibbles). The paths that read rows refuse chunk-major experts.
+// Flash experts' shapes, w1/w3 [4096 -> 2048] and w2 [2048 -> 4096]), the 64-row tiles and the
+// prefill's TMA-fed kernels (below); with and without chunk words; N = 200 (no multiple of 64),
+// group scales over 18 binades (later passes from the nibbles). The paths that read rows refuse
+// chunk-major experts.
 TEST(CudaExpertsLinearFp8, ChunkMajorInPlaceEqualsRows) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -620,9 +620,35 @@ TEST(CudaExpertsLinearFp8, ChunkMajorInPlaceEqualsRows) {
   const std::vector<int32_t> mixed = {1, 16, 0, 9, 70, 130, 200, 3, 64, 17};
   check(10, 200, 1024, mixed, Offsets(mixed).back() + 5, 6110, {110, 128}, 0);
   check(10, 200, 128, mixed, Offsets(mixed).back(), 6111, {110, 128}, 0);
-  const std::vector<int32_t> prefill = {300, 210, 0, 190, 250, 1, 280, 230};
-  check(8, 256, 1024, prefill, Offsets(prefill).back(), 6120, {110, 128}, 0);
-  check(8, 200, 1024, prefill, Offsets(prefill).back(), 6121, {0, 0}, 3);
+  // Prefill rows (~200 an expert) on each TMA-fed kernel that reads nibbles, each asserted to run:
+  // converted in the MMA warpgroups' registers (chunk words; without them the in-block kernel),
+  // one converted tile for two token tiles, converted in the blocks, and pre-folded per call at 64-
+  // and 128-token tiles (a group of 3 experts' codes scratch).
+  if (cuda::TmaKernelsAvailable()) {
+    const std::vector<int32_t> prefill = {300, 210, 0, 190, 250, 1, 280, 230};
+    const int64_t bound = Offsets(prefill).back();
+    ScopedTmaKernels tma(1, 64);
+    {
+      ScopedFp4InBlock converted(1, 2);
+      ScopedFp4InBlockRegisters registers(1);
+      const uint64_t rs = cuda::Fp4InBlockRegistersLaunchesForTesting(), blocks = cuda::Fp4InBlockLaunchesForTesting();
+      check(8, 256, 1024, prefill, bound, 6120, {110, 128}, 0);
+      EXPECT_GT(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs) << "the register-fed prefill kernel did not run";
+      EXPECT_GT(cuda::Fp4InBlockLaunchesForTesting(), blocks) << "the in-block kernel did not run (no chunk words)";
+      ScopedFp4TilePairs pairs(1);
+      const uint64_t pair_launches = cuda::Fp4TilePairsLaunchesForTesting();
+      check(8, 200, 1024, prefill, bound, 6121, {110, 128}, 0);
+      EXPECT_GT(cuda::Fp4TilePairsLaunchesForTesting(), pair_launches) << "the tile-pair kernel did not run";
+    }
+    for (const int tile_tokens : {64, 128}) {
+      ScopedFp4InBlock pre_folded(0);
+      ScopedTmaKernels tokens_of(1, tile_tokens);
+      const uint64_t launches = cuda::TmaLaunchesForTesting(), blocks = cuda::Fp4InBlockLaunchesForTesting();
+      check(8, 200, 1024, prefill, bound, 6122 + static_cast<uint64_t>(tile_tokens), {110, 128}, 3);
+      EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the pre-folded TMA kernel did not run";
+      EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting(), blocks) << "converted in the blocks, not pre-folded";
+    }
+  }
 
   // The rows' kernels refuse them: f32 SIMT math, and Linear on any path.
   ExpertPool pool(kFp4, 2, 64, 256, 6130, 0, 64 * 128, 4, {0, 0}, false);
