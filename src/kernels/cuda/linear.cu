@@ -1753,7 +1753,7 @@ struct InBlockRow {
   uint32_t fill = 0;                // 16 where the row exists, 0 past n: the 16-byte copies' source bytes
   bool second_half = false;         // the block has rows in its second 64-row half
   bool vec = false;  // 16-byte aligned nibbles and 4-byte aligned exponents (cp.async); else bytes
-  int64_t chunk_bytes = 0;  // from a chunk's nibbles to the next's (Params::w_chunk_bytes)
+  uint32_t chunk_bytes = 0;  // from a chunk's nibbles to the next's (Params::w_chunk_bytes; an expert is < 4 GiB)
 
   InBlockRow() = default;  // no item: Copy is not called
   // Row n0 + i of tile t's expert, i < 128 (n0 a multiple of 128).
@@ -1771,7 +1771,7 @@ struct InBlockRow {
     const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
     nibbles = static_cast<const uint8_t*>(w.data) + row * row_bytes;
     exponents = static_cast<const uint8_t*>(w.scale) + row * w.scale_row_stride;
-    chunk_bytes = ep.base.w_chunk_bytes;
+    chunk_bytes = static_cast<uint32_t>(ep.base.w_chunk_bytes);
     vec = Aligned(w.data, row_bytes, 16) && chunk_bytes % 16 == 0 && Aligned(w.scale, w.scale_row_stride, 4);
   }
   __device__ __forceinline__ bool exists() const { return fill != 0u; }
@@ -2759,13 +2759,13 @@ struct PairCopies {
   const uint8_t* src[2] = {nullptr, nullptr};  // lane's piece of chunk 0 (row 0's past n)
   uint32_t fill[2] = {0u, 0u};                 // 16 where the row exists, else 0 (zeros)
   bool vec = false;                            // 16-byte aligned rows: cp.async; else loaded by the lane
-  int64_t chunk_bytes = 0;                     // from a chunk's pieces to the next's (Params::w_chunk_bytes)
+  uint32_t chunk_bytes = 0;                    // from a chunk's pieces to the next's (Params::w_chunk_bytes)
 
   PairCopies() = default;
   __device__ __forceinline__ PairCopies(const ExpertsParams& ep, const ExpertTile& t, int64_t n0, int warp, int lane) {
     const DeviceWeight& w = ep.weights[t.expert];
     const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
-    chunk_bytes = ep.base.w_chunk_bytes;
+    chunk_bytes = static_cast<uint32_t>(ep.base.w_chunk_bytes);
     vec = Aligned(w.data, row_bytes, 16) && chunk_bytes % 16 == 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -3210,10 +3210,10 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
     if (in % kFp4Block != 0) Fail("FP4 weight in_features must be a multiple of 32");
     if (w.data_chunk_stride != 0) {
       if (in % wgmma::kChunk != 0 || w.data_row_stride != wgmma::kChunk / 2 ||
-          w.data_chunk_stride < out * (wgmma::kChunk / 2) ||
-          w.data_chunk_stride % 16 != 0) {
+          w.data_chunk_stride < out * (wgmma::kChunk / 2) || w.data_chunk_stride % 16 != 0 ||
+          w.data_chunk_stride > 0xffffffffLL) {
         Fail("chunk-major FP4 weight: in_features a multiple of 128, a row stride of 64 bytes and a chunk stride of "
-             "at least 64 bytes a row, a multiple of 16");
+             "at least 64 bytes a row, a multiple of 16, under 4 GiB");
       }
     } else if (w.data_row_stride < in / 2) {
       Fail("FP4 weight row stride below in_features / 2 bytes");
