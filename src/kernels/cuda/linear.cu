@@ -4167,11 +4167,16 @@ int64_t DenseWsMinRows() {
   return chosen > 0 ? chosen : rows;
 }
 
+// The bytes of x's three BF16 parts, m rows of k columns each, that the dense warp-specialized
+// kernels read from the scratch (SplitXPartsForWs).
+int64_t DenseWsPartsBytes(int64_t m, int64_t k) { return 3 * m * k * 2; }
+
 // Whether p's arguments suit the dense warp-specialized kernels: the scratch holds x's three parts,
 // x and the weight aligned for the parts' split and the TMA, sizes within int.
 bool DenseWsArgumentsFit(const Params& p) {
   return p.scratch != nullptr && reinterpret_cast<uintptr_t>(p.scratch) % 256 == 0 &&
-         p.scratch_bytes >= static_cast<size_t>(3 * p.m * p.k * 2) && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
+         p.scratch_bytes >= static_cast<size_t>(DenseWsPartsBytes(p.m, p.k)) &&
+         reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
          p.w_row_bytes % 16 == 0 && p.ldx % 4 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
          p.m < (int64_t{1} << 31) && p.n < (int64_t{1} << 31) && p.k < (int64_t{1} << 31) && EncodeTiled() != nullptr;
 }
@@ -5134,13 +5139,13 @@ std::atomic<uint64_t> g_fp4_tiles_launches{0};  // launches of ExpertsFp4Registe
 // same bits). The tiles are written and read under the one value. Tests override it
 // (SetFp4TilesSignSplitForTesting).
 KernelSwitch g_fp4_tiles_sign_split{"DEEPINFER_EXPERTS_TILES_SIGN_SPLIT", 1};
+std::atomic<uint64_t> g_fp4_sign_split_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true, true>
 // DEEPINFER_EXPERTS_TILES_CHUNK_MAJOR (read once; unset or 0: warp-major, 1: chunk-major): the
 // order of the tiles in an expert's bytes (wgmma::rs::TileLayoutOf). Chunk-major is the rows' form
 // with a 64-byte row stride, which every reader of the rows could take in place; warp-major keeps
 // each warp's reads of an item in one run of bytes. Written and read under the one value. Tests
 // override it (SetFp4TilesChunkMajorForTesting).
 KernelSwitch g_fp4_tiles_chunk_major{"DEEPINFER_EXPERTS_TILES_CHUNK_MAJOR", 0};
-std::atomic<uint64_t> g_fp4_sign_split_launches{0};  // launches of ExpertsFp4RegistersKernel<*, *, true, true>
 // kKernel (an ExpertsFp4RegistersKernel of kTok tokens) over the plan's tiles of its size (ep as
 // LaunchExpertsWgmma built it): persistent blocks of `smem` bytes (max_smem: the kernel's most at
 // any K), at most as many as fit on the device at once. Returns false, launching nothing, where
@@ -5624,22 +5629,21 @@ size_t Fp4ExpertTilesBytes(const DeviceWeight& layout, int64_t num_experts, Line
 }
 
 namespace {
-// Grid-stride over every expert's tiles in 16-byte units: unit i of expert e is byte 16·i of its
-// tiles (wgmma::rs::TileBytesOfExpert's layout, chunk-major or warp-major), copied from the
-// expert's rows (zeros past n). sign_split: each word in the sign-split layout (cpu::SignSplitWord),
-// else as stored.
+// Grid-stride over every expert's tiles in 16-byte units: unit i of expert e is unit i % kTileUnits
+// of the tile (warp block, chunk) numbered (i % expert_units) / kTileUnits warp block by warp block,
+// written where `layout` (wgmma::rs::TileLayoutOf, as the kernels read it) puts that tile, copied
+// from the expert's rows (zeros past n). sign_split: each word in the sign-split layout
+// (cpu::SignSplitWord), else as stored.
 __global__ void WriteFp4ExpertTilesKernel(const DeviceWeight* __restrict__ weights, int64_t n, int64_t chunks,
-                                          int64_t expert_units, int64_t units, bool sign_split, bool chunk_major,
-                                          uint4* __restrict__ out) {
+                                          int64_t expert_units, int64_t units, bool sign_split,
+                                          wgmma::rs::TileLayout layout, uint4* __restrict__ out) {
   PdlPrologue();
   namespace rs = wgmma::rs;
   constexpr int64_t kTileUnits = rs::kTileBytes / 16, kRowUnits = rs::kRowBytes / 16;
-  const int64_t blocks = rs::WarpBlocksOfExpert(n);
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < units;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t e = i / expert_units, tile = (i % expert_units) / kTileUnits, unit = i % kTileUnits;
-    const int64_t block = chunk_major ? tile % blocks : tile / chunks;
-    const int64_t chunk = chunk_major ? tile / blocks : tile % chunks;
+    const int64_t block = tile / chunks, chunk = tile % chunks;
     const int64_t row = block * rs::kWarpRows + unit / kRowUnits;
     const DeviceWeight& w = weights[e];
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -5654,7 +5658,8 @@ __global__ void WriteFp4ExpertTilesKernel(const DeviceWeight* __restrict__ weigh
       }
       v = make_uint4(word[0], word[1], word[2], word[3]);
     }
-    out[i] = v;
+    const int64_t at = e * expert_units * 16 + block * layout.block_stride + chunk * layout.chunk_stride + unit * 16;
+    out[at / 16] = v;
   }
 }
 }  // namespace
@@ -5670,7 +5675,7 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
   const int64_t blocks = std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8);
   WriteFp4ExpertTilesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
       weights, layout.out_features, chunks, expert_units, units, g_fp4_tiles_sign_split.On(),
-      g_fp4_tiles_chunk_major.On(), static_cast<uint4*>(out));
+      wgmma::rs::TileLayoutOf(g_fp4_tiles_chunk_major.On(), layout.out_features, chunks), static_cast<uint4*>(out));
   DI_CUDA_LAUNCH_CHECK("cuda::WriteFp4ExpertTiles");
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
 }
@@ -6072,16 +6077,17 @@ bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
 
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   if (m <= 0 || w.out_features <= 0) return 0;
-  // BF16 weights under split-BF16 past 8 rows (the 64-token dense kernels): x's parts for
-  // DensePartsKernel, wherever it may run (the launch decides; the bytes depend on m and K alone).
-  if (KindOf(w) == Kind::kBF16 && math == LinearMath::kSplitBf16 && m > 8 && w.in_features > 0 &&
-      w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma() && g_dense_parts.On()) {
-    return static_cast<size_t>(CeilDiv(wgmma_split::DensePartsBytes(m, w.in_features), int64_t{256}) * 256);
-  }
-  // At 1-8 rows under DEEPINFER_DENSE_WS8: x's parts for the 8-token warp-specialized kernel.
-  if (KindOf(w) == Kind::kBF16 && math == LinearMath::kSplitBf16 && m <= 8 && w.in_features > 0 &&
-      w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma() && g_dense_ws8.On()) {
-    return static_cast<size_t>(CeilDiv(3 * m * w.in_features * 2, int64_t{256}) * 256);
+  // BF16 weights under split-BF16 on the dense kernels: x's parts, past 8 rows for DensePartsKernel
+  // (the 64-token kernels), wherever it may run (the launch decides; the bytes depend on m and K
+  // alone), and at 1-8 rows under DEEPINFER_DENSE_WS8 for the 8-token warp-specialized kernel.
+  if (KindOf(w) == Kind::kBF16 && math == LinearMath::kSplitBf16 && w.in_features > 0 &&
+      w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma()) {
+    if (m > 8 && g_dense_parts.On()) {
+      return static_cast<size_t>(CeilDiv(wgmma_split::DensePartsBytes(m, w.in_features), int64_t{256}) * 256);
+    }
+    if (m <= 8 && g_dense_ws8.On()) {
+      return static_cast<size_t>(CeilDiv(DenseWsPartsBytes(m, w.in_features), int64_t{256}) * 256);
+    }
   }
   // Elsewhere only where LaunchKind takes the wgmma path (any M, any row alignment; one group),
   // or cuBLASLt's.
