@@ -5693,6 +5693,32 @@ bool Fp4ExpertsChunkMajorInPlace(const DeviceWeight& layout, LinearMath math) {
 }
 
 namespace {
+// Rewrites `pieces` ranges of device memory in place, each through one scratch of scratch_bytes
+// bytes (allocated here and freed before returning, on errors too): range(i) gives piece i as
+// {start, bytes} (bytes at most scratch_bytes); the piece is copied aside on `stream`, then
+// write(aside, start, bytes, grid) queues the kernel that writes it back rewritten (`grid`: blocks of
+// 256 threads for bytes / 16 units). Synchronizes `stream` (load time). `what` names its failures.
+template <class Range, class Write>
+void RewriteThroughScratch(int64_t scratch_bytes, int64_t pieces, cudaStream_t stream, const char* what,
+                           const Range& range, const Write& write) {
+  void* aside = nullptr;
+  DI_CUDA_CHECK(cudaMalloc(&aside, static_cast<size_t>(scratch_bytes)), what);
+  const int sms = CurrentDeviceSms().second;
+  cudaError_t status = cudaSuccess;
+  for (int64_t i = 0; i < pieces && status == cudaSuccess; ++i) {
+    const auto [at, bytes] = range(i);
+    status = cudaMemcpyAsync(aside, at, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream);
+    if (status != cudaSuccess) break;
+    write(static_cast<const uint8_t*>(aside), at, bytes,
+          static_cast<unsigned>(std::min<int64_t>(CeilDiv(bytes / 16, int64_t{256}), int64_t{sms} * 8)));
+    status = cudaGetLastError();
+  }
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);  // before the scratch goes
+  const cudaError_t freed = cudaFree(aside);
+  DI_CUDA_CHECK(status, what);
+  DI_CUDA_CHECK(freed, what);
+}
+
 // Grid-stride over `units` 16-byte units of chunk-major nibbles: unit i is byte 16·i of
 // [chunks][n][64 bytes], from rows of row_bytes bytes at `rows`.
 __global__ void ChunkMajorKernel(const uint8_t* __restrict__ rows, int64_t row_bytes, int64_t n, int64_t units,
@@ -5730,24 +5756,12 @@ void RewriteFp4ExpertsChunkMajor(const DeviceWeight* experts, int64_t num_expert
   }
   const int64_t n = experts[0].out_features, row_bytes = experts[0].in_features / 2, bytes = n * row_bytes;
   if (bytes == 0) return;
-  void* aside = nullptr;
-  DI_CUDA_CHECK(cudaMalloc(&aside, static_cast<size_t>(bytes)), "RewriteFp4ExpertsChunkMajor: scratch");
-  const int sms = CurrentDeviceSms().second;
-  const int64_t units = bytes / 16;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8));
-  cudaError_t status = cudaSuccess;
-  for (int64_t e = 0; e < num_experts && status == cudaSuccess; ++e) {
-    uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(experts[e].data));
-    status = cudaMemcpyAsync(aside, data, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream);
-    if (status != cudaSuccess) break;
-    ChunkMajorKernel<<<blocks, 256, 0, stream>>>(static_cast<const uint8_t*>(aside), row_bytes, n, units,
-                                                 reinterpret_cast<uint4*>(data));
-    status = cudaGetLastError();
-  }
-  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);  // before the scratch goes
-  const cudaError_t freed = cudaFree(aside);
-  DI_CUDA_CHECK(status, "RewriteFp4ExpertsChunkMajor");
-  DI_CUDA_CHECK(freed, "RewriteFp4ExpertsChunkMajor: scratch");
+  RewriteThroughScratch(
+      bytes, num_experts, stream, "cuda::RewriteFp4ExpertsChunkMajor",
+      [&](int64_t e) { return std::pair{static_cast<uint8_t*>(const_cast<void*>(experts[e].data)), bytes}; },
+      [&](const uint8_t* aside, uint8_t* at, int64_t piece_bytes, unsigned grid) {
+        ChunkMajorKernel<<<grid, 256, 0, stream>>>(aside, row_bytes, n, piece_bytes / 16, reinterpret_cast<uint4*>(at));
+      });
 }
 
 void SetExpertsInPlaceForTesting(int mode) { g_experts_in_place.SetForTesting(mode, "SetExpertsInPlaceForTesting"); }
@@ -5877,24 +5891,17 @@ void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream) {
   const int64_t block_bytes = wgmma::kBlockRows * w.in_features * 2;
   const int64_t row_blocks = w.out_features / wgmma::kBlockRows;
   const int64_t group = std::max<int64_t>(1, std::min<int64_t>(row_blocks, (int64_t{64} << 20) / block_bytes));
-  void* aside = nullptr;
-  DI_CUDA_CHECK(cudaMalloc(&aside, static_cast<size_t>(group * block_bytes)), "RewriteAsDenseTiles: scratch");
   uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(w.data));
-  const int sms = CurrentDeviceSms().second;
-  for (int64_t b0 = 0; b0 < row_blocks; b0 += group) {
-    const int64_t blocks = std::min(group, row_blocks - b0);
-    uint8_t* at = data + b0 * block_bytes;
-    DI_CUDA_CHECK(cudaMemcpyAsync(aside, at, static_cast<size_t>(blocks * block_bytes), cudaMemcpyDeviceToDevice,
-                                  stream),
-                  "RewriteAsDenseTiles: copy aside");
-    const int64_t units = blocks * block_bytes / 16;
-    WriteDenseTilesKernel<<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8)), 256, 0,
-                            stream>>>(static_cast<const uint8_t*>(aside), w.in_features * 2,
-                                      blocks * wgmma::kBlockRows, w.in_features, units, reinterpret_cast<uint4*>(at));
-    DI_CUDA_LAUNCH_CHECK("cuda::RewriteAsDenseTiles");
-  }
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::RewriteAsDenseTiles");  // before the scratch goes
-  DI_CUDA_CHECK(cudaFree(aside), "RewriteAsDenseTiles: scratch");
+  RewriteThroughScratch(
+      group * block_bytes, CeilDiv(row_blocks, group), stream, "cuda::RewriteAsDenseTiles",
+      [&](int64_t i) {
+        return std::pair{data + i * group * block_bytes, std::min(group, row_blocks - i * group) * block_bytes};
+      },
+      [&](const uint8_t* aside, uint8_t* at, int64_t bytes, unsigned grid) {
+        const int64_t rows = bytes / block_bytes * wgmma::kBlockRows;
+        WriteDenseTilesKernel<<<grid, 256, 0, stream>>>(aside, w.in_features * 2, rows, w.in_features, bytes / 16,
+                                                        reinterpret_cast<uint4*>(at));
+      });
 }
 
 void SetDenseTilesInPlaceForTesting(int mode) {
