@@ -257,8 +257,8 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
       table.push_back(ToDevice(x));
       cuda::CheckWeight(table.back());
     }
-    // DEEPINFER_EXPERTS_IN_PLACE=1: the nibbles chunk-major in place, so that the kernels read each
-    // warp's rows of a chunk as one range, without a second copy.
+    // DEEPINFER_EXPERTS_IN_PLACE (unset or 1): the nibbles chunk-major in place, sign-split, so that
+    // the kernels read each warp's rows of a chunk as one range, without a second copy.
     if (!keep_folded && cuda::Fp4ExpertsChunkMajorInPlace(table[0], math)) {
       cuda::RewriteFp4ExpertsChunkMajor(table.data(), static_cast<int64_t>(table.size()), math, ctx.stream);
       for (size_t e = 0; e < table.size(); ++e) {

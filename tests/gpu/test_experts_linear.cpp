@@ -576,13 +576,14 @@ std::vector<uint32_t> ExpertsBits(const cuda::DeviceWeight* table, const cuda::D
   return Bits(dy.ToHost());
 }
 
-// FP4 experts rewritten chunk-major in place (DEEPINFER_EXPERTS_IN_PLACE: cuda::
-// RewriteFp4ExpertsChunkMajor) give the bits of the same experts in rows, on every kernel of the
-// FP8-input path that reads nibbles: the register-fed 8- and 16-token tiles (a decode routing at the
-// Flash experts' shapes, w1/w3 [4096 -> 2048] and w2 [2048 -> 4096]), the 64-row tiles and the
-// prefill's TMA-fed kernels (below); with and without chunk words; N = 200 (no multiple of 64),
-// group scales over 18 binades (later passes from the nibbles). The paths that read rows refuse
-// chunk-major experts.
+// FP4 experts rewritten chunk-major in place, their words sign-split (DEEPINFER_EXPERTS_IN_PLACE:
+// cuda::RewriteFp4ExpertsChunkMajor) give the bits of the same experts in rows, on every kernel of
+// the FP8-input path that reads nibbles: the register-fed 8- and 16-token tiles, which read them as
+// sign-split tiles (a decode routing at the Flash experts' shapes, w1/w3 [4096 -> 2048] and w2
+// [2048 -> 4096]), the 64-row tiles and the prefill's TMA-fed kernels, the BF16 fast-prefill one
+// among them (below); with and without chunk words; N = 192 (a partial 128-row block), group scales
+// over 18 binades (later passes from the nibbles). N must be a multiple of 64; the paths that read
+// rows refuse chunk-major experts.
 TEST(CudaExpertsLinearFp8, ChunkMajorInPlaceEqualsRows) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
@@ -615,11 +616,17 @@ TEST(CudaExpertsLinearFp8, ChunkMajorInPlaceEqualsRows) {
   const int64_t tokens = SanitizerSizes() ? 16 : 64;
   const std::vector<int32_t> decode = RandomRouting(tokens, 6, 64, 6100);
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+    const uint64_t tiles = cuda::Fp4ExpertTilesLaunchesForTesting();
+    const uint64_t split = cuda::Fp4TilesSignSplitLaunchesForTesting();
     check(64, n, k, decode, tokens * 6, 6101 + static_cast<uint64_t>(n), {0, 0}, 0);
+    // Two calls (with and without chunk words) of the rows and two of the experts read as tiles.
+    EXPECT_GE(cuda::Fp4ExpertTilesLaunchesForTesting(), tiles + 2) << "the register-fed kernel on the tiles";
+    EXPECT_EQ(cuda::Fp4TilesSignSplitLaunchesForTesting() - split, cuda::Fp4ExpertTilesLaunchesForTesting() - tiles)
+        << "every tiles launch on sign-split words";
   }
   const std::vector<int32_t> mixed = {1, 16, 0, 9, 70, 130, 200, 3, 64, 17};
-  check(10, 200, 1024, mixed, Offsets(mixed).back() + 5, 6110, {110, 128}, 0);
-  check(10, 200, 128, mixed, Offsets(mixed).back(), 6111, {110, 128}, 0);
+  check(10, 192, 1024, mixed, Offsets(mixed).back() + 5, 6110, {110, 128}, 0);
+  check(10, 192, 128, mixed, Offsets(mixed).back(), 6111, {110, 128}, 0);
   // Prefill rows (~200 an expert) on each TMA-fed kernel that reads nibbles, each asserted to run:
   // converted in the MMA warpgroups' registers (chunk words; without them the in-block kernel),
   // one converted tile for two token tiles, converted in the blocks, and pre-folded per call at 64-
@@ -637,20 +644,31 @@ TEST(CudaExpertsLinearFp8, ChunkMajorInPlaceEqualsRows) {
       EXPECT_GT(cuda::Fp4InBlockLaunchesForTesting(), blocks) << "the in-block kernel did not run (no chunk words)";
       ScopedFp4TilePairs pairs(1);
       const uint64_t pair_launches = cuda::Fp4TilePairsLaunchesForTesting();
-      check(8, 200, 1024, prefill, bound, 6121, {110, 128}, 0);
+      check(8, 192, 1024, prefill, bound, 6121, {110, 128}, 0);
       EXPECT_GT(cuda::Fp4TilePairsLaunchesForTesting(), pair_launches) << "the tile-pair kernel did not run";
+    }
+    for (const int tile_tokens : {104, 208}) {  // the BF16 fast prefill (chunk words select it)
+      ScopedFp4RegistersTma prefill_kernels;
+      ScopedFp4Bf16 bf16(1, tile_tokens);
+      const uint64_t launches = cuda::Fp4Bf16LaunchesForTesting();
+      check(8, 192, 1024, prefill, bound, 6125 + static_cast<uint64_t>(tile_tokens), {110, 128}, 0);
+      EXPECT_GT(cuda::Fp4Bf16LaunchesForTesting(), launches) << "the BF16 kernel did not run";
     }
     for (const int tile_tokens : {64, 128}) {
       ScopedFp4InBlock pre_folded(0);
       ScopedTmaKernels tokens_of(1, tile_tokens);
       const uint64_t launches = cuda::TmaLaunchesForTesting(), blocks = cuda::Fp4InBlockLaunchesForTesting();
-      check(8, 200, 1024, prefill, bound, 6122 + static_cast<uint64_t>(tile_tokens), {110, 128}, 3);
+      check(8, 192, 1024, prefill, bound, 6122 + static_cast<uint64_t>(tile_tokens), {110, 128}, 3);
       EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the pre-folded TMA kernel did not run";
       EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting(), blocks) << "converted in the blocks, not pre-folded";
     }
   }
 
-  // The rows' kernels refuse them: f32 SIMT math, and Linear on any path.
+  // No rewrite where N is no multiple of 64; the rows' kernels refuse them: f32 SIMT math, and
+  // Linear on any path.
+  EXPECT_FALSE(cuda::Fp4ExpertsChunkMajorInPlace(ExpertPool(kFp4, 1, 200, 256, 6129, 0, 200 * 128, 4, {0, 0}, false)
+                                                     .Device(0),
+                                                 TestLinearMath()));
   ExpertPool pool(kFp4, 2, 64, 256, 6130, 0, 64 * 128, 4, {0, 0}, false);
   std::vector<cuda::DeviceWeight> host = {pool.Device(0), pool.Device(1)};
   cuda::RewriteFp4ExpertsChunkMajor(host.data(), 2, TestLinearMath(), nullptr);

@@ -103,6 +103,9 @@ struct Params {
   // FP4 weights: bytes from a row's 128-column chunk (64 bytes of nibbles) to its next: 64 in the
   // rows as stored, DeviceWeight::data_chunk_stride where they are chunk-major.
   int64_t w_chunk_bytes = 64;
+  // FP4 weights: each 32-bit word of nibbles in the sign-split layout (cpu::SignSplitWord), as the
+  // chunk-major rewrite stores them (DeviceWeight::data_chunk_stride != 0); else as stored.
+  bool w_sign_split = false;
 };
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
@@ -1204,8 +1207,10 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
 // bytes of spills; 16 tokens: 2, 172 registers, none, or 3, 168 registers, none; ptxas, CUDA 13.0,
 // since version 31).
-// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits); kSignSplit: the tiles'
-// words in the sign-split layout (rs::Fp4RegistersBlock's; the same bits).
+// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits), or where ep.fp4_tiles is
+// null from the experts' own nibbles rewritten chunk-major in place (RewriteFp4ExpertsChunkMajor: the
+// tiles' chunk-major bytes, N a multiple of 64); kSignSplit: the words in the sign-split layout
+// (rs::Fp4RegistersBlock's; the same bits).
 template <int kTok, int kMinBlocks, bool kTiles = false, bool kSignSplit = false>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
@@ -1217,8 +1222,9 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
                                                                  int chunks) {
     const uint32_t* words = ep.ExpertChunkWords(t.expert);
     if constexpr (kTiles) {
-      wgmma::rs::Fp4RegistersBlock<kTok, true, kSignSplit>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem,
-                                                           chunks, words, ep.fp4_tiles + t.expert * ep.fp4_tiles_stride,
+      const Params p = TileParams<Kind::kFp4>(ep, t);
+      const uint8_t* tiles = ep.fp4_tiles != nullptr ? ep.fp4_tiles + t.expert * ep.fp4_tiles_stride : p.w;
+      wgmma::rs::Fp4RegistersBlock<kTok, true, kSignSplit>(p, a, n0, t.row0, smem, chunks, words, tiles,
                                                            ep.fp4_tiles_layout);
     } else {
       wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
@@ -1288,7 +1294,8 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
     if (shift != cpu::kFoldGroupLeft) {
       uint32_t word[2];
       wgmma::LoadWords(p.w + (n0 + row) * p.w_row_bytes + c * p.w_chunk_bytes + unit * 8, p.w_vec16, word);
-      v = wgmma::FoldedUnitCodes(make_uint2(word[0], word[1]), tables[2 * shift], tables[2 * shift + 1]);
+      v = wgmma::FoldedUnitCodes(make_uint2(word[0], word[1]), tables[2 * shift], tables[2 * shift + 1],
+                                 p.w_sign_split);
     }
     uint8_t* chunk_codes = codes + (n0 + row) * ep.base.k + c * wgmma::kChunk;  // FP4 order (StoreFoldedUnit's)
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -1834,11 +1841,11 @@ __device__ __forceinline__ void UnpackGroupExponents(uint32_t word, int (&e)[4])
 // 2h + 1 of a unit come from its nibble word h. Groups the pass leaves get zero codes (their
 // shift field kFoldGroupLeft reads a zero entry of the tables, wgmma::rs::TableWord).
 // StoreFoldedUnit's bytes, stored 16 at a time; two units' independent chains side by side hide
-// each other's latency.
+// each other's latency. sign_split: the nibbles' words in the sign-split layout (Params::w_sign_split).
 template <int kUnits>
 __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUnits], int row,
                                                  const uint32_t (&word)[kUnits], uint32_t tables_addr,
-                                                 const uint32_t (&tile_addr)[kUnits], bool second) {
+                                                 const uint32_t (&tile_addr)[kUnits], bool second, bool sign_split) {
   uint32_t lo[kUnits][4], hi[kUnits][4], signs[kUnits][4];
 #pragma unroll
   for (int p = 0; p < kUnits; ++p) {
@@ -1868,7 +1875,7 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
         for (int b = 0; b < 4; ++b) {
           const uint4& piece = pieces[p][b];
           const uint32_t nib = 2 * a + h == 0 ? piece.x : 2 * a + h == 1 ? piece.y : 2 * a + h == 2 ? piece.z : piece.w;
-          mma::fp8::E2m1x8ToE4m3x8Table(nib, lo[p][b], hi[p][b], even[p][b], odd[p][b], signs[p][b]);
+          mma::fp8::E2m1x8WordToE4m3x8Table(sign_split, nib, lo[p][b], hi[p][b], even[p][b], odd[p][b], signs[p][b]);
         }
       }
 #pragma unroll
@@ -2040,7 +2047,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         }
         tile[p] = live[p] ? begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y) : 0u;
       }
-      ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, live[kP - 1]);
+      ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, live[kP - 1], ep.base.w_sign_split);
       if (!chunk_words) {
 #pragma unroll
         for (int p = 0; p < kP; ++p) more[p] = live[p] && ConvertersOr(cpu::FoldWordMore(word[p]));
@@ -2055,7 +2062,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
           const uint32_t w[1] = {InBlockUnit::Valid(note[p].x) ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord};
           const uint32_t t[1] = {begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y)};
           const uint32_t r[1] = {raw_addr[p]};
-          ConvertRowPasses<1>(r, row, w, tables_addr, t, false);
+          ConvertRowPasses<1>(r, row, w, tables_addr, t, false, ep.base.w_sign_split);
           bool live_p[kP] = {}, more_p[kP] = {};  // unit p alone
           float scale_p[kP] = {};
           live_p[p] = true;
@@ -2209,6 +2216,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   const int64_t n = ep.base.n;
   const uint32_t base = tma::SmemAddress(smem);
+  const bool sign_split = ep.base.w_sign_split;  // uniform: the nibbles' words (Params::w_sign_split)
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
   auto full_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (u % kRsXStages); };
   auto empty_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (kRsXStages + u % kRsXStages); };
@@ -2323,8 +2331,9 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
       up = __all_sync(0xffffffffu, ua != cpu::kSliceNoUpShift && ub != cpu::kSliceNoUpShift);
       if (!up) ua = ub = 0;
     }
-    rs::RowFragment(from + row_a, entry(rs::GroupShift(wa, q), ua), tables, f, 0);
-    rs::RowFragment(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(wb, q), ub), tables, f, 1);
+    rs::RowFragmentIn(sign_split, from + row_a, entry(rs::GroupShift(wa, q), ua), tables, f, 0);
+    rs::RowFragmentIn(sign_split, from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(wb, q), ub), tables, f,
+                      1);
     sa = rs::ChunkWordScale(wa, ua);
     sb = rs::ChunkWordScale(wb, ub);
   };
@@ -2358,8 +2367,9 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
         const rs::RowFold fb = rb < n ? rs::LaterFold(p, rb, c, pass) : none;
         // A warp whose rows are up-shifted has no group left for a later pass (cpu::SliceUpShift):
         // its rows add +0 here, in either unit.
-        rs::RowFragment(from + row_a, entry(rs::GroupShift(fa.shifts, q), 0), tables, f, 0);
-        rs::RowFragment(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(fb.shifts, q), 0), tables, f, 1);
+        rs::RowFragmentIn(sign_split, from + row_a, entry(rs::GroupShift(fa.shifts, q), 0), tables, f, 0);
+        rs::RowFragmentIn(sign_split, from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(fb.shifts, q), 0),
+                          tables, f, 1);
         rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(u)), x_desc_hi);
         wgmma::WgmmaWaitAll();
         wgmma::PinAll(acc);
@@ -2580,6 +2590,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   uint32_t mult_a, mult_b;    // their BF16 multipliers
   uint32_t bytes_seen = 0;    // the largest group byte converted
   const uint32_t row_a = g * rs::kRowBytes + 16 * q;
+  const bool sign_split = ep.base.w_sign_split;  // uniform: the nibbles' words (Params::w_sign_split)
   // Unit v's words and multipliers (its copies landed: L::kAhead - 1 later groups may fly), then
   // its half 0 into fa.
   auto convert_first = [&](uint32_t v) {
@@ -2593,16 +2604,12 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     bytes_seen = max(bytes_seen, max(ea, eb));
     mult_a = f4b::GroupMultiplier(ea);
     mult_b = f4b::GroupMultiplier(eb);
-    f4b::WordToSteps(nib_a.x, mult_a, fa, 0);
-    f4b::WordToSteps(nib_b.x, mult_b, fa, 1);
-    f4b::WordToSteps(nib_a.y, mult_a, fa + 8, 0);
-    f4b::WordToSteps(nib_b.y, mult_b, fa + 8, 1);
+    f4b::WordsToSteps(sign_split, nib_a.x, mult_a, nib_b.x, mult_b, fa);
+    f4b::WordsToSteps(sign_split, nib_a.y, mult_a, nib_b.y, mult_b, fa + 8);
   };
   auto convert_second = [&] {
-    f4b::WordToSteps(nib_a.z, mult_a, fb, 0);
-    f4b::WordToSteps(nib_b.z, mult_b, fb, 1);
-    f4b::WordToSteps(nib_a.w, mult_a, fb + 8, 0);
-    f4b::WordToSteps(nib_b.w, mult_b, fb + 8, 1);
+    f4b::WordsToSteps(sign_split, nib_a.z, mult_a, nib_b.z, mult_b, fb);
+    f4b::WordsToSteps(sign_split, nib_a.w, mult_a, nib_b.w, mult_b, fb + 8);
   };
   // Half h's four k16 steps of unit v from fragment f; fresh: the item's first (from zero). Narrow
   // (a std::bool_constant): on the tile's first 104 tokens only (MmaBf16RsNarrow).
@@ -2801,9 +2808,9 @@ struct PairCopies {
 // bytes of nibbles (8 bytes at shared address nibbles + b · PairCopies::kGroupStride) converted with
 // group b's table entry (bits 4b.. of `shifts`: TableWord's or UpShiftedTableWord's entry) into
 // the row's 16-byte units 4·half + t, t = 0..3 (swizzled by x = row % 8), of the tile row at
-// row_addr: ConvertRowPasses' bytes for a = half.
+// row_addr: ConvertRowPasses' bytes for a = half (sign_split: Params::w_sign_split).
 __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts, uint32_t tables, uint32_t row_addr,
-                                               int x, int half) {
+                                               int x, int half, bool sign_split) {
   uint32_t lo[4], hi[4], signs[4];
   uint2 nib[4];
 #pragma unroll
@@ -2819,7 +2826,8 @@ __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts
     uint32_t even[4], odd[4];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      mma::fp8::E2m1x8ToE4m3x8Table(h == 0 ? nib[b].x : nib[b].y, lo[b], hi[b], even[b], odd[b], signs[b]);
+      mma::fp8::E2m1x8WordToE4m3x8Table(sign_split, h == 0 ? nib[b].x : nib[b].y, lo[b], hi[b], even[b], odd[b],
+                                        signs[b]);
     }
     wgmma::StShared128(row_addr + (((4 * half + 2 * h) ^ x) << 4), make_uint4(even[0], even[1], even[2], even[3]));
     wgmma::StShared128(row_addr + (((4 * half + 2 * h + 1) ^ x) << 4), make_uint4(odd[0], odd[1], odd[2], odd[3]));
@@ -2993,7 +3001,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       const float scale = rs::ChunkWordScale(word, up);  // the chunk scale, or the slice scale where up
       const uint32_t nibbles = raw + L::kNibbles + PairCopies::RowHalf(row, half);
       const uint32_t row_addr = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
-      ConvertHalfRow(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half);
+      ConvertHalfRow(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half,
+                     ep.base.w_sign_split);
       end_pass(scale, more, warp_up);
       for (int pass = 1; more; ++pass) {  // rare: the fold of each later pass from global memory
         const Params p = TileParams<Kind::kFp4>(
@@ -3004,7 +3013,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         const uint32_t later_row = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
         // An up-shifted warp's rows have no group left for a later pass (cpu::SliceUpShift): zero
         // codes, their slice scale kept for the slice's end.
-        ConvertHalfRow(nibbles, PassEntries<kSliceScale>(fold.shifts, 0u), tables, later_row, row & 7, half);
+        ConvertHalfRow(nibbles, PassEntries<kSliceScale>(fold.shifts, 0u), tables, later_row, row & 7, half,
+                       ep.base.w_sign_split);
         more = ConvertersOr(fold.more);
         end_pass(warp_up ? scale : fold.scale, more, warp_up);
       }
@@ -3209,11 +3219,11 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   if (kind == Kind::kFp4) {
     if (in % kFp4Block != 0) Fail("FP4 weight in_features must be a multiple of 32");
     if (w.data_chunk_stride != 0) {
-      if (in % wgmma::kChunk != 0 || w.data_row_stride != wgmma::kChunk / 2 ||
+      if (in % wgmma::kChunk != 0 || out % wgmma::rs::kRows != 0 || w.data_row_stride != wgmma::kChunk / 2 ||
           w.data_chunk_stride < out * (wgmma::kChunk / 2) || w.data_chunk_stride % 16 != 0 ||
           w.data_chunk_stride > 0xffffffffLL) {
-        Fail("chunk-major FP4 weight: in_features a multiple of 128, a row stride of 64 bytes and a chunk stride of "
-             "at least 64 bytes a row, a multiple of 16, under 4 GiB");
+        Fail("chunk-major FP4 weight: in_features a multiple of 128, out_features of 64, a row stride of 64 bytes "
+             "and a chunk stride of at least 64 bytes a row, a multiple of 16, under 4 GiB");
       }
     } else if (w.data_row_stride < in / 2) {
       Fail("FP4 weight row stride below in_features / 2 bytes");
@@ -3228,6 +3238,7 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   p.w_vec = Aligned(w.data, row_bytes, VecAlign(kind));
   p.w_vec16 = Aligned(w.data, row_bytes, 16);
   p.w_chunk_bytes = w.data_chunk_stride != 0 ? w.data_chunk_stride : wgmma::kChunk / 2;
+  p.w_sign_split = w.data_chunk_stride != 0;
   p.scale = nullptr;
   p.scale_row_stride = 0;
   p.scale_f32 = false;
@@ -5169,22 +5180,30 @@ bool LaunchRegisterFed(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::Ge
 }
 
 // ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
-// (ep as LaunchExpertsWgmma built it, for 128-row items): on the experts' tiles where it has them,
-// else on their rows (LaunchRegisterFed).
+// (ep as LaunchExpertsWgmma built it, for 128-row items): on the experts' tiles where it has them or
+// their nibbles are chunk-major in place (read as tiles in the sign-split layout), else on their rows
+// (LaunchRegisterFed).
 template <int kTok, int kMinBlocks>
 bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
                                int required) {
   namespace rs = wgmma::rs;
   const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
   const int smem = rs::Smem{chunks, kTok}.Bytes(), max_smem = rs::Smem{rs::kMaxChunks, kTok}.Bytes();
-  if (ep.fp4_tiles != nullptr) {
-    const bool sign_split = g_fp4_tiles_sign_split.On();
+  if (ep.fp4_tiles != nullptr || ep.base.w_sign_split) {
+    const bool sign_split = ep.fp4_tiles != nullptr ? g_fp4_tiles_sign_split.On() : true;
+    ExpertsParams tiled = ep;
+    if (ep.fp4_tiles == nullptr) {  // in place: every 64-row item's warps have their 16 rows
+      if (ep.base.n % rs::kRows != 0 || ep.base.w_chunk_bytes != ep.base.n * rs::kRowBytes) {
+        Fail("chunk-major FP4 experts read as tiles: N a multiple of 64 and a chunk stride of N · 64 bytes");
+      }
+      tiled.fp4_tiles_layout = rs::TileLayout{static_cast<uint32_t>(rs::kTileBytes),
+                                              static_cast<uint32_t>(ep.base.w_chunk_bytes)};
+    }
     const bool ran =
-        sign_split
-            ? LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true, true>, kTok>(l, ep, a, required, smem,
-                                                                                            max_smem)
-            : LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(l, ep, a, required, smem,
-                                                                                      max_smem);
+        sign_split ? LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true, true>, kTok>(
+                         l, tiled, a, required, smem, max_smem)
+                   : LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(l, tiled, a, required,
+                                                                                             smem, max_smem);
     if (ran) g_fp4_tiles_launches.fetch_add(1);
     if (ran && sign_split) g_fp4_sign_split_launches.fetch_add(1);
     return ran;
@@ -5265,9 +5284,9 @@ void LaunchExperts(const ExpertsLaunch& l) {
     }
   }
   if (l.chunk_major) {
-    Fail("these FP4 experts were rewritten chunk-major (DEEPINFER_EXPERTS_IN_PLACE=1), which only the FP8-input "
+    Fail("these FP4 experts were rewritten chunk-major (DEEPINFER_EXPERTS_IN_PLACE), which only the FP8-input "
          "warpgroup-MMA kernels read, and this call takes another path (f32 SIMT or split-BF16 math, no codes "
-         "scratch, or a device without sm_90a code); unset DEEPINFER_EXPERTS_IN_PLACE");
+         "scratch, or a device without sm_90a code); set DEEPINFER_EXPERTS_IN_PLACE=0");
   }
   if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
     if (l.path != Path::kSimt) {
@@ -5451,6 +5470,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   ep.base.scale_f32 = layout.scale_dtype == DType::kF32;  // the launch's choices (each tile sets its own)
   // Every expert of the table has the layout's chunk stride (RewriteFp4ExpertsChunkMajor rewrites all).
   ep.base.w_chunk_bytes = layout.data_chunk_stride != 0 ? layout.data_chunk_stride : wgmma::kChunk / 2;
+  ep.base.w_sign_split = layout.data_chunk_stride != 0;
   l.chunk_major = layout.data_chunk_stride != 0;
   ep.weights = weights;
   switch (kind) {
@@ -5680,16 +5700,17 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
 }
 
-// DEEPINFER_EXPERTS_IN_PLACE (read once; unset or 0: off, 1: on): FP4 experts on the FP8-input
+// DEEPINFER_EXPERTS_IN_PLACE (read once; unset or 1: on, 0: off): FP4 experts on the FP8-input
 // warpgroup-MMA path are rewritten chunk-major in place at load (RewriteFp4ExpertsChunkMajor), so
-// that each warp's 16 rows of a chunk are one contiguous KiB, as in the tiles, without a second
-// copy. Tests override it (SetExpertsInPlaceForTesting).
-KernelSwitch g_experts_in_place{"DEEPINFER_EXPERTS_IN_PLACE", 0};
+// that each warp's 16 rows of a chunk are one contiguous KiB, the tiles' chunk-major bytes, without
+// a second copy; each word in the sign-split layout, which the decode kernel converts in fewer
+// instructions. Tests override it (SetExpertsInPlaceForTesting).
+KernelSwitch g_experts_in_place{"DEEPINFER_EXPERTS_IN_PLACE", 1};
 
 bool Fp4ExpertsChunkMajorInPlace(const DeviceWeight& layout, LinearMath math) {
   return g_experts_in_place.On() && KindOf(layout) == Kind::kFp4 && layout.data_chunk_stride == 0 &&
-         layout.in_features % wgmma::kChunk == 0 && layout.data_row_stride == layout.in_features / 2 &&
-         WeightTakesWgmma(layout, math);
+         layout.in_features % wgmma::kChunk == 0 && layout.out_features % wgmma::rs::kRows == 0 &&
+         layout.data_row_stride == layout.in_features / 2 && WeightTakesWgmma(layout, math);
 }
 
 namespace {
@@ -5720,7 +5741,8 @@ void RewriteThroughScratch(int64_t scratch_bytes, int64_t pieces, cudaStream_t s
 }
 
 // Grid-stride over `units` 16-byte units of chunk-major nibbles: unit i is byte 16·i of
-// [chunks][n][64 bytes], from rows of row_bytes bytes at `rows`.
+// [chunks][n][64 bytes], from rows of row_bytes bytes at `rows`, each 32-bit word sign-split
+// (cpu::SignSplitWord).
 __global__ void ChunkMajorKernel(const uint8_t* __restrict__ rows, int64_t row_bytes, int64_t n, int64_t units,
                                  uint4* __restrict__ out) {
   PdlPrologue();
@@ -5728,7 +5750,9 @@ __global__ void ChunkMajorKernel(const uint8_t* __restrict__ rows, int64_t row_b
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < units;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t c = i / (n * kPieceUnits), r = (i / kPieceUnits) % n, u = i % kPieceUnits;
-    out[i] = *reinterpret_cast<const uint4*>(rows + r * row_bytes + c * (wgmma::kChunk / 2) + u * 16);
+    const uint4 v = *reinterpret_cast<const uint4*>(rows + r * row_bytes + c * (wgmma::kChunk / 2) + u * 16);
+    out[i] = make_uint4(cpu::SignSplitWord(v.x), cpu::SignSplitWord(v.y), cpu::SignSplitWord(v.z),
+                        cpu::SignSplitWord(v.w));
   }
 }
 }  // namespace
@@ -5748,7 +5772,7 @@ void RewriteFp4ExpertsChunkMajor(const DeviceWeight* experts, int64_t num_expert
     if (!Fp4ExpertsChunkMajorInPlace(experts[e], math) || experts[e].out_features != experts[0].out_features ||
         experts[e].in_features != experts[0].in_features) {
       Fail("RewriteFp4ExpertsChunkMajor: FP4 experts of one shape in rows without padding, K a multiple of 128, "
-           "read on the FP8-input warpgroup-MMA path, with DEEPINFER_EXPERTS_IN_PLACE=1");
+           "N of 64, read on the FP8-input warpgroup-MMA path, with DEEPINFER_EXPERTS_IN_PLACE on");
     }
     if (reinterpret_cast<uintptr_t>(experts[e].data) % 16 != 0) {
       Fail("RewriteFp4ExpertsChunkMajor: an expert's nibbles not 16-byte aligned");
