@@ -38,7 +38,7 @@ cuda::DeviceWeight ToDevice(const LinearWeight& w) {
     d.scale_dtype = w.scale.dtype();
     d.scale_row_stride = w.scale.ndim() == 2 ? w.scale.stride(0) : w.scale.numel();
   }
-  return d;
+  return w.chunk_major ? cuda::ChunkMajorOf(d) : d;
 }
 
 cuda::LinearMath MathOf(const OpContext& ctx, LinearInput input = LinearInput::kAsIs) {
@@ -250,11 +250,21 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
   }
   if (ctx.on_cuda() && !w.experts.empty()) {
 #if DEEPINFER_HAS_CUDA
+    const cuda::LinearMath math = MathOf(ctx, input);
     std::vector<cuda::DeviceWeight> table;
     table.reserve(w.experts.size());
     for (const LinearWeight& x : w.experts) {
       table.push_back(ToDevice(x));
       cuda::CheckWeight(table.back());
+    }
+    // DEEPINFER_EXPERTS_IN_PLACE (unset or 1): the nibbles chunk-major in place, sign-split, so that
+    // the kernels read each warp's rows of a chunk as one range, without a second copy.
+    if (!keep_folded && cuda::Fp4ExpertsChunkMajorInPlace(table[0], math)) {
+      cuda::RewriteFp4ExpertsChunkMajor(table.data(), static_cast<int64_t>(table.size()), math, ctx.stream);
+      for (size_t e = 0; e < table.size(); ++e) {
+        w.experts[e].chunk_major = true;
+        table[e] = ToDevice(w.experts[e]);
+      }
     }
     const size_t bytes = table.size() * sizeof(cuda::DeviceWeight);
     w.device_table = Buffer(bytes, ctx.device);
@@ -267,7 +277,6 @@ ExpertsWeight MakeExpertsWeight(const OpContext& ctx, std::vector<LinearWeight> 
       into = Buffer(size, ctx.device);
       write(device_table, table[0], num_experts, into.data(), size, ctx.stream);
     };
-    const cuda::LinearMath math = MathOf(ctx, input);
     const size_t folded_bytes = keep_folded ? cuda::FoldedExpertsBytes(table[0], num_experts, math) : size_t{0};
     written(w.folded, folded_bytes, cuda::FoldExperts);
     if (folded_bytes == 0) {  // the folded codes replace what the nibbles' kernels read

@@ -30,6 +30,11 @@ struct LinearWeight {
   // WriteDenseTiles), which the GPU's small-batch kernel reads instead of `data` (the same bits).
   // Not part of nbytes(): one pass reads one of the two.
   TensorView tiles;
+  // CUDA, kFp4 experts only: whether the nibbles were rewritten chunk-major in place at load
+  // (ops::MakeExpertsWeight, unless DEEPINFER_EXPERTS_IN_PLACE=0): chunk c (128 columns) of row o at
+  // byte (c · out_features + o) · 64 of `data`, each 32-bit word sign-split (cpu::SignSplitWord),
+  // whose view keeps its shape. Only the GPU experts' FP8-input kernels read them so.
+  bool chunk_major = false;
 
   bool empty() const { return data.empty(); }
   // Bytes read from memory by one full pass over the weight (data + scales).

@@ -40,9 +40,17 @@ constexpr uint32_t kSentinel = 0xffffffffu;  // bits of the memory nothing may w
 // ({0, 0}: the usual one).
 class ExpertPool {
  public:
+  // misalign_fifth: every fifth expert's data one element past its step (byte loads for FP4).
   ExpertPool(const Spec& spec, int64_t experts, int64_t n, int64_t k, uint64_t seed, int64_t pad = 0,
-             int64_t data_step = 28, int64_t scale_step = 3, std::pair<uint8_t, uint8_t> e8m0_range = {0, 0})
-      : spec_(spec), experts_(experts), n_(n), k_(k), data_step_(data_step), scale_step_(scale_step) {
+             int64_t data_step = 28, int64_t scale_step = 3, std::pair<uint8_t, uint8_t> e8m0_range = {0, 0},
+             bool misalign_fifth = true)
+      : spec_(spec),
+        experts_(experts),
+        n_(n),
+        k_(k),
+        data_step_(data_step),
+        scale_step_(scale_step),
+        misalign_fifth_(misalign_fifth) {
     const WeightStorage storage = StorageFor(spec, n, k, pad);
     cols_ = storage.cols;
     scale_rows_ = storage.scale_rows;
@@ -103,11 +111,12 @@ class ExpertPool {
 
  private:
   // In stored elements.
-  int64_t DataOffset(int64_t e) const { return data_step_ * e + (e % 5 == 4 ? 1 : 0); }
+  int64_t DataOffset(int64_t e) const { return data_step_ * e + (misalign_fifth_ && e % 5 == 4 ? 1 : 0); }
   int64_t ScaleOffset(int64_t e) const { return scale_step_ * e; }
 
   Spec spec_;
   int64_t experts_, n_, k_, data_step_, scale_step_, cols_ = 0, scale_rows_ = 0, scale_cols_ = 0;
+  bool misalign_fifth_;
   std::vector<uint8_t> data_, scale_;
   std::optional<DeviceArray<uint8_t>> d_data_, d_scale_;
   std::optional<DeviceArray<cuda::DeviceWeight>> d_table_;
@@ -536,6 +545,146 @@ TEST(CudaExpertsLinearFp8, RegisterFedTilesEqualLinear) {
       check_tiles(pool, decode, tokens * 6, k, n, 5752 + static_cast<uint64_t>(n), true, {0, 37, 74});
     }
   }
+}
+
+// ExpertsLinear over `table` (device DeviceWeights of `layout`'s shape) on rows_bound rows of x
+// (RoundForFp8Act'ed, row stride k) with the experts' row counts, on the FP8-input path with its
+// codes scratch (pre_fold_group > 0: room to pre-fold that many experts at a time) and the chunk
+// words where asked: y's bits (row stride n, a sentinel where nothing may write).
+std::vector<uint32_t> ExpertsBits(const cuda::DeviceWeight* table, const cuda::DeviceWeight& layout,
+                                  int64_t num_experts, const std::vector<int32_t>& counts, int64_t rows_bound,
+                                  uint64_t seed, bool chunk_words, int64_t pre_fold_group) {
+  const int64_t n = layout.out_features, k = layout.in_features;
+  std::vector<float> xs = RandomFloats(static_cast<size_t>(rows_bound * k), seed);
+  RoundForFp8Act(xs, rows_bound, k, k);
+  DeviceArray<float> dx(xs);
+  DeviceArray<int32_t> doff(Offsets(counts));
+  DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(rows_bound, num_experts));
+  DeviceArray<float> dy(static_cast<size_t>(rows_bound * n));
+  dy.Fill(0xff);
+  const size_t codes_bytes =
+      pre_fold_group > 0 ? cuda::ExpertsLinearPreFoldCodesBytes(rows_bound, pre_fold_group, layout, TestLinearMath())
+                         : cuda::ExpertsLinearCodesBytes(rows_bound, num_experts, layout, TestLinearMath(), false);
+  DeviceArray<uint8_t> codes(codes_bytes);
+  const size_t words_bytes = chunk_words ? cuda::Fp4ChunkWordsBytes(layout, num_experts, TestLinearMath()) : 0;
+  EXPECT_EQ(chunk_words, words_bytes > 0) << "Fp4ChunkWordsBytes";
+  DeviceArray<uint8_t> words(words_bytes);
+  if (words_bytes > 0) cuda::WriteFp4ChunkWords(table, layout, num_experts, words.get(), words_bytes, nullptr);
+  cuda::ExpertsLinear(dx.get(), k, rows_bound, doff.get(), num_experts, table, layout, dy.get(), n, scratch.get(),
+                      nullptr, TestLinearMath(), false, codes.get(), codes_bytes, nullptr,
+                      words_bytes > 0 ? words.get() : nullptr);
+  return Bits(dy.ToHost());
+}
+
+// FP4 experts rewritten chunk-major in place, their words sign-split (DEEPINFER_EXPERTS_IN_PLACE:
+// cuda::RewriteFp4ExpertsChunkMajor) give the bits of the same experts in rows, on every kernel of
+// the FP8-input path that reads nibbles: the register-fed 8- and 16-token tiles, which read them as
+// sign-split tiles (a decode routing at the Flash experts' shapes, w1/w3 [4096 -> 2048] and w2
+// [2048 -> 4096]), the 64-row tiles and the prefill's TMA-fed kernels, the BF16 fast-prefill one
+// among them (below); with and without chunk words; N = 192 (a partial 128-row block), group scales
+// over 18 binades (later passes from the nibbles). N must be a multiple of 64; the paths that read
+// rows refuse chunk-major experts.
+TEST(CudaExpertsLinearFp8, ChunkMajorInPlaceEqualsRows) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device";
+  const ScopedSwitch<cuda::SetExpertsInPlaceForTesting> in_place(1);
+  // Two pools of the same bytes: the second rewritten chunk-major.
+  const auto check = [](int64_t experts, int64_t n, int64_t k, const std::vector<int32_t>& counts, int64_t rows_bound,
+                        uint64_t seed, std::pair<uint8_t, uint8_t> e8m0, int64_t pre_fold_group) {
+    SCOPED_TRACE(testing::Message() << "E=" << experts << " [" << k << " -> " << n << "] rows " << rows_bound
+                                    << (pre_fold_group > 0 ? ", pre-folded" : ""));
+    ExpertPool rows(kFp4, experts, n, k, seed, 0, n * k / 2, 4, e8m0, false);
+    ExpertPool moved(kFp4, experts, n, k, seed, 0, n * k / 2, 4, e8m0, false);
+    std::vector<cuda::DeviceWeight> host;
+    for (int64_t e = 0; e < experts; ++e) host.push_back(moved.Device(e));
+    ASSERT_TRUE(cuda::Fp4ExpertsChunkMajorInPlace(host[0], TestLinearMath()));
+    cuda::RewriteFp4ExpertsChunkMajor(host.data(), experts, TestLinearMath(), nullptr);
+    for (cuda::DeviceWeight& w : host) w = cuda::ChunkMajorOf(w);
+    EXPECT_FALSE(cuda::Fp4ExpertsChunkMajorInPlace(host[0], TestLinearMath())) << "rewritten twice";
+    DeviceArray<cuda::DeviceWeight> table(host);
+    for (const bool words : {true, false}) {
+      SCOPED_TRACE(words ? "chunk words" : "no chunk words");
+      const std::vector<uint32_t> want =
+          ExpertsBits(rows.table(), rows.Device(0), experts, counts, rows_bound, seed + 7, words, pre_fold_group);
+      const std::vector<uint32_t> got =
+          ExpertsBits(table.get(), host[0], experts, counts, rows_bound, seed + 7, words, pre_fold_group);
+      EXPECT_TRUE(AllEqual(got, want, "chunk-major experts vs rows"));
+    }
+  };
+  // 64 tokens over 64 experts: ~6 rows an expert, as 256 tokens over Flash's 256.
+  const int64_t tokens = SanitizerSizes() ? 16 : 64;
+  const std::vector<int32_t> decode = RandomRouting(tokens, 6, 64, 6100);
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{2048, 4096}, {4096, 2048}}) {
+    const uint64_t tiles = cuda::Fp4ExpertTilesLaunchesForTesting();
+    const uint64_t split = cuda::Fp4TilesSignSplitLaunchesForTesting();
+    check(64, n, k, decode, tokens * 6, 6101 + static_cast<uint64_t>(n), {0, 0}, 0);
+    // Two calls (with and without chunk words) of the rows and two of the experts read as tiles.
+    EXPECT_GE(cuda::Fp4ExpertTilesLaunchesForTesting(), tiles + 2) << "the register-fed kernel on the tiles";
+    EXPECT_EQ(cuda::Fp4TilesSignSplitLaunchesForTesting() - split, cuda::Fp4ExpertTilesLaunchesForTesting() - tiles)
+        << "every tiles launch on sign-split words";
+  }
+  const std::vector<int32_t> mixed = {1, 16, 0, 9, 70, 130, 200, 3, 64, 17};
+  check(10, 192, 1024, mixed, Offsets(mixed).back() + 5, 6110, {110, 128}, 0);
+  check(10, 192, 128, mixed, Offsets(mixed).back(), 6111, {110, 128}, 0);
+  // Prefill rows (~200 an expert) on each TMA-fed kernel that reads nibbles, each asserted to run:
+  // converted in the MMA warpgroups' registers (chunk words; without them the in-block kernel),
+  // one converted tile for two token tiles, converted in the blocks, and pre-folded per call at 64-
+  // and 128-token tiles (a group of 3 experts' codes scratch).
+  if (cuda::TmaKernelsAvailable()) {
+    const std::vector<int32_t> prefill = {300, 210, 0, 190, 250, 1, 280, 230};
+    const int64_t bound = Offsets(prefill).back();
+    ScopedTmaKernels tma(1, 64);
+    {
+      ScopedFp4InBlock converted(1, 2);
+      ScopedFp4InBlockRegisters registers(1);
+      const uint64_t rs = cuda::Fp4InBlockRegistersLaunchesForTesting(), blocks = cuda::Fp4InBlockLaunchesForTesting();
+      check(8, 256, 1024, prefill, bound, 6120, {110, 128}, 0);
+      EXPECT_GT(cuda::Fp4InBlockRegistersLaunchesForTesting(), rs) << "the register-fed prefill kernel did not run";
+      EXPECT_GT(cuda::Fp4InBlockLaunchesForTesting(), blocks) << "the in-block kernel did not run (no chunk words)";
+      ScopedFp4TilePairs pairs(1);
+      const uint64_t pair_launches = cuda::Fp4TilePairsLaunchesForTesting();
+      check(8, 192, 1024, prefill, bound, 6121, {110, 128}, 0);
+      EXPECT_GT(cuda::Fp4TilePairsLaunchesForTesting(), pair_launches) << "the tile-pair kernel did not run";
+    }
+    for (const int tile_tokens : {104, 208}) {  // the BF16 fast prefill (chunk words select it)
+      ScopedFp4RegistersTma prefill_kernels;
+      ScopedFp4Bf16 bf16(1, tile_tokens);
+      const uint64_t launches = cuda::Fp4Bf16LaunchesForTesting();
+      check(8, 192, 1024, prefill, bound, 6125 + static_cast<uint64_t>(tile_tokens), {110, 128}, 0);
+      EXPECT_GT(cuda::Fp4Bf16LaunchesForTesting(), launches) << "the BF16 kernel did not run";
+    }
+    for (const int tile_tokens : {64, 128}) {
+      ScopedFp4InBlock pre_folded(0);
+      ScopedTmaKernels tokens_of(1, tile_tokens);
+      const uint64_t launches = cuda::TmaLaunchesForTesting(), blocks = cuda::Fp4InBlockLaunchesForTesting();
+      check(8, 192, 1024, prefill, bound, 6122 + static_cast<uint64_t>(tile_tokens), {110, 128}, 3);
+      EXPECT_GT(cuda::TmaLaunchesForTesting(), launches) << "the pre-folded TMA kernel did not run";
+      EXPECT_EQ(cuda::Fp4InBlockLaunchesForTesting(), blocks) << "converted in the blocks, not pre-folded";
+    }
+  }
+
+  // No rewrite where N is no multiple of 64; the rows' kernels refuse them: f32 SIMT math, and
+  // Linear on any path.
+  EXPECT_FALSE(cuda::Fp4ExpertsChunkMajorInPlace(ExpertPool(kFp4, 1, 200, 256, 6129, 0, 200 * 128, 4, {0, 0}, false)
+                                                     .Device(0),
+                                                 TestLinearMath()));
+  ExpertPool pool(kFp4, 2, 64, 256, 6130, 0, 64 * 128, 4, {0, 0}, false);
+  std::vector<cuda::DeviceWeight> host = {pool.Device(0), pool.Device(1)};
+  cuda::RewriteFp4ExpertsChunkMajor(host.data(), 2, TestLinearMath(), nullptr);
+  for (cuda::DeviceWeight& w : host) w = cuda::ChunkMajorOf(w);
+  DeviceArray<cuda::DeviceWeight> table(host);
+  DeviceArray<float> x(static_cast<size_t>(4 * 256)), y(static_cast<size_t>(4 * 64));
+  x.Fill(0);
+  DeviceArray<int32_t> off(std::vector<int32_t>{0, 2, 4});
+  DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(4, 2));
+  EXPECT_THROW(cuda::ExpertsLinear(x.get(), 256, 4, off.get(), 2, table.get(), host[0], y.get(), 64, scratch.get(),
+                                   nullptr, cuda::LinearMath::kSimtF32),
+               std::exception);
+  EXPECT_THROW(cuda::Linear(x.get(), 256, 4, host[0], y.get(), 64, nullptr, TestLinearMath()), std::exception);
+  cuda::DeviceWeight bad = host[0];
+  bad.data_chunk_stride = 64 * 64 - 16;  // under a chunk's rows
+  EXPECT_THROW(cuda::CheckWeight(bad), std::exception);
 }
 
 // FP4 experts pre-folded once per call (ExpertsLinearPreFoldCodesBytes): the bits of Linear's FP4

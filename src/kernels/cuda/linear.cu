@@ -100,6 +100,12 @@ struct Params {
   // BF16 weights only, may be null: Linear's `tiles` (last, so that the fields above keep their
   // parameter offsets in every kernel).
   const uint8_t* w_tiles = nullptr;
+  // FP4 weights: bytes from a row's 128-column chunk (64 bytes of nibbles) to its next: 64 in the
+  // rows as stored, DeviceWeight::data_chunk_stride where they are chunk-major.
+  int64_t w_chunk_bytes = 64;
+  // FP4 weights: each 32-bit word of nibbles in the sign-split layout (cpu::SignSplitWord), as the
+  // chunk-major rewrite stores them (DeviceWeight::data_chunk_stride != 0); else as stored.
+  bool w_sign_split = false;
 };
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
@@ -1201,8 +1207,10 @@ __global__ void __launch_bounds__(wgmma::kThreads, kMinBlocks)
 // SM the registers are held to (8 tokens: 3, 162 registers, no spills, or 4, 128 registers and 40
 // bytes of spills; 16 tokens: 2, 172 registers, none, or 3, 168 registers, none; ptxas, CUDA 13.0,
 // since version 31).
-// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits); kSignSplit: the tiles'
-// words in the sign-split layout (rs::Fp4RegistersBlock's; the same bits).
+// kTiles: the nibbles from the experts' tiles (ep.fp4_tiles; the same bits), or where ep.fp4_tiles is
+// null from the experts' own nibbles rewritten chunk-major in place (RewriteFp4ExpertsChunkMajor: the
+// tiles' chunk-major bytes, N a multiple of 64); kSignSplit: the words in the sign-split layout
+// (rs::Fp4RegistersBlock's; the same bits).
 template <int kTok, int kMinBlocks, bool kTiles = false, bool kSignSplit = false>
 __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
     ExpertsFp4RegistersKernel(const ExpertsParams ep, const TileLists lists, const wgmma::GemmArgs a) {
@@ -1214,8 +1222,9 @@ __global__ void __launch_bounds__(wgmma::rs::kThreads, kMinBlocks)
                                                                  int chunks) {
     const uint32_t* words = ep.ExpertChunkWords(t.expert);
     if constexpr (kTiles) {
-      wgmma::rs::Fp4RegistersBlock<kTok, true, kSignSplit>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem,
-                                                           chunks, words, ep.fp4_tiles + t.expert * ep.fp4_tiles_stride,
+      const Params p = TileParams<Kind::kFp4>(ep, t);
+      const uint8_t* tiles = ep.fp4_tiles != nullptr ? ep.fp4_tiles + t.expert * ep.fp4_tiles_stride : p.w;
+      wgmma::rs::Fp4RegistersBlock<kTok, true, kSignSplit>(p, a, n0, t.row0, smem, chunks, words, tiles,
                                                            ep.fp4_tiles_layout);
     } else {
       wgmma::rs::Fp4RegistersBlock<kTok>(TileParams<Kind::kFp4>(ep, t), a, n0, t.row0, smem, chunks, words);
@@ -1284,8 +1293,9 @@ __global__ void __launch_bounds__(wgmma::kThreads) PreFoldKernel(const ExpertsPa
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
     if (shift != cpu::kFoldGroupLeft) {
       uint32_t word[2];
-      wgmma::LoadWords(p.w + (n0 + row) * p.w_row_bytes + c * (wgmma::kChunk / 2) + unit * 8, p.w_vec16, word);
-      v = wgmma::FoldedUnitCodes(make_uint2(word[0], word[1]), tables[2 * shift], tables[2 * shift + 1]);
+      wgmma::LoadWords(p.w + (n0 + row) * p.w_row_bytes + c * p.w_chunk_bytes + unit * 8, p.w_vec16, word);
+      v = wgmma::FoldedUnitCodes(make_uint2(word[0], word[1]), tables[2 * shift], tables[2 * shift + 1],
+                                 p.w_sign_split);
     }
     uint8_t* chunk_codes = codes + (n0 + row) * ep.base.k + c * wgmma::kChunk;  // FP4 order (StoreFoldedUnit's)
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
@@ -1750,6 +1760,7 @@ struct InBlockRow {
   uint32_t fill = 0;                // 16 where the row exists, 0 past n: the 16-byte copies' source bytes
   bool second_half = false;         // the block has rows in its second 64-row half
   bool vec = false;  // 16-byte aligned nibbles and 4-byte aligned exponents (cp.async); else bytes
+  uint32_t chunk_bytes = 0;  // from a chunk's nibbles to the next's (Params::w_chunk_bytes; an expert is < 4 GiB)
 
   InBlockRow() = default;  // no item: Copy is not called
   // Row n0 + i of tile t's expert, i < 128 (n0 a multiple of 128).
@@ -1767,7 +1778,8 @@ struct InBlockRow {
     const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
     nibbles = static_cast<const uint8_t*>(w.data) + row * row_bytes;
     exponents = static_cast<const uint8_t*>(w.scale) + row * w.scale_row_stride;
-    vec = Aligned(w.data, row_bytes, 16) && Aligned(w.scale, w.scale_row_stride, 4);
+    chunk_bytes = static_cast<uint32_t>(ep.base.w_chunk_bytes);
+    vec = Aligned(w.data, row_bytes, 16) && chunk_bytes % 16 == 0 && Aligned(w.scale, w.scale_row_stride, 4);
   }
   __device__ __forceinline__ bool exists() const { return fill != 0u; }
   // Chunk c's 64 bytes of nibbles, 4 exponents and chunk word into the InBlockRaw area at shared
@@ -1782,7 +1794,7 @@ struct InBlockRow {
       CpAsyncSharedOrZero<4>(mask + 4, masks + 2 + c / 32, second_half ? 4u : 0u);
     }
     if (words != nullptr) CpAsyncSharedOrZero<4>(raw + InBlockRaw::kWords + 4 * slot, words + c, fill4);
-    const uint8_t* src = nibbles + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
+    const uint8_t* src = nibbles + static_cast<int64_t>(c) * chunk_bytes;
     const uint32_t exps = raw + InBlockRaw::kExponents + 4 * slot;
     if (vec) {
 #pragma unroll
@@ -1829,11 +1841,11 @@ __device__ __forceinline__ void UnpackGroupExponents(uint32_t word, int (&e)[4])
 // 2h + 1 of a unit come from its nibble word h. Groups the pass leaves get zero codes (their
 // shift field kFoldGroupLeft reads a zero entry of the tables, wgmma::rs::TableWord).
 // StoreFoldedUnit's bytes, stored 16 at a time; two units' independent chains side by side hide
-// each other's latency.
+// each other's latency. sign_split: the nibbles' words in the sign-split layout (Params::w_sign_split).
 template <int kUnits>
 __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUnits], int row,
                                                  const uint32_t (&word)[kUnits], uint32_t tables_addr,
-                                                 const uint32_t (&tile_addr)[kUnits], bool second) {
+                                                 const uint32_t (&tile_addr)[kUnits], bool second, bool sign_split) {
   uint32_t lo[kUnits][4], hi[kUnits][4], signs[kUnits][4];
 #pragma unroll
   for (int p = 0; p < kUnits; ++p) {
@@ -1863,7 +1875,7 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
         for (int b = 0; b < 4; ++b) {
           const uint4& piece = pieces[p][b];
           const uint32_t nib = 2 * a + h == 0 ? piece.x : 2 * a + h == 1 ? piece.y : 2 * a + h == 2 ? piece.z : piece.w;
-          mma::fp8::E2m1x8ToE4m3x8Table(nib, lo[p][b], hi[p][b], even[p][b], odd[p][b], signs[p][b]);
+          mma::fp8::E2m1x8WordToE4m3x8Table(sign_split, nib, lo[p][b], hi[p][b], even[p][b], odd[p][b], signs[p][b]);
         }
       }
 #pragma unroll
@@ -2035,7 +2047,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         }
         tile[p] = live[p] ? begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y) : 0u;
       }
-      ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, live[kP - 1]);
+      ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, live[kP - 1], ep.base.w_sign_split);
       if (!chunk_words) {
 #pragma unroll
         for (int p = 0; p < kP; ++p) more[p] = live[p] && ConvertersOr(cpu::FoldWordMore(word[p]));
@@ -2050,7 +2062,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
           const uint32_t w[1] = {InBlockUnit::Valid(note[p].x) ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord};
           const uint32_t t[1] = {begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y)};
           const uint32_t r[1] = {raw_addr[p]};
-          ConvertRowPasses<1>(r, row, w, tables_addr, t, false);
+          ConvertRowPasses<1>(r, row, w, tables_addr, t, false, ep.base.w_sign_split);
           bool live_p[kP] = {}, more_p[kP] = {};  // unit p alone
           float scale_p[kP] = {};
           live_p[p] = true;
@@ -2204,6 +2216,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   const int64_t n = ep.base.n;
   const uint32_t base = tma::SmemAddress(smem);
+  const bool sign_split = ep.base.w_sign_split;  // uniform: the nibbles' words (Params::w_sign_split)
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
   auto full_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (u % kRsXStages); };
   auto empty_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (kRsXStages + u % kRsXStages); };
@@ -2318,8 +2331,9 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
       up = __all_sync(0xffffffffu, ua != cpu::kSliceNoUpShift && ub != cpu::kSliceNoUpShift);
       if (!up) ua = ub = 0;
     }
-    rs::RowFragment(from + row_a, entry(rs::GroupShift(wa, q), ua), tables, f, 0);
-    rs::RowFragment(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(wb, q), ub), tables, f, 1);
+    rs::RowFragmentIn(sign_split, from + row_a, entry(rs::GroupShift(wa, q), ua), tables, f, 0);
+    rs::RowFragmentIn(sign_split, from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(wb, q), ub), tables, f,
+                      1);
     sa = rs::ChunkWordScale(wa, ua);
     sb = rs::ChunkWordScale(wb, ub);
   };
@@ -2353,8 +2367,9 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
         const rs::RowFold fb = rb < n ? rs::LaterFold(p, rb, c, pass) : none;
         // A warp whose rows are up-shifted has no group left for a later pass (cpu::SliceUpShift):
         // its rows add +0 here, in either unit.
-        rs::RowFragment(from + row_a, entry(rs::GroupShift(fa.shifts, q), 0), tables, f, 0);
-        rs::RowFragment(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(fb.shifts, q), 0), tables, f, 1);
+        rs::RowFragmentIn(sign_split, from + row_a, entry(rs::GroupShift(fa.shifts, q), 0), tables, f, 0);
+        rs::RowFragmentIn(sign_split, from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(fb.shifts, q), 0),
+                          tables, f, 1);
         rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(u)), x_desc_hi);
         wgmma::WgmmaWaitAll();
         wgmma::PinAll(acc);
@@ -2575,6 +2590,7 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   uint32_t mult_a, mult_b;    // their BF16 multipliers
   uint32_t bytes_seen = 0;    // the largest group byte converted
   const uint32_t row_a = g * rs::kRowBytes + 16 * q;
+  const bool sign_split = ep.base.w_sign_split;  // uniform: the nibbles' words (Params::w_sign_split)
   // Unit v's words and multipliers (its copies landed: L::kAhead - 1 later groups may fly), then
   // its half 0 into fa.
   auto convert_first = [&](uint32_t v) {
@@ -2588,16 +2604,12 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     bytes_seen = max(bytes_seen, max(ea, eb));
     mult_a = f4b::GroupMultiplier(ea);
     mult_b = f4b::GroupMultiplier(eb);
-    f4b::WordToSteps(nib_a.x, mult_a, fa, 0);
-    f4b::WordToSteps(nib_b.x, mult_b, fa, 1);
-    f4b::WordToSteps(nib_a.y, mult_a, fa + 8, 0);
-    f4b::WordToSteps(nib_b.y, mult_b, fa + 8, 1);
+    f4b::WordsToSteps(sign_split, nib_a.x, mult_a, nib_b.x, mult_b, fa);
+    f4b::WordsToSteps(sign_split, nib_a.y, mult_a, nib_b.y, mult_b, fa + 8);
   };
   auto convert_second = [&] {
-    f4b::WordToSteps(nib_a.z, mult_a, fb, 0);
-    f4b::WordToSteps(nib_b.z, mult_b, fb, 1);
-    f4b::WordToSteps(nib_a.w, mult_a, fb + 8, 0);
-    f4b::WordToSteps(nib_b.w, mult_b, fb + 8, 1);
+    f4b::WordsToSteps(sign_split, nib_a.z, mult_a, nib_b.z, mult_b, fb);
+    f4b::WordsToSteps(sign_split, nib_a.w, mult_a, nib_b.w, mult_b, fb + 8);
   };
   // Half h's four k16 steps of unit v from fragment f; fresh: the item's first (from zero). Narrow
   // (a std::bool_constant): on the tile's first 104 tokens only (MmaBf16RsNarrow).
@@ -2754,12 +2766,14 @@ struct PairCopies {
   const uint8_t* src[2] = {nullptr, nullptr};  // lane's piece of chunk 0 (row 0's past n)
   uint32_t fill[2] = {0u, 0u};                 // 16 where the row exists, else 0 (zeros)
   bool vec = false;                            // 16-byte aligned rows: cp.async; else loaded by the lane
+  uint32_t chunk_bytes = 0;                    // from a chunk's pieces to the next's (Params::w_chunk_bytes)
 
   PairCopies() = default;
   __device__ __forceinline__ PairCopies(const ExpertsParams& ep, const ExpertTile& t, int64_t n0, int warp, int lane) {
     const DeviceWeight& w = ep.weights[t.expert];
     const int64_t row_bytes = w.data_row_stride * RowElementBytes(Kind::kFp4);  // packed nibbles
-    vec = Aligned(w.data, row_bytes, 16);
+    chunk_bytes = static_cast<uint32_t>(ep.base.w_chunk_bytes);
+    vec = Aligned(w.data, row_bytes, 16) && chunk_bytes % 16 == 0;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t r = n0 + 16 * warp + 8 * i + lane / 4;
@@ -2772,7 +2786,7 @@ struct PairCopies {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const uint32_t dst = to + (lane % 4) * kGroupStride + (8 * i + lane / 4) * 16;
-      const uint8_t* from = src[i] + static_cast<int64_t>(c) * (wgmma::kChunk / 2);
+      const uint8_t* from = src[i] + static_cast<int64_t>(c) * chunk_bytes;
       if (vec) {
         CpAsyncSharedOrZero<16>(dst, from, fill[i]);
       } else {
@@ -2794,9 +2808,9 @@ struct PairCopies {
 // bytes of nibbles (8 bytes at shared address nibbles + b · PairCopies::kGroupStride) converted with
 // group b's table entry (bits 4b.. of `shifts`: TableWord's or UpShiftedTableWord's entry) into
 // the row's 16-byte units 4·half + t, t = 0..3 (swizzled by x = row % 8), of the tile row at
-// row_addr: ConvertRowPasses' bytes for a = half.
+// row_addr: ConvertRowPasses' bytes for a = half (sign_split: Params::w_sign_split).
 __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts, uint32_t tables, uint32_t row_addr,
-                                               int x, int half) {
+                                               int x, int half, bool sign_split) {
   uint32_t lo[4], hi[4], signs[4];
   uint2 nib[4];
 #pragma unroll
@@ -2812,7 +2826,8 @@ __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts
     uint32_t even[4], odd[4];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      mma::fp8::E2m1x8ToE4m3x8Table(h == 0 ? nib[b].x : nib[b].y, lo[b], hi[b], even[b], odd[b], signs[b]);
+      mma::fp8::E2m1x8WordToE4m3x8Table(sign_split, h == 0 ? nib[b].x : nib[b].y, lo[b], hi[b], even[b], odd[b],
+                                        signs[b]);
     }
     wgmma::StShared128(row_addr + (((4 * half + 2 * h) ^ x) << 4), make_uint4(even[0], even[1], even[2], even[3]));
     wgmma::StShared128(row_addr + (((4 * half + 2 * h + 1) ^ x) << 4), make_uint4(odd[0], odd[1], odd[2], odd[3]));
@@ -2986,7 +3001,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       const float scale = rs::ChunkWordScale(word, up);  // the chunk scale, or the slice scale where up
       const uint32_t nibbles = raw + L::kNibbles + PairCopies::RowHalf(row, half);
       const uint32_t row_addr = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
-      ConvertHalfRow(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half);
+      ConvertHalfRow(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half,
+                     ep.base.w_sign_split);
       end_pass(scale, more, warp_up);
       for (int pass = 1; more; ++pass) {  // rare: the fold of each later pass from global memory
         const Params p = TileParams<Kind::kFp4>(
@@ -2997,7 +3013,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         const uint32_t later_row = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
         // An up-shifted warp's rows have no group left for a later pass (cpu::SliceUpShift): zero
         // codes, their slice scale kept for the slice's end.
-        ConvertHalfRow(nibbles, PassEntries<kSliceScale>(fold.shifts, 0u), tables, later_row, row & 7, half);
+        ConvertHalfRow(nibbles, PassEntries<kSliceScale>(fold.shifts, 0u), tables, later_row, row & 7, half,
+                       ep.base.w_sign_split);
         more = ConvertersOr(fold.more);
         end_pass(warp_up ? scale : fold.scale, more, warp_up);
       }
@@ -3201,14 +3218,27 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   const int64_t row_bytes = w.data_row_stride * RowElementBytes(kind);
   if (kind == Kind::kFp4) {
     if (in % kFp4Block != 0) Fail("FP4 weight in_features must be a multiple of 32");
-    if (w.data_row_stride < in / 2) Fail("FP4 weight row stride below in_features / 2 bytes");
+    if (w.data_chunk_stride != 0) {
+      if (in % wgmma::kChunk != 0 || out % wgmma::rs::kRows != 0 || w.data_row_stride != wgmma::kChunk / 2 ||
+          w.data_chunk_stride < out * (wgmma::kChunk / 2) || w.data_chunk_stride % 16 != 0 ||
+          w.data_chunk_stride > 0xffffffffLL) {
+        Fail("chunk-major FP4 weight: in_features a multiple of 128, out_features of 64, a row stride of 64 bytes "
+             "and a chunk stride of at least 64 bytes a row, a multiple of 16, under 4 GiB");
+      }
+    } else if (w.data_row_stride < in / 2) {
+      Fail("FP4 weight row stride below in_features / 2 bytes");
+    }
   } else if (w.data_row_stride < in) {
     Fail("weight row stride below in_features");
+  } else if (w.data_chunk_stride != 0) {
+    Fail("a chunk stride is an FP4 weight's");
   }
   p.w = static_cast<const uint8_t*>(w.data);
   p.w_row_bytes = row_bytes;
   p.w_vec = Aligned(w.data, row_bytes, VecAlign(kind));
   p.w_vec16 = Aligned(w.data, row_bytes, 16);
+  p.w_chunk_bytes = w.data_chunk_stride != 0 ? w.data_chunk_stride : wgmma::kChunk / 2;
+  p.w_sign_split = w.data_chunk_stride != 0;
   p.scale = nullptr;
   p.scale_row_stride = 0;
   p.scale_f32 = false;
@@ -4599,6 +4629,7 @@ struct ExpertsLaunch {
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
+  bool chunk_major = false;  // the FP4 experts' nibbles chunk-major (RewriteFp4ExpertsChunkMajor)
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -5149,22 +5180,30 @@ bool LaunchRegisterFed(const ExpertsLaunch& l, ExpertsParams ep, const wgmma::Ge
 }
 
 // ExpertsFp4RegistersKernel<kTok, kMinBlocks> over the tiles of 1-8 (kTok = 8) or 9-16 rows (16)
-// (ep as LaunchExpertsWgmma built it, for 128-row items): on the experts' tiles where it has them,
-// else on their rows (LaunchRegisterFed).
+// (ep as LaunchExpertsWgmma built it, for 128-row items): on the experts' tiles where it has them or
+// their nibbles are chunk-major in place (read as tiles in the sign-split layout), else on their rows
+// (LaunchRegisterFed).
 template <int kTok, int kMinBlocks>
 bool LaunchExpertsFp4Registers(const ExpertsLaunch& l, const ExpertsParams& ep, const wgmma::GemmArgs& a,
                                int required) {
   namespace rs = wgmma::rs;
   const int chunks = static_cast<int>(l.params.base.k / wgmma::kChunk);
   const int smem = rs::Smem{chunks, kTok}.Bytes(), max_smem = rs::Smem{rs::kMaxChunks, kTok}.Bytes();
-  if (ep.fp4_tiles != nullptr) {
-    const bool sign_split = g_fp4_tiles_sign_split.On();
+  if (ep.fp4_tiles != nullptr || ep.base.w_sign_split) {
+    const bool sign_split = ep.fp4_tiles != nullptr ? g_fp4_tiles_sign_split.On() : true;
+    ExpertsParams tiled = ep;
+    if (ep.fp4_tiles == nullptr) {  // in place: every 64-row item's warps have their 16 rows
+      if (ep.base.n % rs::kRows != 0 || ep.base.w_chunk_bytes != ep.base.n * rs::kRowBytes) {
+        Fail("chunk-major FP4 experts read as tiles: N a multiple of 64 and a chunk stride of N · 64 bytes");
+      }
+      tiled.fp4_tiles_layout = rs::TileLayout{static_cast<uint32_t>(rs::kTileBytes),
+                                              static_cast<uint32_t>(ep.base.w_chunk_bytes)};
+    }
     const bool ran =
-        sign_split
-            ? LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true, true>, kTok>(l, ep, a, required, smem,
-                                                                                            max_smem)
-            : LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(l, ep, a, required, smem,
-                                                                                      max_smem);
+        sign_split ? LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true, true>, kTok>(
+                         l, tiled, a, required, smem, max_smem)
+                   : LaunchRegisterFed<ExpertsFp4RegistersKernel<kTok, kMinBlocks, true>, kTok>(l, tiled, a, required,
+                                                                                             smem, max_smem);
     if (ran) g_fp4_tiles_launches.fetch_add(1);
     if (ran && sign_split) g_fp4_sign_split_launches.fetch_add(1);
     return ran;
@@ -5242,6 +5281,15 @@ void LaunchExperts(const ExpertsLaunch& l) {
           return LaunchExpertsWgmma<K>(l);  // every tile, x quantized once
         }
       }
+    }
+  }
+  if (l.chunk_major) {
+    Fail("these FP4 experts were rewritten chunk-major (DEEPINFER_EXPERTS_IN_PLACE), which only the FP8-input "
+         "warpgroup-MMA kernels read, and this call takes another path (f32 SIMT or split-BF16 math, no codes "
+         "scratch, or a device without sm_90a code); set DEEPINFER_EXPERTS_IN_PLACE=0");
+  }
+  if constexpr (K == Kind::kBF16 || K == Kind::kFp8 || K == Kind::kFp4) {
+    if (l.path != Path::kSimt) {
       static_assert(mma::kTok == 8 && mma::kMaxTm * mma::kTok == kTileM, "tiles of <= 8, 16 and 32 rows");
       LaunchExpertsMmaSmall<K>(l);   // 1-8 rows
       LaunchExpertsMma<K, 2>(l, 3);  // 9-16
@@ -5363,6 +5411,7 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
     if (reinterpret_cast<uintptr_t>(chunk_words) % 256 != 0) Fail("FP4 chunk words not 256-byte aligned");
     l.chunk_words = static_cast<const uint32_t*>(chunk_words);
   }
+  CheckWeight(layout);
   if (fp4_tiles != nullptr) {
     if (Fp4ExpertTilesBytes(layout, num_experts, math) == 0) Fail("FP4 expert tiles given where no kernel reads them");
     if (reinterpret_cast<uintptr_t>(fp4_tiles) % 256 != 0) Fail("FP4 expert tiles not 256-byte aligned");
@@ -5419,6 +5468,10 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   ep.base.num_slabs = CeilDiv(k, kSlab);
   ep.base.x_vec = Aligned(x, ldx * 4, 16);  // then every row start is aligned too
   ep.base.scale_f32 = layout.scale_dtype == DType::kF32;  // the launch's choices (each tile sets its own)
+  // Every expert of the table has the layout's chunk stride (RewriteFp4ExpertsChunkMajor rewrites all).
+  ep.base.w_chunk_bytes = layout.data_chunk_stride != 0 ? layout.data_chunk_stride : wgmma::kChunk / 2;
+  ep.base.w_sign_split = layout.data_chunk_stride != 0;
+  l.chunk_major = layout.data_chunk_stride != 0;
   ep.weights = weights;
   switch (kind) {
     case Kind::kF32: return LaunchExperts<Kind::kF32>(l);
@@ -5586,7 +5639,8 @@ void WriteFp4ChunkWords(const DeviceWeight* weights, const DeviceWeight& layout,
 }
 
 size_t Fp4ExpertTilesBytes(const DeviceWeight& layout, int64_t num_experts, LinearMath math) {
-  if (num_experts <= 0 || KindOf(layout) != Kind::kFp4 || !WeightTakesWgmma(layout, math) ||
+  if (num_experts <= 0 || KindOf(layout) != Kind::kFp4 || layout.data_chunk_stride != 0 ||
+      !WeightTakesWgmma(layout, math) ||
       !wgmma::rs::Usable(layout.in_features) || !g_fp4_tiles.On()) {
     return 0;
   }
@@ -5645,6 +5699,96 @@ void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout
   DI_CUDA_LAUNCH_CHECK("cuda::WriteFp4ExpertTiles");
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteFp4ExpertTiles");  // load time
 }
+
+// DEEPINFER_EXPERTS_IN_PLACE (read once; unset or 1: on, 0: off): FP4 experts on the FP8-input
+// warpgroup-MMA path are rewritten chunk-major in place at load (RewriteFp4ExpertsChunkMajor), so
+// that each warp's 16 rows of a chunk are one contiguous KiB, the tiles' chunk-major bytes, without
+// a second copy; each word in the sign-split layout, which the decode kernel converts in fewer
+// instructions. Tests override it (SetExpertsInPlaceForTesting).
+KernelSwitch g_experts_in_place{"DEEPINFER_EXPERTS_IN_PLACE", 1};
+
+bool Fp4ExpertsChunkMajorInPlace(const DeviceWeight& layout, LinearMath math) {
+  return g_experts_in_place.On() && KindOf(layout) == Kind::kFp4 && layout.data_chunk_stride == 0 &&
+         layout.in_features % wgmma::kChunk == 0 && layout.out_features % wgmma::rs::kRows == 0 &&
+         layout.data_row_stride == layout.in_features / 2 && WeightTakesWgmma(layout, math);
+}
+
+namespace {
+// Rewrites `pieces` ranges of device memory in place, each through one scratch of scratch_bytes
+// bytes (allocated here and freed before returning, on errors too): range(i) gives piece i as
+// {start, bytes} (bytes at most scratch_bytes); the piece is copied aside on `stream`, then
+// write(aside, start, bytes, grid) queues the kernel that writes it back rewritten (`grid`: blocks of
+// 256 threads for bytes / 16 units). Synchronizes `stream` (load time). `what` names its failures.
+template <class Range, class Write>
+void RewriteThroughScratch(int64_t scratch_bytes, int64_t pieces, cudaStream_t stream, const char* what,
+                           const Range& range, const Write& write) {
+  void* aside = nullptr;
+  DI_CUDA_CHECK(cudaMalloc(&aside, static_cast<size_t>(scratch_bytes)), what);
+  const int sms = CurrentDeviceSms().second;
+  cudaError_t status = cudaSuccess;
+  for (int64_t i = 0; i < pieces && status == cudaSuccess; ++i) {
+    const auto [at, bytes] = range(i);
+    status = cudaMemcpyAsync(aside, at, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, stream);
+    if (status != cudaSuccess) break;
+    write(static_cast<const uint8_t*>(aside), at, bytes,
+          static_cast<unsigned>(std::min<int64_t>(CeilDiv(bytes / 16, int64_t{256}), int64_t{sms} * 8)));
+    status = cudaGetLastError();
+  }
+  if (status == cudaSuccess) status = cudaStreamSynchronize(stream);  // before the scratch goes
+  const cudaError_t freed = cudaFree(aside);
+  DI_CUDA_CHECK(status, what);
+  DI_CUDA_CHECK(freed, what);
+}
+
+// Grid-stride over `units` 16-byte units of chunk-major nibbles: unit i is byte 16·i of
+// [chunks][n][64 bytes], from rows of row_bytes bytes at `rows`, each 32-bit word sign-split
+// (cpu::SignSplitWord).
+__global__ void ChunkMajorKernel(const uint8_t* __restrict__ rows, int64_t row_bytes, int64_t n, int64_t units,
+                                 uint4* __restrict__ out) {
+  PdlPrologue();
+  constexpr int64_t kPieceUnits = wgmma::kChunk / 2 / 16;  // a row's 64 bytes of one chunk
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < units;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i / (n * kPieceUnits), r = (i / kPieceUnits) % n, u = i % kPieceUnits;
+    const uint4 v = *reinterpret_cast<const uint4*>(rows + r * row_bytes + c * (wgmma::kChunk / 2) + u * 16);
+    out[i] = make_uint4(cpu::SignSplitWord(v.x), cpu::SignSplitWord(v.y), cpu::SignSplitWord(v.z),
+                        cpu::SignSplitWord(v.w));
+  }
+}
+}  // namespace
+
+DeviceWeight ChunkMajorOf(const DeviceWeight& w) {
+  DeviceWeight d = w;
+  d.data_row_stride = wgmma::kChunk / 2;
+  d.data_chunk_stride = w.out_features * (wgmma::kChunk / 2);
+  return d;
+}
+
+void RewriteFp4ExpertsChunkMajor(const DeviceWeight* experts, int64_t num_experts, LinearMath math,
+                                 cudaStream_t stream) {
+  if (num_experts <= 0) return;
+  for (int64_t e = 0; e < num_experts; ++e) {
+    CheckWeight(experts[e]);
+    if (!Fp4ExpertsChunkMajorInPlace(experts[e], math) || experts[e].out_features != experts[0].out_features ||
+        experts[e].in_features != experts[0].in_features) {
+      Fail("RewriteFp4ExpertsChunkMajor: FP4 experts of one shape in rows without padding, K a multiple of 128, "
+           "N of 64, read on the FP8-input warpgroup-MMA path, with DEEPINFER_EXPERTS_IN_PLACE on");
+    }
+    if (reinterpret_cast<uintptr_t>(experts[e].data) % 16 != 0) {
+      Fail("RewriteFp4ExpertsChunkMajor: an expert's nibbles not 16-byte aligned");
+    }
+  }
+  const int64_t n = experts[0].out_features, row_bytes = experts[0].in_features / 2, bytes = n * row_bytes;
+  if (bytes == 0) return;
+  RewriteThroughScratch(
+      bytes, num_experts, stream, "cuda::RewriteFp4ExpertsChunkMajor",
+      [&](int64_t e) { return std::pair{static_cast<uint8_t*>(const_cast<void*>(experts[e].data)), bytes}; },
+      [&](const uint8_t* aside, uint8_t* at, int64_t piece_bytes, unsigned grid) {
+        ChunkMajorKernel<<<grid, 256, 0, stream>>>(aside, row_bytes, n, piece_bytes / 16, reinterpret_cast<uint4*>(at));
+      });
+}
+
+void SetExpertsInPlaceForTesting(int mode) { g_experts_in_place.SetForTesting(mode, "SetExpertsInPlaceForTesting"); }
 
 void SetFp4ExpertTilesForTesting(int mode) { g_fp4_tiles.SetForTesting(mode, "SetFp4ExpertTilesForTesting"); }
 
@@ -5771,24 +5915,17 @@ void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream) {
   const int64_t block_bytes = wgmma::kBlockRows * w.in_features * 2;
   const int64_t row_blocks = w.out_features / wgmma::kBlockRows;
   const int64_t group = std::max<int64_t>(1, std::min<int64_t>(row_blocks, (int64_t{64} << 20) / block_bytes));
-  void* aside = nullptr;
-  DI_CUDA_CHECK(cudaMalloc(&aside, static_cast<size_t>(group * block_bytes)), "RewriteAsDenseTiles: scratch");
   uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(w.data));
-  const int sms = CurrentDeviceSms().second;
-  for (int64_t b0 = 0; b0 < row_blocks; b0 += group) {
-    const int64_t blocks = std::min(group, row_blocks - b0);
-    uint8_t* at = data + b0 * block_bytes;
-    DI_CUDA_CHECK(cudaMemcpyAsync(aside, at, static_cast<size_t>(blocks * block_bytes), cudaMemcpyDeviceToDevice,
-                                  stream),
-                  "RewriteAsDenseTiles: copy aside");
-    const int64_t units = blocks * block_bytes / 16;
-    WriteDenseTilesKernel<<<static_cast<unsigned>(std::min<int64_t>(CeilDiv(units, 256), int64_t{sms} * 8)), 256, 0,
-                            stream>>>(static_cast<const uint8_t*>(aside), w.in_features * 2,
-                                      blocks * wgmma::kBlockRows, w.in_features, units, reinterpret_cast<uint4*>(at));
-    DI_CUDA_LAUNCH_CHECK("cuda::RewriteAsDenseTiles");
-  }
-  DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::RewriteAsDenseTiles");  // before the scratch goes
-  DI_CUDA_CHECK(cudaFree(aside), "RewriteAsDenseTiles: scratch");
+  RewriteThroughScratch(
+      group * block_bytes, CeilDiv(row_blocks, group), stream, "cuda::RewriteAsDenseTiles",
+      [&](int64_t i) {
+        return std::pair{data + i * group * block_bytes, std::min(group, row_blocks - i * group) * block_bytes};
+      },
+      [&](const uint8_t* aside, uint8_t* at, int64_t bytes, unsigned grid) {
+        const int64_t rows = bytes / block_bytes * wgmma::kBlockRows;
+        WriteDenseTilesKernel<<<grid, 256, 0, stream>>>(aside, w.in_features * 2, rows, w.in_features, bytes / 16,
+                                                        reinterpret_cast<uint4*>(at));
+      });
 }
 
 void SetDenseTilesInPlaceForTesting(int mode) {
@@ -6046,6 +6183,9 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
     Params p{};
     SetWeight(w, p);  // its checks
     return;
+  }
+  if (w.data_chunk_stride != 0) {
+    Fail("a chunk-major FP4 weight (RewriteFp4ExpertsChunkMajor) is an expert's: ExpertsLinear reads it");
   }
   Params p{};
   const Kind kind = SetLinearParams(x, ldx, m, w, y, ldy, scratch, scratch_bytes, p);

@@ -49,6 +49,11 @@ struct DeviceWeight {
   int64_t data_row_stride = 0;
   const void* scale = nullptr;
   int64_t scale_row_stride = 0;
+  // kFp4 only: 0 for the rows as stored; else the nibbles are chunk-major (RewriteFp4ExpertsChunkMajor):
+  // bytes from one 128-column chunk's 64-byte row pieces to the next chunk's, data_row_stride (64)
+  // between the rows' pieces of one chunk, each 32-bit word in the sign-split layout
+  // (cpu::SignSplitWord). Read by the FP8-input warpgroup-MMA kernels only.
+  int64_t data_chunk_stride = 0;
 };
 
 // The arithmetic of Linear, GroupedLinear and ExpertsLinear (their last argument):
@@ -445,6 +450,24 @@ size_t Fp4ExpertTilesBytes(const DeviceWeight& layout, int64_t num_experts, Line
 // (DEVICE, 256-byte aligned, Fp4ExpertTilesBytes bytes). Synchronizes `stream` (load time).
 void WriteFp4ExpertTiles(const DeviceWeight* weights, const DeviceWeight& layout, int64_t num_experts, void* out,
                          size_t bytes, cudaStream_t stream);
+// Whether FP4 experts of `layout` are rewritten chunk-major in place at load under `math`
+// (DEEPINFER_EXPERTS_IN_PLACE, read once; unset or 1: on, 0: off): FP4 weights in rows without
+// padding, K a multiple of 128, N of 64, whose products take the FP8-input warpgroup-MMA kernels
+// (the only ones that read chunk-major nibbles; ExpertsLinear refuses them on any other path,
+// Linear always).
+bool Fp4ExpertsChunkMajorInPlace(const DeviceWeight& layout, LinearMath math);
+// `w` (rows as stored) as its chunk-major rewrite describes it: data_row_stride 64 bytes,
+// data_chunk_stride out_features · 64.
+DeviceWeight ChunkMajorOf(const DeviceWeight& w);
+// Rewrites the nibbles of experts[0 .. num_experts) (HOST array; each must pass
+// Fp4ExpertsChunkMajorInPlace, one shape) chunk-major in place: chunk c of row r at byte
+// (c · out_features + r) · 64, each 32-bit word sign-split (cpu::SignSplitWord). Their DeviceWeights
+// then become ChunkMajorOf's (the caller's part).
+// Synchronizes `stream` (load time).
+void RewriteFp4ExpertsChunkMajor(const DeviceWeight* experts, int64_t num_experts, LinearMath math,
+                                 cudaStream_t stream);
+// Tests only: DEEPINFER_EXPERTS_IN_PLACE's switch on (1), off (0), or as the variable says (-1).
+void SetExpertsInPlaceForTesting(int mode);
 // Tests only: Fp4ExpertTilesBytes's switch on (1), off (0), or as DEEPINFER_EXPERTS_TILES says (-1,
 // the default: off unless 1); and how many register-fed launches have read experts' tiles.
 void SetFp4ExpertTilesForTesting(int mode);

@@ -580,6 +580,18 @@ __device__ __forceinline__ void E2m1x8SignSplitToE4m3x8Table(uint32_t word, uint
   out1 = PrmtGeneric(lo, hi, magnitudes >> 16) | ((word << 4) & sign_mask);
 }
 
+// The same codes from a word in the layout `sign_split` names (warp-uniform): the sign-split
+// layout's conversion or the stored order's.
+__device__ __forceinline__ void E2m1x8WordToE4m3x8Table(bool sign_split, uint32_t word, uint32_t lo, uint32_t hi,
+                                                        uint32_t& out0, uint32_t& out1,
+                                                        uint32_t sign_mask = 0x80808080u) {
+  if (sign_split) {
+    E2m1x8SignSplitToE4m3x8Table(word, lo, hi, out0, out1, sign_mask);
+  } else {
+    E2m1x8ToE4m3x8Table(word, lo, hi, out0, out1, sign_mask);
+  }
+}
+
 // Exact: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 are the e4m3 codes 0x00, 0x30, 0x38, 0x3c, 0x40,
 // 0x44, 0x48, 0x4c.
 __device__ __forceinline__ uint32_t E2m1x4ToE4m3x4(uint32_t nibbles) {

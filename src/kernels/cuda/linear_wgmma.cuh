@@ -469,8 +469,11 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
                                           uint8_t* stage, int64_t n0, int64_t t_codes, int tokens, int c) {
   using S = StageCopies<K>;
   const int tid = threadIdx.x;
+  // FP4: a row's chunks p.w_chunk_bytes apart (S::kRowBytes in the rows as stored; chunk-major
+  // nibbles farther); FP8: S::kRowBytes.
+  const int64_t chunk_bytes = K == Kind::kFp4 ? p.w_chunk_bytes : S::kRowBytes;
   if (cp.whole_w) {
-    const uint8_t* src = cp.w + c * S::kRowBytes;
+    const uint8_t* src = cp.w + c * chunk_bytes;
 #pragma unroll
     for (int i = 0; i < S::kWPasses; ++i) CpAsync16(stage + cp.w_dst + i * S::kPassBytes, src + i * cp.w_pass_stride);
   } else {
@@ -479,7 +482,7 @@ __device__ __forceinline__ void LoadStage(const Params& p, const GemmArgs& a, co
       const int id = tid + i * kThreads;
       const int row = id / S::kWUnits, unit = id % S::kWUnits;
       const bool valid = n0 + row < p.n;
-      const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * S::kRowBytes + unit * 16;
+      const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * chunk_bytes + unit * 16;
       Copy16(stage + cp.w_dst + i * S::kPassBytes, src, valid, p.w_vec16);
     }
   }
@@ -545,12 +548,13 @@ __device__ __forceinline__ float FoldedRowScale(const Params& p, int64_t row, in
   return f.any ? DecodeE8m0(static_cast<uint8_t>(f.top)) : 1.f;
 }
 
-// 16 folded e4m3 codes from 16 nibbles (8 bytes, low nibble first) through the byte_perm table
-// words lo / hi of their shift.
-__device__ __forceinline__ uint4 FoldedUnitCodes(uint2 v, uint32_t lo, uint32_t hi) {
+// 16 folded e4m3 codes from 16 nibbles (8 bytes, low nibble first; each word in the sign-split
+// layout where `sign_split`, Params::w_sign_split) through the byte_perm table words lo / hi of
+// their shift.
+__device__ __forceinline__ uint4 FoldedUnitCodes(uint2 v, uint32_t lo, uint32_t hi, bool sign_split) {
   uint4 codes;
-  mma::fp8::E2m1x8ToE4m3x8Table(v.x, lo, hi, codes.x, codes.y);
-  mma::fp8::E2m1x8ToE4m3x8Table(v.y, lo, hi, codes.z, codes.w);
+  mma::fp8::E2m1x8WordToE4m3x8Table(sign_split, v.x, lo, hi, codes.x, codes.y);
+  mma::fp8::E2m1x8WordToE4m3x8Table(sign_split, v.y, lo, hi, codes.z, codes.w);
   return codes;
 }
 
@@ -574,11 +578,13 @@ static_assert(Fp4OrderConsistent(), "the FP4 order is a permutation, placed alik
 
 // Columns 16·unit.. of row `row` of the converted tile (FP4 order, swizzled): the stage's 16
 // nibbles there (raw: 64 bytes per row, column order) through the byte_perm table words lo / hi of
-// their shift, or zeros where the pass does not take their group.
+// their shift, or zeros where the pass does not take their group (sign_split: FoldedUnitCodes').
 __device__ __forceinline__ void StoreFoldedUnit(const uint8_t* raw, uint8_t* tile, int row, int unit, bool taken,
-                                                uint32_t lo, uint32_t hi) {
+                                                uint32_t lo, uint32_t hi, bool sign_split) {
   uint4 codes = make_uint4(0u, 0u, 0u, 0u);
-  if (taken) codes = FoldedUnitCodes(*reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8), lo, hi);
+  if (taken) {
+    codes = FoldedUnitCodes(*reinterpret_cast<const uint2*>(raw + row * (kChunk / 2) + unit * 8), lo, hi, sign_split);
+  }
   const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
   // SwizzledOffset(row, Fp4OrderUnit16(unit, t)) + Fp4OrderByteIn16(unit), the swizzle split:
   // (4(unit % 2) + t) ^ (row % 8) = (4(unit % 2) ^ (row & 4)) + (t ^ (row & 3)).
@@ -614,7 +620,7 @@ __device__ __forceinline__ bool ConvertFp4Folded(const Params& p, const uint8_t*
         hi = tables[2 * (f.top - eg) + 1];
       }
     }
-    StoreFoldedUnit(raw, tile, row, unit, taken, lo, hi);
+    StoreFoldedUnit(raw, tile, row, unit, taken, lo, hi, p.w_sign_split);
   }
   return more;
 }
@@ -645,9 +651,10 @@ __device__ __forceinline__ float FoldedRowScaleOf(uint32_t info) {
 }
 
 // Pass 0 of ConvertFp4Folded from the rows' FoldRowInfo (`info`: the block's 128 rows): the same
-// codes. Returns whether one of this thread's rows has groups left for a later pass.
+// codes (sign_split: Params::w_sign_split). Returns whether one of this thread's rows has groups
+// left for a later pass.
 __device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_t* tile, const uint32_t* tables,
-                                                      const uint32_t* info) {
+                                                      const uint32_t* info, bool sign_split) {
   constexpr int kUnits = kChunk / 16;
   const int unit = static_cast<int>(threadIdx.x) % kUnits, group = unit / 2;  // 16 columns: half a group
   bool more = false;
@@ -658,7 +665,8 @@ __device__ __forceinline__ bool ConvertFp4FoldedFirst(const uint8_t* raw, uint8_
     more = more || cpu::FoldWordMore(r);
     const uint32_t shift = cpu::FoldWordShift(r, group);
     const bool taken = shift != cpu::kFoldGroupLeft;
-    StoreFoldedUnit(raw, tile, row, unit, taken, taken ? tables[2 * shift] : 0u, taken ? tables[2 * shift + 1] : 0u);
+    StoreFoldedUnit(raw, tile, row, unit, taken, taken ? tables[2 * shift] : 0u, taken ? tables[2 * shift + 1] : 0u,
+                    sign_split);
   }
   return more;
 }
@@ -855,7 +863,7 @@ __device__ __forceinline__ void LoadRawNibbles(const Params& p, uint8_t* raw, in
   for (int id = static_cast<int>(threadIdx.x); id < kBlockRows * kUnits; id += kThreads) {
     const int row = id / kUnits, unit = id % kUnits;
     const bool valid = n0 + row < p.n;
-    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * (kChunk / 2) + unit * 16;
+    const uint8_t* src = p.w + (valid ? n0 + row : 0) * p.w_row_bytes + c * p.w_chunk_bytes + unit * 16;
     uint32_t word[4] = {0u, 0u, 0u, 0u};
     if (valid) LoadWords(src, p.w_vec16, word);
     *reinterpret_cast<uint4*>(raw + row * (kChunk / 2) + unit * 16) = make_uint4(word[0], word[1], word[2], word[3]);
@@ -1046,7 +1054,7 @@ __device__ __forceinline__ void WgmmaBlockTotals(const Params& p, const GemmArgs
       const uint32_t w_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tile + group * kRowsPerGroup * kChunk));
       const uint32_t* tables = reinterpret_cast<const uint32_t*>(smem + L::kTables);
       const uint32_t* info = row_infos + ((c - c_begin) % 2) * kBlockRows;
-      const bool more = ConvertFp4FoldedFirst(stage, tile, tables, info);
+      const bool more = ConvertFp4FoldedFirst(stage, tile, tables, info, p.w_sign_split);
       FenceProxyAsyncShared();
       const bool again = __syncthreads_or(more);  // the converted tile is complete
       ChunkChainIssue(acc, w_addr, x_addr);

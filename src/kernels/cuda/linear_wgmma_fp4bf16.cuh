@@ -67,13 +67,51 @@ __device__ __forceinline__ uint32_t PairOfWord(uint32_t w, uint32_t multiplier) 
   return out;
 }
 
+// PairOfWord's BF16 pair from a word in the sign-split layout (cpu::SignSplitWord: the signs of
+// nibbles 0-3 at bits 7, 15, 23, 31, those of 4-7 at bits 3, 11, 19, 27; `shifted` = w << 4 puts
+// the latter at bits 7, 15, ...): one byte permute brings nibble kPair's sign byte to byte 1 and
+// nibble kPair + 4's to byte 3, where the stored order's shift brings them. The same pair.
+template <int kPair>
+__device__ __forceinline__ uint32_t PairOfSignSplitWord(uint32_t w, uint32_t shifted, uint32_t multiplier) {
+  constexpr int kMagShift = 6 - 4 * kPair;
+  constexpr uint32_t kSelector = (static_cast<uint32_t>(kPair) << 4) | (static_cast<uint32_t>(4 + kPair) << 12);
+  const uint32_t mag = (kMagShift >= 0 ? w << kMagShift : w >> -kMagShift) & 0x01c001c0u;
+  const uint32_t placed = mag | (__byte_perm(w, shifted, kSelector) & 0x80008000u);
+  uint32_t out;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(out) : "r"(placed), "r"(multiplier));
+  return out;
+}
+
 // Steps 2s and 2s + 1's registers of one row (lo = 0: row g, a0 / a2; 1: row g + 8, a1 / a3) from
 // its group's nibble word s: frag[0..3] step 2s's {a0, a1, a2, a3}, frag[4..7] step 2s + 1's.
+// kSignSplit: the word in the sign-split layout (Params::w_sign_split); the same registers.
+template <bool kSignSplit = false>
 __device__ __forceinline__ void WordToSteps(uint32_t w, uint32_t multiplier, uint32_t* frag, int lo) {
-  frag[0 + lo] = PairOfWord<0>(w, multiplier);
-  frag[2 + lo] = PairOfWord<1>(w, multiplier);
-  frag[4 + lo] = PairOfWord<2>(w, multiplier);
-  frag[6 + lo] = PairOfWord<3>(w, multiplier);
+  if constexpr (kSignSplit) {
+    const uint32_t shifted = w << 4;
+    frag[0 + lo] = PairOfSignSplitWord<0>(w, shifted, multiplier);
+    frag[2 + lo] = PairOfSignSplitWord<1>(w, shifted, multiplier);
+    frag[4 + lo] = PairOfSignSplitWord<2>(w, shifted, multiplier);
+    frag[6 + lo] = PairOfSignSplitWord<3>(w, shifted, multiplier);
+  } else {
+    frag[0 + lo] = PairOfWord<0>(w, multiplier);
+    frag[2 + lo] = PairOfWord<1>(w, multiplier);
+    frag[4 + lo] = PairOfWord<2>(w, multiplier);
+    frag[6 + lo] = PairOfWord<3>(w, multiplier);
+  }
+}
+
+// Two words (a: row g's, b: row g + 8's) into their steps' registers of `frag`, both in the layout
+// `sign_split` names (warp-uniform).
+__device__ __forceinline__ void WordsToSteps(bool sign_split, uint32_t wa, uint32_t mult_a, uint32_t wb,
+                                             uint32_t mult_b, uint32_t* frag) {
+  if (sign_split) {
+    WordToSteps<true>(wa, mult_a, frag, 0);
+    WordToSteps<true>(wb, mult_b, frag, 1);
+  } else {
+    WordToSteps<false>(wa, mult_a, frag, 0);
+    WordToSteps<false>(wb, mult_b, frag, 1);
+  }
 }
 
 // d (+)= A·B for one k16 step, m64nNk16 (N = kTok: 104 or 208), bf16 × bf16 → f32, A from registers

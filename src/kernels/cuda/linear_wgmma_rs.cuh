@@ -213,6 +213,16 @@ __device__ __forceinline__ void RowFragment(uint32_t group, uint32_t shift, uint
   }
 }
 
+// RowFragment of words in the layout `sign_split` names (warp-uniform; Params::w_sign_split).
+__device__ __forceinline__ void RowFragmentIn(bool sign_split, uint32_t group, uint32_t shift, uint32_t tables,
+                                              uint32_t (&frag)[16], int lo) {
+  if (sign_split) {
+    RowFragment<true>(group, shift, tables, frag, lo);
+  } else {
+    RowFragment<false>(group, shift, tables, frag, lo);
+  }
+}
+
 // Group q's table entry of a RowFold's shifts.
 __device__ __forceinline__ uint32_t GroupShift(uint32_t shifts, int q) { return (shifts >> (4 * q)) & 0xfu; }
 
@@ -273,33 +283,33 @@ __device__ __forceinline__ void IssueChunk(float (&acc)[kElems], const uint32_t 
 // The copies of one warp's rows for chunk c into its part of a stage (shared address `warp_stage`:
 // the stage + 1 KiB · warp; each row's 64 bytes as stored): lane l copies 16-byte unit l % 4 of
 // rows l / 4 and l / 4 + 8, by 16-byte cp.async where the weight's rows are 16-byte aligned, 4-byte
-// cp.async where 4-byte aligned, else byte loads; rows past p.n get zeros.
-// kChunkStride: bytes from a row's chunk to its next, kRowBytes in the rows as stored; 0 in the
+// cp.async where 4-byte aligned, else byte loads; rows past p.n get zeros. From a row's chunk to its
+// next: p.w_chunk_bytes (64 in the rows as stored, more where they are chunk-major), or in the
 // expert's tiles (WriteFp4ExpertTiles: each warp's 16 rows of a chunk 1 KiB in a row, laid out as
-// the warp's stage part, zeros past the rows), where `chunk_stride` holds the tiles' layout's.
-template <int kChunkStride>
-struct WarpCopiesT {
-  const uint8_t* src;    // this lane's unit of its first row, chunk 0
-  uint32_t half_stride;  // bytes of 8 rows (an expert's weight is under 4 GiB)
-  int dst;               // offset of this lane's first unit in the warp's stage part
-  int rows;              // rows of this warp within p.n (0-16)
-  int align;             // 16, 4 or 1: the weight rows' alignment the copies use
-  uint32_t chunk_stride = kChunkStride;  // bytes from a chunk's copies to the next's
+// the warp's stage part, zeros past the rows) the tiles' layout's.
+struct WarpCopies {
+  const uint8_t* src;     // this lane's unit of its first row, chunk 0
+  uint32_t half_stride;   // bytes of 8 rows (an expert's weight is under 4 GiB)
+  uint32_t chunk_stride;  // bytes from a chunk's copies to the next's
+  int dst;                // offset of this lane's first unit in the warp's stage part
+  int rows;               // rows of this warp within p.n (0-16)
+  int align;              // 16, 4 or 1: the weight rows' alignment the copies use
 
-  __device__ __forceinline__ WarpCopiesT(const Params& p, int64_t n0, int warp, int lane) {
+  __device__ __forceinline__ WarpCopies(const Params& p, int64_t n0, int warp, int lane) {
     const int64_t row0 = n0 + kWarpRows * warp;
     rows = static_cast<int>(max(int64_t{0}, min(static_cast<int64_t>(kWarpRows), p.n - row0)));
-    const uintptr_t bits = reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes);
+    const uintptr_t bits = reinterpret_cast<uintptr_t>(p.w) | static_cast<uintptr_t>(p.w_row_bytes) |
+                           static_cast<uintptr_t>(p.w_chunk_bytes);
     align = (bits & 15u) == 0 ? 16 : (bits & 3u) == 0 ? 4 : 1;
     src = p.w + (row0 + lane / 4) * p.w_row_bytes + 16 * (lane % 4);
     half_stride = static_cast<uint32_t>(8 * p.w_row_bytes);
+    chunk_stride = static_cast<uint32_t>(p.w_chunk_bytes);
     dst = (lane / 4) * kRowBytes + 16 * (lane % 4);
   }
   // From the warp's tiles (`warp_tiles`: its rows' chunk 0 tile; `tile_chunk_stride`: bytes from
   // one of its chunks' tiles to the next's): every row there (zeros past the expert's rows),
   // 16-byte aligned.
-  __device__ __forceinline__ WarpCopiesT(const uint8_t* warp_tiles, uint32_t tile_chunk_stride, int lane) {
-    static_assert(kChunkStride == 0, "the tiles' chunk stride is the layout's");
+  __device__ __forceinline__ WarpCopies(const uint8_t* warp_tiles, uint32_t tile_chunk_stride, int lane) {
     rows = kWarpRows;
     align = 16;
     dst = (lane / 4) * kRowBytes + 16 * (lane % 4);
@@ -309,7 +319,7 @@ struct WarpCopiesT {
   }
 
   __device__ __forceinline__ void Load(uint32_t warp_stage, int c, int lane, const uint8_t* any_valid) const {
-    const uint8_t* from = src + static_cast<int64_t>(c) * (kChunkStride != 0 ? kChunkStride : chunk_stride);
+    const uint8_t* from = src + static_cast<int64_t>(c) * chunk_stride;
     const uint32_t to = warp_stage + dst;
     constexpr int kHalfBytes = 8 * kRowBytes;  // 8 rows of the stage
     if (align == 16 && rows == kWarpRows) {  // the common case: no row past p.n, no predicates
@@ -350,7 +360,6 @@ struct WarpCopiesT {
   }
 };
 
-using WarpCopies = WarpCopiesT<kRowBytes>;
 constexpr int kTileBytes = kWarpRows * kRowBytes;  // a warp's rows of one chunk in the expert's tiles: 1 KiB
 
 // Expert tiles (WriteFp4ExpertTiles): for an expert of n rows and `chunks` chunks, ceil(n / 64) · 4
@@ -494,7 +503,7 @@ __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArg
   const bool valid_a = n0 + la < p.n, valid_b = n0 + lb < p.n;
   const auto copies = [&] {
     if constexpr (kTiles) {
-      return WarpCopiesT<0>(tiles + (n0 / kWarpRows + warp) * layout.block_stride, layout.chunk_stride, lane);
+      return WarpCopies(tiles + (n0 / kWarpRows + warp) * layout.block_stride, layout.chunk_stride, lane);
     } else {
       return WarpCopies(p, n0, warp, lane);
     }
