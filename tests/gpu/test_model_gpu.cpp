@@ -389,30 +389,40 @@ TEST(GpuModel, JoinedW13GivesTheSameLogits) {
   }
 }
 
-// DEEPINFER_DENSE_TILES (the head written again in 16 KiB tiles at load, which its 8-token kernel
-// reads) changes no bit: the FP8/FP4 golden's prompt with every reference rounding on tensor cores,
-// one-shot and token by token (one-row heads: the tiles read), with and without.
+// The head in 16 KiB tiles, which its 8-token kernel reads, changes no bit, whether rewritten in
+// place (DEEPINFER_DENSE_TILES_IN_PLACE, the default) or written again beside its rows
+// (DEEPINFER_DENSE_TILES=1 with the former off): the FP8/FP4 golden's prompt with every reference
+// rounding on tensor cores, one-shot and token by token (one-row heads: the tiles read).
 TEST(GpuModel, HeadTilesGiveTheSameLogits) {
   DI_REQUIRE_GPU();
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
   const Golden g = LoadGolden("v4-tiny-fp8fp4");
   std::vector<int32_t> prompt = g.prompt_ids;
   if (test::SanitizerSizes()) prompt.resize(std::min<size_t>(prompt.size(), 64));
-  // The switch is read at load only: the tiles stay with the model.
-  auto load = [&](int tiles) {
-    const test::ScopedSwitch<cuda::SetDenseTilesForTesting> scoped(tiles);
+  // The switches are read at load only: the tiles stay with the model.
+  auto load = [&](int copy, int in_place) {
+    const test::ScopedSwitch<cuda::SetDenseTilesForTesting> scoped_copy(copy);
+    const test::ScopedSwitch<cuda::SetDenseTilesInPlaceForTesting> scoped_in_place(in_place);
     return LoadModel(g.dir, OnGpuQuantizedTensorCores());
   };
-  LoadedModel plain_model = load(0);
-  LoadedModel tiled_model = load(1);
-  EXPECT_TRUE(dynamic_cast<const v4::V4Model&>(*plain_model.model).weights().head.tiles.empty());
-  EXPECT_FALSE(dynamic_cast<const v4::V4Model&>(*tiled_model.model).weights().head.tiles.empty()) << "no tiles";
-  const uint64_t launches = cuda::DenseTilesLaunchesForTesting();
-  SequenceDriver plain(*plain_model.model), tiled(*tiled_model.model);
-  EXPECT_TRUE(test::AllEqual(tiled.Prefill(prompt), plain.Prefill(prompt), "one-shot prefill"));
-  SequenceDriver plain_steps(*plain_model.model), tiled_steps(*tiled_model.model);
-  EXPECT_TRUE(test::AllEqual(tiled_steps.Prefill(prompt, 1), plain_steps.Prefill(prompt, 1), "token by token"));
-  EXPECT_GT(cuda::DenseTilesLaunchesForTesting(), launches) << "no head read its tiles";
+  auto head_of = [](const LoadedModel& m) -> const LinearWeight& {
+    return dynamic_cast<const v4::V4Model&>(*m.model).weights().head;
+  };
+  LoadedModel plain_model = load(0, 0);
+  EXPECT_TRUE(head_of(plain_model).tiles.empty());
+  for (const bool in_place : {true, false}) {
+    SCOPED_TRACE(in_place ? "tiles in place" : "tiles beside the rows");
+    LoadedModel tiled_model = load(in_place ? 0 : 1, in_place ? 1 : 0);
+    const LinearWeight& head = head_of(tiled_model);
+    ASSERT_FALSE(head.tiles.empty()) << "no tiles";
+    EXPECT_EQ(head.tiles.raw() == head.data.raw(), in_place);
+    const uint64_t launches = cuda::DenseTilesLaunchesForTesting();
+    SequenceDriver plain(*plain_model.model), tiled(*tiled_model.model);
+    EXPECT_TRUE(test::AllEqual(tiled.Prefill(prompt), plain.Prefill(prompt), "one-shot prefill"));
+    SequenceDriver plain_steps(*plain_model.model), tiled_steps(*tiled_model.model);
+    EXPECT_TRUE(test::AllEqual(tiled_steps.Prefill(prompt, 1), plain_steps.Prefill(prompt, 1), "token by token"));
+    EXPECT_GT(cuda::DenseTilesLaunchesForTesting(), launches) << "no head read its tiles";
+  }
 }
 
 // Issue 8, acceptance 4: at DeepSeek-V4-Flash's shapes (bench/configs/v4-flash-2layer: hidden

@@ -5848,9 +5848,11 @@ __global__ void WriteDenseTilesKernel(const uint8_t* __restrict__ w, int64_t row
 }
 }  // namespace
 
-size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math) {
+namespace {
+// DenseTilesBytes without its switch: the tiles' bytes where a kernel would read them, else 0.
+size_t DenseTilesBytesWhereRead(const DeviceWeight& w, LinearMath math) {
   if (KindOf(w) != Kind::kBF16 || PathFor(math, Kind::kBF16, false, w.in_features) != Path::kSplitBf16 ||
-      !g_dense_tiles.On() || !g_dense_split.On() || w.out_features <= 0 || w.in_features <= 0 ||
+      !g_dense_split.On() || w.out_features <= 0 || w.in_features <= 0 ||
       w.in_features % wgmma_split::kChunkCols != 0 ||
       !Aligned(w.data, w.data_row_stride * 2, 16) || !wgmma::DeviceHasWgmma()) {
     return 0;
@@ -5866,6 +5868,11 @@ size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math) {
   if (DenseTakesSlices<8>(p, device, sms)) return 0;
   return static_cast<size_t>(wgmma_split::DenseTileOffset(CeilDiv(w.out_features, wgmma::kBlockRows), 0,
                                                           w.in_features));
+}
+}  // namespace
+
+size_t DenseTilesBytes(const DeviceWeight& w, LinearMath math) {
+  return g_dense_tiles.On() ? DenseTilesBytesWhereRead(w, math) : 0;
 }
 
 void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_t stream) {
@@ -5888,27 +5895,23 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteDenseTiles");  // load time: ready for any stream
 }
 
-// DEEPINFER_DENSE_TILES_IN_PLACE (read once; unset or 0: off, 1: on): with DEEPINFER_DENSE_TILES=1,
-// weights whose tiles take exactly their rows' bytes are rewritten as their tiles in place
-// (RewriteAsDenseTiles) instead of holding a second copy. Tests override it
+// DEEPINFER_DENSE_TILES_IN_PLACE (read once; unset or 1: on, 0: off): BF16 weights whose tiles
+// would be read and take exactly their rows' bytes are rewritten as their tiles in place
+// (RewriteAsDenseTiles), without a second copy (DEEPINFER_DENSE_TILES's); not with
+// DEEPINFER_CUBLASLT_DENSE=1, whose products read rows. Tests override it
 // (SetDenseTilesInPlaceForTesting).
-KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 0};
+KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 1};
 
 bool DenseTilesInPlace(const DeviceWeight& w) {
-  if (!g_dense_tiles_in_place.On()) return false;
-  // Refused at load rather than at the weight's first product, which would fail (DenseReadsTiles).
-  if (g_cublaslt_dense.On()) {
-    Fail("DEEPINFER_DENSE_TILES_IN_PLACE=1 rewrites a weight's rows as its tiles, which cuBLASLt's dense products "
-         "cannot read: unset it or DEEPINFER_CUBLASLT_DENSE");
-  }
+  if (!g_dense_tiles_in_place.On() || g_cublaslt_dense.On()) return false;
   return w.out_features % wgmma::kBlockRows == 0 && w.data_row_stride == w.in_features &&
-         DenseTilesBytes(w, LinearMath::kSplitBf16) > 0;
+         DenseTilesBytesWhereRead(w, LinearMath::kSplitBf16) > 0;
 }
 
 void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream) {
   if (!DenseTilesInPlace(w)) {
-    Fail("RewriteAsDenseTiles: a weight WriteDenseTiles takes, of a multiple of 128 rows without row padding, with "
-         "DEEPINFER_DENSE_TILES=1 and DEEPINFER_DENSE_TILES_IN_PLACE=1");
+    Fail("RewriteAsDenseTiles: a BF16 weight whose tiles a kernel would read, of a multiple of 128 rows without "
+         "row padding, with DEEPINFER_DENSE_TILES_IN_PLACE on and DEEPINFER_CUBLASLT_DENSE off");
   }
   // Each 128-row block's bytes (1 row block = its `chunks` tiles, the same bytes) are permuted within
   // themselves: a group of row blocks is copied aside, then written back as tiles.
@@ -6195,9 +6198,9 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   }
   // Rows rewritten as tiles in place (RewriteAsDenseTiles): only the kernels that read tiles may run.
   if (tiles != nullptr && tiles == w.data && !DenseReadsTiles(p, kind, math)) {
-    Fail("this weight's rows were rewritten as its tiles (DEEPINFER_DENSE_TILES_IN_PLACE=1), and this product "
+    Fail("this weight's rows were rewritten as its tiles (DEEPINFER_DENSE_TILES_IN_PLACE), and this product "
          "would take a kernel that reads rows (f32 SIMT math, DEEPINFER_DENSE_WGMMA=0, DEEPINFER_CUBLASLT_DENSE=1 "
-         "or K slices over a cluster); unset DEEPINFER_DENSE_TILES_IN_PLACE");
+         "or K slices over a cluster); set DEEPINFER_DENSE_TILES_IN_PLACE=0");
   }
   Launch(p, kind, 1, stream, math);
 }

@@ -294,10 +294,10 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
 // default: off unless 1); and how many launches have read a weight's tiles.
 void SetDenseTilesForTesting(int mode);
 uint64_t DenseTilesLaunchesForTesting();
-// Whether `w`'s tiles go in place of its rows (DEEPINFER_DENSE_TILES_IN_PLACE=1, read once; unset:
-// off): DenseTilesBytes(w, kSplitBf16) > 0, a multiple of 128 rows and no row padding, so the tiles
-// take exactly the rows' bytes. Fails with the switch on and DEEPINFER_CUBLASLT_DENSE=1 (whose
-// products read rows).
+// Whether `w`'s tiles go in place of its rows (DEEPINFER_DENSE_TILES_IN_PLACE, read once; unset or
+// 1: on, 0: off): a kernel would read its tiles (DenseTilesBytes's conditions but its switch, under
+// kSplitBf16), a multiple of 128 rows and no row padding, so the tiles take exactly the rows' bytes;
+// never with DEEPINFER_CUBLASLT_DENSE=1 (whose products read rows).
 bool DenseTilesInPlace(const DeviceWeight& w);
 // Rewrites w's rows (DEVICE) as its tiles in place on `stream` (a 64 MiB scratch at most, freed
 // before it returns), and synchronizes it (load time). Then Linear takes the weight with tiles ==
