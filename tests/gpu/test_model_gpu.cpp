@@ -390,8 +390,8 @@ TEST(GpuModel, JoinedW13GivesTheSameLogits) {
 }
 
 // The head in 16 KiB tiles, which its 8-token kernel reads, changes no bit, whether rewritten in
-// place (DEEPINFER_DENSE_TILES_IN_PLACE, the default) or written again beside its rows
-// (DEEPINFER_DENSE_TILES=1 with the former off): the FP8/FP4 golden's prompt with every reference
+// place (DEEPINFER_DENSE_TILES_IN_PLACE=1) or written again beside its rows
+// (DEEPINFER_DENSE_TILES=1): the FP8/FP4 golden's prompt with every reference
 // rounding on tensor cores, one-shot and token by token (one-row heads: the tiles read).
 TEST(GpuModel, HeadTilesGiveTheSameLogits) {
   DI_REQUIRE_GPU();

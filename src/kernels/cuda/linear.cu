@@ -5895,12 +5895,12 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteDenseTiles");  // load time: ready for any stream
 }
 
-// DEEPINFER_DENSE_TILES_IN_PLACE (read once; unset or 1: on, 0: off): BF16 weights whose tiles
+// DEEPINFER_DENSE_TILES_IN_PLACE (read once; unset or 0: off, 1: on): BF16 weights whose tiles
 // would be read and take exactly their rows' bytes are rewritten as their tiles in place
 // (RewriteAsDenseTiles), without a second copy (DEEPINFER_DENSE_TILES's); not with
 // DEEPINFER_CUBLASLT_DENSE=1, whose products read rows. Tests override it
 // (SetDenseTilesInPlaceForTesting).
-KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 1};
+KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 0};
 
 bool DenseTilesInPlace(const DeviceWeight& w) {
   if (!g_dense_tiles_in_place.On() || g_cublaslt_dense.On()) return false;
@@ -5911,7 +5911,7 @@ bool DenseTilesInPlace(const DeviceWeight& w) {
 void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream) {
   if (!DenseTilesInPlace(w)) {
     Fail("RewriteAsDenseTiles: a BF16 weight whose tiles a kernel would read, of a multiple of 128 rows without "
-         "row padding, with DEEPINFER_DENSE_TILES_IN_PLACE on and DEEPINFER_CUBLASLT_DENSE off");
+         "row padding, with DEEPINFER_DENSE_TILES_IN_PLACE=1 and DEEPINFER_CUBLASLT_DENSE off");
   }
   // Each 128-row block's bytes (1 row block = its `chunks` tiles, the same bytes) are permuted within
   // themselves: a group of row blocks is copied aside, then written back as tiles.
@@ -6200,7 +6200,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   if (tiles != nullptr && tiles == w.data && !DenseReadsTiles(p, kind, math)) {
     Fail("this weight's rows were rewritten as its tiles (DEEPINFER_DENSE_TILES_IN_PLACE), and this product "
          "would take a kernel that reads rows (f32 SIMT math, DEEPINFER_DENSE_WGMMA=0, DEEPINFER_CUBLASLT_DENSE=1 "
-         "or K slices over a cluster); set DEEPINFER_DENSE_TILES_IN_PLACE=0");
+         "or K slices over a cluster); unset DEEPINFER_DENSE_TILES_IN_PLACE");
   }
   Launch(p, kind, 1, stream, math);
 }

@@ -294,8 +294,8 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
 // default: off unless 1); and how many launches have read a weight's tiles.
 void SetDenseTilesForTesting(int mode);
 uint64_t DenseTilesLaunchesForTesting();
-// Whether `w`'s tiles go in place of its rows (DEEPINFER_DENSE_TILES_IN_PLACE, read once; unset or
-// 1: on, 0: off): a kernel would read its tiles (DenseTilesBytes's conditions but its switch, under
+// Whether `w`'s tiles go in place of its rows (DEEPINFER_DENSE_TILES_IN_PLACE=1, read once; unset or
+// 0: off): a kernel would read its tiles (DenseTilesBytes's conditions but its switch, under
 // kSplitBf16), a multiple of 128 rows and no row padding, so the tiles take exactly the rows' bytes;
 // never with DEEPINFER_CUBLASLT_DENSE=1 (whose products read rows).
 bool DenseTilesInPlace(const DeviceWeight& w);
