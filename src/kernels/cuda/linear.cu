@@ -1841,11 +1841,11 @@ __device__ __forceinline__ void UnpackGroupExponents(uint32_t word, int (&e)[4])
 // 2h + 1 of a unit come from its nibble word h. Groups the pass leaves get zero codes (their
 // shift field kFoldGroupLeft reads a zero entry of the tables, wgmma::rs::TableWord).
 // StoreFoldedUnit's bytes, stored 16 at a time; two units' independent chains side by side hide
-// each other's latency. sign_split: the nibbles' words in the sign-split layout (Params::w_sign_split).
-template <int kUnits>
+// each other's latency. kSignSplit: the nibbles' words in the sign-split layout.
+template <int kUnits, bool kSignSplit>
 __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUnits], int row,
                                                  const uint32_t (&word)[kUnits], uint32_t tables_addr,
-                                                 const uint32_t (&tile_addr)[kUnits], bool second, bool sign_split) {
+                                                 const uint32_t (&tile_addr)[kUnits], bool second) {
   uint32_t lo[kUnits][4], hi[kUnits][4], signs[kUnits][4];
 #pragma unroll
   for (int p = 0; p < kUnits; ++p) {
@@ -1875,7 +1875,7 @@ __device__ __forceinline__ void ConvertRowPasses(const uint32_t (&raw_addr)[kUni
         for (int b = 0; b < 4; ++b) {
           const uint4& piece = pieces[p][b];
           const uint32_t nib = 2 * a + h == 0 ? piece.x : 2 * a + h == 1 ? piece.y : 2 * a + h == 2 ? piece.z : piece.w;
-          mma::fp8::E2m1x8WordToE4m3x8Table(sign_split, nib, lo[p][b], hi[p][b], even[p][b], odd[p][b], signs[p][b]);
+          mma::fp8::E2m1x8WordToE4m3x8Table(kSignSplit, nib, lo[p][b], hi[p][b], even[p][b], odd[p][b], signs[p][b]);
         }
       }
 #pragma unroll
@@ -1919,8 +1919,9 @@ __device__ __forceinline__ void AddScaledRowsShared(float (&part)[kElems], const
 // grid: at most one block per SM; tma::kWsThreads threads, InBlock<kP>::kBytes of dynamic shared
 // memory. x_map, xs_map: XTensorMaps at kInBlockTokens; ep: FP4 experts with e8m0 scales,
 // K % 128 == 0 (chunk words, where given, as WriteFp4ChunkWords wrote them, chunk_words_stride
-// apart); the plan cut in kInBlockTokens-row tiles; experts [0, e_end).
-template <int kP>
+// apart); the plan cut in kInBlockTokens-row tiles; experts [0, e_end). kSignSplit: the nibbles'
+// words in the sign-split layout (Params::w_sign_split, which the host matches).
+template <int kP, bool kSignSplit>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
     ExpertsFp4InBlockKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                             const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -2047,7 +2048,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         }
         tile[p] = live[p] ? begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y) : 0u;
       }
-      ConvertRowPasses<kP>(raw_addr, row, word, tables_addr, tile, live[kP - 1], ep.base.w_sign_split);
+      ConvertRowPasses<kP, kSignSplit>(raw_addr, row, word, tables_addr, tile, live[kP - 1]);
       if (!chunk_words) {
 #pragma unroll
         for (int p = 0; p < kP; ++p) more[p] = live[p] && ConvertersOr(cpu::FoldWordMore(word[p]));
@@ -2062,7 +2063,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
           const uint32_t w[1] = {InBlockUnit::Valid(note[p].x) ? cpu::FoldPassWord(e, pass) : cpu::kFoldNoRowWord};
           const uint32_t t[1] = {begin_pass(p, InBlockUnit::Chunk(note[p].x), note[p].y)};
           const uint32_t r[1] = {raw_addr[p]};
-          ConvertRowPasses<1>(r, row, w, tables_addr, t, false, ep.base.w_sign_split);
+          ConvertRowPasses<1, kSignSplit>(r, row, w, tables_addr, t, false);
           bool live_p[kP] = {}, more_p[kP] = {};  // unit p alone
           float scale_p[kP] = {};
           live_p[p] = true;
@@ -2195,8 +2196,9 @@ struct RsPrefill {
 // grid: at most one block per SM; 256 threads, RsPrefill::kBytes of dynamic shared memory.
 // x_map, xs_map: XTensorMaps at kRsTokens; ep: FP4 experts with e8m0 scales and chunk words,
 // K % 128 == 0 within rs::kMaxChunks chunks (Fp4RegistersPrefillFor); the plan cut in
-// kRsTokens-row tiles; experts [0, e_end).
-template <bool kSliceScale>
+// kRsTokens-row tiles; experts [0, e_end). kSignSplit: the nibbles' words in the sign-split layout
+// (Params::w_sign_split, which the host matches).
+template <bool kSliceScale, bool kSignSplit>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4RegistersTmaKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                                  const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -2216,7 +2218,6 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   const int chunks = static_cast<int>(ep.base.k / wgmma::kChunk);
   const int64_t n = ep.base.n;
   const uint32_t base = tma::SmemAddress(smem);
-  const bool sign_split = ep.base.w_sign_split;  // uniform: the nibbles' words (Params::w_sign_split)
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
   auto full_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (u % kRsXStages); };
   auto empty_at = [&](uint32_t u) { return base + L::kBarriers + 8 * (kRsXStages + u % kRsXStages); };
@@ -2331,9 +2332,8 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
       up = __all_sync(0xffffffffu, ua != cpu::kSliceNoUpShift && ub != cpu::kSliceNoUpShift);
       if (!up) ua = ub = 0;
     }
-    rs::RowFragmentIn(sign_split, from + row_a, entry(rs::GroupShift(wa, q), ua), tables, f, 0);
-    rs::RowFragmentIn(sign_split, from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(wb, q), ub), tables, f,
-                      1);
+    rs::RowFragment<kSignSplit>(from + row_a, entry(rs::GroupShift(wa, q), ua), tables, f, 0);
+    rs::RowFragment<kSignSplit>(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(wb, q), ub), tables, f, 1);
     sa = rs::ChunkWordScale(wa, ua);
     sb = rs::ChunkWordScale(wb, ub);
   };
@@ -2367,9 +2367,9 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
         const rs::RowFold fb = rb < n ? rs::LaterFold(p, rb, c, pass) : none;
         // A warp whose rows are up-shifted has no group left for a later pass (cpu::SliceUpShift):
         // its rows add +0 here, in either unit.
-        rs::RowFragmentIn(sign_split, from + row_a, entry(rs::GroupShift(fa.shifts, q), 0), tables, f, 0);
-        rs::RowFragmentIn(sign_split, from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(fb.shifts, q), 0),
-                          tables, f, 1);
+        rs::RowFragment<kSignSplit>(from + row_a, entry(rs::GroupShift(fa.shifts, q), 0), tables, f, 0);
+        rs::RowFragment<kSignSplit>(from + row_a + 8 * rs::kRowBytes, entry(rs::GroupShift(fb.shifts, q), 0), tables,
+                                    f, 1);
         rs::IssueChunk(acc, f, wgmma::DescriptorLow(x_stage(u)), x_desc_hi);
         wgmma::WgmmaWaitAll();
         wgmma::PinAll(acc);
@@ -2473,7 +2473,9 @@ struct Bf16Prefill {
 // plan cut in kTok-row tiles; experts [0, e_end). narrow_rows (0 or kRsTokens; kTok = 208 only):
 // tiles of at most that many rows (an expert's last, e.g. the 22 rows past 208) run m64n104k16 on
 // their first 104 tokens instead of n208 over mostly absent ones: the same bits, about half the MMAs.
-template <int kTok>
+// kSignSplit: the nibbles' words in the sign-split layout (Params::w_sign_split, which the host
+// matches).
+template <int kTok, bool kSignSplit>
 __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     ExpertsFp4Bf16Kernel(const __grid_constant__ CUtensorMap x_map, const ExpertsParams ep, const TileLists lists,
                          int32_t e_end, int32_t narrow_rows) {
@@ -2590,7 +2592,6 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
   uint32_t mult_a, mult_b;    // their BF16 multipliers
   uint32_t bytes_seen = 0;    // the largest group byte converted
   const uint32_t row_a = g * rs::kRowBytes + 16 * q;
-  const bool sign_split = ep.base.w_sign_split;  // uniform: the nibbles' words (Params::w_sign_split)
   // Unit v's words and multipliers (its copies landed: L::kAhead - 1 later groups may fly), then
   // its half 0 into fa.
   auto convert_first = [&](uint32_t v) {
@@ -2604,12 +2605,16 @@ __global__ void __launch_bounds__(2 * wgmma::rs::kThreads, 1)
     bytes_seen = max(bytes_seen, max(ea, eb));
     mult_a = f4b::GroupMultiplier(ea);
     mult_b = f4b::GroupMultiplier(eb);
-    f4b::WordsToSteps(sign_split, nib_a.x, mult_a, nib_b.x, mult_b, fa);
-    f4b::WordsToSteps(sign_split, nib_a.y, mult_a, nib_b.y, mult_b, fa + 8);
+    f4b::WordToSteps<kSignSplit>(nib_a.x, mult_a, fa, 0);
+    f4b::WordToSteps<kSignSplit>(nib_b.x, mult_b, fa, 1);
+    f4b::WordToSteps<kSignSplit>(nib_a.y, mult_a, fa + 8, 0);
+    f4b::WordToSteps<kSignSplit>(nib_b.y, mult_b, fa + 8, 1);
   };
   auto convert_second = [&] {
-    f4b::WordsToSteps(sign_split, nib_a.z, mult_a, nib_b.z, mult_b, fb);
-    f4b::WordsToSteps(sign_split, nib_a.w, mult_a, nib_b.w, mult_b, fb + 8);
+    f4b::WordToSteps<kSignSplit>(nib_a.z, mult_a, fb, 0);
+    f4b::WordToSteps<kSignSplit>(nib_b.z, mult_b, fb, 1);
+    f4b::WordToSteps<kSignSplit>(nib_a.w, mult_a, fb + 8, 0);
+    f4b::WordToSteps<kSignSplit>(nib_b.w, mult_b, fb + 8, 1);
   };
   // Half h's four k16 steps of unit v from fragment f; fresh: the item's first (from zero). Narrow
   // (a std::bool_constant): on the tile's first 104 tokens only (MmaBf16RsNarrow).
@@ -2808,9 +2813,10 @@ struct PairCopies {
 // bytes of nibbles (8 bytes at shared address nibbles + b · PairCopies::kGroupStride) converted with
 // group b's table entry (bits 4b.. of `shifts`: TableWord's or UpShiftedTableWord's entry) into
 // the row's 16-byte units 4·half + t, t = 0..3 (swizzled by x = row % 8), of the tile row at
-// row_addr: ConvertRowPasses' bytes for a = half (sign_split: Params::w_sign_split).
+// row_addr: ConvertRowPasses' bytes for a = half (kSignSplit: the words in the sign-split layout).
+template <bool kSignSplit>
 __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts, uint32_t tables, uint32_t row_addr,
-                                               int x, int half, bool sign_split) {
+                                               int x, int half) {
   uint32_t lo[4], hi[4], signs[4];
   uint2 nib[4];
 #pragma unroll
@@ -2826,7 +2832,7 @@ __device__ __forceinline__ void ConvertHalfRow(uint32_t nibbles, uint32_t shifts
     uint32_t even[4], odd[4];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      mma::fp8::E2m1x8WordToE4m3x8Table(sign_split, h == 0 ? nib[b].x : nib[b].y, lo[b], hi[b], even[b], odd[b],
+      mma::fp8::E2m1x8WordToE4m3x8Table(kSignSplit, h == 0 ? nib[b].x : nib[b].y, lo[b], hi[b], even[b], odd[b],
                                         signs[b]);
     }
     wgmma::StShared128(row_addr + (((4 * half + 2 * h) ^ x) << 4), make_uint4(even[0], even[1], even[2], even[3]));
@@ -2858,7 +2864,9 @@ __device__ __forceinline__ uint32_t PassEntries(uint32_t shifts, uint32_t up) {
 // (in later passes too, whose codes are then zero) and flags the block in the pass area; MMA warp
 // w of either warpgroup then takes part += acc · x scale and at the slice's end
 // total = fma(part, slice scale, total).
-template <bool kSliceScale>
+// kSignSplit: the nibbles' words in the sign-split layout (Params::w_sign_split, which the host
+// matches).
+template <bool kSliceScale, bool kSignSplit>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
     ExpertsFp4TilePairKernel(const __grid_constant__ CUtensorMap x_map, const __grid_constant__ CUtensorMap xs_map,
                              const ExpertsParams ep, const TileLists lists, int32_t e_end) {
@@ -3001,8 +3009,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
       const float scale = rs::ChunkWordScale(word, up);  // the chunk scale, or the slice scale where up
       const uint32_t nibbles = raw + L::kNibbles + PairCopies::RowHalf(row, half);
       const uint32_t row_addr = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
-      ConvertHalfRow(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half,
-                     ep.base.w_sign_split);
+      ConvertHalfRow<kSignSplit>(nibbles, PassEntries<kSliceScale>(word, up), tables, row_addr, row & 7, half);
       end_pass(scale, more, warp_up);
       for (int pass = 1; more; ++pass) {  // rare: the fold of each later pass from global memory
         const Params p = TileParams<Kind::kFp4>(
@@ -3013,8 +3020,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
         const uint32_t later_row = begin_pass(c, note.y, rows) + L::kW + row * wgmma::kChunk;
         // An up-shifted warp's rows have no group left for a later pass (cpu::SliceUpShift): zero
         // codes, their slice scale kept for the slice's end.
-        ConvertHalfRow(nibbles, PassEntries<kSliceScale>(fold.shifts, 0u), tables, later_row, row & 7, half,
-                       ep.base.w_sign_split);
+        ConvertHalfRow<kSignSplit>(nibbles, PassEntries<kSliceScale>(fold.shifts, 0u), tables, later_row, row & 7,
+                                   half);
         more = ConvertersOr(fold.more);
         end_pass(warp_up ? scale : fold.scale, more, warp_up);
       }
@@ -4929,6 +4936,16 @@ int InBlockUnits() {
   return chosen != 0 ? chosen : units;
 }
 
+// Calls f(std::bool_constant<a>{}, std::bool_constant<b>{}): two run-time flags as template arguments.
+template <class F>
+void WithFlags(bool a, bool b, const F& f) {
+  if (a) {
+    b ? f(std::true_type{}, std::true_type{}) : f(std::true_type{}, std::false_type{});
+  } else {
+    b ? f(std::false_type{}, std::true_type{}) : f(std::false_type{}, std::false_type{});
+  }
+}
+
 // kKernel, one of the FP4 experts' prefill kernels converting in the blocks (ExpertsFp4InBlockKernel,
 // ExpertsFp4RegistersTmaKernel, ExpertsFp4TilePairKernel: their parameters are alike), over every
 // item of the plan, once: at most one block an SM, `threads` threads, kSmem bytes of dynamic shared
@@ -4958,33 +4975,25 @@ void LaunchExpertsFp4InBlock(const ExpertsLaunch& l, const ExpertsParams& ep, co
     ExpertsParams pairs = ep;  // items of 64 weight rows
     pairs.blocks_per_tile = static_cast<int32_t>(CeilDiv(b.n, kPairRows));
     constexpr const char* kWhat = "cuda::ExpertsLinear FP4 tile pairs";
-    if (slice_scale) {
-      LaunchExpertsFp4Prefill<ExpertsFp4TilePairKernel<true>, TilePair::kBytes>(l, pairs, x_map, xs_map,
-                                                                               tma::kWsThreads, kWhat);
-    } else {
-      LaunchExpertsFp4Prefill<ExpertsFp4TilePairKernel<false>, TilePair::kBytes>(l, pairs, x_map, xs_map,
-                                                                                tma::kWsThreads, kWhat);
-    }
+    WithFlags(slice_scale, b.w_sign_split, [&](auto slice, auto split) {
+      constexpr auto kKernel = ExpertsFp4TilePairKernel<decltype(slice)::value, decltype(split)::value>;
+      LaunchExpertsFp4Prefill<kKernel, TilePair::kBytes>(l, pairs, x_map, xs_map, tma::kWsThreads, kWhat);
+    });
     g_fp4_tile_pairs_launches.fetch_add(1);
   } else if (l.fp4_registers) {
     constexpr const char* kWhat = "cuda::ExpertsLinear FP4 converted in registers";
-    if (slice_scale) {
-      LaunchExpertsFp4Prefill<ExpertsFp4RegistersTmaKernel<true>, RsPrefill::kBytes>(l, ep, x_map, xs_map,
-                                                                                    2 * wgmma::rs::kThreads, kWhat);
-    } else {
-      LaunchExpertsFp4Prefill<ExpertsFp4RegistersTmaKernel<false>, RsPrefill::kBytes>(l, ep, x_map, xs_map,
-                                                                                     2 * wgmma::rs::kThreads, kWhat);
-    }
+    WithFlags(slice_scale, b.w_sign_split, [&](auto slice, auto split) {
+      constexpr auto kKernel = ExpertsFp4RegistersTmaKernel<decltype(slice)::value, decltype(split)::value>;
+      LaunchExpertsFp4Prefill<kKernel, RsPrefill::kBytes>(l, ep, x_map, xs_map, 2 * wgmma::rs::kThreads, kWhat);
+    });
     g_fp4_in_block_rs_launches.fetch_add(1);
   } else {
     constexpr const char* kWhat = "cuda::ExpertsLinear FP4 converted in the blocks";
-    if (InBlockUnits() == 2) {
-      LaunchExpertsFp4Prefill<ExpertsFp4InBlockKernel<2>, InBlock<2>::kBytes>(l, ep, x_map, xs_map, tma::kWsThreads,
-                                                                              kWhat);
-    } else {
-      LaunchExpertsFp4Prefill<ExpertsFp4InBlockKernel<1>, InBlock<1>::kBytes>(l, ep, x_map, xs_map, tma::kWsThreads,
-                                                                              kWhat);
-    }
+    WithFlags(InBlockUnits() == 2, b.w_sign_split, [&](auto two, auto split) {
+      constexpr int kUnits = decltype(two)::value ? 2 : 1;
+      constexpr auto kKernel = ExpertsFp4InBlockKernel<kUnits, decltype(split)::value>;
+      LaunchExpertsFp4Prefill<kKernel, InBlock<kUnits>::kBytes>(l, ep, x_map, xs_map, tma::kWsThreads, kWhat);
+    });
   }
   g_tma_launches.fetch_add(1);
   g_tma_ws_launches.fetch_add(1);
@@ -5028,11 +5037,15 @@ void LaunchExpertsFp4Bf16Tiles(const ExpertsLaunch& l, const ExpertsParams& ep, 
   const CUtensorMap x_map =
       TensorMap(x_bf16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
   constexpr int kSmem = Bf16Prefill<kTok>::kBytes;
-  AllowDynamicSmem<ExpertsFp4Bf16Kernel<kTok>>(l.device, kSmem);
   const int64_t grid = std::min(l.capacity.total * ep.blocks_per_tile, l.sms);
   const int32_t narrow_rows = kTok == kPairTokens && g_fp4_bf16_narrow.On() ? kRsTokens : 0;
-  ExpertsFp4Bf16Kernel<kTok><<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
-      x_map, ep, l.lists, static_cast<int32_t>(l.num_experts), narrow_rows);
+  const auto launch = [&](auto split) {  // a std::bool_constant: the words sign-split
+    constexpr auto kKernel = ExpertsFp4Bf16Kernel<kTok, decltype(split)::value>;
+    AllowDynamicSmem<kKernel>(l.device, kSmem);
+    kKernel<<<static_cast<unsigned>(grid), 2 * wgmma::rs::kThreads, kSmem, l.stream>>>(
+        x_map, ep, l.lists, static_cast<int32_t>(l.num_experts), narrow_rows);
+  };
+  ep.base.w_sign_split ? launch(std::true_type{}) : launch(std::false_type{});
   DI_CUDA_LAUNCH_CHECK("cuda::ExpertsLinear FP4 on BF16 MMAs");
 }
 

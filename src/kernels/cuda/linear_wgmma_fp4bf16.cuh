@@ -101,19 +101,6 @@ __device__ __forceinline__ void WordToSteps(uint32_t w, uint32_t multiplier, uin
   }
 }
 
-// Two words (a: row g's, b: row g + 8's) into their steps' registers of `frag`, both in the layout
-// `sign_split` names (warp-uniform).
-__device__ __forceinline__ void WordsToSteps(bool sign_split, uint32_t wa, uint32_t mult_a, uint32_t wb,
-                                             uint32_t mult_b, uint32_t* frag) {
-  if (sign_split) {
-    WordToSteps<true>(wa, mult_a, frag, 0);
-    WordToSteps<true>(wb, mult_b, frag, 1);
-  } else {
-    WordToSteps<false>(wa, mult_a, frag, 0);
-    WordToSteps<false>(wb, mult_b, frag, 1);
-  }
-}
-
 // d (+)= A·B for one k16 step, m64nNk16 (N = kTok: 104 or 208), bf16 × bf16 → f32, A from registers
 // (this thread's fragment), B (x, K-major, 128-byte swizzle) from shared memory by descriptor words;
 // scale_d 0 starts from zero.

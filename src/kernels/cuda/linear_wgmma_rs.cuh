@@ -213,16 +213,6 @@ __device__ __forceinline__ void RowFragment(uint32_t group, uint32_t shift, uint
   }
 }
 
-// RowFragment of words in the layout `sign_split` names (warp-uniform; Params::w_sign_split).
-__device__ __forceinline__ void RowFragmentIn(bool sign_split, uint32_t group, uint32_t shift, uint32_t tables,
-                                              uint32_t (&frag)[16], int lo) {
-  if (sign_split) {
-    RowFragment<true>(group, shift, tables, frag, lo);
-  } else {
-    RowFragment<false>(group, shift, tables, frag, lo);
-  }
-}
-
 // Group q's table entry of a RowFold's shifts.
 __device__ __forceinline__ uint32_t GroupShift(uint32_t shifts, int q) { return (shifts >> (4 * q)) & 0xfu; }
 
