@@ -248,5 +248,38 @@ TEST(Fp4Fold, SignSplitWordsConvertToTheStoredWordsCodes) {
   }
 }
 
+// The BF16 fast-prefill kernel's placement of a pair of nibbles (fp4bf16::PairOfWord and
+// PairOfSignSplitWord, emulated here with byte_perm): for pair P, nibble P's magnitude bits at BF16
+// bits 6-8 and its sign at bit 15, nibble P + 4's at bits 22-24 and 31. From the sign-split word the
+// signs come by one byte permute of the word and the word shifted left by 4, selector
+// (P << 4) | ((4 + P) << 12); from the stored word by one shift of 12 - 4P. Both must place the same
+// bits for every word (a wrong selector nibble moves some other nibble's sign there).
+TEST(Fp4Fold, SignSplitWordsPlaceTheStoredWordsBf16Pairs) {
+  const auto stored_pair = [](uint32_t w, int pair) {
+    const int mag_shift = 6 - 4 * pair, sign_shift = 12 - 4 * pair;
+    const uint32_t mag = (mag_shift >= 0 ? w << mag_shift : w >> -mag_shift) & 0x01c001c0u;
+    return mag | ((w << sign_shift) & 0x80008000u);
+  };
+  const auto split_pair = [](uint32_t split, int pair) {
+    const int mag_shift = 6 - 4 * pair;
+    const uint32_t selector = (static_cast<uint32_t>(pair) << 4) | (static_cast<uint32_t>(4 + pair) << 12);
+    const uint32_t mag = (mag_shift >= 0 ? split << mag_shift : split >> -mag_shift) & 0x01c001c0u;
+    return mag | (BytePerm(split, split << 4, selector) & 0x80008000u);
+  };
+  uint64_t state = 0xb16b16u;
+  std::vector<uint32_t> words = {0u, 0xffffffffu, 0x88888888u, 0x77777777u};
+  for (int bit = 0; bit < 32; ++bit) words.push_back(1u << bit);
+  for (int i = 0; i < 4096; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    words.push_back(static_cast<uint32_t>(state >> 32));
+  }
+  for (const uint32_t word : words) {
+    for (int pair = 0; pair < 4; ++pair) {
+      ASSERT_EQ(split_pair(SignSplitWord(word), pair), stored_pair(word, pair))
+          << std::hex << "word " << word << " pair " << std::dec << pair;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::cpu
