@@ -3216,6 +3216,13 @@ Kind KindOf(const DeviceWeight& w) {
   Fail("unknown weight format");
 }
 
+// p's FP4 nibble layout from w's: the rows as stored, or chunk-major with sign-split words
+// (DeviceWeight::data_chunk_stride != 0).
+void SetNibbleLayout(const DeviceWeight& w, Params& p) {
+  p.w_chunk_bytes = w.data_chunk_stride != 0 ? w.data_chunk_stride : wgmma::kChunk / 2;
+  p.w_sign_split = w.data_chunk_stride != 0;
+}
+
 // Validates `w` and fills the weight part of `p`.
 Kind SetWeight(const DeviceWeight& w, Params& p) {
   const Kind kind = KindOf(w);
@@ -3244,8 +3251,7 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   p.w_row_bytes = row_bytes;
   p.w_vec = Aligned(w.data, row_bytes, VecAlign(kind));
   p.w_vec16 = Aligned(w.data, row_bytes, 16);
-  p.w_chunk_bytes = w.data_chunk_stride != 0 ? w.data_chunk_stride : wgmma::kChunk / 2;
-  p.w_sign_split = w.data_chunk_stride != 0;
+  SetNibbleLayout(w, p);
   p.scale = nullptr;
   p.scale_row_stride = 0;
   p.scale_f32 = false;
@@ -4636,7 +4642,6 @@ struct ExpertsLaunch {
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
-  bool chunk_major = false;  // the FP4 experts' nibbles chunk-major (RewriteFp4ExpertsChunkMajor)
 };
 
 // Launches `kernel` over the items of list `kind`: a grid of at most as many blocks as the list's
@@ -5296,7 +5301,7 @@ void LaunchExperts(const ExpertsLaunch& l) {
       }
     }
   }
-  if (l.chunk_major) {
+  if (l.params.base.w_sign_split) {  // chunk-major nibbles (SetNibbleLayout)
     Fail("these FP4 experts were rewritten chunk-major (DEEPINFER_EXPERTS_IN_PLACE), which only the FP8-input "
          "warpgroup-MMA kernels read, and this call takes another path (f32 SIMT or split-BF16 math, no codes "
          "scratch, or a device without sm_90a code); set DEEPINFER_EXPERTS_IN_PLACE=0");
@@ -5481,10 +5486,8 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   ep.base.num_slabs = CeilDiv(k, kSlab);
   ep.base.x_vec = Aligned(x, ldx * 4, 16);  // then every row start is aligned too
   ep.base.scale_f32 = layout.scale_dtype == DType::kF32;  // the launch's choices (each tile sets its own)
-  // Every expert of the table has the layout's chunk stride (RewriteFp4ExpertsChunkMajor rewrites all).
-  ep.base.w_chunk_bytes = layout.data_chunk_stride != 0 ? layout.data_chunk_stride : wgmma::kChunk / 2;
-  ep.base.w_sign_split = layout.data_chunk_stride != 0;
-  l.chunk_major = layout.data_chunk_stride != 0;
+  // Every expert of the table has the layout's nibbles (RewriteFp4ExpertsChunkMajor rewrites all).
+  SetNibbleLayout(layout, ep.base);
   ep.weights = weights;
   switch (kind) {
     case Kind::kF32: return LaunchExperts<Kind::kF32>(l);

@@ -472,10 +472,11 @@ __device__ __forceinline__ void PipelinedChunks(int chunks, const Issue& issue, 
 // from the group exponents; or null. All 128 threads call it; it leaves no copies in flight and
 // shared memory free after a barrier.
 // kTiles: the nibbles from the expert's tiles (`tiles`: its TileBytesOfExpert bytes, in `layout`)
-// instead of its rows; the same bytes in the same stage places, the same bits. kSignSplit (with
-// kTiles): the tiles' words are in the sign-split layout (WriteFp4ExpertTiles under
-// DEEPINFER_EXPERTS_TILES_SIGN_SPLIT), converted in 7 instructions a word instead of 9; the same
-// fragments, the same bits.
+// instead of its rows (or the expert's own nibbles rewritten chunk-major in place, which are its
+// tiles' bytes); the same bytes in the same stage places, the same bits. kSignSplit (with kTiles):
+// the words are in the sign-split layout (WriteFp4ExpertTiles under
+// DEEPINFER_EXPERTS_TILES_SIGN_SPLIT, or RewriteFp4ExpertsChunkMajor), converted in 7 instructions a
+// word instead of 9; the same fragments, the same bits.
 template <int kTok, bool kTiles = false, bool kSignSplit = false>
 __device__ __forceinline__ void Fp4RegistersBlock(const Params& p, const GemmArgs& a, int64_t n0, int64_t t_codes,
                                                   uint8_t* smem, int chunks, const uint32_t* words,
