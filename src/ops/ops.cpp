@@ -132,7 +132,7 @@ void WriteDenseTiles(const OpContext& ctx, const LinearWeight& w, const TensorVi
 bool DenseTilesInPlace(const OpContext& ctx, const LinearWeight& w) {
 #if DEEPINFER_HAS_CUDA
   if (ctx.on_cuda() && w.format == WeightFormat::kDense) {
-    return cuda::DenseTilesBytes(ToDevice(w), MathOf(ctx)) > 0 && cuda::DenseTilesInPlace(ToDevice(w));
+    return cuda::DenseTilesInPlace(ToDevice(w), MathOf(ctx));
   }
 #else
   (void)w;

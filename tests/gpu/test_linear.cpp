@@ -1081,22 +1081,32 @@ TEST(CudaLinearMma, DenseTilesGiveTheBitsOfTheRows) {
 // rewritten as its tiles in place (its bytes those WriteDenseTiles writes elsewhere), and Linear,
 // given tiles == its data, gives the row-major weight's bits at 1, 8, 9, 64, 256 and 300 rows (every
 // kernel that reads tiles); a kernel that reads rows (DEEPINFER_DENSE_WGMMA=0) is refused. Padded
-// rows or the switch off: not in place.
+// rows, the switch off or f32 math: not in place; DEEPINFER_DENSE_TILES (the second copy) off: still in
+// place.
 TEST(CudaLinearMma, DenseTilesInPlaceGiveTheBitsOfTheRows) {
   DI_REQUIRE_GPU();
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
-  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  constexpr cuda::LinearMath kSplit = cuda::LinearMath::kSplitBf16;
+  ScopedLinearMath math(kSplit);
   ScopedDenseSplit on(1);
-  ScopedDenseTiles tiles_on(1);
   uint64_t seed = 7600;
   {
     ScopedDenseTilesInPlace off(0);
     const TestWeight w = RandomWeight(kBf16, 1024, 512, ++seed);
-    EXPECT_FALSE(cuda::DenseTilesInPlace(w.Device())) << "switch off";
+    EXPECT_FALSE(cuda::DenseTilesInPlace(w.Device(), kSplit)) << "switch off";
   }
   ScopedDenseTilesInPlace in_place(1);
-  EXPECT_FALSE(cuda::DenseTilesInPlace(RandomWeight(kBf16, 1024, 512, ++seed, 64).Device())) << "padded rows";
-  EXPECT_FALSE(cuda::DenseTilesInPlace(RandomWeight(kBf16, 1000, 512, ++seed).Device())) << "1000 rows";
+  {
+    // In place needs no second copy: DEEPINFER_DENSE_TILES off (DenseTilesBytes 0) changes nothing.
+    ScopedDenseTiles copy_off(0);
+    const TestWeight w = RandomWeight(kBf16, 1280, 512, ++seed);  // the first case below
+    EXPECT_EQ(cuda::DenseTilesBytes(w.Device(), kSplit), 0u);
+    EXPECT_TRUE(cuda::DenseTilesInPlace(w.Device(), kSplit)) << "DEEPINFER_DENSE_TILES off";
+    EXPECT_FALSE(cuda::DenseTilesInPlace(w.Device(), cuda::LinearMath::kSimtF32)) << "f32 math reads rows";
+  }
+  ScopedDenseTiles tiles_on(1);
+  EXPECT_FALSE(cuda::DenseTilesInPlace(RandomWeight(kBf16, 1024, 512, ++seed, 64).Device(), kSplit)) << "padded rows";
+  EXPECT_FALSE(cuda::DenseTilesInPlace(RandomWeight(kBf16, 1000, 512, ++seed).Device(), kSplit)) << "1000 rows";
   struct Case {
     int64_t out, in;  // K of one slice or of 16: no product of this weight takes the K slices' kernel
   };
@@ -1105,7 +1115,7 @@ TEST(CudaLinearMma, DenseTilesInPlaceGiveTheBitsOfTheRows) {
     SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "]");
     const TestWeight w = RandomWeight(kBf16, out, in, ++seed);
     const cuda::DeviceWeight rows = w.Device();
-    ASSERT_TRUE(cuda::DenseTilesInPlace(rows));
+    ASSERT_TRUE(cuda::DenseTilesInPlace(rows, kSplit));
     const size_t bytes = cuda::DenseTilesBytes(rows, cuda::LinearMath::kSplitBf16);
     ASSERT_EQ(bytes, w.data.size());
     DeviceArray<uint8_t> copied(bytes);

@@ -5918,14 +5918,14 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
 // (SetDenseTilesInPlaceForTesting).
 KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 0};
 
-bool DenseTilesInPlace(const DeviceWeight& w) {
+bool DenseTilesInPlace(const DeviceWeight& w, LinearMath math) {
   if (!g_dense_tiles_in_place.On() || g_cublaslt_dense.On()) return false;
   return w.out_features % wgmma::kBlockRows == 0 && w.data_row_stride == w.in_features &&
-         DenseTilesBytesWhereRead(w, LinearMath::kSplitBf16) > 0;
+         DenseTilesBytesWhereRead(w, math) > 0;
 }
 
 void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream) {
-  if (!DenseTilesInPlace(w)) {
+  if (!DenseTilesInPlace(w, LinearMath::kSplitBf16)) {
     Fail("RewriteAsDenseTiles: a BF16 weight whose tiles a kernel would read, of a multiple of 128 rows without "
          "row padding, with DEEPINFER_DENSE_TILES_IN_PLACE=1 and DEEPINFER_CUBLASLT_DENSE off");
   }

@@ -294,11 +294,12 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
 // default: off unless 1); and how many launches have read a weight's tiles.
 void SetDenseTilesForTesting(int mode);
 uint64_t DenseTilesLaunchesForTesting();
-// Whether `w`'s tiles go in place of its rows (DEEPINFER_DENSE_TILES_IN_PLACE=1, read once; unset or
-// 0: off): a kernel would read its tiles (DenseTilesBytes's conditions but its switch, under
-// kSplitBf16), a multiple of 128 rows and no row padding, so the tiles take exactly the rows' bytes;
-// never with DEEPINFER_CUBLASLT_DENSE=1 (whose products read rows).
-bool DenseTilesInPlace(const DeviceWeight& w);
+// Whether `w`'s tiles go in place of its rows under `math` (DEEPINFER_DENSE_TILES_IN_PLACE=1, read
+// once; unset or 0: off): a kernel would read its tiles (DenseTilesBytes's conditions but its
+// switch, DEEPINFER_DENSE_TILES, which asks only for a second copy), a multiple of 128 rows and no
+// row padding, so the tiles take exactly the rows' bytes; never with DEEPINFER_CUBLASLT_DENSE=1
+// (whose products read rows).
+bool DenseTilesInPlace(const DeviceWeight& w, LinearMath math);
 // Rewrites w's rows (DEVICE) as its tiles in place on `stream` (a 64 MiB scratch at most, freed
 // before it returns), and synchronizes it (load time). Then Linear takes the weight with tiles ==
 // w.data and runs only the kernels that read tiles (a product that would read rows throws).
