@@ -887,6 +887,56 @@ TEST(CudaLinearMma, DenseWs8GivesTheBitsOfTheBlockKernel) {
   }
 }
 
+// Dense split-BF16 products of 9-255 rows (DEEPINFER_DENSE_WS64: x's parts and the 64-token
+// warp-specialized kernel, its blocks walking the tiles) give the bits of the 64-token block kernels
+// (DensePartsKernel, DenseSplitKernel<64> where the loop is not overlapped) in both loop forms:
+// 266 row blocks (the last partial: rows past n) at K of three slices and of eight, 9, 64, 100
+// and 255 rows (one to four token tiles, the last partial); and with the weight's tiles.
+TEST(CudaLinearMma, DenseWs64GivesTheBitsOfTheBlockKernels) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
+    GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  }
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  ScopedDenseTiles tiles_on(1);
+  uint64_t seed = 6200;
+  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{34000, 1536}, {34000, 4096}}) {
+    TestWeight w = RandomWeight(kBf16, out, in, ++seed);
+    const cuda::DeviceWeight rows = w.Device();
+    const size_t tile_bytes = cuda::DenseTilesBytes(rows, cuda::LinearMath::kSplitBf16);
+    ASSERT_GT(tile_bytes, 0u);
+    DeviceArray<uint8_t> tiles(tile_bytes);
+    cuda::WriteDenseTiles(rows, tiles.get(), tile_bytes, nullptr);
+    for (const int64_t m : {int64_t{9}, int64_t{64}, int64_t{100}, int64_t{255}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
+      auto run = [&](const void* weight_tiles) {
+        DeviceArray<float> dy(static_cast<size_t>(m * out));
+        dy.Fill(0xff);  // NaN: an output the kernel skips does not pass
+        const size_t scratch_bytes = cuda::LinearScratchBytes(m, rows, cuda::LinearMath::kSplitBf16);
+        DeviceArray<uint8_t> scratch(scratch_bytes);
+        cuda::Linear(dx.get(), in, m, rows, dy.get(), out, nullptr, cuda::LinearMath::kSplitBf16, scratch.get(),
+                     scratch_bytes, weight_tiles);
+        return dy.ToHost();
+      };
+      for (const int overlap : {0, 1}) {
+        SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "] M=" << m << " overlap " << overlap);
+        ScopedDenseOverlap loop(overlap);
+        std::vector<float> block_kernel;
+        {
+          const ScopedSwitch<cuda::SetDenseWs64ForTesting> off(0);
+          block_kernel = run(nullptr);
+        }
+        const ScopedSwitch<cuda::SetDenseWs64ForTesting> ws64(1);
+        const uint64_t launches = cuda::DenseWs64LaunchesForTesting();
+        EXPECT_TRUE(AllEqual(run(nullptr), block_kernel, "64-token warp-specialized against the block kernel"));
+        EXPECT_TRUE(AllEqual(run(tiles.get()), block_kernel, "the same on the weight's tiles"));
+        EXPECT_EQ(cuda::DenseWs64LaunchesForTesting() - launches, 2u) << "the 64-token kernel did not run";
+      }
+    }
+  }
+}
+
 // GroupedBf16WsKernel in clusters of two blocks (DEEPINFER_BF16_WS_PAIRS: row blocks 2u and 2u + 1
 // of a token tile, each loading half of x's tiles multicast into both) gives the bits of the kernel
 // without pairs: dense products (Linear: the head's 3-part form at 256 and 300 rows; an even

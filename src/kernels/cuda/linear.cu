@@ -4219,9 +4219,23 @@ std::atomic<uint64_t> g_dense_ws8_launches{0};
 
 bool DenseWs8Runs(const Params& p) { return g_dense_ws8.On() && p.m >= 1 && p.m <= 8 && DenseWsArgumentsFit(p); }
 
+// DEEPINFER_DENSE_WS64 (read once; unset or 0: off, 1: on): the dense split-BF16 products of 9 rows
+// up to DenseWsMinRows() that take the 64-token kernels (DensePartsKernel or DenseSplitKernel<64>:
+// one block per 128 weight rows and 64 tokens, over all of K; the head at decode batches 9-255),
+// where the scratch holds x's parts, run on x's parts split once and GroupedBf16WsKernel<3, *,
+// false, false, *, 64> instead: at most one block per SM walking the tiles, a producer warp's TMA
+// ring of 5 stages, no block barriers, the same MMAs in the same order (the same bits). Tests
+// override it (SetDenseWs64ForTesting).
+KernelSwitch g_dense_ws64{"DEEPINFER_DENSE_WS64", 0};
+std::atomic<uint64_t> g_dense_ws64_launches{0};
+
+bool DenseWs64Runs(const Params& p) {
+  return g_dense_ws64.On() && p.m > 8 && p.m < DenseWsMinRows() && DenseWsArgumentsFit(p);
+}
+
 // x's three parts split into the scratch, then GroupedBf16WsKernel on kTok-token tiles (128: the
-// products DenseWsRuns takes, in pairs where Bf16WsPairs says; 8: DenseWs8Runs's); the weight from
-// its tiles where p.w_tiles has them (the same bits).
+// products DenseWsRuns takes, in pairs where Bf16WsPairs says; 8: DenseWs8Runs's; 64:
+// DenseWs64Runs's); the weight from its tiles where p.w_tiles has them (the same bits).
 template <bool kOverlap, int kTok = 128>
 void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
   auto launch = [&](auto tiles) {
@@ -4240,7 +4254,7 @@ void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
   } else {
     launch(std::false_type{});
   }
-  (kTok == 8 ? g_dense_ws8_launches : g_dense_ws_launches).fetch_add(1);
+  (kTok == 8 ? g_dense_ws8_launches : kTok == 64 ? g_dense_ws64_launches : g_dense_ws_launches).fetch_add(1);
 }
 
 template <int kTok, int kCluster, bool kOverlap>
@@ -4282,6 +4296,7 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   }
   if constexpr (kTok == 64) {
     if (DenseWsRuns(p)) return LaunchDenseWs<kOverlap>(p, device, sms, stream);
+    if (DenseWs64Runs(p)) return LaunchDenseWs<kOverlap, 64>(p, device, sms, stream);
   }
   if constexpr (kTok == 8) {
     if (DenseWs8Runs(p)) return LaunchDenseWs<kOverlap, 8>(p, device, sms, stream);
@@ -6043,6 +6058,10 @@ void SetDenseWsForTesting(int mode) { g_dense_ws.SetForTesting(mode, "SetDenseWs
 
 void SetDenseWs8ForTesting(int mode) { g_dense_ws8.SetForTesting(mode, "SetDenseWs8ForTesting"); }
 
+void SetDenseWs64ForTesting(int mode) { g_dense_ws64.SetForTesting(mode, "SetDenseWs64ForTesting"); }
+
+uint64_t DenseWs64LaunchesForTesting() { return g_dense_ws64_launches.load(); }
+
 uint64_t DenseWs8LaunchesForTesting() { return g_dense_ws8_launches.load(); }
 
 void SetDenseWsMinRowsForTesting(int64_t rows) {
@@ -6128,11 +6147,12 @@ bool GroupedSplitOnWarpgroupMma(const DeviceWeight& w, int64_t num_groups) {
 size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   if (m <= 0 || w.out_features <= 0) return 0;
   // BF16 weights under split-BF16 on the dense kernels: x's parts, past 8 rows for DensePartsKernel
-  // (the 64-token kernels), wherever it may run (the launch decides; the bytes depend on m and K
+  // (the 64-token kernels) or the 64- and 128-token warp-specialized ones (DensePartsBytes >=
+  // DenseWsPartsBytes), wherever they may run (the launch decides; the bytes depend on m and K
   // alone), and at 1-8 rows under DEEPINFER_DENSE_WS8 for the 8-token warp-specialized kernel.
   if (KindOf(w) == Kind::kBF16 && math == LinearMath::kSplitBf16 && w.in_features > 0 &&
       w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma()) {
-    if (m > 8 && g_dense_parts.On()) {
+    if (m > 8 && (g_dense_parts.On() || g_dense_ws64.On())) {
       return static_cast<size_t>(CeilDiv(wgmma_split::DensePartsBytes(m, w.in_features), int64_t{256}) * 256);
     }
     if (m <= 8 && g_dense_ws8.On()) {

@@ -263,6 +263,11 @@ void SetDenseWsForTesting(int mode);
 // off unless 1); and how many dense products of 1-8 rows ran on the 8-token warp-specialized kernel.
 void SetDenseWs8ForTesting(int mode);
 uint64_t DenseWs8LaunchesForTesting();
+// Tests only: DEEPINFER_DENSE_WS64's switch on (1), off (0), or as the variable says (-1, the
+// default: off unless 1); and how many dense products of 9 rows up to the warp-specialized kernel's
+// fewest ran on its 64-token tiles.
+void SetDenseWs64ForTesting(int mode);
+uint64_t DenseWs64LaunchesForTesting();
 void SetDenseWsMinRowsForTesting(int64_t rows);
 uint64_t DenseWsLaunchesForTesting();
 // Tests only: GroupedBf16WsKernel in clusters of two blocks sharing x's tiles by multicast (the

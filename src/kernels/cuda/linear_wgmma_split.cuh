@@ -613,6 +613,8 @@ __global__ void __launch_bounds__(256) ConvertGroupedWeightKernel(const uint8_t*
 // the output tile's staging: per consumer warpgroup two boxes of 32 weight rows (f32) × 128
 // tokens, 128-byte swizzled. kTokens = 8 (the dense products of 1-8 rows, DEEPINFER_DENSE_WS8):
 // token tiles of 8 rows (a part tile is one 1,024-byte swizzle period), 8 stages of 19 KiB.
+// kTokens = 64 (the dense products of 9 rows up to DenseWsMinRows(), DEEPINFER_DENSE_WS64): 5
+// stages of 40 KiB (the weight tile and three 8 KiB part tiles), 201 KiB.
 template <int kParts, bool kTmaStore = false, int kTokens = 128>
 struct GroupedBf16Layout {
   static constexpr int kTok = kTokens;
@@ -620,7 +622,7 @@ struct GroupedBf16Layout {
   static constexpr int kWBytes = kBlockRows * kRowBytes;  // 16 KiB
   static constexpr int kPartBytes = kTok * kRowBytes;     // 16 KiB
   static constexpr int kStageBytes = kWBytes + kParts * kPartBytes;
-  static constexpr int kStages = kTok == 8 ? 8 : kTmaStore ? 4 : kParts == 1 ? 6 : 3;
+  static constexpr int kStages = kTok == 8 ? 8 : kTok == 64 ? 5 : kTmaStore ? 4 : kParts == 1 ? 6 : 3;
   static constexpr int kBarriers = kStages * kStageBytes;
   static constexpr int kStoreBoxRows = 32;                          // weight rows (f32) a box
   static constexpr int kStoreBoxBytes = kTok * kStoreBoxRows * 4;  // 16 KiB
@@ -630,14 +632,14 @@ struct GroupedBf16Layout {
       1024;  // + base alignment
   static_assert(kParts == 1 || kParts == 3, "x rounded to BF16 alone, or hi, mid and lo");
   static_assert(!kTmaStore || kParts == 1, "the staging fits beside one part's stages only");
-  static_assert(kTok == 128 || (kTok == 8 && !kTmaStore), "128-token tiles, or 8 without TMA stores");
+  static_assert(kTok == 128 || ((kTok == 8 || kTok == 64) && !kTmaStore), "128, 8 or 64 (no TMA stores)");
   static_assert(kStageBytes % 1024 == 0, "the swizzle's 1024-byte period");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
 
-// Issues one chunk's MMAs into acc (IssueSplitChunk's order at 128 tokens, IssueDenseChunk<8>'s at
-// 8): w_addr the warpgroup's 64 weight rows, x_addr the first part tile (the others kPartBytes
-// apart); `fresh`: the first MMA ignores acc (IssueDenseChunk's slice start).
+// Issues one chunk's MMAs into acc (IssueSplitChunk's order at 128 tokens, IssueDenseChunk<kTok>'s
+// at 8 and 64): w_addr the warpgroup's 64 weight rows, x_addr the first part tile (the others
+// kPartBytes apart); `fresh`: the first MMA ignores acc (IssueDenseChunk's slice start).
 template <int kParts, int kTok = 128>
 __device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[kTok / 2], uint32_t w_addr, uint32_t x_addr,
                                                       bool fresh = false) {
@@ -650,6 +652,8 @@ __device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[kTok / 2], ui
     for (int part = 0; part < kParts; ++part) {
       if constexpr (kTok == 8) {
         MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
+      } else if constexpr (kTok == 64) {
+        MmaBf16M64N64K16(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
       } else {
         MmaBf16M64N128K16(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
       }
@@ -688,9 +692,10 @@ static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegister
 // kWTiles (one group): w_map is the weight's tiles (DenseTileOffset's layout) as a tensor of
 // [row blocks · chunks · 128 rows][64 values], tile (nb, c) at rows (nb · chunks + c) · 128: the same
 // bytes in the same places.
-// kTok = 8 (neither kTmaStore nor kPairs): token tiles of 8 rows (x_map's boxes of 8 rows),
-// m64n8k16 MMAs in IssueDenseChunk<8>'s order: DenseSplitKernel<8>'s products and bits without its
-// block barriers (DEEPINFER_DENSE_WS8).
+// kTok = 8 or 64 (neither kTmaStore nor kPairs): token tiles of kTok rows (x_map's boxes of kTok
+// rows), m64n8k16 or m64n64k16 MMAs in IssueDenseChunk<kTok>'s order: DenseSplitKernel<kTok>'s
+// (and DensePartsKernel's) products and bits without their block barriers, on blocks that stay
+// (DEEPINFER_DENSE_WS8, DEEPINFER_DENSE_WS64).
 template <int kParts, bool kFreshSlices = false, bool kTmaStore = false, bool kPairs = false, bool kWTiles = false,
           int kTok = 128>
 __global__ void __launch_bounds__(tma::kWsThreads, 1)
