@@ -57,8 +57,8 @@ size_t DenseTilesBytes(const OpContext& ctx, const LinearWeight& w);
 // Writes them for `w` into `out` (on ctx's device, 256-byte aligned, DenseTilesBytes bytes) on
 // ctx.stream and waits for them (load time); the caller then sets w.tiles to `out`.
 void WriteDenseTiles(const OpContext& ctx, const LinearWeight& w, const TensorView& out);
-// Whether w's tiles go in place of its rows (cuda::DenseTilesInPlace: with
-// DEEPINFER_DENSE_TILES_IN_PLACE=1; false on the CPU).
+// Whether w's tiles go in place of its rows under ctx's math (cuda::DenseTilesInPlace: unless
+// DEEPINFER_DENSE_TILES_IN_PLACE=0; false on the CPU).
 bool DenseTilesInPlace(const OpContext& ctx, const LinearWeight& w);
 // Rewrites w's rows as its tiles in place (load time; DenseTilesInPlace must hold) and sets w.tiles
 // to w.data: from then on only the GPU's kernels that read tiles take w.

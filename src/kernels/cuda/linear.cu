@@ -4207,26 +4207,27 @@ bool DenseWsArgumentsFit(const Params& p) {
 
 bool DenseWsRuns(const Params& p) { return g_dense_ws.On() && p.m >= DenseWsMinRows() && DenseWsArgumentsFit(p); }
 
-// DEEPINFER_DENSE_WS8 (read once; unset or 0: off, 1: on): the dense split-BF16 products of 1-8
+// DEEPINFER_DENSE_WS8 (read once; unset or 1: on, 0: off): the dense split-BF16 products of 1-8
 // rows that take DenseSplitKernel<8> (one block per 128 weight rows, over all of K: the head at decode
 // batches 1-8), where the scratch holds x's parts (LinearScratchBytes offers them under the switch),
 // run on x's parts split once and GroupedBf16WsKernel<3, *, false, false, *, 8> instead: a producer
 // warp's TMA ring of 8 stages and no block barriers, the same MMAs in the same order (the same
-// bits). Written without a device (docs/performance.md, version 61); tests override it
-// (SetDenseWs8ForTesting).
-KernelSwitch g_dense_ws8{"DEEPINFER_DENSE_WS8", 0};
+// bits). Measured on two H100 calls (docs/performance.md, versions 63 and 64): batch 1 -2.6% and
+// -1.9% with the head in rows. Tests override it (SetDenseWs8ForTesting).
+KernelSwitch g_dense_ws8{"DEEPINFER_DENSE_WS8", 1};
 std::atomic<uint64_t> g_dense_ws8_launches{0};
 
 bool DenseWs8Runs(const Params& p) { return g_dense_ws8.On() && p.m >= 1 && p.m <= 8 && DenseWsArgumentsFit(p); }
 
-// DEEPINFER_DENSE_WS64 (read once; unset or 0: off, 1: on): the dense split-BF16 products of 9 rows
+// DEEPINFER_DENSE_WS64 (read once; unset or 1: on, 0: off): the dense split-BF16 products of 9 rows
 // up to DenseWsMinRows() that take the 64-token kernels (DensePartsKernel or DenseSplitKernel<64>:
 // one block per 128 weight rows and 64 tokens, over all of K; the head at decode batches 9-255),
 // where the scratch holds x's parts, run on x's parts split once and GroupedBf16WsKernel<3, *,
 // false, false, *, 64> instead: at most one block per SM walking the tiles, a producer warp's TMA
-// ring of 5 stages, no block barriers, the same MMAs in the same order (the same bits). Tests
-// override it (SetDenseWs64ForTesting).
-KernelSwitch g_dense_ws64{"DEEPINFER_DENSE_WS64", 0};
+// ring of 5 stages, no block barriers, the same MMAs in the same order (the same bits). Measured on
+// an H100 (docs/performance.md, version 64): the head at batch 64 at 2.97 TB/s (ncu, 89% of DRAM's
+// peak), the step -1.9%. Tests override it (SetDenseWs64ForTesting).
+KernelSwitch g_dense_ws64{"DEEPINFER_DENSE_WS64", 1};
 std::atomic<uint64_t> g_dense_ws64_launches{0};
 
 bool DenseWs64Runs(const Params& p) {
@@ -5926,12 +5927,12 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
   DI_CUDA_CHECK(cudaStreamSynchronize(stream), "cuda::WriteDenseTiles");  // load time: ready for any stream
 }
 
-// DEEPINFER_DENSE_TILES_IN_PLACE (read once; unset or 0: off, 1: on): BF16 weights whose tiles
+// DEEPINFER_DENSE_TILES_IN_PLACE (read once; unset or 1: on, 0: off): BF16 weights whose tiles
 // would be read and take exactly their rows' bytes are rewritten as their tiles in place
 // (RewriteAsDenseTiles), without a second copy (DEEPINFER_DENSE_TILES's); not with
 // DEEPINFER_CUBLASLT_DENSE=1, whose products read rows. Tests override it
 // (SetDenseTilesInPlaceForTesting).
-KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 0};
+KernelSwitch g_dense_tiles_in_place{"DEEPINFER_DENSE_TILES_IN_PLACE", 1};
 
 bool DenseTilesInPlace(const DeviceWeight& w, LinearMath math) {
   if (!g_dense_tiles_in_place.On() || g_cublaslt_dense.On()) return false;
@@ -6149,7 +6150,8 @@ size_t LinearScratchBytes(int64_t m, const DeviceWeight& w, LinearMath math) {
   // BF16 weights under split-BF16 on the dense kernels: x's parts, past 8 rows for DensePartsKernel
   // (the 64-token kernels) or the 64- and 128-token warp-specialized ones (DensePartsBytes >=
   // DenseWsPartsBytes), wherever they may run (the launch decides; the bytes depend on m and K
-  // alone), and at 1-8 rows under DEEPINFER_DENSE_WS8 for the 8-token warp-specialized kernel.
+  // alone), and at 1-8 rows under DEEPINFER_DENSE_WS8 (on unless 0) for the 8-token warp-specialized
+  // kernel.
   if (KindOf(w) == Kind::kBF16 && math == LinearMath::kSplitBf16 && w.in_features > 0 &&
       w.in_features % wgmma_split::kChunkCols == 0 && wgmma::DeviceHasWgmma()) {
     if (m > 8 && (g_dense_parts.On() || g_dense_ws64.On())) {
@@ -6236,7 +6238,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
   if (tiles != nullptr && tiles == w.data && !DenseReadsTiles(p, kind, math)) {
     Fail("this weight's rows were rewritten as its tiles (DEEPINFER_DENSE_TILES_IN_PLACE), and this product "
          "would take a kernel that reads rows (f32 SIMT math, DEEPINFER_DENSE_WGMMA=0, DEEPINFER_CUBLASLT_DENSE=1 "
-         "or K slices over a cluster); unset DEEPINFER_DENSE_TILES_IN_PLACE");
+         "or K slices over a cluster); load it with DEEPINFER_DENSE_TILES_IN_PLACE=0");
   }
   Launch(p, kind, 1, stream, math);
 }

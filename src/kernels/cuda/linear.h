@@ -260,11 +260,11 @@ uint64_t DensePartsLaunchesForTesting();
 // environment's); and how many such launches this process has made.
 void SetDenseWsForTesting(int mode);
 // Tests only: DEEPINFER_DENSE_WS8's switch on (1), off (0), or as the variable says (-1, the default:
-// off unless 1); and how many dense products of 1-8 rows ran on the 8-token warp-specialized kernel.
+// on unless 0); and how many dense products of 1-8 rows ran on the 8-token warp-specialized kernel.
 void SetDenseWs8ForTesting(int mode);
 uint64_t DenseWs8LaunchesForTesting();
 // Tests only: DEEPINFER_DENSE_WS64's switch on (1), off (0), or as the variable says (-1, the
-// default: off unless 1); and how many dense products of 9 rows up to the warp-specialized kernel's
+// default: on unless 0); and how many dense products of 9 rows up to the warp-specialized kernel's
 // fewest ran on its 64-token tiles.
 void SetDenseWs64ForTesting(int mode);
 uint64_t DenseWs64LaunchesForTesting();
@@ -299,8 +299,8 @@ void WriteDenseTiles(const DeviceWeight& w, void* out, size_t bytes, cudaStream_
 // default: off unless 1); and how many launches have read a weight's tiles.
 void SetDenseTilesForTesting(int mode);
 uint64_t DenseTilesLaunchesForTesting();
-// Whether `w`'s tiles go in place of its rows under `math` (DEEPINFER_DENSE_TILES_IN_PLACE=1, read
-// once; unset or 0: off): a kernel would read its tiles (DenseTilesBytes's conditions but its
+// Whether `w`'s tiles go in place of its rows under `math` (DEEPINFER_DENSE_TILES_IN_PLACE, read
+// once; unset or 1: on, 0: off): a kernel would read its tiles (DenseTilesBytes's conditions but its
 // switch, DEEPINFER_DENSE_TILES, which asks only for a second copy), a multiple of 128 rows and no
 // row padding, so the tiles take exactly the rows' bytes; never with DEEPINFER_CUBLASLT_DENSE=1
 // (whose products read rows).
@@ -309,7 +309,7 @@ bool DenseTilesInPlace(const DeviceWeight& w, LinearMath math);
 // before it returns), and synchronizes it (load time). Then Linear takes the weight with tiles ==
 // w.data and runs only the kernels that read tiles (a product that would read rows throws).
 void RewriteAsDenseTiles(const DeviceWeight& w, cudaStream_t stream);
-// Tests only: DenseTilesInPlace's switch on (1), off (0) or as the environment says (-1).
+// Tests only: DenseTilesInPlace's switch on (1), off (0) or as the environment says (-1: on unless 0).
 void SetDenseTilesInPlaceForTesting(int mode);
 
 // Throws (like Linear would) unless `w` is a weight Linear accepts. For weights that kernels read

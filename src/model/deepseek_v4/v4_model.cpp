@@ -240,8 +240,8 @@ void V4Model::UploadWeights() {
   rope_plain_.device_inv_freq = TensorView(device_rope_.data(), DType::kF32, {half}, device_);
   rope_compressed_.device_inv_freq = TensorView(device_rope_.as<float>() + half, DType::kF32, {half}, device_);
   // The head in tiles, which its split-BF16 kernels read (the same logits): in place of its rows
-  // with DEEPINFER_DENSE_TILES_IN_PLACE=1, or as a second copy with DEEPINFER_DENSE_TILES=1 (1.06 GB
-  // more at Flash's shapes).
+  // (unless DEEPINFER_DENSE_TILES_IN_PLACE=0), else as a second copy with DEEPINFER_DENSE_TILES=1
+  // (1.06 GB more at Flash's shapes).
   const ops::OpContext tiles_op{
       device_, nullptr, false, nullptr, numerics_.tensor_core_linears, numerics_.fast_prefill};
   if (ops::DenseTilesInPlace(tiles_op, weights_.head)) {  // no second copy
