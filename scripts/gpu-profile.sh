@@ -16,7 +16,9 @@ mkdir -p "$out"
 source scripts/gpu-env.sh
 find_ncu || exit 2
 # NCU_SECTIONS (space-separated section names) replaces the set, e.g. NCU_SECTIONS=SpeedOfLight for a
-# whole step's kernel list (fewer replay passes per launch).
+# whole step's kernel list (fewer replay passes per launch). NCU_TIMEOUT: seconds for one profile
+# (180 unless set; a whole batch-1 step, ~190 launches under two sections, did not finish in 125 s
+# on an H100, 2026-12-07).
 if [[ -n ${NCU_SECTIONS:-} ]]; then
   sections=()
   for s in $NCU_SECTIONS; do sections+=(--section "$s"); done
@@ -29,7 +31,7 @@ fi
 profile() {
   local name=$1 regex=$2 count=$3
   shift 3
-  timeout 180 "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
+  timeout "${NCU_TIMEOUT:-180}" "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
     --launch-count "$count" "${sections[@]}" --csv --page details \
     "${profiled_bench_steps[@]}" "$@" \
     >"$out/ncu-$name.csv" 2>"$out/ncu-$name.log"
