@@ -662,6 +662,26 @@ __device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[kTok / 2], ui
   wgmma::WgmmaCommit();
 }
 
+// Unit `unit` of GroupedBf16WsKernel's walk: its weight row block (kPairs: the pair's first two
+// row blocks' index times two, plus the block's rank), token tile and group. Weight row blocks
+// fastest, then token tiles, then groups; kTokensFastest (one block per unit, no pairs): token
+// tiles fastest, so a row block's token tiles run side by side and its weight leaves DRAM once.
+struct GroupedBf16WsUnit {
+  int row_block, tok_block, group;
+};
+template <bool kPairs, bool kTokensFastest>
+__device__ __forceinline__ GroupedBf16WsUnit GroupedBf16WsUnitOf(int unit, int units_per_row, int tok_blocks,
+                                                                 int rank) {
+  static_assert(!(kPairs && kTokensFastest), "pairs walk row blocks fastest");
+  if constexpr (kTokensFastest) {
+    const int rest = unit / tok_blocks;
+    return GroupedBf16WsUnit{rest % units_per_row, unit % tok_blocks, rest / units_per_row};
+  }
+  const int rest = unit / units_per_row;
+  return GroupedBf16WsUnit{kPairs ? 2 * (unit % units_per_row) + rank : unit % units_per_row, rest % tok_blocks,
+                           rest / tok_blocks};
+}
+
 // setmaxnreg of GroupedBf16WsKernel: the producer's thread walks the tiles (its counters in
 // registers), the MMA warpgroups hold 2 × 64 accumulator floats; within the block's own registers.
 constexpr int kGroupedBf16ProducerRegisters = 40, kGroupedBf16ConsumerRegisters = 232;
@@ -672,7 +692,8 @@ static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegister
 // Grid: at most one block per SM; tma::kWsThreads threads; GroupedBf16Layout<kParts>::kBytes of
 // dynamic shared memory. Block b takes tiles b, b + gridDim.x, ... of groups × tok_blocks × n_blocks
 // (weight row blocks fastest, then token blocks: a wave shares x's tiles and one group's weight
-// in L2); load j of the ring is the j-th (tile, chunk) of that walk.
+// in L2; at kTok = 64 token tiles fastest, GroupedBf16WsUnitOf); load j of the ring is the j-th
+// (tile, chunk) of that walk.
 // w_map: the BF16 weight [groups · n rows][K], boxes of 128 rows × 64 values; x_map: the parts,
 // BF16 [kParts][m][groups · K], boxes of 1 × 128 rows × 64 values (zeros past m); both 128-byte
 // swizzle. p: y, ldy, y_group_stride, m, n (rows per group), k.
@@ -740,8 +761,8 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     if (tid == tma::kThreads) {
       int64_t j = 0;
       for (int unit = first_unit; unit < tiles; unit += unit_step) {
-        const int nb = kPairs ? 2 * (unit % units_per_row) + rank : unit % units_per_row, rest = unit / units_per_row;
-        const int t0 = rest % tok_blocks * L::kTok, g = rest / tok_blocks;
+        const GroupedBf16WsUnit u = GroupedBf16WsUnitOf<kPairs, kTok == 64>(unit, units_per_row, tok_blocks, rank);
+        const int nb = u.row_block, t0 = u.tok_block * L::kTok, g = u.group;
         // Past n_blocks (kPairs, odd n_blocks): the next group's rows, or zeros past the weight.
         const int x_col = g * static_cast<int>(p.k);
         for (int c = 0; c < chunks; ++c, ++j) {
@@ -799,8 +820,9 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     }
   };
   for (int unit = first_unit; unit < tiles; unit += unit_step) {
-    const int nb = kPairs ? 2 * (unit % units_per_row) + rank : unit % units_per_row, rest = unit / units_per_row;
-    const int64_t t0 = static_cast<int64_t>(rest % tok_blocks) * L::kTok, g = rest / tok_blocks;
+    const GroupedBf16WsUnit u = GroupedBf16WsUnitOf<kPairs, kTok == 64>(unit, units_per_row, tok_blocks, rank);
+    const int nb = u.row_block;
+    const int64_t t0 = static_cast<int64_t>(u.tok_block) * L::kTok, g = u.group;
     for (int s0 = 0; s0 < chunks; s0 += kSliceChunks) {
       // The slice's chunks: chunk c's MMAs issued while chunk c - 1's may run; no register of acc
       // is written between them (ptxas would wait for every MMA at the back edge: C7517).
