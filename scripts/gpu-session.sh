@@ -71,6 +71,8 @@ if [[ ${quick:-0} -eq 1 ]]; then
   quick_filter+=':GpuModel.*:ReferenceGoldens/GpuGolden.*:GpuEngine.*:Modes/GpuFlashShapedTwoLayers.MatchCpu/fp8_tensor_cores'
   quick_filter=${tests_filter:-$quick_filter}
   # QUICK_TESTS_TIMEOUT: seconds for the tests (170 unless set; the whole label, --tests '*', wants ~260).
+  # QUICK_BATCHES: the decode batches of every bench (unset: 1 64 256; each more adds seconds a bench).
+  quick_batches=${QUICK_BATCHES:-1 64 256}
   OUT=$final timeout "${QUICK_TESTS_TIMEOUT:-170}" bash scripts/gpu-run.sh --no-reruns --filter "$quick_filter" 2>&1 |
     tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
@@ -90,7 +92,7 @@ if [[ ${quick:-0} -eq 1 ]]; then
   } >"$final/micro.txt"
   grep -vE "^(head|experts)_[a-z_]+: |^(bf16|fp8)" "$final/micro.txt" 2>/dev/null
   timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
-    --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --batches 1 64 256 --contexts 8192 --prompts 8192 \
+    --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --batches $quick_batches --contexts 8192 --prompts 8192 \
     --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1
   grep -vE "^\[v4" "$final/bench.txt" | tail -14
   if [[ ${#variants[@]} -gt 0 ]]; then
@@ -103,7 +105,7 @@ if [[ ${quick:-0} -eq 1 ]]; then
         (DEEPINFER_DIST=$variant_dist; source scripts/gpu-env.sh) && binary=$variant_dist/deepinfer
       fi
       env $environment timeout 120 "$binary" bench steps bench/configs/v4-flash-3layer --load-format dummy \
-        --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --no-ceilings --batches 1 64 256 \
+        --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --no-ceilings --batches $quick_batches \
         --contexts 8192 --prompts 8192 --json "$work/steps-$name.json" $flags "${bench_args[@]}" \
         >>"$final/bench.txt" 2>&1 || status=1
       columns+=("$name=$work/steps-$name.json")
