@@ -34,6 +34,13 @@ uint32_t BytePerm(uint32_t lo, uint32_t hi, uint32_t selector) {
   for (int b = 0; b < 4; ++b) r |= static_cast<uint32_t>((bytes >> (8 * ((selector >> (4 * b)) & 7u))) & 0xffu) << (8 * b);
   return r;
 }
+// Appends `count` pseudo-random words of a 64-bit LCG started at `seed` (its high halves).
+void AppendRandomWords(std::vector<uint32_t>& words, uint64_t seed, int count) {
+  for (int i = 0; i < count; ++i) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    words.push_back(static_cast<uint32_t>(seed >> 32));
+  }
+}
 uint32_t ConvertFour(uint32_t nibbles, int shift) {
   const uint32_t signs = ((nibbles & 0x8u) << 4) | ((nibbles & 0x80u) << 8) | ((nibbles & 0x800u) << 12) |
                          ((nibbles & 0x8000u) << 16);
@@ -231,11 +238,7 @@ TEST(Fp4Fold, SignSplitWordsConvertToTheStoredWordsCodes) {
       }
     }
   }
-  uint64_t state = 0x5eed5eedu;
-  for (int i = 0; i < 4096; ++i) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    words.push_back(static_cast<uint32_t>(state >> 32));
-  }
+  AppendRandomWords(words, 0x5eed5eedu, 4096);
   for (const uint32_t word : words) {
     const uint32_t split = SignSplitWord(word);
     ASSERT_EQ(unsplit(split), word) << std::hex << word;
@@ -266,13 +269,9 @@ TEST(Fp4Fold, SignSplitWordsPlaceTheStoredWordsBf16Pairs) {
     const uint32_t mag = (mag_shift >= 0 ? split << mag_shift : split >> -mag_shift) & 0x01c001c0u;
     return mag | (BytePerm(split, split << 4, selector) & 0x80008000u);
   };
-  uint64_t state = 0xb16b16u;
   std::vector<uint32_t> words = {0u, 0xffffffffu, 0x88888888u, 0x77777777u};
   for (int bit = 0; bit < 32; ++bit) words.push_back(1u << bit);
-  for (int i = 0; i < 4096; ++i) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;
-    words.push_back(static_cast<uint32_t>(state >> 32));
-  }
+  AppendRandomWords(words, 0xb16b16u, 4096);
   for (const uint32_t word : words) {
     for (int pair = 0; pair < 4; ++pair) {
       ASSERT_EQ(split_pair(SignSplitWord(word), pair), stored_pair(word, pair))
