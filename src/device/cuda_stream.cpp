@@ -2,8 +2,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cxxabi.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -144,6 +149,51 @@ size_t MakeKernelEdgesProgrammatic(cudaGraph_t graph) {
   return replaced;
 }
 
+// A kernel node's function, demangled, and its launch shape ("grid x,y,z block x,y,z smem B").
+std::pair<std::string, std::string> KernelNodeName(cudaGraphNode_t node) {
+  cudaKernelNodeParams params{};
+  if (cudaGraphKernelNodeGetParams(node, &params) != cudaSuccess) {
+    (void)cudaGetLastError();  // a node this API cannot describe is listed, not fatal
+    return {"?", "?"};
+  }
+  const char* mangled = nullptr;
+  std::string name = "?";
+  if (cudaFuncGetName(&mangled, params.func) != cudaSuccess) {
+    (void)cudaGetLastError();
+  } else if (mangled != nullptr) {
+    int status = 0;
+    std::unique_ptr<char, void (*)(void*)> plain(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
+    name = status == 0 && plain ? plain.get() : mangled;
+  }
+  char shape[128];
+  std::snprintf(shape, sizeof shape, "grid %u,%u,%u block %u,%u,%u smem %u", params.gridDim.x, params.gridDim.y,
+                params.gridDim.z, params.blockDim.x, params.blockDim.y, params.blockDim.z, params.sharedMemBytes);
+  return {name, shape};
+}
+
+// DEEPINFER_GRAPH_KERNELS=FILE: appends each captured graph's longest kernel path (one line a
+// kernel: its place on the path, function and launch shape) and its kernels counted by function,
+// for reading which launches make a step's critical path.
+void AppendGraphKernels(const char* file, const std::vector<cudaGraphNode_t>& nodes, const std::vector<bool>& is_kernel,
+                        const std::vector<size_t>& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(file, "a"), std::fclose);
+  DI_CHECK(out != nullptr, "DEEPINFER_GRAPH_KERNELS: cannot open {} for appending", file);
+  std::map<std::string, size_t> by_function;
+  size_t kernels = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (!is_kernel[i]) continue;
+    ++kernels;
+    ++by_function[KernelNodeName(nodes[i]).first];
+  }
+  std::fprintf(out.get(), "graph nodes %zu kernels %zu longest_path %zu\n", nodes.size(), kernels, path.size());
+  for (size_t place = 0; place < path.size(); ++place) {
+    const auto [name, shape] = KernelNodeName(nodes[path[place]]);
+    std::fprintf(out.get(), "path %zu\t%s\t%s\n", place, shape.c_str(), name.c_str());
+  }
+  for (const auto& [name, count] : by_function) std::fprintf(out.get(), "count %zu\t%s\n", count, name.c_str());
+  std::fprintf(out.get(), "end\n");
+}
+
 // A captured graph's size: its nodes, how many of them are kernels, and the most kernels on one
 // path through it (LongestKernelChain).
 struct GraphShape {
@@ -173,7 +223,11 @@ GraphShape ShapeOf(cudaGraph_t graph) {
   std::vector<std::pair<size_t, size_t>> edges;
   edges.reserve(edge_count);
   for (size_t i = 0; i < edge_count; ++i) edges.emplace_back(index.at(from[i]), index.at(to[i]));
-  shape.longest_kernel_chain = LongestKernelChain(is_kernel, edges);
+  const std::vector<size_t> path = LongestKernelPath(is_kernel, edges);
+  shape.longest_kernel_chain = path.size();
+  if (const char* file = std::getenv("DEEPINFER_GRAPH_KERNELS"); file != nullptr && *file != 0) {
+    AppendGraphKernels(file, nodes, is_kernel, path);
+  }
   return shape;
 }
 

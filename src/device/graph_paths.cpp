@@ -8,7 +8,8 @@
 
 namespace deepinfer {
 
-size_t LongestKernelChain(const std::vector<bool>& is_kernel, const std::vector<std::pair<size_t, size_t>>& edges) {
+std::vector<size_t> LongestKernelPath(const std::vector<bool>& is_kernel,
+                                      const std::vector<std::pair<size_t, size_t>>& edges) {
   const size_t n = is_kernel.size();
   std::vector<std::vector<size_t>> next(n);
   std::vector<size_t> incoming(n, 0);
@@ -17,25 +18,38 @@ size_t LongestKernelChain(const std::vector<bool>& is_kernel, const std::vector<
     next[from].push_back(to);
     ++incoming[to];
   }
-  // Kahn's order; chain[v]: the most kernels on a path ending at v, v included.
-  std::vector<size_t> ready, chain(n, 0);
+  // Kahn's order; chain[v]: the most kernels on a path ending at v, v included; before[v]: v's
+  // predecessor on such a path (n at a root).
+  std::vector<size_t> ready, chain(n, 0), before(n, n);
   for (size_t v = 0; v < n; ++v) {
     if (incoming[v] == 0) ready.push_back(v);
   }
-  size_t visited = 0, longest = 0;
+  size_t visited = 0, end = n;
   while (!ready.empty()) {
     const size_t v = ready.back();
     ready.pop_back();
     ++visited;
     chain[v] += is_kernel[v] ? 1 : 0;
-    longest = std::max(longest, chain[v]);
+    if (end == n || chain[v] > chain[end]) end = v;
     for (const size_t w : next[v]) {
-      chain[w] = std::max(chain[w], chain[v]);
+      if (before[w] == n || chain[v] > chain[w]) {
+        chain[w] = chain[v];
+        before[w] = v;
+      }
       if (--incoming[w] == 0) ready.push_back(w);
     }
   }
   DI_CHECK(visited == n, "the graph's edges form a cycle ({} of {} nodes ordered)", visited, n);
-  return longest;
+  std::vector<size_t> path;
+  for (size_t v = end; v != n; v = before[v]) {
+    if (is_kernel[v]) path.push_back(v);
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+size_t LongestKernelChain(const std::vector<bool>& is_kernel, const std::vector<std::pair<size_t, size_t>>& edges) {
+  return LongestKernelPath(is_kernel, edges).size();
 }
 
 int64_t ParsePdlMaxTokens(const char* value) {

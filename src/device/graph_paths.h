@@ -15,6 +15,9 @@ namespace deepinfer {
 // least, however its branches overlap (a one-stream capture: all of them). Throws if an index is
 // out of range or the edges form a cycle.
 size_t LongestKernelChain(const std::vector<bool>& is_kernel, const std::vector<std::pair<size_t, size_t>>& edges);
+// The kernel nodes of one such path, in launch order (LongestKernelChain is its size).
+std::vector<size_t> LongestKernelPath(const std::vector<bool>& is_kernel,
+                                      const std::vector<std::pair<size_t, size_t>>& edges);
 
 // Which captured steps get programmatic kernel-to-kernel edges (CudaGraph::EndCapture), by their
 // token count: DEEPINFER_PDL_MAX_TOKENS=N keeps plain edges in the graphs of steps of more than N

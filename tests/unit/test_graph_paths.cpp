@@ -40,6 +40,19 @@ TEST(GraphPaths, AForkAndJoinCountsTheLongerBranchOnce) {
   EXPECT_EQ(LongestKernelChain(copies_on_the_long_branch, edges), 4u);
 }
 
+TEST(GraphPaths, ThePathListsTheKernelsOfTheLongestChainInOrder) {
+  // 0 forks into 1-2-3 and 4, joined at 5, then 6; node 2 is a copy. Kernels on 0 1 3 5 6 (five)
+  // outnumber those on 0 4 5 6 (four).
+  const std::vector<bool> kinds = {true, true, false, true, true, true, true};
+  const Edges edges = {{5, 6}, {0, 4}, {4, 5}, {0, 1}, {1, 2}, {2, 3}, {3, 5}};
+  EXPECT_EQ(LongestKernelPath(kinds, edges), (std::vector<size_t>{0, 1, 3, 5, 6}));
+  // With 1 and 3 copies too, the short branch's kernel wins: 0 4 5 6.
+  const std::vector<bool> fewer = {true, false, false, false, true, true, true};
+  EXPECT_EQ(LongestKernelPath(fewer, edges), (std::vector<size_t>{0, 4, 5, 6}));
+  EXPECT_TRUE(LongestKernelPath({}, {}).empty());
+  EXPECT_TRUE(LongestKernelPath({false, false}, {{0, 1}}).empty());
+}
+
 TEST(GraphPaths, RejectsCyclesAndNodesThatAreNotThere) {
   EXPECT_THROW(LongestKernelChain({true, true}, {{0, 1}, {1, 0}}), Error);
   EXPECT_THROW(LongestKernelChain({true, true}, {{0, 2}}), Error);
