@@ -148,6 +148,14 @@ class ScopedCublasLtFp8 {
   ScopedCublasLtFp8(const ScopedCublasLtFp8&) = delete;
   ScopedCublasLtFp8& operator=(const ScopedCublasLtFp8&) = delete;
 };
+// cuda::SetLinearSliceMaxRowsForTesting(rows) for the scope, then back to the environment's.
+class ScopedLinearSliceMaxRows {
+ public:
+  explicit ScopedLinearSliceMaxRows(int64_t rows) { cuda::SetLinearSliceMaxRowsForTesting(rows); }
+  ~ScopedLinearSliceMaxRows() { cuda::SetLinearSliceMaxRowsForTesting(-1); }
+  ScopedLinearSliceMaxRows(const ScopedLinearSliceMaxRows&) = delete;
+  ScopedLinearSliceMaxRows& operator=(const ScopedLinearSliceMaxRows&) = delete;
+};
 // cuda::SetGroupedBf16ForTesting(mode, piece_rows) for the scope, then back to the environment's.
 class ScopedGroupedBf16 {
  public:

@@ -1575,8 +1575,10 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
   ScopedLinearMath math(cuda::LinearMath::kFp8Act);
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
   // The fused kernel takes 1-8 rows on the 8-token tiles only (gpu-run.sh's switch rerun turns them
-  // off by default: DEEPINFER_LINEAR_SMALL_TILES=0).
+  // off by default: DEEPINFER_LINEAR_SMALL_TILES=0), and larger products where they are split into
+  // K slices: at every row count here (above 64 rows they are not by default).
   ScopedLinearSmallTiles small_tiles(1);
+  ScopedLinearSliceMaxRows sliced(cuda::kUnboundedRowsForTesting);
   struct Case {
     Spec spec;
     int64_t out, in;
@@ -1611,6 +1613,47 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
       const uint64_t launches = cuda::LinearFusedLaunchesForTesting();
       EXPECT_TRUE(AllEqual(fused, RunRows(w, dx, 0, m, false, ldx), what));
       EXPECT_EQ(cuda::LinearFusedLaunchesForTesting(), launches) << what << ": the fused kernel ran while off";
+    }
+  }
+}
+
+// DEEPINFER_LINEAR_SLICE_MAX_ROWS: a product split into K slices (its partial sums in the scratch,
+// which is then larger) and the same product unsplit give the same bits, at Flash's decode shapes
+// (wo_b, the shared expert's w13, wq_b) and an odd one, where the unsplit product runs on the TMA
+// kernel (more than 64 rows) or the 64-token blocks.
+TEST(CudaLinearFp8, SlicedAndUnsplitGiveTheSameBits) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  uint64_t seed = 4900;
+  const std::vector<FlashCase> cases = {
+      {kFp8E8m0, 8192, 4096}, {kFp8E8m0, 4096, 4096}, {kFp8E8m0, 1024, 8192}, {kFp8E8m0, 2304, 1000}};
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  for (const FlashCase& c : cases) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    std::vector<float> x = RandomFloats(static_cast<size_t>(256 * c.in), ++seed);
+    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
+    DeviceArray<float> dx(x);
+    for (const int64_t m : {33, 64, 100, 256}) {
+      const std::string what = "[" + std::to_string(c.in) + " -> " + std::to_string(c.out) + "] M=" + std::to_string(m);
+      std::vector<float> sliced, unsplit;
+      size_t sliced_bytes = 0, unsplit_bytes = 0;
+      {
+        ScopedLinearSliceMaxRows bound(cuda::kUnboundedRowsForTesting);
+        sliced_bytes = cuda::LinearScratchBytes(m, w.Device(), TestLinearMath());
+        sliced = RunRows(w, dx, 0, m);
+      }
+      {
+        ScopedLinearSliceMaxRows bound(0);
+        unsplit_bytes = cuda::LinearScratchBytes(m, w.Device(), TestLinearMath());
+        unsplit = RunRows(w, dx, 0, m);
+      }
+      // Split where the blocks of whole rows (128 weight rows by 64 tokens, or 128 above 64 rows)
+      // would not fill the device: every case here on a device of more than 128 SMs (H100, H200).
+      if (sms > 128) EXPECT_GT(sliced_bytes, unsplit_bytes) << what << ": not split";
+      EXPECT_TRUE(AllEqual(sliced, unsplit, what));
     }
   }
 }

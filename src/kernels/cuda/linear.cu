@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -3394,6 +3395,33 @@ struct WgmmaLinearLayout {
   size_t bytes = 0;         // in all
 };
 
+// DEEPINFER_LINEAR_SLICE_MAX_ROWS=R (read once; unset: 64): Linear's wgmma products of more than
+// R rows are never split into K slices (those of at most R rows are, where their blocks of whole
+// rows number fewer than the device's SMs). Each split block writes its 512-column slice's partial
+// sums (m·n f32 a slice) for SumSlicesKernel to add, so the partials' traffic, written and read,
+// is m/32 times the weight's bytes: at batch 256 wo_b's 16 slices wrote and read 64 MiB beside its
+// 32 MiB (ncu, H100, 2026-12-07: 59.5 us for the slices, 28.1 for their sum). Split or not, the
+// same adds (linear_wgmma.cuh). Measured side by side (H100, 2026-12-07, docs/performance.md
+// version 65): decode steps at batch 64 / 128 / 256 4.507 / 5.979 / 8.074 ms unbounded, 4.636 /
+// 5.861 / 7.767 with R = 32, 4.514 / 5.985 / 7.756 with R = 128. Tests override it
+// (SetLinearSliceMaxRowsForTesting).
+std::atomic<int64_t> g_linear_slice_max_rows_for_testing{-1};
+
+int64_t LinearSliceMaxRows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("DEEPINFER_LINEAR_SLICE_MAX_ROWS");
+    if (v == nullptr || *v == '\0') return int64_t{64};
+    const std::string text(v);
+    if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
+      const std::string message = "DEEPINFER_LINEAR_SLICE_MAX_ROWS must be a count of rows, got '" + text + "'";
+      ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", message.c_str());
+    }
+    return static_cast<int64_t>(std::stoll(text));
+  }();
+  const int64_t chosen = g_linear_slice_max_rows_for_testing.load();
+  return chosen >= 0 ? chosen : rows;
+}
+
 WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   WgmmaLinearLayout l;
   std::tie(l.device, l.sms) = CurrentDeviceSms();
@@ -3406,7 +3434,7 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   // tiles unsplit: the same bits as split).
   const int64_t tile_tokens = m > wgmma::kTokens && !tma::TurnedOff() ? tma::kLinearTokens : wgmma::kTokens;
   const int64_t blocks = CeilDiv(n, wgmma::kBlockRows) * CeilDiv(wgmma::PaddedRows(m), tile_tokens);
-  if (slices > 1 && blocks < l.sms) {
+  if (slices > 1 && blocks < l.sms && m <= LinearSliceMaxRows()) {
     l.slices = static_cast<int>(slices);
     l.bytes += static_cast<size_t>(CeilDiv(slices * m * n * 4, 256) * 256);
   }
@@ -6071,6 +6099,10 @@ void SetDenseWsMinRowsForTesting(int64_t rows) {
 }
 
 uint64_t DenseWsLaunchesForTesting() { return g_dense_ws_launches.load(); }
+
+void SetLinearSliceMaxRowsForTesting(int64_t rows) {
+  g_linear_slice_max_rows_for_testing.store(rows < 0 ? -1 : rows);
+}
 
 void SetBf16WsPairsForTesting(int mode) { g_bf16_ws_pairs.SetForTesting(mode, "SetBf16WsPairsForTesting"); }
 

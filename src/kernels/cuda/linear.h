@@ -175,6 +175,10 @@ uint64_t LinearSmallTilesLaunchesForTesting();
 // and how many such launches this process has made.
 void SetLinearFusedForTesting(int mode);
 uint64_t LinearFusedLaunchesForTesting();
+// Tests only: Linear's wgmma products of more than `rows` rows are never split into K slices
+// (DEEPINFER_LINEAR_SLICE_MAX_ROWS); kUnboundedRowsForTesting: no bound; -1: the environment's.
+inline constexpr int64_t kUnboundedRowsForTesting = int64_t{1} << 40;
+void SetLinearSliceMaxRowsForTesting(int64_t rows);
 // Tests only: GroupedLinear's TMA-fed split-BF16 kernel on blocks of 64 weight rows where twice
 // the 128-row grid fits one wave (the same bits) on (1), off (0), or as
 // DEEPINFER_GROUPED_HALF_BLOCKS says (-1, the default: on unless 0); and how many such launches
