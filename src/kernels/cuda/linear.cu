@@ -3395,6 +3395,19 @@ struct WgmmaLinearLayout {
   size_t bytes = 0;         // in all
 };
 
+// A count from the environment (read by the caller once): `unset` where `name` is unset or empty,
+// else its decimal value of at most 9 digits; anything else is an error naming `what` it counts.
+int64_t EnvCount(const char* name, int64_t unset, const char* what) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return unset;
+  const std::string text(v);
+  if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
+    const std::string message = std::string(name) + " must be a count of " + what + ", got '" + text + "'";
+    ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", message.c_str());
+  }
+  return static_cast<int64_t>(std::stoll(text));
+}
+
 // DEEPINFER_LINEAR_SLICE_MAX_ROWS=R (read once; unset: 64): Linear's wgmma products of more than
 // R rows are never split into K slices (those of at most R rows are, where their blocks of whole
 // rows number fewer than the device's SMs). Each split block writes its 512-column slice's partial
@@ -3403,23 +3416,25 @@ struct WgmmaLinearLayout {
 // 32 MiB (ncu, H100, 2026-12-07: 59.5 us for the slices, 28.1 for their sum). Split or not, the
 // same adds (linear_wgmma.cuh). Measured side by side (H100, 2026-12-07, docs/performance.md
 // version 65): decode steps at batch 64 / 128 / 256 4.507 / 5.979 / 8.074 ms unbounded, 4.636 /
-// 5.861 / 7.767 with R = 32, 4.514 / 5.985 / 7.756 with R = 128. Tests override it
+// 5.861 / 7.767 with R = 32, 4.514 / 5.985 / 7.756 with R = 128; in a second call 4.557 / 5.868 /
+// 7.778 with R = 64 against 4.506 / 6.008 / 8.091 unbounded. Tests override it
 // (SetLinearSliceMaxRowsForTesting).
 std::atomic<int64_t> g_linear_slice_max_rows_for_testing{-1};
 
 int64_t LinearSliceMaxRows() {
-  static const int64_t rows = [] {
-    const char* v = std::getenv("DEEPINFER_LINEAR_SLICE_MAX_ROWS");
-    if (v == nullptr || *v == '\0') return int64_t{64};
-    const std::string text(v);
-    if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
-      const std::string message = "DEEPINFER_LINEAR_SLICE_MAX_ROWS must be a count of rows, got '" + text + "'";
-      ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", message.c_str());
-    }
-    return static_cast<int64_t>(std::stoll(text));
-  }();
+  static const int64_t rows = EnvCount("DEEPINFER_LINEAR_SLICE_MAX_ROWS", 64, "rows");
   const int64_t chosen = g_linear_slice_max_rows_for_testing.load();
   return chosen >= 0 ? chosen : rows;
+}
+
+// DEEPINFER_LINEAR_SLICE_MIN_BLOCKS=B (read once; unset or 0: none): products of more than
+// LinearSliceMaxRows() rows are still split where their blocks of whole rows number fewer than B.
+// At batch 256 unsplit, wq_a (16 blocks) and wkv ran slower than split (ncu, H100, 2026-12-07:
+// 19.5 against 7.8 + 5.2 us, 19.7 against 10.2 + 6.2), their few blocks bound by the MMAs; the
+// products of 64 blocks or more ran 2-2.6 times faster unsplit. Off until measured in a step.
+int64_t LinearSliceMinBlocks() {
+  static const int64_t blocks = EnvCount("DEEPINFER_LINEAR_SLICE_MIN_BLOCKS", 0, "blocks");
+  return blocks;
 }
 
 WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
@@ -3434,7 +3449,7 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   // tiles unsplit: the same bits as split).
   const int64_t tile_tokens = m > wgmma::kTokens && !tma::TurnedOff() ? tma::kLinearTokens : wgmma::kTokens;
   const int64_t blocks = CeilDiv(n, wgmma::kBlockRows) * CeilDiv(wgmma::PaddedRows(m), tile_tokens);
-  if (slices > 1 && blocks < l.sms && m <= LinearSliceMaxRows()) {
+  if (slices > 1 && blocks < l.sms && (m <= LinearSliceMaxRows() || blocks < LinearSliceMinBlocks())) {
     l.slices = static_cast<int>(slices);
     l.bytes += static_cast<size_t>(CeilDiv(slices * m * n * 4, 256) * 256);
   }
