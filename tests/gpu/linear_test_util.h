@@ -168,6 +168,7 @@ using ScopedStagedSlices = ScopedSwitch<cuda::SetStagedSlicesForTesting>;
 using ScopedDenseSplit = ScopedSwitch<cuda::SetDenseSplitForTesting>;
 using ScopedLinearSmallTiles = ScopedSwitch<cuda::SetLinearSmallTilesForTesting>;
 using ScopedLinearFused = ScopedSwitch<cuda::SetLinearFusedForTesting>;
+using ScopedLinearSliceSumInBlock = ScopedSwitch<cuda::SetLinearSliceSumInBlockForTesting>;
 using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
 using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;

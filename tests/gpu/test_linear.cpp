@@ -1658,6 +1658,45 @@ TEST(CudaLinearFp8, SlicedAndUnsplitGiveTheSameBits) {
   }
 }
 
+// DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK: a K-split product whose tiles' last blocks add the slices
+// gives the bits of SumSlicesKernel's sum, on 8- and 64-token tiles, FP8 and FP4 weights, a
+// partial last row block, and twice in a row on one scratch (the act_quant launch zeroes the
+// arrival counts each time).
+TEST(CudaLinearFp8, SliceSumInBlockGivesTheSameBits) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  uint64_t seed = 5000;
+  const std::vector<FlashCase> cases = {
+      {kFp8E8m0, 8192, 4096}, {kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048}, {kFp8E8m0, 2304, 1000}};
+  for (const FlashCase& c : cases) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    std::vector<float> x = RandomFloats(static_cast<size_t>(64 * c.in), ++seed);
+    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
+    DeviceArray<float> dx(x);
+    for (const int64_t m : {1, 3, 8, 17, 64}) {
+      const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
+                               std::to_string(c.out) + "] M=" + std::to_string(m);
+      std::vector<float> by_kernel;
+      {
+        ScopedLinearSliceSumInBlock off(0);
+        by_kernel = RunRows(w, dx, 0, m);
+      }
+      ScopedLinearSliceSumInBlock on(1);
+      const uint64_t launches = cuda::LinearSliceSumInBlockLaunchesForTesting();
+      const size_t bytes = cuda::LinearScratchBytes(m, w.Device(), TestLinearMath());
+      DeviceArray<uint8_t> scratch(bytes);
+      for (int pass = 0; pass < 2; ++pass) {
+        DeviceArray<float> dy(static_cast<size_t>(m * c.out));
+        dy.Fill(0xff);
+        cuda::Linear(dx.get(), c.in, m, w.Device(), dy.get(), c.out, nullptr, TestLinearMath(), scratch.get(), bytes);
+        EXPECT_TRUE(AllEqual(dy.ToHost(), by_kernel, what + " pass " + std::to_string(pass)));
+      }
+      EXPECT_EQ(cuda::LinearSliceSumInBlockLaunchesForTesting(), launches + 2) << what << ": not split in blocks";
+    }
+  }
+}
+
 // Linear's FP8 products on cuBLASLt's block-scaled GEMM (DEEPINFER_CUBLASLT_FP8, off by default;
 // here from 64 rows): (1) on integer data, where no path may round, equal to the CPU bit for bit;
 // (2) on random data with spread block scales, within the FP8 path's bound of the CPU, at shapes

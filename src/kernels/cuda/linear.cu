@@ -3373,14 +3373,17 @@ void LaunchMma(const Params& p, int64_t groups, cudaStream_t stream, Path path) 
 }
 
 // act_quant of x's m rows (row stride ldx, K = k) into the codes scratch laid out for m_pad rows,
-// each chunk's codes in the FP4 order (wgmma::Fp4OrderUnit) for products of FP4 weights.
+// each chunk's codes in the FP4 order (wgmma::Fp4OrderUnit) for products of FP4 weights; zeroes
+// zero_ints[0, zero_count) too (the next GEMM's arrival counts, SumSlicesInLastBlock).
 wgmma::GemmArgs QuantizeIntoScratch(const float* x, int64_t ldx, int64_t m, int64_t m_pad, int64_t k, bool x_vec,
-                                    bool fp4_order, void* scratch, cudaStream_t stream) {
+                                    bool fp4_order, void* scratch, cudaStream_t stream, int* zero_ints = nullptr,
+                                    int64_t zero_count = 0) {
   const wgmma::GemmArgs a = wgmma::ScratchLayout(scratch, m_pad, k);
-  const int64_t quant_blocks = CeilDiv(m_pad * (k / wgmma::kChunk), 256 / kWarpSize);
-  if (quant_blocks > 0x7fffffff) Fail("too many rows for one launch");
+  const int64_t quant_blocks = std::max<int64_t>(CeilDiv(m_pad * (k / wgmma::kChunk), 256 / kWarpSize), 1);
+  if (quant_blocks > 0x7fffffff || zero_count > 0x7fffffff) Fail("too many rows for one launch");
   wgmma::QuantizeRowsKernel<<<static_cast<unsigned>(quant_blocks), 256, 0, stream>>>(
-      x, ldx, m, m_pad, k, x_vec, fp4_order, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
+      x, ldx, m, m_pad, k, x_vec, fp4_order, const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales), zero_ints,
+      static_cast<int>(zero_count));
   DI_CUDA_LAUNCH_CHECK("cuda::Linear act_quant");
   return a;
 }
@@ -3392,6 +3395,8 @@ struct WgmmaLinearLayout {
   int device = 0, sms = 0;  // the current device, which the layout was cut for
   int slices = 1;           // 1: every block takes all of K
   size_t codes_bytes = 0;   // wgmma::ScratchBytes(m, k), a multiple of 256
+  size_t arrivals_offset = 0;  // split: the tiles' arrival counts (int32), after the partial sums
+  int64_t arrivals = 0;        // split: how many (a tile of 128 rows by 8 tokens each, the most)
   size_t bytes = 0;         // in all
 };
 
@@ -3452,6 +3457,9 @@ WgmmaLinearLayout MakeWgmmaLinearLayout(int64_t m, int64_t n, int64_t k) {
   if (slices > 1 && blocks < l.sms && (m <= LinearSliceMaxRows() || blocks < LinearSliceMinBlocks())) {
     l.slices = static_cast<int>(slices);
     l.bytes += static_cast<size_t>(CeilDiv(slices * m * n * 4, 256) * 256);
+    l.arrivals_offset = l.bytes;
+    l.arrivals = CeilDiv(n, wgmma::kBlockRows) * CeilDiv(wgmma::PaddedRows(m), 8);
+    l.bytes += static_cast<size_t>(CeilDiv(l.arrivals * 4, 256) * 256);
   }
   return l;
 }
@@ -3595,6 +3603,15 @@ void LaunchTma(const Params& p, const wgmma::GemmArgs& a, int device, cudaStream
 std::atomic<uint64_t> g_linear_fused_launches{0};  // launches of it (tests)
 KernelSwitch g_linear_fused{"DEEPINFER_LINEAR_FUSED", 0};
 
+// DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK (read once; unset or 0: off, 1: on): Linear's K-split wgmma
+// products add their slices in each tile's last block to arrive (SumSlicesInLastBlock, the
+// partials read back from L2) instead of SumSlicesKernel's launch: the same bits, one launch
+// fewer a split product (6 on batch 1's critical path of 3 Flash layers, 3-4.7 us each under
+// ncu, 2026-12-07). Off until measured in a step. Tests override it
+// (SetLinearSliceSumInBlockForTesting).
+std::atomic<uint64_t> g_linear_slice_sum_in_block_launches{0};  // launches of it (tests)
+KernelSwitch g_linear_slice_sum_in_block{"DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK", 0};
+
 // A launch of `threads`-thread blocks on `grid` in clusters of `cluster` blocks (no cluster attribute
 // where that is one block), `smem` bytes of dynamic shared memory each, for cudaLaunchKernelEx and
 // cudaOccupancyMaxActiveClusters.
@@ -3686,12 +3703,19 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
     g_linear_small_tile_launches.fetch_add(1);
     return;
   }
-  const wgmma::GemmArgs a =
-      QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch, stream);
+  // Split products whose tiles' last blocks add the slices (DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK):
+  // their arrival counts, zeroed by the act_quant launch before them (where the fused kernel is on
+  // but its clusters do not fit, SumSlicesKernel adds them).
+  const bool fused_slices = fused && !small_tiles && layout.slices > 1;
+  int* arrivals = layout.slices > 1 && !fused_slices && g_linear_slice_sum_in_block.On()
+                      ? reinterpret_cast<int*>(static_cast<uint8_t*>(p.scratch) + layout.arrivals_offset)
+                      : nullptr;
+  const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch,
+                                                stream, arrivals, arrivals != nullptr ? layout.arrivals : 0);
   if (layout.slices == 1 && tma::Usable(p, K) && EncodeTiled() != nullptr) {
     return LaunchTma(p, a, layout.device, stream);
   }
-  if (fused && !small_tiles && layout.slices > 1 && LaunchWgmmaFused<K, wgmma::kTokens>(p, a, layout, stream)) return;
+  if (fused_slices && LaunchWgmmaFused<K, wgmma::kTokens>(p, a, layout, stream)) return;
   float* partials =
       layout.slices > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes) : nullptr;
   constexpr int kSmem = wgmma::SmemLayout<K>::kBytes;
@@ -3699,16 +3723,18 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   if (small_tiles) {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K, 8>>(layout.device, kSmem);
     const dim3 grid(row_blocks, 1, static_cast<unsigned>(layout.slices));
-    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+    wgmma::WgmmaLinearKernel<K, 8><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials, arrivals);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma, 8-token tiles");
     g_linear_small_tile_launches.fetch_add(1);
   } else {
     AllowDynamicSmem<wgmma::WgmmaLinearKernel<K>>(layout.device, kSmem);
     const dim3 grid(row_blocks, static_cast<unsigned>(m_pad / wgmma::kTokens), static_cast<unsigned>(layout.slices));
-    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials);
+    wgmma::WgmmaLinearKernel<K><<<grid, wgmma::kThreads, kSmem, stream>>>(p, a, partials, arrivals);
     DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma");
   }
-  if (layout.slices > 1) {
+  if (arrivals != nullptr) {
+    g_linear_slice_sum_in_block_launches.fetch_add(1);
+  } else if (layout.slices > 1) {
     const int64_t blocks = std::min<int64_t>(CeilDiv(p.m * p.n, 256), int64_t{layout.sms} * 8);
     wgmma::SumSlicesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, layout.slices, p.m, p.n, p.y,
                                                                               p.ldy);
@@ -6114,6 +6140,12 @@ void SetDenseWsMinRowsForTesting(int64_t rows) {
 }
 
 uint64_t DenseWsLaunchesForTesting() { return g_dense_ws_launches.load(); }
+
+void SetLinearSliceSumInBlockForTesting(int mode) {
+  g_linear_slice_sum_in_block.SetForTesting(mode, "SetLinearSliceSumInBlockForTesting");
+}
+
+uint64_t LinearSliceSumInBlockLaunchesForTesting() { return g_linear_slice_sum_in_block_launches.load(); }
 
 void SetLinearSliceMaxRowsForTesting(int64_t rows) {
   g_linear_slice_max_rows_for_testing.store(rows < 0 ? -1 : rows);

@@ -175,6 +175,11 @@ uint64_t LinearSmallTilesLaunchesForTesting();
 // and how many such launches this process has made.
 void SetLinearFusedForTesting(int mode);
 uint64_t LinearFusedLaunchesForTesting();
+// Tests only: Linear's K-split wgmma products add their slices in each tile's last block (the same
+// bits) on (1), off (0), or as DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK says (-1, the default: off
+// unless 1); and how many such launches this process has made.
+void SetLinearSliceSumInBlockForTesting(int mode);
+uint64_t LinearSliceSumInBlockLaunchesForTesting();
 // Tests only: Linear's wgmma products of more than `rows` rows are never split into K slices
 // (DEEPINFER_LINEAR_SLICE_MAX_ROWS); kUnboundedRowsForTesting: no bound; -1: the environment's.
 inline constexpr int64_t kUnboundedRowsForTesting = int64_t{1} << 40;

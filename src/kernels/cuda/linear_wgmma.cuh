@@ -112,10 +112,15 @@ __device__ __forceinline__ QuantizedUnit QuantizeLoaded(float4 v) {
   return QuantizedUnit{lo | (hi << 16), scale};
 }
 
+// Also zeroes zero_ints[0, zero_count) (block 0): the arrival counts of the GEMM that follows.
 __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
                                                           int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
-                                                          uint8_t* codes, float* scales) {
+                                                          uint8_t* codes, float* scales, int* zero_ints,
+                                                          int zero_count) {
   PdlPrologue();
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < zero_count; i += blockDim.x) zero_ints[i] = 0;
+  }
   const int lane = threadIdx.x % kWarpSize;
   const int64_t chunks = k / kChunk;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -1197,15 +1202,47 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
 }
 
+// A sliced block of tile (blockIdx.x, blockIdx.y) has stored its P_z; the tile's last block to
+// arrive (of gridDim.z, counted in arrivals[blockIdx.y · gridDim.x + blockIdx.x], zeroed before
+// the launch) adds the tile's P_0 + P_1 + ... left to right into p.y, as SumSlicesKernel does:
+// the same bits. The partials are read from L2 (__ldcg): other SMs wrote them.
+template <int kTok>
+__device__ __forceinline__ void SumSlicesInLastBlock(const Params& p, const float* partials, int* arrivals,
+                                                     int64_t n0, int64_t t0) {
+  __shared__ int is_last;
+  __threadfence();  // this thread's stores of P_z, before the block's arrival
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int tile = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
+    is_last = atomicAdd(arrivals + tile, 1) == static_cast<int>(gridDim.z) - 1;
+  }
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();  // the other blocks' partials, seen through their arrivals
+  const int64_t plane = p.m * p.n;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t0));
+  const int cols = static_cast<int>(min(static_cast<int64_t>(kBlockRows), p.n - n0));
+  const int slices = static_cast<int>(gridDim.z);
+  for (int e = threadIdx.x; e < rows * kBlockRows; e += blockDim.x) {
+    const int r = e / kBlockRows, c = e % kBlockRows;
+    if (c >= cols) continue;
+    const int64_t i = (t0 + r) * p.n + n0 + c;
+    float total = __ldcg(partials + i);
+    for (int s = 1; s < slices; ++s) total = __fadd_rn(total, __ldcg(partials + s * plane + i));
+    p.y[(t0 + r) * p.ldy + n0 + c] = total;
+  }
+}
+
 // Linear: grid (ceil(n / 128), m_pad / 64, slices); kThreads threads, SmemLayout<K>::kBytes of
 // dynamic shared memory. slices == 1: each block takes all of K and stores y. Otherwise block z
 // takes 512-column slice z and stores its partial sum P_z at partials + z·m·n (row stride n), and
-// SumSlicesKernel adds them in slice order: the same adds as one block's, so the same bits.
+// SumSlicesKernel adds them in slice order (arrivals null), or each tile's last block does
+// (SumSlicesInLastBlock): the same adds as one block's, so the same bits.
 // kTok = 8 (products of at most 8 rows: grid (ceil(n / 128), 1, slices)) runs m64n8k32 on the
 // same codes: each output column the same dot product, so the same bits.
 template <Kind K, int kTok = kTokens>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
-    WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials) {
+    WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials, int* arrivals) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -1221,6 +1258,7 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     slice.ldy = p.n;
     const int c0 = static_cast<int>(blockIdx.z) * mma::kSliceChunks;
     WgmmaBlock<K, kTok>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
+    if (arrivals != nullptr) SumSlicesInLastBlock<kTok>(p, partials, arrivals, n0, t0);
   }
 #endif
 }
