@@ -348,9 +348,19 @@ TEST(GpuModel, ForkedStepsGiveTheSameLogits) {
     const std::vector<float> one_stream = run(0);
     EXPECT_EQ(v4::ForksForTesting(), before);
     const std::vector<float> forked = run(int64_t{1} << 20);
+    const uint64_t forks = v4::ForksForTesting() - before;
     // Three forks a layer (the attention's inputs, the ring, the MoE) for every step of both drivers.
-    EXPECT_GE(v4::ForksForTesting() - before, 3 * (prompt.size() + 1)) << "the steps did not fork";
+    EXPECT_GE(forks, 3 * (prompt.size() + 1)) << "the steps did not fork";
     EXPECT_TRUE(test::AllEqual(forked, one_stream, "one-shot then token-by-token logits"));
+    // A CSA layer's index queries on their own stream (DEEPINFER_INDEX_QUERY_BRANCH): one more fork
+    // in each CSA layer (both goldens have them), the same bits.
+    v4::SetIndexQueryBranchForTesting(1);
+    const uint64_t before_index = v4::ForksForTesting();
+    const std::vector<float> index_branch = run(int64_t{1} << 20);
+    const uint64_t index_forks = v4::ForksForTesting() - before_index;
+    v4::SetIndexQueryBranchForTesting(-1);
+    EXPECT_GE(index_forks, forks + prompt.size() + 1) << "no CSA layer forked its index queries";
+    EXPECT_TRUE(test::AllEqual(index_branch, one_stream, "with the index queries' branch"));
   }
 }
 

@@ -138,26 +138,36 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
 
   // q: qr = q_norm(wq_a x); q = wq_b qr per head, unweighted RMS per head, RoPE on the tail.
   // qr feeds only FP8 linears (wq_b, the indexer's wq_b), so it is rounded in place.
+  // On CSA layers the heads' queries (0) and the index queries (1) both read qr and nothing else
+  // of each other's: with DEEPINFER_INDEX_QUERY_BRANCH in a step that forks, they run on two
+  // streams (the index queries on side stream 3), else one after the other.
   branches.Add(0, [&](const StepContext& q_ctx) {
     const TensorView qr = ws.Alloc(DType::kF32, {tokens, c.q_lora_rank});
     QuantizedLinear(q_ctx, xq, aw.wq_a, qr);
     ops::RmsNorm(q_ctx.op, qr, aw.q_norm, eps, qr);
     QuantizeLinearInput(q_ctx, qr);
-    q = ws.Alloc(DType::kF32, {tokens, heads, hd});
-    QuantizedLinear(q_ctx, qr, aw.wq_b, q.Reshape({tokens, heads * hd}));
-    ops::ApplyRowSteps(q_ctx.op, q, norm_rope(TensorView()));
+    StepBranches queries(q_ctx, aw.indexer && IndexQueryBranch() ? ForkStreams(q_ctx) : nullptr, aw.indexer ? 1 : 0,
+                         kIndexQueryStream);
+    queries.Add(0, [&](const StepContext& b) {
+      q = ws.Alloc(DType::kF32, {tokens, heads, hd});
+      QuantizedLinear(b, qr, aw.wq_b, q.Reshape({tokens, heads * hd}));
+      ops::ApplyRowSteps(b.op, q, norm_rope(TensorView()));
+    });
     if (aw.indexer) {
-      const IndexerWeights& iw = *aw.indexer;
-      const int64_t ih = c.index_n_heads, id = c.index_head_dim;
-      index_q = ws.Alloc(DType::kF32, {tokens, ih, id});
-      QuantizedLinear(q_ctx, qr, iw.wq_b, index_q.Reshape({tokens, ih * id}));
-      ops::RowSteps index_steps;
-      index_steps.rope = &table;
-      index_steps.positions = pos;
-      index_steps.hadamard = true;
-      index_steps.fp4_block = numerics_.indexer_fp4 ? 32 : 0;
-      ops::ApplyRowSteps(q_ctx.op, index_q, index_steps);
+      queries.Add(1, [&](const StepContext& b) {
+        const IndexerWeights& iw = *aw.indexer;
+        const int64_t ih = c.index_n_heads, id = c.index_head_dim;
+        index_q = ws.Alloc(DType::kF32, {tokens, ih, id});
+        QuantizedLinear(b, qr, iw.wq_b, index_q.Reshape({tokens, ih * id}));
+        ops::RowSteps index_steps;
+        index_steps.rope = &table;
+        index_steps.positions = pos;
+        index_steps.hadamard = true;
+        index_steps.fp4_block = numerics_.indexer_fp4 ? 32 : 0;
+        ops::ApplyRowSteps(b.op, index_q, index_steps);
+      });
     }
+    queries.Run();
   });
   branches.Run();
 

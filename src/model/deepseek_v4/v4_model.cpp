@@ -42,8 +42,9 @@ V4Model::V4Model(ModelConfig config, ModelWeights weights, Numerics numerics, De
   act_quant_in_kernels_ = ActQuantInKernels();
   workspace_ = std::make_unique<Workspace>(device_);
   if (!device_.is_cpu()) {
-    side_streams_ = std::make_unique<StreamBranches>(device_.index, 3);
-    ForkTokens();  // a bad DEEPINFER_FORK_TOKENS fails here, not in a step
+    side_streams_ = std::make_unique<StreamBranches>(device_.index, kSideStreams);
+    ForkTokens();        // a bad DEEPINFER_FORK_TOKENS fails here, not in a step
+    IndexQueryBranch();  // and a bad DEEPINFER_INDEX_QUERY_BRANCH
   }
 }
 
@@ -102,6 +103,7 @@ bool JoinableW13(const LinearWeight& a, const LinearWeight& b) {
 std::atomic<int64_t> g_fork_tokens_test{-1};  // SetForkTokensForTesting
 std::atomic<uint64_t> g_forks{0};              // ForksForTesting
 std::atomic<bool> g_branch_order_reversed{false};  // SetBranchOrderForTesting
+std::atomic<int> g_index_query_branch_test{-1};     // SetIndexQueryBranchForTesting
 
 // DEEPINFER_FORK_TOKENS (read once): the most tokens a step may have for its independent work to
 // run on concurrent streams; unset: kDefaultForkTokens. Measured 2026-12-05 (docs/performance.md,
@@ -114,6 +116,18 @@ int64_t ForkTokens() {
 }
 
 }  // namespace
+
+bool IndexQueryBranch() {
+  static const bool on =
+      ParseOnOffSwitch("DEEPINFER_INDEX_QUERY_BRANCH", std::getenv("DEEPINFER_INDEX_QUERY_BRANCH"), false);
+  const int test = g_index_query_branch_test.load();
+  return test >= 0 ? test == 1 : on;
+}
+
+void SetIndexQueryBranchForTesting(int mode) {
+  DI_CHECK(mode >= -1 && mode <= 1, "SetIndexQueryBranchForTesting takes -1, 0 or 1, got {}", mode);
+  g_index_query_branch_test.store(mode);
+}
 
 int64_t ParseForkTokens(const char* value) {
   return ParseCountSwitch("DEEPINFER_FORK_TOKENS", value, kDefaultForkTokens,

@@ -61,6 +61,9 @@ class ScopedForkTokensForTesting {
 };
 // Tests: how many times the steps of any V4Model have forked onto side streams.
 uint64_t ForksForTesting();
+// Tests: DEEPINFER_INDEX_QUERY_BRANCH's choice for the steps after the call (1: on, 0: off, -1: the
+// environment's).
+void SetIndexQueryBranchForTesting(int mode);
 // Tests: whether the host queues a step's independent branches in reverse order (the CPU runs them
 // in that order then: a dependence between two branches changes the results). The order also
 // orders the step's uploads: do not change it between a CUDA graph's capture and its replays.
@@ -184,7 +187,7 @@ class V4Model : public Model {
   };
   std::vector<ExpertTables> expert_tables_;   // by BlockWeights::layer (MTP blocks after the layers)
   mutable std::unique_ptr<Workspace> workspace_;
-  std::unique_ptr<StreamBranches> side_streams_;  // CUDA: three side streams for StepBranches
+  std::unique_ptr<StreamBranches> side_streams_;  // CUDA: kSideStreams side streams for StepBranches
   ops::RopeTable rope_plain_;       // base rope_theta, no YaRN (ratio-0 layers)
   ops::RopeTable rope_compressed_;  // compress_rope_theta with YaRN (CSA / HCA layers)
 };

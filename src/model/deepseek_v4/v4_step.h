@@ -81,6 +81,16 @@ class V4Model::StepBranches {
   bool ran_ = false;
 };
 
+// The side stream of a CSA layer's index queries (V4Model::Attention), after the three that the
+// attention's own branches take.
+inline constexpr int kIndexQueryStream = 3;
+inline constexpr int kSideStreams = kIndexQueryStream + 1;
+
+// DEEPINFER_INDEX_QUERY_BRANCH (read once; unset or 0: off, 1: on): a CSA layer's index queries
+// (the indexer's wq_b and row steps) on their own stream beside the heads' queries, in a step that
+// forks (V4Model::ForksAt). Off until measured.
+bool IndexQueryBranch();
+
 inline ops::HcParams HcParamsFor(const HcWeights& w, const ModelConfig& c) {
   ops::HcParams p;
   p.fn = w.fn;
