@@ -31,6 +31,16 @@ if [[ -z ${DEEPINFER_CUBLASLT:-} ]]; then
   done
 fi
 
+# CUPTI for DEEPINFER_KERNEL_TRACE (bench/kernel_trace.h; dlopen'ed): the toolkit's, else the
+# nvidia-cuda-cupti wheel's.
+if [[ -z ${DEEPINFER_CUPTI:-} ]]; then
+  for lib in $(ldconfig -p 2>/dev/null | awk '/libcupti\.so\.13/ {print $NF}') /usr/local/cuda/lib64/libcupti.so.13 \
+             /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13 /usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13 \
+             $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, d, "lib/libcupti.so.13") for p in nvidia.__path__ for d in ("cu13", "cuda_cupti")))' 2>/dev/null); do
+    if [[ -e $lib ]]; then export DEEPINFER_CUPTI=$lib; break; fi
+  done
+fi
+
 # For the gpu tests: the repository (DEEPINFER_SOURCE_DIR) and the reference goldens, which travel
 # as archives, unpacked where the model tests read them (DEEPINFER_GOLDENS_DIR).
 use_test_data() {

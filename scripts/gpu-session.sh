@@ -39,7 +39,9 @@
 # ($OUT/compare.txt). A fourth field, `NAME;ENV;FLAGS;DIR`, runs DIR's `deepinfer` instead (e.g.
 # build/gpu-dist/base: the base commit's binary that `BASE_BINARY=PATH scripts/gpu-build.sh` packed
 # beside this build; code changes without a switch measured in one call). Each variant adds ~25 s. `--tests FILTER` runs that gtest filter instead of
-# the quick suites (a kernel's own tests when device time is short).
+# the quick suites (a kernel's own tests when device time is short). QUICK_TRACE=1 adds batch 1's
+# replayed graph under CUPTI: each kernel of its longest path with its share of the replay
+# (tools/kernel_trace.py; ~20 s).
 #
 #   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench |
 #                                --quick [--tests FILTER] [--variant 'NAME;ENV;FLAGS[;DIR]' ...] [-- ARGS]]
@@ -111,6 +113,19 @@ if [[ ${quick:-0} -eq 1 ]]; then
       columns+=("$name=$work/steps-$name.json")
     done
     python3 tools/compare_bench.py "${columns[@]}" | tee "$final/compare.txt" || status=1
+  fi
+  # QUICK_TRACE=1: batch 1's graph replayed under CUPTI (DEEPINFER_KERNEL_TRACE) with its longest
+  # kernel path listed (DEEPINFER_GRAPH_KERNELS), and each path kernel's share of the replay
+  # (tools/kernel_trace.py; its last 30 lines printed, the files and the whole summary in
+  # data.tar.xz).
+  if [[ ${QUICK_TRACE:-0} -eq 1 ]]; then
+    rm -f "$data/trace-b1.txt" "$data/graph-b1.txt"
+    DEEPINFER_KERNEL_TRACE=$data/trace-b1.txt DEEPINFER_GRAPH_KERNELS=$data/graph-b1.txt timeout 90 \
+      "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
+      --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --no-ceilings --batches 1 --contexts 8192 --no-prefill \
+      "${bench_args[@]}" >"$data/trace-bench.txt" 2>&1 || { status=1; tail -5 "$data/trace-bench.txt"; }
+    python3 tools/kernel_trace.py "$data/trace-b1.txt" "$data/graph-b1.txt" --label 'replay 2' |
+      tee "$data/trace-summary.txt" | tail -30 || status=1
   fi
   tar -C "$data" -cJf "$final/data.tar.xz" . && rm -rf "$data"
   exit $status

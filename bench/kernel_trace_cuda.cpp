@@ -1,0 +1,167 @@
+// KernelTrace on CUPTI's activity API, dlopen'ed: the binary has no link-time dependency on it.
+#include <cupti_activity.h>
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/error.h"
+#include "bench/kernel_trace.h"
+
+namespace deepinfer::bench {
+namespace {
+
+struct CuptiApi {
+  CUptiResult (*ActivityEnable)(CUpti_ActivityKind) = nullptr;
+  CUptiResult (*ActivityDisable)(CUpti_ActivityKind) = nullptr;
+  CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc, CUpti_BuffersCallbackCompleteFunc) =
+      nullptr;
+  CUptiResult (*ActivityFlushAll)(uint32_t) = nullptr;
+  CUptiResult (*ActivityGetNextRecord)(uint8_t*, size_t, CUpti_Activity**) = nullptr;
+  CUptiResult (*GetResultString)(CUptiResult, const char**) = nullptr;
+  std::string path;
+};
+
+template <typename Fn>
+void Resolve(void* lib, const char* name, Fn* fn, std::string* missing) {
+  void* symbol = dlsym(lib, name);
+  if (symbol == nullptr && missing->empty()) *missing = name;
+  *fn = reinterpret_cast<Fn>(symbol);
+}
+
+// CUPTI, loaded once: DEEPINFER_CUPTI, else libcupti.so.13 on the loader's path, else the CUDA
+// toolkit's copies. Throws naming what it tried.
+const CuptiApi& Cupti() {
+  static const CuptiApi api = [] {
+    std::vector<std::string> names;
+    if (const char* env = std::getenv("DEEPINFER_CUPTI"); env != nullptr && *env != '\0') names.emplace_back(env);
+    for (const char* name : {"libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
+                             "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13",
+                             "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13"}) {
+      names.emplace_back(name);
+    }
+    void* lib = nullptr;
+    CuptiApi a;
+    std::string tried;
+    for (const std::string& name : names) {
+      lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (lib != nullptr) {
+        a.path = name;
+        break;
+      }
+      const char* why = dlerror();
+      tried += (tried.empty() ? "" : "; ") + std::string(why != nullptr ? why : name.c_str());
+    }
+    DI_CHECK(lib != nullptr, "cannot load CUPTI ({}); set DEEPINFER_CUPTI to libcupti.so.13's path", tried);
+    std::string missing;
+    Resolve(lib, "cuptiActivityEnable", &a.ActivityEnable, &missing);
+    Resolve(lib, "cuptiActivityDisable", &a.ActivityDisable, &missing);
+    Resolve(lib, "cuptiActivityRegisterCallbacks", &a.ActivityRegisterCallbacks, &missing);
+    Resolve(lib, "cuptiActivityFlushAll", &a.ActivityFlushAll, &missing);
+    Resolve(lib, "cuptiActivityGetNextRecord", &a.ActivityGetNextRecord, &missing);
+    Resolve(lib, "cuptiGetResultString", &a.GetResultString, &missing);
+    DI_CHECK(missing.empty(), "{} has no {}", a.path, missing);
+    return a;
+  }();
+  return api;
+}
+
+void Check(CUptiResult result, const char* what) {
+  if (result == CUPTI_SUCCESS) return;
+  const char* text = nullptr;
+  if (Cupti().GetResultString(result, &text) != CUPTI_SUCCESS) text = nullptr;
+  DI_THROW("CUPTI {}: {} ({})", what, text != nullptr ? text : "unknown error", static_cast<int>(result));
+}
+
+std::string Demangled(const char* name) {
+  if (name == nullptr) return "?";
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> plain(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
+  return status == 0 && plain ? std::string(plain.get()) : std::string(name);
+}
+
+// The records of the trace in progress, appended by CUPTI's buffer-completed callback (which may
+// run on a thread of CUPTI's).
+std::mutex g_mutex;
+std::vector<TracedKernel> g_kernels;
+bool g_tracing = false;
+
+constexpr size_t kBufferBytes = size_t{8} << 20;
+
+void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer != nullptr ? kBufferBytes : 0;
+  *max_records = 0;  // as many as fit
+}
+
+void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+  std::vector<TracedKernel> kernels;
+  CUpti_Activity* record = nullptr;
+  while (valid > 0 && Cupti().ActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    // Later CUPTI versions append fields to this record, so the header's version reads them.
+    const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    TracedKernel t;
+    t.name = Demangled(k->name);
+    t.start_ns = k->start;
+    t.end_ns = k->end;
+    t.stream = k->streamId;
+    t.grid[0] = k->gridX, t.grid[1] = k->gridY, t.grid[2] = k->gridZ;
+    t.block[0] = k->blockX, t.block[1] = k->blockY, t.block[2] = k->blockZ;
+    kernels.push_back(std::move(t));
+  }
+  std::free(buffer);
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_kernels.insert(g_kernels.end(), std::make_move_iterator(kernels.begin()), std::make_move_iterator(kernels.end()));
+}
+
+class CuptiKernelTrace final : public KernelTrace {
+ public:
+  ~CuptiKernelTrace() override {
+    if (!stopped_) {
+      try {
+        Stop();
+      } catch (...) {
+      }
+    }
+  }
+  std::vector<TracedKernel> Stop() override {
+    DI_CHECK(!stopped_, "a kernel trace stopped twice");
+    stopped_ = true;
+    Check(Cupti().ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
+    Check(Cupti().ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable");
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_tracing = false;
+    return std::exchange(g_kernels, {});
+  }
+
+ private:
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelTrace> KernelTrace::Start() {
+  static std::once_flag registered;
+  std::call_once(registered, [] { Check(Cupti().ActivityRegisterCallbacks(BufferRequested, BufferCompleted), "register"); });
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    DI_CHECK(!g_tracing, "a kernel trace is already recording");
+    g_tracing = true;
+    g_kernels.clear();
+  }
+  const CUptiResult enabled = Cupti().ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+  if (enabled != CUPTI_SUCCESS) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_tracing = false;
+  }
+  Check(enabled, "enable concurrent-kernel records");
+  return std::make_unique<CuptiKernelTrace>();
+}
+
+}  // namespace deepinfer::bench
