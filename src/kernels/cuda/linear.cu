@@ -8,7 +8,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -3604,10 +3603,10 @@ std::atomic<uint64_t> g_linear_fused_launches{0};  // launches of it (tests)
 KernelSwitch g_linear_fused{"DEEPINFER_LINEAR_FUSED", 0};
 
 // DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK (read once; unset or 0: off, 1: on): Linear's K-split wgmma
-// products add their slices in each tile's last block to arrive (SumSlicesInLastBlock, the
-// partials read back from L2) instead of SumSlicesKernel's launch: the same bits, one launch
-// fewer a split product (6 on batch 1's critical path of 3 Flash layers, 3-4.7 us each under
-// ncu, 2026-12-07). Off until measured in a step. Tests override it
+// products of 1-8 rows (8-token tiles) add their slices in each tile's last block to arrive
+// (SumSlicesInLastBlock, the partials read back from L2) instead of SumSlicesKernel's launch: the
+// same bits, one launch fewer a split product (6 on batch 1's critical path of 3 Flash layers,
+// 3-4.7 us each under ncu, 2026-12-07). Off until measured in a step. Tests override it
 // (SetLinearSliceSumInBlockForTesting).
 std::atomic<uint64_t> g_linear_slice_sum_in_block_launches{0};  // launches of it (tests)
 KernelSwitch g_linear_slice_sum_in_block{"DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK", 0};
@@ -3703,11 +3702,12 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
     g_linear_small_tile_launches.fetch_add(1);
     return;
   }
-  // Split products whose tiles' last blocks add the slices (DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK):
-  // their arrival counts, zeroed by the act_quant launch before them (where the fused kernel is on
-  // but its clusters do not fit, SumSlicesKernel adds them).
+  // Split products of 1-8 rows whose tiles' last blocks add the slices
+  // (DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK): their arrival counts, zeroed by the act_quant launch
+  // before them. On 64-token tiles a last block would add 64 × 128 outputs of every slice alone,
+  // ~5 us from L2 at an SM's share, about what SumSlicesKernel takes over the whole GPU.
   const bool fused_slices = fused && !small_tiles && layout.slices > 1;
-  int* arrivals = layout.slices > 1 && !fused_slices && g_linear_slice_sum_in_block.On()
+  int* arrivals = layout.slices > 1 && small_tiles && g_linear_slice_sum_in_block.On()
                       ? reinterpret_cast<int*>(static_cast<uint8_t*>(p.scratch) + layout.arrivals_offset)
                       : nullptr;
   const wgmma::GemmArgs a = QuantizeIntoScratch(p.x, p.ldx, p.m, m_pad, p.k, p.x_vec, K == Kind::kFp4, p.scratch,

@@ -1223,12 +1223,23 @@ __device__ __forceinline__ void SumSlicesInLastBlock(const Params& p, const floa
   const int rows = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t0));
   const int cols = static_cast<int>(min(static_cast<int64_t>(kBlockRows), p.n - n0));
   const int slices = static_cast<int>(gridDim.z);
+  constexpr int kLoads = 16;  // slices' loads in flight before their adds
   for (int e = threadIdx.x; e < rows * kBlockRows; e += blockDim.x) {
     const int r = e / kBlockRows, c = e % kBlockRows;
     if (c >= cols) continue;
     const int64_t i = (t0 + r) * p.n + n0 + c;
-    float total = __ldcg(partials + i);
-    for (int s = 1; s < slices; ++s) total = __fadd_rn(total, __ldcg(partials + s * plane + i));
+    float total = 0.f;
+    for (int base = 0; base < slices; base += kLoads) {
+      float v[kLoads];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        if (base + j < slices) v[j] = __ldcg(partials + (base + j) * plane + i);
+      }
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        if (base + j < slices) total = base + j == 0 ? v[j] : __fadd_rn(total, v[j]);
+      }
+    }
     p.y[(t0 + r) * p.ldy + n0 + c] = total;
   }
 }
@@ -1258,7 +1269,9 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     slice.ldy = p.n;
     const int c0 = static_cast<int>(blockIdx.z) * mma::kSliceChunks;
     WgmmaBlock<K, kTok>(slice, a, n0, t0, t0, c0, min(chunks, c0 + mma::kSliceChunks), AlignedSmem(smem_raw));
-    if (arrivals != nullptr) SumSlicesInLastBlock<kTok>(p, partials, arrivals, n0, t0);
+    if constexpr (kTok == 8) {  // the host passes arrivals at 8-token tiles only
+      if (arrivals != nullptr) SumSlicesInLastBlock<kTok>(p, partials, arrivals, n0, t0);
+    }
   }
 #endif
 }
