@@ -169,6 +169,7 @@ using ScopedDenseSplit = ScopedSwitch<cuda::SetDenseSplitForTesting>;
 using ScopedLinearSmallTiles = ScopedSwitch<cuda::SetLinearSmallTilesForTesting>;
 using ScopedLinearFused = ScopedSwitch<cuda::SetLinearFusedForTesting>;
 using ScopedLinearSliceSumInBlock = ScopedSwitch<cuda::SetLinearSliceSumInBlockForTesting>;
+using ScopedLinearQuantizeInBlock = ScopedSwitch<cuda::SetLinearQuantizeInBlockForTesting>;
 using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
 using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;

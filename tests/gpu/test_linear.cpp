@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "device/cuda_stream.h"
 #include "gpu/gpu_test_util.h"
 #include "gpu/linear_test_util.h"
 #include "kernels/cpu/elementwise.h"
@@ -1695,6 +1696,63 @@ TEST(CudaLinearFp8, SliceSumInBlockGivesTheSameBits) {
       }
       EXPECT_EQ(cuda::LinearSliceSumInBlockLaunchesForTesting(), launches + (m <= 8 ? 2 : 0))
           << what << (m <= 8 ? ": not summed in blocks" : ": summed in blocks past 8 rows");
+    }
+  }
+}
+
+// DEEPINFER_LINEAR_QUANTIZE_IN_BLOCK: products of 1-8 rows as one launch (x quantized in each
+// block; split products' slices added by each tile's last block, whose arrival counts reset
+// themselves) give the bits of the act_quant path: split ones (wo_b, wq_a, the index wq_b, FP4, an
+// odd shape with a partial last slice and row block) and an unsplit one (wq_b); three runs in a
+// row and two replays of a CUDA graph, on one scratch and the same counts.
+TEST(CudaLinearFp8, QuantizeInBlockGivesTheSameBits) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearSmallTiles small_tiles(1);
+  ScopedLinearFused fused(0);
+  uint64_t seed = 5100;
+  const std::vector<FlashCase> cases = {{kFp8E8m0, 8192, 4096}, {kFp8E8m0, 4096, 1024}, {kFp8E8m0, 1024, 8192},
+                                        {kFp8E8m0, 1024, 32768}, {kFp4, 4096, 2048},   {kFp8E8m0, 2304, 1000}};
+  CudaStream stream(0);
+  for (const FlashCase& c : cases) {
+    TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
+    std::vector<float> x = RandomFloats(static_cast<size_t>(8 * c.in), ++seed);
+    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
+    DeviceArray<float> dx(x);
+    for (const int64_t m : {1, 3, 8}) {
+      const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
+                               std::to_string(c.out) + "] M=" + std::to_string(m);
+      std::vector<float> quantized_before;
+      {
+        ScopedLinearQuantizeInBlock off(0);
+        quantized_before = RunRows(w, dx, 0, m);
+      }
+      ScopedLinearQuantizeInBlock on(1);
+      const size_t bytes = cuda::LinearScratchBytes(m, w.Device(), TestLinearMath());
+      DeviceArray<uint8_t> scratch(bytes);
+      DeviceArray<float> dy(static_cast<size_t>(m * c.out));
+      auto run = [&](cudaStream_t s) {
+        cuda::Linear(dx.get(), c.in, m, w.Device(), dy.get(), c.out, s, TestLinearMath(), scratch.get(), bytes);
+      };
+      const uint64_t launches = cuda::LinearQuantizeInBlockLaunchesForTesting();
+      for (int pass = 0; pass < 3; ++pass) {
+        dy.Fill(0xff);
+        run(nullptr);
+        EXPECT_TRUE(AllEqual(dy.ToHost(), quantized_before, what + " pass " + std::to_string(pass)));
+      }
+      EXPECT_EQ(cuda::LinearQuantizeInBlockLaunchesForTesting(), launches + 3) << what << ": not one launch";
+      CudaGraph graph;
+      CudaGraph::BeginCapture(stream.get());
+      run(stream.get());
+      graph.EndCapture(stream.get());
+      for (int replay = 0; replay < 2; ++replay) {
+        dy.Fill(0xff);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the fill (legacy stream) before the replay
+        graph.Launch(stream.get());
+        stream.Synchronize();
+        EXPECT_TRUE(AllEqual(dy.ToHost(), quantized_before, what + " replay " + std::to_string(replay)));
+      }
     }
   }
 }

@@ -3611,6 +3611,49 @@ KernelSwitch g_linear_fused{"DEEPINFER_LINEAR_FUSED", 0};
 std::atomic<uint64_t> g_linear_slice_sum_in_block_launches{0};  // launches of it (tests)
 KernelSwitch g_linear_slice_sum_in_block{"DEEPINFER_LINEAR_SLICE_SUM_IN_BLOCK", 0};
 
+// DEEPINFER_LINEAR_QUANTIZE_IN_BLOCK (read once; unset or 0: off, 1: on): Linear's wgmma products
+// of 1-8 rows whose blocks take at most XPanel::kMaxChunks chunks run as one launch without
+// clusters: WgmmaLinearFusedKernel<K, 8> quantizes x in each block (no act_quant launch) and,
+// where K is split, the tiles' last blocks add the slices from the partials (arrival counts from
+// TakeArrivals). The same bits; two launches fewer a split product (QuantizeRowsKernel,
+// SumSlicesKernel), one an unsplit one: 7 act_quant and 6 sums on batch 1's longest path of 3
+// Flash layers (2026-12-07). Where DEEPINFER_LINEAR_FUSED is on, its cluster launch is taken
+// instead. Off until measured in a step. Tests override it (SetLinearQuantizeInBlockForTesting).
+std::atomic<uint64_t> g_linear_quantize_in_block_launches{0};  // launches of it (tests)
+KernelSwitch g_linear_quantize_in_block{"DEEPINFER_LINEAR_QUANTIZE_IN_BLOCK", 0};
+
+// Arrival counts that no launch before the GEMM zeroes: one pool of kArrivalPool ints a device,
+// zeroed once, handed out in turn (a launch's range is captured into a CUDA graph with it). Each
+// tile's last block sets its count back to 0 (SumSlicesInLastBlock with reset), so a range is zero
+// again once its launch has completed; it is handed out again only after kArrivalPool more counts,
+// thousands of launches later (a decode step makes ~200). Returns null, handing out nothing, where
+// the pool does not exist yet and `stream` is capturing (its cudaMalloc would break the capture):
+// the caller then takes the act_quant path.
+constexpr int64_t kArrivalPool = int64_t{1} << 20;
+
+int* TakeArrivals(int device, int64_t count, cudaStream_t stream) {
+  if (count > kArrivalPool) Fail("more arrival counts than the pool holds");
+  static std::mutex mu;
+  static std::map<int, std::pair<int*, int64_t>> pools;  // device -> (counts, next free)
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = pools.find(device);
+  if (it == pools.end()) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DI_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    void* counts = nullptr;
+    DI_CUDA_CHECK(cudaMalloc(&counts, static_cast<size_t>(kArrivalPool) * 4), "cudaMalloc arrival counts");
+    DI_CUDA_CHECK(cudaMemset(counts, 0, static_cast<size_t>(kArrivalPool) * 4), "cudaMemset arrival counts");
+    DI_CUDA_CHECK(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // zero before any stream uses them
+    it = pools.emplace(device, std::make_pair(static_cast<int*>(counts), int64_t{0})).first;
+  }
+  auto& [counts, next] = it->second;
+  if (next + count > kArrivalPool) next = 0;
+  int* range = counts + next;
+  next += count;
+  return range;
+}
+
 // A launch of `threads`-thread blocks on `grid` in clusters of `cluster` blocks (no cluster attribute
 // where that is one block), `smem` bytes of dynamic shared memory each, for cudaLaunchKernelEx and
 // cudaOccupancyMaxActiveClusters.
@@ -3680,8 +3723,33 @@ bool LaunchWgmmaFused(const Params& p, const wgmma::GemmArgs& a, const WgmmaLine
   const SliceClusterLaunch launch(dim3(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)),
                                        static_cast<unsigned>(CeilDiv(p.m, kTok)), static_cast<unsigned>(layout.slices)),
                                   kSmem, stream);
-  DI_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kKernel, p, a), "cuda::Linear wgmma, fused");
+  DI_CUDA_CHECK(cudaLaunchKernelEx(&launch.config, kKernel, p, a, static_cast<float*>(nullptr),
+                                   static_cast<int*>(nullptr)),
+                "cuda::Linear wgmma, fused");
   g_linear_fused_launches.fetch_add(1);
+  return true;
+}
+
+// WgmmaLinearFusedKernel<K, 8> without clusters (DEEPINFER_LINEAR_QUANTIZE_IN_BLOCK): x quantized
+// in the blocks; split products' slices added by each tile's last block. Returns false, launching
+// nothing, where a split product gets no arrival counts (TakeArrivals).
+template <Kind K>
+bool LaunchWgmmaPanel(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t stream) {
+  constexpr auto kKernel = wgmma::WgmmaLinearFusedKernel<K, wgmma::XPanel::kTokens>;
+  constexpr int kSmem = wgmma::XPanel::Bytes<K>();
+  if (p.m > wgmma::XPanel::kTokens) Fail("the fused Linear's panel holds 8 rows");
+  float* partials = nullptr;
+  int* arrivals = nullptr;
+  if (layout.slices > 1) {
+    arrivals = TakeArrivals(layout.device, CeilDiv(p.n, wgmma::kBlockRows), stream);
+    if (arrivals == nullptr) return false;
+    partials = reinterpret_cast<float*>(static_cast<uint8_t*>(p.scratch) + layout.codes_bytes);
+  }
+  AllowDynamicSmem<kKernel>(layout.device, kSmem);
+  const dim3 grid(static_cast<unsigned>(CeilDiv(p.n, wgmma::kBlockRows)), 1, static_cast<unsigned>(layout.slices));
+  kKernel<<<grid, wgmma::kThreads, kSmem, stream>>>(p, wgmma::GemmArgs{}, partials, arrivals);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma, x quantized in the blocks");
+  g_linear_quantize_in_block_launches.fetch_add(1);
   return true;
 }
 
@@ -3699,6 +3767,11 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   const int64_t block_chunks = layout.slices > 1 ? mma::kSliceChunks : p.k / wgmma::kChunk;
   if (fused && small_tiles && block_chunks <= wgmma::XPanel::kMaxChunks &&
       LaunchWgmmaFused<K, wgmma::XPanel::kTokens>(p, wgmma::GemmArgs{}, layout, stream)) {
+    g_linear_small_tile_launches.fetch_add(1);
+    return;
+  }
+  if (!fused && small_tiles && block_chunks <= wgmma::XPanel::kMaxChunks && g_linear_quantize_in_block.On() &&
+      LaunchWgmmaPanel<K>(p, layout, stream)) {
     g_linear_small_tile_launches.fetch_add(1);
     return;
   }
@@ -6146,6 +6219,12 @@ void SetLinearSliceSumInBlockForTesting(int mode) {
 }
 
 uint64_t LinearSliceSumInBlockLaunchesForTesting() { return g_linear_slice_sum_in_block_launches.load(); }
+
+void SetLinearQuantizeInBlockForTesting(int mode) {
+  g_linear_quantize_in_block.SetForTesting(mode, "SetLinearQuantizeInBlockForTesting");
+}
+
+uint64_t LinearQuantizeInBlockLaunchesForTesting() { return g_linear_quantize_in_block_launches.load(); }
 
 void SetLinearSliceMaxRowsForTesting(int64_t rows) {
   g_linear_slice_max_rows_for_testing.store(rows < 0 ? -1 : rows);

@@ -180,6 +180,12 @@ uint64_t LinearFusedLaunchesForTesting();
 // unless 1); and how many such launches this process has made.
 void SetLinearSliceSumInBlockForTesting(int mode);
 uint64_t LinearSliceSumInBlockLaunchesForTesting();
+// Tests only: Linear's wgmma products of 1-8 rows as one launch each, x quantized in the blocks
+// and split products' slices added by each tile's last block (the same bits), on (1), off (0), or
+// as DEEPINFER_LINEAR_QUANTIZE_IN_BLOCK says (-1, the default: off unless 1); and how many such
+// launches this process has made.
+void SetLinearQuantizeInBlockForTesting(int mode);
+uint64_t LinearQuantizeInBlockLaunchesForTesting();
 // Tests only: Linear's wgmma products of more than `rows` rows are never split into K slices
 // (DEEPINFER_LINEAR_SLICE_MAX_ROWS); kUnboundedRowsForTesting: no bound; -1: the environment's.
 inline constexpr int64_t kUnboundedRowsForTesting = int64_t{1} << 40;

@@ -1203,19 +1203,18 @@ __device__ __forceinline__ uint8_t* AlignedSmem(uint8_t* raw) {
 }
 
 // A sliced block of tile (blockIdx.x, blockIdx.y) has stored its P_z; the tile's last block to
-// arrive (of gridDim.z, counted in arrivals[blockIdx.y · gridDim.x + blockIdx.x], zeroed before
+// arrive (of gridDim.z, counted in arrivals[blockIdx.y · gridDim.x + blockIdx.x], zero before
 // the launch) adds the tile's P_0 + P_1 + ... left to right into p.y, as SumSlicesKernel does:
-// the same bits. The partials are read from L2 (__ldcg): other SMs wrote them.
+// the same bits. The partials are read from L2 (__ldcg): other SMs wrote them. With `reset` the
+// last block sets the count back to 0 (counts that no launch before zeroes: TakeArrivals).
 template <int kTok>
 __device__ __forceinline__ void SumSlicesInLastBlock(const Params& p, const float* partials, int* arrivals,
-                                                     int64_t n0, int64_t t0) {
+                                                     int64_t n0, int64_t t0, bool reset = false) {
   __shared__ int is_last;
+  const int tile = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
   __threadfence();  // this thread's stores of P_z, before the block's arrival
   __syncthreads();
-  if (threadIdx.x == 0) {
-    const int tile = static_cast<int>(blockIdx.y * gridDim.x + blockIdx.x);
-    is_last = atomicAdd(arrivals + tile, 1) == static_cast<int>(gridDim.z) - 1;
-  }
+  if (threadIdx.x == 0) is_last = atomicAdd(arrivals + tile, 1) == static_cast<int>(gridDim.z) - 1;
   __syncthreads();
   if (!is_last) return;
   __threadfence();  // the other blocks' partials, seen through their arrivals
@@ -1242,6 +1241,7 @@ __device__ __forceinline__ void SumSlicesInLastBlock(const Params& p, const floa
     }
     p.y[(t0 + r) * p.ldy + n0 + c] = total;
   }
+  if (reset && threadIdx.x == 0) arrivals[tile] = 0;  // every block of the tile has arrived
 }
 
 // Linear: grid (ceil(n / 128), m_pad / 64, slices); kThreads threads, SmemLayout<K>::kBytes of
@@ -1302,13 +1302,16 @@ __device__ __forceinline__ float LdClusterF32(uint32_t addr, int rank) {
 //     so block z of a cluster (its rank) holds slice z. Each block leaves its P_z in its own shared
 //     memory; after a cluster barrier each block adds a share of the tile's outputs as
 //     SumSlicesKernel does, P_0 + P_1 + ... left to right, reading the cluster's shared memory,
-//     and stores y. No partials in global memory and no second launch.
+//     and stores y. No partials in global memory and no second launch. Or, at kTok = 8 with
+//     `arrivals` (launched without clusters, DEEPINFER_LINEAR_QUANTIZE_IN_BLOCK): each block
+//     stores P_z at partials + z·m·n and the tile's last block adds them (SumSlicesInLastBlock,
+//     resetting its count).
 // grid (ceil(n / 128), ceil(m / kTok), slices); kThreads threads; XPanel::Bytes<K>() (kTok 8) or
 // SmemLayout<K>::kBytes (kTok 64) of dynamic shared memory; slices <= kMaxClusterSlices.
 constexpr int kMaxClusterSlices = 16;
 template <Kind K, int kTok>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
-    WgmmaLinearFusedKernel(const Params p, const GemmArgs a) {
+    WgmmaLinearFusedKernel(const Params p, const GemmArgs a, float* partials, int* arrivals) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
@@ -1332,6 +1335,16 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
   if (slices == 1) {
     StoreBlockResult<kTok>(p, ra, t0, q, [&](int j) { return total[j]; });
     return;
+  }
+  if constexpr (kPanel) {
+    if (arrivals != nullptr) {  // uniform: launched without clusters; P_z through the partials
+      Params part = p;
+      part.y = partials + static_cast<int64_t>(slice) * p.m * p.n;
+      part.ldy = p.n;
+      StoreBlockResult<kTok>(part, ra, t0, q, [&](int j) { return total[j]; });
+      SumSlicesInLastBlock<kTok>(p, partials, arrivals, n0, t0, true);
+      return;
+    }
   }
   // P_z as [kTok tokens][kBlockRows rows] f32 over the stages, which every thread is done with.
   __syncthreads();
