@@ -1618,6 +1618,19 @@ TEST(CudaLinearFp8, FusedKernelEqualsTheOther) {
   }
 }
 
+// x of `rows` rows of `in` columns for the decode-shape equality tests: random, every 13th value
+// times 300 (the block scales spread).
+DeviceArray<float> SpreadScaleRows(int64_t rows, int64_t in, uint64_t seed) {
+  std::vector<float> x = RandomFloats(static_cast<size_t>(rows * in), seed);
+  for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;
+  return DeviceArray<float>(x);
+}
+
+std::string CaseName(const FlashCase& c, int64_t m) {
+  return std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " + std::to_string(c.out) +
+         "] M=" + std::to_string(m);
+}
+
 // DEEPINFER_LINEAR_SLICE_MAX_ROWS: a product split into K slices (its partial sums in the scratch,
 // which is then larger) and the same product unsplit give the same bits, at Flash's decode shapes
 // (wo_b, the shared expert's w13, wq_b) and an odd one, where the unsplit product runs on the TMA
@@ -1634,11 +1647,9 @@ TEST(CudaLinearFp8, SlicedAndUnsplitGiveTheSameBits) {
   ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
   for (const FlashCase& c : cases) {
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    std::vector<float> x = RandomFloats(static_cast<size_t>(256 * c.in), ++seed);
-    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
-    DeviceArray<float> dx(x);
+    const DeviceArray<float> dx = SpreadScaleRows(256, c.in, ++seed);
     for (const int64_t m : {33, 64, 100, 256}) {
-      const std::string what = "[" + std::to_string(c.in) + " -> " + std::to_string(c.out) + "] M=" + std::to_string(m);
+      const std::string what = CaseName(c, m);
       std::vector<float> sliced, unsplit;
       size_t sliced_bytes = 0, unsplit_bytes = 0;
       {
@@ -1673,12 +1684,9 @@ TEST(CudaLinearFp8, SliceSumInBlockGivesTheSameBits) {
       {kFp8E8m0, 8192, 4096}, {kFp8E8m0, 4096, 1024}, {kFp4, 4096, 2048}, {kFp8E8m0, 2304, 1000}};
   for (const FlashCase& c : cases) {
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    std::vector<float> x = RandomFloats(static_cast<size_t>(64 * c.in), ++seed);
-    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
-    DeviceArray<float> dx(x);
+    const DeviceArray<float> dx = SpreadScaleRows(64, c.in, ++seed);
     for (const int64_t m : {1, 3, 8, 17, 64}) {
-      const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
-                               std::to_string(c.out) + "] M=" + std::to_string(m);
+      const std::string what = CaseName(c, m);
       std::vector<float> by_kernel;
       {
         ScopedLinearSliceSumInBlock off(0);
@@ -1717,12 +1725,9 @@ TEST(CudaLinearFp8, QuantizeInBlockGivesTheSameBits) {
   CudaStream stream(0);
   for (const FlashCase& c : cases) {
     TestWeight w = RandomWeight(c.spec, c.out, c.in, ++seed);
-    std::vector<float> x = RandomFloats(static_cast<size_t>(8 * c.in), ++seed);
-    for (size_t i = 0; i < x.size(); i += 13) x[i] *= 300.f;  // spread the block scales
-    DeviceArray<float> dx(x);
+    const DeviceArray<float> dx = SpreadScaleRows(8, c.in, ++seed);
     for (const int64_t m : {1, 3, 8}) {
-      const std::string what = std::string(c.spec.name) + " [" + std::to_string(c.in) + " -> " +
-                               std::to_string(c.out) + "] M=" + std::to_string(m);
+      const std::string what = CaseName(c, m);
       std::vector<float> quantized_before;
       {
         ScopedLinearQuantizeInBlock off(0);
