@@ -338,6 +338,41 @@ void MoeGatherBf16(const OpContext& ctx, const TensorView& x, const TensorView& 
   DI_CHECK(false, "moe_gather: the BF16 rows in the codes are a GPU path");
 }
 
+bool ExpertsLinearTakesFp8Codes(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input,
+                                const TensorView& codes) {
+#if DEEPINFER_HAS_CUDA
+  const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
+  if (ctx.on_cuda() && !w.experts.empty() && !codes.empty()) {
+    return cuda::ExpertsLinearTakesFp8Codes(rows_bound, static_cast<int64_t>(w.experts.size()),
+                                            ToDevice(w.experts[0]), MathOf(ctx, input), codes.raw(), codes.nbytes(),
+                                            w.folded.data() != nullptr, w.chunk_words.data() != nullptr);
+  }
+#else
+  (void)rows_bound, (void)w, (void)input, (void)codes;
+#endif
+  (void)ctx;
+  return false;
+}
+
+void MoeGatherFp8Codes(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots,
+                       const TensorView& offsets, int64_t top_k, const TensorView& expert_weights,
+                       const ExpertsWeight& w, const TensorView& codes, const TensorView& row_weights) {
+  CheckDevice(ctx, "moe_gather", {&x, &sorted_slots, &offsets, &expert_weights, &codes, &row_weights});
+  const int64_t d = x.ndim() == 2 ? x.size(1) : 0, bound = sorted_slots.numel(), num_experts = offsets.numel() - 1;
+  DI_CHECK(x.ndim() == 2 && x.dtype() == DType::kF32 && x.stride(1) == 1, "moe_gather: x {} must be f32 rows",
+           x.ShapeString());
+  DI_CHECK(sorted_slots.dtype() == DType::kI32 && offsets.dtype() == DType::kI32 && num_experts >= 0 &&
+               row_weights.numel() >= bound && !w.experts.empty(),
+           "moe_gather: I32 slots and offsets [E+1], {} row weights for {} slots, and the experts", row_weights.numel(),
+           bound);
+  DI_ON_CUDA(ctx, "moe_gather",
+             cuda::GatherQuantizeRows(x.data<float>(), x.stride(0), d, sorted_slots.data<int32_t>(),
+                                      offsets.data<int32_t>() + num_experts, top_k, bound,
+                                      expert_weights.data<float>(), row_weights.data<float>(),
+                                      ToDevice(w.experts[0]), codes.raw(), codes.nbytes(), ctx.stream));
+  DI_CHECK(false, "moe_gather: the e4m3 rows in the codes are a GPU path");
+}
+
 void ExpertsLinear(const OpContext& ctx, const TensorView& x, const TensorView& offsets, const ExpertsWeight& w,
                    const TensorView& y, const TensorView& scratch, LinearInput input, bool plan_in_scratch,
                    const TensorView& codes, bool x_in_codes) {
@@ -556,6 +591,24 @@ void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const Ten
     cpu::ClampedSwiGlu(gate_inout.data<float>() + r * gate_inout.stride(0), up.data<float>() + r * up.stride(0), n,
                        limit, weights != nullptr ? weights[r] : 1.f);
   }
+}
+
+void ClampedSwiGluFp8Codes(const OpContext& ctx, const TensorView& gate, const TensorView& up, float limit,
+                           const TensorView& row_weights, const TensorView& row_count, const ExpertsWeight& w2,
+                           const TensorView& codes) {
+  CheckDevice(ctx, "swiglu", {&gate, &up, &row_weights, &row_count, &codes});
+  DI_CHECK(row_count.empty() || (row_count.dtype() == DType::kI32 && row_count.numel() == 1),
+           "swiglu: row_count must be one I32");
+  DI_CHECK(gate.ndim() == 2 && up.ndim() == 2 && gate.dtype() == DType::kF32 && up.dtype() == DType::kF32 &&
+               up.size(0) == gate.size(0) && up.size(1) == gate.size(1) && gate.stride(1) == 1 && up.stride(1) == 1,
+           "swiglu: gate {} and up {} must be f32 rows of one shape", gate.ShapeString(), up.ShapeString());
+  DI_CHECK(!w2.experts.empty(), "swiglu: no experts to write the codes for");
+  DI_ON_CUDA(ctx, "swiglu",
+             cuda::SwiGluQuantizeRows(gate.data<float>(), gate.stride(0), up.data<float>(), up.stride(0), gate.size(0),
+                                      gate.size(1), limit, row_weights.empty() ? nullptr : row_weights.data<float>(),
+                                      row_count.empty() ? nullptr : row_count.data<int32_t>(),
+                                      ToDevice(w2.experts[0]), codes.raw(), codes.nbytes(), ctx.stream));
+  DI_CHECK(false, "swiglu: the e4m3 rows in the codes are a GPU path");
 }
 
 bool SwiGluWritesBf16Codes(const OpContext& ctx) {

@@ -306,6 +306,23 @@ bool ExpertsLinearTakesBf16X(const OpContext& ctx, int64_t rows_bound, const Exp
 void MoeGatherBf16(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, const TensorView& offsets,
                    int64_t top_k, const TensorView& expert_weights, const TensorView& codes,
                    const TensorView& row_weights);
+// Whether ExpertsLinear on the GPU takes these experts on the FP8-input path with x act_quant'ed once
+// into these codes as e4m3 codes and scales, and may take it there already
+// (cuda::ExpertsLinearTakesFp8Codes, DEEPINFER_EXPERTS_X_CODES): then MoeGatherFp8Codes and
+// ClampedSwiGluFp8Codes can write x into the codes and the call take x_in_codes. False on the CPU.
+bool ExpertsLinearTakesFp8Codes(const OpContext& ctx, int64_t rows_bound, const ExpertsWeight& w, LinearInput input,
+                                const TensorView& codes);
+// MoeGather's rows for such a call of `w`, act_quant'ed into `codes` (cuda::GatherQuantizeRows), and
+// its row weights; xe is not written. CUDA only.
+void MoeGatherFp8Codes(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots,
+                       const TensorView& offsets, int64_t top_k, const TensorView& expert_weights,
+                       const ExpertsWeight& w, const TensorView& codes, const TensorView& row_weights);
+// ClampedSwiGlu's values act_quant'ed into `codes` as w2's ExpertsLinear call reads them with
+// x_in_codes (cuda::SwiGluQuantizeRows; ExpertsLinearTakesFp8Codes for w2 must hold); gate is not
+// written. CUDA only.
+void ClampedSwiGluFp8Codes(const OpContext& ctx, const TensorView& gate, const TensorView& up, float limit,
+                           const TensorView& row_weights, const TensorView& row_count, const ExpertsWeight& w2,
+                           const TensorView& codes);
 // out[t] = Σ over t's kept slots in increasing expert id of ye[slot_rows[slot]] (+ shared[t]).
 void MoeCombine(const OpContext& ctx, const TensorView& ye, const TensorView& slot_rows, const TensorView& expert_ids,
                 int64_t top_k, const TensorView& shared, const TensorView& out);

@@ -182,6 +182,7 @@ using ScopedDenseTiles = ScopedSwitch<cuda::SetDenseTilesForTesting>;
 using ScopedDenseTilesInPlace = ScopedSwitch<cuda::SetDenseTilesInPlaceForTesting>;
 using ScopedExpertsRegisterA = ScopedSwitch<cuda::SetExpertsRegisterAForTesting>;
 using ScopedFp4ChunkWords = ScopedSwitch<cuda::SetFp4ChunkWordsForTesting>;
+using ScopedExpertsXCodes = ScopedSwitch<cuda::SetExpertsXCodesForTesting>;
 // The in-block FP4 experts converted in the MMA warpgroups' registers where they have chunk words.
 using ScopedFp4InBlockRegisters = ScopedSwitch<cuda::SetFp4InBlockRegistersForTesting>;
 // Its up-shifted warps (the row scales once a slice).

@@ -976,6 +976,108 @@ TEST(CudaExpertsLinearFp8, GatheredBf16RowsGiveTheSameBits) {
   }
 }
 
+// DEEPINFER_EXPERTS_X_CODES: the gather and the SwiGLU that write the experts' e4m3 codes themselves
+// (cuda::GatherQuantizeRows, cuda::SwiGluQuantizeRows) give the bits of the f32 rows quantized
+// inside ExpertsLinear, at decode sizes (1 and 24 tokens routed top-6 over 16 experts: the 8- and
+// 16-token kernels), FP4 experts (the FP4 order, chunk words) and FP8 ones, K of 3 and 8 chunks,
+// the clamp on; MoeGather's row weights. Without the switch the query is false.
+TEST(CudaExpertsLinearFp8, Fp8CodesFromTheGatherAndSwiGluGiveTheSameBits) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kFp8Act);
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no warpgroup MMAs on this device";
+  constexpr int64_t kTopK = 6, kExperts = 16, kN = 200;
+  uint64_t seed = 6100;
+  for (const int64_t tokens : {int64_t{1}, int64_t{24}}) {
+    const int64_t bound = tokens * kTopK;
+    std::mt19937_64 rng(seed + static_cast<uint64_t>(tokens));
+    std::vector<std::pair<int32_t, int32_t>> by_expert;  // (expert, slot), as MoeAlign sorts them
+    std::vector<int32_t> pool_ids(kExperts);
+    for (int64_t t = 0; t < tokens; ++t) {
+      std::iota(pool_ids.begin(), pool_ids.end(), 0);
+      for (int64_t j = 0; j < kTopK; ++j) {
+        std::swap(pool_ids[j], pool_ids[j + rng() % (kExperts - j)]);
+        by_expert.emplace_back(pool_ids[j], static_cast<int32_t>(t * kTopK + j));
+      }
+    }
+    std::stable_sort(by_expert.begin(), by_expert.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<int32_t> sorted_slots, counts(kExperts, 0);
+    for (const auto& [e, slot] : by_expert) {
+      sorted_slots.push_back(slot);
+      ++counts[e];
+    }
+    DeviceArray<int32_t> dslots(sorted_slots), doff(Offsets(counts));
+    const std::vector<float> expert_weights = RandomFloats(static_cast<size_t>(bound), ++seed);
+    DeviceArray<float> dweights(expert_weights);
+    for (const Spec& spec : {kFp4, kFp8E8m0}) {
+      for (const int64_t k : {int64_t{384}, int64_t{1024}}) {
+        SCOPED_TRACE(testing::Message() << tokens << " tokens, " << spec.name << ", K " << k);
+        ExpertPool pool(spec, kExperts, kN, k, ++seed);
+        const std::vector<float> x = RandomFloats(static_cast<size_t>(tokens * k), ++seed);
+        std::vector<float> xe(static_cast<size_t>(bound * k));
+        for (int64_t r = 0; r < bound; ++r) {
+          std::copy_n(x.begin() + (sorted_slots[r] / kTopK) * k, k, xe.begin() + r * k);
+        }
+        std::vector<float> gate = RandomFloats(static_cast<size_t>(bound * k), ++seed);
+        for (float& v : gate) v *= 12.f;  // past the clamp
+        const std::vector<float> up = RandomFloats(static_cast<size_t>(bound * k), ++seed);
+        DeviceArray<float> dx(x), dxe(xe), dg_f32(gate), dg_codes(gate), du(up);
+        DeviceArray<float> dy_f32(static_cast<size_t>(bound * kN)), dy_codes(dy_f32.size());
+        DeviceArray<float> drow_weights(static_cast<size_t>(bound));
+        DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(bound, kExperts));
+        const size_t codes_bytes =
+            cuda::ExpertsLinearCodesBytes(bound, kExperts, pool.Device(0), cuda::LinearMath::kFp8Act);
+        DeviceArray<uint8_t> codes(codes_bytes);
+        const size_t words_bytes = cuda::Fp4ChunkWordsBytes(pool.Device(0), kExperts, cuda::LinearMath::kFp8Act);
+        std::optional<DeviceArray<uint8_t>> words;
+        if (words_bytes > 0) {
+          words.emplace(words_bytes);
+          cuda::WriteFp4ChunkWords(pool.table(), pool.Device(0), kExperts, words->get(), words_bytes, nullptr);
+        }
+        const void* words_ptr = words ? words->get() : nullptr;
+        auto run = [&](const float* in, float* y, bool x_in_codes) {
+          dy_f32.Fill(0xff);
+          dy_codes.Fill(0xff);
+          cuda::ExpertsLinear(in, k, bound, doff.get(), kExperts, pool.table(), pool.Device(0), y, kN, scratch.get(),
+                              nullptr, cuda::LinearMath::kFp8Act, false, codes.get(), codes_bytes, nullptr, words_ptr,
+                              nullptr, x_in_codes);
+        };
+        auto takes = [&] {
+          return cuda::ExpertsLinearTakesFp8Codes(bound, kExperts, pool.Device(0), cuda::LinearMath::kFp8Act,
+                                                  codes.get(), codes_bytes, false, words_ptr != nullptr);
+        };
+        {
+          ScopedExpertsXCodes off(0);
+          EXPECT_FALSE(takes());
+        }
+        ScopedExpertsXCodes on(1);
+        ASSERT_TRUE(takes());
+        // w1/w3's input: the gathered f32 rows, against the gather into the codes.
+        run(dxe.get(), dy_f32.get(), false);
+        const std::vector<float> y_rows = dy_f32.ToHost();
+        cuda::GatherQuantizeRows(dx.get(), k, k, dslots.get(), doff.get() + kExperts, kTopK, bound, dweights.get(),
+                                 drow_weights.get(), pool.Device(0), codes.get(), codes_bytes, nullptr);
+        run(dxe.get(), dy_codes.get(), true);
+        EXPECT_TRUE(AllEqual(Bits(dy_codes.ToHost()), Bits(y_rows), "x gathered into the codes vs quantized"));
+        const std::vector<float> row_weights = drow_weights.ToHost();
+        for (int64_t r = 0; r < bound; ++r) {
+          ASSERT_EQ(row_weights[r], expert_weights[sorted_slots[r]]) << "row weight " << r;
+        }
+        // w2's input: ClampedSwiGlu's f32 rows, against the SwiGLU into the codes.
+        cuda::ClampedSwiGlu(dg_f32.get(), k, du.get(), k, bound, k, 7.f, drow_weights.get(), doff.get() + kExperts,
+                            nullptr);
+        run(dg_f32.get(), dy_f32.get(), false);
+        const std::vector<float> y_swiglu = dy_f32.ToHost();
+        cuda::SwiGluQuantizeRows(dg_codes.get(), k, du.get(), k, bound, k, 7.f, drow_weights.get(),
+                                 doff.get() + kExperts, pool.Device(0), codes.get(), codes_bytes, nullptr);
+        run(dg_codes.get(), dy_codes.get(), true);
+        EXPECT_TRUE(AllEqual(Bits(dy_codes.ToHost()), Bits(y_swiglu), "SwiGLU into the codes vs f32 rows"));
+        EXPECT_TRUE(AllEqual(Bits(dg_codes.ToHost()), Bits(gate), "the gate rows stay unwritten"));
+      }
+    }
+  }
+}
+
 // ExpertsFp4Bf16Kernel<208>'s narrow tiles (at most 104 rows: m64n104k16 on their first 104 tokens,
 // DEEPINFER_FP4_BF16_NARROW) give the bits of the 104-token kernel's tiles, as its wide ones do:
 // experts of 230 rows (a 22-row narrow tail), 312 (208 + 104), 1, 60, 104 and 105 rows, 0, 208 and 209

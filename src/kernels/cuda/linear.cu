@@ -4796,7 +4796,7 @@ struct ExpertsLaunch {
   bool fp4_registers = false;  // of those, converted in registers (ExpertsFp4RegistersTmaKernel, 104)
   bool fp4_tile_pairs = false;  // instead, one converted tile for two token tiles (ExpertsFp4TilePairKernel, 208)
   bool fp4_bf16 = false;  // instead, on BF16 MMAs with the scales folded (ExpertsFp4Bf16Kernel, 208 or 104)
-  bool x_in_codes = false;  // there, x already in the codes scratch (GatherQuantizeRowsBf16)
+  bool x_in_codes = false;  // x already in the codes scratch (GatherQuantizeRowsBf16 or GatherQuantizeRows)
   const uint8_t* folded = nullptr;  // FP4 experts kept folded for the run (FoldExperts), or null
   const uint32_t* chunk_words = nullptr;  // FP4 experts' chunk words (WriteFp4ChunkWords), or null
   const uint8_t* fp4_tiles = nullptr;     // FP4 experts' tiles (WriteFp4ExpertTiles), or null
@@ -5412,8 +5412,11 @@ void LaunchExpertsWgmma(const ExpertsLaunch& l) {
   if constexpr (K == Kind::kFp4) {
     if (l.fp4_bf16) return LaunchExpertsFp4Bf16(l, ep);
   }
-  const wgmma::GemmArgs a = QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
-                                                K == Kind::kFp4, l.codes, l.stream);
+  // x act_quant'ed into the codes here, or already by the MoE's gather or SwiGLU (x_in_codes).
+  const wgmma::GemmArgs a =
+      l.x_in_codes ? wgmma::ScratchLayout(l.codes, wgmma::ExpertsPaddedRows(b.m), b.k)
+                   : QuantizeIntoScratch(b.x, b.ldx, b.m, wgmma::ExpertsPaddedRows(b.m), b.k, b.x_vec,
+                                         K == Kind::kFp4, l.codes, l.stream);
   if constexpr (K == Kind::kFp4) {
     // Read by the in-block and register-fed kernels (Fp4ChunkWordsBytes: K within
     // wgmma::rs::kMaxChunks chunks).
@@ -5549,6 +5552,81 @@ bool Fp4Bf16For(const DeviceWeight& layout, int64_t rows_bound, int64_t num_expe
          static_cast<int64_t>(codes_bytes) >= Fp4Bf16XBytes(rows_bound, k) && layout.scale_row_stride % 4 == 0;
 }
 
+// Whether ExpertsLinear takes these experts on the FP8-input warpgroup-MMA path with x act_quant'ed
+// once into the codes scratch as e4m3 codes and scales (LaunchExpertsWgmma's QuantizeIntoScratch),
+// not on BF16 MMAs (Fp4Bf16For).
+bool ExpertsFp8CodesFor(const DeviceWeight& layout, int64_t rows_bound, int64_t num_experts, LinearMath math,
+                        const void* codes, size_t codes_bytes, bool folded, bool chunk_words) {
+  const Kind kind = KindOf(layout);
+  if (kind != Kind::kFp8 && kind != Kind::kFp4) return false;
+  const int64_t k = layout.in_features;
+  const bool scale_f32 = layout.scale_dtype == DType::kF32;
+  return PathFor(math, kind, scale_f32, k) == Path::kFp8 &&
+         wgmma::ExpertsUsable(kind, scale_f32, k, codes, codes_bytes, rows_bound) &&
+         !(kind == Kind::kFp4 &&
+           Fp4Bf16For(layout, rows_bound, num_experts, math, codes, codes_bytes, folded, chunk_words));
+}
+
+// DEEPINFER_EXPERTS_X_CODES (read once; unset or 0: off, 1: on): ExpertsLinearTakesFp8Codes holds
+// where ExpertsFp8CodesFor does, so that the MoE's gather and SwiGLU write the experts' e4m3 codes
+// themselves (GatherQuantizeRows, SwiGluQuantizeRows) instead of f32 rows that a QuantizeRowsKernel
+// launch in each ExpertsLinear call quantizes: the same bits, two launches fewer a layer (on batch
+// 1's longest path of 3 Flash layers, 6 of its 13 act_quant launches, 2026-12-07). Off until
+// measured in a step. Tests override it (SetExpertsXCodesForTesting).
+KernelSwitch g_experts_x_codes{"DEEPINFER_EXPERTS_X_CODES", 0};
+
+bool ExpertsLinearTakesFp8Codes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout,
+                                LinearMath math, const void* codes, size_t codes_bytes, bool folded,
+                                bool chunk_words) {
+  return rows_bound > 0 && num_experts > 0 && g_experts_x_codes.On() &&
+         ExpertsFp8CodesFor(layout, rows_bound, num_experts, math, codes, codes_bytes, folded, chunk_words);
+}
+
+void SetExpertsXCodesForTesting(int mode) { g_experts_x_codes.SetForTesting(mode, "SetExpertsXCodesForTesting"); }
+
+void GatherQuantizeRows(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, const int32_t* row_count,
+                        int64_t top_k, int64_t max_rows, const float* expert_weights, float* row_weights,
+                        const DeviceWeight& layout, void* codes, size_t codes_bytes, cudaStream_t stream) {
+  if (max_rows <= 0) return;
+  if (x == nullptr || sorted_slots == nullptr || codes == nullptr ||
+      (row_weights != nullptr && expert_weights == nullptr)) {
+    Fail("GatherQuantizeRows: null x, slots, codes or expert weights");
+  }
+  if (d <= 0 || d % wgmma::kChunk != 0 || ldx < d || top_k <= 0 || d != layout.in_features) {
+    Fail("GatherQuantizeRows: d must be the experts' K, a positive multiple of 128 within ldx; top_k positive");
+  }
+  const int64_t m_pad = wgmma::ExpertsPaddedRows(max_rows);
+  if (codes_bytes < wgmma::ScratchBytesForPaddedRows(m_pad, d)) Fail("GatherQuantizeRows: codes too small");
+  const int64_t blocks = CeilDiv(max_rows * (d / wgmma::kChunk), 256 / kWarpSize);
+  if (blocks > 0x7fffffff) Fail("GatherQuantizeRows: too many rows for one launch");
+  const wgmma::GemmArgs a = wgmma::ScratchLayout(codes, m_pad, d);
+  wgmma::GatherQuantizeRowsKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      x, ldx, d, sorted_slots, row_count, top_k, max_rows, m_pad, Aligned(x, ldx * 4, 16),
+      KindOf(layout) == Kind::kFp4, expert_weights, row_weights, const_cast<uint8_t*>(a.codes),
+      const_cast<float*>(a.xscales));
+  DI_CUDA_LAUNCH_CHECK("cuda::GatherQuantizeRows");
+}
+
+void SwiGluQuantizeRows(const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
+                        const float* row_weights, const int32_t* row_count, const DeviceWeight& layout, void* codes,
+                        size_t codes_bytes, cudaStream_t stream) {
+  if (m <= 0) return;
+  if (g == nullptr || u == nullptr || codes == nullptr) Fail("SwiGluQuantizeRows: null g, u or codes");
+  if (n <= 0 || n % wgmma::kChunk != 0 || ldg < n || ldu < n || ldg % 4 != 0 || ldu % 4 != 0 ||
+      !Aligned(g, 0, 16) || !Aligned(u, 0, 16) || n != layout.in_features) {
+    Fail("SwiGluQuantizeRows: n must be the experts' K, a positive multiple of 128; g and u rows 16-byte aligned");
+  }
+  const int64_t m_pad = wgmma::ExpertsPaddedRows(m);
+  if (codes_bytes < wgmma::ScratchBytesForPaddedRows(m_pad, n)) Fail("SwiGluQuantizeRows: codes too small");
+  const int64_t blocks = CeilDiv(m * (n / wgmma::kChunk), 256 / kWarpSize);
+  if (blocks > 0x7fffffff) Fail("SwiGluQuantizeRows: too many rows for one launch");
+  const wgmma::GemmArgs a = wgmma::ScratchLayout(codes, m_pad, n);
+  wgmma::SwiGluQuantizeRowsKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      g, ldg, u, ldu, m, n, m_pad, limit, row_weights, row_count, KindOf(layout) == Kind::kFp4,
+      const_cast<uint8_t*>(a.codes), const_cast<float*>(a.xscales));
+  DI_CUDA_LAUNCH_CHECK("cuda::SwiGluQuantizeRows");
+}
+
 void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_t* offsets, int64_t num_experts,
                    const DeviceWeight* weights, const DeviceWeight& layout, float* y, int64_t ldy, void* scratch,
                    cudaStream_t stream, LinearMath math, bool plan_in_scratch, void* codes, size_t codes_bytes,
@@ -5599,8 +5677,11 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   l.fp4_registers = l.fp4_in_block && Fp4RegistersPrefillFor(l.chunk_words != nullptr, num_experts, n, k);
   l.fp4_bf16 = l.fp4_registers && Fp4Bf16For(layout, rows_bound, num_experts, math, codes, codes_bytes,
                                               l.folded != nullptr, l.chunk_words != nullptr);
-  if (x_in_codes && !l.fp4_bf16) {
-    Fail("x given in the codes scratch (GatherQuantizeRowsBf16) where the FP4 experts on BF16 MMAs do not run");
+  if (x_in_codes && !l.fp4_bf16 &&
+      !ExpertsFp8CodesFor(layout, rows_bound, num_experts, math, codes, codes_bytes, l.folded != nullptr,
+                          l.chunk_words != nullptr)) {
+    Fail("x given in the codes scratch where neither the FP4 experts on BF16 MMAs (GatherQuantizeRowsBf16) nor the "
+         "FP8-input path with x quantized once (GatherQuantizeRows) runs");
   }
   l.x_in_codes = x_in_codes;
   l.fp4_tile_pairs = l.fp4_registers && !l.fp4_bf16 && g_fp4_tile_pairs.On();

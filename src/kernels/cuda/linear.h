@@ -409,6 +409,28 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
 // and this is false.
 bool ExpertsLinearTakesBf16X(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout, LinearMath math,
                              const void* codes, size_t codes_bytes, bool chunk_words);
+// Whether such a call (not on BF16 MMAs: on the FP8-input warpgroup-MMA path, x act_quant'ed once
+// into the codes scratch) may take its x already there as e4m3 codes and scales (x_in_codes),
+// written by GatherQuantizeRows or SwiGluQuantizeRows; only under DEEPINFER_EXPERTS_X_CODES=1.
+// `folded`: the experts are kept folded (FoldedExpertsBytes).
+bool ExpertsLinearTakesFp8Codes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout,
+                                LinearMath math, const void* codes, size_t codes_bytes, bool folded,
+                                bool chunk_words);
+// Tests only: DEEPINFER_EXPERTS_X_CODES on (1), off (0), or as the environment says (-1).
+void SetExpertsXCodesForTesting(int mode);
+// MoeGather (moe.h) and act_quant in one pass, for the call above (experts of `layout`): the codes
+// scratch's row r < max_rows (r < *row_count where given) is act_quant of x row sorted_slots[r] /
+// top_k, laid out as ExpertsLinear's act_quant lays out its rows (ExpertsPaddedRows(max_rows) rows;
+// the FP4 order for FP4 experts), and row_weights[r] = expert_weights[sorted_slots[r]] (when given);
+// other rows untouched. d: the experts' K.
+void GatherQuantizeRows(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, const int32_t* row_count,
+                        int64_t top_k, int64_t max_rows, const float* expert_weights, float* row_weights,
+                        const DeviceWeight& layout, void* codes, size_t codes_bytes, cudaStream_t stream);
+// ClampedSwiGlu (elementwise.h) of m rows act_quant'ed into the codes scratch as w2's call above
+// reads them (experts of `layout`, K = n); g is not written.
+void SwiGluQuantizeRows(const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m, int64_t n, float limit,
+                        const float* row_weights, const int32_t* row_count, const DeviceWeight& layout, void* codes,
+                        size_t codes_bytes, cudaStream_t stream);
 // MoeGather (moe.h) and act_quant in one pass, for the call above: the codes scratch's row r <
 // max_rows (r < *row_count where row_count, DEVICE int32, is given) is act_quant of x's row
 // sorted_slots[r] / top_k as BF16 in the BF16 order ExpertsFp4Bf16Kernel reads, and row_weights[r] =

@@ -112,6 +112,16 @@ __device__ __forceinline__ QuantizedUnit QuantizeLoaded(float4 v) {
   return QuantizedUnit{lo | (hi << 16), scale};
 }
 
+// A lane's unit of row `row`, chunk c stored as the GEMMs read the codes scratch: its codes at
+// codes + row·k + 128·c (unit Fp4OrderUnit(lane) where fp4_order, else lane), the scale (lane 0)
+// at scales[c·m_pad + row].
+__device__ __forceinline__ void StoreUnit(const QuantizedUnit& u, uint8_t* codes, float* scales, int64_t row,
+                                          int64_t c, int64_t k, int64_t m_pad, bool fp4_order, int lane) {
+  const int unit = fp4_order ? Fp4OrderUnit(lane) : lane;
+  *reinterpret_cast<uint32_t*>(codes + row * k + c * kChunk + 4 * unit) = u.codes;
+  if (lane == 0) scales[c * m_pad + row] = u.scale;
+}
+
 // Also zeroes zero_ints[0, zero_count) (block 0): the arrival counts of the GEMM that follows.
 __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
                                                           int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
@@ -126,10 +136,59 @@ __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restric
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (item >= m_pad * chunks) return;  // uniform per warp
   const int64_t row = item / chunks, c = item % chunks;
-  const QuantizedUnit u = QuantizeLoaded(LoadUnit(x, ldx, m, row, c * kChunk + 4 * lane, x_vec));
-  const int unit = fp4_order ? Fp4OrderUnit(lane) : lane;
-  *reinterpret_cast<uint32_t*>(codes + row * k + c * kChunk + 4 * unit) = u.codes;
-  if (lane == 0) scales[c * m_pad + row] = u.scale;
+  StoreUnit(QuantizeLoaded(LoadUnit(x, ldx, m, row, c * kChunk + 4 * lane, x_vec)), codes, scales, row, c, k, m_pad,
+            fp4_order, lane);
+}
+
+// MoeGather's rows act_quant'ed as QuantizeRowsKernel would write them from MoeGather's output:
+// codes row r < max_rows (r < *row_count where row_count is given) from x row sorted_slots[r] /
+// top_k, and row_weights[r] = expert_weights[sorted_slots[r]] (when given); rows past the count or
+// of a negative slot are untouched, as MoeGather leaves them (no kernel reads their results). One
+// warp per (row, chunk); the codes for m_pad rows (GemmArgs of ScratchLayout(codes, m_pad, k)).
+__global__ void __launch_bounds__(256) GatherQuantizeRowsKernel(
+    const float* __restrict__ x, int64_t ldx, int64_t k, const int32_t* __restrict__ sorted_slots,
+    const int32_t* __restrict__ row_count, int64_t top_k, int64_t max_rows, int64_t m_pad, bool x_vec, bool fp4_order,
+    const float* __restrict__ expert_weights, float* __restrict__ row_weights, uint8_t* codes, float* scales) {
+  PdlPrologue();
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t chunks = k / kChunk;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (item >= max_rows * chunks) return;  // uniform per warp
+  const int64_t row = item / chunks, c = item % chunks;
+  if (row_count != nullptr && row >= *row_count) return;
+  const int32_t slot = sorted_slots[row];
+  if (slot < 0) return;
+  const int64_t token = slot / top_k;
+  // LoadUnit's row bound: the token's row is always within x (m = token + 1).
+  StoreUnit(QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec)), codes, scales, row, c,
+            k, m_pad, fp4_order, lane);
+  if (c == 0 && lane == 0 && row_weights != nullptr) row_weights[row] = expert_weights[slot];
+}
+
+// The MoE's clamped SwiGLU (swiglu.cuh: elementwise.cu's values) of gate row r and up row r, times
+// row_weights[r], act_quant'ed as QuantizeRowsKernel would write it from ClampedSwiGlu's output:
+// rows r < min(m, *row_count) (all m where row_count is null); other rows untouched. One warp per
+// (row, chunk), lane l the columns 4l .. 4l + 3; g and u rows 16-byte aligned.
+__global__ void __launch_bounds__(256) SwiGluQuantizeRowsKernel(
+    const float* __restrict__ g, int64_t ldg, const float* __restrict__ u, int64_t ldu, int64_t m, int64_t n,
+    int64_t m_pad, float limit, const float* __restrict__ row_weights, const int32_t* __restrict__ row_count,
+    bool fp4_order, uint8_t* codes, float* scales) {
+  PdlPrologue();
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t chunks = n / kChunk;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (item >= m * chunks) return;  // uniform per warp
+  const int64_t row = item / chunks, c = item % chunks;
+  if (row_count != nullptr && row >= *row_count) return;
+  const float weight = row_weights != nullptr ? row_weights[row] : 1.f;
+  const int64_t col = c * kChunk + 4 * lane;
+  const float4 gate = *reinterpret_cast<const float4*>(g + row * ldg + col);
+  const float4 up = *reinterpret_cast<const float4*>(u + row * ldu + col);
+  const float4 h = make_float4(ClampedSwiGluValue(gate.x, up.x, limit, weight),
+                               ClampedSwiGluValue(gate.y, up.y, limit, weight),
+                               ClampedSwiGluValue(gate.z, up.z, limit, weight),
+                               ClampedSwiGluValue(gate.w, up.w, limit, weight));
+  StoreUnit(QuantizeLoaded(h), codes, scales, row, c, n, m_pad, fp4_order, lane);
 }
 
 // ---- 2. the GEMM --------------------------------------------------------------------------------

@@ -677,10 +677,20 @@ void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const
       codes_bytes == 0 ? TensorView() : ws.Alloc(DType::kI8, {static_cast<int64_t>(codes_bytes)});
   // With the FP4 experts on BF16 MMAs (DEEPINFER_FP4_BF16), the gather writes w1/w3's input into the
   // codes as those calls read it (act_quant'ed BF16) instead of f32 rows they would quantize again.
-  const bool x_in_codes = ops::ExpertsLinearTakesBf16X(ctx.op, bound, first, QuantizedInput(), codes) &&
-                          (joined || ops::ExpertsLinearTakesBf16X(ctx.op, bound, experts.w3, QuantizedInput(), codes));
-  if (x_in_codes) {
+  const bool x_in_bf16 = ops::ExpertsLinearTakesBf16X(ctx.op, bound, first, QuantizedInput(), codes) &&
+                         (joined || ops::ExpertsLinearTakesBf16X(ctx.op, bound, experts.w3, QuantizedInput(), codes));
+  // Else, on the FP8-input path (DEEPINFER_EXPERTS_X_CODES), the gather and the SwiGLU write the e4m3
+  // codes that each call would act_quant its f32 rows into (where the kernels round x themselves:
+  // no model-side rounding comes between).
+  auto takes_fp8_codes = [&](const ops::ExpertsWeight& w) {
+    return act_quant_in_kernels_ && ops::ExpertsLinearTakesFp8Codes(ctx.op, bound, w, QuantizedInput(), codes);
+  };
+  const bool x_in_fp8 = !x_in_bf16 && takes_fp8_codes(first) && (joined || takes_fp8_codes(experts.w3));
+  const bool x_in_codes = x_in_bf16 || x_in_fp8;
+  if (x_in_bf16) {
     ops::MoeGatherBf16(ctx.op, xq, sorted_slots, offsets, k, expert_weights, codes, row_weights);
+  } else if (x_in_fp8) {
+    ops::MoeGatherFp8Codes(ctx.op, xq, sorted_slots, offsets, k, expert_weights, first, codes, row_weights);
   } else {
     ops::MoeGather(ctx.op, xq, sorted_slots, offsets, k, expert_weights, xe, row_weights);
   }
@@ -695,10 +705,14 @@ void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const
   }
   // Likewise (unless DEEPINFER_SWIGLU_BF16=0) the SwiGLU writes w2's input into the codes (the gate
   // rows stay unwritten then).
-  const bool h_in_codes = x_in_codes && ops::SwiGluWritesBf16Codes(ctx.op) &&
-                          ops::ExpertsLinearTakesBf16X(ctx.op, bound, experts.w2, QuantizedInput(), codes);
-  if (h_in_codes) {
+  const bool h_in_bf16 = x_in_bf16 && ops::SwiGluWritesBf16Codes(ctx.op) &&
+                         ops::ExpertsLinearTakesBf16X(ctx.op, bound, experts.w2, QuantizedInput(), codes);
+  const bool h_in_fp8 = x_in_fp8 && takes_fp8_codes(experts.w2);
+  const bool h_in_codes = h_in_bf16 || h_in_fp8;
+  if (h_in_bf16) {
     ops::ClampedSwiGluBf16(ctx.op, ge, ue, limit, row_weights, routed_rows, codes);
+  } else if (h_in_fp8) {
+    ops::ClampedSwiGluFp8Codes(ctx.op, ge, ue, limit, row_weights, routed_rows, experts.w2, codes);
   } else {
     ops::ClampedSwiGlu(ctx.op, ge, ue, limit, row_weights, routed_rows);
     QuantizeLinearInput(ctx, ge, routed_rows);
