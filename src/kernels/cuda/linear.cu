@@ -5678,10 +5678,10 @@ void ExpertsLinear(const float* x, int64_t ldx, int64_t rows_bound, const int32_
   l.fp4_bf16 = l.fp4_registers && Fp4Bf16For(layout, rows_bound, num_experts, math, codes, codes_bytes,
                                               l.folded != nullptr, l.chunk_words != nullptr);
   if (x_in_codes && !l.fp4_bf16 &&
-      !ExpertsFp8CodesFor(layout, rows_bound, num_experts, math, codes, codes_bytes, l.folded != nullptr,
-                          l.chunk_words != nullptr)) {
-    Fail("x given in the codes scratch where neither the FP4 experts on BF16 MMAs (GatherQuantizeRowsBf16) nor the "
-         "FP8-input path with x quantized once (GatherQuantizeRows) runs");
+      !ExpertsLinearTakesFp8Codes(rows_bound, num_experts, layout, math, codes, codes_bytes, l.folded != nullptr,
+                                  l.chunk_words != nullptr)) {
+    Fail("x given in the codes scratch where neither the FP4 experts on BF16 MMAs (GatherQuantizeRowsBf16) nor, "
+         "under DEEPINFER_EXPERTS_X_CODES, the FP8-input path with x quantized once (GatherQuantizeRows) runs");
   }
   l.x_in_codes = x_in_codes;
   l.fp4_tile_pairs = l.fp4_registers && !l.fp4_bf16 && g_fp4_tile_pairs.On();
