@@ -557,22 +557,66 @@ void HcHead(const OpContext& ctx, const TensorView& x, const HcParams& p, const 
   cpu::HcHead(x, p, y);
 }
 
-void Route(const OpContext& ctx, const TensorView& logits, const TensorView& token_ids, const RouterParams& params,
-           const TensorView& expert_ids, const TensorView& expert_weights) {
-  CheckDevice(ctx, "route", {&logits, &token_ids, &expert_ids, &expert_weights});
+namespace {
+
+void CheckRouteShapes(const TensorView& logits, const RouterParams& params, const TensorView& expert_ids,
+                      const TensorView& expert_weights) {
   DI_CHECK(logits.ndim() == 2 && logits.size(1) == params.num_experts && logits.is_contiguous(),
            "route: logits {} for {} experts", logits.ShapeString(), params.num_experts);
   DI_CHECK(expert_ids.numel() == logits.size(0) * params.top_k && expert_weights.numel() == expert_ids.numel(),
            "route: outputs must hold {} × {} entries", logits.size(0), params.top_k);
+}
+
+#if DEEPINFER_HAS_CUDA
+cuda::DeviceRouterParams ToDevice(const RouterParams& params) {
+  cuda::DeviceRouterParams dp;
+  dp.score = static_cast<cuda::RouterScoreFn>(params.score);
+  dp.num_experts = params.num_experts;
+  dp.top_k = params.top_k;
+  dp.route_scale = params.route_scale;
+  dp.normalize = params.normalize;
+  dp.bias = params.bias;
+  dp.tid2eid = params.tid2eid;
+  dp.tid2eid_rows = params.tid2eid_rows;
+  return dp;
+}
+#endif
+
+}  // namespace
+
+void Route(const OpContext& ctx, const TensorView& logits, const TensorView& token_ids, const RouterParams& params,
+           const TensorView& expert_ids, const TensorView& expert_weights) {
+  CheckDevice(ctx, "route", {&logits, &token_ids, &expert_ids, &expert_weights});
+  CheckRouteShapes(logits, params, expert_ids, expert_weights);
   DI_ON_CUDA(ctx, "route",
-             cuda::DeviceRouterParams dp;
-             dp.score = static_cast<cuda::RouterScoreFn>(params.score); dp.num_experts = params.num_experts;
-             dp.top_k = params.top_k; dp.route_scale = params.route_scale; dp.normalize = params.normalize;
-             dp.bias = params.bias; dp.tid2eid = params.tid2eid; dp.tid2eid_rows = params.tid2eid_rows;
              cuda::Route(logits.data<float>(), logits.size(0), token_ids.empty() ? nullptr : token_ids.data<int32_t>(),
-                         dp, expert_ids.data<int32_t>(), expert_weights.data<float>(), ctx.stream));
+                         ToDevice(params), expert_ids.data<int32_t>(), expert_weights.data<float>(), ctx.stream));
   cpu::Route(logits.data<float>(), logits.size(0), token_ids.empty() ? nullptr : token_ids.data<int32_t>(), params,
              expert_ids.data<int32_t>(), expert_weights.data<float>());
+}
+
+void RouteAndAlign(const OpContext& ctx, const TensorView& logits, const TensorView& token_ids,
+                   const RouterParams& params, const TensorView& expert_ids, const TensorView& expert_weights,
+                   const TensorView& offsets, const TensorView& sorted_slots, const TensorView& slot_rows,
+                   const TensorView& scratch) {
+  if (!ctx.on_cuda() || ctx.profiler != nullptr) {
+    Route(ctx, logits, token_ids, params, expert_ids, expert_weights);
+    MoeAlign(ctx, expert_ids.Reshape({logits.size(0), params.top_k}), params.num_experts, offsets, sorted_slots,
+             slot_rows, scratch);
+    return;
+  }
+  CheckDevice(ctx, "route", {&logits, &token_ids, &expert_ids, &expert_weights, &offsets, &sorted_slots, &slot_rows,
+                             &scratch});
+  CheckRouteShapes(logits, params, expert_ids, expert_weights);
+  DI_CHECK(offsets.numel() == params.num_experts + 1 && sorted_slots.numel() == expert_ids.numel() &&
+               slot_rows.numel() == expert_ids.numel(),
+           "route: offsets [{}] and {} slots for {} experts and {} slots", offsets.numel(), sorted_slots.numel(),
+           params.num_experts, expert_ids.numel());
+  DI_ON_CUDA(ctx, "route",
+             cuda::RouteAndAlign(logits.data<float>(), logits.size(0),
+                                 token_ids.empty() ? nullptr : token_ids.data<int32_t>(), ToDevice(params),
+                                 expert_ids.data<int32_t>(), expert_weights.data<float>(), offsets.data<int32_t>(),
+                                 sorted_slots.data<int32_t>(), slot_rows.data<int32_t>(), scratch.raw(), ctx.stream));
 }
 
 void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const TensorView& up, float limit,

@@ -254,6 +254,13 @@ void CompressorAdvanceBatch(const OpContext& ctx, const CompressorShape& shape, 
 // scratch: bytes for the GPU (MoeAlignScratchBytes; may be empty on the CPU).
 void MoeAlign(const OpContext& ctx, const TensorView& expert_ids, int64_t num_experts, const TensorView& offsets,
               const TensorView& sorted_slots, const TensorView& slot_rows, const TensorView& scratch);
+// Route then MoeAlign, their outputs exactly: on the GPU one launch for steps of at most 8 tokens
+// under DEEPINFER_ROUTE_ALIGN=1 (cuda::RouteAndAlign; not under the per-op profiler, which times
+// the two ops apart).
+void RouteAndAlign(const OpContext& ctx, const TensorView& logits, const TensorView& token_ids,
+                   const RouterParams& params, const TensorView& expert_ids, const TensorView& expert_weights,
+                   const TensorView& offsets, const TensorView& sorted_slots, const TensorView& slot_rows,
+                   const TensorView& scratch);
 size_t MoeAlignScratchBytes(int64_t num_slots, int64_t num_experts);
 // xe[r] = x[sorted_slots[r] / k], row_weights[r] = expert_weights[sorted_slots[r]] for
 // r < offsets[E] (offsets: MoeAlign's I32 [E+1]); rows past it are untouched. On CUDA it is launched

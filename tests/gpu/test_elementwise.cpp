@@ -391,6 +391,69 @@ INSTANTIATE_TEST_SUITE_P(Gpu, RouteCases,
                                            std::make_tuple(cpu::RouterScore::kSigmoid, true, false),
                                            std::make_tuple(cpu::RouterScore::kSoftmax, false, false)));
 
+// DEEPINFER_ROUTE_ALIGN: the router and MoeAlign as one launch (cuda::RouteAndAlign, warp t routing
+// token t) give the two kernels' outputs bit for bit: ids, weights, offsets, sorted slots, slot rows;
+// every score, the bias, the hash table (whose rows name an expert twice: dropped repeats), all
+// logits equal (ties to the lower id); 1, 3 and 8 tokens; Flash's 256 experts top-6 and 64 top-8.
+// 9 tokens take the two kernels.
+TEST(CudaRoute, RouteAndAlignInOneLaunchEqualsTheTwoKernels) {
+  DI_REQUIRE_GPU();
+  struct Case {
+    cuda::RouterScoreFn score;
+    bool bias, hashed, ties;
+    int64_t e, k;
+  };
+  const std::vector<Case> cases = {{cuda::RouterScoreFn::kSqrtSoftplus, true, false, false, 256, 6},
+                                   {cuda::RouterScoreFn::kSqrtSoftplus, false, true, false, 256, 6},
+                                   {cuda::RouterScoreFn::kSigmoid, true, false, false, 64, 8},
+                                   {cuda::RouterScoreFn::kSoftmax, false, false, false, 256, 6},
+                                   {cuda::RouterScoreFn::kSqrtSoftplus, false, false, true, 64, 6}};
+  uint64_t seed = 7000;
+  for (const Case& c : cases) {
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}, int64_t{9}}) {
+      SCOPED_TRACE(testing::Message() << "score " << static_cast<int>(c.score) << " bias " << c.bias << " hashed "
+                                      << c.hashed << " ties " << c.ties << " E " << c.e << " k " << c.k << " M " << m);
+      const int64_t vocab = 50;
+      std::vector<float> logits = RandomFloats(m * c.e, ++seed, -4.f, 4.f);
+      if (c.ties) std::fill(logits.begin(), logits.end(), 0.25f);
+      std::vector<int32_t> tokens(m);
+      for (int64_t i = 0; i < m; ++i) tokens[i] = static_cast<int32_t>((i * 7) % vocab);
+      std::vector<int64_t> table(vocab * c.k);
+      for (int64_t i = 0; i < vocab * c.k; ++i) table[i] = (i * 37 + i / c.k) % c.e;
+      for (int64_t r = 0; r < vocab; r += 3) table[r * c.k + 1] = table[r * c.k];  // a repeat in every third row
+      DeviceArray<float> dl(logits), db(RandomFloats(c.e, ++seed, -0.5f, 0.5f));
+      DeviceArray<int32_t> dt(tokens);
+      DeviceArray<int64_t> dtab(table);
+      cuda::DeviceRouterParams gp;
+      gp.score = c.score, gp.num_experts = c.e, gp.top_k = c.k, gp.route_scale = 2.5f;
+      gp.bias = c.bias ? db.get() : nullptr;
+      gp.tid2eid = c.hashed ? dtab.get() : nullptr, gp.tid2eid_rows = vocab;
+      struct Outputs {
+        std::vector<int32_t> ids, offsets, sorted, rows;
+        std::vector<float> weights;
+      };
+      auto run = [&](int mode) {
+        cuda::SetRouteAlignForTesting(mode);
+        DeviceArray<int32_t> ids(m * c.k), offsets(c.e + 1), sorted(m * c.k), rows(m * c.k);
+        DeviceArray<float> weights(m * c.k);
+        for (DeviceArray<int32_t>* a : {&ids, &offsets, &sorted, &rows}) a->Fill(0x5a);
+        DeviceArray<uint8_t> scratch(cuda::MoeAlignScratchBytes(m * c.k, c.e));
+        const bool one = cuda::RouteAndAlign(dl.get(), m, dt.get(), gp, ids.get(), weights.get(), offsets.get(),
+                                             sorted.get(), rows.get(), scratch.get(), nullptr);
+        cuda::SetRouteAlignForTesting(-1);
+        EXPECT_EQ(one, mode == 1 && m <= 8) << "mode " << mode;
+        return Outputs{ids.ToHost(), offsets.ToHost(), sorted.ToHost(), rows.ToHost(), weights.ToHost()};
+      };
+      const Outputs two = run(0), one = run(1);
+      EXPECT_TRUE(AllEqual(one.ids, two.ids, "expert ids"));
+      EXPECT_TRUE(AllEqual(test::Bits(one.weights), test::Bits(two.weights), "expert weights"));
+      EXPECT_TRUE(AllEqual(one.offsets, two.offsets, "offsets"));
+      EXPECT_TRUE(AllEqual(one.sorted, two.sorted, "sorted slots"));
+      EXPECT_TRUE(AllEqual(one.rows, two.rows, "slot rows"));
+    }
+  }
+}
+
 TEST(CudaRoute, TiesGoToTheLowerExpertId) {
   DI_REQUIRE_GPU();
   // Every logit equal: the CPU's partial_sort tie rule picks experts 0..k-1.

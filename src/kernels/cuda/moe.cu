@@ -2,6 +2,9 @@
 #include "kernels/cuda/moe.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <string>
 
 namespace deepinfer::cuda {
 
@@ -138,9 +141,8 @@ static_assert(kAlignThreads % kWarpSize == 0 && kAlignThreads <= kWarpSize * kWa
 // expert within a token) and per-expert counts (integer atomics: order-free). Pass 2: exclusive
 // scan (block-wide). Pass 3: place each kept slot at
 // its expert's offset + its rank among the expert's kept slots with a smaller slot number.
-__global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_experts, int32_t* offsets,
-                               int32_t* sorted_slots, int32_t* slot_rows, int32_t* counts, int32_t* cursor) {
-  PdlPrologue();
+__device__ void AlignSlotsInBlock(const int32_t* expert_ids, int m, int k, int num_experts, int32_t* offsets,
+                                  int32_t* sorted_slots, int32_t* slot_rows, int32_t* counts, int32_t* cursor) {
   const int slots = m * k;
   for (int e = threadIdx.x; e < num_experts; e += blockDim.x) counts[e] = 0;
   __syncthreads();
@@ -222,6 +224,108 @@ __global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_
     }
     __syncthreads();
   }
+}
+
+__global__ void MoeAlignKernel(const int32_t* expert_ids, int m, int k, int num_experts, int32_t* offsets,
+                               int32_t* sorted_slots, int32_t* slot_rows, int32_t* counts, int32_t* cursor) {
+  PdlPrologue();
+  AlignSlotsInBlock(expert_ids, m, k, num_experts, offsets, sorted_slots, slot_rows, counts, cursor);
+}
+
+// Route's outputs for token t by one warp, p and key (E floats each) in shared memory: RouteKernel's
+// values, selection and order (the top-k rounds' arg-max over (key desc, id asc) is exact in any
+// reduction order; the softmax sum and the weights' sum run in one lane in expert and choice order,
+// as RouteKernel's thread 0 runs them).
+__device__ void RouteTokenInWarp(const float* logits, const int32_t* token_ids, const DeviceRouterParams& params,
+                                 int t, float* p, float* key, int32_t* expert_ids, float* expert_weights) {
+  const int e = static_cast<int>(params.num_experts), k = static_cast<int>(params.top_k);
+  const int lane = threadIdx.x % kWarpSize;
+  const float* lr = logits + static_cast<int64_t>(t) * e;
+  int32_t* ids = expert_ids + static_cast<int64_t>(t) * k;
+  float* w = expert_weights + static_cast<int64_t>(t) * k;
+  if (params.score == RouterScoreFn::kSoftmax) {
+    float mx = -INFINITY;
+    for (int i = lane; i < e; i += kWarpSize) mx = fmaxf(mx, lr[i]);
+    mx = WarpMax(mx);
+    for (int i = lane; i < e; i += kWarpSize) p[i] = expf(lr[i] - mx);
+    __syncwarp();
+    float sum = 0.f;
+    if (lane == 0) {
+      for (int i = 0; i < e; ++i) sum += p[i];
+    }
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    for (int i = lane; i < e; i += kWarpSize) p[i] /= sum;
+  } else {
+    for (int i = lane; i < e; i += kWarpSize) {
+      p[i] = params.score == RouterScoreFn::kSqrtSoftplus ? sqrtf(Softplus(lr[i])) : 1.f / (1.f + expf(-lr[i]));
+    }
+  }
+  __syncwarp();
+  if (params.tid2eid != nullptr) {
+    if (lane < k) {
+      const int32_t tok = token_ids[t];
+      int64_t id = -1;
+      if (tok >= 0 && tok < params.tid2eid_rows) id = params.tid2eid[static_cast<int64_t>(tok) * k + lane];
+      ids[lane] = id >= 0 && id < e ? static_cast<int32_t>(id) : -1;
+    }
+  } else {
+    for (int i = lane; i < e; i += kWarpSize) key[i] = p[i] + (params.bias != nullptr ? params.bias[i] : 0.f);
+    __syncwarp();
+    for (int round = 0; round < k; ++round) {
+      float best = -INFINITY;
+      int best_id = 0x7fffffff;
+      for (int i = lane; i < e; i += kWarpSize) {
+        const float v = key[i];
+        if (v > best || (v == best && i < best_id)) best = v, best_id = i;
+      }
+      for (int off = kWarpSize / 2; off > 0; off >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+        const int oi = __shfl_xor_sync(0xffffffffu, best_id, off);
+        if (ov > best || (ov == best && oi < best_id)) best = ov, best_id = oi;
+      }
+      if (lane == 0) {
+        ids[round] = best_id;
+        key[best_id] = -INFINITY;
+      }
+      __syncwarp();
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    float sum = 0.f;
+    for (int j = 0; j < k; ++j) {
+      w[j] = ids[j] >= 0 ? p[ids[j]] : __int_as_float(0x7fc00000);
+      sum += w[j];
+    }
+    const bool normalize = params.normalize && params.score != RouterScoreFn::kSoftmax;
+    for (int j = 0; j < k; ++j) {
+      if (normalize) w[j] /= sum;
+      w[j] *= params.route_scale;
+    }
+  }
+}
+
+// Route then MoeAlign for at most kRouteAlignMaxTokens tokens in one block of kAlignThreads: warp
+// t routes token t (its p and keys in the dynamic shared memory, 2E floats a warp), then the block
+// aligns the slots as MoeAlignKernel does. The same outputs as the two kernels.
+constexpr int kRouteAlignMaxTokens = 8;
+__global__ void __launch_bounds__(kAlignThreads) RouteAlignKernel(const float* logits, const int32_t* token_ids,
+                                                                  DeviceRouterParams params, int m,
+                                                                  int32_t* expert_ids, float* expert_weights,
+                                                                  int32_t* offsets, int32_t* sorted_slots,
+                                                                  int32_t* slot_rows, int32_t* counts,
+                                                                  int32_t* cursor) {
+  PdlPrologue();
+  extern __shared__ float route_rows[];
+  const int warp = threadIdx.x / kWarpSize;
+  const int e = static_cast<int>(params.num_experts);
+  if (warp < m) {
+    float* p = route_rows + static_cast<int64_t>(warp) * 2 * e;
+    RouteTokenInWarp(logits, token_ids, params, warp, p, p + e, expert_ids, expert_weights);
+  }
+  __syncthreads();  // every token's ids in global memory, seen by the whole block
+  AlignSlotsInBlock(expert_ids, m, static_cast<int>(params.top_k), e, offsets, sorted_slots, slot_rows, counts,
+                    cursor);
 }
 
 // From kMoeAlignDeviceSlots slots on, MoeAlign runs over the whole device instead of one block,
@@ -427,6 +531,49 @@ void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_e
                                                   static_cast<int>(num_experts), expert_offsets, sorted_slots,
                                                   slot_rows, counts, counts + num_experts);
   DI_CUDA_LAUNCH_CHECK("moe_align");
+}
+
+// DEEPINFER_ROUTE_ALIGN (read once; unset or 0: off, 1: on): RouteAndAlign of at most
+// kRouteAlignMaxTokens tokens as one launch (RouteAlignKernel) instead of RouteKernel and
+// MoeAlignKernel: the same outputs, one launch fewer a layer on a small decode step's longest path
+// (both are one block at batch 1, 2026-12-07). Off until measured. Tests override it
+// (SetRouteAlignForTesting).
+std::atomic<int> g_route_align_for_testing{-1};
+
+bool RouteAlignOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("DEEPINFER_ROUTE_ALIGN");
+    if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
+    if (std::string(v) == "1") return true;
+    ThrowCudaError(__FILE__, __LINE__, "route", (std::string("DEEPINFER_ROUTE_ALIGN must be 0 or 1, got '") + v +
+                                                 "'").c_str());
+  }();
+  const int test = g_route_align_for_testing.load();
+  return test >= 0 ? test == 1 : on;
+}
+
+void SetRouteAlignForTesting(int mode) { g_route_align_for_testing.store(mode < 0 ? -1 : mode == 1 ? 1 : 0); }
+
+bool RouteAndAlign(const float* logits, int64_t m, const int32_t* token_ids, const DeviceRouterParams& params,
+                   int32_t* expert_ids, float* expert_weights, int32_t* expert_offsets, int32_t* sorted_slots,
+                   int32_t* slot_rows, void* scratch, cudaStream_t stream) {
+  const size_t route_bytes = static_cast<size_t>(m) * 2 * static_cast<size_t>(params.num_experts) * sizeof(float);
+  const bool one_launch = RouteAlignOn() && m > 0 && m <= kRouteAlignMaxTokens && params.num_experts > 0 &&
+                          params.num_experts <= 1024 && params.top_k > 0 && params.top_k <= kMaxTopK &&
+                          params.top_k <= params.num_experts && route_bytes <= 32 * 1024 &&
+                          m * params.top_k < kMoeAlignDeviceSlots;
+  if (!one_launch) {
+    Route(logits, m, token_ids, params, expert_ids, expert_weights, stream);
+    MoeAlign(expert_ids, m, params.top_k, params.num_experts, expert_offsets, sorted_slots, slot_rows, scratch,
+             stream);
+    return false;
+  }
+  int32_t* counts = static_cast<int32_t*>(scratch);
+  RouteAlignKernel<<<1, kAlignThreads, route_bytes, stream>>>(
+      logits, token_ids, params, static_cast<int>(m), expert_ids, expert_weights, expert_offsets, sorted_slots,
+      slot_rows, counts, counts + params.num_experts);
+  DI_CUDA_LAUNCH_CHECK("route and align");
+  return true;
 }
 
 void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t max_rows, int64_t top_k,

@@ -47,6 +47,15 @@ inline constexpr int64_t kMoeAlignDeviceSlots = 256;
 void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_experts, int32_t* expert_offsets,
               int32_t* sorted_slots, int32_t* slot_rows, void* scratch, cudaStream_t stream);
 
+// Route then MoeAlign (their outputs exactly), as one launch where DEEPINFER_ROUTE_ALIGN=1 and the
+// step has at most 8 tokens (and E <= 1024, 2·E·M floats within 32 KiB); returns whether it was one
+// launch. scratch: MoeAlignScratchBytes(M·top_k, E).
+bool RouteAndAlign(const float* logits, int64_t m, const int32_t* token_ids, const DeviceRouterParams& params,
+                   int32_t* expert_ids, float* expert_weights, int32_t* expert_offsets, int32_t* sorted_slots,
+                   int32_t* slot_rows, void* scratch, cudaStream_t stream);
+// Tests only: DEEPINFER_ROUTE_ALIGN on (1), off (0), or as the environment says (-1).
+void SetRouteAlignForTesting(int mode);
+
 // xe[r, :] = x[sorted_slots[r] / top_k, :] and row_weights[r] = expert_weights[sorted_slots[r]]
 // for r < max_rows with sorted_slots[r] >= 0 (other rows untouched). x: [M, d] row stride ldx.
 void MoeGather(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, int64_t max_rows, int64_t top_k,

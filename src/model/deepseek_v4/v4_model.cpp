@@ -644,20 +644,21 @@ void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const
   }
   expert_ids = ws.Alloc(DType::kI32, {tokens, k});
   const TensorView expert_weights = ws.Alloc(DType::kF32, {tokens, k});
-  ops::Route(ctx.op, gate_logits, ctx.token_ids, rp, expert_ids, expert_weights);
 
-  // Rows grouped by expert. A token whose hash table names the same expert twice gets that
-  // expert's output once, with the weight of one slot (the normalization still counts both): the
-  // reference adds with an index-put that keeps one write per token, and its goldens depend on it.
-  // The row count (offsets[E]) stays where MoeAlign wrote it: every op after it is sized by the
-  // bound tokens·k and reads the count itself, so nothing here waits for the device.
+  // The router, then the rows grouped by expert. A token whose hash table names the same expert
+  // twice gets that expert's output once, with the weight of one slot (the normalization still
+  // counts both): the reference adds with an index-put that keeps one write per token, and its
+  // goldens depend on it. The row count (offsets[E]) stays where MoeAlign wrote it: every op after
+  // it is sized by the bound tokens·k and reads the count itself, so nothing here waits for the
+  // device.
   const int64_t slots = tokens * k, bound = std::max<int64_t>(slots, 1);
   const TensorView offsets = ws.Alloc(DType::kI32, {num_experts + 1});
   const TensorView sorted_slots = ws.Alloc(DType::kI32, {slots});
   slot_rows = ws.Alloc(DType::kI32, {slots});
   const TensorView scratch =
       ws.Alloc(DType::kI8, {static_cast<int64_t>(ops::MoeAlignScratchBytes(slots, num_experts))});
-  ops::MoeAlign(ctx.op, expert_ids, num_experts, offsets, sorted_slots, slot_rows, scratch);
+  ops::RouteAndAlign(ctx.op, gate_logits, ctx.token_ids, rp, expert_ids, expert_weights, offsets, sorted_slots,
+                     slot_rows, scratch);
 
   const ExpertTables& experts = expert_tables_.at(static_cast<size_t>(w.layer));
   const TensorView xe = ws.Alloc(DType::kF32, {bound, d}), row_weights = ws.Alloc(DType::kF32, {bound});
