@@ -637,15 +637,25 @@ void ClampedSwiGlu(const OpContext& ctx, const TensorView& gate_inout, const Ten
   }
 }
 
-void ClampedSwiGluFp8Codes(const OpContext& ctx, const TensorView& gate, const TensorView& up, float limit,
-                           const TensorView& row_weights, const TensorView& row_count, const ExpertsWeight& w2,
-                           const TensorView& codes) {
+namespace {
+
+// The arguments of the SwiGLUs that write w2's input into the codes.
+void CheckSwiGluIntoCodes(const OpContext& ctx, const TensorView& gate, const TensorView& up,
+                          const TensorView& row_weights, const TensorView& row_count, const TensorView& codes) {
   CheckDevice(ctx, "swiglu", {&gate, &up, &row_weights, &row_count, &codes});
   DI_CHECK(row_count.empty() || (row_count.dtype() == DType::kI32 && row_count.numel() == 1),
            "swiglu: row_count must be one I32");
   DI_CHECK(gate.ndim() == 2 && up.ndim() == 2 && gate.dtype() == DType::kF32 && up.dtype() == DType::kF32 &&
                up.size(0) == gate.size(0) && up.size(1) == gate.size(1) && gate.stride(1) == 1 && up.stride(1) == 1,
            "swiglu: gate {} and up {} must be f32 rows of one shape", gate.ShapeString(), up.ShapeString());
+}
+
+}  // namespace
+
+void ClampedSwiGluFp8Codes(const OpContext& ctx, const TensorView& gate, const TensorView& up, float limit,
+                           const TensorView& row_weights, const TensorView& row_count, const ExpertsWeight& w2,
+                           const TensorView& codes) {
+  CheckSwiGluIntoCodes(ctx, gate, up, row_weights, row_count, codes);
   DI_CHECK(!w2.experts.empty(), "swiglu: no experts to write the codes for");
   DI_ON_CUDA(ctx, "swiglu",
              cuda::SwiGluQuantizeRows(gate.data<float>(), gate.stride(0), up.data<float>(), up.stride(0), gate.size(0),
@@ -665,12 +675,7 @@ bool SwiGluWritesBf16Codes(const OpContext& ctx) {
 
 void ClampedSwiGluBf16(const OpContext& ctx, const TensorView& gate, const TensorView& up, float limit,
                        const TensorView& row_weights, const TensorView& row_count, const TensorView& codes) {
-  CheckDevice(ctx, "swiglu", {&gate, &up, &row_weights, &row_count, &codes});
-  DI_CHECK(row_count.empty() || (row_count.dtype() == DType::kI32 && row_count.numel() == 1),
-           "swiglu: row_count must be one I32");
-  DI_CHECK(gate.ndim() == 2 && up.ndim() == 2 && gate.dtype() == DType::kF32 && up.dtype() == DType::kF32 &&
-               up.size(0) == gate.size(0) && up.size(1) == gate.size(1) && gate.stride(1) == 1 && up.stride(1) == 1,
-           "swiglu: gate {} and up {} must be f32 rows of one shape", gate.ShapeString(), up.ShapeString());
+  CheckSwiGluIntoCodes(ctx, gate, up, row_weights, row_count, codes);
   DI_ON_CUDA(ctx, "swiglu",
              cuda::SwiGluQuantizeRowsBf16(gate.data<float>(), gate.stride(0), up.data<float>(), up.stride(0),
                                           gate.size(0), gate.size(1), limit,

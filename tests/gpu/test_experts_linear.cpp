@@ -894,6 +894,32 @@ TEST(CudaExpertsLinearFp8, Fp4Bf16WithinTheOrderBound) {
   }
 }
 
+// Each of `tokens` tokens routed to `top_k` distinct experts of `experts` at random (seeded): its
+// slots t·top_k + j sorted by expert, stable, as MoeAlign sorts them, and each expert's count.
+struct RoutedSlots {
+  std::vector<int32_t> sorted_slots, counts;
+};
+RoutedSlots RouteTokens(int64_t tokens, int64_t top_k, int64_t experts, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::pair<int32_t, int32_t>> by_expert;  // (expert, slot)
+  std::vector<int32_t> pool_ids(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::iota(pool_ids.begin(), pool_ids.end(), 0);
+    for (int64_t j = 0; j < top_k; ++j) {
+      std::swap(pool_ids[j], pool_ids[j + rng() % (experts - j)]);
+      by_expert.emplace_back(pool_ids[j], static_cast<int32_t>(t * top_k + j));
+    }
+  }
+  std::stable_sort(by_expert.begin(), by_expert.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  RoutedSlots r;
+  r.counts.assign(static_cast<size_t>(experts), 0);
+  for (const auto& [e, slot] : by_expert) {
+    r.sorted_slots.push_back(slot);
+    ++r.counts[e];
+  }
+  return r;
+}
+
 // The gather that writes the BF16 kernel's x itself (cuda::GatherQuantizeRowsBf16, the MoE's
 // x_in_codes) gives the bits of the gathered f32 rows quantized inside ExpertsLinear, and
 // MoeGather's row weights: 200 tokens routed top-3 over 9 FP4 experts (above 64 rows an expert, so
@@ -906,25 +932,9 @@ TEST(CudaExpertsLinearFp8, GatheredBf16RowsGiveTheSameBits) {
   ScopedFp4RegistersTma prefill_kernels;
   constexpr int64_t kTokens = 200, kTopK = 3, kExperts = 9, kN = 200;
   const int64_t bound = kTokens * kTopK;
-  std::mt19937_64 rng(5901);
-  // Slots t·k + j of each token's k distinct experts, sorted by expert (stable), as MoeAlign sorts.
-  std::vector<std::pair<int32_t, int32_t>> by_expert;  // (expert, slot)
-  std::vector<int32_t> pool_ids(kExperts);
-  for (int64_t t = 0; t < kTokens; ++t) {
-    std::iota(pool_ids.begin(), pool_ids.end(), 0);
-    for (int64_t j = 0; j < kTopK; ++j) {
-      std::swap(pool_ids[j], pool_ids[j + rng() % (kExperts - j)]);
-      by_expert.emplace_back(pool_ids[j], static_cast<int32_t>(t * kTopK + j));
-    }
-  }
-  std::stable_sort(by_expert.begin(), by_expert.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<int32_t> sorted_slots, counts(kExperts, 0);
-  for (const auto& [e, slot] : by_expert) {
-    sorted_slots.push_back(slot);
-    ++counts[e];
-  }
-  const std::vector<int32_t> off = Offsets(counts);
+  const RoutedSlots routed = RouteTokens(kTokens, kTopK, kExperts, 5901);
+  const std::vector<int32_t>& sorted_slots = routed.sorted_slots;
+  const std::vector<int32_t> off = Offsets(routed.counts);
   const std::vector<float> expert_weights = RandomFloats(static_cast<size_t>(bound), 5902);
   DeviceArray<int32_t> dslots(sorted_slots), doff(off);
   DeviceArray<float> dweights(expert_weights);
@@ -990,24 +1000,9 @@ TEST(CudaExpertsLinearFp8, Fp8CodesFromTheGatherAndSwiGluGiveTheSameBits) {
   uint64_t seed = 6100;
   for (const int64_t tokens : {int64_t{1}, int64_t{24}}) {
     const int64_t bound = tokens * kTopK;
-    std::mt19937_64 rng(seed + static_cast<uint64_t>(tokens));
-    std::vector<std::pair<int32_t, int32_t>> by_expert;  // (expert, slot), as MoeAlign sorts them
-    std::vector<int32_t> pool_ids(kExperts);
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::iota(pool_ids.begin(), pool_ids.end(), 0);
-      for (int64_t j = 0; j < kTopK; ++j) {
-        std::swap(pool_ids[j], pool_ids[j + rng() % (kExperts - j)]);
-        by_expert.emplace_back(pool_ids[j], static_cast<int32_t>(t * kTopK + j));
-      }
-    }
-    std::stable_sort(by_expert.begin(), by_expert.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<int32_t> sorted_slots, counts(kExperts, 0);
-    for (const auto& [e, slot] : by_expert) {
-      sorted_slots.push_back(slot);
-      ++counts[e];
-    }
-    DeviceArray<int32_t> dslots(sorted_slots), doff(Offsets(counts));
+    const RoutedSlots routed = RouteTokens(tokens, kTopK, kExperts, seed + static_cast<uint64_t>(tokens));
+    const std::vector<int32_t>& sorted_slots = routed.sorted_slots;
+    DeviceArray<int32_t> dslots(sorted_slots), doff(Offsets(routed.counts));
     const std::vector<float> expert_weights = RandomFloats(static_cast<size_t>(bound), ++seed);
     DeviceArray<float> dweights(expert_weights);
     for (const Spec& spec : {kFp4, kFp8E8m0}) {

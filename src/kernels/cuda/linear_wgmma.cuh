@@ -122,6 +122,17 @@ __device__ __forceinline__ void StoreUnit(const QuantizedUnit& u, uint8_t* codes
   if (lane == 0) scales[c * m_pad + row] = u.scale;
 }
 
+// The (row, chunk) item of the calling warp over `rows` rows of `chunks` chunks (one warp an item,
+// in the order of the warps of the grid): false where the warp has none, or its row is at or past
+// *row_count (when given).
+__device__ __forceinline__ bool WarpRowItem(int64_t rows, int64_t chunks, const int32_t* row_count, int64_t* row,
+                                            int64_t* c) {
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (item >= rows * chunks) return false;
+  *row = item / chunks, *c = item % chunks;
+  return row_count == nullptr || *row < *row_count;
+}
+
 // Also zeroes zero_ints[0, zero_count) (block 0): the arrival counts of the GEMM that follows.
 __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restrict__ x, int64_t ldx, int64_t m,
                                                           int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
@@ -132,12 +143,39 @@ __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restric
     for (int i = threadIdx.x; i < zero_count; i += blockDim.x) zero_ints[i] = 0;
   }
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t chunks = k / kChunk;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (item >= m_pad * chunks) return;  // uniform per warp
-  const int64_t row = item / chunks, c = item % chunks;
+  int64_t row = 0, c = 0;
+  if (!WarpRowItem(m_pad, k / kChunk, nullptr, &row, &c)) return;  // uniform per warp
   StoreUnit(QuantizeLoaded(LoadUnit(x, ldx, m, row, c * kChunk + 4 * lane, x_vec)), codes, scales, row, c, k, m_pad,
             fp4_order, lane);
+}
+
+// MoeGather's row `row` for the act_quant kernels (the warp's chunk c): false for a negative slot;
+// else the lane's act_quant unit of token sorted_slots[row] / top_k, and the slot.
+__device__ __forceinline__ bool GatheredUnit(const float* __restrict__ x, int64_t ldx,
+                                             const int32_t* __restrict__ sorted_slots, int64_t top_k, int64_t row,
+                                             int64_t c, bool x_vec, int lane, QuantizedUnit* unit, int32_t* slot) {
+  *slot = sorted_slots[row];
+  if (*slot < 0) return false;
+  const int64_t token = *slot / top_k;
+  // LoadUnit's row bound: the token's row is always within x (m = token + 1).
+  *unit = QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec));
+  return true;
+}
+
+// The MoE's clamped SwiGLU (swiglu.cuh: elementwise.cu's values) of gate row `row` and up row `row`,
+// times row_weights[row] (1 where null), act_quant'ed: the lane's unit of chunk c (columns
+// 128·c + 4·lane ..; g and u rows 16-byte aligned).
+__device__ __forceinline__ QuantizedUnit SwiGluUnit(const float* __restrict__ g, int64_t ldg,
+                                                    const float* __restrict__ u, int64_t ldu, int64_t row, int64_t c,
+                                                    float limit, const float* __restrict__ row_weights, int lane) {
+  const float weight = row_weights != nullptr ? row_weights[row] : 1.f;
+  const int64_t col = c * kChunk + 4 * lane;
+  const float4 gate = *reinterpret_cast<const float4*>(g + row * ldg + col);
+  const float4 up = *reinterpret_cast<const float4*>(u + row * ldu + col);
+  return QuantizeLoaded(make_float4(ClampedSwiGluValue(gate.x, up.x, limit, weight),
+                                    ClampedSwiGluValue(gate.y, up.y, limit, weight),
+                                    ClampedSwiGluValue(gate.z, up.z, limit, weight),
+                                    ClampedSwiGluValue(gate.w, up.w, limit, weight)));
 }
 
 // MoeGather's rows act_quant'ed as QuantizeRowsKernel would write them from MoeGather's output:
@@ -151,44 +189,30 @@ __global__ void __launch_bounds__(256) GatherQuantizeRowsKernel(
     const float* __restrict__ expert_weights, float* __restrict__ row_weights, uint8_t* codes, float* scales) {
   PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t chunks = k / kChunk;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (item >= max_rows * chunks) return;  // uniform per warp
-  const int64_t row = item / chunks, c = item % chunks;
-  if (row_count != nullptr && row >= *row_count) return;
-  const int32_t slot = sorted_slots[row];
-  if (slot < 0) return;
-  const int64_t token = slot / top_k;
-  // LoadUnit's row bound: the token's row is always within x (m = token + 1).
-  StoreUnit(QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec)), codes, scales, row, c,
-            k, m_pad, fp4_order, lane);
+  int64_t row = 0, c = 0;
+  QuantizedUnit unit;
+  int32_t slot = 0;
+  if (!WarpRowItem(max_rows, k / kChunk, row_count, &row, &c) ||
+      !GatheredUnit(x, ldx, sorted_slots, top_k, row, c, x_vec, lane, &unit, &slot)) {
+    return;  // uniform per warp
+  }
+  StoreUnit(unit, codes, scales, row, c, k, m_pad, fp4_order, lane);
   if (c == 0 && lane == 0 && row_weights != nullptr) row_weights[row] = expert_weights[slot];
 }
 
-// The MoE's clamped SwiGLU (swiglu.cuh: elementwise.cu's values) of gate row r and up row r, times
-// row_weights[r], act_quant'ed as QuantizeRowsKernel would write it from ClampedSwiGlu's output:
+// SwiGluUnit's rows act_quant'ed as QuantizeRowsKernel would write them from ClampedSwiGlu's output:
 // rows r < min(m, *row_count) (all m where row_count is null); other rows untouched. One warp per
-// (row, chunk), lane l the columns 4l .. 4l + 3; g and u rows 16-byte aligned.
+// (row, chunk).
 __global__ void __launch_bounds__(256) SwiGluQuantizeRowsKernel(
     const float* __restrict__ g, int64_t ldg, const float* __restrict__ u, int64_t ldu, int64_t m, int64_t n,
     int64_t m_pad, float limit, const float* __restrict__ row_weights, const int32_t* __restrict__ row_count,
     bool fp4_order, uint8_t* codes, float* scales) {
   PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t chunks = n / kChunk;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (item >= m * chunks) return;  // uniform per warp
-  const int64_t row = item / chunks, c = item % chunks;
-  if (row_count != nullptr && row >= *row_count) return;
-  const float weight = row_weights != nullptr ? row_weights[row] : 1.f;
-  const int64_t col = c * kChunk + 4 * lane;
-  const float4 gate = *reinterpret_cast<const float4*>(g + row * ldg + col);
-  const float4 up = *reinterpret_cast<const float4*>(u + row * ldu + col);
-  const float4 h = make_float4(ClampedSwiGluValue(gate.x, up.x, limit, weight),
-                               ClampedSwiGluValue(gate.y, up.y, limit, weight),
-                               ClampedSwiGluValue(gate.z, up.z, limit, weight),
-                               ClampedSwiGluValue(gate.w, up.w, limit, weight));
-  StoreUnit(QuantizeLoaded(h), codes, scales, row, c, n, m_pad, fp4_order, lane);
+  int64_t row = 0, c = 0;
+  if (!WarpRowItem(m, n / kChunk, row_count, &row, &c)) return;  // uniform per warp
+  StoreUnit(SwiGluUnit(g, ldg, u, ldu, row, c, limit, row_weights, lane), codes, scales, row, c, n, m_pad, fp4_order,
+            lane);
 }
 
 // ---- 2. the GEMM --------------------------------------------------------------------------------

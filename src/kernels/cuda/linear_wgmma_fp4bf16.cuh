@@ -195,10 +195,8 @@ __global__ void __launch_bounds__(256) QuantizeRowsBf16Kernel(const float* __res
                                                               __nv_bfloat16* __restrict__ out) {
   PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t chunks = k / kChunk;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (item >= m_pad * chunks) return;  // uniform per warp
-  const int64_t row = item / chunks, c = item % chunks;
+  int64_t row = 0, c = 0;
+  if (!WarpRowItem(m_pad, k / kChunk, nullptr, &row, &c)) return;  // uniform per warp
   StoreUnitBf16(QuantizeLoaded(LoadUnit(x, ldx, m, row, c * kChunk + 4 * lane, x_vec)), out + row * k + c * kChunk,
                 lane);
 }
@@ -213,44 +211,29 @@ __global__ void __launch_bounds__(256) GatherQuantizeRowsBf16Kernel(
     const float* __restrict__ expert_weights, float* __restrict__ row_weights, __nv_bfloat16* __restrict__ out) {
   PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t chunks = k / kChunk;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (item >= max_rows * chunks) return;  // uniform per warp
-  const int64_t row = item / chunks, c = item % chunks;
-  if (row_count != nullptr && row >= *row_count) return;
-  const int32_t slot = sorted_slots[row];
-  if (slot < 0) return;
-  const int64_t token = slot / top_k;
-  // LoadUnit's row bound: the token's row is always within x (m = token + 1).
-  StoreUnitBf16(QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec)),
-                out + row * k + c * kChunk, lane);
+  int64_t row = 0, c = 0;
+  QuantizedUnit unit;
+  int32_t slot = 0;
+  if (!WarpRowItem(max_rows, k / kChunk, row_count, &row, &c) ||
+      !GatheredUnit(x, ldx, sorted_slots, top_k, row, c, x_vec, lane, &unit, &slot)) {
+    return;  // uniform per warp
+  }
+  StoreUnitBf16(unit, out + row * k + c * kChunk, lane);
   if (c == 0 && lane == 0 && row_weights != nullptr) row_weights[row] = expert_weights[slot];
 }
 
-// The MoE's clamped SwiGLU (swiglu.cuh: elementwise.cu's values) of gate row r and up row r, times
-// row_weights[r], act_quant'ed into out as QuantizeRowsBf16Kernel writes w2's input: rows r <
-// min(m, *row_count) (all m where row_count is null); other rows untouched. One warp per (row,
-// chunk), lane l the columns 4l .. 4l + 3; g and u rows 16-byte aligned (ldg, ldu multiples of 4).
+// SwiGluUnit's rows (the MoE's clamped SwiGLU times row_weights[r], act_quant'ed) written as
+// QuantizeRowsBf16Kernel writes w2's input: rows r < min(m, *row_count) (all m where row_count is
+// null); other rows untouched. One warp per (row, chunk); g and u rows 16-byte aligned.
 __global__ void __launch_bounds__(256) SwiGluQuantizeRowsBf16Kernel(
     const float* __restrict__ g, int64_t ldg, const float* __restrict__ u, int64_t ldu, int64_t m, int64_t n,
     float limit, const float* __restrict__ row_weights, const int32_t* __restrict__ row_count,
     __nv_bfloat16* __restrict__ out) {
   PdlPrologue();
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t chunks = n / kChunk;
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (item >= m * chunks) return;  // uniform per warp
-  const int64_t row = item / chunks, c = item % chunks;
-  if (row_count != nullptr && row >= *row_count) return;
-  const float weight = row_weights != nullptr ? row_weights[row] : 1.f;
-  const int64_t col = c * kChunk + 4 * lane;
-  const float4 gate = *reinterpret_cast<const float4*>(g + row * ldg + col);
-  const float4 up = *reinterpret_cast<const float4*>(u + row * ldu + col);
-  const float4 h = make_float4(ClampedSwiGluValue(gate.x, up.x, limit, weight),
-                               ClampedSwiGluValue(gate.y, up.y, limit, weight),
-                               ClampedSwiGluValue(gate.z, up.z, limit, weight),
-                               ClampedSwiGluValue(gate.w, up.w, limit, weight));
-  StoreUnitBf16(QuantizeLoaded(h), out + row * n + c * kChunk, lane);
+  int64_t row = 0, c = 0;
+  if (!WarpRowItem(m, n / kChunk, row_count, &row, &c)) return;  // uniform per warp
+  StoreUnitBf16(SwiGluUnit(g, ldg, u, ldu, row, c, limit, row_weights, lane), out + row * n + c * kChunk, lane);
 }
 
 }  // namespace fp4bf16

@@ -15,6 +15,25 @@ constexpr int kMaxTopK = 32;
 
 __device__ float Softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
+// p of one expert's logit under the sqrt-softplus or sigmoid score (softmax needs the row).
+__device__ __forceinline__ float ElementScore(RouterScoreFn score, float logit) {
+  return score == RouterScoreFn::kSqrtSoftplus ? sqrtf(Softplus(logit)) : 1.f / (1.f + expf(-logit));
+}
+
+// The top-k order: a larger key first, ties to the lower expert id.
+__device__ __forceinline__ void KeepBetter(float v, int i, float& best, int& best_id) {
+  if (v > best || (v == best && i < best_id)) best = v, best_id = i;
+}
+
+// The warp's best (key, id) of its lanes' (KeepBetter over shuffles).
+__device__ __forceinline__ void WarpBest(float& best, int& best_id) {
+  for (int off = kWarpSize / 2; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, best, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, best_id, off);
+    KeepBetter(ov, oi, best, best_id);
+  }
+}
+
 // One block per token. p (unbiased scores) and the biased keys live in shared memory; the top-k
 // is k rounds of a block arg-max over (key desc, id asc), which reproduces the CPU's
 // partial_sort order exactly.
@@ -49,9 +68,7 @@ __global__ void RouteKernel(const float* logits, const int32_t* token_ids, Devic
     __syncthreads();
     for (int i = threadIdx.x; i < e; i += blockDim.x) p[i] /= sum;
   } else {
-    for (int i = threadIdx.x; i < e; i += blockDim.x) {
-      p[i] = params.score == RouterScoreFn::kSqrtSoftplus ? sqrtf(Softplus(lr[i])) : 1.f / (1.f + expf(-lr[i]));
-    }
+    for (int i = threadIdx.x; i < e; i += blockDim.x) p[i] = ElementScore(params.score, lr[i]);
   }
   __syncthreads();
 
@@ -69,24 +86,15 @@ __global__ void RouteKernel(const float* logits, const int32_t* token_ids, Devic
     for (int round = 0; round < k; ++round) {
       float best = -INFINITY;
       int best_id = 0x7fffffff;
-      for (int i = threadIdx.x; i < e; i += blockDim.x) {
-        const float v = key[i];
-        if (v > best || (v == best && i < best_id)) best = v, best_id = i;
-      }
-      for (int off = kWarpSize / 2; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, best_id, off);
-        if (ov > best || (ov == best && oi < best_id)) best = ov, best_id = oi;
-      }
+      for (int i = threadIdx.x; i < e; i += blockDim.x) KeepBetter(key[i], i, best, best_id);
+      WarpBest(best, best_id);
       if (lane == 0) red_val[warp] = best, red_id[warp] = best_id;
       __syncthreads();
       if (threadIdx.x == 0) {
         const int warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
         float b = red_val[0];
         int bi = red_id[0];
-        for (int w = 1; w < warps; ++w) {
-          if (red_val[w] > b || (red_val[w] == b && red_id[w] < bi)) b = red_val[w], bi = red_id[w];
-        }
+        for (int w = 1; w < warps; ++w) KeepBetter(red_val[w], red_id[w], b, bi);
         chosen[round] = bi;
         key[bi] = -INFINITY;
         // All keys −inf (E < k cannot happen: checked on the host), so bi is a real id.
@@ -256,9 +264,7 @@ __device__ void RouteTokenInWarp(const float* logits, const int32_t* token_ids, 
     sum = __shfl_sync(0xffffffffu, sum, 0);
     for (int i = lane; i < e; i += kWarpSize) p[i] /= sum;
   } else {
-    for (int i = lane; i < e; i += kWarpSize) {
-      p[i] = params.score == RouterScoreFn::kSqrtSoftplus ? sqrtf(Softplus(lr[i])) : 1.f / (1.f + expf(-lr[i]));
-    }
+    for (int i = lane; i < e; i += kWarpSize) p[i] = ElementScore(params.score, lr[i]);
   }
   __syncwarp();
   if (params.tid2eid != nullptr) {
@@ -274,15 +280,8 @@ __device__ void RouteTokenInWarp(const float* logits, const int32_t* token_ids, 
     for (int round = 0; round < k; ++round) {
       float best = -INFINITY;
       int best_id = 0x7fffffff;
-      for (int i = lane; i < e; i += kWarpSize) {
-        const float v = key[i];
-        if (v > best || (v == best && i < best_id)) best = v, best_id = i;
-      }
-      for (int off = kWarpSize / 2; off > 0; off >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, off);
-        const int oi = __shfl_xor_sync(0xffffffffu, best_id, off);
-        if (ov > best || (ov == best && oi < best_id)) best = ov, best_id = oi;
-      }
+      for (int i = lane; i < e; i += kWarpSize) KeepBetter(key[i], i, best, best_id);
+      WarpBest(best, best_id);
       if (lane == 0) {
         ids[round] = best_id;
         key[best_id] = -INFINITY;
