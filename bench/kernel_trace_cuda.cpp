@@ -1,6 +1,5 @@
 // KernelTrace on CUPTI's activity API, dlopen'ed: the binary has no link-time dependency on it.
 #include <cupti_activity.h>
-#include <cxxabi.h>
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -10,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/demangle.h"
 #include "base/error.h"
 #include "bench/kernel_trace.h"
 
@@ -76,13 +76,6 @@ void Check(CUptiResult result, const char* what) {
   const char* text = nullptr;
   if (Cupti().GetResultString(result, &text) != CUPTI_SUCCESS) text = nullptr;
   DI_THROW("CUPTI {}: {} ({})", what, text != nullptr ? text : "unknown error", static_cast<int>(result));
-}
-
-std::string Demangled(const char* name) {
-  if (name == nullptr) return "?";
-  int status = 0;
-  std::unique_ptr<char, void (*)(void*)> plain(abi::__cxa_demangle(name, nullptr, nullptr, &status), std::free);
-  return status == 0 && plain ? std::string(plain.get()) : std::string(name);
 }
 
 // The records of the trace in progress, appended by CUPTI's buffer-completed callback (which may

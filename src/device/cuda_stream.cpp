@@ -2,8 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <cxxabi.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -12,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/demangle.h"
 #include "base/error.h"
 #include "base/switches.h"
 #include "device/cuda_error.h"
@@ -157,18 +156,14 @@ std::pair<std::string, std::string> KernelNodeName(cudaGraphNode_t node) {
     return {"?", "?"};
   }
   const char* mangled = nullptr;
-  std::string name = "?";
   if (cudaFuncGetName(&mangled, params.func) != cudaSuccess) {
     (void)cudaGetLastError();
-  } else if (mangled != nullptr) {
-    int status = 0;
-    std::unique_ptr<char, void (*)(void*)> plain(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
-    name = status == 0 && plain ? plain.get() : mangled;
+    mangled = nullptr;
   }
   char shape[128];
   std::snprintf(shape, sizeof shape, "grid %u,%u,%u block %u,%u,%u smem %u", params.gridDim.x, params.gridDim.y,
                 params.gridDim.z, params.blockDim.x, params.blockDim.y, params.blockDim.z, params.sharedMemBytes);
-  return {name, shape};
+  return {Demangled(mangled), shape};
 }
 
 // DEEPINFER_GRAPH_KERNELS=FILE: appends each captured graph's longest kernel path (one line a
@@ -178,16 +173,16 @@ void AppendGraphKernels(const char* file, const std::vector<cudaGraphNode_t>& no
                         const std::vector<size_t>& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(file, "a"), std::fclose);
   DI_CHECK(out != nullptr, "DEEPINFER_GRAPH_KERNELS: cannot open {} for appending", file);
+  std::map<size_t, std::pair<std::string, std::string>> names;  // kernel node -> (function, shape)
   std::map<std::string, size_t> by_function;
-  size_t kernels = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (!is_kernel[i]) continue;
-    ++kernels;
-    ++by_function[KernelNodeName(nodes[i]).first];
+    const auto& name = names.emplace(i, KernelNodeName(nodes[i])).first->second;
+    ++by_function[name.first];
   }
-  std::fprintf(out.get(), "graph nodes %zu kernels %zu longest_path %zu\n", nodes.size(), kernels, path.size());
+  std::fprintf(out.get(), "graph nodes %zu kernels %zu longest_path %zu\n", nodes.size(), names.size(), path.size());
   for (size_t place = 0; place < path.size(); ++place) {
-    const auto [name, shape] = KernelNodeName(nodes[path[place]]);
+    const auto& [name, shape] = names.at(path[place]);
     std::fprintf(out.get(), "path %zu\t%s\t%s\n", place, shape.c_str(), name.c_str());
   }
   for (const auto& [name, count] : by_function) std::fprintf(out.get(), "count %zu\t%s\n", count, name.c_str());

@@ -320,16 +320,34 @@ bool ExpertsLinearTakesBf16X(const OpContext& ctx, int64_t rows_bound, const Exp
   return false;
 }
 
+namespace {
+
+// The arguments of the gathers that write the experts' input into the codes: x f32 rows of d
+// columns, I32 slots (their count the bound) and offsets [E+1], a row weight a slot.
+struct GatherIntoCodesShape {
+  int64_t d, bound, num_experts;
+};
+GatherIntoCodesShape CheckGatherIntoCodes(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots,
+                                          const TensorView& offsets, const TensorView& expert_weights,
+                                          const TensorView& codes, const TensorView& row_weights) {
+  CheckDevice(ctx, "moe_gather", {&x, &sorted_slots, &offsets, &expert_weights, &codes, &row_weights});
+  const GatherIntoCodesShape shape{x.ndim() == 2 ? x.size(1) : 0, sorted_slots.numel(), offsets.numel() - 1};
+  DI_CHECK(x.ndim() == 2 && x.dtype() == DType::kF32 && x.stride(1) == 1, "moe_gather: x {} must be f32 rows",
+           x.ShapeString());
+  DI_CHECK(sorted_slots.dtype() == DType::kI32 && offsets.dtype() == DType::kI32 && shape.num_experts >= 0 &&
+               row_weights.numel() >= shape.bound,
+           "moe_gather: I32 slots and offsets [E+1], and {} row weights for {} slots", row_weights.numel(),
+           shape.bound);
+  return shape;
+}
+
+}  // namespace
+
 void MoeGatherBf16(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots, const TensorView& offsets,
                    int64_t top_k, const TensorView& expert_weights, const TensorView& codes,
                    const TensorView& row_weights) {
-  CheckDevice(ctx, "moe_gather", {&x, &sorted_slots, &offsets, &expert_weights, &codes, &row_weights});
-  const int64_t d = x.ndim() == 2 ? x.size(1) : 0, bound = sorted_slots.numel(), num_experts = offsets.numel() - 1;
-  DI_CHECK(x.ndim() == 2 && x.dtype() == DType::kF32 && x.stride(1) == 1, "moe_gather: x {} must be f32 rows",
-           x.ShapeString());
-  DI_CHECK(sorted_slots.dtype() == DType::kI32 && offsets.dtype() == DType::kI32 && num_experts >= 0 &&
-               row_weights.numel() >= bound,
-           "moe_gather: I32 slots and offsets [E+1], and {} row weights for {} slots", row_weights.numel(), bound);
+  [[maybe_unused]] const auto [d, bound, num_experts] =  // read on CUDA only
+      CheckGatherIntoCodes(ctx, x, sorted_slots, offsets, expert_weights, codes, row_weights);
   DI_ON_CUDA(ctx, "moe_gather",
              cuda::GatherQuantizeRowsBf16(x.data<float>(), x.stride(0), d, sorted_slots.data<int32_t>(),
                                           offsets.data<int32_t>() + num_experts, top_k, bound,
@@ -357,14 +375,9 @@ bool ExpertsLinearTakesFp8Codes(const OpContext& ctx, int64_t rows_bound, const 
 void MoeGatherFp8Codes(const OpContext& ctx, const TensorView& x, const TensorView& sorted_slots,
                        const TensorView& offsets, int64_t top_k, const TensorView& expert_weights,
                        const ExpertsWeight& w, const TensorView& codes, const TensorView& row_weights) {
-  CheckDevice(ctx, "moe_gather", {&x, &sorted_slots, &offsets, &expert_weights, &codes, &row_weights});
-  const int64_t d = x.ndim() == 2 ? x.size(1) : 0, bound = sorted_slots.numel(), num_experts = offsets.numel() - 1;
-  DI_CHECK(x.ndim() == 2 && x.dtype() == DType::kF32 && x.stride(1) == 1, "moe_gather: x {} must be f32 rows",
-           x.ShapeString());
-  DI_CHECK(sorted_slots.dtype() == DType::kI32 && offsets.dtype() == DType::kI32 && num_experts >= 0 &&
-               row_weights.numel() >= bound && !w.experts.empty(),
-           "moe_gather: I32 slots and offsets [E+1], {} row weights for {} slots, and the experts", row_weights.numel(),
-           bound);
+  [[maybe_unused]] const auto [d, bound, num_experts] =  // read on CUDA only
+      CheckGatherIntoCodes(ctx, x, sorted_slots, offsets, expert_weights, codes, row_weights);
+  DI_CHECK(!w.experts.empty(), "moe_gather: no experts to write the codes for");
   DI_ON_CUDA(ctx, "moe_gather",
              cuda::GatherQuantizeRows(x.data<float>(), x.stride(0), d, sorted_slots.data<int32_t>(),
                                       offsets.data<int32_t>() + num_experts, top_k, bound,

@@ -920,6 +920,17 @@ RoutedSlots RouteTokens(int64_t tokens, int64_t top_k, int64_t experts, uint64_t
   return r;
 }
 
+// MoeGather's rows on the host: row r of the result is token sorted_slots[r] / top_k's row of x
+// (rows of k floats).
+std::vector<float> GatheredRows(const std::vector<float>& x, const std::vector<int32_t>& sorted_slots, int64_t top_k,
+                                int64_t k) {
+  std::vector<float> xe(sorted_slots.size() * static_cast<size_t>(k));
+  for (size_t r = 0; r < sorted_slots.size(); ++r) {
+    std::copy_n(x.begin() + (sorted_slots[r] / top_k) * k, k, xe.begin() + static_cast<int64_t>(r) * k);
+  }
+  return xe;
+}
+
 // The gather that writes the BF16 kernel's x itself (cuda::GatherQuantizeRowsBf16, the MoE's
 // x_in_codes) gives the bits of the gathered f32 rows quantized inside ExpertsLinear, and
 // MoeGather's row weights: 200 tokens routed top-3 over 9 FP4 experts (above 64 rows an expert, so
@@ -944,10 +955,7 @@ TEST(CudaExpertsLinearFp8, GatheredBf16RowsGiveTheSameBits) {
       SCOPED_TRACE(testing::Message() << tokens << "-token tiles, K " << k);
       ExpertPool pool(kFp4, kExperts, kN, k, ++seed);
       const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens * k), ++seed);
-      std::vector<float> xe(static_cast<size_t>(bound * k));
-      for (int64_t r = 0; r < bound; ++r) {
-        std::copy_n(x.begin() + (sorted_slots[r] / kTopK) * k, k, xe.begin() + r * k);
-      }
+      const std::vector<float> xe = GatheredRows(x, sorted_slots, kTopK, k);
       DeviceArray<float> dx(x), dxe(xe), dy_in(static_cast<size_t>(bound * kN)), dy_codes(dy_in.size());
       DeviceArray<float> drow_weights(static_cast<size_t>(bound));
       DeviceArray<uint8_t> scratch(cuda::ExpertsLinearScratchBytes(bound, kExperts));
@@ -1010,10 +1018,7 @@ TEST(CudaExpertsLinearFp8, Fp8CodesFromTheGatherAndSwiGluGiveTheSameBits) {
         SCOPED_TRACE(testing::Message() << tokens << " tokens, " << spec.name << ", K " << k);
         ExpertPool pool(spec, kExperts, kN, k, ++seed);
         const std::vector<float> x = RandomFloats(static_cast<size_t>(tokens * k), ++seed);
-        std::vector<float> xe(static_cast<size_t>(bound * k));
-        for (int64_t r = 0; r < bound; ++r) {
-          std::copy_n(x.begin() + (sorted_slots[r] / kTopK) * k, k, xe.begin() + r * k);
-        }
+        const std::vector<float> xe = GatheredRows(x, sorted_slots, kTopK, k);
         std::vector<float> gate = RandomFloats(static_cast<size_t>(bound * k), ++seed);
         for (float& v : gate) v *= 12.f;  // past the clamp
         const std::vector<float> up = RandomFloats(static_cast<size_t>(bound * k), ++seed);

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/switches.h"
 #include "kernels/cpu/fp4_fold.h"
 #include "kernels/cpu/ue8m0.h"
 #include "kernels/cuda/bf16_split.cuh"
@@ -3399,19 +3400,6 @@ struct WgmmaLinearLayout {
   size_t bytes = 0;         // in all
 };
 
-// A count from the environment (read by the caller once): `unset` where `name` is unset or empty,
-// else its decimal value of at most 9 digits; anything else is an error naming `what` it counts.
-int64_t EnvCount(const char* name, int64_t unset, const char* what) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return unset;
-  const std::string text(v);
-  if (text.size() > 9 || text.find_first_not_of("0123456789") != std::string::npos) {
-    const std::string message = std::string(name) + " must be a count of " + what + ", got '" + text + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::Linear", message.c_str());
-  }
-  return static_cast<int64_t>(std::stoll(text));
-}
-
 // DEEPINFER_LINEAR_SLICE_MAX_ROWS=R (read once; unset: 64): Linear's wgmma products of more than
 // R rows are never split into K slices (those of at most R rows are, where their blocks of whole
 // rows number fewer than the device's SMs). Each split block writes its 512-column slice's partial
@@ -3426,7 +3414,8 @@ int64_t EnvCount(const char* name, int64_t unset, const char* what) {
 std::atomic<int64_t> g_linear_slice_max_rows_for_testing{-1};
 
 int64_t LinearSliceMaxRows() {
-  static const int64_t rows = EnvCount("DEEPINFER_LINEAR_SLICE_MAX_ROWS", 64, "rows");
+  static const int64_t rows = ParseCountSwitch("DEEPINFER_LINEAR_SLICE_MAX_ROWS",
+                                               std::getenv("DEEPINFER_LINEAR_SLICE_MAX_ROWS"), 64, "a count of rows");
   const int64_t chosen = g_linear_slice_max_rows_for_testing.load();
   return chosen >= 0 ? chosen : rows;
 }
@@ -3437,7 +3426,8 @@ int64_t LinearSliceMaxRows() {
 // 19.5 against 7.8 + 5.2 us, 19.7 against 10.2 + 6.2), their few blocks bound by the MMAs; the
 // products of 64 blocks or more ran 2-2.6 times faster unsplit. Off until measured in a step.
 int64_t LinearSliceMinBlocks() {
-  static const int64_t blocks = EnvCount("DEEPINFER_LINEAR_SLICE_MIN_BLOCKS", 0, "blocks");
+  static const int64_t blocks = ParseCountSwitch(
+      "DEEPINFER_LINEAR_SLICE_MIN_BLOCKS", std::getenv("DEEPINFER_LINEAR_SLICE_MIN_BLOCKS"), 0, "a count of blocks");
   return blocks;
 }
 
@@ -5584,21 +5574,48 @@ bool ExpertsLinearTakesFp8Codes(int64_t rows_bound, int64_t num_experts, const D
 
 void SetExpertsXCodesForTesting(int mode) { g_experts_x_codes.SetForTesting(mode, "SetExpertsXCodesForTesting"); }
 
+// The arguments of the MoE gathers that act_quant x's rows into the codes (`what`: the caller, for
+// the message); returns their launch's blocks (a warp a row and chunk, 8 a block).
+int64_t GatherIntoCodesBlocks(const char* what, const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots,
+                              int64_t top_k, int64_t max_rows, const float* expert_weights, const float* row_weights,
+                              const void* codes) {
+  const std::string name(what);
+  if (x == nullptr || sorted_slots == nullptr || codes == nullptr ||
+      (row_weights != nullptr && expert_weights == nullptr)) {
+    Fail((name + ": null x, slots, codes or expert weights").c_str());
+  }
+  if (d <= 0 || d % wgmma::kChunk != 0 || ldx < d || top_k <= 0) {
+    Fail((name + ": d must be a positive multiple of 128 within ldx, top_k positive").c_str());
+  }
+  const int64_t blocks = CeilDiv(max_rows * (d / wgmma::kChunk), 256 / kWarpSize);
+  if (blocks > 0x7fffffff) Fail((name + ": too many rows for one launch").c_str());
+  return blocks;
+}
+
+// The arguments of the MoE SwiGLUs that act_quant w2's input into the codes; returns their launch's
+// blocks.
+int64_t SwiGluIntoCodesBlocks(const char* what, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t m,
+                              int64_t n, const void* codes) {
+  const std::string name(what);
+  if (g == nullptr || u == nullptr || codes == nullptr) Fail((name + ": null g, u or codes").c_str());
+  if (n <= 0 || n % wgmma::kChunk != 0 || ldg < n || ldu < n || ldg % 4 != 0 || ldu % 4 != 0 ||
+      !Aligned(g, 0, 16) || !Aligned(u, 0, 16)) {
+    Fail((name + ": n must be a positive multiple of 128, g and u rows 16-byte aligned").c_str());
+  }
+  const int64_t blocks = CeilDiv(m * (n / wgmma::kChunk), 256 / kWarpSize);
+  if (blocks > 0x7fffffff) Fail((name + ": too many rows for one launch").c_str());
+  return blocks;
+}
+
 void GatherQuantizeRows(const float* x, int64_t ldx, int64_t d, const int32_t* sorted_slots, const int32_t* row_count,
                         int64_t top_k, int64_t max_rows, const float* expert_weights, float* row_weights,
                         const DeviceWeight& layout, void* codes, size_t codes_bytes, cudaStream_t stream) {
   if (max_rows <= 0) return;
-  if (x == nullptr || sorted_slots == nullptr || codes == nullptr ||
-      (row_weights != nullptr && expert_weights == nullptr)) {
-    Fail("GatherQuantizeRows: null x, slots, codes or expert weights");
-  }
-  if (d <= 0 || d % wgmma::kChunk != 0 || ldx < d || top_k <= 0 || d != layout.in_features) {
-    Fail("GatherQuantizeRows: d must be the experts' K, a positive multiple of 128 within ldx; top_k positive");
-  }
+  const int64_t blocks = GatherIntoCodesBlocks("GatherQuantizeRows", x, ldx, d, sorted_slots, top_k, max_rows,
+                                               expert_weights, row_weights, codes);
+  if (d != layout.in_features) Fail("GatherQuantizeRows: d must be the experts' K");
   const int64_t m_pad = wgmma::ExpertsPaddedRows(max_rows);
   if (codes_bytes < wgmma::ScratchBytesForPaddedRows(m_pad, d)) Fail("GatherQuantizeRows: codes too small");
-  const int64_t blocks = CeilDiv(max_rows * (d / wgmma::kChunk), 256 / kWarpSize);
-  if (blocks > 0x7fffffff) Fail("GatherQuantizeRows: too many rows for one launch");
   const wgmma::GemmArgs a = wgmma::ScratchLayout(codes, m_pad, d);
   wgmma::GatherQuantizeRowsKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
       x, ldx, d, sorted_slots, row_count, top_k, max_rows, m_pad, Aligned(x, ldx * 4, 16),
@@ -5611,15 +5628,10 @@ void SwiGluQuantizeRows(const float* g, int64_t ldg, const float* u, int64_t ldu
                         const float* row_weights, const int32_t* row_count, const DeviceWeight& layout, void* codes,
                         size_t codes_bytes, cudaStream_t stream) {
   if (m <= 0) return;
-  if (g == nullptr || u == nullptr || codes == nullptr) Fail("SwiGluQuantizeRows: null g, u or codes");
-  if (n <= 0 || n % wgmma::kChunk != 0 || ldg < n || ldu < n || ldg % 4 != 0 || ldu % 4 != 0 ||
-      !Aligned(g, 0, 16) || !Aligned(u, 0, 16) || n != layout.in_features) {
-    Fail("SwiGluQuantizeRows: n must be the experts' K, a positive multiple of 128; g and u rows 16-byte aligned");
-  }
+  const int64_t blocks = SwiGluIntoCodesBlocks("SwiGluQuantizeRows", g, ldg, u, ldu, m, n, codes);
+  if (n != layout.in_features) Fail("SwiGluQuantizeRows: n must be the experts' K");
   const int64_t m_pad = wgmma::ExpertsPaddedRows(m);
   if (codes_bytes < wgmma::ScratchBytesForPaddedRows(m_pad, n)) Fail("SwiGluQuantizeRows: codes too small");
-  const int64_t blocks = CeilDiv(m * (n / wgmma::kChunk), 256 / kWarpSize);
-  if (blocks > 0x7fffffff) Fail("SwiGluQuantizeRows: too many rows for one launch");
   const wgmma::GemmArgs a = wgmma::ScratchLayout(codes, m_pad, n);
   wgmma::SwiGluQuantizeRowsKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
       g, ldg, u, ldu, m, n, m_pad, limit, row_weights, row_count, KindOf(layout) == Kind::kFp4,
@@ -5747,16 +5759,9 @@ void GatherQuantizeRowsBf16(const float* x, int64_t ldx, int64_t d, const int32_
                             const int32_t* row_count, int64_t top_k, int64_t max_rows, const float* expert_weights,
                             float* row_weights, void* codes, size_t codes_bytes, cudaStream_t stream) {
   if (max_rows <= 0) return;
-  if (x == nullptr || sorted_slots == nullptr || codes == nullptr ||
-      (row_weights != nullptr && expert_weights == nullptr)) {
-    Fail("GatherQuantizeRowsBf16: null x, slots, codes or expert weights");
-  }
-  if (d <= 0 || d % wgmma::kChunk != 0 || ldx < d || top_k <= 0) {
-    Fail("GatherQuantizeRowsBf16: d must be a positive multiple of 128 within ldx, top_k positive");
-  }
+  const int64_t blocks = GatherIntoCodesBlocks("GatherQuantizeRowsBf16", x, ldx, d, sorted_slots, top_k, max_rows,
+                                               expert_weights, row_weights, codes);
   if (static_cast<int64_t>(codes_bytes) < Fp4Bf16XBytes(max_rows, d)) Fail("GatherQuantizeRowsBf16: codes too small");
-  const int64_t blocks = CeilDiv(max_rows * (d / wgmma::kChunk), 256 / kWarpSize);
-  if (blocks > 0x7fffffff) Fail("GatherQuantizeRowsBf16: too many rows for one launch");
   wgmma::fp4bf16::GatherQuantizeRowsBf16Kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
       x, ldx, d, sorted_slots, row_count, top_k, max_rows, Aligned(x, ldx * 4, 16), expert_weights, row_weights,
       static_cast<__nv_bfloat16*>(codes));
@@ -5772,14 +5777,8 @@ void SwiGluQuantizeRowsBf16(const float* g, int64_t ldg, const float* u, int64_t
                             float limit, const float* row_weights, const int32_t* row_count, void* codes,
                             size_t codes_bytes, cudaStream_t stream) {
   if (m <= 0) return;
-  if (g == nullptr || u == nullptr || codes == nullptr) Fail("SwiGluQuantizeRowsBf16: null g, u or codes");
-  if (n <= 0 || n % wgmma::kChunk != 0 || ldg < n || ldu < n || ldg % 4 != 0 || ldu % 4 != 0 ||
-      !Aligned(g, 0, 16) || !Aligned(u, 0, 16)) {
-    Fail("SwiGluQuantizeRowsBf16: n must be a positive multiple of 128, g and u rows 16-byte aligned");
-  }
+  const int64_t blocks = SwiGluIntoCodesBlocks("SwiGluQuantizeRowsBf16", g, ldg, u, ldu, m, n, codes);
   if (static_cast<int64_t>(codes_bytes) < Fp4Bf16XBytes(m, n)) Fail("SwiGluQuantizeRowsBf16: codes too small");
-  const int64_t blocks = CeilDiv(m * (n / wgmma::kChunk), 256 / kWarpSize);
-  if (blocks > 0x7fffffff) Fail("SwiGluQuantizeRowsBf16: too many rows for one launch");
   wgmma::fp4bf16::SwiGluQuantizeRowsBf16Kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
       g, ldg, u, ldu, m, n, limit, row_weights, row_count, static_cast<__nv_bfloat16*>(codes));
   DI_CUDA_LAUNCH_CHECK("cuda::SwiGluQuantizeRowsBf16");

@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <string>
+
+#include "base/switches.h"
 
 namespace deepinfer::cuda {
 
@@ -31,6 +32,23 @@ __device__ __forceinline__ void WarpBest(float& best, int& best_id) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, off);
     const int oi = __shfl_xor_sync(0xffffffffu, best_id, off);
     KeepBetter(ov, oi, best, best_id);
+  }
+}
+
+// The weights of a token's chosen experts `ids` (k of them; -1: none, NaN weight): p[id] each, their
+// sum in choice order, divided by it where the params normalize (not softmax), times route_scale.
+// One thread.
+__device__ void RouteWeights(const int32_t* ids, const float* p, const DeviceRouterParams& params, float* w) {
+  const int k = static_cast<int>(params.top_k);
+  float sum = 0.f;
+  for (int j = 0; j < k; ++j) {
+    w[j] = ids[j] >= 0 ? p[ids[j]] : __int_as_float(0x7fc00000);
+    sum += w[j];
+  }
+  const bool normalize = params.normalize && params.score != RouterScoreFn::kSoftmax;
+  for (int j = 0; j < k; ++j) {
+    if (normalize) w[j] /= sum;
+    w[j] *= params.route_scale;
   }
 }
 
@@ -105,19 +123,22 @@ __global__ void RouteKernel(const float* logits, const int32_t* token_ids, Devic
   __syncthreads();
   if (threadIdx.x == 0) {
     int32_t* ids = expert_ids + static_cast<int64_t>(blockIdx.x) * k;
-    float* w = expert_weights + static_cast<int64_t>(blockIdx.x) * k;
-    float sum = 0.f;
-    for (int j = 0; j < k; ++j) {
-      ids[j] = chosen[j];
-      w[j] = chosen[j] >= 0 ? p[chosen[j]] : __int_as_float(0x7fc00000);
-      sum += w[j];
-    }
-    const bool normalize = params.normalize && params.score != RouterScoreFn::kSoftmax;
-    for (int j = 0; j < k; ++j) {
-      if (normalize) w[j] /= sum;
-      w[j] *= params.route_scale;
-    }
+    for (int j = 0; j < k; ++j) ids[j] = chosen[j];
+    RouteWeights(chosen, p, params, expert_weights + static_cast<int64_t>(blockIdx.x) * k);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Route's limits on its parameters and m (> 0) tokens.
+void CheckRoute(const DeviceRouterParams& params, int64_t m) {
+  if (params.num_experts <= 0 || params.num_experts > 1024 || params.top_k <= 0 || params.top_k > kMaxTopK ||
+      params.top_k > params.num_experts) {
+    ThrowCudaError(__FILE__, __LINE__, "route", "need 0 < top_k <= min(32, num_experts) and num_experts <= 1024");
+  }
+  if (m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "route", "more than 2^31 tokens");
 }
 
 }  // namespace
@@ -125,11 +146,7 @@ __global__ void RouteKernel(const float* logits, const int32_t* token_ids, Devic
 void Route(const float* logits, int64_t m, const int32_t* token_ids, const DeviceRouterParams& params,
            int32_t* expert_ids, float* expert_weights, cudaStream_t stream) {
   if (m == 0) return;
-  if (params.num_experts <= 0 || params.num_experts > 1024 || params.top_k <= 0 || params.top_k > kMaxTopK ||
-      params.top_k > params.num_experts) {
-    ThrowCudaError(__FILE__, __LINE__, "route", "need 0 < top_k <= min(32, num_experts) and num_experts <= 1024");
-  }
-  if (m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, "route", "more than 2^31 tokens");
+  CheckRoute(params, m);
   const size_t smem = 2 * static_cast<size_t>(params.num_experts) * sizeof(float);
   RouteKernel<<<static_cast<unsigned>(m), kRouteThreads, smem, stream>>>(logits, token_ids, params, expert_ids,
                                                                         expert_weights);
@@ -290,18 +307,7 @@ __device__ void RouteTokenInWarp(const float* logits, const int32_t* token_ids, 
     }
   }
   __syncwarp();
-  if (lane == 0) {
-    float sum = 0.f;
-    for (int j = 0; j < k; ++j) {
-      w[j] = ids[j] >= 0 ? p[ids[j]] : __int_as_float(0x7fc00000);
-      sum += w[j];
-    }
-    const bool normalize = params.normalize && params.score != RouterScoreFn::kSoftmax;
-    for (int j = 0; j < k; ++j) {
-      if (normalize) w[j] /= sum;
-      w[j] *= params.route_scale;
-    }
-  }
+  if (lane == 0) RouteWeights(ids, p, params, w);
 }
 
 // Route then MoeAlign for at most kRouteAlignMaxTokens tokens in one block of kAlignThreads: warp
@@ -540,13 +546,7 @@ void MoeAlign(const int32_t* expert_ids, int64_t m, int64_t top_k, int64_t num_e
 std::atomic<int> g_route_align_for_testing{-1};
 
 bool RouteAlignOn() {
-  static const bool on = [] {
-    const char* v = std::getenv("DEEPINFER_ROUTE_ALIGN");
-    if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
-    if (std::string(v) == "1") return true;
-    ThrowCudaError(__FILE__, __LINE__, "route", (std::string("DEEPINFER_ROUTE_ALIGN must be 0 or 1, got '") + v +
-                                                 "'").c_str());
-  }();
+  static const bool on = ParseOnOffSwitch("DEEPINFER_ROUTE_ALIGN", std::getenv("DEEPINFER_ROUTE_ALIGN"), false);
   const int test = g_route_align_for_testing.load();
   return test >= 0 ? test == 1 : on;
 }
@@ -556,10 +556,9 @@ void SetRouteAlignForTesting(int mode) { g_route_align_for_testing.store(mode < 
 bool RouteAndAlign(const float* logits, int64_t m, const int32_t* token_ids, const DeviceRouterParams& params,
                    int32_t* expert_ids, float* expert_weights, int32_t* expert_offsets, int32_t* sorted_slots,
                    int32_t* slot_rows, void* scratch, cudaStream_t stream) {
+  if (m > 0) CheckRoute(params, m);
   const size_t route_bytes = static_cast<size_t>(m) * 2 * static_cast<size_t>(params.num_experts) * sizeof(float);
-  const bool one_launch = RouteAlignOn() && m > 0 && m <= kRouteAlignMaxTokens && params.num_experts > 0 &&
-                          params.num_experts <= 1024 && params.top_k > 0 && params.top_k <= kMaxTopK &&
-                          params.top_k <= params.num_experts && route_bytes <= 32 * 1024 &&
+  const bool one_launch = RouteAlignOn() && m > 0 && m <= kRouteAlignMaxTokens && route_bytes <= 32 * 1024 &&
                           m * params.top_k < kMoeAlignDeviceSlots;
   if (!one_launch) {
     Route(logits, m, token_ids, params, expert_ids, expert_weights, stream);
