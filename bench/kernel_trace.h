@@ -1,6 +1,7 @@
 // A timeline of the kernels a stretch of device work ran, from CUPTI's activity records
 // (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: each kernel's start and end in device nanoseconds, its
-// stream and grid, inside CUDA graphs too), for reading where a replayed step's time goes
+// stream and grid, inside CUDA graphs too; and the copies and memsets, named "[memcpy HtoD N B]"
+// or "[memset N B]" with grid 0,0,0), for reading where a replayed step's time goes
 // (tools/kernel_trace.py). CUPTI is dlopen'ed at run time (DEEPINFER_CUPTI names the library,
 // else libcupti.so.13 on the loader's path or the CUDA toolkit's); the CPU build has no tracer.
 #pragma once

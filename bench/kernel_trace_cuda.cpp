@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "base/demangle.h"
 #include "base/error.h"
 #include "bench/kernel_trace.h"
@@ -92,10 +94,47 @@ void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_record
   *max_records = 0;  // as many as fit
 }
 
+// The activity kinds a trace records: kernels, and the copies and memsets between them (a graph's
+// upload nodes), which take a place on the timeline without being kernels.
+constexpr CUpti_ActivityKind kTracedKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                               CUPTI_ACTIVITY_KIND_MEMSET};
+
+const char* CopyDirection(uint8_t kind) {
+  switch (kind) {
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOD: return "HtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOH: return "DtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_DTOD: return "DtoD";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_HTOH: return "HtoH";
+    case CUPTI_ACTIVITY_MEMCPY_KIND_PTOP: return "PtoP";
+    default: return "other";
+  }
+}
+
+// A copy or memset as a record of the trace: its name in brackets with its bytes, grid 0,0,0.
+TracedKernel CopyRecord(std::string name, uint64_t start, uint64_t end, uint32_t stream) {
+  TracedKernel t;
+  t.name = std::move(name);
+  t.start_ns = start;
+  t.end_ns = end;
+  t.stream = stream;
+  return t;
+}
+
 void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
   std::vector<TracedKernel> kernels;
   CUpti_Activity* record = nullptr;
   while (valid > 0 && Cupti().ActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* c = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      kernels.push_back(CopyRecord(fmt::format("[memcpy {} {} B]", CopyDirection(c->copyKind), c->bytes), c->start,
+                                   c->end, c->streamId));
+      continue;
+    }
+    if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      kernels.push_back(CopyRecord(fmt::format("[memset {} B]", m->bytes), m->start, m->end, m->streamId));
+      continue;
+    }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     // Later CUPTI versions append fields to this record, so the header's version reads them.
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
@@ -127,7 +166,7 @@ class CuptiKernelTrace final : public KernelTrace {
     DI_CHECK(!stopped_, "a kernel trace stopped twice");
     stopped_ = true;
     Check(Cupti().ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "flush");
-    Check(Cupti().ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "disable");
+    for (const CUpti_ActivityKind kind : kTracedKinds) Check(Cupti().ActivityDisable(kind), "disable");
     std::lock_guard<std::mutex> lock(g_mutex);
     g_tracing = false;
     return std::exchange(g_kernels, {});
@@ -148,12 +187,15 @@ std::unique_ptr<KernelTrace> KernelTrace::Start() {
     g_tracing = true;
     g_kernels.clear();
   }
-  const CUptiResult enabled = Cupti().ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-  if (enabled != CUPTI_SUCCESS) {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    g_tracing = false;
+  for (const CUpti_ActivityKind kind : kTracedKinds) {
+    const CUptiResult enabled = Cupti().ActivityEnable(kind);
+    if (enabled != CUPTI_SUCCESS) {
+      for (const CUpti_ActivityKind other : kTracedKinds) Cupti().ActivityDisable(other);
+      std::lock_guard<std::mutex> lock(g_mutex);
+      g_tracing = false;
+    }
+    Check(enabled, "enable activity records");
   }
-  Check(enabled, "enable concurrent-kernel records");
   return std::make_unique<CuptiKernelTrace>();
 }
 

@@ -15,6 +15,7 @@
 #include "device/cuda_stream.h"
 #include "device/graph_paths.h"
 #include "kernels/cpu/hash_uniform.h"
+#include "model/workspace.h"
 #include "ops/ops.h"
 
 namespace deepinfer::bench {
@@ -107,6 +108,11 @@ void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int ite
   PinnedBuffer staging(std::max<size_t>(model.LastStepStagedBytes(), 1));
   b.graph_staging = staging.data();
   b.graph_staging_bytes = staging.size();
+  Buffer uploads;
+  if (GraphUploadsInOneCopy()) {
+    uploads = Buffer(staging.size(), op.device);
+    b.graph_uploads = uploads.data();
+  }
   CudaGraph graph;
   CudaGraph::BeginCapture(op.stream);
   try {
@@ -118,6 +124,7 @@ void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int ite
       // The forward's error is the one to report.
     }
     b.graph_staging = nullptr;
+    b.graph_uploads = nullptr;
     throw;
   }
   graph.EndCapture(op.stream, ProgrammaticEdgesForTokens(b.num_tokens));
@@ -144,6 +151,7 @@ void TimeGraph(const Model& model, Step& step, const ops::OpContext& op, int ite
   }
   b.graph_staging = nullptr;
   b.graph_staging_bytes = 0;
+  b.graph_uploads = nullptr;
   b.static_max_context = 0;
   p.graph_kernels = static_cast<int64_t>(graph.KernelNodes());
   p.graph_nodes = static_cast<int64_t>(graph.Nodes());

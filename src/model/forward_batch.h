@@ -50,6 +50,10 @@ struct ForwardBatch {
   // how much a step staged.
   void* graph_staging = nullptr;
   size_t graph_staging_bytes = 0;
+  // With graph_staging: device memory of graph_staging_bytes (owned by the graph beside its
+  // staging) that the step's uploads go to in one copy at its start (Workspace::ResetForGraph);
+  // null: one copy per upload.
+  void* graph_uploads = nullptr;
   bool record_only = false;
   // CUDA: times every op of the step (benchmarks); the model sets its scope per layer.
   ops::OpProfiler* profiler = nullptr;

@@ -1,9 +1,11 @@
 #include "model/workspace.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
+#include "base/switches.h"
 #include "ops/ops.h"
 
 namespace deepinfer {
@@ -15,6 +17,11 @@ constexpr size_t kMinStagingBytes = size_t{1} << 20;
 constexpr size_t kDirectUploadBytes = size_t{64} << 10;
 size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment; }
 }  // namespace
+
+bool GraphUploadsInOneCopy() {
+  static const bool on = ParseOnOffSwitch("DEEPINFER_GRAPH_ONE_UPLOAD", std::getenv("DEEPINFER_GRAPH_ONE_UPLOAD"), true);
+  return on;
+}
 
 Workspace::Workspace(DeviceId device) : device_(device) {}
 
@@ -80,8 +87,16 @@ TensorView Workspace::Alloc(DType dtype, std::initializer_list<int64_t> shape) {
 
 TensorView Workspace::Upload(const ops::OpContext& ctx, const void* host, DType dtype,
                              std::initializer_list<int64_t> shape) {
-  TensorView t = Alloc(dtype, shape);
   const size_t offset = staged_bytes_;
+  if (graph_uploads_ != nullptr) {  // the slice of the one copy ResetForGraph queued
+    const TensorView shaped(nullptr, dtype, shape);
+    staged_bytes_ += Aligned(shaped.nbytes());
+    DI_CHECK(staged_bytes_ <= graph_staging_bytes_, "graph staging of {} bytes is too small: the step uploads more",
+             graph_staging_bytes_);
+    std::memcpy(graph_staging_ + offset, host, shaped.nbytes());
+    return TensorView(graph_uploads_ + offset, dtype, shape, device_);
+  }
+  TensorView t = Alloc(dtype, shape);
   staged_bytes_ += Aligned(t.nbytes());
   if (graph_staging_ != nullptr) {
     DI_CHECK(staged_bytes_ <= graph_staging_bytes_, "graph staging of {} bytes is too small: the step uploads more",
@@ -100,13 +115,15 @@ TensorView Workspace::Upload(const ops::OpContext& ctx, const void* host, DType 
   return t;
 }
 
-void Workspace::ResetForGraph(void* staging, size_t bytes) {
+void Workspace::ResetForGraph(const ops::OpContext& ctx, void* staging, size_t bytes, void* uploads) {
   DI_CHECK(!device_.is_cpu() && staging != nullptr, "graph staging is for a CUDA workspace");
   for (Chunk& c : chunks_) c.used = 0;
   in_use_ = peak_in_use_ = 0;
   staged_bytes_ = 0;
   graph_staging_ = static_cast<char*>(staging);
   graph_staging_bytes_ = bytes;
+  graph_uploads_ = static_cast<char*>(uploads);
+  if (uploads != nullptr) ops::CopyBytesAsync(ctx, uploads, staging, bytes);
 }
 
 void Workspace::Reset(const ops::OpContext& ctx) {
@@ -116,6 +133,7 @@ void Workspace::Reset(const ops::OpContext& ctx) {
   in_use_ = peak_in_use_ = 0;
   staged_bytes_ = 0;
   graph_staging_ = nullptr;
+  graph_uploads_ = nullptr;
   if (device_.is_cpu()) return;
   Staging& done = staging_[current_];
   if (!done.drained) done.drained = std::make_unique<CudaEvent>();

@@ -19,6 +19,11 @@
 
 namespace deepinfer {
 
+// DEEPINFER_GRAPH_ONE_UPLOAD (read once; unset or 1: on, 0: off): whether a CUDA-graph step's
+// uploads are one copy at its start into a device area its owner keeps beside the staging
+// (Workspace::ResetForGraph's `uploads`), instead of one copy node per upload.
+bool GraphUploadsInOneCopy();
+
 class Workspace {
  public:
   explicit Workspace(DeviceId device);
@@ -35,7 +40,12 @@ class Workspace {
   void Reset(const ops::OpContext& ctx);
   // The same for a CUDA-graph step: until the next Reset every upload is copied into `staging`
   // (page-locked, `bytes` long) at consecutive offsets, whatever its size, with no alternation.
-  void ResetForGraph(void* staging, size_t bytes);
+  // Without `uploads` each upload is its own copy, queued where Upload is called. With `uploads`
+  // (device memory, `bytes` long) the step's one copy of the whole staging into it is queued here,
+  // on ctx's stream before any of the step's work, and each uploaded tensor is its slice of
+  // `uploads` (a graph replay then runs one copy node instead of one per upload; the host fills the
+  // staging before the replay, ForwardBatch::record_only).
+  void ResetForGraph(const ops::OpContext& ctx, void* staging, size_t bytes, void* uploads = nullptr);
   // Bytes the uploads since the last Reset took (each rounded up to the alignment): what a graph's
   // staging must hold for a step of the same shapes.
   size_t staged_bytes() const { return staged_bytes_; }
@@ -83,6 +93,7 @@ class Workspace {
   std::vector<cudaStream_t> staged_streams_;  // the streams that have staged since the last Reset
   char* graph_staging_ = nullptr;  // set between ResetForGraph and the next Reset
   size_t graph_staging_bytes_ = 0;
+  char* graph_uploads_ = nullptr;  // ResetForGraph's `uploads`, until the next Reset
   size_t staged_bytes_ = 0;
   size_t in_use_ = 0, peak_in_use_ = 0;
 };

@@ -47,6 +47,7 @@ struct ModelRunner::DeviceIo {
   struct DecodeGraph {
     CudaGraph graph;
     PinnedBuffer staging;  // its uploads
+    Buffer uploads;        // on the device, as long as staging: where one copy takes them (GraphUploadsInOneCopy)
     size_t staged_bytes = 0;
   };
   // Per parity, shared by that parity's graphs (one step of a parity is in flight at a time).

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "device/graph_paths.h"
+#include "model/workspace.h"
 #include "ops/ops.h"
 #include "runner/device_io.h"
 #include "sampling/sampler.h"
@@ -118,6 +119,10 @@ void ModelRunner::CaptureDecodeGraphs() {
       graph->staging = PinnedBuffer(std::max<size_t>(graph->staged_bytes, 1));
       batch.graph_staging = graph->staging.data();
       batch.graph_staging_bytes = graph->staging.size();
+      if (GraphUploadsInOneCopy()) {
+        graph->uploads = Buffer(graph->staging.size(), model_.device());
+        batch.graph_uploads = graph->uploads.data();
+      }
       CudaGraph::BeginCapture(io.op.stream);
       try {
         model_.Forward(batch, *state_, logits);
@@ -291,6 +296,7 @@ ModelRunner::DeviceStep ModelRunner::Enqueue(const SchedulerOutput& out, const s
     // Refill the staging the graph's copies read, then replay.
     batch.graph_staging = graph->staging.data();
     batch.graph_staging_bytes = graph->staging.size();
+    batch.graph_uploads = graph->uploads.data();  // null where the capture took one copy per upload
     batch.record_only = true;
     model_.Forward(batch, *state_, logits);
     DI_CHECK(model_.LastStepStagedBytes() == graph->staged_bytes,

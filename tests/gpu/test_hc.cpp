@@ -209,6 +209,47 @@ TEST(CudaHc, UnrolledMixEqualsRolled) {
   }
 }
 
+// The one-token mix kernel's stride loop unrolled four times (DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL,
+// decode batches below the 4-token kernels' threshold): the bits of the rolled loop for HcPre (the
+// Sinkhorn in the kernel) and HcHead, at widths that are and are not multiples of the unrolled step.
+TEST(CudaHc, OneTokenUnrolledMixEqualsRolled) {
+  DI_REQUIRE_GPU();
+  using ScopedOneTokenUnroll = ScopedSwitch<cuda::SetHcMixOneTokenUnrollForTesting>;
+  uint64_t seed = 700;
+  struct Shape {
+    int64_t m, d;
+  };
+  for (const Shape& shape : {Shape{1, 4096}, Shape{5, 4096}, Shape{63, 1000}, Shape{3, 37}}) {
+    SCOPED_TRACE(testing::Message() << shape.m << " tokens, D " << shape.d);
+    const HcInputs in = MakeInputs(shape.m, 4, shape.d, false, seed += 10);
+    HcPreOut rolled, unrolled;
+    {
+      const ScopedOneTokenUnroll off(0);
+      rolled = GpuHcPre(in, 0, shape.m, shape.d);
+    }
+    {
+      const ScopedOneTokenUnroll on(1);
+      const uint64_t launches = cuda::HcMixOneTokenUnrollLaunchesForTesting();
+      unrolled = GpuHcPre(in, 0, shape.m, shape.d);
+      EXPECT_EQ(cuda::HcMixOneTokenUnrollLaunchesForTesting() - launches, 1u) << "the unrolled kernel did not run";
+    }
+    EXPECT_TRUE(AllEqual(unrolled.a, rolled.a, "a"));
+    EXPECT_TRUE(AllEqual(unrolled.post, rolled.post, "post"));
+    EXPECT_TRUE(AllEqual(unrolled.comb, rolled.comb, "comb"));
+
+    const HcInputs head = MakeInputs(shape.m, 4, shape.d, true, seed += 10);
+    DeviceArray<float> dx(head.x), dfn(head.fn), dbase(head.base), dscale(head.scale);
+    const cuda::HcParams p{dfn.get(), dbase.get(), dscale.get(), 20, 1e-6f, 1e-6f};
+    auto run_head = [&](int unroll) {
+      const ScopedOneTokenUnroll mode(unroll);
+      DeviceArray<float> dy(std::vector<float>(static_cast<size_t>(shape.m * shape.d), 3.f));
+      cuda::HcHead(dx.get(), shape.m, 4, shape.d, p, dy.get(), shape.d, nullptr);
+      return dy.ToHost();
+    };
+    EXPECT_TRUE(AllEqual(run_head(1), run_head(0), "head"));
+  }
+}
+
 // The mix kernels reduce a pass's 24 or 32 sums with one reduce-scatter (WarpReduceScatter<32>):
 // the bits of WarpSum on each, over 262,144 sums; and the check sees a one-ulp change of one input.
 TEST(CudaHc, WarpReduceScatterEqualsWarpSum) {

@@ -7,11 +7,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "device/buffer.h"
+#include "device/cuda_error.h"
+#include "device/cuda_stream.h"
 #include "engine/workload.h"
 #include "gpu/gpu_test_util.h"
 #include "kernels/cuda/elementwise.h"
@@ -19,6 +23,7 @@
 #include "model/deepseek_v4/v4_model.h"
 #include "model/model_test_support.h"
 #include "model/workspace.h"
+#include "ops/ops.h"
 
 namespace deepinfer::testing {
 namespace {
@@ -144,6 +149,56 @@ TEST(GpuWorkspace, RewindReusesTheSameAddresses) {
   EXPECT_NE(kept.raw(), a.raw());
   EXPECT_EQ(ws.peak_bytes_in_use(), 256u + 4096u + (size_t{100} << 20));
   EXPECT_EQ(ws.bytes_reserved(), (size_t{64} << 20) + (size_t{100} << 20));
+}
+
+// A graph step's uploads in one copy (Workspace::ResetForGraph with a device area): each uploaded
+// tensor is its slice of the area at the staging's offsets, the captured copy brings the whole
+// staging there, and a record-only refill with other values followed by a replay brings those.
+TEST(GpuWorkspace, GraphUploadsInOneCopyLandInTheirSlices) {
+  DI_REQUIRE_GPU();
+  const DeviceId gpu{DeviceType::kCuda, 0};
+  CudaStream stream(0);
+  ops::OpContext ctx{gpu, stream.get()};
+  Workspace ws(gpu);
+  const std::vector<int64_t> first_a = {7, -1, 1LL << 40};
+  const std::vector<int32_t> first_b(100, 0);
+  PinnedBuffer staging(256 + 512);  // each upload takes a multiple of 256 bytes
+  Buffer uploads(staging.size(), gpu);
+  auto forward = [&](const std::vector<int64_t>& a, const std::vector<int32_t>& b) {
+    ws.ResetForGraph(ctx, staging.data(), staging.size(), uploads.data());
+    const TensorView ta = ws.Upload(ctx, a.data(), DType::kI64, {3});
+    const TensorView tb = ws.Upload(ctx, b.data(), DType::kI32, {100});
+    EXPECT_EQ(ta.raw(), uploads.data());
+    EXPECT_EQ(tb.raw(), uploads.as<char>() + 256);
+    EXPECT_EQ(ws.staged_bytes(), staging.size());
+    ws.Reset(ctx);
+  };
+  CudaGraph graph;
+  CudaGraph::BeginCapture(stream.get());
+  forward(first_a, first_b);
+  graph.EndCapture(stream.get());
+  auto read_back = [&] {
+    std::vector<char> bytes(staging.size());
+    DI_CUDA_CHECK(cudaMemcpy(bytes.data(), uploads.data(), bytes.size(), cudaMemcpyDeviceToHost), "read back");
+    return bytes;
+  };
+  graph.Launch(stream.get());
+  stream.Synchronize();
+  std::vector<char> got = read_back();
+  EXPECT_EQ(std::memcmp(got.data(), first_a.data(), 24), 0);
+  EXPECT_EQ(std::memcmp(got.data() + 256, first_b.data(), 400), 0);
+
+  std::vector<int32_t> second_b(100);
+  for (int i = 0; i < 100; ++i) second_b[i] = 3 * i - 50;
+  ctx.record_only = true;  // the runner's refill before a replay: no copy is queued
+  forward({1, 2, 3}, second_b);
+  ctx.record_only = false;
+  graph.Launch(stream.get());
+  stream.Synchronize();
+  got = read_back();
+  const std::vector<int64_t> second_a = {1, 2, 3};
+  EXPECT_EQ(std::memcmp(got.data(), second_a.data(), 24), 0);
+  EXPECT_EQ(std::memcmp(got.data() + 256, second_b.data(), 400), 0);
 }
 
 // Static launch shapes (what a CUDA graph captures) give the dynamic forward's logits bit for bit

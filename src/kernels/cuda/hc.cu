@@ -155,8 +155,10 @@ __device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
 // kUnroll: 1, the stride loop as the compiler unrolls it, or 4: unrolled four times (the fn and x
 // loads of four steps in flight together; each acc still takes its products in increasing i, so
 // the same bits).
+// One-token blocks run 2 an SM (at most 128 registers) unless unrolled: then 1, for the registers of
+// kUnroll steps' 24 fn loads in flight.
 template <int kTok, bool kHead, bool kDeferSinkhorn = false, int kUnroll = 1>
-__global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 ? 2 : 1)
+__global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 && kUnroll == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
                 int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
   PdlPrologue();
@@ -696,6 +698,21 @@ bool MixUnrolled() {
   return test >= 0 ? test == 1 : from_environment;
 }
 
+// DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL (read once; unset or 0: off, 1: on): the one-token mix kernel
+// (HcPre and HcHead below DEEPINFER_HC_MULTI_TOKEN_MIN tokens: decode batches 1-63) with its stride
+// loop unrolled four times, so that a thread has 4 steps' 24 fn loads in flight instead of one
+// step's (the same bits). At batch 1 the launch is a cluster of 8 blocks, each reading 192 KiB of
+// fn over 8 steps; the trace of 2026-12-07 has it at ~13 us a launch, 6 launches on the path of 3
+// layers. Off until measured. Tests override it (SetHcMixOneTokenUnrollForTesting).
+std::atomic<int> g_mix1_unroll_test{-1};
+std::atomic<uint64_t> g_mix1_unroll_launches{0};
+
+bool OneTokenMixUnrolled() {
+  static const bool from_environment = EnvSwitch("DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL", false, "cuda::HcPre");
+  const int test = g_mix1_unroll_test.load();
+  return test >= 0 ? test == 1 : from_environment;
+}
+
 // HcMixKernel<4, kHead, kDefer> with the stride loop as MixUnrolled() says.
 template <bool kHead, bool kDefer>
 void LaunchMix4(const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* out, int64_t ldo,
@@ -732,6 +749,10 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
                         stream>>>(comb, m, p.sinkhorn_iters, p.hc_eps);
   } else if (m >= multi_min) {
     LaunchMix4<kHead, false>(x, m, s, d, p, out, ldo, post, comb, stream);
+  } else if (OneTokenMixUnrolled()) {
+    HcMixKernel<1, kHead, false, 4><<<static_cast<unsigned>(m * kMixCluster), kMixThreads, 0, stream>>>(
+        x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
+    g_mix1_unroll_launches.fetch_add(1);
   } else {
     HcMixKernel<1, kHead><<<static_cast<unsigned>(m * kMixCluster), kMixThreads, 0, stream>>>(
         x, m, static_cast<int>(s), static_cast<int>(d), p, out, ldo, post, comb);
@@ -816,6 +837,15 @@ void SetHcMixUnrollForTesting(int mode) {
 }
 
 uint64_t HcMixUnrollLaunchesForTesting() { return g_mix_unroll_launches.load(); }
+
+void SetHcMixOneTokenUnrollForTesting(int mode) {
+  if (mode < -1 || mode > 1) {
+    ThrowCudaError(__FILE__, __LINE__, "SetHcMixOneTokenUnrollForTesting", "takes -1, 0 or 1");
+  }
+  g_mix1_unroll_test.store(mode);
+}
+
+uint64_t HcMixOneTokenUnrollLaunchesForTesting() { return g_mix1_unroll_launches.load(); }
 
 uint64_t WarpReduceScatterMismatchesForTesting(bool perturb) {
   return DeviceCountForTesting("WarpReduceScatterMismatchesForTesting", [&](unsigned long long* count) {

@@ -59,6 +59,11 @@ uint64_t HcPersistentMixLaunchesForTesting();
 void SetHcMixUnrollForTesting(int mode);
 uint64_t HcMixUnrollLaunchesForTesting();
 
+// Tests only: the same for the one-token mix kernel (DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL: -1, the
+// default, as it says: off unless 1), and how many launches took its unrolled loop.
+void SetHcMixOneTokenUnrollForTesting(int mode);
+uint64_t HcMixOneTokenUnrollLaunchesForTesting();
+
 // Tests only: how many of 2 · 4096 · 32 sums of 32 lanes' values (random magnitudes over 2^±20, both
 // signs) the mix kernels' reduce-scatter (WarpReduceScatter<32>) gives other bits for than WarpSum
 // (0 expected; with perturb, one input per warp is one ulp off and the count must not be 0).

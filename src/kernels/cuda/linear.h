@@ -411,7 +411,7 @@ bool ExpertsLinearTakesBf16X(int64_t rows_bound, int64_t num_experts, const Devi
                              const void* codes, size_t codes_bytes, bool chunk_words);
 // Whether such a call (not on BF16 MMAs: on the FP8-input warpgroup-MMA path, x act_quant'ed once
 // into the codes scratch) may take its x already there as e4m3 codes and scales (x_in_codes),
-// written by GatherQuantizeRows or SwiGluQuantizeRows; only under DEEPINFER_EXPERTS_X_CODES=1.
+// written by GatherQuantizeRows or SwiGluQuantizeRows; not under DEEPINFER_EXPERTS_X_CODES=0.
 // `folded`: the experts are kept folded (FoldedExpertsBytes).
 bool ExpertsLinearTakesFp8Codes(int64_t rows_bound, int64_t num_experts, const DeviceWeight& layout,
                                 LinearMath math, const void* codes, size_t codes_bytes, bool folded,

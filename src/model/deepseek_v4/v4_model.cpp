@@ -386,7 +386,7 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   if (ctx.op.profiler != nullptr) ctx.op.profiler->SetScope("embedding");
   ctx.ws = workspace_.get();
   if (batch.graph_staging != nullptr) {
-    ctx.ws->ResetForGraph(batch.graph_staging, batch.graph_staging_bytes);
+    ctx.ws->ResetForGraph(ctx.op, batch.graph_staging, batch.graph_staging_bytes, batch.graph_uploads);
   } else {
     DI_CHECK(!batch.record_only, "a record-only step needs graph staging");
     ctx.ws->Reset(ctx.op);
