@@ -698,17 +698,19 @@ bool MixUnrolled() {
   return test >= 0 ? test == 1 : from_environment;
 }
 
-// DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL (read once; unset or 0: off, 1: on): the one-token mix kernel
+// DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL (read once; unset or 1: on, 0: off): the one-token mix kernel
 // (HcPre and HcHead below DEEPINFER_HC_MULTI_TOKEN_MIN tokens: decode batches 1-63) with its stride
 // loop unrolled four times, so that a thread has 4 steps' 24 fn loads in flight instead of one
-// step's (the same bits). At batch 1 the launch is a cluster of 8 blocks, each reading 192 KiB of
-// fn over 8 steps; the trace of 2026-12-07 has it at ~13 us a launch, 6 launches on the path of 3
-// layers. Off until measured. Tests override it (SetHcMixOneTokenUnrollForTesting).
+// step's (the same bits; 254 registers, one block an SM). At batch 1 the launch is a cluster of 8
+// blocks, each reading 192 KiB of fn over 8 steps: ~13 us a launch rolled, 6 launches on the path
+// of 3 layers (trace and ncu, 2026-12-07). Measured on an H100 (docs/performance.md, version 66):
+// the step at batch 1 1.231 -> 1.212 ms, batches 64 and 256 unchanged. Tests override it
+// (SetHcMixOneTokenUnrollForTesting).
 std::atomic<int> g_mix1_unroll_test{-1};
 std::atomic<uint64_t> g_mix1_unroll_launches{0};
 
 bool OneTokenMixUnrolled() {
-  static const bool from_environment = EnvSwitch("DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL", false, "cuda::HcPre");
+  static const bool from_environment = EnvSwitch("DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL", true, "cuda::HcPre");
   const int test = g_mix1_unroll_test.load();
   return test >= 0 ? test == 1 : from_environment;
 }

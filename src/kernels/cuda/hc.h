@@ -60,7 +60,7 @@ void SetHcMixUnrollForTesting(int mode);
 uint64_t HcMixUnrollLaunchesForTesting();
 
 // Tests only: the same for the one-token mix kernel (DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL: -1, the
-// default, as it says: off unless 1), and how many launches took its unrolled loop.
+// default, as it says: on unless 0), and how many launches took its unrolled loop.
 void SetHcMixOneTokenUnrollForTesting(int mode);
 uint64_t HcMixOneTokenUnrollLaunchesForTesting();
 
