@@ -888,6 +888,37 @@ TEST(CudaLinearMma, DenseWs8GivesTheBitsOfTheBlockKernel) {
   }
 }
 
+// Dense split-BF16 products of 1-8 rows whose K slices spread over a cluster (the router's gate:
+// [4096 -> 256], 8 slices; 2 slices; 5 slices with ranks past the last idle; 8 row blocks, the last
+// partial), on the deep ring (DEEPINFER_DENSE_SLICES_DEEP: a rank's whole slice copied at once)
+// give the bits of the default ring, in both loop forms.
+TEST(CudaLinearMma, DenseSlicesDeepRingGivesTheSameBits) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  uint64_t seed = 6300;
+  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{256, 4096}, {256, 1024}, {128, 2560}, {1000, 4096}}) {
+    TestWeight w = RandomWeight(kBf16, out, in, ++seed);
+    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
+      for (const int overlap : {0, 1}) {
+        SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "] M=" << m << " overlap " << overlap);
+        ScopedDenseOverlap loop(overlap);
+        std::vector<float> default_ring;
+        {
+          const ScopedDenseSlicesDeep off(0);
+          default_ring = RunRows(w, dx, 0, m);
+        }
+        const ScopedDenseSlicesDeep deep(1);
+        const uint64_t launches = cuda::DenseSlicesDeepLaunchesForTesting();
+        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), default_ring, "the deep ring against the default one"));
+        EXPECT_EQ(cuda::DenseSlicesDeepLaunchesForTesting() - launches, 1u) << "the deep ring did not run";
+      }
+    }
+  }
+}
+
 // Dense split-BF16 products of 9-255 rows (DEEPINFER_DENSE_WS64: x's parts and the 64-token
 // warp-specialized kernel, its blocks walking the tiles) give the bits of the 64-token block kernels
 // (DensePartsKernel, DenseSplitKernel<64> where the loop is not overlapped) in both loop forms:

@@ -4390,14 +4390,39 @@ void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
   (kTok == 8 ? g_dense_ws8_launches : kTok == 64 ? g_dense_ws64_launches : g_dense_ws_launches).fetch_add(1);
 }
 
+// DEEPINFER_DENSE_SLICES_DEEP (read once; unset or 0: off, 1: on): DenseSplitSlicesKernel's 8-token
+// form (the dense products of 1-8 rows whose K slices spread over a cluster: the router's gate, the
+// compressors' and the indexer's weights at decode) with kDeepDenseStages stages, so that a rank
+// copies its whole slice in the prologue instead of two chunks ahead of its MMAs: one block per SM
+// instead of two, the same MMAs in the same order (the same bits). ncu on an H100 (2026-12-07,
+// batch 1) had every such launch at ~11 us whatever its grid (8 to 64 blocks): a chain of chunk
+// latencies, not bandwidth. Off until measured. Tests override it (SetDenseSlicesDeepForTesting).
+KernelSwitch g_dense_slices_deep{"DEEPINFER_DENSE_SLICES_DEEP", 0};
+std::atomic<uint64_t> g_dense_slices_deep_launches{0};
+
+template <int kTok, int kCluster, bool kOverlap, int kStages>
+void LaunchDenseSplitSlicesStaged(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device,
+                                  cudaStream_t stream) {
+  using wgmma_split::DenseSplitSlicesKernel;
+  constexpr int kSmem = wgmma_split::DenseSmem<kTok, kStages>::kBytes;
+  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster, kOverlap, kStages>>(device, kSmem);
+  const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
+  DenseSplitSlicesKernel<kTok, kCluster, kOverlap, kStages><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
+  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
+}
+
 template <int kTok, int kCluster, bool kOverlap>
 void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blocks, int device, cudaStream_t stream) {
-  using wgmma_split::DenseSplitSlicesKernel;
-  constexpr int kSmem = wgmma_split::DenseSmem<kTok>::kBytes;
-  AllowDynamicSmem<DenseSplitSlicesKernel<kTok, kCluster, kOverlap>>(device, kSmem);
-  const dim3 grid(static_cast<unsigned>(row_blocks * kCluster), static_cast<unsigned>(tok_blocks));
-  DenseSplitSlicesKernel<kTok, kCluster, kOverlap><<<grid, wgmma::kThreads, kSmem, stream>>>(p);
-  DI_CUDA_LAUNCH_CHECK("cuda::Linear split-BF16 wgmma, slices over a cluster");
+  if constexpr (kTok == 8) {
+    if (g_dense_slices_deep.On()) {
+      LaunchDenseSplitSlicesStaged<kTok, kCluster, kOverlap, wgmma_split::kDeepDenseStages>(p, row_blocks, tok_blocks,
+                                                                                           device, stream);
+      g_dense_slices_deep_launches.fetch_add(1);
+      return;
+    }
+  }
+  LaunchDenseSplitSlicesStaged<kTok, kCluster, kOverlap, wgmma_split::kDenseStages>(p, row_blocks, tok_blocks, device,
+                                                                                   stream);
 }
 
 // Whether LaunchDenseSplitTiles<kTok> spreads p's K slices over clusters: its one-block grid leaves
@@ -6083,6 +6108,10 @@ uint64_t StagedSlicesLaunchesForTesting() { return g_staged_slices_launches.load
 void SetDenseSplitForTesting(int mode) { g_dense_split.SetForTesting(mode, "SetDenseSplitForTesting"); }
 
 uint64_t DenseSplitLaunchesForTesting() { return g_dense_split_launches.load(); }
+
+void SetDenseSlicesDeepForTesting(int mode) { g_dense_slices_deep.SetForTesting(mode, "SetDenseSlicesDeepForTesting"); }
+
+uint64_t DenseSlicesDeepLaunchesForTesting() { return g_dense_slices_deep_launches.load(); }
 
 namespace {
 // Grid-stride over the tiles' 16-byte units: unit i is byte 16·(i % 1024) of tile i / 1024

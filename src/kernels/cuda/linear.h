@@ -164,6 +164,11 @@ uint64_t StagedSlicesLaunchesForTesting();
 // and how many such launches this process has made.
 void SetDenseSplitForTesting(int mode);
 uint64_t DenseSplitLaunchesForTesting();
+// Tests only: the dense split-BF16 products of 1-8 rows whose K slices spread over a cluster on the
+// deep ring (a rank's whole slice copied at once; the same bits) on (1), off (0), or as
+// DEEPINFER_DENSE_SLICES_DEEP says (-1, the default: off unless 1); and how many such launches ran.
+void SetDenseSlicesDeepForTesting(int mode);
+uint64_t DenseSlicesDeepLaunchesForTesting();
 // Tests only: Linear's FP8-input warpgroup-MMA products of at most 8 rows on 8-token tiles (the
 // same bits) on (1), off (0), or as DEEPINFER_LINEAR_SMALL_TILES says (-1, the default: on unless
 // 0); and how many such launches this process has made.

@@ -921,18 +921,22 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
 constexpr int kDenseStages = 4;
 constexpr int kDenseWBytes = kBlockRows * kRowBytes;  // 16 KiB: 64 BF16 columns per row
 constexpr int kMaxDenseCluster = 8;                   // slices a cluster spreads (K <= 4096)
+// Stages of DenseSplitSlicesKernel's deep form (DEEPINFER_DENSE_SLICES_DEEP): a rank's whole slice
+// of 8 chunks is copied in the prologue, and one stage more keeps the ring's arithmetic.
+constexpr int kDeepDenseStages = kSliceChunks + 1;
 
-// Shared memory of the dense kernels on kTok-token tiles: kDenseStages stages (the weight tile,
-// then x's raw floats, kTok rows of 256 bytes), then two sets of x's part tiles (hi, mid, lo of kTok
-// rows of 128 bytes). 64 tokens: 177 KiB, one block per SM; 8 tokens: 79 KiB, two.
-template <int kTok>
+// Shared memory of the dense kernels on kTok-token tiles: kStages stages (the weight tile, then x's
+// raw floats, kTok rows of 256 bytes), then two sets of x's part tiles (hi, mid, lo of kTok rows of
+// 128 bytes). 64 tokens: 177 KiB, one block per SM; 8 tokens: 79 KiB, two; 8 tokens at
+// kDeepDenseStages (a whole slice in flight): 169 KiB, one.
+template <int kTok, int kStages = kDenseStages>
 struct DenseSmem {
   static constexpr int kStageBytes = kDenseWBytes + kTok * kXRawRowBytes;
   static constexpr int kPartBytes = kTok * kRowBytes;
   static constexpr int kXSetBytes = 3 * kPartBytes;
-  static constexpr int kXTiles = kDenseStages * kStageBytes;
+  static constexpr int kXTiles = kStages * kStageBytes;
   static constexpr int kBytes = kXTiles + 2 * kXSetBytes + 1024;  // + base alignment
-  static constexpr int kBlocksPerSm = kTok == 8 ? 2 : 1;
+  static constexpr int kBlocksPerSm = kTok == 8 && kStages == kDenseStages ? 2 : 1;
   static_assert(kBlocksPerSm * kBytes <= 227 * 1024, "Hopper's shared memory per SM");
   static_assert(kStageBytes % 1024 == 0 && kPartBytes % 1024 == 0, "1024-byte aligned tiles");
   static_assert(kThreads * (kTok / 2) * 4 <= kXTiles, "a rank's slice sum fits its stages");
@@ -1072,11 +1076,12 @@ __device__ __forceinline__ void OverlappedSlices(float (&acc)[kTok / 2], int c_b
 // loop would make ptxas wait for every MMA at the back edge (C7517). A sum equals the zeroed
 // form's wherever it is not an exact zero (+0 + s = s); an all-zero sum may come out -0.
 // kTiles: the weight from its tiles (LoadDenseWeightTile).
-template <int kTok, bool kOverlap, bool kTiles = false, class OnSlice>
+// kStages: the ring's stages (kDenseStages; kDeepDenseStages for the slices kernel's deep form).
+template <int kTok, bool kOverlap, bool kTiles = false, int kStages = kDenseStages, class OnSlice>
 __device__ __forceinline__ void DenseSplitChunks(const Params& p, int64_t n0, int64_t t0, int c_begin, int c_end,
                                                  uint8_t* smem, OnSlice&& on_slice) {
-  constexpr int S = kDenseStages;
-  using L = DenseSmem<kTok>;
+  constexpr int S = kStages;
+  using L = DenseSmem<kTok, kStages>;
   const int tid = threadIdx.x;
   const int group = tid / 128;
   const int tokens = static_cast<int>(min(static_cast<int64_t>(kTok), p.m - t0));
@@ -1184,9 +1189,10 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 
 // DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
 // at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
-// ceil(m / kTok)); row block blockIdx.x / kCluster.
-template <int kTok, int kCluster, bool kOverlap = false>
-__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm)
+// ceil(m / kTok)); row block blockIdx.x / kCluster. kStages: DenseSplitChunks' ring (the same MMAs
+// in the same order at any depth, so the same bits).
+template <int kTok, int kCluster, bool kOverlap = false, int kStages = kDenseStages>
+__global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok, kStages>::kBlocksPerSm)
     DenseSplitSlicesKernel(const Params p) {
   PdlPrologue();
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1205,7 +1211,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
   float held[kElems];
 #pragma unroll
   for (int i = 0; i < kElems; ++i) held[i] = 0.f;
-  DenseSplitChunks<kTok, kOverlap>(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[kElems]) {
+  DenseSplitChunks<kTok, kOverlap, false, kStages>(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[kElems]) {
 #pragma unroll
     for (int i = 0; i < kElems; ++i) held[i] = acc[i];
   });
