@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -167,30 +168,28 @@ TEST(CudaHc, PrePersistentEqualsPerGroup) {
   }
 }
 
-// The 4-token mix kernels' stride loop unrolled four times (DEEPINFER_HC_MIX_UNROLL): the bits of
-// the rolled loop, for HcPre (the deferred Sinkhorn, persistent kernel off) and HcHead, at widths
-// that are and are not multiples of the unrolled step (8 slices of 256 threads x 4).
-TEST(CudaHc, UnrolledMixEqualsRolled) {
-  DI_REQUIRE_GPU();
-  using ScopedMixUnroll = ScopedSwitch<cuda::SetHcMixUnrollForTesting>;
-  const ScopedPersistentMix per_group(0);
-  uint64_t seed = 500;
-  struct Shape {
-    int64_t m, d;
-  };
-  for (const Shape& shape : {Shape{64, 4096}, Shape{65, 4096}, Shape{300, 1000}, Shape{67, 37}}) {
+struct MixShape {
+  int64_t m, d;
+};
+
+// For each shape: HcPre's and HcHead's outputs with the unrolling switch (Scoped: its test
+// override) on equal those with it off, and `launches` (its unrolled-launch count) rose by one in
+// HcPre.
+template <class Scoped>
+void ExpectUnrolledMixEqualsRolled(std::initializer_list<MixShape> shapes, uint64_t seed, uint64_t (*launches)()) {
+  for (const MixShape& shape : shapes) {
     SCOPED_TRACE(testing::Message() << shape.m << " tokens, D " << shape.d);
     const HcInputs in = MakeInputs(shape.m, 4, shape.d, false, seed += 10);
     HcPreOut rolled, unrolled;
     {
-      const ScopedMixUnroll off(0);
+      const Scoped off(0);
       rolled = GpuHcPre(in, 0, shape.m, shape.d);
     }
     {
-      const ScopedMixUnroll on(1);
-      const uint64_t launches = cuda::HcMixUnrollLaunchesForTesting();
+      const Scoped on(1);
+      const uint64_t before = launches();
       unrolled = GpuHcPre(in, 0, shape.m, shape.d);
-      EXPECT_EQ(cuda::HcMixUnrollLaunchesForTesting() - launches, 1u) << "the unrolled kernel did not run";
+      EXPECT_EQ(launches() - before, 1u) << "the unrolled kernel did not run";
     }
     EXPECT_TRUE(AllEqual(unrolled.a, rolled.a, "a"));
     EXPECT_TRUE(AllEqual(unrolled.post, rolled.post, "post"));
@@ -200,7 +199,7 @@ TEST(CudaHc, UnrolledMixEqualsRolled) {
     DeviceArray<float> dx(head.x), dfn(head.fn), dbase(head.base), dscale(head.scale);
     const cuda::HcParams p{dfn.get(), dbase.get(), dscale.get(), 20, 1e-6f, 1e-6f};
     auto run_head = [&](int unroll) {
-      const ScopedMixUnroll mode(unroll);
+      const Scoped mode(unroll);
       DeviceArray<float> dy(std::vector<float>(static_cast<size_t>(shape.m * shape.d), 3.f));
       cuda::HcHead(dx.get(), shape.m, 4, shape.d, p, dy.get(), shape.d, nullptr);
       return dy.ToHost();
@@ -209,45 +208,23 @@ TEST(CudaHc, UnrolledMixEqualsRolled) {
   }
 }
 
+// The 4-token mix kernels' stride loop unrolled four times (DEEPINFER_HC_MIX_UNROLL): the bits of
+// the rolled loop, for HcPre (the deferred Sinkhorn, persistent kernel off) and HcHead, at widths
+// that are and are not multiples of the unrolled step (8 slices of 256 threads x 4).
+TEST(CudaHc, UnrolledMixEqualsRolled) {
+  DI_REQUIRE_GPU();
+  const ScopedPersistentMix per_group(0);
+  ExpectUnrolledMixEqualsRolled<ScopedSwitch<cuda::SetHcMixUnrollForTesting>>(
+      {{64, 4096}, {65, 4096}, {300, 1000}, {67, 37}}, 500, cuda::HcMixUnrollLaunchesForTesting);
+}
+
 // The one-token mix kernel's stride loop unrolled four times (DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL,
 // decode batches below the 4-token kernels' threshold): the bits of the rolled loop for HcPre (the
 // Sinkhorn in the kernel) and HcHead, at widths that are and are not multiples of the unrolled step.
 TEST(CudaHc, OneTokenUnrolledMixEqualsRolled) {
   DI_REQUIRE_GPU();
-  using ScopedOneTokenUnroll = ScopedSwitch<cuda::SetHcMixOneTokenUnrollForTesting>;
-  uint64_t seed = 700;
-  struct Shape {
-    int64_t m, d;
-  };
-  for (const Shape& shape : {Shape{1, 4096}, Shape{5, 4096}, Shape{63, 1000}, Shape{3, 37}}) {
-    SCOPED_TRACE(testing::Message() << shape.m << " tokens, D " << shape.d);
-    const HcInputs in = MakeInputs(shape.m, 4, shape.d, false, seed += 10);
-    HcPreOut rolled, unrolled;
-    {
-      const ScopedOneTokenUnroll off(0);
-      rolled = GpuHcPre(in, 0, shape.m, shape.d);
-    }
-    {
-      const ScopedOneTokenUnroll on(1);
-      const uint64_t launches = cuda::HcMixOneTokenUnrollLaunchesForTesting();
-      unrolled = GpuHcPre(in, 0, shape.m, shape.d);
-      EXPECT_EQ(cuda::HcMixOneTokenUnrollLaunchesForTesting() - launches, 1u) << "the unrolled kernel did not run";
-    }
-    EXPECT_TRUE(AllEqual(unrolled.a, rolled.a, "a"));
-    EXPECT_TRUE(AllEqual(unrolled.post, rolled.post, "post"));
-    EXPECT_TRUE(AllEqual(unrolled.comb, rolled.comb, "comb"));
-
-    const HcInputs head = MakeInputs(shape.m, 4, shape.d, true, seed += 10);
-    DeviceArray<float> dx(head.x), dfn(head.fn), dbase(head.base), dscale(head.scale);
-    const cuda::HcParams p{dfn.get(), dbase.get(), dscale.get(), 20, 1e-6f, 1e-6f};
-    auto run_head = [&](int unroll) {
-      const ScopedOneTokenUnroll mode(unroll);
-      DeviceArray<float> dy(std::vector<float>(static_cast<size_t>(shape.m * shape.d), 3.f));
-      cuda::HcHead(dx.get(), shape.m, 4, shape.d, p, dy.get(), shape.d, nullptr);
-      return dy.ToHost();
-    };
-    EXPECT_TRUE(AllEqual(run_head(1), run_head(0), "head"));
-  }
+  ExpectUnrolledMixEqualsRolled<ScopedSwitch<cuda::SetHcMixOneTokenUnrollForTesting>>(
+      {{1, 4096}, {5, 4096}, {63, 1000}, {3, 37}}, 700, cuda::HcMixOneTokenUnrollLaunchesForTesting);
 }
 
 // The mix kernels reduce a pass's 24 or 32 sums with one reduce-scatter (WarpReduceScatter<32>):

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <random>
 #include <string>
@@ -857,35 +858,44 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
   }
 }
 
-// Dense split-BF16 products of 1-8 rows whose one-block-a-row-block grid fills the GPU
-// (DEEPINFER_DENSE_WS8: x's parts and the 8-token warp-specialized kernel) give the bits of
-// DenseSplitKernel<8> in both loop forms: 266 row blocks (the last partial: rows past n) at K of
-// three slices and of eight, 1, 3 and 8 rows; and with the weight's tiles.
-TEST(CudaLinearMma, DenseWs8GivesTheBitsOfTheBlockKernel) {
-  DI_REQUIRE_GPU();
-  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+// Dense split-BF16 products of 1, 3 and 8 rows through each [in -> out] weight (as {out, in}), in
+// both loop forms: Linear's bits with a kernel switch (Scoped: its test override) on equal those
+// with it off, and `launches` (the switched kernel's count) rose by one.
+template <class Scoped>
+void ExpectDenseSwitchKeepsTheBits(std::initializer_list<std::pair<int64_t, int64_t>> shapes, uint64_t seed,
+                                   uint64_t (*launches)(), const std::string& what) {
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
   ScopedDenseSplit on(1);
-  uint64_t seed = 6100;
-  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{34000, 1536}, {34000, 4096}}) {
+  for (const auto& [out, in] : shapes) {
     TestWeight w = RandomWeight(kBf16, out, in, ++seed);
     for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}}) {
       DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
       for (const int overlap : {0, 1}) {
         SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "] M=" << m << " overlap " << overlap);
         ScopedDenseOverlap loop(overlap);
-        std::vector<float> block_kernel;
+        std::vector<float> switched_off;
         {
-          const ScopedSwitch<cuda::SetDenseWs8ForTesting> off(0);
-          block_kernel = RunRows(w, dx, 0, m);
+          const Scoped off(0);
+          switched_off = RunRows(w, dx, 0, m);
         }
-        const ScopedSwitch<cuda::SetDenseWs8ForTesting> ws8(1);
-        const uint64_t launches = cuda::DenseWs8LaunchesForTesting();
-        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), block_kernel, "8-token warp-specialized against the block kernel"));
-        EXPECT_EQ(cuda::DenseWs8LaunchesForTesting() - launches, 1u) << "the 8-token warp-specialized kernel did not run";
+        const Scoped switched_on(1);
+        const uint64_t before = launches();
+        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), switched_off, what + " against the default kernel"));
+        EXPECT_EQ(launches() - before, 1u) << what << " did not run";
       }
     }
   }
+}
+
+// Dense split-BF16 products of 1-8 rows whose one-block-a-row-block grid fills the GPU
+// (DEEPINFER_DENSE_WS8: x's parts and the 8-token warp-specialized kernel) give the bits of
+// DenseSplitKernel<8> in both loop forms: 266 row blocks (the last partial: rows past n) at K of
+// three slices and of eight, 1, 3 and 8 rows.
+TEST(CudaLinearMma, DenseWs8GivesTheBitsOfTheBlockKernel) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ExpectDenseSwitchKeepsTheBits<ScopedSwitch<cuda::SetDenseWs8ForTesting>>(
+      {{34000, 1536}, {34000, 4096}}, 6100, cuda::DenseWs8LaunchesForTesting, "the 8-token warp-specialized kernel");
 }
 
 // Dense split-BF16 products of 1-8 rows whose K slices spread over a cluster (the router's gate:
@@ -895,28 +905,8 @@ TEST(CudaLinearMma, DenseWs8GivesTheBitsOfTheBlockKernel) {
 TEST(CudaLinearMma, DenseSlicesDeepRingGivesTheSameBits) {
   DI_REQUIRE_GPU();
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
-  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
-  ScopedDenseSplit on(1);
-  uint64_t seed = 6300;
-  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{256, 4096}, {256, 1024}, {128, 2560}, {1000, 4096}}) {
-    TestWeight w = RandomWeight(kBf16, out, in, ++seed);
-    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}}) {
-      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
-      for (const int overlap : {0, 1}) {
-        SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "] M=" << m << " overlap " << overlap);
-        ScopedDenseOverlap loop(overlap);
-        std::vector<float> default_ring;
-        {
-          const ScopedDenseSlicesDeep off(0);
-          default_ring = RunRows(w, dx, 0, m);
-        }
-        const ScopedDenseSlicesDeep deep(1);
-        const uint64_t launches = cuda::DenseSlicesDeepLaunchesForTesting();
-        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), default_ring, "the deep ring against the default one"));
-        EXPECT_EQ(cuda::DenseSlicesDeepLaunchesForTesting() - launches, 1u) << "the deep ring did not run";
-      }
-    }
-  }
+  ExpectDenseSwitchKeepsTheBits<ScopedDenseSlicesDeep>({{256, 4096}, {256, 1024}, {128, 2560}, {1000, 4096}}, 6300,
+                                                       cuda::DenseSlicesDeepLaunchesForTesting, "the deep ring");
 }
 
 // Dense split-BF16 products of 9-255 rows (DEEPINFER_DENSE_WS64: x's parts and the 64-token

@@ -650,11 +650,15 @@ std::atomic<uint64_t> g_persistent_mix_launches{0};
 // 7.07 -> 5.57).
 constexpr int64_t kPersistentMixMinTokens = 256;
 
+// A switch's state: the test's override where set (0 or 1), else what the environment said.
+bool TestOrEnvironment(const std::atomic<int>& test, bool from_environment) {
+  const int mode = test.load();
+  return mode >= 0 ? mode == 1 : from_environment;
+}
+
 bool PersistentMixUsable(int64_t m, int64_t s, int64_t d) {
   static const bool from_environment = EnvSwitch("DEEPINFER_HC_PERSISTENT", true, "cuda::HcPre");
-  const int test = g_persistent_mix_test.load();
-  const bool on = test >= 0 ? test == 1 : from_environment;
-  return on && m >= kPersistentMixMinTokens && s == 4 &&
+  return TestOrEnvironment(g_persistent_mix_test, from_environment) && m >= kPersistentMixMinTokens && s == 4 &&
          CeilDiv(s * d, int64_t{kMixCluster}) <= int64_t{kPersistSteps} * kMixThreads;
 }
 
@@ -694,8 +698,7 @@ std::atomic<uint64_t> g_mix_unroll_launches{0};
 
 bool MixUnrolled() {
   static const bool from_environment = EnvSwitch("DEEPINFER_HC_MIX_UNROLL", true, "cuda::HcPre");
-  const int test = g_mix_unroll_test.load();
-  return test >= 0 ? test == 1 : from_environment;
+  return TestOrEnvironment(g_mix_unroll_test, from_environment);
 }
 
 // DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL (read once; unset or 1: on, 0: off): the one-token mix kernel
@@ -711,8 +714,7 @@ std::atomic<uint64_t> g_mix1_unroll_launches{0};
 
 bool OneTokenMixUnrolled() {
   static const bool from_environment = EnvSwitch("DEEPINFER_HC_MIX_ONE_TOKEN_UNROLL", true, "cuda::HcPre");
-  const int test = g_mix1_unroll_test.load();
-  return test >= 0 ? test == 1 : from_environment;
+  return TestOrEnvironment(g_mix1_unroll_test, from_environment);
 }
 
 // HcMixKernel<4, kHead, kDefer> with the stride loop as MixUnrolled() says.
