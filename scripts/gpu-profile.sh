@@ -15,7 +15,7 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 source scripts/gpu-env.sh
 find_ncu || exit 2
-# NCU_SECTIONS (space-separated section names) replaces the set, e.g. NCU_SECTIONS=SpeedOfLight for a
+# NCU_SOURCE=1 adds each profile's source page (below). NCU_SECTIONS (space-separated section names) replaces the set, e.g. NCU_SECTIONS=SpeedOfLight for a
 # whole step's kernel list (fewer replay passes per launch). NCU_TIMEOUT: seconds for one profile
 # (180 unless set; a whole batch-1 step, ~190 launches under two sections, did not finish in 125 s
 # on an H100, 2026-12-07).
@@ -38,6 +38,16 @@ profile() {
   local rc=$?
   echo "ncu $name: exit $rc, $(grep -c '^"' "$out/ncu-$name.csv") rows; $(tail -1 "$out/ncu-$name.log")"
   python3 tools/ncu_summary.py "$out/ncu-$name.csv" || true
+  # NCU_SOURCE=1: a second pass over the same launches for the source page, SASS instruction by
+  # instruction with its warp-stall samples ($OUT/ncu-NAME-source.csv; tools/ncu_source_summary.py
+  # prints each launch's instructions with the most samples). Keep the launch count small.
+  if [[ ${NCU_SOURCE:-0} == 1 ]]; then
+    timeout "${NCU_TIMEOUT:-180}" "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
+      --launch-count "$count" --section WarpStateStats --section SourceCounters --page source --print-source sass \
+      --csv "${profiled_bench_steps[@]}" "$@" >"$out/ncu-$name-source.csv" 2>"$out/ncu-$name-source.log"
+    echo "ncu $name (source page): exit $?; $(tail -1 "$out/ncu-$name-source.log")"
+    python3 tools/ncu_source_summary.py "$out/ncu-$name-source.csv" --top 12 || true
+  fi
 }
 
 if [[ $# -ge 4 && $4 == -- ]]; then

@@ -1,0 +1,93 @@
+"""Where a kernel's warps wait, instruction by instruction, from Nsight Compute's source page.
+
+    python3 tools/ncu_source_summary.py ncu-NAME-source.csv [--top N]
+
+The CSV: `ncu --section WarpStateStats --section SourceCounters --page source --print-source sass
+--csv ...` (scripts/gpu-profile.sh with NCU_SOURCE=1). Each profiled launch is a table whose header
+row names an address column, a source column and one or more "Warp Stall Sampling" columns; the
+rows under it are SASS instructions. For each table: the launch's total samples, then its N
+instructions with the most samples (address, share of the launch's samples, the instruction),
+then the samples summed by opcode. Column names are matched by substring, so the tool does not
+depend on the exact headings of one ncu version. Standard library only.
+"""
+
+import argparse
+import csv
+import sys
+from collections import defaultdict
+
+
+def find_column(header, *needles):
+    """The index of the first column whose name contains every needle (case-insensitive), or None."""
+    for i, name in enumerate(header):
+        low = name.lower()
+        if all(n.lower() in low for n in needles):
+            return i
+    return None
+
+
+def as_number(text):
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def read_tables(lines):
+    """[(header, rows)]: each run of rows under a header that has a source and a stall-sampling column."""
+    tables, header, rows = [], None, []
+    for row in csv.reader(lines):
+        is_header = find_column(row, "source") is not None and find_column(row, "stall sampling") is not None
+        if is_header:
+            if header is not None:
+                tables.append((header, rows))
+            header, rows = row, []
+        elif header is not None and len(row) == len(header):
+            rows.append(row)
+        elif header is not None and rows:
+            tables.append((header, rows))
+            header, rows = None, []
+    if header is not None:
+        tables.append((header, rows))
+    return tables
+
+
+def summarize(header, rows, top, out):
+    samples_col = find_column(header, "stall sampling", "all") or find_column(header, "stall sampling")
+    source_col = find_column(header, "source")
+    address_col = find_column(header, "address")
+    instructions = []
+    for row in rows:
+        samples = as_number(row[samples_col]) or 0.0
+        address = row[address_col] if address_col is not None else ""
+        instructions.append((samples, address, row[source_col].strip()))
+    total = sum(s for s, _, _ in instructions)
+    out.write(f"== {len(instructions)} instructions, {total:.0f} stall samples ({header[samples_col]})\n")
+    if total <= 0:
+        return
+    for samples, address, source in sorted(instructions, key=lambda t: -t[0])[:top]:
+        out.write(f"  {100 * samples / total:5.1f}%  {address:>8}  {source}\n")
+    by_opcode = defaultdict(float)
+    for samples, _, source in instructions:
+        words = source.split()
+        opcode = next((w for w in words if not w.startswith("@")), "?").split(".")[0]
+        by_opcode[opcode] += samples
+    shares = ", ".join(f"{op} {100 * s / total:.1f}%" for op, s in sorted(by_opcode.items(), key=lambda kv: -kv[1])[:8])
+    out.write(f"  by opcode: {shares}\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv")
+    ap.add_argument("--top", type=int, default=15)
+    args = ap.parse_args()
+    with open(args.csv, newline="") as f:
+        tables = read_tables(f)
+    if not tables:
+        sys.exit(f"{args.csv}: no table with a source column and a stall-sampling column")
+    for header, rows in tables:
+        summarize(header, rows, args.top, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
