@@ -15,7 +15,8 @@ out=${OUT:-gpu-out}
 mkdir -p "$out"
 source scripts/gpu-env.sh
 find_ncu || exit 2
-# NCU_SOURCE=1 adds each profile's source page (below). NCU_SECTIONS (space-separated section names) replaces the set, e.g. NCU_SECTIONS=SpeedOfLight for a
+# NCU_SOURCE=1 adds each profile's source page (below).
+# NCU_SECTIONS (space-separated section names) replaces the set, e.g. NCU_SECTIONS=SpeedOfLight for a
 # whole step's kernel list (fewer replay passes per launch). NCU_TIMEOUT: seconds for one profile
 # (180 unless set; a whole batch-1 step, ~190 launches under two sections, did not finish in 125 s
 # on an H100, 2026-12-07).

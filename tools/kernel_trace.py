@@ -4,7 +4,8 @@
 
 TRACE: `DEEPINFER_KERNEL_TRACE=FILE deepinfer bench steps ...` (each replay's kernels from CUPTI:
 start and end ns, stream, grid, block, name; copies and memsets named in brackets, which the
-report counts but never matches to the path or uses for the device's idle gaps). GRAPH: `DEEPINFER_GRAPH_KERNELS=FILE` from the same
+report counts but never matches to the path or uses for the device's idle gaps).
+GRAPH: `DEEPINFER_GRAPH_KERNELS=FILE` from the same
 run (each captured graph's longest kernel path: place, grid, name). For each trace whose label
 contains TEXT (default: every trace), the path's kernels are matched to the trace's records in
 order (same function and grid, the earliest unmatched one starting after the previous match), and

@@ -19,7 +19,8 @@ size_t Aligned(size_t bytes) { return (std::max<size_t>(bytes, 1) + kAlignment -
 }  // namespace
 
 bool GraphUploadsInOneCopy() {
-  static const bool on = ParseOnOffSwitch("DEEPINFER_GRAPH_ONE_UPLOAD", std::getenv("DEEPINFER_GRAPH_ONE_UPLOAD"), true);
+  static const bool on =
+      ParseOnOffSwitch("DEEPINFER_GRAPH_ONE_UPLOAD", std::getenv("DEEPINFER_GRAPH_ONE_UPLOAD"), true);
   return on;
 }
 

@@ -1211,10 +1211,11 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
   float held[kElems];
 #pragma unroll
   for (int i = 0; i < kElems; ++i) held[i] = 0.f;
-  DenseSplitChunks<kTok, kOverlap, false, kStages>(p, n0, t0, c_begin, c_end, smem, [&](int, const float (&acc)[kElems]) {
+  auto hold = [&](int, const float (&acc)[kElems]) {
 #pragma unroll
     for (int i = 0; i < kElems; ++i) held[i] = acc[i];
-  });
+  };
+  DenseSplitChunks<kTok, kOverlap, false, kStages>(p, n0, t0, c_begin, c_end, smem, hold);
   // The slice sum at [element][thread] of this rank's (free) shared memory.
   float* sums = reinterpret_cast<float*>(smem);
   const int tid = static_cast<int>(threadIdx.x);
