@@ -4396,9 +4396,8 @@ void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
 // copies its whole slice in the prologue instead of two chunks ahead of its MMAs: one block per SM
 // instead of two, the same MMAs in the same order (the same bits). ncu on an H100 (2026-12-07,
 // batch 1) had every such launch at ~11 us whatever its grid (8 to 64 blocks): a chain of chunk
-// latencies, not bandwidth. Measured on an H100 (docs/performance.md, version 66c): no gain at
-// batch 1, 64 or 256, so the chain is not the copies; off. Tests override it
-// (SetDenseSlicesDeepForTesting).
+// latencies, not bandwidth. Measured on an H100 (docs/performance.md, version 66c): the step did
+// not move at batch 1, 64 or 256; off. Tests override it (SetDenseSlicesDeepForTesting).
 KernelSwitch g_dense_slices_deep{"DEEPINFER_DENSE_SLICES_DEEP", 0};
 std::atomic<uint64_t> g_dense_slices_deep_launches{0};
 
