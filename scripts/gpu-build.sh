@@ -26,7 +26,9 @@ mkdir -p "$dist/lib"
 for lib in $(ldd "$dist"/deepinfer* | awk '/libspdlog/ {print $3}' | sort -u); do cp -L "$lib" "$dist/lib/"; done
 # The repository itself takes most of the 64 MiB a device run may carry: ship the binaries as one
 # xz stream (scripts/gpu-env.sh unpacks it). Both carry the same kernels, and one single-threaded
-# stream with xz's 64 MiB window stores them once: 7.3 MB where two .xz files took 13.1 (2026-12-01).
+# stream whose window spans both stores them once: 7.3 MB where two .xz files took 13.1 (2026-12-01).
+# The window is 192 MiB: at 66 MB a binary (2026-12-07) xz -9's 64 MiB no longer reached the
+# second binary's copy of a kernel, and the archive doubled (7.0 -> 13.9 MB).
 ldd "$dist/deepinfer_gpu_tests" | awk '{print "  " $1}'
 ls "$dist/lib"
 # BASE_BINARY=PATH (a `deepinfer` built at another commit, e.g. a copy of build/cuda/deepinfer
@@ -44,7 +46,7 @@ for extra in "${extras[@]}"; do
   mkdir -p "$dist/$name" && cp "$path" "$dist/$name/deepinfer" && strip --strip-unneeded "$dist/$name/deepinfer"
   members=("$name/deepinfer" "${members[@]}")
 done
-tar -C "$dist" -cf - "${members[@]}" | xz -9e -T1 >"$dist/bins.tar.xz"
+tar -C "$dist" -cf - "${members[@]}" | xz -T1 --lzma2=preset=9e,dict=192MiB >"$dist/bins.tar.xz"
 rm -rf "$dist/deepinfer_gpu_tests" "$dist/deepinfer"
 for extra in "${extras[@]}"; do rm -rf "${dist:?}/${extra%%=*}"; done
 git rev-parse HEAD > "$dist/COMMIT"
