@@ -16,6 +16,11 @@ import csv
 import sys
 from collections import defaultdict
 
+try:  # as a script from tools/, or as tools.ncu_source_summary
+    from ncu_summary import number
+except ImportError:
+    from tools.ncu_summary import number
+
 
 def find_column(header, *needles):
     """The index of the first column whose name contains every needle (case-insensitive), or None."""
@@ -24,13 +29,6 @@ def find_column(header, *needles):
         if all(n.lower() in low for n in needles):
             return i
     return None
-
-
-def as_number(text):
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
 
 
 def read_tables(lines):
@@ -58,7 +56,7 @@ def summarize(header, rows, top, out):
     address_col = find_column(header, "address")
     instructions = []
     for row in rows:
-        samples = as_number(row[samples_col]) or 0.0
+        samples = number(row[samples_col]) or 0.0
         address = row[address_col] if address_col is not None else ""
         instructions.append((samples, address, row[source_col].strip()))
     total = sum(s for s, _, _ in instructions)
