@@ -149,17 +149,26 @@ __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restric
             fp4_order, lane);
 }
 
-// MoeGather's row `row` for the act_quant kernels (the warp's chunk c): false for a negative slot;
-// else the lane's act_quant unit of token sorted_slots[row] / top_k, and the slot.
-__device__ __forceinline__ bool GatheredUnit(const float* __restrict__ x, int64_t ldx,
-                                             const int32_t* __restrict__ sorted_slots, int64_t top_k, int64_t row,
-                                             int64_t c, bool x_vec, int lane, QuantizedUnit* unit, int32_t* slot) {
-  *slot = sorted_slots[row];
-  if (*slot < 0) return false;
-  const int64_t token = *slot / top_k;
+// The calling warp's item of MoeGather's rows for the act_quant kernels: row r < max_rows (r <
+// *row_count where given) of k / kChunk chunks, from x row sorted_slots[r] / top_k. store(unit,
+// row, c, lane) writes the lane's act_quant unit of the row's chunk c, then row_weights[r] =
+// expert_weights[sorted_slots[r]] (where given). A warp without an item, a row past the count or
+// one of a negative slot writes nothing. Uniform per warp.
+template <class Store>
+__device__ __forceinline__ void GatherUnit(const float* __restrict__ x, int64_t ldx, int64_t k,
+                                           const int32_t* __restrict__ sorted_slots,
+                                           const int32_t* __restrict__ row_count, int64_t top_k, int64_t max_rows,
+                                           bool x_vec, const float* __restrict__ expert_weights,
+                                           float* __restrict__ row_weights, Store&& store) {
+  const int lane = threadIdx.x % kWarpSize;
+  int64_t row = 0, c = 0;
+  if (!WarpRowItem(max_rows, k / kChunk, row_count, &row, &c)) return;
+  const int32_t slot = sorted_slots[row];
+  if (slot < 0) return;
+  const int64_t token = slot / top_k;
   // LoadUnit's row bound: the token's row is always within x (m = token + 1).
-  *unit = QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec));
-  return true;
+  store(QuantizeLoaded(LoadUnit(x, ldx, token + 1, token, c * kChunk + 4 * lane, x_vec)), row, c, lane);
+  if (c == 0 && lane == 0 && row_weights != nullptr) row_weights[row] = expert_weights[slot];
 }
 
 // The MoE's clamped SwiGLU (swiglu.cuh: elementwise.cu's values) of gate row `row` and up row `row`,
@@ -188,16 +197,10 @@ __global__ void __launch_bounds__(256) GatherQuantizeRowsKernel(
     const int32_t* __restrict__ row_count, int64_t top_k, int64_t max_rows, int64_t m_pad, bool x_vec, bool fp4_order,
     const float* __restrict__ expert_weights, float* __restrict__ row_weights, uint8_t* codes, float* scales) {
   PdlPrologue();
-  const int lane = threadIdx.x % kWarpSize;
-  int64_t row = 0, c = 0;
-  QuantizedUnit unit;
-  int32_t slot = 0;
-  if (!WarpRowItem(max_rows, k / kChunk, row_count, &row, &c) ||
-      !GatheredUnit(x, ldx, sorted_slots, top_k, row, c, x_vec, lane, &unit, &slot)) {
-    return;  // uniform per warp
-  }
-  StoreUnit(unit, codes, scales, row, c, k, m_pad, fp4_order, lane);
-  if (c == 0 && lane == 0 && row_weights != nullptr) row_weights[row] = expert_weights[slot];
+  GatherUnit(x, ldx, k, sorted_slots, row_count, top_k, max_rows, x_vec, expert_weights, row_weights,
+             [&](const QuantizedUnit& unit, int64_t row, int64_t c, int lane) {
+               StoreUnit(unit, codes, scales, row, c, k, m_pad, fp4_order, lane);
+             });
 }
 
 // SwiGluUnit's rows act_quant'ed as QuantizeRowsKernel would write them from ClampedSwiGlu's output:

@@ -210,16 +210,10 @@ __global__ void __launch_bounds__(256) GatherQuantizeRowsBf16Kernel(
     const int32_t* __restrict__ row_count, int64_t top_k, int64_t max_rows, bool x_vec,
     const float* __restrict__ expert_weights, float* __restrict__ row_weights, __nv_bfloat16* __restrict__ out) {
   PdlPrologue();
-  const int lane = threadIdx.x % kWarpSize;
-  int64_t row = 0, c = 0;
-  QuantizedUnit unit;
-  int32_t slot = 0;
-  if (!WarpRowItem(max_rows, k / kChunk, row_count, &row, &c) ||
-      !GatheredUnit(x, ldx, sorted_slots, top_k, row, c, x_vec, lane, &unit, &slot)) {
-    return;  // uniform per warp
-  }
-  StoreUnitBf16(unit, out + row * k + c * kChunk, lane);
-  if (c == 0 && lane == 0 && row_weights != nullptr) row_weights[row] = expert_weights[slot];
+  GatherUnit(x, ldx, k, sorted_slots, row_count, top_k, max_rows, x_vec, expert_weights, row_weights,
+             [&](const QuantizedUnit& unit, int64_t row, int64_t c, int lane) {
+               StoreUnitBf16(unit, out + row * k + c * kChunk, lane);
+             });
 }
 
 // SwiGluUnit's rows (the MoE's clamped SwiGLU times row_weights[r], act_quant'ed) written as
