@@ -1,6 +1,5 @@
 // KernelTrace on CUPTI's activity API, dlopen'ed: the binary has no link-time dependency on it.
 #include <cupti_activity.h>
-#include <dlfcn.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -12,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/demangle.h"
+#include "base/dynamic_library.h"
 #include "base/error.h"
 #include "bench/kernel_trace.h"
 
@@ -29,13 +29,6 @@ struct CuptiApi {
   std::string path;
 };
 
-template <typename Fn>
-void Resolve(void* lib, const char* name, Fn* fn, std::string* missing) {
-  void* symbol = dlsym(lib, name);
-  if (symbol == nullptr && missing->empty()) *missing = name;
-  *fn = reinterpret_cast<Fn>(symbol);
-}
-
 // CUPTI, loaded once: DEEPINFER_CUPTI, else libcupti.so.13 on the loader's path, else the CUDA
 // toolkit's copies. Throws naming what it tried.
 const CuptiApi& Cupti() {
@@ -47,26 +40,18 @@ const CuptiApi& Cupti() {
                              "/usr/local/cuda/targets/x86_64-linux/lib/libcupti.so.13"}) {
       names.emplace_back(name);
     }
-    void* lib = nullptr;
+    const OpenedLibrary opened = OpenFirstLibrary(names);
+    void* lib = opened.handle;
+    DI_CHECK(lib != nullptr, "cannot load CUPTI ({}); set DEEPINFER_CUPTI to libcupti.so.13's path", opened.tried);
     CuptiApi a;
-    std::string tried;
-    for (const std::string& name : names) {
-      lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (lib != nullptr) {
-        a.path = name;
-        break;
-      }
-      const char* why = dlerror();
-      tried += (tried.empty() ? "" : "; ") + std::string(why != nullptr ? why : name.c_str());
-    }
-    DI_CHECK(lib != nullptr, "cannot load CUPTI ({}); set DEEPINFER_CUPTI to libcupti.so.13's path", tried);
+    a.path = opened.path;
     std::string missing;
-    Resolve(lib, "cuptiActivityEnable", &a.ActivityEnable, &missing);
-    Resolve(lib, "cuptiActivityDisable", &a.ActivityDisable, &missing);
-    Resolve(lib, "cuptiActivityRegisterCallbacks", &a.ActivityRegisterCallbacks, &missing);
-    Resolve(lib, "cuptiActivityFlushAll", &a.ActivityFlushAll, &missing);
-    Resolve(lib, "cuptiActivityGetNextRecord", &a.ActivityGetNextRecord, &missing);
-    Resolve(lib, "cuptiGetResultString", &a.GetResultString, &missing);
+    ResolveSymbol(lib, "cuptiActivityEnable", &a.ActivityEnable, &missing);
+    ResolveSymbol(lib, "cuptiActivityDisable", &a.ActivityDisable, &missing);
+    ResolveSymbol(lib, "cuptiActivityRegisterCallbacks", &a.ActivityRegisterCallbacks, &missing);
+    ResolveSymbol(lib, "cuptiActivityFlushAll", &a.ActivityFlushAll, &missing);
+    ResolveSymbol(lib, "cuptiActivityGetNextRecord", &a.ActivityGetNextRecord, &missing);
+    ResolveSymbol(lib, "cuptiGetResultString", &a.GetResultString, &missing);
     DI_CHECK(missing.empty(), "{} has no {}", a.path, missing);
     return a;
   }();

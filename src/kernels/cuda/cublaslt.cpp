@@ -1,6 +1,5 @@
 #include "kernels/cuda/cublaslt.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <cstdlib>
@@ -9,6 +8,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "base/dynamic_library.h"
 
 namespace deepinfer::cuda {
 
@@ -22,13 +23,6 @@ std::string CublasLtApi::Describe() const {
 
 namespace {
 
-template <typename Fn>
-void Resolve(void* lib, const char* name, Fn* fn, std::string* first_missing) {
-  void* symbol = dlsym(lib, name);
-  if (symbol == nullptr && first_missing->empty()) *first_missing = name;
-  *fn = reinterpret_cast<Fn>(symbol);
-}
-
 struct LoadedCublasLt {
   CublasLtApi api;
   std::string error;  // empty when loaded
@@ -40,40 +34,32 @@ LoadedCublasLt LoadCublasLt() {
   if (const char* env = std::getenv("DEEPINFER_CUBLASLT"); env != nullptr && *env != '\0') names.emplace_back(env);
   names.emplace_back("libcublasLt.so.13");
   names.emplace_back("libcublasLt.so");
-  void* lib = nullptr;
-  std::string tried;
-  for (const std::string& name : names) {
-    lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib != nullptr) {
-      r.api.path = name;
-      break;
-    }
-    const char* why = dlerror();
-    tried += fmt::format("{}{}", tried.empty() ? "" : "; ", why != nullptr ? why : name.c_str());
-  }
+  const OpenedLibrary opened = OpenFirstLibrary(names);
+  void* lib = opened.handle;
   if (lib == nullptr) {
-    r.error = fmt::format("cannot load cuBLASLt ({}); set DEEPINFER_CUBLASLT to the library's path", tried);
+    r.error = fmt::format("cannot load cuBLASLt ({}); set DEEPINFER_CUBLASLT to the library's path", opened.tried);
     return r;
   }
+  r.api.path = opened.path;
   CublasLtApi& lt = r.api;
   std::string missing;
-  Resolve(lib, "cublasLtCreate", &lt.Create, &missing);
-  Resolve(lib, "cublasLtDestroy", &lt.Destroy, &missing);
-  Resolve(lib, "cublasLtGetVersion", &lt.GetVersion, &missing);
-  Resolve(lib, "cublasLtGetStatusName", &lt.GetStatusName, &missing);
-  Resolve(lib, "cublasLtGetStatusString", &lt.GetStatusString, &missing);
-  Resolve(lib, "cublasLtMatmulDescCreate", &lt.MatmulDescCreate, &missing);
-  Resolve(lib, "cublasLtMatmulDescDestroy", &lt.MatmulDescDestroy, &missing);
-  Resolve(lib, "cublasLtMatmulDescSetAttribute", &lt.MatmulDescSetAttribute, &missing);
-  Resolve(lib, "cublasLtMatrixLayoutCreate", &lt.MatrixLayoutCreate, &missing);
-  Resolve(lib, "cublasLtMatrixLayoutDestroy", &lt.MatrixLayoutDestroy, &missing);
-  Resolve(lib, "cublasLtMatrixLayoutSetAttribute", &lt.MatrixLayoutSetAttribute, &missing);
-  Resolve(lib, "cublasLtMatmulPreferenceCreate", &lt.MatmulPreferenceCreate, &missing);
-  Resolve(lib, "cublasLtMatmulPreferenceDestroy", &lt.MatmulPreferenceDestroy, &missing);
-  Resolve(lib, "cublasLtMatmulPreferenceSetAttribute", &lt.MatmulPreferenceSetAttribute, &missing);
-  Resolve(lib, "cublasLtMatmulAlgoGetHeuristic", &lt.MatmulAlgoGetHeuristic, &missing);
-  Resolve(lib, "cublasLtMatmulAlgoConfigGetAttribute", &lt.MatmulAlgoConfigGetAttribute, &missing);
-  Resolve(lib, "cublasLtMatmul", &lt.Matmul, &missing);
+  ResolveSymbol(lib, "cublasLtCreate", &lt.Create, &missing);
+  ResolveSymbol(lib, "cublasLtDestroy", &lt.Destroy, &missing);
+  ResolveSymbol(lib, "cublasLtGetVersion", &lt.GetVersion, &missing);
+  ResolveSymbol(lib, "cublasLtGetStatusName", &lt.GetStatusName, &missing);
+  ResolveSymbol(lib, "cublasLtGetStatusString", &lt.GetStatusString, &missing);
+  ResolveSymbol(lib, "cublasLtMatmulDescCreate", &lt.MatmulDescCreate, &missing);
+  ResolveSymbol(lib, "cublasLtMatmulDescDestroy", &lt.MatmulDescDestroy, &missing);
+  ResolveSymbol(lib, "cublasLtMatmulDescSetAttribute", &lt.MatmulDescSetAttribute, &missing);
+  ResolveSymbol(lib, "cublasLtMatrixLayoutCreate", &lt.MatrixLayoutCreate, &missing);
+  ResolveSymbol(lib, "cublasLtMatrixLayoutDestroy", &lt.MatrixLayoutDestroy, &missing);
+  ResolveSymbol(lib, "cublasLtMatrixLayoutSetAttribute", &lt.MatrixLayoutSetAttribute, &missing);
+  ResolveSymbol(lib, "cublasLtMatmulPreferenceCreate", &lt.MatmulPreferenceCreate, &missing);
+  ResolveSymbol(lib, "cublasLtMatmulPreferenceDestroy", &lt.MatmulPreferenceDestroy, &missing);
+  ResolveSymbol(lib, "cublasLtMatmulPreferenceSetAttribute", &lt.MatmulPreferenceSetAttribute, &missing);
+  ResolveSymbol(lib, "cublasLtMatmulAlgoGetHeuristic", &lt.MatmulAlgoGetHeuristic, &missing);
+  ResolveSymbol(lib, "cublasLtMatmulAlgoConfigGetAttribute", &lt.MatmulAlgoConfigGetAttribute, &missing);
+  ResolveSymbol(lib, "cublasLtMatmul", &lt.Matmul, &missing);
   if (!missing.empty()) {
     r.error = fmt::format("{} lacks {}", lt.path, missing);
     return r;  // the handle stays open: harmless, and the error is final for the process
