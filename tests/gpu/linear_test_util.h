@@ -173,6 +173,7 @@ using ScopedLinearSliceSumInBlock = ScopedSwitch<cuda::SetLinearSliceSumInBlockF
 using ScopedLinearQuantizeInBlock = ScopedSwitch<cuda::SetLinearQuantizeInBlockForTesting>;
 using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
 using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
+using ScopedGroupedSlicesLean = ScopedSwitch<cuda::SetGroupedSlicesLeanForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;
 using ScopedTmaStore = ScopedSwitch<cuda::SetTmaStoreForTesting>;
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;

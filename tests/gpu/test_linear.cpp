@@ -506,7 +506,8 @@ TEST(CudaLinearMma, GroupedBatchInvariant) {
 // cp.async kernel's bits: the Flash output projection (8 groups of [4096 -> 1024]) at 1, 64 and
 // 70 rows (a partial second token tile), 3 groups of [192 -> 128] (3 chunks: fewer than the ring's
 // 4 stages) and 8 groups of [1152 -> 128] (3 slices, the last one short); and so do the TMA-fed
-// kernel on blocks of 64 weight rows and its K slices over a cluster where they run.
+// kernel on blocks of 64 weight rows and its K slices over a cluster where they run, on the
+// default layout and the lean one (DEEPINFER_GROUPED_SLICES_LEAN), three parts and x rounded.
 TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -522,12 +523,12 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
       const std::string what = "G=" + std::to_string(c.groups) + " [" + std::to_string(c.k) + " -> " +
                                std::to_string(c.r) + "] M=" + std::to_string(m);
       DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.groups * c.k), ++seed));
-      auto run = [&](int mode) {
+      auto run = [&](int mode, bool round = false) {
         ScopedTmaKernels scoped(mode);
         DeviceArray<float> dy(static_cast<size_t>(m * c.groups * c.r));
         dy.Fill(0xff);  // NaN: an output a kernel skips does not pass for one a previous run left
         const uint64_t launches = cuda::TmaLaunchesForTesting();
-        cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath());
+        cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath(), round);
         EXPECT_EQ(cuda::TmaLaunchesForTesting() > launches, mode == 1) << what << ": TMA " << mode;
         return dy.ToHost();
       };
@@ -557,6 +558,18 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
       EXPECT_EQ(cuda::GroupedSlicedLaunchesForTesting() > sliced,
                 m <= 8 && k_slices > 1 && k_slices <= 8 && 2 * blocks <= sms)
           << what << ": K slices";
+      // The same slices on the lean layout (2 stages, one tile set): the same bits.
+      ScopedGroupedSlicesLean lean(1);
+      const uint64_t lean_launches = cuda::GroupedSlicesLeanLaunchesForTesting();
+      EXPECT_TRUE(AllEqual(run(1), other, what + ", K slices, lean"));
+      EXPECT_EQ(cuda::GroupedSlicesLeanLaunchesForTesting() > lean_launches,
+                m <= 8 && k_slices > 1 && k_slices <= 8 && 2 * blocks <= sms)
+          << what << ": lean K slices";
+      // One part (x rounded to BF16: wo_a with --attn-out-bf16) on both layouts: the cp.async kernel's bits.
+      const std::vector<float> rounded = run(0, true);
+      EXPECT_TRUE(AllEqual(run(1, true), rounded, what + ", rounded, lean K slices"));
+      ScopedGroupedSlicesLean default_layout(0);
+      EXPECT_TRUE(AllEqual(run(1, true), rounded, what + ", rounded, K slices"));
     }
   }
 }

@@ -3821,6 +3821,14 @@ std::atomic<uint64_t> g_grouped_sliced_launches{0};  // launches of it (tests)
 KernelSwitch g_grouped_slices{"DEEPINFER_GROUPED_SLICES", 1};
 constexpr int kGroupedCluster = 8;  // slices a cluster spreads: K <= 4096
 
+// DEEPINFER_GROUPED_SLICES_LEAN (read once; unset or 0: off, 1: on): the K-slices kernel on its
+// lean layout (wgmma_split::SlicesLayout: 2 stages and one tile set, 22-26 KiB, so 8 blocks an SM
+// where the default layout's 47 KiB allow 4). At batch 1 `wo_a`'s 1,024 blocks of an 8-chunk
+// chain each are two waves on the default layout (ncu: 32 µs, 1.1 TB/s), one on the lean. The
+// same bits. Tests override it (SetGroupedSlicesLeanForTesting).
+KernelSwitch g_grouped_slices_lean{"DEEPINFER_GROUPED_SLICES_LEAN", 0};
+std::atomic<uint64_t> g_grouped_slices_lean_launches{0};  // launches of it (tests)
+
 // The TMA maps of a grouped product: the weight in boxes of kRows rows × 64 bytes, x in boxes of
 // 64 columns × 1 group × kTok tokens.
 template <int kRows, int kTok>
@@ -3848,20 +3856,21 @@ void LaunchSplitGroupedTma(const Params& p, int64_t groups, unsigned tok_blocks,
   if (kRows != wgmma::kBlockRows) g_grouped_half_block_launches.fetch_add(1);
 }
 
-// SplitBf16GroupedTmaSlicesKernel<kParts, 64 rows, 8 tokens, kGroupedCluster> over the grid
+// SplitBf16GroupedTmaSlicesKernel<kParts, 64 rows, 8 tokens, kGroupedCluster, kLean> over the grid
 // (n / 64 · kGroupedCluster, 1, groups), for products of at most 8 rows.
-template <int kParts>
+template <int kParts, bool kLean>
 void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cudaStream_t stream) {
   constexpr int kRows = wgmma::kRowsPerGroup, kTok = 8;
-  constexpr auto kKernel = wgmma_split::SplitBf16GroupedTmaSlicesKernel<kParts, kRows, kTok, kGroupedCluster>;
+  constexpr auto kKernel = wgmma_split::SplitBf16GroupedTmaSlicesKernel<kParts, kRows, kTok, kGroupedCluster, kLean>;
   const auto [w_map, x_map] = GroupedTmaMaps<kRows, kTok>(p, groups);
-  constexpr int kSmem = wgmma_split::GroupedTmaLayout<kRows, kTok>::kBytes;
+  constexpr int kSmem = wgmma_split::SlicesLayout<kParts, kRows, kTok, kLean>::kBytes;
   AllowDynamicSmem<kKernel>(device, kSmem);
   const dim3 grid(static_cast<unsigned>(p.n / kRows * kGroupedCluster), 1, static_cast<unsigned>(groups));
   kKernel<<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, p);
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA, K slices");
   g_tma_launches.fetch_add(1);
   g_grouped_sliced_launches.fetch_add(1);
+  if (kLean) g_grouped_slices_lean_launches.fetch_add(1);
 }
 
 // DEEPINFER_GROUPED_BF16 (read once; unset or 1: on, 0: off): GroupedLinear's split-BF16 products
@@ -4175,7 +4184,8 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
   if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
     const int64_t slices = CeilDiv(p.k / wgmma_split::kChunkCols, int64_t{wgmma_split::kSliceChunks});
     if (g_grouped_slices.On() && p.m <= 8 && slices > 1 && slices <= kGroupedCluster && 2 * blocks <= sms) {
-      return LaunchSplitGroupedTmaSlices<kParts>(p, groups, device, stream);
+      if (g_grouped_slices_lean.On()) return LaunchSplitGroupedTmaSlices<kParts, true>(p, groups, device, stream);
+      return LaunchSplitGroupedTmaSlices<kParts, false>(p, groups, device, stream);
     }
     if (g_grouped_half_blocks.On() && 2 * blocks <= sms) {
       return LaunchSplitGroupedTma<kParts, wgmma::kRowsPerGroup>(p, groups, grid.y, device, stream);
@@ -6243,6 +6253,10 @@ void SetGroupedHalfBlocksForTesting(int mode) {
 uint64_t GroupedHalfBlocksLaunchesForTesting() { return g_grouped_half_block_launches.load(); }
 
 void SetGroupedSlicesForTesting(int mode) { g_grouped_slices.SetForTesting(mode, "SetGroupedSlicesForTesting"); }
+void SetGroupedSlicesLeanForTesting(int mode) {
+  g_grouped_slices_lean.SetForTesting(mode, "SetGroupedSlicesLeanForTesting");
+}
+uint64_t GroupedSlicesLeanLaunchesForTesting() { return g_grouped_slices_lean_launches.load(); }
 
 uint64_t GroupedSlicedLaunchesForTesting() { return g_grouped_sliced_launches.load(); }
 

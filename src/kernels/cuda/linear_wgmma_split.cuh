@@ -318,18 +318,24 @@ __global__ void __launch_bounds__(kThreads, 2) SplitBf16GroupedKernel(const Para
 constexpr int kTmaStages = 4;
 
 // Shared memory of SplitBf16GroupedTmaKernel with kRows weight rows per block (128: two
-// warpgroups; 64: one): kTmaStages raw stages (the codes, kRows × 64 bytes, then x's floats), two
-// sets of BF16 tiles (the weights, kRows rows, then x's three parts), the barriers.
-template <int kRows, int kTok = kTokens>
+// warpgroups; 64: one): kStagesN raw stages (the codes, kRows × 64 bytes, then x's floats),
+// kTileSetsN sets of BF16 tiles (the weights, kRows rows, then room for kXParts of x's parts), the
+// barriers. The defaults: 4 stages, two tile sets (chunk c + 1 converted while chunk c's MMAs
+// run), three parts. The lean form of the K-slices kernel (GroupedSlicesLean): 2 stages, one
+// tile set, kParts parts (22-26 KiB: 8 blocks an SM).
+template <int kRows, int kTok = kTokens, int kStagesN = kTmaStages, int kTileSetsN = 2, int kXParts = 3>
 struct GroupedTmaLayout {
+  static constexpr int kStages = kStagesN;
+  static constexpr int kTileSets = kTileSetsN;
   static constexpr int kWRaw = kRows * kChunkCols;
   static constexpr int kStageBytes = kWRaw + kTok * kXRawRowBytes;
   static constexpr int kTileX = kRows * kRowBytes;
   static constexpr int kPartBytes = kTok * kRowBytes;
-  static constexpr int kTilesBytes = kTileX + 3 * kPartBytes;
-  static constexpr int kTiles = kTmaStages * kStageBytes;
-  static constexpr int kBarriers = kTiles + 2 * kTilesBytes;  // full[kTmaStages]
-  static constexpr int kBytes = kBarriers + kTmaStages * 8 + 1024;  // + base alignment
+  static constexpr int kTilesBytes = kTileX + kXParts * kPartBytes;
+  static constexpr int kTiles = kStages * kStageBytes;
+  static constexpr int kBarriers = kTiles + kTileSets * kTilesBytes;  // full[kStages]
+  static constexpr int kBytes = kBarriers + kStages * 8 + 1024;  // + base alignment
+  static_assert(kTileSets == 1 || kTileSets == 2, "one or two tile sets");
   static_assert(kStageBytes % 1024 == 0 && kTiles % 1024 == 0 && kTilesBytes % 1024 == 0, "1024-byte aligned tiles");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
 };
@@ -363,11 +369,14 @@ __device__ __forceinline__ void IssueGroupedChunk(float (&acc)[kTok / 2], uint32
 // on_slice(acc) with that slice's sum. All 2 · kRows threads call it.
 // w_map: the weight, UINT8 [groups · n rows][K bytes], boxes of kRows rows × 64 bytes, no swizzle;
 // x_map: x, FLOAT32 [m][groups][K], boxes of kTok tokens × 1 × 64 (linear.cu's LaunchSplitGrouped).
-template <int kParts, int kRows, int kTok, class OnSlice>
+// L: the shared memory's layout. With two tile sets chunk c + 1 is converted while chunk c's MMAs
+// run; with one, after they complete (a second block barrier a chunk). The same conversions and
+// MMAs in the same order either way: the same bits.
+template <int kParts, int kRows, int kTok, class L = GroupedTmaLayout<kRows, kTok>, class OnSlice>
 __device__ __forceinline__ void GroupedTmaChunks(const CUtensorMap& w_map, const CUtensorMap& x_map, const Params& p,
                                                  const BlockPlace& at, int c_begin, int c_end, uint8_t* smem,
                                                  OnSlice&& on_slice) {
-  using L = GroupedTmaLayout<kRows, kTok>;
+  constexpr int kStagesN = L::kStages;
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBarriers);
   const int64_t n0 = at.n0, t0 = at.t0, g = at.g;
   const int tid = threadIdx.x, group = at.group;
@@ -375,26 +384,26 @@ __device__ __forceinline__ void GroupedTmaChunks(const CUtensorMap& w_map, const
   if (tid == 0) {
     tma::PrefetchTensorMap(&w_map);
     tma::PrefetchTensorMap(&x_map);
-    for (int s = 0; s < kTmaStages; ++s) tma::BarrierInit(&full[s], 1);
+    for (int s = 0; s < kStagesN; ++s) tma::BarrierInit(&full[s], 1);
     tma::FenceBarrierInit();
   }
   __syncthreads();
-  auto stage_of = [&](int c) { return smem + ((c - c_begin) % kTmaStages) * L::kStageBytes; };
-  auto tiles_of = [&](int c) { return smem + L::kTiles + ((c - c_begin) % 2) * L::kTilesBytes; };
+  auto stage_of = [&](int c) { return smem + ((c - c_begin) % kStagesN) * L::kStageBytes; };
+  auto tiles_of = [&](int c) { return smem + L::kTiles + ((c - c_begin) % L::kTileSets) * L::kTilesBytes; };
   auto load = [&](int c) {  // thread 0: chunk c into its stage, which is free
-    uint64_t* bar = &full[(c - c_begin) % kTmaStages];
+    uint64_t* bar = &full[(c - c_begin) % kStagesN];
     tma::BarrierArriveExpectTx(bar, L::kStageBytes);
     tma::TmaLoad2d(stage_of(c), &w_map, bar, c * kChunkCols, static_cast<int>(g * p.n + n0));
     tma::TmaLoad3d(stage_of(c) + L::kWRaw, &x_map, bar, c * kChunkCols, static_cast<int>(g), static_cast<int>(t0));
   };
   auto convert = [&](int c) {  // every thread: chunk c's stage into its tiles
     const uint8_t scale = __ldg(scales + c / 2);  // in flight during the wait
-    tma::BarrierWait(&full[(c - c_begin) % kTmaStages], static_cast<uint32_t>((c - c_begin) / kTmaStages) & 1u);
+    tma::BarrierWait(&full[(c - c_begin) % kStagesN], static_cast<uint32_t>((c - c_begin) / kStagesN) & 1u);
     ConvertSplitStage<kParts, kRows, kTok>(stage_of(c), DecodeE8m0(scale), tiles_of(c));
     wgmma::FenceProxyAsyncShared();
   };
   if (tid == 0) {
-    for (int c = c_begin; c < min(c_end, c_begin + kTmaStages); ++c) load(c);
+    for (int c = c_begin; c < min(c_end, c_begin + kStagesN); ++c) load(c);
   }
 
   float acc[kTok / 2];
@@ -407,14 +416,21 @@ __device__ __forceinline__ void GroupedTmaChunks(const CUtensorMap& w_map, const
         static_cast<uint32_t>(__cvta_generic_to_shared(tiles + kTileW + group * kRowsPerGroup * kRowBytes));
     const uint32_t x_addr = static_cast<uint32_t>(__cvta_generic_to_shared(tiles + L::kTileX));
     IssueGroupedChunk<kParts, kTok>(acc, w_addr, x_addr);
-    // While they run: chunk c + kTmaStages into the stage chunk c was converted from (every thread
-    // read it before the last barrier), and chunk c + 1 into the other tiles (chunk c - 1's MMAs,
-    // their last readers, completed before that barrier).
-    if (tid == 0 && c + kTmaStages < c_end) load(c + kTmaStages);
-    __syncwarp();
-    if (c + 1 < c_end) convert(c + 1);
-    wgmma::WgmmaWaitAll();
-    wgmma::PinAll(acc);
+    // While they run: chunk c + kStagesN into the stage chunk c was converted from (every thread
+    // read it before the last barrier), and with two tile sets chunk c + 1 into the other tiles
+    // (chunk c - 1's MMAs, their last readers, completed before that barrier).
+    if (tid == 0 && c + kStagesN < c_end) load(c + kStagesN);
+    if constexpr (L::kTileSets == 2) {
+      __syncwarp();
+      if (c + 1 < c_end) convert(c + 1);
+      wgmma::WgmmaWaitAll();
+      wgmma::PinAll(acc);
+    } else {
+      wgmma::WgmmaWaitAll();
+      wgmma::PinAll(acc);
+      __syncthreads();  // chunk c's MMAs done in every warp before its tiles are overwritten
+      if (c + 1 < c_end) convert(c + 1);
+    }
     if ((c + 1 - c_begin) % kSliceChunks == 0 || c + 1 == c_end) {
       on_slice(acc);
       wgmma::ZeroForWgmma(acc);
@@ -458,8 +474,14 @@ __global__ void __launch_bounds__(2 * kRows, 1)
 // SplitBf16GroupedTmaKernel's products with slice r of K on rank r of a cluster of kCluster blocks
 // (K has at most kCluster slices; ranks past the last slice idle): each rank's slice sum goes to
 // its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
-// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster.
-template <int kParts, int kRows, int kTok, int kCluster>
+// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster;
+// SlicesLayout<kParts, kRows, kTok, kLean>::kBytes of dynamic shared memory. kLean: the lean
+// layout (2 stages, one tile set, 8 blocks an SM where the default's 47 KiB allow 4: at batch 1
+// `wo_a`'s 1,024 blocks in one wave instead of two); the same bits.
+template <int kParts, int kRows, int kTok, bool kLean>
+using SlicesLayout = std::conditional_t<kLean, GroupedTmaLayout<kRows, kTok, 2, 1, kParts>, GroupedTmaLayout<kRows, kTok>>;
+
+template <int kParts, int kRows, int kTok, int kCluster, bool kLean = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
     SplitBf16GroupedTmaSlicesKernel(const __grid_constant__ CUtensorMap w_map,
                                     const __grid_constant__ CUtensorMap x_map, const Params p) {
@@ -479,8 +501,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
   float held[kElems];
 #pragma unroll
   for (int i = 0; i < kElems; ++i) held[i] = 0.f;
-  GroupedTmaChunks<kParts, kRows, kTok>(w_map, x_map, p, at, c_begin, c_end, smem,
-                                        [&](const float (&acc)[kElems]) {
+  GroupedTmaChunks<kParts, kRows, kTok, SlicesLayout<kParts, kRows, kTok, kLean>>(w_map, x_map, p, at, c_begin,
+                                                                                  c_end, smem,
+                                                                                  [&](const float (&acc)[kElems]) {
 #pragma unroll
                                           for (int i = 0; i < kElems; ++i) held[i] = acc[i];
                                         });
