@@ -104,7 +104,11 @@ INSTANTIATE_TEST_SUITE_P(
                       CopyCase{4096, 512, 516, true},   // a Flash step's KV rows
                       CopyCase{1000, 128, 132, true},   // index rows
                       CopyCase{777, 128, 131, false}, CopyCase{64, 512, 515, true},  // odd stride: mixed paths
-                      CopyCase{2000, 512, 600, false}),
+                      CopyCase{2000, 512, 600, false},
+                      CopyCase{1, 16384, 16384, true},  // the head's last hc streams at batch 1: 4 blocks
+                      CopyCase{4, 4096, 4096, true},    // the embedding into 4 streams
+                      CopyCase{3, 9001, 9003, false},   // 3 segments a row, the last short, 4-byte path
+                      CopyCase{5, 8196, 8200, true}),   // 3 segments, the last one 4 floats
     [](const ::testing::TestParamInfo<CopyCase>& info) {
       const CopyCase& c = info.param;
       return "n" + std::to_string(c.n) + "_w" + std::to_string(c.width) + "_ld" + std::to_string(c.ld) +

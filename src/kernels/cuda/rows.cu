@@ -14,31 +14,38 @@ namespace {
 
 // ---- Row copies ---------------------------------------------------------------------------------
 
-constexpr int kCopyWarps = 8;  // rows per block: one warp per row
-constexpr int kCopyThreads = kCopyWarps * kWarpSize;
+constexpr int kCopyThreads = 256;
+// Floats of a row one block copies (16 KiB): a wide row is spread over blocks (the head's last
+// hc streams, 4 × 4096 floats, took 24 µs on one warp at batch 1; 2026-12-07), a narrow one is a
+// block's.
+constexpr int64_t kCopySegmentFloats = 4096;
 
-// Row i (< n) of the copy: from src_offsets ? src + src_offsets[i] : src + i·ld_src to
-// dst_offsets ? dst + dst_offsets[i] : dst + i·ld_dst, `width` floats. Bits are moved as integers
-// (no float arithmetic), 16 bytes at a time when both rows are 16-byte aligned and width % 4 == 0.
+// Block b copies segment b % segments of row b / segments (< n): from src_offsets ? src +
+// src_offsets[row] : src + row·ld_src to dst_offsets ? dst + dst_offsets[row] : dst + row·ld_dst,
+// floats [segment · kCopySegmentFloats, +kCopySegmentFloats) of `width`. Bits are moved as
+// integers (no float arithmetic), 16 bytes at a time when both rows are 16-byte aligned and
+// width % 4 == 0.
 __global__ void __launch_bounds__(kCopyThreads)
     CopyRowsKernel(const float* src, int64_t ld_src, const int64_t* src_offsets, float* dst, int64_t ld_dst,
-                   const int64_t* dst_offsets, int64_t n, int64_t width) {
+                   const int64_t* dst_offsets, int64_t n, int64_t width, int64_t segments) {
   PdlPrologue();
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kCopyWarps + threadIdx.x / kWarpSize;
-  if (row >= n) return;  // uniform over the warp; no block-wide barriers below
-  const int lane = threadIdx.x % kWarpSize;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) / segments;
+  if (row >= n) return;  // uniform over the block; no barriers below
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) % segments * kCopySegmentFloats;
+  const int64_t end = min(width, begin + kCopySegmentFloats);
   const float* s = src_offsets != nullptr ? src + src_offsets[row] : src + row * ld_src;
   float* d = dst_offsets != nullptr ? dst + dst_offsets[row] : dst + row * ld_dst;
   const bool vec = width % 4 == 0 && ((reinterpret_cast<uintptr_t>(s) | reinterpret_cast<uintptr_t>(d)) & 15u) == 0;
-  if (vec) {
+  if (vec) {  // begin is a multiple of 4 floats
     const uint4* s4 = reinterpret_cast<const uint4*>(s);
     uint4* d4 = reinterpret_cast<uint4*>(d);
-    const int64_t n4 = width / 4;
-    for (int64_t j = lane; j < n4; j += kWarpSize) d4[j] = s4[j];
+#pragma unroll 4
+    for (int64_t j = begin / 4 + threadIdx.x; j < end / 4; j += kCopyThreads) d4[j] = s4[j];
   } else {
     const uint32_t* s1 = reinterpret_cast<const uint32_t*>(s);
     uint32_t* d1 = reinterpret_cast<uint32_t*>(d);
-    for (int64_t j = lane; j < width; j += kWarpSize) d1[j] = s1[j];
+#pragma unroll 4
+    for (int64_t j = begin + threadIdx.x; j < end; j += kCopyThreads) d1[j] = s1[j];
   }
 }
 
@@ -46,10 +53,11 @@ void LaunchCopyRows(const float* src, int64_t ld_src, const int64_t* src_offsets
                     const int64_t* dst_offsets, int64_t n, int64_t width, cudaStream_t stream, const char* name) {
   if (n < 0 || width < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative row count or width");
   if (n == 0 || width == 0) return;
-  const int64_t blocks = CeilDiv(n, kCopyWarps);
-  if (blocks > INT_MAX) ThrowCudaError(__FILE__, __LINE__, name, "too many rows");
-  CopyRowsKernel<<<static_cast<unsigned>(blocks), kCopyThreads, 0, stream>>>(src, ld_src, src_offsets, dst, ld_dst,
-                                                                              dst_offsets, n, width);
+  const int64_t segments = CeilDiv(width, kCopySegmentFloats);
+  if (n > INT_MAX / segments) ThrowCudaError(__FILE__, __LINE__, name, "too many rows");
+  CopyRowsKernel<<<static_cast<unsigned>(n * segments), kCopyThreads, 0, stream>>>(src, ld_src, src_offsets, dst,
+                                                                                    ld_dst, dst_offsets, n, width,
+                                                                                    segments);
   DI_CUDA_LAUNCH_CHECK(name);
 }
 
