@@ -3822,11 +3822,10 @@ KernelSwitch g_grouped_slices{"DEEPINFER_GROUPED_SLICES", 1};
 constexpr int kGroupedCluster = 8;  // slices a cluster spreads: K <= 4096
 
 // DEEPINFER_GROUPED_SLICES_LEAN (read once; unset or 0: off, 1: on): the K-slices kernel on its
-// lean layout (wgmma_split::SlicesLayout: 2 stages, one tile set, no alignment bytes; 21 KiB with
-// x rounded, so 10 blocks an SM where the default layout's 47 KiB allow 4). At batch 1 `wo_a`'s
-// 128 clusters of 8 blocks (an 8-chunk chain each) are two waves on the default layout (ncu: 32
-// µs, 1.1 TB/s) and meant to be one on the lean. The same bits. Tests override it
-// (SetGroupedSlicesLeanForTesting).
+// lean layout (wgmma_split::SlicesLayout: 2 stages and one tile set, 22-26 KiB, so 8 blocks an SM
+// where the default layout's 47 KiB allow 4). At batch 1 `wo_a`'s 1,024 blocks of an 8-chunk
+// chain each are two waves on the default layout (ncu: 32 µs, 1.1 TB/s), one on the lean. The
+// same bits. Tests override it (SetGroupedSlicesLeanForTesting).
 KernelSwitch g_grouped_slices_lean{"DEEPINFER_GROUPED_SLICES_LEAN", 0};
 std::atomic<uint64_t> g_grouped_slices_lean_launches{0};  // launches of it (tests)
 

@@ -321,11 +321,9 @@ constexpr int kTmaStages = 4;
 // warpgroups; 64: one): kStagesN raw stages (the codes, kRows × 64 bytes, then x's floats),
 // kTileSetsN sets of BF16 tiles (the weights, kRows rows, then room for kXParts of x's parts), the
 // barriers. The defaults: 4 stages, two tile sets (chunk c + 1 converted while chunk c's MMAs
-// run), three parts, 1,024 bytes for aligning the base. The lean form of the K-slices kernel
-// (SlicesLayout): 2 stages, one tile set, kParts parts and no alignment bytes (21-23 KiB: 10
-// blocks an SM on 228 KiB with the 1 KiB each block's system reserve takes).
-template <int kRows, int kTok = kTokens, int kStagesN = kTmaStages, int kTileSetsN = 2, int kXParts = 3,
-          int kBasePad = 1024>
+// run), three parts. The lean form of the K-slices kernel (GroupedSlicesLean): 2 stages, one
+// tile set, kParts parts (22-26 KiB: 8 blocks an SM).
+template <int kRows, int kTok = kTokens, int kStagesN = kTmaStages, int kTileSetsN = 2, int kXParts = 3>
 struct GroupedTmaLayout {
   static constexpr int kStages = kStagesN;
   static constexpr int kTileSets = kTileSetsN;
@@ -336,7 +334,7 @@ struct GroupedTmaLayout {
   static constexpr int kTilesBytes = kTileX + kXParts * kPartBytes;
   static constexpr int kTiles = kStages * kStageBytes;
   static constexpr int kBarriers = kTiles + kTileSets * kTilesBytes;  // full[kStages]
-  static constexpr int kBytes = kBarriers + kStages * 8 + kBasePad;  // + base alignment
+  static constexpr int kBytes = kBarriers + kStages * 8 + 1024;  // + base alignment
   static_assert(kTileSets == 1 || kTileSets == 2, "one or two tile sets");
   static_assert(kStageBytes % 1024 == 0 && kTiles % 1024 == 0 && kTilesBytes % 1024 == 0, "1024-byte aligned tiles");
   static_assert(kBytes <= 227 * 1024, "Hopper's shared memory per block");
@@ -478,14 +476,10 @@ __global__ void __launch_bounds__(2 * kRows, 1)
 // its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
 // (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster;
 // SlicesLayout<kParts, kRows, kTok, kLean>::kBytes of dynamic shared memory. kLean: the lean
-// layout (2 stages, one tile set, no alignment bytes: 10 blocks an SM where the default's 47 KiB
-// allow 4, so that at batch 1 `wo_a`'s 128 clusters of 8 are one wave; at 22.5 KiB, 9 blocks an
-// SM, an H100 ran 124 clusters at once); the same bits. The lean kernel traps unless its dynamic
-// shared memory starts 1,024-byte aligned: on sm_90 a kernel without static shared memory has it
-// right after the block's 1 KiB system reserve (GroupedTmaKernelEqualsTheOther runs it).
+// layout (2 stages, one tile set, 8 blocks an SM where the default's 47 KiB allow 4: at batch 1
+// `wo_a`'s 1,024 blocks in one wave instead of two); the same bits.
 template <int kParts, int kRows, int kTok, bool kLean>
-using SlicesLayout =
-    std::conditional_t<kLean, GroupedTmaLayout<kRows, kTok, 2, 1, kParts, 0>, GroupedTmaLayout<kRows, kTok>>;
+using SlicesLayout = std::conditional_t<kLean, GroupedTmaLayout<kRows, kTok, 2, 1, kParts>, GroupedTmaLayout<kRows, kTok>>;
 
 template <int kParts, int kRows, int kTok, int kCluster, bool kLean = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
@@ -497,9 +491,6 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
 #else
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = wgmma::AlignedSmem(smem_raw);
-  if constexpr (kLean) {
-    if (smem != smem_raw) __trap();  // the layout has no bytes to align it with
-  }
   const cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
   const BlockPlace at(p, kRows, static_cast<int>(blockIdx.x) / kCluster, kTok);
