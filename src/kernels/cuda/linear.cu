@@ -3821,12 +3821,13 @@ std::atomic<uint64_t> g_grouped_sliced_launches{0};  // launches of it (tests)
 KernelSwitch g_grouped_slices{"DEEPINFER_GROUPED_SLICES", 1};
 constexpr int kGroupedCluster = 8;  // slices a cluster spreads: K <= 4096
 
-// DEEPINFER_GROUPED_SLICES_LEAN (read once; unset or 0: off, 1: on): the K-slices kernel on its
-// lean layout (wgmma_split::SlicesLayout: 2 stages and one tile set, 22-26 KiB, so 8 blocks an SM
-// where the default layout's 47 KiB allow 4). At batch 1 `wo_a`'s 1,024 blocks of an 8-chunk
-// chain each are two waves on the default layout (ncu: 32 µs, 1.1 TB/s), one on the lean. The
-// same bits. Tests override it (SetGroupedSlicesLeanForTesting).
-KernelSwitch g_grouped_slices_lean{"DEEPINFER_GROUPED_SLICES_LEAN", 0};
+// DEEPINFER_GROUPED_SLICES_LEAN (read once; unset or 1: on, 0: off): the K-slices kernel on its
+// lean layout (wgmma_split::SlicesLayout: 2 stages and one tile set, 22.5 KiB, so 9 blocks an SM
+// where the default layout's 47 KiB allow 4); the same bits. Measured on an H100 (2026-12-07,
+// docs/performance.md version 67): `wo_a` at batch 1 32 -> 28 us a launch (ncu), the step 1.203
+// -> 1.179 ms; batches of more than 8 rows do not take the kernel. Tests override it
+// (SetGroupedSlicesLeanForTesting).
+KernelSwitch g_grouped_slices_lean{"DEEPINFER_GROUPED_SLICES_LEAN", 1};
 std::atomic<uint64_t> g_grouped_slices_lean_launches{0};  // launches of it (tests)
 
 // The TMA maps of a grouped product: the weight in boxes of kRows rows × 64 bytes, x in boxes of

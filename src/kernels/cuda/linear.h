@@ -207,8 +207,8 @@ uint64_t GroupedHalfBlocksLaunchesForTesting();
 // process has made.
 void SetGroupedSlicesForTesting(int mode);
 uint64_t GroupedSlicedLaunchesForTesting();
-// Tests only: those K slices on the lean layout (2 stages, one tile set: 8 blocks an SM; the same
-// bits) on (1), off (0), or as DEEPINFER_GROUPED_SLICES_LEAN says (-1, the default: off unless 1);
+// Tests only: those K slices on the lean layout (2 stages, one tile set: 9 blocks an SM; the same
+// bits) on (1), off (0), or as DEEPINFER_GROUPED_SLICES_LEAN says (-1, the default: on unless 0);
 // and how many such launches this process has made.
 void SetGroupedSlicesLeanForTesting(int mode);
 uint64_t GroupedSlicesLeanLaunchesForTesting();

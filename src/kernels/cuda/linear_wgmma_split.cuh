@@ -321,8 +321,8 @@ constexpr int kTmaStages = 4;
 // warpgroups; 64: one): kStagesN raw stages (the codes, kRows × 64 bytes, then x's floats),
 // kTileSetsN sets of BF16 tiles (the weights, kRows rows, then room for kXParts of x's parts), the
 // barriers. The defaults: 4 stages, two tile sets (chunk c + 1 converted while chunk c's MMAs
-// run), three parts. The lean form of the K-slices kernel (GroupedSlicesLean): 2 stages, one
-// tile set, kParts parts (22-26 KiB: 8 blocks an SM).
+// run), three parts. The lean form of the K-slices kernel (SlicesLayout): 2 stages, one tile
+// set, kParts parts (22.5 KiB with x rounded: 9 blocks an SM; 24 KiB with three parts: 9).
 template <int kRows, int kTok = kTokens, int kStagesN = kTmaStages, int kTileSetsN = 2, int kXParts = 3>
 struct GroupedTmaLayout {
   static constexpr int kStages = kStagesN;
@@ -476,10 +476,12 @@ __global__ void __launch_bounds__(2 * kRows, 1)
 // its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
 // (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster;
 // SlicesLayout<kParts, kRows, kTok, kLean>::kBytes of dynamic shared memory. kLean: the lean
-// layout (2 stages, one tile set, 8 blocks an SM where the default's 47 KiB allow 4: at batch 1
-// `wo_a`'s 1,024 blocks in one wave instead of two); the same bits.
+// layout (2 stages, one tile set: 9 blocks an SM where the default's 47 KiB allow 4); the same
+// bits. At batch 1 `wo_a` is 128 clusters of 8; an H100 holds 124 at once whether 9 or 10 blocks
+// fit an SM (ncu's Max Active Clusters, 2026-12-07), so 4 clusters still run after the rest.
 template <int kParts, int kRows, int kTok, bool kLean>
-using SlicesLayout = std::conditional_t<kLean, GroupedTmaLayout<kRows, kTok, 2, 1, kParts>, GroupedTmaLayout<kRows, kTok>>;
+using SlicesLayout =
+    std::conditional_t<kLean, GroupedTmaLayout<kRows, kTok, 2, 1, kParts>, GroupedTmaLayout<kRows, kTok>>;
 
 template <int kParts, int kRows, int kTok, int kCluster, bool kLean = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
