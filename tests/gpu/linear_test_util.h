@@ -174,6 +174,7 @@ using ScopedLinearQuantizeInBlock = ScopedSwitch<cuda::SetLinearQuantizeInBlockF
 using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTesting>;
 using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedGroupedSlicesLean = ScopedSwitch<cuda::SetGroupedSlicesLeanForTesting>;
+using ScopedGroupedSlicesWide = ScopedSwitch<cuda::SetGroupedSlicesWideForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;
 using ScopedTmaStore = ScopedSwitch<cuda::SetTmaStoreForTesting>;
 using ScopedDenseOverlap = ScopedSwitch<cuda::SetDenseOverlapForTesting>;

@@ -507,7 +507,8 @@ TEST(CudaLinearMma, GroupedBatchInvariant) {
 // 70 rows (a partial second token tile), 3 groups of [192 -> 128] (3 chunks: fewer than the ring's
 // 4 stages) and 8 groups of [1152 -> 128] (3 slices, the last one short); and so do the TMA-fed
 // kernel on blocks of 64 weight rows and its K slices over a cluster where they run, on the
-// default layout and the lean one (DEEPINFER_GROUPED_SLICES_LEAN), three parts and x rounded.
+// default layout, the lean one (DEEPINFER_GROUPED_SLICES_LEAN) and the lean one on 128-row blocks
+// (DEEPINFER_GROUPED_SLICES_WIDE), three parts and x rounded.
 TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -550,26 +551,27 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
             << what << ": 64-row blocks where twice " << blocks << " blocks fit " << sms << " SMs";
       }
       // At most 8 rows: 8-token tiles of 64 weight rows with K's 512-column slices over a cluster
-      // (2-8 slices), rank 0 adding them in order: the same bits.
-      ScopedGroupedSlices slices(1);
-      const uint64_t sliced = cuda::GroupedSlicedLaunchesForTesting();
-      EXPECT_TRUE(AllEqual(run(1), other, what + ", K slices"));
+      // (2-8 slices), rank 0 adding them in order, on the default layout, the lean one (2 stages,
+      // one tile set) and the lean one on blocks of 128 weight rows; with three parts and with x
+      // rounded to BF16 (wo_a with --attn-out-bf16): the cp.async kernel's bits each time.
       const int64_t k_slices = (c.k + 511) / 512;
-      EXPECT_EQ(cuda::GroupedSlicedLaunchesForTesting() > sliced,
-                m <= 8 && k_slices > 1 && k_slices <= 8 && 2 * blocks <= sms)
-          << what << ": K slices";
-      // The same slices on the lean layout (2 stages, one tile set): the same bits.
-      ScopedGroupedSlicesLean lean(1);
-      const uint64_t lean_launches = cuda::GroupedSlicesLeanLaunchesForTesting();
-      EXPECT_TRUE(AllEqual(run(1), other, what + ", K slices, lean"));
-      EXPECT_EQ(cuda::GroupedSlicesLeanLaunchesForTesting() > lean_launches,
-                m <= 8 && k_slices > 1 && k_slices <= 8 && 2 * blocks <= sms)
-          << what << ": lean K slices";
-      // One part (x rounded to BF16: wo_a with --attn-out-bf16) on both layouts: the cp.async kernel's bits.
+      const bool sliced = m <= 8 && k_slices > 1 && k_slices <= 8 && 2 * blocks <= sms;
       const std::vector<float> rounded = run(0, true);
-      EXPECT_TRUE(AllEqual(run(1, true), rounded, what + ", rounded, lean K slices"));
-      ScopedGroupedSlicesLean default_layout(0);
-      EXPECT_TRUE(AllEqual(run(1, true), rounded, what + ", rounded, K slices"));
+      ScopedGroupedSlices slices(1);
+      for (const int layout : {0, 1, 2}) {  // default, lean, lean on 128-row blocks
+        const char* name = layout == 0 ? ", K slices" : layout == 1 ? ", lean K slices" : ", wide K slices";
+        const std::string where = what + name;
+        ScopedGroupedSlicesLean lean(layout >= 1 ? 1 : 0);
+        ScopedGroupedSlicesWide wide(layout == 2 ? 1 : 0);
+        const uint64_t before[3] = {cuda::GroupedSlicedLaunchesForTesting(),
+                                    cuda::GroupedSlicesLeanLaunchesForTesting(),
+                                    cuda::GroupedSlicesWideLaunchesForTesting()};
+        EXPECT_TRUE(AllEqual(run(1), other, where));
+        EXPECT_TRUE(AllEqual(run(1, true), rounded, where + ", rounded"));
+        EXPECT_EQ(cuda::GroupedSlicedLaunchesForTesting() - before[0], sliced ? 2u : 0u) << where;
+        EXPECT_EQ(cuda::GroupedSlicesLeanLaunchesForTesting() - before[1], sliced && layout >= 1 ? 2u : 0u) << where;
+        EXPECT_EQ(cuda::GroupedSlicesWideLaunchesForTesting() - before[2], sliced && layout == 2 ? 2u : 0u) << where;
+      }
     }
   }
 }

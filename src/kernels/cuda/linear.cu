@@ -3830,6 +3830,14 @@ constexpr int kGroupedCluster = 8;  // slices a cluster spreads: K <= 4096
 KernelSwitch g_grouped_slices_lean{"DEEPINFER_GROUPED_SLICES_LEAN", 1};
 std::atomic<uint64_t> g_grouped_slices_lean_launches{0};  // launches of it (tests)
 
+// DEEPINFER_GROUPED_SLICES_WIDE (read once; unset or 0: off, 1: on): the lean K slices on blocks of
+// 128 weight rows (two warpgroups; 38 KiB, 5 blocks an SM) instead of 64. At batch 1 `wo_a` is
+// then 64 clusters of 8, where an H100 holds 124 at once; on 64-row blocks it is 128 (ncu,
+// 2026-12-07: two rounds, 28 µs). The same bits. Written 2026-12-07, not yet run; tests override
+// it (SetGroupedSlicesWideForTesting).
+KernelSwitch g_grouped_slices_wide{"DEEPINFER_GROUPED_SLICES_WIDE", 0};
+std::atomic<uint64_t> g_grouped_slices_wide_launches{0};  // launches of it (tests)
+
 // The TMA maps of a grouped product: the weight in boxes of kRows rows × 64 bytes, x in boxes of
 // 64 columns × 1 group × kTok tokens.
 template <int kRows, int kTok>
@@ -3857,11 +3865,12 @@ void LaunchSplitGroupedTma(const Params& p, int64_t groups, unsigned tok_blocks,
   if (kRows != wgmma::kBlockRows) g_grouped_half_block_launches.fetch_add(1);
 }
 
-// SplitBf16GroupedTmaSlicesKernel<kParts, 64 rows, 8 tokens, kGroupedCluster, kLean> over the grid
-// (n / 64 · kGroupedCluster, 1, groups), for products of at most 8 rows.
-template <int kParts, bool kLean>
+// SplitBf16GroupedTmaSlicesKernel<kParts, kRows, 8 tokens, kGroupedCluster, kLean> over the grid
+// (n / kRows · kGroupedCluster, 1, groups), for products of at most 8 rows; kRows 64 (one
+// warpgroup) or 128 (two).
+template <int kParts, bool kLean, int kRows = wgmma::kRowsPerGroup>
 void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cudaStream_t stream) {
-  constexpr int kRows = wgmma::kRowsPerGroup, kTok = 8;
+  constexpr int kTok = 8;
   constexpr auto kKernel = wgmma_split::SplitBf16GroupedTmaSlicesKernel<kParts, kRows, kTok, kGroupedCluster, kLean>;
   const auto [w_map, x_map] = GroupedTmaMaps<kRows, kTok>(p, groups);
   constexpr int kSmem = wgmma_split::SlicesLayout<kParts, kRows, kTok, kLean>::kBytes;
@@ -3872,6 +3881,7 @@ void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cu
   g_tma_launches.fetch_add(1);
   g_grouped_sliced_launches.fetch_add(1);
   if (kLean) g_grouped_slices_lean_launches.fetch_add(1);
+  if (kRows == wgmma::kBlockRows) g_grouped_slices_wide_launches.fetch_add(1);
 }
 
 // DEEPINFER_GROUPED_BF16 (read once; unset or 1: on, 0: off): GroupedLinear's split-BF16 products
@@ -4185,6 +4195,9 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
   if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
     const int64_t slices = CeilDiv(p.k / wgmma_split::kChunkCols, int64_t{wgmma_split::kSliceChunks});
     if (g_grouped_slices.On() && p.m <= 8 && slices > 1 && slices <= kGroupedCluster && 2 * blocks <= sms) {
+      if (g_grouped_slices_lean.On() && g_grouped_slices_wide.On()) {
+        return LaunchSplitGroupedTmaSlices<kParts, true, wgmma::kBlockRows>(p, groups, device, stream);
+      }
       if (g_grouped_slices_lean.On()) return LaunchSplitGroupedTmaSlices<kParts, true>(p, groups, device, stream);
       return LaunchSplitGroupedTmaSlices<kParts, false>(p, groups, device, stream);
     }
@@ -6258,6 +6271,10 @@ void SetGroupedSlicesLeanForTesting(int mode) {
   g_grouped_slices_lean.SetForTesting(mode, "SetGroupedSlicesLeanForTesting");
 }
 uint64_t GroupedSlicesLeanLaunchesForTesting() { return g_grouped_slices_lean_launches.load(); }
+void SetGroupedSlicesWideForTesting(int mode) {
+  g_grouped_slices_wide.SetForTesting(mode, "SetGroupedSlicesWideForTesting");
+}
+uint64_t GroupedSlicesWideLaunchesForTesting() { return g_grouped_slices_wide_launches.load(); }
 
 uint64_t GroupedSlicedLaunchesForTesting() { return g_grouped_sliced_launches.load(); }
 

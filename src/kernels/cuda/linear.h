@@ -212,6 +212,11 @@ uint64_t GroupedSlicedLaunchesForTesting();
 // and how many such launches this process has made.
 void SetGroupedSlicesLeanForTesting(int mode);
 uint64_t GroupedSlicesLeanLaunchesForTesting();
+// Tests only: the lean K slices on blocks of 128 weight rows (two warpgroups; the same bits) on
+// (1), off (0), or as DEEPINFER_GROUPED_SLICES_WIDE says (-1, the default: off unless 1); and how
+// many such launches this process has made.
+void SetGroupedSlicesWideForTesting(int mode);
+uint64_t GroupedSlicesWideLaunchesForTesting();
 // Tests only: GroupedLinear's products of at least 256 rows given scratch on the weight converted
 // to BF16 once per call and x's parts split once (GroupedBf16WsKernel; the same bits) on (1), off
 // (0), or as DEEPINFER_GROUPED_BF16 says (-1, the default: on unless 0); piece_rows > 0 splits x

@@ -322,7 +322,8 @@ constexpr int kTmaStages = 4;
 // kTileSetsN sets of BF16 tiles (the weights, kRows rows, then room for kXParts of x's parts), the
 // barriers. The defaults: 4 stages, two tile sets (chunk c + 1 converted while chunk c's MMAs
 // run), three parts. The lean form of the K-slices kernel (SlicesLayout): 2 stages, one tile
-// set, kParts parts (22.5 KiB with x rounded: 9 blocks an SM; 24 KiB with three parts: 9).
+// set, kParts parts (64 rows: 22.5 KiB with x rounded, 24 KiB with three parts, 9 blocks an SM;
+// 128 rows: 38-40 KiB, 5).
 template <int kRows, int kTok = kTokens, int kStagesN = kTmaStages, int kTileSetsN = 2, int kXParts = 3>
 struct GroupedTmaLayout {
   static constexpr int kStages = kStagesN;
