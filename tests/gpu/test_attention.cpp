@@ -428,46 +428,6 @@ TEST(CudaAttentionSplitBf16, HeadsPerBlockKeepTheBits) {
       << "16 heads per block";
 }
 
-// The split-BF16 kernel's staged form (DEEPINFER_ATTENTION_STAGED: packed rows copied into shared
-// memory a tile ahead) gives the bits of the direct form: Flash's rows (d = 512, 448 e4m3
-// channels) with BF16 inputs, queries of 5 tiles, of 2, of 1 row, of 6 tiles (the last partial)
-// and of none, at 1, 2 and 8 blocks a query and 64 and 32 heads a block; and f32 inputs, which
-// it does not take, run the direct form.
-TEST(CudaAttentionSplitBf16, StagedTilesKeepTheBits) {
-  DI_REQUIRE_GPU();
-  using ScopedStaged = ScopedSwitch<cuda::SetAttentionStagedForTesting>;
-  AttentionCase c{5, 64, 512, 1024, 640, {640, 128, 1, 377, 0}, 0, 0, 0, 1.f, false, 131};
-  c.kv_rows = true;
-  c.bf16_inputs = true;
-  const AttentionInputs in = MakeInputs(c);
-  const cpu::PackedRowFormat f = cpu::kV4MainRow;
-  const int64_t pitch_floats = f.row_pitch() / 4;
-  std::vector<float> pool(c.pool_rows * pitch_floats);
-  cpu::PackRows(f, in.rows.data(), in.row_stride, c.pool_rows, pool.data(), nullptr, 0);
-  DeviceArray<float> q(in.q), rows(pool), sinks(in.sinks);
-  DeviceArray<int32_t> ids(in.row_ids), counts(c.counts);
-  auto run = [&](int staged, int blocks, int heads_per_block, bool bf16) {
-    const ScopedStaged mode(staged);
-    DeviceArray<float> out(std::vector<float>(c.queries * in.out_stride, kSentinel));
-    cuda::AttentionWithSinkSplitBf16(q.get(), in.q_stride, rows.get(), pitch_floats, ids.get(), counts.get(),
-                                     c.max_rows, sinks.get(), c.queries, c.heads, c.head_dim, in.scale, out.get(),
-                                     in.out_stride, nullptr, blocks, bf16, heads_per_block, &f);
-    return Bits(out.ToHost());
-  };
-  for (const int blocks : {1, 2, 8}) {
-    for (const int heads_per_block : {64, 32}) {
-      SCOPED_TRACE(testing::Message() << blocks << " blocks a query, " << heads_per_block << " heads a block");
-      const auto direct = run(0, blocks, heads_per_block, true);
-      const uint64_t launches = cuda::AttentionStagedLaunchesForTesting();
-      EXPECT_TRUE(AllEqual(run(1, blocks, heads_per_block, true), direct, "staged against direct"));
-      EXPECT_EQ(cuda::AttentionStagedLaunchesForTesting() - launches, 1u) << "the staged form did not run";
-    }
-  }
-  const uint64_t launches = cuda::AttentionStagedLaunchesForTesting();
-  EXPECT_TRUE(AllEqual(run(1, 2, 64, false), run(0, 2, 64, false), "f32 inputs"));
-  EXPECT_EQ(cuda::AttentionStagedLaunchesForTesting(), launches) << "f32 inputs took the staged form";
-}
-
 // Packed rows (kernels/cpu/state_row.h, the state's rows under kv_fp8) decode to exactly the values
 // of the f32 rows they encode, so each kernel gives the same bits from either pool: Flash's
 // d = 512 (448 e4m3 channels in 7 blocks) and d = 128 with 112 e4m3 channels (a partial second

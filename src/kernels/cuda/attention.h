@@ -78,11 +78,6 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
 // throws) or 2, chosen from docs/performance.md's sweep after version 11. For experiments: every
 // query of a run must take the same value, which the process-wide default guarantees.
 int AttentionSplitBf16Blocks();
-// Tests only: the split-BF16 kernel's staged form (packed rows copied into shared memory a tile
-// ahead; the same bits; DEEPINFER_ATTENTION_STAGED) where it applies (1), never (0), or as the
-// variable says (-1, the default: off unless 1); and how many launches took it.
-void SetAttentionStagedForTesting(int mode);
-uint64_t AttentionStagedLaunchesForTesting();
 // Heads per block where H > 32: 64 (four head groups, one block an SM) or 32 (two groups; with
 // bf16_inputs two blocks fit an SM, each reading the rows itself). A head's bits do not depend on
 // it. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (32 or 64; read once, anything else

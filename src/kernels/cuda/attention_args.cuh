@@ -26,9 +26,6 @@ struct AttentionArgs {
   bool vec_q;     // SIMT: q rows may be copied as float4 (d, q_stride multiples of 4, base 16-aligned)
   bool bf16_inputs;  // q and the probabilities rounded to BF16 (attention.h)
   PackedRowArgs packed{};  // fp8_end < 0: f32 rows; else packed rows (state_row.cuh)
-  // The split-BF16 kernel's staged form (attention_mma.cu): > 0 where packed rows are copied into
-  // shared memory a tile ahead, this many bytes a row (the format's row pitch, a multiple of 16).
-  int staged_row_bytes = 0;
 };
 
 }  // namespace deepinfer::cuda

@@ -32,10 +32,8 @@
 // one part (the order above with the mid and lo MMAs left out: they would add zeros).
 #include <cooperative_groups.h>
 
-#include <atomic>
 #include <climits>
 #include <cmath>
-#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -53,10 +51,6 @@ constexpr int kGroupHeads = 16;          // heads per warp: the MMA's M
 constexpr int kQPad = 8;                 // floats after each q row in shared memory
 constexpr int kRPad = 8;                 // BF16 values after each tile row
 constexpr int kPStride = kTileRows + 8;  // floats (or BF16 values) per head of the probabilities
-// The staged form (DEEPINFER_ATTENTION_STAGED): two tiles of packed rows, copied by cp.async one
-// tile ahead of the tile being computed, each row at this stride (bytes; V4's main row takes 592).
-constexpr int kStagedRowStride = 640;
-constexpr int kStagedBytes = 2 * kTileRows * kStagedRowStride;
 
 // kBf16: q and the probabilities rounded to BF16 (bf16_inputs), held as BF16 in shared memory and
 // fed to the MMAs by ldmatrix; otherwise f32, split into three parts per fragment.
@@ -204,35 +198,24 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
 // block's scale byte, a group of BF16 channels two 16-byte loads (the BF16 values as they are); the
 // loads of kBatch rows are all issued, without branches, before any conversion. The values are
 // DecodePacked4's, so the BF16 tile equals LoadTile's of the f32 rows they encode.
-// kFromStage: the tile's rows are already in shared memory (`stage`, row r at r ·
-// kStagedRowStride bytes: the staged form), read from there instead of from a.rows by id; the
-// same values, so the same tile.
-template <int kGroups, int kD, int kSplit, bool kBf16, bool kFromStage = false>
+template <int kGroups, int kD, int kSplit, bool kBf16>
 __device__ __forceinline__ void LoadTilePacked(const AttentionArgs& a, const int32_t* ids, int tile_n,
-                                               __nv_bfloat16* rs, int warp, int lane,
-                                               const uint8_t* stage = nullptr) {
+                                               __nv_bfloat16* rs, int warp, int lane) {
   using S = Shape<kGroups, kD, kSplit, kBf16>;
   constexpr int kG = kD / 16;  // 16-channel groups a row
   constexpr int kPerLane = (kG + kWarpSize - 1) / kWarpSize;
   constexpr int kBatch = 4;
   const PackedRowArgs p = a.packed;
-  const TileRowIds row_ids(kFromStage ? nullptr : ids, kFromStage ? 0 : tile_n, lane);
+  const TileRowIds row_ids(ids, tile_n, lane);
   const int padded = min(kTileRows, (tile_n + 15) / 16 * 16);
-  auto load16 = [](const uint4* src) { return kFromStage ? *src : __ldg(src); };
-  auto load_byte = [](const uint8_t* src) -> uint32_t { return kFromStage ? *src : __ldg(src); };
   for (int r0 = warp * kBatch; r0 < padded; r0 += S::kWarps * kBatch) {
     uint4 first[kBatch][kPerLane], second[kBatch][kPerLane];
     uint32_t scale_byte[kBatch][kPerLane];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
       const int r = r0 + b;
-      const uint8_t* row;
-      if constexpr (kFromStage) {
-        row = stage + r * kStagedRowStride;
-      } else {
-        const int32_t id = row_ids.Of(r);
-        row = reinterpret_cast<const uint8_t*>(a.rows + static_cast<int64_t>(id) * a.row_stride);
-      }
+      const int32_t id = row_ids.Of(r);
+      const uint8_t* row = reinterpret_cast<const uint8_t*>(a.rows + static_cast<int64_t>(id) * a.row_stride);
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         const int c = 16 * (lane + kWarpSize * i);
@@ -240,9 +223,9 @@ __device__ __forceinline__ void LoadTilePacked(const AttentionArgs& a, const int
         const bool codes = c < p.fp8_end;
         // Codes at byte c; BF16 channels c … c + 15 at fp8_end + 2·(c − fp8_end).
         const uint4* src = reinterpret_cast<const uint4*>(row + (codes ? c : 2 * c - p.fp8_end));
-        first[b][i] = load ? load16(src) : make_uint4(0u, 0u, 0u, 0u);
-        second[b][i] = load && !codes ? load16(src + 1) : make_uint4(0u, 0u, 0u, 0u);
-        scale_byte[b][i] = load && codes ? load_byte(row + p.scale_offset + c / p.block) : 0u;
+        first[b][i] = load ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
+        second[b][i] = load && !codes ? __ldg(src + 1) : make_uint4(0u, 0u, 0u, 0u);
+        scale_byte[b][i] = load && codes ? __ldg(row + p.scale_offset + c / p.block) : 0u;
       }
     }
 #pragma unroll
@@ -276,28 +259,10 @@ __device__ __forceinline__ void LoadTilePacked(const AttentionArgs& a, const int
   }
 }
 
-// The staged form: rows ids[0 .. tile_n) of a.rows, a.staged_row_bytes each, into `stage` (row r at
-// r · kStagedRowStride) by cp.async, kThreads threads striding over the 16-byte units; the caller
-// commits the group.
-template <int kThreads>
-__device__ __forceinline__ void IssueStagedTile(const AttentionArgs& a, const int32_t* ids, int tile_n,
-                                                uint8_t* stage, int tid) {
-  const int units = a.staged_row_bytes / 16;
-  for (int u = tid; u < tile_n * units; u += kThreads) {
-    const int r = u / units, k = u % units;
-    const int32_t id = __ldg(ids + r);
-    CpAsync16(stage + r * kStagedRowStride + 16 * k,
-              reinterpret_cast<const uint8_t*>(a.rows + static_cast<int64_t>(id) * a.row_stride) + 16 * k);
-  }
-}
-
 // Blocks of one or two head groups may share an SM (where their shared memory fits: BF16 q and p).
-// kStaged (packed rows, a.staged_row_bytes > 0): each tile's rows are copied by cp.async into a
-// second shared-memory area while the tile before is computed, then decoded from there: the same
-// tiles, so the same bits; the row loads' latency is paid once a run instead of once a tile.
-template <int kGroups, int kD, int kSplit, bool kBf16, bool kStaged = false>
+template <int kGroups, int kD, int kSplit, bool kBf16>
 __global__ void __cluster_dims__(kSplit, 1, 1)
-    __launch_bounds__(Shape<kGroups, kD, kSplit, kBf16>::kThreads, kGroups <= 2 && !kStaged ? 2 : 1)
+    __launch_bounds__(Shape<kGroups, kD, kSplit, kBf16>::kThreads, kGroups <= 2 ? 2 : 1)
         AttentionSplitBf16Kernel(AttentionArgs a) {
   PdlPrologue();
   namespace cg = cooperative_groups;
@@ -391,36 +356,14 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   const uint32_t qa = SmemAddress(qs_bf16 + a_row * S::kRStride + a_col);
   const uint32_t pa = SmemAddress(ps_bf16 + a_row * kPStride + a_col);
 
-  uint8_t* staged = reinterpret_cast<uint8_t*>(smem + S::kSmemBytes);  // kStaged: [2][kTileRows] rows
-  if constexpr (kStaged) {
-    if (row_begin < row_end) {
-      IssueStagedTile<S::kThreads>(a, ids + row_begin, min(kTileRows, row_end - row_begin), staged, tid);
-    }
-    CpAsyncCommit();  // with q's copies (f32 q) in the same group
-  }
-  for (int t0 = row_begin, tile = 0; t0 < row_end; t0 += kTileRows, ++tile) {
+  for (int t0 = row_begin; t0 < row_end; t0 += kTileRows) {
     const int tile_n = min(kTileRows, row_end - t0);
-    if constexpr (kStaged) {
-      // The next tile into the other area (last read before the previous iteration's final
-      // barrier), then this tile's copies awaited and decoded from its area.
-      const int next = t0 + kTileRows;
-      if (next < row_end) {
-        IssueStagedTile<S::kThreads>(a, ids + next, min(kTileRows, row_end - next),
-                                     staged + ((tile + 1) % 2) * (kStagedBytes / 2), tid);
-      }
-      CpAsyncCommit();
-      CpAsyncWait<1>();
-      __syncthreads();  // everyone's copies of this tile
-      LoadTilePacked<kGroups, kD, kSplit, kBf16, true>(a, nullptr, tile_n, rs, warp, lane,
-                                                       staged + (tile % 2) * (kStagedBytes / 2));
+    if (a.packed.fp8_end >= 0) {
+      LoadTilePacked<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
     } else {
-      if (a.packed.fp8_end >= 0) {
-        LoadTilePacked<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
-      } else {
-        LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
-      }
-      CpAsyncWaitAll();
+      LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
     }
+    CpAsyncWaitAll();
     __syncthreads();
 
     // 1. Scores of the group's 16 heads against this warp's 32 tile rows (4 n8 tiles; a pair of
@@ -629,61 +572,32 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
-template <int kGroups, int kD, int kSplit, bool kBf16, bool kStaged = false>
+template <int kGroups, int kD, int kSplit, bool kBf16>
 void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
   using S = Shape<kGroups, kD, kSplit, kBf16>;
-  constexpr size_t kSmem = S::kSmemBytes + (kStaged ? size_t{kStagedBytes} : 0);
-  static_assert(kSmem <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
+  static_assert(S::kSmemBytes <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
   const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
-  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit, kBf16, kStaged>;
-  if (kSmem > 48 * 1024) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem)),
+  auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit, kBf16>;
+  if (S::kSmemBytes > 48 * 1024) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(S::kSmemBytes)),
                   "AttentionWithSinkSplitBf16: shared memory opt-in");
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared),
                   "AttentionWithSinkSplitBf16: shared memory carveout");
   }
-  kernel<<<grid, S::kThreads, kSmem, stream>>>(a);
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(a);
   DI_CUDA_LAUNCH_CHECK("AttentionWithSinkSplitBf16");
-}
-
-// DEEPINFER_ATTENTION_STAGED (read once; unset or 0: off, 1: on): the staged form (the kernel's
-// kStaged) where the rows are packed with a pitch of at most kStagedRowStride bytes, d = 512 and
-// q and the probabilities are BF16 (Flash's decode and prefill with --attn-in-bf16; the only
-// instances compiled, so that the file's kernels do not double). At batch 1 a CSA query's 640
-// rows are 5 tiles a block, each waiting for its row loads (ncu and the kernel trace,
-// 2026-12-07: 23-53 us a launch with 2 blocks). Off until measured; tests override it
-// (SetAttentionStagedForTesting).
-std::atomic<int> g_staged_test{-1};
-std::atomic<uint64_t> g_staged_launches{0};
-
-bool StagedOn() {
-  static const bool from_environment =
-      EnvSwitch("DEEPINFER_ATTENTION_STAGED", false, "cuda::AttentionWithSinkSplitBf16");
-  const int test = g_staged_test.load();
-  return test >= 0 ? test == 1 : from_environment;
-}
-
-template <int kGroups, int kD, int kSplit, bool kBf16>
-void LaunchSplitOrStaged(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
-  if constexpr (kD == 512 && kBf16) {
-    if (a.staged_row_bytes > 0) {
-      LaunchSplit<kGroups, kD, kSplit, kBf16, true>(a, num_queries, stream);
-      g_staged_launches.fetch_add(1);
-      return;
-    }
-  }
-  LaunchSplit<kGroups, kD, kSplit, kBf16>(a, num_queries, stream);  // the direct form reads the rows by id
 }
 
 template <int kD, int kSplit, bool kBf16>
 void LaunchGroups(const AttentionArgs& a, int64_t num_queries, int heads_per_block, cudaStream_t stream) {
   if (a.num_heads <= kGroupHeads) {
-    LaunchSplitOrStaged<1, kD, kSplit, kBf16>(a, num_queries, stream);
+    LaunchSplit<1, kD, kSplit, kBf16>(a, num_queries, stream);
   } else if (a.num_heads <= 2 * kGroupHeads || heads_per_block == 2 * kGroupHeads) {
-    LaunchSplitOrStaged<2, kD, kSplit, kBf16>(a, num_queries, stream);
+    LaunchSplit<2, kD, kSplit, kBf16>(a, num_queries, stream);
   } else {
-    LaunchSplitOrStaged<4, kD, kSplit, kBf16>(a, num_queries, stream);
+    LaunchSplit<4, kD, kSplit, kBf16>(a, num_queries, stream);
   }
 }
 
@@ -776,9 +690,6 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
                   static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true,
                   bf16_inputs};
   a.packed = ToPackedRowArgs(packed);
-  if (StagedOn() && packed != nullptr && packed->row_pitch() <= kStagedRowStride && head_dim == 512 && bf16_inputs) {
-    a.staged_row_bytes = static_cast<int>(packed->row_pitch());
-  }
   switch (head_dim) {
     case 64: return LaunchBlocks<64>(a, num_queries, blocks, block_heads, stream);
     case 128: return LaunchBlocks<128>(a, num_queries, blocks, block_heads, stream);
@@ -786,12 +697,5 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
     default: return LaunchBlocks<512>(a, num_queries, blocks, block_heads, stream);
   }
 }
-
-void SetAttentionStagedForTesting(int mode) {
-  if (mode < -1 || mode > 1) ThrowCudaError(__FILE__, __LINE__, "SetAttentionStagedForTesting", "takes -1, 0 or 1");
-  g_staged_test.store(mode);
-}
-
-uint64_t AttentionStagedLaunchesForTesting() { return g_staged_launches.load(); }
 
 }  // namespace deepinfer::cuda
