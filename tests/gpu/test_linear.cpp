@@ -508,7 +508,8 @@ TEST(CudaLinearMma, GroupedBatchInvariant) {
 // 4 stages) and 8 groups of [1152 -> 128] (3 slices, the last one short); and so do the TMA-fed
 // kernel on blocks of 64 weight rows and its K slices over a cluster where they run, on the
 // default layout, the lean one (DEEPINFER_GROUPED_SLICES_LEAN) and the lean one on 128-row blocks
-// (DEEPINFER_GROUPED_SLICES_WIDE), three parts and x rounded.
+// (DEEPINFER_GROUPED_SLICES_WIDE), and without a cluster, the slices' sums through scratch
+// (DEEPINFER_GROUPED_SLICES_PARTIALS); three parts and x rounded.
 TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
@@ -571,6 +572,24 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
         EXPECT_EQ(cuda::GroupedSlicedLaunchesForTesting() - before[0], sliced ? 2u : 0u) << where;
         EXPECT_EQ(cuda::GroupedSlicesLeanLaunchesForTesting() - before[1], sliced && layout >= 1 ? 2u : 0u) << where;
         EXPECT_EQ(cuda::GroupedSlicesWideLaunchesForTesting() - before[2], sliced && layout == 2 ? 2u : 0u) << where;
+      }
+      // Without a cluster: each slice's sum through the scratch GroupedLinearScratchBytes asks for
+      // under the switch, added in order by SumSlicesKernel. Without the scratch, the cluster.
+      ScopedGroupedSlicesPartials partials(1);
+      for (const bool round : {false, true}) {
+        const std::string where = what + ", K slices' partial sums" + (round ? ", rounded" : "");
+        const size_t bytes = cuda::GroupedLinearScratchBytes(m, c.groups, w.Device(), TestLinearMath(), round);
+        EXPECT_EQ(bytes, m <= 8 ? static_cast<size_t>(k_slices * m * c.groups * c.r * 4) : size_t{0}) << where;
+        DeviceArray<uint8_t> scratch(std::max<size_t>(bytes, 1));
+        DeviceArray<float> dy(static_cast<size_t>(m * c.groups * c.r));
+        dy.Fill(0xff);
+        const uint64_t launches = cuda::GroupedSlicesPartialsLaunchesForTesting();
+        cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath(), round,
+                            bytes == 0 ? nullptr : scratch.get(), bytes);
+        EXPECT_TRUE(AllEqual(dy.ToHost(), round ? rounded : other, where));
+        EXPECT_EQ(cuda::GroupedSlicesPartialsLaunchesForTesting() - launches, sliced ? 1u : 0u) << where;
+        EXPECT_TRUE(AllEqual(run(1, round), round ? rounded : other, where + ", no scratch"));
+        EXPECT_EQ(cuda::GroupedSlicesPartialsLaunchesForTesting() - launches, sliced ? 1u : 0u) << where;
       }
     }
   }

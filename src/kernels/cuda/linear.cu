@@ -3838,6 +3838,21 @@ std::atomic<uint64_t> g_grouped_slices_lean_launches{0};  // launches of it (tes
 KernelSwitch g_grouped_slices_wide{"DEEPINFER_GROUPED_SLICES_WIDE", 0};
 std::atomic<uint64_t> g_grouped_slices_wide_launches{0};  // launches of it (tests)
 
+// DEEPINFER_GROUPED_SLICES_PARTIALS (read once; unset or 0: off, 1: on): those K slices without a
+// cluster, where the caller gives scratch for them (GroupedLinearScratchBytes asks for it under the
+// switch): each slice's sum stored to the scratch by SplitBf16GroupedTmaPartialsKernel on the lean
+// layout, then added in order by SumSlicesKernel (the same bits, one launch more). At batch 1
+// `wo_a`'s 1,024 blocks then fit 9 an SM in one round, and no block waits at a cluster barrier
+// (14% of the cluster kernel's stall samples, 2026-12-07). Written 2026-12-07, not yet run; tests
+// override it (SetGroupedSlicesPartialsForTesting).
+KernelSwitch g_grouped_slices_partials{"DEEPINFER_GROUPED_SLICES_PARTIALS", 0};
+std::atomic<uint64_t> g_grouped_slices_partials_launches{0};  // launches of it (tests)
+
+// Scratch bytes of the partials path: every slice's sums [slices][m][groups · n] f32.
+int64_t GroupedSlicePartialsBytes(int64_t m, int64_t groups, int64_t n, int64_t k) {
+  return CeilDiv(k, int64_t{512}) * m * groups * n * 4;
+}
+
 // The TMA maps of a grouped product: the weight in boxes of kRows rows × 64 bytes, x in boxes of
 // 64 columns × 1 group × kTok tokens.
 template <int kRows, int kTok>
@@ -3882,6 +3897,31 @@ void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cu
   g_grouped_sliced_launches.fetch_add(1);
   if (kLean) g_grouped_slices_lean_launches.fetch_add(1);
   if (kRows == wgmma::kBlockRows) g_grouped_slices_wide_launches.fetch_add(1);
+}
+
+// SplitBf16GroupedTmaPartialsKernel<kParts, 64 rows, 8 tokens> over the grid (n / 64 · slices, 1,
+// groups), its sums in p.scratch, then SumSlicesKernel into y, for products of at most 8 rows
+// given GroupedSlicePartialsBytes of scratch.
+template <int kParts>
+void LaunchSplitGroupedTmaPartials(const Params& p, int64_t groups, int64_t slices, int device, int sms,
+                                   cudaStream_t stream) {
+  constexpr int kRows = wgmma::kRowsPerGroup, kTok = 8;
+  constexpr auto kKernel = wgmma_split::SplitBf16GroupedTmaPartialsKernel<kParts, kRows, kTok>;
+  const auto [w_map, x_map] = GroupedTmaMaps<kRows, kTok>(p, groups);
+  constexpr int kSmem = wgmma_split::SlicesLayout<kParts, kRows, kTok, true>::kBytes;
+  AllowDynamicSmem<kKernel>(device, kSmem);
+  float* partials = static_cast<float*>(p.scratch);
+  const dim3 grid(static_cast<unsigned>(p.n / kRows * slices), 1, static_cast<unsigned>(groups));
+  kKernel<<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, p, static_cast<int>(slices), partials);
+  DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA, K slices' partial sums");
+  const int64_t outputs = p.m * p.ldy;  // y is [m][groups][n]: ldy = groups · n
+  const int64_t blocks = std::min<int64_t>(CeilDiv(outputs, int64_t{256}), int64_t{sms} * 8);
+  wgmma::SumSlicesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, static_cast<int>(slices), p.m,
+                                                                           p.ldy, p.y, p.ldy);
+  DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear K slices' sum");
+  g_tma_launches.fetch_add(1);
+  g_grouped_sliced_launches.fetch_add(1);
+  g_grouped_slices_partials_launches.fetch_add(1);
 }
 
 // DEEPINFER_GROUPED_BF16 (read once; unset or 1: on, 0: off): GroupedLinear's split-BF16 products
@@ -4195,6 +4235,10 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
   if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
     const int64_t slices = CeilDiv(p.k / wgmma_split::kChunkCols, int64_t{wgmma_split::kSliceChunks});
     if (g_grouped_slices.On() && p.m <= 8 && slices > 1 && slices <= kGroupedCluster && 2 * blocks <= sms) {
+      if (g_grouped_slices_partials.On() && p.scratch != nullptr && p.y_group_stride == p.n &&
+          static_cast<int64_t>(p.scratch_bytes) >= GroupedSlicePartialsBytes(p.m, groups, p.n, p.k)) {
+        return LaunchSplitGroupedTmaPartials<kParts>(p, groups, slices, device, sms, stream);
+      }
       if (g_grouped_slices_lean.On() && g_grouped_slices_wide.On()) {
         return LaunchSplitGroupedTmaSlices<kParts, true, wgmma::kBlockRows>(p, groups, device, stream);
       }
@@ -6275,6 +6319,10 @@ void SetGroupedSlicesWideForTesting(int mode) {
   g_grouped_slices_wide.SetForTesting(mode, "SetGroupedSlicesWideForTesting");
 }
 uint64_t GroupedSlicesWideLaunchesForTesting() { return g_grouped_slices_wide_launches.load(); }
+void SetGroupedSlicesPartialsForTesting(int mode) {
+  g_grouped_slices_partials.SetForTesting(mode, "SetGroupedSlicesPartialsForTesting");
+}
+uint64_t GroupedSlicesPartialsLaunchesForTesting() { return g_grouped_slices_partials_launches.load(); }
 
 uint64_t GroupedSlicedLaunchesForTesting() { return g_grouped_sliced_launches.load(); }
 
@@ -6618,12 +6666,15 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
 
 size_t GroupedLinearScratchBytes(int64_t m, int64_t num_groups, const DeviceWeight& w, LinearMath math,
                                  bool round_x_to_bf16) {
-  if (m < kGroupedBf16MinRows || num_groups <= 0 || w.out_features % num_groups != 0 || !g_grouped_bf16.On()) return 0;
+  if (num_groups <= 0 || w.out_features % num_groups != 0) return 0;
+  const bool partials = m >= 1 && m <= 8 && g_grouped_slices_partials.On();
+  if (!partials && (m < kGroupedBf16MinRows || !g_grouped_bf16.On())) return 0;
   Params p{};
   const Kind kind = SetWeight(w, p);
   p.n = w.out_features / num_groups;
   p.x_vec = true;  // the launch checks x's alignment
   if (!SplitGroupedRuns(p, kind, num_groups, math)) return 0;
+  if (partials) return static_cast<size_t>(GroupedSlicePartialsBytes(m, num_groups, p.n, p.k));
   return GroupedBf16Bytes(m, num_groups, p.n, p.k, round_x_to_bf16 ? 1 : 3);
 }
 

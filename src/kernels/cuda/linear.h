@@ -217,6 +217,12 @@ uint64_t GroupedSlicesLeanLaunchesForTesting();
 // many such launches this process has made.
 void SetGroupedSlicesWideForTesting(int mode);
 uint64_t GroupedSlicesWideLaunchesForTesting();
+// Tests only: those K slices without a cluster, each slice's sum through the caller's scratch and
+// SumSlicesKernel (the same bits; GroupedLinearScratchBytes asks for the scratch at 1-8 rows under
+// the switch) on (1), off (0), or as DEEPINFER_GROUPED_SLICES_PARTIALS says (-1, the default: off
+// unless 1); and how many such launches this process has made.
+void SetGroupedSlicesPartialsForTesting(int mode);
+uint64_t GroupedSlicesPartialsLaunchesForTesting();
 // Tests only: GroupedLinear's products of at least 256 rows given scratch on the weight converted
 // to BF16 once per call and x's parts split once (GroupedBf16WsKernel; the same bits) on (1), off
 // (0), or as DEEPINFER_GROUPED_BF16 says (-1, the default: on unless 0); piece_rows > 0 splits x
@@ -355,12 +361,15 @@ void CheckWeight(const DeviceWeight& w);
 // kernels on Bf16RoundRows(x)); only where they run (GroupedRoundsXToBf16), an error elsewhere.
 // scratch (DEVICE, 256-byte aligned, GroupedLinearScratchBytes bytes; may be null): where given,
 // products of at least 256 rows on the warpgroup-MMA path convert the weight to BF16 once and
-// split x's parts once into it, then multiply them (the same bits as without).
+// split x's parts once into it, then multiply them (the same bits as without); under
+// DEEPINFER_GROUPED_SLICES_PARTIALS, products of 1-8 rows keep their K slices' sums in it.
 void GroupedLinear(const float* x, int64_t m, int64_t num_groups, const DeviceWeight& w, float* y,
                    cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, bool round_x_to_bf16 = false,
                    void* scratch = nullptr, size_t scratch_bytes = 0);
 // Scratch bytes GroupedLinear can use for m rows (0 where no kernel uses any): the BF16 weight and
-// x's parts (one BF16 part with round_x_to_bf16, else three) for at most 512 MiB of rows at once.
+// x's parts (one BF16 part with round_x_to_bf16, else three) for at most 512 MiB of rows at once;
+// under DEEPINFER_GROUPED_SLICES_PARTIALS, at 1-8 rows, the K slices' sums (ceil(K / 512) · m · G · R
+// floats).
 size_t GroupedLinearScratchBytes(int64_t m, int64_t num_groups, const DeviceWeight& w, LinearMath math,
                                  bool round_x_to_bf16);
 // Whether GroupedLinear takes round_x_to_bf16 for `w` in `num_groups` groups under `math` (x at a

@@ -534,6 +534,36 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
 #endif
 }
 
+// The same K slices with each slice's sum through global memory instead of a cluster: block
+// (row block blockIdx.x / slices, slice blockIdx.x % slices, group blockIdx.z) stores P_slice of its
+// 64 weight rows at partials + slice · plane (plane = m · groups · n floats, laid out as y:
+// [m][groups][n]), on the lean layout, and SumSlicesKernel then adds P_0, P_1, ... left to right as
+// rank 0 of the cluster kernel does: the same adds, the same bits. No cluster, so the grid is not
+// bound by how many clusters a device holds at once. Grid (n / kRows · slices, 1, groups);
+// SlicesLayout<kParts, kRows, kTok, true>::kBytes of dynamic shared memory.
+template <int kParts, int kRows, int kTok>
+__global__ void __launch_bounds__(2 * kRows)
+    SplitBf16GroupedTmaPartialsKernel(const __grid_constant__ CUtensorMap w_map,
+                                      const __grid_constant__ CUtensorMap x_map, const Params p, int slices,
+                                      float* __restrict__ partials) {
+  PdlPrologue();
+#if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
+#else
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = wgmma::AlignedSmem(smem_raw);
+  const int slice = static_cast<int>(blockIdx.x) % slices;
+  const BlockPlace at(p, kRows, static_cast<int>(blockIdx.x) / slices, kTok);
+  const int c_begin = min(at.chunks, slice * kSliceChunks), c_end = min(at.chunks, c_begin + kSliceChunks);
+  Params ps = p;
+  ps.y = partials + static_cast<int64_t>(slice) * p.m * p.ldy + at.g * p.y_group_stride;
+  GroupedTmaChunks<kParts, kRows, kTok, SlicesLayout<kParts, kRows, kTok, true>>(
+      w_map, x_map, p, at, c_begin, c_end, smem, [&](const float (&acc)[kTok / 2]) {
+        wgmma::StoreBlockResult<kTok>(ps, at.ra, at.t0, at.q, [&](int j) { return acc[j]; });
+      });
+#endif
+}
+
 // Which grouped kernel runs (the same bits either way): DEEPINFER_TMA_GROUPED=1 (read once)
 // SplitBf16GroupedTmaKernel always, 0 never; unset, the TMA kernel where the grid is at most one
 // block per SM (decode sizes: its four-chunk ring keeps bytes in flight that the cp.async kernel's
