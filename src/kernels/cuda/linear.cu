@@ -3743,6 +3743,15 @@ bool LaunchWgmmaPanel(const Params& p, const WgmmaLinearLayout& layout, cudaStre
   return true;
 }
 
+// wgmma::SumSlicesKernel over y [m][n] (row stride ldy) from `slices` planes of partial sums
+// [m][n] at `partials`, on at most 8 blocks an SM of `sms`.
+void LaunchSumSlices(const float* partials, int slices, int64_t m, int64_t n, float* y, int64_t ldy, int sms,
+                     cudaStream_t stream, const char* what) {
+  const int64_t blocks = std::min<int64_t>(CeilDiv(m * n, int64_t{256}), int64_t{sms} * 8);
+  wgmma::SumSlicesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, slices, m, n, y, ldy);
+  DI_CUDA_LAUNCH_CHECK(what);
+}
+
 // Linear's wgmma path (linear_wgmma.cuh): act_quant of x into p.scratch, then the GEMM (and the
 // slices' sum where the layout splits K). Unsplit FP8 products take the TMA kernel where it is
 // usable (linear_tma.cuh; the same bits). With DEEPINFER_LINEAR_FUSED, products of 1-8 rows whose
@@ -3798,10 +3807,7 @@ void LaunchWgmma(const Params& p, const WgmmaLinearLayout& layout, cudaStream_t 
   if (arrivals != nullptr) {
     g_linear_slice_sum_in_block_launches.fetch_add(1);
   } else if (layout.slices > 1) {
-    const int64_t blocks = std::min<int64_t>(CeilDiv(p.m * p.n, 256), int64_t{layout.sms} * 8);
-    wgmma::SumSlicesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, layout.slices, p.m, p.n, p.y,
-                                                                              p.ldy);
-    DI_CUDA_LAUNCH_CHECK("cuda::Linear wgmma slice sum");
+    LaunchSumSlices(partials, layout.slices, p.m, p.n, p.y, p.ldy, layout.sms, stream, "cuda::Linear wgmma slice sum");
   }
 }
 
@@ -3914,11 +3920,9 @@ void LaunchSplitGroupedTmaPartials(const Params& p, int64_t groups, int64_t slic
   const dim3 grid(static_cast<unsigned>(p.n / kRows * slices), 1, static_cast<unsigned>(groups));
   kKernel<<<grid, 2 * kRows, kSmem, stream>>>(w_map, x_map, p, static_cast<int>(slices), partials);
   DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear wgmma split-BF16 TMA, K slices' partial sums");
-  const int64_t outputs = p.m * p.ldy;  // y is [m][groups][n]: ldy = groups · n
-  const int64_t blocks = std::min<int64_t>(CeilDiv(outputs, int64_t{256}), int64_t{sms} * 8);
-  wgmma::SumSlicesKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(partials, static_cast<int>(slices), p.m,
-                                                                           p.ldy, p.y, p.ldy);
-  DI_CUDA_LAUNCH_CHECK("cuda::GroupedLinear K slices' sum");
+  // y is [m][groups][n] (ldy = groups · n): one plane of m × ldy outputs.
+  LaunchSumSlices(partials, static_cast<int>(slices), p.m, p.ldy, p.y, p.ldy, sms, stream,
+                  "cuda::GroupedLinear K slices' sum");
   g_tma_launches.fetch_add(1);
   g_grouped_sliced_launches.fetch_add(1);
   g_grouped_slices_partials_launches.fetch_add(1);
