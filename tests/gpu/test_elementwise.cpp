@@ -65,6 +65,55 @@ INSTANTIATE_TEST_SUITE_P(Gpu, RmsNormShapes,
                                            std::make_tuple(3, 1024, DType::kF16),
                                            std::make_tuple(300, 128, DType::kF32)));
 
+// Rows of 513-8192 values held in registers (RmsNormRowKernel) give the loop kernel's bits: the
+// same products summed in the same order. Widths on both sides of 16 and 32 values a thread, each
+// weight type, no weight, a weight that starts 2 bytes past 16-byte alignment (its L2 prefetch
+// asks for the aligned interior only), and the launch counted each time.
+TEST(CudaRmsNorm, RowsInRegistersGiveTheLoopsBits) {
+  DI_REQUIRE_GPU();
+  struct Case {
+    int64_t m, n;
+    DType weight;
+    bool weighted;
+    int64_t weight_offset;  // elements past the allocation's start
+  };
+  const Case cases[] = {{1, 4096, DType::kBF16, true, 0}, {5, 4096, DType::kBF16, true, 1},
+                        {3, 513, DType::kF32, true, 0},   {2, 1024, DType::kF16, true, 0},
+                        {1, 4097, DType::kF16, true, 1},  {4, 7168, DType::kF32, true, 3},
+                        {1, 8192, DType::kBF16, true, 0}, {2, 4096, DType::kF32, false, 0}};
+  struct Reset {
+    ~Reset() { cuda::SetRmsNormRowsInRegistersForTesting(-1); }
+  } reset;
+  for (const Case& c : cases) {
+    const std::string where = "m " + std::to_string(c.m) + " n " + std::to_string(c.n);
+    const int64_t ld = c.n + 3;
+    const std::vector<float> x = Pad(RandomFloats(c.m * c.n, 11, -3.f, 3.f), c.m, c.n, ld);
+    std::vector<float> wf = RandomFloats(c.n + c.weight_offset, 12, 0.5f, 1.5f);
+    std::vector<uint16_t> w16(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) w16[i] = c.weight == DType::kBF16 ? F32ToBf16(wf[i]) : F32ToF16(wf[i]);
+    DeviceArray<float> dwf(wf);
+    DeviceArray<uint16_t> dw16(w16);
+    const void* w = nullptr;
+    if (c.weighted) {
+      w = c.weight == DType::kF32 ? static_cast<const void*>(dwf.get() + c.weight_offset)
+                                  : static_cast<const void*>(dw16.get() + c.weight_offset);
+    }
+    std::vector<float> got[2];
+    for (int mode = 0; mode < 2; ++mode) {
+      cuda::SetRmsNormRowsInRegistersForTesting(mode);
+      DeviceArray<float> dx(x), dy(c.m * ld);
+      const uint64_t before = cuda::RmsNormRowsInRegistersLaunchesForTesting();
+      cuda::RmsNorm(dx.get(), ld, c.m, c.n, w, c.weight, 1e-6f, dy.get(), ld, nullptr);
+      got[mode] = Unpad(dy.ToHost(), c.m, c.n, ld);
+      EXPECT_EQ(cuda::RmsNormRowsInRegistersLaunchesForTesting() - before, static_cast<uint64_t>(mode)) << where;
+      // In place: every value of a thread is loaded before the block's sum, so no store overtakes a load.
+      cuda::RmsNorm(dx.get(), ld, c.m, c.n, w, c.weight, 1e-6f, dx.get(), ld, nullptr);
+      EXPECT_TRUE(AllEqual(Unpad(dx.ToHost(), c.m, c.n, ld), got[mode], "in place, " + where));
+    }
+    EXPECT_TRUE(AllEqual(got[1], got[0], "registers vs loop, " + where));
+  }
+}
+
 TEST(CudaRmsNorm, WithoutWeightMatchesCpu) {
   DI_REQUIRE_GPU();
   const int64_t m = 33, n = 512;  // the per-head q normalization: rows of head_dim, no weight

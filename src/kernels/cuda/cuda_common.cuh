@@ -186,6 +186,14 @@ inline bool EnvSwitch(const char* name, bool unset, const char* what) {
   ThrowCudaError(__FILE__, __LINE__, what, message.c_str());
 }
 
+// DEEPINFER_PREFETCH_WEIGHTS (read once; unset or 1: on, 0: off): the kernels that take
+// PdlPrologue(L2Range) ask L2 for their weights before their PDL wait (their launches pass
+// size 0 when off). The same bits either way: only when the bytes arrive changes.
+inline bool PrefetchWeights() {
+  static const bool on = EnvSwitch("DEEPINFER_PREFETCH_WEIGHTS", true, "cuda kernels");
+  return on;
+}
+
 // Tests: a device counter from 0, launch(counter) (kernels that add to it; returns the first error),
 // then the counter's value. Synchronizes the device; `what` names the caller in its error.
 template <class Launch>
@@ -213,6 +221,38 @@ __device__ __forceinline__ void PdlPrologue() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+}
+
+// [p, p + bytes) into L2 without waiting for it (cp.async.bulk.prefetch.L2, sm_90): its 16-byte
+// aligned part, so that no byte outside the range is asked for, in pieces of kL2PrefetchPiece;
+// nothing where p is null or bytes <= 0.
+constexpr uint64_t kL2PrefetchPiece = 16384;
+__device__ __forceinline__ void PrefetchL2(const void* p, int64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p == nullptr || bytes <= 0) return;
+  const uint64_t begin = (reinterpret_cast<uint64_t>(p) + 15u) & ~uint64_t{15};
+  const uint64_t end = (reinterpret_cast<uint64_t>(p) + static_cast<uint64_t>(bytes)) & ~uint64_t{15};
+  for (uint64_t at = begin; at < end; at += kL2PrefetchPiece) {
+    const uint64_t left = end - at;
+    const uint32_t piece = static_cast<uint32_t>(left < kL2PrefetchPiece ? left : kL2PrefetchPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at), "r"(piece) : "memory");
+  }
+#endif
+}
+
+// A range of bytes that no kernel writes (weights), for PdlPrologue(L2Range) to ask L2 for.
+struct L2Range {
+  const void* bytes = nullptr;  // null: none
+  int64_t size = 0;
+};
+
+// PdlPrologue with an L2 prefetch before the wait: a kernel's blocks may start while the kernel
+// before it still runs (a programmatic dependent), and asking for its weights there moves their
+// first DRAM round trip under that kernel. The argument may read only the kernel's parameters. The
+// host passes size 0 where PrefetchWeights() is off.
+__device__ __forceinline__ void PdlPrologue(L2Range constant) {
+  PrefetchL2(constant.bytes, constant.size);
+  PdlPrologue();
 }
 
 // e8m0: a bare biased exponent, 2^(e-127); 0xff is NaN.

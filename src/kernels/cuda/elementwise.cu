@@ -57,6 +57,41 @@ __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void
   }
 }
 
+// Rows of kWarpRowMax < n <= kPerThread · kRowThreads (the model's 4096-wide norms): RmsNormKernel's
+// arithmetic, the same bits, with the row held in registers: thread j loads x[j + 256u] and the
+// weight's w[j + 256u] for every u at once, then sums the squares in u order (RmsNormKernel's
+// order), so a row costs one memory round trip instead of 2·n / (kNormBatch · 256) (4096: eight, ~6
+// us at batch 1). The weight's bytes are asked of L2 before the PDL wait (weight_bytes; 0: not).
+template <int kPerThread>
+__global__ void __launch_bounds__(kRowThreads)
+    RmsNormRowKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype, float eps,
+                     float* y, int64_t ldy, int64_t weight_bytes) {
+  PdlPrologue(L2Range{threadIdx.x == 0 ? weight : nullptr, weight_bytes});
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * ldx;
+  float* yr = y + blockIdx.x * ldy;
+  float v[kPerThread], w[kPerThread];
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kRowThreads;
+    v[u] = i < n ? xr[i] : 0.f;
+    w[u] = i < n && weight != nullptr ? LoadAsFloat(weight, weight_dtype, i) : 1.f;
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    if (threadIdx.x + static_cast<int64_t>(u) * kRowThreads < n) ss = fmaf(v[u], v[u], ss);
+  }
+  ss = BlockSum(ss, scratch);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(n) + eps);
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kRowThreads;
+    if (i < n) yr[i] = w[u] * (v[u] * inv);
+  }
+}
+constexpr int64_t kRowRegistersMax = 32 * kRowThreads;  // RmsNormRowKernel<32>'s widest row
+
 // Rows of at most kWarpRowMax values take one warp each (8 rows per block): lane j sums x[i]² over
 // i = j, j + 32, ... in that order (fmaf from +0), then WarpSum; y[i] = w[i] · (x[i] · inv). The
 // choice depends on n only, so a row's bits do not depend on m. (One block of 256 threads per row
@@ -109,8 +144,21 @@ __global__ void EmbeddingKernel(const int32_t* ids, const void* table, DType tab
   float* yr = y + blockIdx.x * ldy;
   const bool valid = id >= 0 && id < vocab;
   const int64_t base = static_cast<int64_t>(valid ? id : 0) * ld_table;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-    yr[i] = valid ? LoadAsFloat(table, table_dtype, base + i) : __int_as_float(0x7fc00000);
+  // kEmbeddingBatch loads in flight before their stores (one at a time, y possibly aliasing the
+  // table for the compiler, a 4096-wide row took 16 round trips: ~7 us at batch 1).
+  constexpr int kEmbeddingBatch = 16;
+  const int64_t stride = blockDim.x;
+  for (int64_t i0 = threadIdx.x; i0 < dim; i0 += kEmbeddingBatch * stride) {
+    float v[kEmbeddingBatch];
+#pragma unroll
+    for (int u = 0; u < kEmbeddingBatch; ++u) {
+      const int64_t i = i0 + u * stride;
+      v[u] = valid && i < dim ? LoadAsFloat(table, table_dtype, base + i) : __int_as_float(0x7fc00000);
+    }
+#pragma unroll
+    for (int u = 0; u < kEmbeddingBatch; ++u) {
+      if (i0 + u * stride < dim) yr[i0 + u * stride] = v[u];
+    }
   }
 }
 
@@ -477,6 +525,16 @@ __global__ void __launch_bounds__(kRowThreads)
 // The orthonormal Walsh–Hadamard transform's factor for rows of n (HadamardRows, RowSteps).
 float HadamardScale(int64_t n) { return 1.f / std::sqrt(static_cast<float>(n)); }
 
+// DEEPINFER_NORM_ROWS_IN_REGISTERS (read once; unset or 1: on, 0: off): norms of 513-8192 values
+// on RmsNormRowKernel (the same bits as RmsNormKernel). Tests override it.
+std::atomic<int> g_rms_norm_rows_in_registers_test{-1};          // SetRmsNormRowsInRegistersForTesting
+std::atomic<uint64_t> g_rms_norm_rows_in_registers_launches{0};  // RmsNormRowsInRegistersLaunchesForTesting
+bool RmsNormRowsInRegisters() {
+  static const bool from_environment = EnvSwitch("DEEPINFER_NORM_ROWS_IN_REGISTERS", true, "rms_norm");
+  const int test = g_rms_norm_rows_in_registers_test.load();
+  return test >= 0 ? test == 1 : from_environment;
+}
+
 void CheckRows(int64_t m, const char* what) {
   if (m > 0x7fffffff) ThrowCudaError(__FILE__, __LINE__, what, "more than 2^31 rows");
 }
@@ -490,6 +548,18 @@ void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weig
   if (n <= kWarpRowMax) {
     RmsNormWarpKernel<<<static_cast<unsigned>(CeilDiv(m, kWarpRowsPerBlock)), kRowThreads, 0, stream>>>(
         x, ldx, m, n, weight, weight_dtype, eps, y, ldy);
+  } else if (n <= kRowRegistersMax && RmsNormRowsInRegisters()) {
+    const int64_t weight_bytes = weight != nullptr && PrefetchWeights() ? n * DTypeSize(weight_dtype) : 0;
+    const auto launch = [&](auto kernel) {
+      kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy,
+                                                                    weight_bytes);
+    };
+    if (n <= 16 * kRowThreads) {
+      launch(RmsNormRowKernel<16>);
+    } else {
+      launch(RmsNormRowKernel<32>);
+    }
+    g_rms_norm_rows_in_registers_launches.fetch_add(1);
   } else {
     RmsNormKernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy);
   }
@@ -521,6 +591,14 @@ bool RowStepsOn() {
   const int test = g_row_steps_test.load();
   return test >= 0 ? test == 1 : from_environment;
 }
+
+void SetRmsNormRowsInRegistersForTesting(int mode) {
+  if (mode < -1 || mode > 1) {
+    ThrowCudaError(__FILE__, __LINE__, "rms_norm", "SetRmsNormRowsInRegistersForTesting takes -1, 0 or 1");
+  }
+  g_rms_norm_rows_in_registers_test.store(mode);
+}
+uint64_t RmsNormRowsInRegistersLaunchesForTesting() { return g_rms_norm_rows_in_registers_launches.load(); }
 
 void SetRowStepsForTesting(int mode) {
   if (mode < -1 || mode > 1) ThrowCudaError(__FILE__, __LINE__, "row_steps", "SetRowStepsForTesting takes -1, 0 or 1");

@@ -14,6 +14,11 @@ namespace deepinfer::cuda {
 // x and y may alias.
 void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
              float eps, float* y, int64_t ldy, cudaStream_t stream);
+// Tests only: rows of 513-8192 values held in registers (RmsNormRowKernel; the same bits as the
+// loop kernel) on (1), off (0: the loop kernel), or as DEEPINFER_NORM_ROWS_IN_REGISTERS says (-1,
+// the default: on unless 0); and how many launches took them in this process.
+void SetRmsNormRowsInRegistersForTesting(int mode);
+uint64_t RmsNormRowsInRegistersLaunchesForTesting();
 
 // y[r, :] = table[ids[r], :] as f32; table [V, D] BF16/F16/F32 with row stride ld_table. An id
 // outside [0, V) writes a row of NaN (the host validated ids before they reached the device).

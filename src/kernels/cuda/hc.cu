@@ -157,11 +157,22 @@ __device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
 // the same bits).
 // One-token blocks run 2 an SM (at most 128 registers) unless unrolled: then 1, for the registers of
 // kUnroll steps' 24 fn loads in flight.
+// What thread threadIdx.x of a mix block asks L2 for before its PDL wait: fn row threadIdx.x (of
+// `rows`) over the W values of the block's rank (blockIdx.x % kMixCluster); only the first cluster
+// asks (the others read the same bytes), and only with p.prefetch_fn.
+__device__ __forceinline__ L2Range MixFnPrefetch(const HcParams& p, int rows, int w) {
+  if (!p.prefetch_fn || blockIdx.x >= kMixCluster || static_cast<int>(threadIdx.x) >= rows) return {};
+  const int slice = static_cast<int>(CeilDiv(w, kMixCluster));
+  const int i_begin = min(w, static_cast<int>(blockIdx.x % kMixCluster) * slice);
+  const int i_end = min(w, i_begin + slice);
+  return {p.fn + static_cast<int64_t>(threadIdx.x) * w + i_begin, int64_t{4} * (i_end - i_begin)};
+}
+
 template <int kTok, bool kHead, bool kDeferSinkhorn = false, int kUnroll = 1>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 && kUnroll == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,
                 int64_t ldo, float* __restrict__ post, float* __restrict__ comb) {
-  PdlPrologue();
+  PdlPrologue(MixFnPrefetch(p, kHead ? s : (2 + s) * s, s * d));
   static_assert(kTok <= kMixWarps, "one epilogue warp per token");
   constexpr int kRowChunk = RowChunk<kTok, kHead>();
   static_assert(kTok * kRowChunk <= kMixThreads, "one thread per (token, row) of a pass in the warp sum");
@@ -733,11 +744,13 @@ void LaunchMix4(const float* x, int64_t m, int64_t s, int64_t d, const HcParams&
 }
 
 template <bool kHead>
-void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d, const HcParams& p, float* out,
-               int64_t ldo, float* post, float* comb, cudaStream_t stream) {
-  if (p.fn == nullptr || p.base == nullptr || p.scale == nullptr) {
+void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d, const HcParams& caller_params,
+               float* out, int64_t ldo, float* post, float* comb, cudaStream_t stream) {
+  if (caller_params.fn == nullptr || caller_params.base == nullptr || caller_params.scale == nullptr) {
     ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
   }
+  HcParams p = caller_params;
+  p.prefetch_fn = PrefetchWeights();
   const int64_t multi_min = MultiTokenMin();
   if (m >= multi_min && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
     if (PersistentMixUsable(m, s, d)) {

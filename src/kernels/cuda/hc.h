@@ -29,6 +29,9 @@ struct HcParams {
   int64_t sinkhorn_iters = 20;
   float hc_eps = 1e-6f;    // added to pre, the Sinkhorn denominators, and the head weights
   float norm_eps = 1e-6f;  // inside the unweighted RMS over all W values of a token
+  // Set by the launchers, not the caller: the mix kernels' first cluster asks L2 for fn before its
+  // PDL wait (PrefetchWeights(), DEEPINFER_PREFETCH_WEIGHTS).
+  bool prefetch_fn = false;
 };
 
 // x: [m, s, d] contiguous. Outputs: a [m, d] with row stride lda (a[t] = Σ_j pre_j · X[t, j]);

@@ -107,6 +107,9 @@ struct Params {
   // FP4 weights: each 32-bit word of nibbles in the sign-split layout (cpu::SignSplitWord), as the
   // chunk-major rewrite stores them (DeviceWeight::data_chunk_stride != 0); else as stored.
   bool w_sign_split = false;
+  // The kernels that take PdlPrologue(L2Range) ask L2 for their block's weight bytes before their
+  // PDL wait (SetWeight: PrefetchWeights()).
+  bool prefetch_w = false;
 };
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
@@ -3253,6 +3256,7 @@ Kind SetWeight(const DeviceWeight& w, Params& p) {
   p.w_vec = Aligned(w.data, row_bytes, VecAlign(kind));
   p.w_vec16 = Aligned(w.data, row_bytes, 16);
   SetNibbleLayout(w, p);
+  p.prefetch_w = PrefetchWeights();
   p.scale = nullptr;
   p.scale_row_stride = 0;
   p.scale_f32 = false;
@@ -3836,12 +3840,13 @@ constexpr int kGroupedCluster = 8;  // slices a cluster spreads: K <= 4096
 KernelSwitch g_grouped_slices_lean{"DEEPINFER_GROUPED_SLICES_LEAN", 1};
 std::atomic<uint64_t> g_grouped_slices_lean_launches{0};  // launches of it (tests)
 
-// DEEPINFER_GROUPED_SLICES_WIDE (read once; unset or 0: off, 1: on): the lean K slices on blocks of
+// DEEPINFER_GROUPED_SLICES_WIDE (read once; unset or 1: on, 0: off): the lean K slices on blocks of
 // 128 weight rows (two warpgroups; 38 KiB, 5 blocks an SM) instead of 64. At batch 1 `wo_a` is
 // then 64 clusters of 8, where an H100 holds 124 at once; on 64-row blocks it is 128 (ncu,
-// 2026-12-07: two rounds, 28 µs). The same bits. Written 2026-12-07, not yet run; tests override
-// it (SetGroupedSlicesWideForTesting).
-KernelSwitch g_grouped_slices_wide{"DEEPINFER_GROUPED_SLICES_WIDE", 0};
+// 2026-12-07: two rounds, 28 µs). The same bits. Measured on an H100 (2026-12-07, docs/
+// performance.md version 68): batch 1's step 1.174 -> 1.161 ms, `grouped_linear` 0.090 -> 0.081 ms
+// (3 layers). Tests override it (SetGroupedSlicesWideForTesting).
+KernelSwitch g_grouped_slices_wide{"DEEPINFER_GROUPED_SLICES_WIDE", 1};
 std::atomic<uint64_t> g_grouped_slices_wide_launches{0};  // launches of it (tests)
 
 // DEEPINFER_GROUPED_SLICES_PARTIALS (read once; unset or 0: off, 1: on): those K slices without a
@@ -3849,8 +3854,9 @@ std::atomic<uint64_t> g_grouped_slices_wide_launches{0};  // launches of it (tes
 // switch): each slice's sum stored to the scratch by SplitBf16GroupedTmaPartialsKernel on the lean
 // layout, then added in order by SumSlicesKernel (the same bits, one launch more). At batch 1
 // `wo_a`'s 1,024 blocks then fit 9 an SM in one round, and no block waits at a cluster barrier
-// (14% of the cluster kernel's stall samples, 2026-12-07). Written 2026-12-07, not yet run; tests
-// override it (SetGroupedSlicesPartialsForTesting).
+// (14% of the cluster kernel's stall samples, 2026-12-07). Measured on an H100 (2026-12-07,
+// version 68): batch 1 1.174 -> 1.158 ms, within noise of the wide layout's 1.161 but one launch
+// more and scratch, so off. Tests override it (SetGroupedSlicesPartialsForTesting).
 KernelSwitch g_grouped_slices_partials{"DEEPINFER_GROUPED_SLICES_PARTIALS", 0};
 std::atomic<uint64_t> g_grouped_slices_partials_launches{0};  // launches of it (tests)
 

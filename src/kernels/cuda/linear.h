@@ -213,7 +213,7 @@ uint64_t GroupedSlicedLaunchesForTesting();
 void SetGroupedSlicesLeanForTesting(int mode);
 uint64_t GroupedSlicesLeanLaunchesForTesting();
 // Tests only: the lean K slices on blocks of 128 weight rows (two warpgroups; the same bits) on
-// (1), off (0), or as DEEPINFER_GROUPED_SLICES_WIDE says (-1, the default: off unless 1); and how
+// (1), off (0), or as DEEPINFER_GROUPED_SLICES_WIDE says (-1, the default: on unless 0); and how
 // many such launches this process has made.
 void SetGroupedSlicesWideForTesting(int mode);
 uint64_t GroupedSlicesWideLaunchesForTesting();

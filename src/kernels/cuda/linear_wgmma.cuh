@@ -1337,10 +1337,24 @@ __device__ __forceinline__ void SumSlicesInLastBlock(const Params& p, const floa
 // (SumSlicesInLastBlock): the same adds as one block's, so the same bits.
 // kTok = 8 (products of at most 8 rows: grid (ceil(n / 128), 1, slices)) runs m64n8k32 on the
 // same codes: each output column the same dot product, so the same bits.
+// What thread threadIdx.x of a WgmmaLinearKernel block asks L2 for before its PDL wait: FP8 weight
+// row n0 + threadIdx.x (threadIdx.x < kBlockRows, the row < n) over the block's chunks (its slice's
+// with gridDim.z > 1, else all); nothing past one token tile (gridDim.y > 1: the tiles' blocks
+// would ask for the same bytes), for other kinds, or without p.prefetch_w.
+template <Kind K>
+__device__ __forceinline__ L2Range WgmmaBlockRowsPrefetch(const Params& p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kBlockRows + threadIdx.x;
+  if (K != Kind::kFp8 || !p.prefetch_w || gridDim.y != 1 || threadIdx.x >= kBlockRows || row >= p.n) return {};
+  const int64_t chunks = p.k / kChunk;
+  const int64_t c0 = gridDim.z == 1 ? 0 : static_cast<int64_t>(blockIdx.z) * mma::kSliceChunks;
+  const int64_t c_end = gridDim.z == 1 ? chunks : min(chunks, c0 + mma::kSliceChunks);
+  return {p.w + row * p.w_row_bytes + c0 * kChunk, (c_end - c0) * kChunk};
+}
+
 template <Kind K, int kTok = kTokens>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials, int* arrivals) {
-  PdlPrologue();
+  PdlPrologue(WgmmaBlockRowsPrefetch<K>(p));
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // wgmma is sm_90a only; the host never picks this path elsewhere (DeviceHasWgmma)
 #else
