@@ -264,7 +264,7 @@ template <int kGroups, int kD, int kSplit, bool kBf16>
 __global__ void __cluster_dims__(kSplit, 1, 1)
     __launch_bounds__(Shape<kGroups, kD, kSplit, kBf16>::kThreads, kGroups <= 2 ? 2 : 1)
         AttentionSplitBf16Kernel(AttentionArgs a) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   namespace cg = cooperative_groups;
   using S = Shape<kGroups, kD, kSplit, kBf16>;
   extern __shared__ float4 smem4[];

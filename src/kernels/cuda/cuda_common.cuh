@@ -240,6 +240,21 @@ __device__ __forceinline__ void PrefetchL2(const void* p, int64_t bytes) {
 #endif
 }
 
+// PdlPrologue for kernels that read no weights and run few blocks (norms, ropes, row copies and
+// quantizers, slice sums, the attention at small batches): launch_dependents before the wait, so
+// that the kernel after it is launched once this one's blocks have started rather than once they
+// have waited for the kernel before. A weight kernel behind a run of such kernels then starts, and
+// asks L2 for its weights (PdlPrologue(L2Range)), while the kernel before the run still works.
+// Every dependent still waits in its own prologue for this kernel's completion, which comes after
+// this kernel's own wait, so what each kernel reads is unchanged.
+struct PdlTriggerFirst {};
+__device__ __forceinline__ void PdlPrologue(PdlTriggerFirst) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // A range of bytes that no kernel writes (weights), for PdlPrologue(L2Range) to ask L2 for.
 struct L2Range {
   const void* bytes = nullptr;  // null: none
@@ -253,6 +268,11 @@ struct L2Range {
 __device__ __forceinline__ void PdlPrologue(L2Range constant) {
   PrefetchL2(constant.bytes, constant.size);
   PdlPrologue();
+}
+// Both: the prefetch, then PdlPrologue(PdlTriggerFirst) (a light kernel with a small weight).
+__device__ __forceinline__ void PdlPrologue(L2Range constant, PdlTriggerFirst first) {
+  PrefetchL2(constant.bytes, constant.size);
+  PdlPrologue(first);
 }
 
 // e8m0: a bare biased exponent, 2^(e-127); 0xff is NaN.

@@ -24,7 +24,7 @@ constexpr int kNormBatch = 4;
 // go kNormBatch at a time ahead of use.
 __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype,
                               float eps, float* y, int64_t ldy) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;
   float* yr = y + blockIdx.x * ldy;
@@ -66,7 +66,7 @@ template <int kPerThread>
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormRowKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype, float eps,
                      float* y, int64_t ldy, int64_t weight_bytes) {
-  PdlPrologue(L2Range{threadIdx.x == 0 ? weight : nullptr, weight_bytes});
+  PdlPrologue(L2Range{threadIdx.x == 0 ? weight : nullptr, weight_bytes}, PdlTriggerFirst{});
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;
   float* yr = y + blockIdx.x * ldy;
@@ -122,7 +122,7 @@ __device__ __forceinline__ void WarpRmsNorm(const float (&v)[kWarpRowPerLane], i
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormWarpKernel(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
                       float eps, float* y, int64_t ldy) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / kWarpSize;
   if (row >= m) return;  // uniform per warp
@@ -185,7 +185,7 @@ __device__ __forceinline__ void RopeCosSin(float pos, float inv_freq_i, bool inv
 
 __global__ void RopeKernel(float* x, int64_t num_heads, int64_t head_dim, int64_t ld_token, int64_t ld_head,
                            const int64_t* positions, const float* inv_freq, int64_t half, bool inverse) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   extern __shared__ float rope_cs[];  // [half] cos, then [half] sin (negated for the inverse)
   const float pos = static_cast<float>(positions[blockIdx.x]);
   for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
@@ -290,7 +290,7 @@ template <bool kFp8>
 __global__ void __launch_bounds__(256) RoundTripWarpKernel(float* x, int64_t ldx, int64_t m, int64_t begin,
                                                            int64_t end, int64_t block, int64_t blocks_per_row,
                                                            const int32_t* row_count) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   int64_t rows = m;
   if (row_count != nullptr) rows = *row_count < 0 ? 0 : *row_count < m ? *row_count : m;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -336,7 +336,7 @@ void LaunchRoundTrip(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t en
 
 // One block per row (grid-strided past 65535 rows), threads over the channels.
 __global__ void Bf16RoundKernel(float* x, int64_t ldx, int64_t m, int64_t begin, int64_t end) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   for (int64_t r = blockIdx.x; r < m; r += gridDim.x) {
     float* xr = x + r * ldx;
     for (int64_t c = begin + threadIdx.x; c < end; c += blockDim.x) {

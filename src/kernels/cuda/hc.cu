@@ -601,7 +601,7 @@ __global__ void __launch_bounds__(kPostThreads)
     HcPostKernel(const float* __restrict__ o, int64_t ldo, const float* __restrict__ x,
                  const float* __restrict__ post, const float* __restrict__ comb, int s, int d,
                  float* __restrict__ x_out) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   const int64_t tok = blockIdx.x;
   const int i = (blockIdx.y * kPostThreads + threadIdx.x) * V;
   if (i >= d) return;  // d % V == 0

@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(256) QuantizeRowsKernel(const float* __restric
                                                           int64_t m_pad, int64_t k, bool x_vec, bool fp4_order,
                                                           uint8_t* codes, float* scales, int* zero_ints,
                                                           int zero_count) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   if (blockIdx.x == 0) {
     for (int i = threadIdx.x; i < zero_count; i += blockDim.x) zero_ints[i] = 0;
   }
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(256) GatherQuantizeRowsKernel(
     const float* __restrict__ x, int64_t ldx, int64_t k, const int32_t* __restrict__ sorted_slots,
     const int32_t* __restrict__ row_count, int64_t top_k, int64_t max_rows, int64_t m_pad, bool x_vec, bool fp4_order,
     const float* __restrict__ expert_weights, float* __restrict__ row_weights, uint8_t* codes, float* scales) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   GatherUnit(x, ldx, k, sorted_slots, row_count, top_k, max_rows, x_vec, expert_weights, row_weights,
              [&](const QuantizedUnit& unit, int64_t row, int64_t c, int lane) {
                StoreUnit(unit, codes, scales, row, c, k, m_pad, fp4_order, lane);
@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(256) SwiGluQuantizeRowsKernel(
     const float* __restrict__ g, int64_t ldg, const float* __restrict__ u, int64_t ldu, int64_t m, int64_t n,
     int64_t m_pad, float limit, const float* __restrict__ row_weights, const int32_t* __restrict__ row_count,
     bool fp4_order, uint8_t* codes, float* scales) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   const int lane = threadIdx.x % kWarpSize;
   int64_t row = 0, c = 0;
   if (!WarpRowItem(m, n / kChunk, row_count, &row, &c)) return;  // uniform per warp
@@ -1494,7 +1494,7 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
 // P_s at partials + s·m·n, row stride n.
 __global__ void __launch_bounds__(256) SumSlicesKernel(const float* __restrict__ partials, int slices, int64_t m,
                                                        int64_t n, float* __restrict__ y, int64_t ldy) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   const int64_t plane = m * n;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < plane;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {

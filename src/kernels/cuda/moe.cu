@@ -465,7 +465,7 @@ __device__ __forceinline__ void CombineColumns(const T* ye, int64_t width, const
 // (four at a time where `vec`), loading up to kCombineBatch rows' values before adding them.
 __global__ void MoeCombineKernel(const float* ye, const int32_t* slot_rows, const int32_t* expert_ids, int64_t k,
                                  int64_t d, const float* shared, float* out, bool vec) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   __shared__ int32_t s_rows[kMaxTopK];
   __shared__ int32_t s_experts[kMaxTopK];
   __shared__ int32_t s_sorted[kMaxTopK];

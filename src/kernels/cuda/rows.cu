@@ -28,7 +28,7 @@ constexpr int64_t kCopySegmentFloats = 4096;
 __global__ void __launch_bounds__(kCopyThreads)
     CopyRowsKernel(const float* src, int64_t ld_src, const int64_t* src_offsets, float* dst, int64_t ld_dst,
                    const int64_t* dst_offsets, int64_t n, int64_t width, int64_t segments) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   const int64_t row = static_cast<int64_t>(blockIdx.x) / segments;
   if (row >= n) return;  // uniform over the block; no barriers below
   const int64_t begin = static_cast<int64_t>(blockIdx.x) % segments * kCopySegmentFloats;
@@ -117,7 +117,7 @@ __device__ __forceinline__ void EncodeRowWarp(const PackFormat& f, const Value& 
 __global__ void __launch_bounds__(kPackThreads)
     PackRowsKernel(PackFormat f, const float* src, int64_t ld_src, int64_t n, float* base, const int64_t* dst_offsets,
                    int64_t first_offset) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kPackWarps + threadIdx.x / kWarpSize;
   if (row >= n) return;  // uniform over the warp
   const float* x = src + row * ld_src;
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kListThreads)
     BuildAttentionRowsKernel(cpu::StepRowsPlan plan, cpu::LayerRowGeometry g, int32_t* row_ids, int32_t* counts,
                              int64_t max_rows, int32_t* index_ids, int32_t* num_visible, int32_t* num_candidates,
                              int64_t max_index_rows) {
-  PdlPrologue();
+  PdlPrologue(PdlTriggerFirst{});
   const int64_t t = blockIdx.x;
   const int64_t b = plan.token_seq[t];
   const cpu::SeqRowsInfo& s = plan.seqs[b];
