@@ -107,6 +107,16 @@ TEST(CudaMoeAlign, DecodeBatchFlash) {
   CheckAlign(64, 6, 256, 1, false);  // 64 tokens, top-6 of 256 experts
 }
 
+// Rows wide enough for MoeCombine to give a token several column blocks: Flash's 4096 (1,024
+// float4 columns: 4 blocks) and 1,030 (not a multiple of 4: float columns, 5 blocks' worth, capped
+// at 4), at batch sizes 1 and 3; the same sums as the CPU's order.
+TEST(CudaMoeAlign, CombineWideRows) {
+  DI_REQUIRE_GPU();
+  CheckAlign(1, 6, 256, 21, false, 4096);
+  CheckAlign(3, 6, 256, 22, false, 4096);
+  CheckAlign(3, 6, 5, 23, true, 1030);
+}
+
 TEST(CudaMoeAlign, PrefillChunkFlash) {
   DI_REQUIRE_GPU();
   CheckAlign(2048, 6, 256, 2, false);  // 12,288 slots: the many-slots path
