@@ -135,6 +135,17 @@ __device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
   __syncwarp();
 }
 
+// What thread threadIdx.x of a mix block asks L2 for before its PDL wait: fn row threadIdx.x (of
+// `rows`) over the W values of the block's rank (blockIdx.x % kMixCluster); only the first cluster
+// asks (the others read the same bytes), and only with p.prefetch_fn.
+__device__ __forceinline__ L2Range MixFnPrefetch(const HcParams& p, int rows, int w) {
+  if (!p.prefetch_fn || blockIdx.x >= kMixCluster || static_cast<int>(threadIdx.x) >= rows) return {};
+  const int slice = static_cast<int>(CeilDiv(w, kMixCluster));
+  const int i_begin = min(w, static_cast<int>(blockIdx.x % kMixCluster) * slice);
+  const int i_end = min(w, i_begin + slice);
+  return {p.fn + static_cast<int64_t>(threadIdx.x) * w + i_begin, int64_t{4} * (i_end - i_begin)};
+}
+
 // One cluster of kMixCluster blocks per kTok consecutive tokens (the last cluster may hold
 // fewer). Block q of a cluster owns the q-th of kMixCluster equal slices of the W values:
 //   1. partial mix[t, r] = Σ_i fn[r, i] · X[t, i] and ss[t] = Σ_i X[t, i]² over its slice, each
@@ -157,17 +168,6 @@ __device__ void SinkhornShuffle4(float* c, int64_t iters, float eps) {
 // the same bits).
 // One-token blocks run 2 an SM (at most 128 registers) unless unrolled: then 1, for the registers of
 // kUnroll steps' 24 fn loads in flight.
-// What thread threadIdx.x of a mix block asks L2 for before its PDL wait: fn row threadIdx.x (of
-// `rows`) over the W values of the block's rank (blockIdx.x % kMixCluster); only the first cluster
-// asks (the others read the same bytes), and only with p.prefetch_fn.
-__device__ __forceinline__ L2Range MixFnPrefetch(const HcParams& p, int rows, int w) {
-  if (!p.prefetch_fn || blockIdx.x >= kMixCluster || static_cast<int>(threadIdx.x) >= rows) return {};
-  const int slice = static_cast<int>(CeilDiv(w, kMixCluster));
-  const int i_begin = min(w, static_cast<int>(blockIdx.x % kMixCluster) * slice);
-  const int i_end = min(w, i_begin + slice);
-  return {p.fn + static_cast<int64_t>(threadIdx.x) * w + i_begin, int64_t{4} * (i_end - i_begin)};
-}
-
 template <int kTok, bool kHead, bool kDeferSinkhorn = false, int kUnroll = 1>
 __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThreads, kTok == 1 && kUnroll == 1 ? 2 : 1)
     HcMixKernel(const float* __restrict__ x, int64_t m, int s, int d, HcParams p, float* __restrict__ out,

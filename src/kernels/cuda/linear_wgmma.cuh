@@ -1330,13 +1330,6 @@ __device__ __forceinline__ void SumSlicesInLastBlock(const Params& p, const floa
   if (reset && threadIdx.x == 0) arrivals[tile] = 0;  // every block of the tile has arrived
 }
 
-// Linear: grid (ceil(n / 128), m_pad / 64, slices); kThreads threads, SmemLayout<K>::kBytes of
-// dynamic shared memory. slices == 1: each block takes all of K and stores y. Otherwise block z
-// takes 512-column slice z and stores its partial sum P_z at partials + z·m·n (row stride n), and
-// SumSlicesKernel adds them in slice order (arrivals null), or each tile's last block does
-// (SumSlicesInLastBlock): the same adds as one block's, so the same bits.
-// kTok = 8 (products of at most 8 rows: grid (ceil(n / 128), 1, slices)) runs m64n8k32 on the
-// same codes: each output column the same dot product, so the same bits.
 // What thread threadIdx.x of a WgmmaLinearKernel block asks L2 for before its PDL wait: FP8 weight
 // row n0 + threadIdx.x (threadIdx.x < kBlockRows, the row < n) over the block's chunks (its slice's
 // with gridDim.z > 1, else all); nothing past one token tile (gridDim.y > 1: the tiles' blocks
@@ -1351,6 +1344,13 @@ __device__ __forceinline__ L2Range WgmmaBlockRowsPrefetch(const Params& p) {
   return {p.w + row * p.w_row_bytes + c0 * kChunk, (c_end - c0) * kChunk};
 }
 
+// Linear: grid (ceil(n / 128), m_pad / 64, slices); kThreads threads, SmemLayout<K>::kBytes of
+// dynamic shared memory. slices == 1: each block takes all of K and stores y. Otherwise block z
+// takes 512-column slice z and stores its partial sum P_z at partials + z·m·n (row stride n), and
+// SumSlicesKernel adds them in slice order (arrivals null), or each tile's last block does
+// (SumSlicesInLastBlock): the same adds as one block's, so the same bits.
+// kTok = 8 (products of at most 8 rows: grid (ceil(n / 128), 1, slices)) runs m64n8k32 on the
+// same codes: each output column the same dot product, so the same bits.
 template <Kind K, int kTok = kTokens>
 __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
     WgmmaLinearKernel(const Params p, const GemmArgs a, float* partials, int* arrivals) {

@@ -472,18 +472,6 @@ __global__ void __launch_bounds__(2 * kRows, 1)
 #endif
 }
 
-// SplitBf16GroupedTmaKernel's products with slice r of K on rank r of a cluster of kCluster blocks
-// (K has at most kCluster slices; ranks past the last slice idle): each rank's slice sum goes to
-// its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
-// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster;
-// SlicesLayout<kParts, kRows, kTok, kLean>::kBytes of dynamic shared memory. kLean: the lean
-// layout (2 stages, one tile set: 9 blocks an SM where the default's 47 KiB allow 4); the same
-// bits. At batch 1 `wo_a` is 128 clusters of 8; an H100 holds 124 at once whether 9 or 10 blocks
-// fit an SM (ncu's Max Active Clusters, 2026-12-07), so 4 clusters still run after the rest.
-template <int kParts, int kRows, int kTok, bool kLean>
-using SlicesLayout =
-    std::conditional_t<kLean, GroupedTmaLayout<kRows, kTok, 2, 1, kParts>, GroupedTmaLayout<kRows, kTok>>;
-
 // What thread threadIdx.x of a K-slices block asks L2 for before its PDL wait: FP8 weight row
 // n0 + threadIdx.x of group blockIdx.z (threadIdx.x < kRows, n0 = row_block · kRows) over the
 // columns of K slice `slice`; nothing without p.prefetch_w.
@@ -497,6 +485,18 @@ __device__ __forceinline__ L2Range GroupedSliceRowsPrefetch(const Params& p, int
   return {p.w + (static_cast<int64_t>(blockIdx.z) * p.n + row) * p.w_row_bytes + c_begin * kChunkCols,
           (c_end - c_begin) * kChunkCols};
 }
+
+// SplitBf16GroupedTmaKernel's products with slice r of K on rank r of a cluster of kCluster blocks
+// (K has at most kCluster slices; ranks past the last slice idle): each rank's slice sum goes to
+// its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
+// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster;
+// SlicesLayout<kParts, kRows, kTok, kLean>::kBytes of dynamic shared memory. kLean: the lean
+// layout (2 stages, one tile set: 9 blocks an SM where the default's 47 KiB allow 4); the same
+// bits. At batch 1 `wo_a` is 128 clusters of 8; an H100 holds 124 at once whether 9 or 10 blocks
+// fit an SM (ncu's Max Active Clusters, 2026-12-07), so 4 clusters still run after the rest.
+template <int kParts, int kRows, int kTok, bool kLean>
+using SlicesLayout =
+    std::conditional_t<kLean, GroupedTmaLayout<kRows, kTok, 2, 1, kParts>, GroupedTmaLayout<kRows, kTok>>;
 
 template <int kParts, int kRows, int kTok, int kCluster, bool kLean = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
@@ -1259,10 +1259,6 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 #endif
 }
 
-// DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
-// at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
-// ceil(m / kTok)); row block blockIdx.x / kCluster. kStages: DenseSplitChunks' ring (the same MMAs
-// in the same order at any depth, so the same bits).
 // What thread threadIdx.x of a DenseSplitSlicesKernel block asks L2 for before its PDL wait: BF16
 // weight row n0 + threadIdx.x (threadIdx.x < kBlockRows, n0 = row_block · kBlockRows) over the
 // columns of K slice `slice`; nothing without p.prefetch_w.
@@ -1275,6 +1271,10 @@ __device__ __forceinline__ L2Range DenseSliceRowsPrefetch(const Params& p, int r
   return {p.w + row * p.w_row_bytes + c_begin * kChunkCols * 2, (c_end - c_begin) * kChunkCols * 2};
 }
 
+// DenseSplitKernel's products with slice r of K on rank r of a cluster of kCluster blocks (K has
+// at most kCluster slices; ranks past the last slice idle). Grid (ceil(n / 128) · kCluster,
+// ceil(m / kTok)); row block blockIdx.x / kCluster. kStages: DenseSplitChunks' ring (the same MMAs
+// in the same order at any depth, so the same bits).
 template <int kTok, int kCluster, bool kOverlap = false, int kStages = kDenseStages>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok, kStages>::kBlocksPerSm)
     DenseSplitSlicesKernel(const Params p) {
