@@ -526,7 +526,9 @@ __global__ void __launch_bounds__(kRowThreads)
 float HadamardScale(int64_t n) { return 1.f / std::sqrt(static_cast<float>(n)); }
 
 // DEEPINFER_NORM_ROWS_IN_REGISTERS (read once; unset or 1: on, 0: off): norms of 513-8192 values
-// on RmsNormRowKernel (the same bits as RmsNormKernel). Tests override it.
+// on RmsNormRowKernel (the same bits as RmsNormKernel). Measured on an H100 (2026-12-07,
+// docs/performance.md version 68): `rms_norm` at batch 1 0.132 -> 0.102 ms (3 layers, eager
+// profile), batch 64 0.135 -> 0.111. Tests override it.
 std::atomic<int> g_rms_norm_rows_in_registers_test{-1};          // SetRmsNormRowsInRegistersForTesting
 std::atomic<uint64_t> g_rms_norm_rows_in_registers_launches{0};  // RmsNormRowsInRegistersLaunchesForTesting
 bool RmsNormRowsInRegisters() {
