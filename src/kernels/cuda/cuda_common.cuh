@@ -197,6 +197,28 @@ inline bool PrefetchWeights() {
   return on;
 }
 
+// Whether `stream` is being captured into a CUDA graph (where CudaGraph makes a chain's kernel
+// edges programmatic, so a prefetch before the PDL wait has the kernel before it as its window).
+// An error of the query counts as not capturing and is cleared.
+inline bool StreamCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return status == cudaStreamCaptureStatusActive;
+}
+
+// PrefetchWeights() for a launch on `stream`. DEEPINFER_PREFETCH_EAGER (read once; unset or 1:
+// every launch, 0: only launches being captured into a graph): an eager launch has no PDL, so its
+// blocks' prefetch goes out just before their own loads of the same bytes, which cost the weight
+// kernels 1-3% at batch 1 in version 68's eager profile. Written 2026-12-07, not yet run.
+inline bool PrefetchWeightsOn(cudaStream_t stream) {
+  if (!PrefetchWeights()) return false;
+  static const bool eager = EnvSwitch("DEEPINFER_PREFETCH_EAGER", true, "cuda kernels");
+  return eager || StreamCapturing(stream);
+}
+
 // Tests: a device counter from 0, launch(counter) (kernels that add to it; returns the first error),
 // then the counter's value. Synchronizes the device; `what` names the caller in its error.
 template <class Launch>

@@ -108,7 +108,7 @@ struct Params {
   // chunk-major rewrite stores them (DeviceWeight::data_chunk_stride != 0); else as stored.
   bool w_sign_split = false;
   // The kernels that take PdlPrologue(L2Range) ask L2 for their block's weight bytes before their
-  // PDL wait (SetWeight: PrefetchWeights()).
+  // PDL wait (SetWeight: PrefetchWeights(); Launch: PrefetchWeightsOn(stream) as well).
   bool prefetch_w = false;
 };
 
@@ -4835,7 +4835,9 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
   DI_CUDA_LAUNCH_CHECK("cuda::Linear tiled");
 }
 
-void Launch(const Params& p, Kind kind, int64_t groups, cudaStream_t stream, LinearMath math) {
+void Launch(const Params& given, Kind kind, int64_t groups, cudaStream_t stream, LinearMath math) {
+  Params p = given;
+  p.prefetch_w = given.prefetch_w && PrefetchWeightsOn(stream);
   if (groups > 65535) Fail("too many groups");
   if (CeilDiv(p.n, kTileN) > 0x7fffffff) Fail("too many outputs");
   switch (kind) {
