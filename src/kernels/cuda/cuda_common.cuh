@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -184,6 +185,12 @@ inline bool EnvSwitch(const char* name, bool unset, const char* what) {
   if (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0) return *v == '1';
   const std::string message = std::string(name) + " must be 0 or 1, got '" + v + "'";
   ThrowCudaError(__FILE__, __LINE__, what, message.c_str());
+}
+
+// A switch's state: the test's override where set (0 or 1), else what the environment said.
+inline bool TestOrEnvironment(const std::atomic<int>& test, bool from_environment) {
+  const int mode = test.load();
+  return mode >= 0 ? mode == 1 : from_environment;
 }
 
 // DEEPINFER_PREFETCH_WEIGHTS (read once; unset or 1: on, 0: off): the kernels that take

@@ -533,8 +533,7 @@ std::atomic<int> g_rms_norm_rows_in_registers_test{-1};          // SetRmsNormRo
 std::atomic<uint64_t> g_rms_norm_rows_in_registers_launches{0};  // RmsNormRowsInRegistersLaunchesForTesting
 bool RmsNormRowsInRegisters() {
   static const bool from_environment = EnvSwitch("DEEPINFER_NORM_ROWS_IN_REGISTERS", true, "rms_norm");
-  const int test = g_rms_norm_rows_in_registers_test.load();
-  return test >= 0 ? test == 1 : from_environment;
+  return TestOrEnvironment(g_rms_norm_rows_in_registers_test, from_environment);
 }
 
 void CheckRows(int64_t m, const char* what) {
@@ -590,8 +589,7 @@ void RowSteps(float* x, int64_t m, int64_t num_heads, int64_t n, int64_t ld_toke
 
 bool RowStepsOn() {
   static const bool from_environment = EnvSwitch("DEEPINFER_ROW_STEPS", false, "row_steps");
-  const int test = g_row_steps_test.load();
-  return test >= 0 ? test == 1 : from_environment;
+  return TestOrEnvironment(g_row_steps_test, from_environment);
 }
 
 void SetRmsNormRowsInRegistersForTesting(int mode) {

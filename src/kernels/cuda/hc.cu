@@ -661,12 +661,6 @@ std::atomic<uint64_t> g_persistent_mix_launches{0};
 // 7.07 -> 5.57).
 constexpr int64_t kPersistentMixMinTokens = 256;
 
-// A switch's state: the test's override where set (0 or 1), else what the environment said.
-bool TestOrEnvironment(const std::atomic<int>& test, bool from_environment) {
-  const int mode = test.load();
-  return mode >= 0 ? mode == 1 : from_environment;
-}
-
 bool PersistentMixUsable(int64_t m, int64_t s, int64_t d) {
   static const bool from_environment = EnvSwitch("DEEPINFER_HC_PERSISTENT", true, "cuda::HcPre");
   return TestOrEnvironment(g_persistent_mix_test, from_environment) && m >= kPersistentMixMinTokens && s == 4 &&

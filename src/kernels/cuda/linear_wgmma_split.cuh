@@ -472,19 +472,19 @@ __global__ void __launch_bounds__(2 * kRows, 1)
 #endif
 }
 
-// What thread threadIdx.x of a K-slices block (the grouped kernels' and DenseSplitSlicesKernel's)
-// asks L2 for before its PDL wait: weight row first_row + row_block · kRows + threadIdx.x
-// (threadIdx.x < kRows, row_block · kRows + threadIdx.x < n; first_row: the group's first row)
-// over the columns of K slice `slice`, kColumnBytes bytes a column (FP8 1, BF16 2); nothing
-// without p.prefetch_w.
+// What thread threadIdx.x of a K-slices block (the grouped kernels' and DenseSplitSlicesKernel's:
+// blockIdx.x = row block · slices + slice, blockIdx.z the group, 0 where there are none) asks L2
+// for before its PDL wait: weight row blockIdx.z · n + row block · kRows + threadIdx.x
+// (threadIdx.x < kRows, within the group's n rows) over the columns of its K slice, kColumnBytes
+// bytes a column (FP8 1, BF16 2); nothing without p.prefetch_w.
 template <int kRows, int kColumnBytes>
-__device__ __forceinline__ L2Range SliceRowsPrefetch(const Params& p, int64_t first_row, int row_block, int slice) {
-  const int64_t row = static_cast<int64_t>(row_block) * kRows + threadIdx.x;
+__device__ __forceinline__ L2Range SliceRowsPrefetch(const Params& p, int slices) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x / slices) * kRows + threadIdx.x;
   if (!p.prefetch_w || threadIdx.x >= kRows || row >= p.n) return {};
   const int64_t chunks = p.k / kChunkCols;
-  const int64_t c_begin = min(chunks, static_cast<int64_t>(slice) * kSliceChunks);
+  const int64_t c_begin = min(chunks, static_cast<int64_t>(blockIdx.x % slices) * kSliceChunks);
   const int64_t c_end = min(chunks, c_begin + kSliceChunks);
-  return {p.w + (first_row + row) * p.w_row_bytes + c_begin * kChunkCols * kColumnBytes,
+  return {p.w + (static_cast<int64_t>(blockIdx.z) * p.n + row) * p.w_row_bytes + c_begin * kChunkCols * kColumnBytes,
           (c_end - c_begin) * kChunkCols * kColumnBytes};
 }
 
@@ -504,9 +504,7 @@ template <int kParts, int kRows, int kTok, int kCluster, bool kLean = false>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
     SplitBf16GroupedTmaSlicesKernel(const __grid_constant__ CUtensorMap w_map,
                                     const __grid_constant__ CUtensorMap x_map, const Params p) {
-  PdlPrologue(SliceRowsPrefetch<kRows, 1>(p, static_cast<int64_t>(blockIdx.z) * p.n,
-                                          static_cast<int>(blockIdx.x) / kCluster,
-                                          static_cast<int>(blockIdx.x) % kCluster));
+  PdlPrologue(SliceRowsPrefetch<kRows, 1>(p, kCluster));
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
 #else
@@ -564,9 +562,7 @@ __global__ void __launch_bounds__(2 * kRows)
     SplitBf16GroupedTmaPartialsKernel(const __grid_constant__ CUtensorMap w_map,
                                       const __grid_constant__ CUtensorMap x_map, const Params p, int slices,
                                       float* __restrict__ partials) {
-  PdlPrologue(SliceRowsPrefetch<kRows, 1>(p, static_cast<int64_t>(blockIdx.z) * p.n,
-                                          static_cast<int>(blockIdx.x) / slices,
-                                          static_cast<int>(blockIdx.x) % slices));
+  PdlPrologue(SliceRowsPrefetch<kRows, 1>(p, slices));
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // TMA and wgmma are sm_90a only; the host never picks this path elsewhere
 #else
@@ -1270,8 +1266,7 @@ __global__ void __launch_bounds__(kThreads, DenseSmem<kTok>::kBlocksPerSm) Dense
 template <int kTok, int kCluster, bool kOverlap = false, int kStages = kDenseStages>
 __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, DenseSmem<kTok, kStages>::kBlocksPerSm)
     DenseSplitSlicesKernel(const Params p) {
-  PdlPrologue(SliceRowsPrefetch<kBlockRows, 2>(p, 0, static_cast<int>(blockIdx.x) / kCluster,
-                                               static_cast<int>(blockIdx.x) % kCluster));
+  PdlPrologue(SliceRowsPrefetch<kBlockRows, 2>(p, kCluster));
 #if !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else

@@ -551,8 +551,7 @@ std::atomic<int> g_route_align_for_testing{-1};
 
 bool RouteAlignOn() {
   static const bool on = ParseOnOffSwitch("DEEPINFER_ROUTE_ALIGN", std::getenv("DEEPINFER_ROUTE_ALIGN"), false);
-  const int test = g_route_align_for_testing.load();
-  return test >= 0 ? test == 1 : on;
+  return TestOrEnvironment(g_route_align_for_testing, on);
 }
 
 void SetRouteAlignForTesting(int mode) { g_route_align_for_testing.store(mode < 0 ? -1 : mode == 1 ? 1 : 0); }
