@@ -294,7 +294,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1) __launch_bounds__(kThreads) Atten
     for (int r = 0; r < kSplit; ++r) v = fmaf(factor_s[h * kSplit + r], part[r], v);
     out_m[static_cast<int64_t>(head0 + h) * d + c] = v / total_s[h];
   }
-  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
+  ClusterSyncBeforeExit();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
 template <int kHeads, int kCols>

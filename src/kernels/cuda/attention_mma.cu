@@ -569,7 +569,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
     dst[2] = v.z / total;
     dst[3] = v.w / total;
   }
-  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
+  ClusterSyncBeforeExit();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
 template <int kGroups, int kD, int kSplit, bool kBf16>

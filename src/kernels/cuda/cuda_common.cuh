@@ -307,6 +307,19 @@ __device__ __forceinline__ void PdlPrologue(L2Range constant, PdlTriggerFirst fi
   PdlPrologue(first);
 }
 
+// The cluster barrier at the end of a kernel whose blocks read each other's shared memory: no block
+// leaves (its shared memory going with it) until every thread of the cluster has arrived. The
+// arrive is relaxed (barrier.cluster.arrive.relaxed: no fence, where cluster.sync()'s release
+// arrive compiled to MEMBAR.ALL.GPU, which waits for the thread's global stores). Contract: every
+// value a thread read from a peer's shared memory has been used (summed, stored) before the call,
+// so those reads have completed; and no thread reads shared memory of any block after it. Every
+// thread that has not exited calls it (no .aligned: a warp may arrive diverged).
+__device__ __forceinline__ void ClusterSyncBeforeExit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;\n" ::: "memory");
+#endif
+}
+
 // e8m0: a bare biased exponent, 2^(e-127); 0xff is NaN.
 __device__ inline float DecodeE8m0(uint8_t e) {
   if (e == 0xffu) return __int_as_float(0x7fc00000);

@@ -152,10 +152,11 @@ __device__ __forceinline__ L2Range MixFnPrefetch(const HcParams& p, int rows, in
 //      thread striding over i, then a warp butterfly and a sum over warps in warp order;
 //   2. after a cluster barrier every block sums the kMixCluster partials in rank order from the
 //      blocks' shared memory (the same sums in every block), then one warp per token:
-//      mix ·= 1/sqrt(ss/W + norm_eps), the stream weights (and, for HcPre, post and the Sinkhorn
-//      of comb, written by rank 0; with kDeferSinkhorn only the Sinkhorn's input);
+//      mix ·= 1/sqrt(ss/W + norm_eps), the stream weights (and, for HcPre, post and the Sinkhorn's
+//      input, in rank 0; with kDeferSinkhorn the input is what comb gets);
 //   3. out[t, i] = Σ_j weight_j · X[t, j, i], stream by stream like the CPU, block q writing the
-//      q-th slice of the D channels.
+//      q-th slice of the D channels; in rank 0 (HcPre, Sinkhorn not deferred) warp t runs token t's
+//      Sinkhorn and writes comb meanwhile, and the other warps write the slice.
 // The order of every sum is fixed by W alone, so a token's outputs do not depend on m or kTok.
 // Splitting W over a cluster keeps fn's 4·W·(2+S)·S bytes (1.5 MiB at Flash shapes) streaming
 // through kMixCluster SMs per token instead of one (one block per token took ~130 us per call at
@@ -297,7 +298,7 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
       ss_tok[t] = sum;
     }
   }
-  cluster.sync();  // no block leaves (freeing its shared memory) while another still reads it
+  ClusterSyncBeforeExit();  // no block leaves (freeing its shared memory) while another still reads it
 
   if (warp < ntok) {
     const int t = warp;
@@ -319,30 +320,40 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
             comb[tok * s * s + e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
           }
         }
-      } else {
+      } else if (rank == 0) {  // the Sinkhorn's input; its warp runs it below, beside the output
         float* c = cmat[t];
         for (int e = lane; e < s * s; e += kWarpSize) c[e] = Affine(mt[2 * s + e], p.scale[2], p.base[2 * s + e]);
-        __syncwarp();
-        if (s == 4) {
-          SinkhornShuffle4(c, p.sinkhorn_iters, p.hc_eps);
-        } else {
-          SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
-        }
-        if (rank == 0) {
-          for (int e = lane; e < s * s; e += kWarpSize) comb[tok * s * s + e] = c[e];
-        }
       }
     }
   }
   __syncthreads();
 
+  // Rank 0's warp t runs token t's Sinkhorn (only rank 0 stores comb, so the other ranks skip it)
+  // while the block's other warps write the block's slice of out: the block's output threads are
+  // then those of warps ntok.. (kOwnSinkhorn, rank 0), else all of them.
+  constexpr bool kOwnSinkhorn = !kHead && !kDeferSinkhorn;
+  static_assert(!kOwnSinkhorn || kTok < kMixWarps, "warps are left for the output beside the Sinkhorn's");
+  const bool sinkhorn_block = kOwnSinkhorn && rank == 0;
+  if (sinkhorn_block && warp < ntok) {
+    const int t = warp;
+    float* c = cmat[t];
+    if (s == 4) {
+      SinkhornShuffle4(c, p.sinkhorn_iters, p.hc_eps);
+    } else {
+      SinkhornWarp(c, s, p.sinkhorn_iters, p.hc_eps);
+    }
+    for (int e = lane; e < s * s; e += kWarpSize) comb[(t0 + t) * s * s + e] = c[e];
+    return;
+  }
+  const int out_first = sinkhorn_block ? ntok * kWarpSize : 0;  // threads before it ran the Sinkhorn
+  const int out_threads = kMixThreads - out_first;
   const int d_slice = static_cast<int>(CeilDiv(d, kMixCluster));
   const int o_begin = min(d, rank * d_slice);
   const int o_end = min(d, o_begin + d_slice);
   for (int t = 0; t < ntok; ++t) {
     const float* xr = x + (t0 + t) * w;
     float* o = out + (t0 + t) * ldo;
-    for (int i = o_begin + static_cast<int>(threadIdx.x); i < o_end; i += kMixThreads) {
+    for (int i = o_begin + static_cast<int>(threadIdx.x) - out_first; i < o_end; i += out_threads) {
       float acc = 0.f;
       for (int j = 0; j < s; ++j) acc = __fadd_rn(acc, __fmul_rn(weights[t][j], xr[static_cast<int64_t>(j) * d + i]));
       o[i] = acc;
@@ -534,7 +545,7 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
       }
     }
   }
-  cluster.sync();  // no block leaves (freeing its shared memory) while another may still read it
+  ClusterSyncBeforeExit();  // no block leaves (freeing its shared memory) while another may still read it
 }
 
 // SinkhornShuffle4 on each token's 4×4 matrix in comb (in place), 16 lanes a token (lane 4j + k

@@ -487,7 +487,7 @@ __device__ __forceinline__ void StagedSlicesBlock(const Params& p, int64_t row_b
     }
     WriteStagedFragments(p, row_block, tok_block, g, total);
   }
-  cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
+  ClusterSyncBeforeExit();  // no rank leaves (freeing its shared memory) while rank 0 reads it
 }
 
 // Grid (ceil(n / kStagedRows), ceil(m / kStagedTok), groups).

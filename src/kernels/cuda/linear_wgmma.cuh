@@ -1480,7 +1480,7 @@ __global__ void __launch_bounds__(kThreads, K == Kind::kFp8 ? 2 : 1)
       if (s < slices) sums[k] = __fadd_rn(sums[k], v[s]);
     }
   }
-  ClusterSync();  // no block leaves (its shared memory with it) while another still reads it
+  ClusterSyncBeforeExit();  // no block leaves (its shared memory with it) while another still reads it
 #pragma unroll
   for (int k = 0; k < kMaxSums; ++k) {
     const int o = begin + tid + k * kThreads;

@@ -546,7 +546,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(2 * kRows)
     pg.y = p.y + at.g * p.y_group_stride;
     wgmma::StoreBlockResult<kTok>(pg, at.ra, at.t0, at.q, [&](int j) { return total[j]; });
   }
-  cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
+  ClusterSyncBeforeExit();  // no rank leaves (freeing its shared memory) while rank 0 reads it
 #endif
 }
 
@@ -1306,7 +1306,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kThreads, Den
     }
     wgmma::StoreBlockResult<kTok>(p, DenseFragmentRow(n0), t0, tid % 4, [&](int j) { return total[j]; });
   }
-  cluster.sync();  // no rank leaves (freeing its shared memory) while rank 0 reads it
+  ClusterSyncBeforeExit();  // no rank leaves (freeing its shared memory) while rank 0 reads it
 #endif
 }
 
