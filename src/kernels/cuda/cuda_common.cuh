@@ -193,37 +193,15 @@ inline bool TestOrEnvironment(const std::atomic<int>& test, bool from_environmen
   return mode >= 0 ? mode == 1 : from_environment;
 }
 
-// DEEPINFER_PREFETCH_WEIGHTS (read once; unset or 1: on, 0: off): the kernels that take
-// PdlPrologue(L2Range) ask L2 for their weights before their PDL wait (their launches pass
-// size 0 when off). The same bits either way: only when the bytes arrive changes. Measured on an
-// H100 (2026-12-07, docs/performance.md version 68): in eager launches (no PDL) the weight kernels
-// lose 1-3% at batch 1; in the decode graphs its gain is not yet told apart from the register
-// norms' (the two: batch 1 1.180 -> 1.157 ms).
+// DEEPINFER_PREFETCH_WEIGHTS (read once; unset or 0: off, 1: on): the kernels that take
+// PdlPrologue(L2Range) ask L2 for their weights before their PDL wait (their launches pass size 0
+// when off). The same bits either way: only when the bytes arrive changes. Measured on an H100
+// (docs/performance.md, versions 68 and 69): no gain in the decode graphs (batch 1 1.150 ms on,
+// 1.143 off; batch 64 4.388 / 4.371; batch 256 7.596 / 7.580), and in eager launches (no PDL, so
+// no window) the weight kernels lose 1-3% at batch 1. Off by default since.
 inline bool PrefetchWeights() {
-  static const bool on = EnvSwitch("DEEPINFER_PREFETCH_WEIGHTS", true, "cuda kernels");
+  static const bool on = EnvSwitch("DEEPINFER_PREFETCH_WEIGHTS", false, "cuda kernels");
   return on;
-}
-
-// Whether `stream` is being captured into a CUDA graph (where CudaGraph makes a chain's kernel
-// edges programmatic, so a prefetch before the PDL wait has the kernel before it as its window).
-// An error of the query counts as not capturing and is cleared.
-inline bool StreamCapturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &status) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return status == cudaStreamCaptureStatusActive;
-}
-
-// PrefetchWeights() for a launch on `stream`. DEEPINFER_PREFETCH_EAGER (read once; unset or 1:
-// every launch, 0: only launches being captured into a graph): an eager launch has no PDL, so its
-// blocks' prefetch goes out just before their own loads of the same bytes, which cost the weight
-// kernels 1-3% at batch 1 in version 68's eager profile. Written 2026-12-07, not yet run.
-inline bool PrefetchWeightsOn(cudaStream_t stream) {
-  if (!PrefetchWeights()) return false;
-  static const bool eager = EnvSwitch("DEEPINFER_PREFETCH_EAGER", true, "cuda kernels");
-  return eager || StreamCapturing(stream);
 }
 
 // Tests: a device counter from 0, launch(counter) (kernels that add to it; returns the first error),

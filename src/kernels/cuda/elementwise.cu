@@ -550,7 +550,7 @@ void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weig
     RmsNormWarpKernel<<<static_cast<unsigned>(CeilDiv(m, kWarpRowsPerBlock)), kRowThreads, 0, stream>>>(
         x, ldx, m, n, weight, weight_dtype, eps, y, ldy);
   } else if (n <= kRowRegistersMax && RmsNormRowsInRegisters()) {
-    const int64_t weight_bytes = weight != nullptr && PrefetchWeightsOn(stream) ? n * DTypeSize(weight_dtype) : 0;
+    const int64_t weight_bytes = weight != nullptr && PrefetchWeights() ? n * DTypeSize(weight_dtype) : 0;
     const auto launch = [&](auto kernel) {
       kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy,
                                                                     weight_bytes);

@@ -755,7 +755,7 @@ void LaunchMix(const char* what, const float* x, int64_t m, int64_t s, int64_t d
     ThrowCudaError(__FILE__, __LINE__, what, "fn, base and scale are required");
   }
   HcParams p = caller_params;
-  p.prefetch_fn = PrefetchWeightsOn(stream);
+  p.prefetch_fn = PrefetchWeights();
   const int64_t multi_min = MultiTokenMin();
   if (m >= multi_min && !kHead && s == 4) {  // Flash's hc_mult: the Sinkhorn after the mixes
     if (PersistentMixUsable(m, s, d)) {

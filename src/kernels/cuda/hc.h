@@ -30,7 +30,7 @@ struct HcParams {
   float hc_eps = 1e-6f;    // added to pre, the Sinkhorn denominators, and the head weights
   float norm_eps = 1e-6f;  // inside the unweighted RMS over all W values of a token
   // Set by the launchers, not the caller: the mix kernels' first cluster asks L2 for fn before its
-  // PDL wait (PrefetchWeightsOn(stream): DEEPINFER_PREFETCH_WEIGHTS and DEEPINFER_PREFETCH_EAGER).
+  // PDL wait (DEEPINFER_PREFETCH_WEIGHTS, off by default).
   bool prefetch_fn = false;
 };
 

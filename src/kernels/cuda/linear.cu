@@ -108,7 +108,7 @@ struct Params {
   // chunk-major rewrite stores them (DeviceWeight::data_chunk_stride != 0); else as stored.
   bool w_sign_split = false;
   // The kernels that take PdlPrologue(L2Range) ask L2 for their block's weight bytes before their
-  // PDL wait (set by Launch, through which every such kernel goes: PrefetchWeightsOn(stream)).
+  // PDL wait (set by Launch, through which every such kernel goes: PrefetchWeights()).
   bool prefetch_w = false;
 };
 
@@ -4836,7 +4836,7 @@ void LaunchKind(const Params& p, int64_t groups, cudaStream_t stream, LinearMath
 
 void Launch(const Params& given, Kind kind, int64_t groups, cudaStream_t stream, LinearMath math) {
   Params p = given;
-  p.prefetch_w = PrefetchWeightsOn(stream);
+  p.prefetch_w = PrefetchWeights();
   if (groups > 65535) Fail("too many groups");
   if (CeilDiv(p.n, kTileN) > 0x7fffffff) Fail("too many outputs");
   switch (kind) {
