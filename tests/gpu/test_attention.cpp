@@ -36,7 +36,7 @@ struct AttentionCase {
   bool kv_rows = false;
   int blocks_per_query = 0;  // split-BF16 kernel: 0 (the default), 1, 2, 4 or 8
   bool bf16_inputs = false;  // q and the probabilities rounded to BF16 (every kernel and the CPU)
-  int heads_per_block = 0;   // split-BF16 kernel: 0 (the default), -1 (auto), 16, 32 or 64
+  int heads_per_block = 0;   // split-BF16 kernel: 0 (the default), 32 or 64
 };
 
 struct AttentionInputs {
@@ -404,8 +404,8 @@ TEST(CudaAttentionSplitBf16, Bf16InputsWithinTheRoundingBound) {
   ExpectRoundsProbabilities(p_case, GpuAttentionSplitBf16);
 }
 
-// Blocks of 32 and 16 heads, and the automatic choice, give each head the bits of blocks of 64,
-// in both forms and for H = 64 and 70 (a padded last block either way).
+// Blocks of 32 heads (two per SM with BF16 inputs) give each head the bits of blocks of 64, in
+// both forms and for H = 64 and 70 (a padded last block either way).
 TEST(CudaAttentionSplitBf16, HeadsPerBlockKeepTheBits) {
   DI_REQUIRE_GPU();
   for (bool bf16 : {false, true}) {
@@ -419,24 +419,13 @@ TEST(CudaAttentionSplitBf16, HeadsPerBlockKeepTheBits) {
       const std::vector<float> wide = GpuAttentionSplitBf16(c, in);
       c.heads_per_block = 32;
       EXPECT_TRUE(AllEqual(GpuAttentionSplitBf16(c, in), wide, "32 heads per block"));
-      c.heads_per_block = 16;
-      EXPECT_TRUE(AllEqual(GpuAttentionSplitBf16(c, in), wide, "16 heads per block"));
-      c.heads_per_block = -1;
-      EXPECT_TRUE(AllEqual(GpuAttentionSplitBf16(c, in), wide, "the automatic heads per block"));
     }
   }
-  // 3 queries at 2 blocks each: 16 heads a block while the grid fits the SMs, then 32, then 64.
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
-  EXPECT_EQ(cuda::AttentionSplitBf16AutoHeads(1, 64, 2), 16);
-  EXPECT_EQ(cuda::AttentionSplitBf16AutoHeads(sms / 8, 64, 2), 16);
-  EXPECT_EQ(cuda::AttentionSplitBf16AutoHeads(sms / 8 + 1, 64, 2), 32);
-  EXPECT_EQ(cuda::AttentionSplitBf16AutoHeads(sms / 4 + 1, 64, 2), 64);
   DeviceArray<float> buf(std::vector<float>(4096, 0.f));
   EXPECT_THROW(cuda::AttentionWithSinkSplitBf16(buf.get(), 128, buf.get(), 128, nullptr, nullptr, 0, buf.get(), 1, 1,
-                                                128, 1.f, buf.get(), 128, nullptr, 0, false, 8),
+                                                128, 1.f, buf.get(), 128, nullptr, 0, false, 16),
                std::exception)
-      << "8 heads per block";
+      << "16 heads per block";
 }
 
 // Packed rows (kernels/cpu/state_row.h, the state's rows under kv_fp8) decode to exactly the values

@@ -78,15 +78,10 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
 // throws) or 2, chosen from docs/performance.md's sweep after version 11. For experiments: every
 // query of a run must take the same value, which the process-wide default guarantees.
 int AttentionSplitBf16Blocks();
-// Heads per block where H > 16: 64 (four head groups of 16, one block an SM), 32 (two groups; with
-// bf16_inputs two blocks fit an SM) or 16 (one group); each block reads the rows itself. A head's
-// bits do not depend on it (every head's products and sums are its own), so it may follow the
-// batch. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (16, 32, 64 or auto; read once,
-// anything else throws) or 64; -1 or auto: AttentionSplitBf16AutoHeads.
-int AttentionSplitBf16BlockHeads();  // 0: auto
-// The fewest heads per block (16, then 32) whose grid, num_queries · blocks_per_query · ⌈H / heads⌉
-// blocks, fits the current device's SMs in one wave, else 64: decode batches of a few tokens
-// spread a query's heads over more SMs, where 64 heads a block left all but two SMs idle at batch 1.
-int AttentionSplitBf16AutoHeads(int64_t num_queries, int64_t num_heads, int blocks_per_query);
+// Heads per block where H > 32: 64 (four head groups, one block an SM) or 32 (two groups; with
+// bf16_inputs two blocks fit an SM, each reading the rows itself). A head's bits do not depend on
+// it. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (32 or 64; read once, anything else
+// throws) or 64.
+int AttentionSplitBf16BlockHeads();
 
 }  // namespace deepinfer::cuda

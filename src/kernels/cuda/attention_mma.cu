@@ -592,7 +592,7 @@ void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t strea
 
 template <int kD, int kSplit, bool kBf16>
 void LaunchGroups(const AttentionArgs& a, int64_t num_queries, int heads_per_block, cudaStream_t stream) {
-  if (a.num_heads <= kGroupHeads || heads_per_block == kGroupHeads) {
+  if (a.num_heads <= kGroupHeads) {
     LaunchSplit<1, kD, kSplit, kBf16>(a, num_queries, stream);
   } else if (a.num_heads <= 2 * kGroupHeads || heads_per_block == 2 * kGroupHeads) {
     LaunchSplit<2, kD, kSplit, kBf16>(a, num_queries, stream);
@@ -639,23 +639,11 @@ int AttentionSplitBf16BlockHeads() {
     const char* v = std::getenv("DEEPINFER_ATTENTION_HEADS");
     if (v == nullptr || *v == '\0') return 64;
     const std::string s(v);
-    if (s == "auto") return 0;
-    if (s == "16" || s == "32" || s == "64") return std::stoi(s);
-    const std::string message =
-        "DEEPINFER_ATTENTION_HEADS must be 16, 32, 64 or auto (heads per block), got '" + s + "'";
+    if (s == "32" || s == "64") return std::stoi(s);
+    const std::string message = "DEEPINFER_ATTENTION_HEADS must be 32 or 64 (heads per block), got '" + s + "'";
     ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16", message.c_str());
   }();
   return heads;
-}
-
-int AttentionSplitBf16AutoHeads(int64_t num_queries, int64_t num_heads, int blocks_per_query) {
-  int device = 0, sms = 0;
-  DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-  DI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  for (const int heads : {16, 32}) {
-    if (num_queries * blocks_per_query * CeilDiv(num_heads, int64_t{heads}) <= sms) return heads;
-  }
-  return 64;
 }
 
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
@@ -677,12 +665,10 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
   if (blocks != 1 && blocks != 2 && blocks != 4 && blocks != 8) {
     ThrowCudaError(__FILE__, __LINE__, name, "blocks_per_query must be 0 (the default), 1, 2, 4 or 8");
   }
-  if (heads_per_block != 0 && heads_per_block != -1 && heads_per_block != 16 && heads_per_block != 32 &&
-      heads_per_block != 64) {
-    ThrowCudaError(__FILE__, __LINE__, name, "heads_per_block must be 0 (the default), -1 (auto), 16, 32 or 64");
+  const int block_heads = heads_per_block == 0 ? AttentionSplitBf16BlockHeads() : heads_per_block;
+  if (block_heads != 32 && block_heads != 64) {
+    ThrowCudaError(__FILE__, __LINE__, name, "heads_per_block must be 0 (the default), 32 or 64");
   }
-  int block_heads = heads_per_block == 0 ? AttentionSplitBf16BlockHeads() : heads_per_block;
-  if (block_heads <= 0) block_heads = AttentionSplitBf16AutoHeads(num_queries, num_heads, blocks);
   if (num_queries < 0 || num_queries > INT_MAX / blocks) ThrowCudaError(__FILE__, __LINE__, name, "bad num_queries");
   if (max_rows < 0) ThrowCudaError(__FILE__, __LINE__, name, "negative max_rows");
   const int64_t row_floats = packed != nullptr ? packed->row_floats() : head_dim;
