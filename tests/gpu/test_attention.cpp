@@ -460,18 +460,6 @@ TEST(CudaAttention, PackedRowsGiveTheBitsOfF32Rows) {
       EXPECT_TRUE(AllEqual(Bits(simt.ToHost()), Bits(GpuAttention(c, in)), "SIMT kernel, packed against f32 rows"));
       EXPECT_TRUE(AllEqual(Bits(split.ToHost()), Bits(GpuAttentionSplitBf16(c, in)),
                            "split-BF16 kernel, packed against f32 rows"));
-      // The rows asked of L2 when each block starts (AttentionArgs::prefetch_rows): the same bits.
-      const uint64_t prefetching = cuda::AttentionPrefetchRowsLaunchesForTesting();
-      cuda::SetAttentionPrefetchRowsForTesting(1);
-      DeviceArray<float> prefetched(std::vector<float>(c.queries * in.out_stride, kSentinel));
-      cuda::AttentionWithSinkSplitBf16(q.get(), in.q_stride, rows.get(), pitch_floats, ids.get(), counts.get(),
-                                       c.max_rows, sinks.get(), c.queries, c.heads, c.head_dim, in.scale,
-                                       prefetched.get(), in.out_stride, nullptr, 0, c.bf16_inputs, 0, &f);
-      const std::vector<float> f32_prefetched = GpuAttentionSplitBf16(c, in);
-      cuda::SetAttentionPrefetchRowsForTesting(-1);
-      EXPECT_EQ(cuda::AttentionPrefetchRowsLaunchesForTesting(), prefetching + 2);
-      EXPECT_TRUE(AllEqual(Bits(prefetched.ToHost()), Bits(split.ToHost()), "packed rows asked of L2 first"));
-      EXPECT_TRUE(AllEqual(Bits(f32_prefetched), Bits(GpuAttentionSplitBf16(c, in)), "f32 rows asked of L2 first"));
     }
   }
   // What the kernels cannot decode is refused: fp8_end 100, not a multiple of 16.

@@ -83,11 +83,5 @@ int AttentionSplitBf16Blocks();
 // it. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (32 or 64; read once, anything else
 // throws) or 64.
 int AttentionSplitBf16BlockHeads();
-// Tests only: the split-BF16 kernel's blocks ask L2 for their rows when they start
-// (AttentionArgs::prefetch_rows; the same bits) on (1), off (0), or as
-// DEEPINFER_ATTENTION_PREFETCH_ROWS says (-1, the default: off unless 1); and how many launches
-// asked in this process.
-void SetAttentionPrefetchRowsForTesting(int mode);
-uint64_t AttentionPrefetchRowsLaunchesForTesting();
 
 }  // namespace deepinfer::cuda

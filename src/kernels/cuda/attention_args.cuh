@@ -26,9 +26,6 @@ struct AttentionArgs {
   bool vec_q;     // SIMT: q rows may be copied as float4 (d, q_stride multiples of 4, base 16-aligned)
   bool bf16_inputs;  // q and the probabilities rounded to BF16 (attention.h)
   PackedRowArgs packed{};  // fp8_end < 0: f32 rows; else packed rows (state_row.cuh)
-  // Split-BF16 kernel: each block asks L2 for all of its rows when it starts, so that the tiles
-  // after its first load them from L2 rather than DRAM (DEEPINFER_ATTENTION_PREFETCH_ROWS).
-  bool prefetch_rows = false;
 };
 
 }  // namespace deepinfer::cuda

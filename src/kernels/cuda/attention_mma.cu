@@ -32,7 +32,6 @@
 // one part (the order above with the mid and lo MMAs left out: they would add zeros).
 #include <cooperative_groups.h>
 
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
@@ -304,16 +303,6 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   const int used_ranks = (tiles + tiles_per_rank - 1) / tiles_per_rank;  // ranks past it have no rows
   const int row_begin = min(n, rank * tiles_per_rank * kTileRows);
   const int row_end = min(n, row_begin + tiles_per_rank * kTileRows);
-  if (a.prefetch_rows) {  // a hint: which bytes arrive when, never their values
-    const int32_t* rank_ids = a.row_ids + m * a.max_rows;
-    const int64_t used = a.packed.fp8_end >= 0 ? a.packed.scale_offset + CeilDiv(a.packed.fp8_end, a.packed.block)
-                                               : int64_t{4} * kD;
-    const int64_t row_bytes = min(int64_t{4} * a.row_stride, CeilDiv(used, 16) * 16);
-    for (int r = row_begin + tid; r < row_end; r += S::kThreads) {
-      const int32_t id = rank_ids[r];
-      if (id >= 0) PrefetchL2(a.rows + static_cast<int64_t>(id) * a.row_stride, row_bytes);
-    }
-  }
 
   if (row_begin < row_end) {  // uniform over the block; the first tile's wait completes the copies
     const float* q_m = a.q + m * a.q_stride + static_cast<int64_t>(head0) * kD;
@@ -631,17 +620,6 @@ void LaunchBlocks(const AttentionArgs& a, int64_t num_queries, int blocks, int h
   }
 }
 
-// DEEPINFER_ATTENTION_PREFETCH_ROWS (read once; unset or 0: off, 1: on): AttentionArgs::prefetch_rows
-// for the split-BF16 kernel. The same bits either way. Tests override it
-// (SetAttentionPrefetchRowsForTesting).
-std::atomic<int> g_prefetch_rows_test{-1};
-std::atomic<uint64_t> g_prefetch_rows_launches{0};
-bool AttentionPrefetchRows() {
-  static const bool from_environment =
-      EnvSwitch("DEEPINFER_ATTENTION_PREFETCH_ROWS", false, "cuda::AttentionWithSinkSplitBf16");
-  return TestOrEnvironment(g_prefetch_rows_test, from_environment);
-}
-
 }  // namespace
 
 int AttentionSplitBf16Blocks() {
@@ -712,8 +690,6 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
                   static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true,
                   bf16_inputs};
   a.packed = ToPackedRowArgs(packed);
-  a.prefetch_rows = AttentionPrefetchRows();
-  if (a.prefetch_rows) g_prefetch_rows_launches.fetch_add(1);
   switch (head_dim) {
     case 64: return LaunchBlocks<64>(a, num_queries, blocks, block_heads, stream);
     case 128: return LaunchBlocks<128>(a, num_queries, blocks, block_heads, stream);
@@ -721,14 +697,5 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
     default: return LaunchBlocks<512>(a, num_queries, blocks, block_heads, stream);
   }
 }
-
-void SetAttentionPrefetchRowsForTesting(int mode) {
-  if (mode < -1 || mode > 1) {
-    ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16",
-                   "SetAttentionPrefetchRowsForTesting takes -1, 0 or 1");
-  }
-  g_prefetch_rows_test.store(mode);
-}
-uint64_t AttentionPrefetchRowsLaunchesForTesting() { return g_prefetch_rows_launches.load(); }
 
 }  // namespace deepinfer::cuda
