@@ -290,8 +290,10 @@ __device__ __forceinline__ void PdlPrologue(L2Range constant, PdlTriggerFirst fi
 // arrive is relaxed (barrier.cluster.arrive.relaxed: no fence, where cluster.sync()'s release
 // arrive compiled to MEMBAR.ALL.GPU, which waits for the thread's global stores). Contract: every
 // value a thread read from a peer's shared memory has been used (summed, stored) before the call,
-// so those reads have completed; and no thread reads shared memory of any block after it. Every
-// thread that has not exited calls it (no .aligned: a warp may arrive diverged).
+// so those reads have completed, and no thread reads a peer's shared memory after it. It orders no
+// memory access: where a block's threads read, after it, shared memory that other threads of the
+// block wrote before it, the block needs its own __syncthreads() as well. Every thread that has
+// not exited calls it (no .aligned: a warp may arrive diverged).
 __device__ __forceinline__ void ClusterSyncBeforeExit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.relaxed;\nbarrier.cluster.wait;\n" ::: "memory");

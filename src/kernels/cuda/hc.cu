@@ -298,6 +298,7 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
       ss_tok[t] = sum;
     }
   }
+  __syncthreads();          // mix and ss_tok complete for the epilogue's warps (the next barrier orders nothing)
   ClusterSyncBeforeExit();  // no block leaves (freeing its shared memory) while another still reads it
 
   if (warp < ntok) {
@@ -345,7 +346,7 @@ __global__ void __cluster_dims__(kMixCluster, 1, 1) __launch_bounds__(kMixThread
     for (int e = lane; e < s * s; e += kWarpSize) comb[(t0 + t) * s * s + e] = c[e];
     return;
   }
-  const int out_first = sinkhorn_block ? ntok * kWarpSize : 0;  // threads before it ran the Sinkhorn
+  const int out_first = sinkhorn_block ? ntok * kWarpSize : 0;  // the first output thread
   const int out_threads = kMixThreads - out_first;
   const int d_slice = static_cast<int>(CeilDiv(d, kMixCluster));
   const int o_begin = min(d, rank * d_slice);
