@@ -40,14 +40,23 @@ profile() {
   echo "ncu $name: exit $rc, $(grep -c '^"' "$out/ncu-$name.csv") rows; $(tail -1 "$out/ncu-$name.log")"
   python3 tools/ncu_summary.py "$out/ncu-$name.csv" || true
   # NCU_SOURCE=1: a second pass over the same launches for the source page, SASS instruction by
-  # instruction with its warp-stall samples ($OUT/ncu-NAME-source.csv; tools/ncu_source_summary.py
-  # prints each launch's instructions with the most samples). Keep the launch count small.
+  # instruction with its warp-stall samples ($OUT/ncu-NAME-source.csv.xz; tools/ncu_source_summary.py
+  # prints each launch's instructions with the most samples, kept in $OUT/ncu-NAME-source-summary.txt).
+  # Keep the launch count small: 12 launches made a 32 MB CSV (2026-12-07), past the 16 MiB a file
+  # the device tool brings back, and the summary of the first launches fell out of the output's tail.
   if [[ ${NCU_SOURCE:-0} == 1 ]]; then
     timeout "${NCU_TIMEOUT:-180}" "$ncu" --clock-control none --target-processes all --kernel-name "regex:$regex" \
       --launch-count "$count" --section WarpStateStats --section SourceCounters --page source --print-source sass \
       --csv "${profiled_bench_steps[@]}" "$@" >"$out/ncu-$name-source.csv" 2>"$out/ncu-$name-source.log"
     echo "ncu $name (source page): exit $?; $(tail -1 "$out/ncu-$name-source.log")"
-    python3 tools/ncu_source_summary.py "$out/ncu-$name-source.csv" --top 12 || true
+    python3 tools/ncu_source_summary.py "$out/ncu-$name-source.csv" --top 12 | tee "$out/ncu-$name-source-summary.txt" ||
+      true
+    if command -v xz >/dev/null; then
+      xz -T0 -f "$out/ncu-$name-source.csv"
+    else
+      python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(open(sys.argv[1], "rb"), lzma.open(sys.argv[1] + ".xz", "wb"))' \
+        "$out/ncu-$name-source.csv" && rm "$out/ncu-$name-source.csv"
+    fi
   fi
 }
 

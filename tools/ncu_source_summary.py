@@ -1,6 +1,6 @@
 """Where a kernel's warps wait, instruction by instruction, from Nsight Compute's source page.
 
-    python3 tools/ncu_source_summary.py ncu-NAME-source.csv [--top N]
+    python3 tools/ncu_source_summary.py ncu-NAME-source.csv[.xz] [--top N]
 
 The CSV: `ncu --section WarpStateStats --section SourceCounters --page source --print-source sass
 --csv ...` (scripts/gpu-profile.sh with NCU_SOURCE=1). Each profiled launch is a table whose header
@@ -13,6 +13,7 @@ depend on the exact headings of one ncu version. Standard library only.
 
 import argparse
 import csv
+import lzma
 import sys
 from collections import defaultdict
 
@@ -31,22 +32,33 @@ def find_column(header, *needles):
     return None
 
 
-def read_tables(lines):
-    """[(header, rows)]: each run of rows under a header that has a source and a stall-sampling column."""
+def read_tables(lines, names=None):
+    """[(header, rows)]: each run of rows under a header that has a source and a stall-sampling column.
+    With a list `names`, appends to it each table's kernel (the "Kernel Name" row ncu writes before
+    a launch's table; "?" where none came before it)."""
     tables, header, rows = [], None, []
+    kernel, table_kernel = "?", "?"
+
+    def close():
+        tables.append((header, rows))
+        if names is not None:
+            names.append(table_kernel)
+
     for row in csv.reader(lines):
+        if len(row) >= 2 and row[0] == "Kernel Name":
+            kernel = row[1]
         is_header = find_column(row, "source") is not None and find_column(row, "stall sampling") is not None
         if is_header:
             if header is not None:
-                tables.append((header, rows))
-            header, rows = row, []
+                close()
+            header, rows, table_kernel = row, [], kernel
         elif header is not None and len(row) == len(header):
             rows.append(row)
         elif header is not None and rows:
-            tables.append((header, rows))
+            close()
             header, rows = None, []
     if header is not None:
-        tables.append((header, rows))
+        close()
     return tables
 
 
@@ -79,11 +91,15 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=15)
     args = ap.parse_args()
-    with open(args.csv, newline="") as f:
-        tables = read_tables(f)
+    # gpu-profile.sh brings the CSV back xz-compressed (a source page is tens of MB).
+    opener = lzma.open if args.csv.endswith(".xz") else open
+    with opener(args.csv, "rt", newline="") as f:
+        names = []
+        tables = read_tables(f, names)
     if not tables:
         sys.exit(f"{args.csv}: no table with a source column and a stall-sampling column")
-    for header, rows in tables:
+    for (header, rows), kernel in zip(tables, names):
+        sys.stdout.write(f"{kernel}\n")
         summarize(header, rows, args.top, sys.stdout)
 
 

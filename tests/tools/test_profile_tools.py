@@ -32,6 +32,14 @@ class NcuSourceSummary(unittest.TestCase):
     def test_finds_each_launch_past_the_noise_before_it(self):
         self.assertEqual([len(rows) for _, rows in self.tables], [34, 22])
 
+    def test_names_each_launch_by_its_kernel(self):
+        names = []
+        with open(os.path.join(DATA, "source-page-excerpt.csv"), newline="") as f:
+            ncu_source_summary.read_tables(f, names)
+        self.assertEqual(len(names), 2)
+        self.assertIn("SplitBf16GroupedTmaSlicesKernel<(int)1, (int)64", names[0])
+        self.assertIn("DenseSplitSlicesKernel<(int)8, (int)8", names[1])
+
     def test_ranks_instructions_by_stall_samples(self):
         out = io.StringIO()
         header, rows = self.tables[0]
@@ -47,7 +55,22 @@ class NcuSourceSummary(unittest.TestCase):
         done = run_tool("ncu_source_summary.py", os.path.join(DATA, "source-page-excerpt.csv"), "--top", "1")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertEqual(done.stdout.count("== "), 2)
+        self.assertEqual(done.stdout.count("DenseSplitSlicesKernel"), 1)
         self.assertIn("18.6%  0x7efb4f071600  UCGABAR_WAIT", done.stdout)
+
+    def test_reads_the_xz_compressed_csv_gpu_profile_brings_back(self):
+        import lzma
+        with open(os.path.join(DATA, "source-page-excerpt.csv"), "rb") as f:
+            raw = f.read()
+        with tempfile.NamedTemporaryFile(suffix=".csv.xz", delete=False) as f:
+            f.write(lzma.compress(raw))
+        try:
+            packed = run_tool("ncu_source_summary.py", f.name, "--top", "1")
+        finally:
+            os.unlink(f.name)
+        plain = run_tool("ncu_source_summary.py", os.path.join(DATA, "source-page-excerpt.csv"), "--top", "1")
+        self.assertEqual(packed.returncode, 0, packed.stderr)
+        self.assertEqual(packed.stdout, plain.stdout)
 
     def test_a_file_without_a_source_page_is_refused(self):
         with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
