@@ -83,5 +83,10 @@ int AttentionSplitBf16Blocks();
 // it. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (32 or 64; read once, anything else
 // throws) or 64.
 int AttentionSplitBf16BlockHeads();
+// Packed rows: whether each tile's stored rows are copied (cp.async) into shared memory while the
+// previous tile's MMAs run, then converted there, where the stage fits without costing occupancy
+// (else, and for f32 rows, each tile is loaded and converted in registers). The same bits either
+// way. DEEPINFER_ATTENTION_STAGE (0 or 1; read once, anything else throws), default 1.
+bool AttentionSplitBf16StagesRows();
 
 }  // namespace deepinfer::cuda
