@@ -770,12 +770,30 @@ int AttentionSplitBf16BlockHeads() {
     const char* v = std::getenv("DEEPINFER_ATTENTION_HEADS");
     if (v == nullptr || *v == '\0') return 64;
     const std::string s(v);
+    if (s == "auto") return 0;
     if (s == "32" || s == "64") return std::stoi(s);
-    const std::string message = "DEEPINFER_ATTENTION_HEADS must be 32 or 64 (heads per block), got '" + s + "'";
+    const std::string message =
+        "DEEPINFER_ATTENTION_HEADS must be 32, 64 or auto (heads per block), got '" + s + "'";
     ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16", message.c_str());
   }();
   return heads;
 }
+
+namespace {
+
+// DEEPINFER_ATTENTION_HEADS=auto: 32 heads a block where that grid fits the device's SMs in one
+// wave, else 64.
+int AutoBlockHeads(int64_t num_queries, int blocks, int64_t num_heads) {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    return count;
+  }();
+  return num_queries * blocks * CeilDiv(num_heads, int64_t{32}) <= sms ? 32 : 64;
+}
+
+}  // namespace
 
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                               int64_t num_heads, int64_t head_dim, const cpu::PackedRowFormat* packed) {
@@ -796,7 +814,8 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
   if (blocks != 1 && blocks != 2 && blocks != 4 && blocks != 8) {
     ThrowCudaError(__FILE__, __LINE__, name, "blocks_per_query must be 0 (the default), 1, 2, 4 or 8");
   }
-  const int block_heads = heads_per_block == 0 ? AttentionSplitBf16BlockHeads() : heads_per_block;
+  int block_heads = heads_per_block == 0 ? AttentionSplitBf16BlockHeads() : heads_per_block;
+  if (block_heads == 0) block_heads = AutoBlockHeads(num_queries, blocks, num_heads);
   if (block_heads != 32 && block_heads != 64) {
     ThrowCudaError(__FILE__, __LINE__, name, "heads_per_block must be 0 (the default), 32 or 64");
   }
