@@ -675,16 +675,29 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
 constexpr size_t kBlockSmemLimit = 227 * 1024;  // bytes of dynamic shared memory a block may take (sm_90)
 constexpr size_t kSmSmem = 228 * 1024;          // bytes an SM holds, of which each block reserves 1 KiB
 
+// The current device's multiprocessors (read once: one device a process).
+int DeviceSms() {
+  static const int sms = [] {
+    int device = 0, count = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    return count;
+  }();
+  return sms;
+}
+
 // a.stage_chunks as proposed by the caller (0: no staging) is kept where the stage fits beside the
 // block's shared memory without costing occupancy: blocks of one or two head groups with BF16 q
-// and probabilities keep two to an SM.
+// and probabilities, which fit two to an SM, stage only where the grid (grid_blocks) fits the SMs
+// in one wave or the stage leaves two to an SM.
 template <int kGroups, int kD, int kSplit, bool kBf16>
-size_t StageBytes(const AttentionArgs& a) {
+size_t StageBytes(const AttentionArgs& a, int64_t grid_blocks) {
   using S = Shape<kGroups, kD, kSplit, kBf16>;
   const size_t stage = size_t{kTileRows} * a.stage_chunks * 16;
   const size_t total = S::kSmemBytes + stage;
   const bool two_per_sm = kGroups <= 2 && 2 * (S::kSmemBytes + 1024) <= kSmSmem;
-  if (a.stage_chunks <= 0 || total > kBlockSmemLimit || (two_per_sm && 2 * (total + 1024) > kSmSmem)) return 0;
+  const bool occupancy_lost = two_per_sm && 2 * (total + 1024) > kSmSmem && grid_blocks > DeviceSms();
+  if (a.stage_chunks <= 0 || total > kBlockSmemLimit || occupancy_lost) return 0;
   return stage;
 }
 
@@ -693,10 +706,10 @@ void LaunchSplit(const AttentionArgs& proposed, int64_t num_queries, cudaStream_
   using S = Shape<kGroups, kD, kSplit, kBf16>;
   static_assert(S::kSmemBytes <= kBlockSmemLimit, "the block's shared memory fits an sm_90 SM");
   AttentionArgs a = proposed;
-  const size_t stage = StageBytes<kGroups, kD, kSplit, kBf16>(a);
+  const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
+  const size_t stage = StageBytes<kGroups, kD, kSplit, kBf16>(a, int64_t{grid.x} * grid.y);
   if (stage == 0) a.stage_chunks = 0;
   const size_t smem = S::kSmemBytes + stage;
-  const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
   auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit, kBf16>;
   if (smem > 48 * 1024) {
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
@@ -784,13 +797,7 @@ namespace {
 // DEEPINFER_ATTENTION_HEADS=auto: 32 heads a block where that grid fits the device's SMs in one
 // wave, else 64.
 int AutoBlockHeads(int64_t num_queries, int blocks, int64_t num_heads) {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    return count;
-  }();
-  return num_queries * blocks * CeilDiv(num_heads, int64_t{32}) <= sms ? 32 : 64;
+  return num_queries * blocks * CeilDiv(num_heads, int64_t{32}) <= DeviceSms() ? 32 : 64;
 }
 
 }  // namespace
