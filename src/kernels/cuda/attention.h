@@ -86,7 +86,9 @@ int AttentionSplitBf16BlockHeads();
 // Packed rows: whether each tile's stored rows are copied (cp.async) into shared memory while the
 // previous tile's MMAs run, then converted there, where the stage fits without costing occupancy
 // (else, and for f32 rows, each tile is loaded and converted in registers). The same bits either
-// way. DEEPINFER_ATTENTION_STAGE (0 or 1; read once, anything else throws), default 1.
+// way. DEEPINFER_ATTENTION_STAGE (0 or 1; read once, anything else throws), default 0 (until measured).
 bool AttentionSplitBf16StagesRows();
+// Tests: 1 stages, 0 does not, -1 returns to the environment's choice.
+void SetAttentionStageForTesting(int mode);
 
 }  // namespace deepinfer::cuda

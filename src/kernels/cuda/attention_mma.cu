@@ -38,11 +38,13 @@
 // one part (the order above with the mid and lo MMAs left out: they would add zeros).
 #include <cooperative_groups.h>
 
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
+#include "base/switches.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_args.cuh"
 #include "kernels/cuda/bf16_split.cuh"
@@ -766,17 +768,17 @@ int AttentionSplitBf16Blocks() {
   return blocks;
 }
 
+namespace {
+std::atomic<int> g_attention_stage_for_testing{-1};
+}  // namespace
+
 bool AttentionSplitBf16StagesRows() {
-  static const bool on = [] {
-    const char* v = std::getenv("DEEPINFER_ATTENTION_STAGE");
-    if (v == nullptr || *v == '\0') return true;
-    const std::string s(v);
-    if (s == "0" || s == "1") return s == "1";
-    const std::string message = "DEEPINFER_ATTENTION_STAGE must be 0 or 1, got '" + s + "'";
-    ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16", message.c_str());
-  }();
-  return on;
+  static const bool on =
+      ParseOnOffSwitch("DEEPINFER_ATTENTION_STAGE", std::getenv("DEEPINFER_ATTENTION_STAGE"), /*if_unset=*/false);
+  return TestOrEnvironment(g_attention_stage_for_testing, on);
 }
+
+void SetAttentionStageForTesting(int mode) { g_attention_stage_for_testing.store(mode < 0 ? -1 : mode == 1 ? 1 : 0); }
 
 int AttentionSplitBf16BlockHeads() {
   static const int heads = [] {
