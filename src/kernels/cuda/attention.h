@@ -80,15 +80,8 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
 int AttentionSplitBf16Blocks();
 // Heads per block where H > 32: 64 (four head groups, one block an SM) or 32 (two groups; with
 // bf16_inputs two blocks fit an SM, each reading the rows itself). A head's bits do not depend on
-// it. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (32, 64 or auto: 32 where that grid fits
-// the SMs in one wave, else 64; read once, anything else throws) or 64. Returns 0 for auto.
+// it. heads_per_block = 0 takes DEEPINFER_ATTENTION_HEADS (32 or 64; read once, anything else
+// throws) or 64.
 int AttentionSplitBf16BlockHeads();
-// Packed rows: whether each tile's stored rows are copied (cp.async) into shared memory while the
-// previous tile's MMAs run, then converted there, where the stage fits without costing occupancy
-// (else, and for f32 rows, each tile is loaded and converted in registers). The same bits either
-// way. DEEPINFER_ATTENTION_STAGE (0 or 1; read once, anything else throws), default 0 (until measured).
-bool AttentionSplitBf16StagesRows();
-// Tests: 1 stages, 0 does not, -1 returns to the environment's choice.
-void SetAttentionStageForTesting(int mode);
 
 }  // namespace deepinfer::cuda

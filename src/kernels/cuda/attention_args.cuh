@@ -26,9 +26,6 @@ struct AttentionArgs {
   bool vec_q;     // SIMT: q rows may be copied as float4 (d, q_stride multiples of 4, base 16-aligned)
   bool bf16_inputs;  // q and the probabilities rounded to BF16 (attention.h)
   PackedRowArgs packed{};  // fp8_end < 0: f32 rows; else packed rows (state_row.cuh)
-  // attention_mma.cu, packed rows: 16-byte chunks a stored row (the format's row pitch / 16) that
-  // the launch stages in shared memory ahead of each tile's conversion; 0: tiles loaded directly.
-  int stage_chunks = 0;
 };
 
 }  // namespace deepinfer::cuda

@@ -27,24 +27,16 @@
 //   The runs merge as in attention.cu: M = max_r max_r, f_r = e^{max_r − M} (1 when equal),
 //   S = Σ_r f_r·sum_r + e^{sink − M}, out = Σ_r f_r·O_r / S (ranks in order, fmaf from +0).
 //
-// Loading. Each tile's rows are gathered by id and converted to BF16 into the row tile. Packed rows
-// (state_row.h) are staged where the stage fits (a.stage_chunks > 0, StageBytes): their stored bytes
-// are copied by cp.async into a second buffer while the previous tile's MMAs run, and converted from
-// there after one wait; otherwise each warp loads and converts its rows in registers. Either way the
-// tile holds the same values, so the choice changes no bit.
-//
 // bf16_inputs (kBf16): q is rounded to BF16 once per block into shared memory and each p to BF16
 // as the softmax stores it (the running sums take p unrounded); both then enter the MMAs as their
 // one part (the order above with the mid and lo MMAs left out: they would add zeros).
 #include <cooperative_groups.h>
 
-#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <string>
 
-#include "base/switches.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_args.cuh"
 #include "kernels/cuda/bf16_split.cuh"
@@ -201,24 +193,6 @@ __device__ __forceinline__ void LoadTile(const AttentionArgs& a, const int32_t* 
   }
 }
 
-// A 16-channel group of e4m3 codes (channel order from the low byte of codes.x) times the scale
-// 2^(scale_byte − 127), as BF16 channels 0-7 in lo and 8-15 in hi: DecodePacked4's values rounded
-// to nearest (exact: e4m3 times a power of two is a BF16 value).
-__device__ __forceinline__ void DecodeE4m3x16ToBf16(const uint4& codes, uint32_t scale_byte, uint4& lo, uint4& hi) {
-  const float scale = __uint_as_float(scale_byte << 23);
-  const uint32_t words[4] = {codes.x, codes.y, codes.z, codes.w};
-  uint32_t out[8];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float4 f = DecodeE4m3x4(words[k], scale);
-    const __nv_bfloat162 v01 = __floats2bfloat162_rn(f.x, f.y), v23 = __floats2bfloat162_rn(f.z, f.w);
-    out[2 * k] = *reinterpret_cast<const uint32_t*>(&v01);
-    out[2 * k + 1] = *reinterpret_cast<const uint32_t*>(&v23);
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
-}
-
 // LoadTile for packed rows (state_row.cuh; a.packed.fp8_end >= 0): lane l takes the 16 channels of
 // group g = l + 32·i (g < kD / 16). A group of e4m3 channels is one 16-byte load of codes and its
 // block's scale byte, a group of BF16 channels two 16-byte loads (the BF16 values as they are); the
@@ -263,61 +237,24 @@ __device__ __forceinline__ void LoadTilePacked(const AttentionArgs& a, const int
         const int c = 16 * (lane + kWarpSize * i);
         if (c >= kD) continue;
         uint4 lo = first[b][i], hi = second[b][i];
-        if (c < p.fp8_end) DecodeE4m3x16ToBf16(first[b][i], scale_byte[b][i], lo, hi);
+        if (c < p.fp8_end) {
+          const float scale = __uint_as_float(scale_byte[b][i] << 23);
+          const uint32_t words[4] = {first[b][i].x, first[b][i].y, first[b][i].z, first[b][i].w};
+          uint32_t out[8];
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float4 f = DecodeE4m3x4(words[k], scale);
+            const __nv_bfloat162 v01 = __floats2bfloat162_rn(f.x, f.y), v23 = __floats2bfloat162_rn(f.z, f.w);
+            out[2 * k] = *reinterpret_cast<const uint32_t*>(&v01);
+            out[2 * k + 1] = *reinterpret_cast<const uint32_t*>(&v23);
+          }
+          lo = make_uint4(out[0], out[1], out[2], out[3]);
+          hi = make_uint4(out[4], out[5], out[6], out[7]);
+        }
         uint4* dst = reinterpret_cast<uint4*>(rs + r * S::kRStride + c);
         dst[0] = lo;
         dst[1] = hi;
       }
-    }
-  }
-}
-
-// The staged form of LoadTilePacked (a.stage_chunks > 0): StagePackedTile issues cp.async copies of
-// the tile's packed rows as they are stored (a.stage_chunks 16-byte chunks a row: the format's
-// row pitch) into `stage` ([kTileRows][stage_chunks·16] bytes), warp w taking rows w, w + kWarps, …;
-// the caller commits, and waits before ConvertStagedTile turns them into the BF16 tile rs with
-// LoadTilePacked's values (zero rows up to the next multiple of 16). So the next tile's loads run
-// while this tile's MMAs do.
-template <int kGroups, int kD, int kSplit, bool kBf16>
-__device__ __forceinline__ void StagePackedTile(const AttentionArgs& a, const int32_t* ids, int tile_n, char* stage,
-                                                int warp, int lane) {
-  using S = Shape<kGroups, kD, kSplit, kBf16>;
-  const int chunks = a.stage_chunks;
-  const TileRowIds row_ids(ids, tile_n, lane);
-  for (int r0 = 0; r0 < tile_n; r0 += S::kWarps) {  // uniform trip count: Of() shuffles over the warp
-    const int r = r0 + warp;
-    const int32_t id = row_ids.Of(min(r, kTileRows - 1));
-    if (r >= tile_n) continue;
-    const char* src = reinterpret_cast<const char*>(a.rows + static_cast<int64_t>(id) * a.row_stride);
-    char* dst = stage + static_cast<size_t>(r) * chunks * 16;
-    for (int c = lane; c < chunks; c += kWarpSize) CpAsync16(dst + 16 * c, src + 16 * c);
-  }
-}
-
-template <int kGroups, int kD, int kSplit, bool kBf16>
-__device__ __forceinline__ void ConvertStagedTile(const AttentionArgs& a, const char* stage, int tile_n,
-                                                  __nv_bfloat16* rs, int warp, int lane) {
-  using S = Shape<kGroups, kD, kSplit, kBf16>;
-  constexpr int kG = kD / 16;  // 16-channel groups a row
-  const PackedRowArgs p = a.packed;
-  const int padded = min(kTileRows, (tile_n + 15) / 16 * 16);
-  for (int r = warp; r < padded; r += S::kWarps) {
-    const uint8_t* row = reinterpret_cast<const uint8_t*>(stage) + static_cast<size_t>(r) * a.stage_chunks * 16;
-    for (int g = lane; g < kG; g += kWarpSize) {
-      const int c = 16 * g;
-      uint4 lo = make_uint4(0u, 0u, 0u, 0u), hi = lo;
-      if (r < tile_n) {
-        if (c < p.fp8_end) {
-          DecodeE4m3x16ToBf16(*reinterpret_cast<const uint4*>(row + c), row[p.scale_offset + c / p.block], lo, hi);
-        } else {  // BF16 channels c … c + 15 at fp8_end + 2·(c − fp8_end)
-          const uint4* src = reinterpret_cast<const uint4*>(row + 2 * c - p.fp8_end);
-          lo = src[0];
-          hi = src[1];
-        }
-      }
-      uint4* dst = reinterpret_cast<uint4*>(rs + r * S::kRStride + c);
-      dst[0] = lo;
-      dst[1] = hi;
     }
   }
 }
@@ -366,46 +303,21 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   const int used_ranks = (tiles + tiles_per_rank - 1) / tiles_per_rank;  // ranks past it have no rows
   const int row_begin = min(n, rank * tiles_per_rank * kTileRows);
   const int row_end = min(n, row_begin + tiles_per_rank * kTileRows);
-  const int32_t* ids = a.row_ids + m * a.max_rows;
-  // Staged packed rows: the first tile's copies go out before q's loads.
-  char* stage = smem + S::kSmemBytes;  // [kTileRows][a.stage_chunks·16] bytes where a.stage_chunks > 0
-  const bool staged = a.stage_chunks > 0;
-  if (staged && row_begin < row_end) {
-    StagePackedTile<kGroups, kD, kSplit, kBf16>(a, ids + row_begin, min(kTileRows, row_end - row_begin), stage, warp,
-                                                lane);
-    CpAsyncCommit();
-  }
 
   if (row_begin < row_end) {  // uniform over the block; the first tile's wait completes the copies
     const float* q_m = a.q + m * a.q_stride + static_cast<int64_t>(head0) * kD;
     constexpr int kD4 = kD / 4;
-    if constexpr (kBf16) {  // rounded to nearest once per block; the first tile's barrier covers it
-      // kD / 16 float4 a thread (kHeads·kD4 = kThreads·kD/16), loaded kBatch at a time before
-      // their conversions so that their latencies overlap.
-      constexpr int kPerThread = kD / 16;
-      constexpr int kBatch = kPerThread < 8 ? kPerThread : 8;
-      static_assert(kPerThread % kBatch == 0, "whole batches of q's float4");
-      for (int b0 = 0; b0 < kPerThread; b0 += kBatch) {
-        float4 v[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int e4 = tid + (b0 + b) * S::kThreads, h = e4 / kD4, c4 = e4 % kD4;
-          v[b] = head0 + h < a.num_heads ? __ldg(reinterpret_cast<const float4*>(q_m + h * kD) + c4)
-                                         : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int e4 = tid + (b0 + b) * S::kThreads, h = e4 / kD4, c4 = e4 % kD4;
-          const __nv_bfloat162 lo = __floats2bfloat162_rn(v[b].x, v[b].y), hi = __floats2bfloat162_rn(v[b].z, v[b].w);
-          uint2 packed;
-          packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-          packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-          *reinterpret_cast<uint2*>(qs_bf16 + h * S::kRStride + 4 * c4) = packed;
-        }
-      }
-    } else {
-      for (int e4 = tid; e4 < S::kHeads * kD4; e4 += S::kThreads) {
-        const int h = e4 / kD4, c4 = e4 % kD4;
+    for (int e4 = tid; e4 < S::kHeads * kD4; e4 += S::kThreads) {
+      const int h = e4 / kD4, c4 = e4 % kD4;
+      if constexpr (kBf16) {  // rounded to nearest once per block; the first tile's barrier covers it
+        const float4 v = head0 + h < a.num_heads ? __ldg(reinterpret_cast<const float4*>(q_m + h * kD) + c4)
+                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        uint2 packed;
+        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(qs_bf16 + h * S::kRStride + 4 * c4) = packed;
+      } else {
         float* dst = qs + h * S::kQStride + 4 * c4;
         if (head0 + h < a.num_heads) {
           CpAsync16(dst, q_m + static_cast<int64_t>(h) * kD + 4 * c4);
@@ -426,6 +338,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
 #pragma unroll
   for (int j = 0; j < S::kHalfTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
+  const int32_t* ids = a.row_ids + m * a.max_rows;
   const int r_half = 32 * half;  // this warp's first tile row for S
   const float* q_top = qs + h_lo * S::kQStride + 2 * tq;
   const float* q_bottom = q_top + 8 * S::kQStride;
@@ -443,29 +356,15 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   const uint32_t qa = SmemAddress(qs_bf16 + a_row * S::kRStride + a_col);
   const uint32_t pa = SmemAddress(ps_bf16 + a_row * kPStride + a_col);
 
-  if (staged) {  // the first tile's copies (and q's, without kBf16) are in shared memory
-    CpAsyncWaitAll();
-    __syncthreads();
-  }
   for (int t0 = row_begin; t0 < row_end; t0 += kTileRows) {
     const int tile_n = min(kTileRows, row_end - t0);
-    if (staged) {  // stage holds this tile's rows (the previous iteration's last barrier)
-      ConvertStagedTile<kGroups, kD, kSplit, kBf16>(a, stage, tile_n, rs, warp, lane);
-      __syncthreads();  // rs complete; stage free for the next tile's copies
-      if (t0 + kTileRows < row_end) {
-        StagePackedTile<kGroups, kD, kSplit, kBf16>(a, ids + t0 + kTileRows, min(kTileRows, row_end - t0 - kTileRows),
-                                                    stage, warp, lane);
-        CpAsyncCommit();
-      }
+    if (a.packed.fp8_end >= 0) {
+      LoadTilePacked<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
     } else {
-      if (a.packed.fp8_end >= 0) {
-        LoadTilePacked<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
-      } else {
-        LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
-      }
-      CpAsyncWaitAll();
-      __syncthreads();
+      LoadTile<kGroups, kD, kSplit, kBf16>(a, ids + t0, tile_n, rs, warp, lane);
     }
+    CpAsyncWaitAll();
+    __syncthreads();
 
     // 1. Scores of the group's 16 heads against this warp's 32 tile rows (4 n8 tiles; a pair of
     // them per ldmatrix), skipping pairs wholly past tile_n.
@@ -590,8 +489,7 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
         MmaTwoTiles<kBf16>(o[2 * p], o[2 * p + 1], hi, mid, lo, b);
       }
     }
-    if (staged) CpAsyncWaitAll();  // the next tile's copies
-    __syncthreads();  // the next tile overwrites rs, ps and red_max (and, staged, its rows are in stage)
+    __syncthreads();  // the next tile overwrites rs, ps and red_max
   }
 
   // This block's state for the merge: O into the q memory (free once every warp is past its last
@@ -674,53 +572,21 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   ClusterSyncBeforeExit();  // no block leaves (freeing its shared memory) while another still reads it
 }
 
-constexpr size_t kBlockSmemLimit = 227 * 1024;  // bytes of dynamic shared memory a block may take (sm_90)
-constexpr size_t kSmSmem = 228 * 1024;          // bytes an SM holds, of which each block reserves 1 KiB
-
-// The current device's multiprocessors (read once: one device a process).
-int DeviceSms() {
-  static const int sms = [] {
-    int device = 0, count = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&device), "cudaGetDevice");
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    return count;
-  }();
-  return sms;
-}
-
-// a.stage_chunks as proposed by the caller (0: no staging) is kept where the stage fits beside the
-// block's shared memory without costing occupancy: blocks of one or two head groups with BF16 q
-// and probabilities, which fit two to an SM, stage only where the grid (grid_blocks) fits the SMs
-// in one wave or the stage leaves two to an SM.
 template <int kGroups, int kD, int kSplit, bool kBf16>
-size_t StageBytes(const AttentionArgs& a, int64_t grid_blocks) {
+void LaunchSplit(const AttentionArgs& a, int64_t num_queries, cudaStream_t stream) {
   using S = Shape<kGroups, kD, kSplit, kBf16>;
-  const size_t stage = size_t{kTileRows} * a.stage_chunks * 16;
-  const size_t total = S::kSmemBytes + stage;
-  const bool two_per_sm = kGroups <= 2 && 2 * (S::kSmemBytes + 1024) <= kSmSmem;
-  const bool occupancy_lost = two_per_sm && 2 * (total + 1024) > kSmSmem && grid_blocks > DeviceSms();
-  if (a.stage_chunks <= 0 || total > kBlockSmemLimit || occupancy_lost) return 0;
-  return stage;
-}
-
-template <int kGroups, int kD, int kSplit, bool kBf16>
-void LaunchSplit(const AttentionArgs& proposed, int64_t num_queries, cudaStream_t stream) {
-  using S = Shape<kGroups, kD, kSplit, kBf16>;
-  static_assert(S::kSmemBytes <= kBlockSmemLimit, "the block's shared memory fits an sm_90 SM");
-  AttentionArgs a = proposed;
+  static_assert(S::kSmemBytes <= 227 * 1024, "the block's shared memory fits an sm_90 SM");
   const dim3 grid(static_cast<unsigned>(num_queries * kSplit), static_cast<unsigned>(CeilDiv(a.num_heads, S::kHeads)));
-  const size_t stage = StageBytes<kGroups, kD, kSplit, kBf16>(a, int64_t{grid.x} * grid.y);
-  if (stage == 0) a.stage_chunks = 0;
-  const size_t smem = S::kSmemBytes + stage;
   auto* kernel = AttentionSplitBf16Kernel<kGroups, kD, kSplit, kBf16>;
-  if (smem > 48 * 1024) {
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+  if (S::kSmemBytes > 48 * 1024) {
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(S::kSmemBytes)),
                   "AttentionWithSinkSplitBf16: shared memory opt-in");
     DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        cudaSharedmemCarveoutMaxShared),
                   "AttentionWithSinkSplitBf16: shared memory carveout");
   }
-  kernel<<<grid, S::kThreads, smem, stream>>>(a);
+  kernel<<<grid, S::kThreads, S::kSmemBytes, stream>>>(a);
   DI_CUDA_LAUNCH_CHECK("AttentionWithSinkSplitBf16");
 }
 
@@ -768,41 +634,17 @@ int AttentionSplitBf16Blocks() {
   return blocks;
 }
 
-namespace {
-std::atomic<int> g_attention_stage_for_testing{-1};
-}  // namespace
-
-bool AttentionSplitBf16StagesRows() {
-  static const bool on =
-      ParseOnOffSwitch("DEEPINFER_ATTENTION_STAGE", std::getenv("DEEPINFER_ATTENTION_STAGE"), /*if_unset=*/false);
-  return TestOrEnvironment(g_attention_stage_for_testing, on);
-}
-
-void SetAttentionStageForTesting(int mode) { g_attention_stage_for_testing.store(mode < 0 ? -1 : mode == 1 ? 1 : 0); }
-
 int AttentionSplitBf16BlockHeads() {
   static const int heads = [] {
     const char* v = std::getenv("DEEPINFER_ATTENTION_HEADS");
     if (v == nullptr || *v == '\0') return 64;
     const std::string s(v);
-    if (s == "auto") return 0;
     if (s == "32" || s == "64") return std::stoi(s);
-    const std::string message =
-        "DEEPINFER_ATTENTION_HEADS must be 32, 64 or auto (heads per block), got '" + s + "'";
+    const std::string message = "DEEPINFER_ATTENTION_HEADS must be 32 or 64 (heads per block), got '" + s + "'";
     ThrowCudaError(__FILE__, __LINE__, "cuda::AttentionWithSinkSplitBf16", message.c_str());
   }();
   return heads;
 }
-
-namespace {
-
-// DEEPINFER_ATTENTION_HEADS=auto: 32 heads a block where that grid fits the device's SMs in one
-// wave, else 64.
-int AutoBlockHeads(int64_t num_queries, int blocks, int64_t num_heads) {
-  return num_queries * blocks * CeilDiv(num_heads, int64_t{32}) <= DeviceSms() ? 32 : 64;
-}
-
-}  // namespace
 
 bool AttentionSplitBf16Usable(const float* q, int64_t q_stride, const float* rows, int64_t row_stride,
                               int64_t num_heads, int64_t head_dim, const cpu::PackedRowFormat* packed) {
@@ -823,8 +665,7 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
   if (blocks != 1 && blocks != 2 && blocks != 4 && blocks != 8) {
     ThrowCudaError(__FILE__, __LINE__, name, "blocks_per_query must be 0 (the default), 1, 2, 4 or 8");
   }
-  int block_heads = heads_per_block == 0 ? AttentionSplitBf16BlockHeads() : heads_per_block;
-  if (block_heads == 0) block_heads = AutoBlockHeads(num_queries, blocks, num_heads);
+  const int block_heads = heads_per_block == 0 ? AttentionSplitBf16BlockHeads() : heads_per_block;
   if (block_heads != 32 && block_heads != 64) {
     ThrowCudaError(__FILE__, __LINE__, name, "heads_per_block must be 0 (the default), 32 or 64");
   }
@@ -849,8 +690,6 @@ void AttentionWithSinkSplitBf16(const float* q, int64_t q_stride, const float* r
                   static_cast<int>(head_dim), scale, out, out_stride, /*vec_rows=*/true, /*vec_q=*/true,
                   bf16_inputs};
   a.packed = ToPackedRowArgs(packed);
-  // A stored row's chunks lie within its stride (row_stride >= row_floats, checked above).
-  if (packed != nullptr && AttentionSplitBf16StagesRows()) a.stage_chunks = static_cast<int>(packed->row_pitch() / 16);
   switch (head_dim) {
     case 64: return LaunchBlocks<64>(a, num_queries, blocks, block_heads, stream);
     case 128: return LaunchBlocks<128>(a, num_queries, blocks, block_heads, stream);
