@@ -6,6 +6,7 @@ longest path (tests/data/profiles, real outputs of 2026-12-07). Standard library
 """
 
 import io
+import lzma
 import os
 import subprocess
 import sys
@@ -59,7 +60,6 @@ class NcuSourceSummary(unittest.TestCase):
         self.assertIn("18.6%  0x7efb4f071600  UCGABAR_WAIT", done.stdout)
 
     def test_reads_the_xz_compressed_csv_gpu_profile_brings_back(self):
-        import lzma
         with open(os.path.join(DATA, "source-page-excerpt.csv"), "rb") as f:
             raw = f.read()
         with tempfile.NamedTemporaryFile(suffix=".csv.xz", delete=False) as f:
