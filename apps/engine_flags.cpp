@@ -45,6 +45,9 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
                 "round q and the attention's probabilities to BF16, as the reference's attention kernel takes them "
                 "(with --kv-fp8 --tensor-cores, one BF16 MMA per step of the scores and of the weighted sums instead "
                 "of three)");
+  app->add_flag("--head-in-bf16", n.bf16_head_input,
+                "round the head's input (the final norm's output) to BF16, as the reference's norm returns it (with "
+                "--tensor-cores, the head on one BF16 part instead of three)");
   app->add_flag("--fp8-activations", n.fp8_activations,
                 "round the inputs of the FP8/FP4 linears through FP8 per 128 (the reference's act_quant)");
   app->add_flag("--tensor-cores", n.tensor_core_linears,

@@ -36,6 +36,10 @@ struct Numerics {
   // kv_fp8 and tensor_core_linears on CUDA, the scores and the weighted sums then take one BF16
   // MMA per step instead of three (docs/numerics.md).
   bool bf16_attention_inputs = false;
+  // BF16 rounding of the head's input (the final norm's output), as the reference's norm returns
+  // BF16 ahead of its f32 head product. With tensor_core_linears on CUDA, the head then multiplies
+  // one BF16 part of it instead of three (docs/numerics.md).
+  bool bf16_head_input = false;
   // CUDA: BF16 / FP8 / FP4 linears on tensor cores, activations split into three BF16 parts
   // (exact products; only the rounding of the f32 sums changes); with kv_fp8 sparse attention
   // too (its rows are exact in BF16). No effect on the CPU.

@@ -98,18 +98,30 @@ size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight
 
 void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
             LinearInput input, const TensorView& scratch) {
-  (void)input;  // the CPU computes the same f32 math for every input
   CheckDevice(ctx, "linear", {&x, &w.data, &y, &scratch});
 #if DEEPINFER_HAS_CUDA
   const cuda::BatchVariantKernelsScope batch_variant(ctx.fast_prefill);
+  void* const scratch_raw = scratch.empty() ? nullptr : scratch.raw();
+  const size_t scratch_bytes = scratch.empty() ? 0 : scratch.nbytes();
+  const void* const tiles = w.tiles.empty() ? nullptr : w.tiles.raw();
 #endif
+  bool round_in_kernel = false;
+  if (input == LinearInput::kBf16) {
+#if DEEPINFER_HAS_CUDA
+    if (ctx.on_cuda()) {
+      CheckLinearShapes(x, w, y);
+      round_in_kernel = cuda::LinearRoundsXToBf16(x.data<float>(), x.stride(0), x.size(0), ToDevice(w), y.data<float>(),
+                                                  y.stride(0), MathOf(ctx, input), scratch_raw, scratch_bytes, tiles);
+    }
+#endif
+    if (!round_in_kernel) Bf16RoundRows(ctx, x, 0, x.size(1));
+  }
   // The profile names quantized (FP8 / FP4) and dense (BF16 / F32) weights apart: their kernels and
   // ceilings differ (bench/step_bench.cpp counts both as linear layers).
   DI_ON_CUDA(ctx, w.format == WeightFormat::kDense ? "dense_linear" : "linear", CheckLinearShapes(x, w, y);
              cuda::Linear(x.data<float>(), x.stride(0), x.size(0), ToDevice(w), y.data<float>(), y.stride(0),
-                          ctx.stream, MathOf(ctx, input), scratch.empty() ? nullptr : scratch.raw(),
-                          scratch.empty() ? 0 : scratch.nbytes(), w.tiles.empty() ? nullptr : w.tiles.raw()));
-  cpu::Linear(x, w, y);
+                          ctx.stream, MathOf(ctx, input), scratch_raw, scratch_bytes, tiles, round_in_kernel));
+  cpu::Linear(x, w, y);  // the same f32 math for every input (a kBf16 one rounded above)
 }
 
 size_t DenseTilesBytes(const OpContext& ctx, const LinearWeight& w) {

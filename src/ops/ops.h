@@ -34,8 +34,8 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
 // kFp8Blocks input of an FP8 / FP4 weight runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act),
 // whose kernels round x through act_quant themselves (QuantizesFp8InputInKernel: the caller may
 // then skip the rounding); the CPU and the SIMT kernels compute the same f32 math either way.
-// kBf16 (GroupedLinear only): the op rounds x to BF16 (nearest even, as Bf16RoundRows) before
-// multiplying; see there.
+// kBf16 (Linear and GroupedLinear): the op rounds x to BF16 (nearest even, as Bf16RoundRows) before
+// multiplying, and x is consumed; see there.
 enum class LinearInput : uint8_t { kAsIs, kFp8Blocks, kBf16 };
 // Whether Linear and ExpertsLinear round a kFp8Blocks input of `w` through act_quant in their
 // kernels, with the bits of an input rounded first (Fp8RoundTripRows): on CUDA with
@@ -46,6 +46,10 @@ bool QuantizesFp8InputInKernel(const OpContext& ctx, const LinearWeight& w);
 // quantizes a kFp8Blocks input once for its warpgroup-MMA GEMM; without it the mma.sync kernels
 // run, whose sums round differently, so pass it at every row count or at none
 // (kernels/cuda/linear.h).
+// With input kBf16, y = W · bf16(x): a BF16 weight's product on the GPU's dense warp-specialized
+// kernels rounds x as it reads it and multiplies one BF16 part instead of three
+// (cuda::LinearRoundsXToBf16, given the scratch); elsewhere x is rounded in place first. So x is
+// consumed: afterwards it holds either its values or their rounding.
 void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
             LinearInput input = LinearInput::kAsIs, const TensorView& scratch = TensorView());
 // Scratch bytes Linear can use for `rows` rows of x (0 on the CPU and where no kernel uses any).

@@ -1400,6 +1400,109 @@ TEST(CudaLinearMma, GroupedRoundingElsewhereIsAnError) {
   }
 }
 
+// Linear's round_x_to_bf16 (the head's input under Numerics::bf16_head_input): the dense
+// warp-specialized kernels round x to BF16 as they split it and multiply that one part. On the
+// head's K (4096, 8 slices) and 266 row blocks (the last partial, so no product takes the K
+// slices), at 1 and 8 rows (the 8-token kernel), 9 and 100 (64-token), 256 (128-token tiles in
+// pairs) and 300 (a partial third tile), from the weight's rows and from its tiles, in both loop
+// forms: the bits of the three-part kernels on x rounded by the CPU's Bf16Round (nearest even),
+// whatever x was rounded before, and not those of the three parts of the raw x (the flag reached the
+// kernel).
+TEST(CudaLinearMma, DenseRoundedToBf16EqualsThreePartsOnRoundedX) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
+    GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  }
+  constexpr cuda::LinearMath kSplit = cuda::LinearMath::kSplitBf16;
+  ScopedLinearMath math(kSplit);
+  ScopedDenseSplit on(1);
+  ScopedDenseTiles tiles_on(1);
+  constexpr int64_t kOut = 34000, kIn = 4096;
+  uint64_t seed = 7900;
+  const TestWeight w = RandomWeight(kBf16, kOut, kIn, ++seed);
+  const cuda::DeviceWeight rows = w.Device();
+  const size_t tile_bytes = cuda::DenseTilesBytes(rows, kSplit);
+  ASSERT_GT(tile_bytes, 0u);
+  DeviceArray<uint8_t> tiles(tile_bytes);
+  cuda::WriteDenseTiles(rows, tiles.get(), tile_bytes, nullptr);
+  for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{100}, int64_t{256}, int64_t{300}}) {
+    std::vector<float> x = RandomFloats(static_cast<size_t>(m * kIn), ++seed);
+    const DeviceArray<float> raw(x);
+    cpu::Bf16Round(x.data(), static_cast<int64_t>(x.size()));
+    const DeviceArray<float> rounded(x);
+    const size_t scratch_bytes = cuda::LinearScratchBytes(m, rows, kSplit);
+    DeviceArray<uint8_t> scratch(scratch_bytes);
+    DeviceArray<float> dy(static_cast<size_t>(m * kOut));
+    auto run = [&](const DeviceArray<float>& dx, const void* weight_tiles, bool round) {
+      dy.Fill(0xff);  // NaN: an output the kernel skips does not pass
+      cuda::Linear(dx.get(), kIn, m, rows, dy.get(), kOut, nullptr, kSplit, scratch.get(), scratch_bytes,
+                   weight_tiles, round);
+      return dy.ToHost();
+    };
+    for (const int overlap : {0, 1}) {
+      SCOPED_TRACE(testing::Message() << "M=" << m << " overlap " << overlap);
+      ScopedDenseOverlap loop(overlap);
+      ASSERT_TRUE(cuda::LinearRoundsXToBf16(raw.get(), kIn, m, rows, dy.get(), kOut, kSplit, scratch.get(),
+                                            scratch_bytes, nullptr));
+      ASSERT_TRUE(cuda::LinearRoundsXToBf16(raw.get(), kIn, m, rows, dy.get(), kOut, kSplit, scratch.get(),
+                                            scratch_bytes, tiles.get()));
+      const std::vector<float> three_parts = run(rounded, nullptr, false);
+      const uint64_t launches = cuda::DenseRoundedXLaunchesForTesting();
+      const std::vector<float> one_part = run(raw, nullptr, true);
+      EXPECT_TRUE(AllEqual(one_part, three_parts, "one part of the raw x against three of the rounded x"));
+      EXPECT_TRUE(AllEqual(run(rounded, nullptr, true), three_parts, "x already rounded"));
+      EXPECT_TRUE(AllEqual(run(raw, tiles.get(), true), three_parts, "from the weight's tiles"));
+      EXPECT_EQ(cuda::DenseRoundedXLaunchesForTesting() - launches, 3u) << "the rounding kernels did not run";
+      EXPECT_FALSE(AllEqual(run(raw, nullptr, false), one_part)) << "the flag did not reach the kernel";
+    }
+  }
+}
+
+// Where no dense kernel rounds x, LinearRoundsXToBf16 says so and Linear's round_x_to_bf16 is an
+// error, not a silent product of the raw x: f32 math, no scratch, the 8-token kernel switched off,
+// a weight whose products take the K slices' cluster kernel ([4096 -> 256], the router's gate), an
+// FP8 weight.
+TEST(CudaLinearMma, DenseRoundingElsewhereIsAnError) {
+  DI_REQUIRE_GPU();
+  uint64_t seed = 8000;
+  const TestWeight head_like = RandomWeight(kBf16, 34000, 1536, ++seed);
+  const TestWeight gate_like = RandomWeight(kBf16, 256, 4096, ++seed);
+  const TestWeight fp8 = RandomWeight(kFp8E8m0, 34000, 1536, ++seed);
+  DeviceArray<float> dx(RandomFloats(static_cast<size_t>(2 * 4096), ++seed));
+  DeviceArray<float> dy(static_cast<size_t>(2 * 34000));
+  auto check = [&](const TestWeight& w, cuda::LinearMath math, bool with_scratch, const std::string& what) {
+    SCOPED_TRACE(what);
+    const size_t bytes = with_scratch ? cuda::LinearScratchBytes(2, w.Device(), math) : 0;
+    DeviceArray<uint8_t> scratch(bytes);
+    EXPECT_FALSE(cuda::LinearRoundsXToBf16(dx.get(), w.in, 2, w.Device(), dy.get(), w.out, math, scratch.get(),
+                                           bytes, nullptr));
+    try {
+      cuda::Linear(dx.get(), w.in, 2, w.Device(), dy.get(), w.out, nullptr, math, scratch.get(), bytes, nullptr,
+                   true);
+      ADD_FAILURE() << "rounding accepted";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("round_x_to_bf16"), std::string::npos) << e.what();
+    }
+  };
+  check(head_like, cuda::LinearMath::kSimtF32, true, "f32 math");
+  check(fp8, cuda::LinearMath::kSplitBf16, true, "an FP8 weight");
+  if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
+    GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device: the cases that need it";
+  }
+  ScopedDenseSplit on(1);
+  check(head_like, cuda::LinearMath::kSplitBf16, false, "no scratch");
+  check(gate_like, cuda::LinearMath::kSplitBf16, true, "K slices over a cluster");
+  {
+    const ScopedSwitch<cuda::SetDenseWs8ForTesting> off(0);
+    check(head_like, cuda::LinearMath::kSplitBf16, true, "DEEPINFER_DENSE_WS8=0");
+  }
+  const size_t bytes = cuda::LinearScratchBytes(2, head_like.Device(), cuda::LinearMath::kSplitBf16);
+  DeviceArray<uint8_t> scratch(bytes);
+  EXPECT_TRUE(cuda::LinearRoundsXToBf16(dx.get(), head_like.in, 2, head_like.Device(), dy.get(), head_like.out,
+                                        cuda::LinearMath::kSplitBf16, scratch.get(), bytes, nullptr))
+      << "the case the others depart from";
+}
+
 TEST(CudaLinearMma, BatchInvariantAndDeterministic) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);

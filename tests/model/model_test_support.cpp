@@ -89,6 +89,7 @@ LoadOptions WithEveryReferenceRounding(LoadOptions options) {
   options.numerics.indexer_fp4 = true;
   options.numerics.bf16_attention_output = true;
   options.numerics.bf16_attention_inputs = true;
+  options.numerics.bf16_head_input = true;
   return options;
 }
 

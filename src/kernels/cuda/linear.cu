@@ -4084,7 +4084,7 @@ bool Bf16WsPairs(int64_t m, int64_t n, bool dense, int device) {
   const bool wanted = mode < 0 ? dense && m <= 2 * wgmma_split::GroupedBf16Layout<kParts>::kTok : mode == 1;
   if (!wanted || CeilDiv(n, int64_t{wgmma_split::kBlockRows}) < 2 || !DeviceLaunchesClusters(device)) return false;
   if (Bf16WsPairsResident<kParts, kFreshSlices, false, kWTiles>(device) <= 0) return false;
-  if constexpr (kParts == 1 && !kFreshSlices) return Bf16WsPairsResident<1, false, true>(device) > 0;
+  if constexpr (kParts == 1 && !kFreshSlices && !kWTiles) return Bf16WsPairsResident<1, false, true>(device) > 0;
   return true;
 }
 
@@ -4112,19 +4112,18 @@ void LaunchBf16WsPairs(const CUtensorMap& w_map, const CUtensorMap& x_map, const
 // kernel's TMA stores while DEEPINFER_TMA_STORE is on (the same values).
 // pairs (Bf16WsPairs; x_map's boxes then of XBoxRows(true) rows): in clusters of two blocks over
 // units of two row blocks, where such clusters fit (else x_map must not have half boxes: Fail).
-// kWTiles (one group, three parts): w_map is Bf16TilesMap's. kTok: the token tile (8: x_map's boxes
-// of 8 rows, neither pairs nor TMA stores).
+// kWTiles (one group): w_map is Bf16TilesMap's, and the stores are each thread's. kTok: the token
+// tile (8: x_map's boxes of 8 rows, neither pairs nor TMA stores).
 template <int kParts, bool kFreshSlices, bool kWTiles = false, int kTok = 128>
 void LaunchBf16Ws(const CUtensorMap& w_map, const CUtensorMap& x_map, const Params& p, int64_t groups, int device,
                   int sms, cudaStream_t stream, const char* what, bool pairs = false) {
-  static_assert(!kWTiles || kParts == 3, "tiles: the dense products' three parts");
   const int64_t n_blocks = CeilDiv(p.n, int64_t{wgmma_split::kBlockRows});
   const int64_t tok_blocks = CeilDiv(p.m, int64_t{kTok});
   const int64_t tiles = groups * n_blocks * tok_blocks;
   if (tiles > 0x7fffffff) Fail("too many tiles for one launch");
   const int64_t units = groups * CeilDiv(n_blocks, int64_t{2}) * tok_blocks;  // pairs' units
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
-  if constexpr (kParts == 1 && !kFreshSlices && kTok == 128) {
+  if constexpr (kParts == 1 && !kFreshSlices && !kWTiles && kTok == 128) {
     if (g_tma_store.On() && p.n % wgmma_split::kBlockRows == 0 && (groups == 1 || p.y_group_stride == p.n) &&
         reinterpret_cast<uintptr_t>(p.y) % 16 == 0 && p.ldy % 4 == 0 && groups * p.n <= p.ldy) {
       using L = wgmma_split::GroupedBf16Layout<1, true>;
@@ -4443,26 +4442,39 @@ bool DenseWs64Runs(const Params& p) {
   return g_dense_ws64.On() && p.m > 8 && p.m < DenseWsMinRows() && DenseWsArgumentsFit(p);
 }
 
-// x's three parts split into the scratch, then GroupedBf16WsKernel on kTok-token tiles (128: the
-// products DenseWsRuns takes, in pairs where Bf16WsPairs says; 8: DenseWs8Runs's; 64:
-// DenseWs64Runs's); the weight from its tiles where p.w_tiles has them (the same bits).
+// Launches of the dense warp-specialized kernels on x rounded to BF16 (Linear's round_x_to_bf16; tests).
+std::atomic<uint64_t> g_dense_rounded_x_launches{0};
+
+// x's three parts (or, with p.x_bf16, x rounded to BF16 as the one part) split into the scratch,
+// then GroupedBf16WsKernel on kTok-token tiles (128: the products DenseWsRuns takes, in pairs where
+// Bf16WsPairs says; 8: DenseWs8Runs's; 64: DenseWs64Runs's); the weight from its tiles where
+// p.w_tiles has them (the same bits).
 template <bool kOverlap, int kTok = 128>
 void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
-  auto launch = [&](auto tiles) {
+  auto launch = [&](auto tiles, auto parts) {
     constexpr bool kTiles = decltype(tiles)::value;
-    const bool pairs = kTok == 128 && Bf16WsPairs<3, kOverlap, kTiles>(p.m, p.n, true, device);
-    const CUtensorMap x_map = SplitXPartsForWs<3>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms,
-                                                  stream, "cuda::Linear split-BF16 x parts",
-                                                  kTok == 128 ? XBoxRows(pairs) : kTok);
+    constexpr int kParts = decltype(parts)::value;
+    const bool pairs = kTok == 128 && Bf16WsPairs<kParts, kOverlap, kTiles>(p.m, p.n, true, device);
+    const CUtensorMap x_map = SplitXPartsForWs<kParts>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms,
+                                                       stream, "cuda::Linear split-BF16 x parts",
+                                                       kTok == 128 ? XBoxRows(pairs) : kTok);
     const CUtensorMap w_map = kTiles ? Bf16TilesMap(p.w_tiles, p.n, p.k) : Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
-    LaunchBf16Ws<3, kOverlap, kTiles, kTok>(w_map, x_map, p, 1, device, sms, stream,
-                                            "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
+    LaunchBf16Ws<kParts, kOverlap, kTiles, kTok>(w_map, x_map, p, 1, device, sms, stream,
+                                                 "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
+  };
+  auto with_parts = [&](auto tiles) {
+    if (p.x_bf16) {
+      launch(tiles, std::integral_constant<int, 1>{});
+      g_dense_rounded_x_launches.fetch_add(1);
+    } else {
+      launch(tiles, std::integral_constant<int, 3>{});
+    }
   };
   if (p.w_tiles != nullptr) {
-    launch(std::true_type{});
+    with_parts(std::true_type{});
     g_dense_tiles_launches.fetch_add(1);
   } else {
-    launch(std::false_type{});
+    with_parts(std::false_type{});
   }
   (kTok == 8 ? g_dense_ws8_launches : kTok == 64 ? g_dense_ws64_launches : g_dense_ws_launches).fetch_add(1);
 }
@@ -4514,8 +4526,12 @@ bool DenseTakesSlices(const Params& p, int device, int sms) {
          DeviceLaunchesClusters(device);
 }
 
+constexpr const char* kDenseDoesNotRoundX =
+    "x rounded to BF16 reached a dense kernel that does not round it (LinearRoundsXToBf16 said otherwise)";
+
 // One block per 128 weight rows × kTok tokens, over all of K; where that grid leaves SMs idle and
-// K has 2-8 slices, K's slices over a cluster instead (the same bits).
+// K has 2-8 slices, K's slices over a cluster instead (the same bits). With p.x_bf16 only the
+// warp-specialized kernels may run (DenseRoundsXToBf16).
 template <int kTok, bool kOverlap>
 void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   const int64_t row_blocks = CeilDiv(p.n, wgmma::kBlockRows), tok_blocks = CeilDiv(p.m, int64_t{kTok});
@@ -4526,6 +4542,7 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   const int64_t slices = CeilDiv(p.k, int64_t{512});
   g_dense_split_launches.fetch_add(1);
   if (DenseTakesSlices<kTok>(p, device, sms)) {
+    if (p.x_bf16) Fail(kDenseDoesNotRoundX);
     if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap>(p, row_blocks, tok_blocks, device, stream);
     if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap>(p, row_blocks, tok_blocks, device, stream);
     return LaunchDenseSplitSlices<kTok, 8, kOverlap>(p, row_blocks, tok_blocks, device, stream);
@@ -4537,6 +4554,7 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   if constexpr (kTok == 8) {
     if (DenseWs8Runs(p)) return LaunchDenseWs<kOverlap, 8>(p, device, sms, stream);
   }
+  if (p.x_bf16) Fail(kDenseDoesNotRoundX);
   if constexpr (kTok == 64 && kOverlap) {
     if (DensePartsOn(p)) return LaunchDenseParts(p, row_blocks, device, sms, stream);
   }
@@ -4590,12 +4608,12 @@ Bf16BatchedProduct DensePartProduct(const Params& p, const uint16_t* x16, bool a
 }
 
 // Whether p's product (kind, math) runs on RunDenseOnCublasLt: a split-BF16 product of a BF16
-// weight, the switch, the rows, scratch for x's parts [3][m][k] at p.scratch, operands aligned, no
+// weight on x as it is (not p.x_bf16, which the warp-specialized kernels round), the switch, the rows, scratch for x's parts [3][m][k] at p.scratch, operands aligned, no
 // capture, and an algorithm for the shape (asked once per shape: cuBLASLt's plan cache). Fails
 // where cuBLASLt cannot be loaded.
 bool DenseOnCublasLt(const Params& p, Kind kind, LinearMath math, cudaStream_t stream) {
-  if (kind != Kind::kBF16 || PathFor(math, kind, p.scale_f32, p.k) != Path::kSplitBf16 || !g_dense_split.On() ||
-      !g_cublaslt_dense.On() || p.m < kCublasLtDenseMinRows) {
+  if (kind != Kind::kBF16 || p.x_bf16 || PathFor(math, kind, p.scale_f32, p.k) != Path::kSplitBf16 ||
+      !g_dense_split.On() || !g_cublaslt_dense.On() || p.m < kCublasLtDenseMinRows) {
     return false;
   }
   const int64_t part_bytes = p.m * p.k * 2;  // each of x's parts 256-byte aligned too
@@ -6415,6 +6433,7 @@ void SetDenseWsMinRowsForTesting(int64_t rows) {
 }
 
 uint64_t DenseWsLaunchesForTesting() { return g_dense_ws_launches.load(); }
+uint64_t DenseRoundedXLaunchesForTesting() { return g_dense_rounded_x_launches.load(); }
 
 void SetLinearSliceSumInBlockForTesting(int mode) {
   g_linear_slice_sum_in_block.SetForTesting(mode, "SetLinearSliceSumInBlockForTesting");
@@ -6574,10 +6593,44 @@ bool TakesDenseWs(const Params& p, Kind kind, LinearMath math, int device, int s
          DenseWsRuns(p);
 }
 
+// Whether Launch(p, kind, 1, stream, math) with p.x_bf16 set ends in LaunchDenseWs (the only dense
+// kernels that round x): LaunchKind's dense branch, then LaunchDenseSplitTiles' warp-specialized
+// branches, not its K slices (DenseOnCublasLt never takes p.x_bf16).
+bool DenseRoundsXToBf16(const Params& p, Kind kind, LinearMath math) {
+  if (kind != Kind::kBF16 || PathFor(math, kind, p.scale_f32, p.k) != Path::kSplitBf16 || !g_dense_split.On() ||
+      !wgmma_split::DenseUsable(p, 1)) {
+    return false;
+  }
+  const auto [device, sms] = CurrentDeviceSms();
+  if (p.m <= 8) return !DenseTakesSlices<8>(p, device, sms) && DenseWs8Runs(p);
+  return !DenseTakesSlices<64>(p, device, sms) && (DenseWsRuns(p) || DenseWs64Runs(p));
+}
+
+// p for Linear's arguments (SetLinearParams, the tiles), with the checks Linear makes.
+Kind SetLinearCall(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+                   void* scratch, size_t scratch_bytes, const void* tiles, Params& p) {
+  const Kind kind = SetLinearParams(x, ldx, m, w, y, ldy, scratch, scratch_bytes, p);
+  if (kind == Kind::kBF16 && tiles != nullptr) {
+    if (reinterpret_cast<uintptr_t>(tiles) % 16 != 0) Fail("the weight's tiles are not 16-byte aligned");
+    p.w_tiles = static_cast<const uint8_t*>(tiles);
+  }
+  return kind;
+}
+
 }  // namespace
 
+bool LinearRoundsXToBf16(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+                         LinearMath math, void* scratch, size_t scratch_bytes, const void* tiles) {
+  ReadSwitches();
+  if (m <= 0 || w.out_features == 0 || w.data_chunk_stride != 0) return false;
+  Params p{};
+  const Kind kind = SetLinearCall(x, ldx, m, w, y, ldy, scratch, scratch_bytes, tiles, p);
+  return DenseRoundsXToBf16(p, kind, math);
+}
+
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
-            cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes, const void* tiles) {
+            cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes, const void* tiles,
+            bool round_x_to_bf16) {
   ReadSwitches();
   if (m < 0) Fail("negative row count");
   if (m == 0 || w.out_features == 0) {
@@ -6589,10 +6642,13 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
     Fail("a chunk-major FP4 weight (RewriteFp4ExpertsChunkMajor) is an expert's: ExpertsLinear reads it");
   }
   Params p{};
-  const Kind kind = SetLinearParams(x, ldx, m, w, y, ldy, scratch, scratch_bytes, p);
-  if (kind == Kind::kBF16 && tiles != nullptr) {
-    if (reinterpret_cast<uintptr_t>(tiles) % 16 != 0) Fail("the weight's tiles are not 16-byte aligned");
-    p.w_tiles = static_cast<const uint8_t*>(tiles);
+  const Kind kind = SetLinearCall(x, ldx, m, w, y, ldy, scratch, scratch_bytes, tiles, p);
+  if (round_x_to_bf16) {
+    if (!DenseRoundsXToBf16(p, kind, math)) {
+      Fail("round_x_to_bf16: no kernel rounds x for this product (a BF16 weight's split-BF16 product on the dense "
+           "warp-specialized kernels, with scratch for x's parts, on sm_90a; LinearRoundsXToBf16)");
+    }
+    p.x_bf16 = true;
   }
   // Rows rewritten as tiles in place (RewriteAsDenseTiles): only the kernels that read tiles may run.
   if (tiles != nullptr && tiles == w.data && !DenseReadsTiles(p, kind, math)) {

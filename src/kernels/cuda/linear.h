@@ -111,9 +111,19 @@ inline constexpr int64_t kGemvMaxRows = 16;
 // 128 rows × 64 columns (DenseTilesBytes, written once by WriteDenseTiles), which the split-BF16
 // kernels (the 8- and 64-token ones, the warp-specialized one) read instead of w's data, each chunk
 // one contiguous read instead of 128 pieces a row apart: the same bits.
+// round_x_to_bf16: y = W · bf16(x), x rounded to nearest even as the kernel reads it and multiplied
+// as one BF16 part instead of three (the bits of the three-part kernels on Bf16RoundRows(x)); only
+// where LinearRoundsXToBf16 holds for the same arguments, an error elsewhere.
 void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
             cudaStream_t stream, LinearMath math = LinearMath::kSimtF32, void* scratch = nullptr,
-            size_t scratch_bytes = 0, const void* tiles = nullptr);
+            size_t scratch_bytes = 0, const void* tiles = nullptr, bool round_x_to_bf16 = false);
+// Whether Linear with these arguments takes round_x_to_bf16: a BF16 weight's split-BF16 product on
+// the dense warp-specialized kernels (1-8 rows: DEEPINFER_DENSE_WS8; more: DEEPINFER_DENSE_WS64 and
+// DEEPINFER_DENSE_WS), with scratch for x's parts, on an sm_90a device; not on cuBLASLt
+// (DEEPINFER_CUBLASLT_DENSE) nor on the K slices' cluster kernel. Fails where Linear's own checks of
+// the arguments fail.
+bool LinearRoundsXToBf16(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float* y, int64_t ldy,
+                         LinearMath math, void* scratch, size_t scratch_bytes, const void* tiles);
 // Several products of one x, y_i = x·W_i^T over m rows (every weight of the same in_features),
 // each with the bits Linear gives it with the same scratch, on `stream`. Where two or more of them
 // take the dense warp-specialized path (BF16 weights under kSplitBf16, m >= 256, a grid that fills
@@ -306,6 +316,9 @@ void SetDenseWs64ForTesting(int mode);
 uint64_t DenseWs64LaunchesForTesting();
 void SetDenseWsMinRowsForTesting(int64_t rows);
 uint64_t DenseWsLaunchesForTesting();
+// Tests only: how many of those dense warp-specialized launches (8-, 64- and 128-token) multiplied x
+// rounded to BF16 as their one part (Linear's round_x_to_bf16).
+uint64_t DenseRoundedXLaunchesForTesting();
 // Tests only: GroupedBf16WsKernel in clusters of two blocks sharing x's tiles by multicast (the
 // same bits; wherever a product has two row blocks or more) on (1), off (0), or as
 // DEEPINFER_BF16_WS_PAIRS says (-1, the default: unset, dense products of at most 256 rows); and

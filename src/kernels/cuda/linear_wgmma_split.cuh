@@ -1434,11 +1434,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Whether Linear's product of p takes DenseSplitKernel (or its clustered form): BF16 weights in
-// 16-byte aligned rows under LinearMath::kSplitBf16 (the caller checks both), one group, x as
-// is (not rounded to BF16), K % 64 == 0, 16-byte aligned x rows, an sm_90a device with warpgroup
-// MMAs. Independent of M.
+// 16-byte aligned rows under LinearMath::kSplitBf16 (the caller checks both), one group, K % 64 ==
+// 0, 16-byte aligned x rows, an sm_90a device with warpgroup MMAs. Independent of M. With p.x_bf16
+// only the warp-specialized dense kernels round x (the host fails before any other would run).
 inline bool DenseUsable(const Params& p, int64_t groups) {
-  return groups == 1 && !p.x_bf16 && p.w_vec16 && p.x_vec && p.n > 0 && p.k > 0 && p.k % kChunkCols == 0 &&
+  return groups == 1 && p.w_vec16 && p.x_vec && p.n > 0 && p.k > 0 && p.k % kChunkCols == 0 &&
          (p.ldx * 4) % 16 == 0 && wgmma::DeviceHasWgmma();
 }
 

@@ -496,15 +496,17 @@ void V4Model::Forward(const ForwardBatch& batch, ModelState& state_base, const T
   ops::HcHead(ctx.op, last, HcParamsFor(weights_.hc_head, c), y);
   ops::RmsNorm(ctx.op, y, weights_.norm, static_cast<float>(c.rms_norm_eps), y);
   // The head takes scratch where a kernel uses it (x's BF16 parts, split once for the whole
-  // [vocab, d] product: the same bits as without).
-  const size_t head_bytes = ops::LinearScratchBytes(ctx.op, n, weights_.head, ops::LinearInput::kAsIs);
+  // [vocab, d] product: the same bits as without). With bf16_head_input, y is rounded to BF16 as the
+  // reference's norm returns it (ops::Linear's kBf16: y is consumed).
+  const ops::LinearInput head_input = numerics_.bf16_head_input ? ops::LinearInput::kBf16 : ops::LinearInput::kAsIs;
+  const size_t head_bytes = ops::LinearScratchBytes(ctx.op, n, weights_.head, head_input);
   const TensorView head_scratch =
       head_bytes == 0 ? TensorView() : ws.Alloc(DType::kI8, {static_cast<int64_t>(head_bytes)});
   if (logits.device() == device_) {
-    ops::Linear(ctx.op, y, weights_.head, logits, ops::LinearInput::kAsIs, head_scratch);
+    ops::Linear(ctx.op, y, weights_.head, logits, head_input, head_scratch);
   } else {
     const TensorView out = ws.Alloc(DType::kF32, {n, c.vocab_size});
-    ops::Linear(ctx.op, y, weights_.head, out, ops::LinearInput::kAsIs, head_scratch);
+    ops::Linear(ctx.op, y, weights_.head, out, head_input, head_scratch);
     DI_CHECK(logits.is_contiguous(), "logits must be contiguous");
     ops::CopyBytes(ctx.op, logits.raw(), out.raw(), out.nbytes());
   }
