@@ -5,21 +5,21 @@
 RAW_CSV is `ncu --import REP --page raw --csv` and SOURCE_CSV `ncu --import REP --page source --csv
 --print-source sass` of a report collected with the WarpStateStats and SourceCounters sections
 (scripts/gpu-stalls.sh). Prints the sampled stall reasons of each profiled launch (share of all
-samples), then the TOP instructions (default 60) by samples with their address, text and their
-three largest stall columns, and the samples per opcode. Standard library only.
+samples), then for each launch's table of the source page (read as tools/ncu_source_summary.py
+reads it) the TOP instructions (default 60) by samples with their address, text and three largest
+stall reasons, and the samples per opcode. Standard library only.
 """
 
 import csv
 import re
 import sys
-from collections import Counter
 
-
-def number(text):
-    try:
-        return float(text.replace(",", ""))
-    except (AttributeError, ValueError):
-        return None
+try:  # as a script from tools/, or as tools.ncu_source_stalls
+    from ncu_source_summary import read_tables, summarize
+    from ncu_summary import number
+except ImportError:
+    from tools.ncu_source_summary import read_tables, summarize
+    from tools.ncu_summary import number
 
 
 def stall_reasons(path):
@@ -46,36 +46,20 @@ def stall_reasons(path):
 
 
 def instructions(path, top):
+    """Each launch's table of the source page (ncu_source_summary.read_tables): its top instructions
+    by samples, each with its three largest stall reasons, and the samples per opcode."""
     with open(path, newline="") as f:
-        lines = f.read().splitlines()
-    start = next((i for i, line in enumerate(lines) if "Address" in line and "Source" in line), None)
-    if start is None:
+        names = []
+        tables = read_tables(f, names)
+    if not tables:
+        with open(path) as f:
+            head = [next(f, "") for _ in range(8)]
         print(f"{path}: no source table; its first lines:")
-        print("\n".join(lines[:8]))
+        print("".join(head), end="")
         return
-    rows = list(csv.reader(lines[start:]))
-    header = [h.strip("# ").strip() for h in rows[0]]
-    table = [dict(zip(header, row)) for row in rows[1:] if len(row) == len(header)]
-    all_col = next((h for h in header if h.startswith("Warp Stall Sampling (All")), None)
-    if all_col is None:
-        print("no stall sampling column; columns:", header)
-        return
-    stall_cols = [h for h in header if h.startswith("stall_") or (h.startswith("Stall ") and "Sampl" not in h)]
-    total = sum(number(r.get(all_col)) or 0 for r in table) or 1
-    print(f"\n{len(table)} instructions, {int(total)} samples; top {top}:")
-    ranked = sorted(table, key=lambda r: -(number(r.get(all_col)) or 0))[:top]
-    for r in sorted(ranked, key=lambda r: int(r.get("Address", "0"), 16) if r.get("Address", "").startswith("0x") else 0):
-        v = number(r.get(all_col)) or 0
-        parts = sorted(((number(r.get(c)) or 0, c) for c in stall_cols), reverse=True)[:3]
-        why = " ".join(f"{c.replace('stall_', '')}={int(x)}" for x, c in parts if x > 0)
-        print(f"{r.get('Address', '?'):>8} {100 * v / total:5.1f}%  {r.get('Source', '')[:70]:70s} {why}")
-    by_op = Counter()
-    for r in table:
-        op = (r.get("Source", "").split() or ["?"])[0]
-        if op.startswith("@"):
-            op = (r.get("Source", "").split() + ["?", "?"])[1]
-        by_op[op.split(".")[0]] += number(r.get(all_col)) or 0
-    print("\nsamples per opcode:", ", ".join(f"{op} {100 * v / total:.1f}%" for op, v in by_op.most_common(16)))
+    for (header, rows), kernel in zip(tables, names):
+        print(f"\n{kernel[:120]}")
+        summarize(header, rows, top, sys.stdout, reasons=3, opcodes=16)
 
 
 if __name__ == "__main__":

@@ -62,27 +62,42 @@ def read_tables(lines, names=None):
     return tables
 
 
-def summarize(header, rows, top, out):
+def reason_columns(header):
+    """[(index, reason)]: the per-reason stall columns of all samples ("stall_wait", not "stall_wait (Not
+    Issued)"), where the page has them (the SourceCounters section with warp-state sampling)."""
+    return [(i, name[len("stall_"):]) for i, name in enumerate(header)
+            if name.startswith("stall_") and "not issued" not in name.lower()]
+
+
+def summarize(header, rows, top, out, reasons=0, opcodes=8):
+    """Writes the table's total samples, its `top` instructions by samples and the samples summed by
+    opcode (the `opcodes` largest). With reasons > 0, each listed instruction also names its `reasons`
+    largest stall reasons with their samples, where the page has per-reason columns."""
     samples_col = find_column(header, "stall sampling", "all") or find_column(header, "stall sampling")
     source_col = find_column(header, "source")
     address_col = find_column(header, "address")
+    reason_cols = reason_columns(header) if reasons > 0 else []
     instructions = []
     for row in rows:
         samples = number(row[samples_col]) or 0.0
         address = row[address_col] if address_col is not None else ""
-        instructions.append((samples, address, row[source_col].strip()))
-    total = sum(s for s, _, _ in instructions)
+        instructions.append((samples, address, row[source_col].strip(), row))
+    total = sum(s for s, _, _, _ in instructions)
     out.write(f"== {len(instructions)} instructions, {total:.0f} stall samples ({header[samples_col]})\n")
     if total <= 0:
         return
-    for samples, address, source in sorted(instructions, key=lambda t: -t[0])[:top]:
-        out.write(f"  {100 * samples / total:5.1f}%  {address:>8}  {source}\n")
+    for samples, address, source, row in sorted(instructions, key=lambda t: -t[0])[:top]:
+        line = f"  {100 * samples / total:5.1f}%  {address:>8}  {source}"
+        largest = sorted(((number(row[i]) or 0.0, reason) for i, reason in reason_cols), reverse=True)[:reasons]
+        why = " ".join(f"{reason}={v:.0f}" for v, reason in largest if v > 0)
+        out.write(f"{line}  [{why}]\n" if why else f"{line}\n")
     by_opcode = defaultdict(float)
-    for samples, _, source in instructions:
+    for samples, _, source, _ in instructions:
         words = source.split()
         opcode = next((w for w in words if not w.startswith("@")), "?").split(".")[0]
         by_opcode[opcode] += samples
-    shares = ", ".join(f"{op} {100 * s / total:.1f}%" for op, s in sorted(by_opcode.items(), key=lambda kv: -kv[1])[:8])
+    ranked = sorted(by_opcode.items(), key=lambda kv: -kv[1])[:opcodes]
+    shares = ", ".join(f"{op} {100 * s / total:.1f}%" for op, s in ranked)
     out.write(f"  by opcode: {shares}\n")
 
 

@@ -1,5 +1,5 @@
-"""The profiling tools read what the GPU machine writes: tools/ncu_source_summary.py on an excerpt of
-Nsight Compute's source page and tools/kernel_trace.py on a replay's CUPTI records and its graph's
+"""The profiling tools read what the GPU machine writes: tools/ncu_source_summary.py and
+tools/ncu_source_stalls.py on an excerpt of Nsight Compute's source page and tools/kernel_trace.py on a replay's CUPTI records and its graph's
 longest path (tests/data/profiles, real outputs of 2026-12-07). Standard library only.
 
     python3 tests/tools/test_profile_tools.py
@@ -51,6 +51,25 @@ class NcuSourceSummary(unittest.TestCase):
         self.assertEqual(lines[1].split(), ["16.9%", "0x7efb4e80d4d0", "@P0", "BRA", "0x7efb4e80d5a0"])
         self.assertEqual(lines[2].split(), ["16.1%", "0x7efb4e80e930", "@P0", "BRA", "0x7efb4e80ea00"])
         self.assertTrue(lines[3].startswith("  by opcode: BRA 37.9%, UCGABAR_WAIT 19.3%, F2FP 12.4%"), lines[3])
+
+    def test_names_each_instructions_largest_stall_reasons(self):
+        out = io.StringIO()
+        header, rows = self.tables[0]
+        ncu_source_summary.summarize(header, rows, 2, out, reasons=3)
+        lines = out.getvalue().splitlines()
+        self.assertTrue(lines[1].endswith("BRA 0x7efb4e80d5a0  [long_sb=290]"), lines[1])
+        self.assertTrue(lines[2].endswith("[long_sb=272 not_selected=2 dispatch=1]"), lines[2])
+
+    def test_stalls_tool_reads_each_launch_of_the_source_page(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as raw:
+            raw.write("ID,Kernel Name\n,\n")  # a raw page without launches
+        try:
+            done = run_tool("ncu_source_stalls.py", raw.name, os.path.join(DATA, "source-page-excerpt.csv"), "1")
+        finally:
+            os.unlink(raw.name)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(done.stdout.count("== "), 2)
+        self.assertIn("18.6%  0x7efb4f071600  UCGABAR_WAIT  [barrier=11]", done.stdout)
 
     def test_command_line(self):
         done = run_tool("ncu_source_summary.py", os.path.join(DATA, "source-page-excerpt.csv"), "--top", "1")
