@@ -1,6 +1,7 @@
 """The profiling tools read what the GPU machine writes: tools/ncu_source_summary.py and
-tools/ncu_source_stalls.py on an excerpt of Nsight Compute's source page and tools/kernel_trace.py on a replay's CUPTI records and its graph's
-longest path (tests/data/profiles, real outputs of 2026-12-07). Standard library only.
+tools/ncu_source_stalls.py on an excerpt of Nsight Compute's source page, and tools/kernel_trace.py
+on a replay's CUPTI records and its graph's longest path (tests/data/profiles, real outputs of
+2026-12-07). Standard library only.
 
     python3 tests/tools/test_profile_tools.py
 """
