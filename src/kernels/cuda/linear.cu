@@ -4639,13 +4639,17 @@ void RunDenseOnCublasLt(const Params& p, const uint16_t* parts, cudaStream_t str
   g_cublaslt_dense_launches.fetch_add(1);
 }
 
+// Whether Launch(p, kind, 1, stream, math) takes LaunchKind's dense branch (LaunchDenseSplit): a BF16
+// weight's split-BF16 product on the warpgroup-MMA kernels.
+bool DenseSplitRuns(const Params& p, Kind kind, LinearMath math) {
+  return kind == Kind::kBF16 && PathFor(math, kind, p.scale_f32, p.k) == Path::kSplitBf16 && g_dense_split.On() &&
+         wgmma_split::DenseUsable(p, 1);
+}
+
 // Whether Launch takes a kernel that reads p.w_tiles for p (BF16 weights with tiles): the split-BF16
 // wgmma path, not on cuBLASLt, and not the K slices' cluster kernel (DenseTakesSlices).
 bool DenseReadsTiles(const Params& p, Kind kind, LinearMath math) {
-  if (kind != Kind::kBF16 || p.w_tiles == nullptr || PathFor(math, kind, p.scale_f32, p.k) != Path::kSplitBf16 ||
-      !g_dense_split.On() || !wgmma_split::DenseUsable(p, 1) || g_cublaslt_dense.On()) {
-    return false;
-  }
+  if (p.w_tiles == nullptr || !DenseSplitRuns(p, kind, math) || g_cublaslt_dense.On()) return false;
   const auto [device, sms] = CurrentDeviceSms();
   return p.m <= 8 ? !DenseTakesSlices<8>(p, device, sms) : !DenseTakesSlices<64>(p, device, sms);
 }
@@ -6588,8 +6592,7 @@ void ReadSwitches() {
 // Whether Launch(p, kind, 1, stream, math) ends in LaunchDenseWs (the one path on x's parts split
 // into the scratch as SplitXPartsForWs<3> lays them out).
 bool TakesDenseWs(const Params& p, Kind kind, LinearMath math, int device, int sms) {
-  return kind == Kind::kBF16 && PathFor(math, kind, p.scale_f32, p.k) == Path::kSplitBf16 && g_dense_split.On() &&
-         wgmma_split::DenseUsable(p, 1) && p.m > 8 && !DenseTakesSlices<wgmma::kTokens>(p, device, sms) &&
+  return DenseSplitRuns(p, kind, math) && p.m > 8 && !DenseTakesSlices<wgmma::kTokens>(p, device, sms) &&
          DenseWsRuns(p);
 }
 
@@ -6597,10 +6600,7 @@ bool TakesDenseWs(const Params& p, Kind kind, LinearMath math, int device, int s
 // kernels that round x): LaunchKind's dense branch, then LaunchDenseSplitTiles' warp-specialized
 // branches, not its K slices (DenseOnCublasLt never takes p.x_bf16).
 bool DenseRoundsXToBf16(const Params& p, Kind kind, LinearMath math) {
-  if (kind != Kind::kBF16 || PathFor(math, kind, p.scale_f32, p.k) != Path::kSplitBf16 || !g_dense_split.On() ||
-      !wgmma_split::DenseUsable(p, 1)) {
-    return false;
-  }
+  if (!DenseSplitRuns(p, kind, math)) return false;
   const auto [device, sms] = CurrentDeviceSms();
   if (p.m <= 8) return !DenseTakesSlices<8>(p, device, sms) && DenseWs8Runs(p);
   return !DenseTakesSlices<64>(p, device, sms) && (DenseWsRuns(p) || DenseWs64Runs(p));
