@@ -144,6 +144,7 @@ void RunSteps(StepsArgs& a) {
                      {"bf16_attention_output", a.numerics.bf16_attention_output},
                      {"bf16_attention_inputs", a.numerics.bf16_attention_inputs},
                      {"bf16_head_input", a.numerics.bf16_head_input},
+                     {"bf16_norm_outputs", a.numerics.bf16_norm_outputs},
                      {"fold_fp4_experts", a.numerics.fold_fp4_experts},
                      {"fast_prefill", a.numerics.fast_prefill},
                      {"state_rows", a.numerics.state_rows == StateRows::kF32    ? "f32"

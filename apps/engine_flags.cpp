@@ -48,6 +48,10 @@ void AddNumericsFlags(CLI::App* app, Numerics& n) {
   app->add_flag("--head-in-bf16", n.bf16_head_input,
                 "round the head's input (the final norm's output) to BF16, as the reference's norm returns it (with "
                 "--tensor-cores, the head on one BF16 part instead of three)");
+  app->add_flag("--norm-out-bf16", n.bf16_norm_outputs,
+                "round the blocks' attn_norm and ffn_norm outputs to BF16, as the reference's norm returns them "
+                "(with --tensor-cores, their BF16 products on one part instead of three where the warp-specialized "
+                "kernels run them)");
   app->add_flag("--fp8-activations", n.fp8_activations,
                 "round the inputs of the FP8/FP4 linears through FP8 per 128 (the reference's act_quant)");
   app->add_flag("--tensor-cores", n.tensor_core_linears,

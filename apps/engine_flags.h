@@ -21,7 +21,7 @@ struct EngineFlags {
 // Adds [MODEL_DIR] and the engine flags to `cmd`.
 void AddEngineFlags(CLI::App* cmd, EngineFlags& flags);
 // Adds the numerics flags (--kv-fp8, --indexer-fp4, --attn-out-bf16, --attn-in-bf16, --head-in-bf16,
-// --fp8-activations, --tensor-cores, --fold-fp4-experts, --fast-prefill, --state-rows) to `app`, bound
+// --norm-out-bf16, --fp8-activations, --tensor-cores, --fold-fp4-experts, --fast-prefill, --state-rows) to `app`, bound
 // to `numerics`: the engine's commands and `bench steps` take the same ones.
 void AddNumericsFlags(CLI::App* app, Numerics& numerics);
 // The EngineOptions the flags describe (model dir resolved).

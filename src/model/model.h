@@ -40,6 +40,13 @@ struct Numerics {
   // BF16 ahead of its f32 head product. With tensor_core_linears on CUDA, the head then multiplies
   // one BF16 part of it instead of three (docs/numerics.md).
   bool bf16_head_input = false;
+  // BF16 rounding of the blocks' two norm outputs (attn_norm's and ffn_norm's), as the reference's
+  // RMSNorm returns BF16: every product of the attention's and the MoE's input reads the rounded
+  // values (act_quant of them ahead of the FP8 / FP4 linears). With tensor_core_linears on CUDA, the
+  // BF16 products of that input (the compressors', the indexer's weights_proj and the gate) then
+  // multiply one BF16 part of it instead of three where the warp-specialized kernels run them
+  // (docs/numerics.md).
+  bool bf16_norm_outputs = false;
   // CUDA: BF16 / FP8 / FP4 linears on tensor cores, activations split into three BF16 parts
   // (exact products; only the rounding of the f32 sums changes); with kv_fp8 sparse attention
   // too (its rows are exact in BF16). No effect on the CPU.

@@ -77,12 +77,16 @@ void Embedding(const OpContext& ctx, const TensorView& ids, const TensorView& ta
   cpu::Embedding(ids.data<int32_t>(), ids.size(0), table, y);
 }
 
-void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y) {
+void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y,
+             bool bf16_out) {
   CheckDevice(ctx, "rms_norm", {&x, &weight, &y});
   DI_ON_CUDA(ctx, "rms_norm",
              cuda::RmsNorm(x.data<float>(), x.stride(0), Rows(x), x.size(1), weight.empty() ? nullptr : weight.raw(),
-                           weight.dtype(), eps, y.data<float>(), y.stride(0), ctx.stream));
+                           weight.dtype(), eps, y.data<float>(), y.stride(0), ctx.stream, bf16_out));
   cpu::RmsNorm(x, weight, eps, y);
+  if (bf16_out) {
+    for (int64_t r = 0; r < Rows(y); ++r) cpu::Bf16Round(y.data<float>() + r * y.stride(0), y.size(1));
+  }
 }
 
 size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input) {
@@ -105,8 +109,8 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
   const size_t scratch_bytes = scratch.empty() ? 0 : scratch.nbytes();
   const void* const tiles = w.tiles.empty() ? nullptr : w.tiles.raw();
 #endif
-  bool round_in_kernel = false;
-  if (input == LinearInput::kBf16) {
+  bool round_in_kernel = false;  // kBf16Values: the rounding of BF16 values is themselves
+  if (input == LinearInput::kBf16 || input == LinearInput::kBf16Values) {
 #if DEEPINFER_HAS_CUDA
     if (ctx.on_cuda()) {
       CheckLinearShapes(x, w, y);
@@ -114,7 +118,7 @@ void Linear(const OpContext& ctx, const TensorView& x, const LinearWeight& w, co
                                                   y.stride(0), MathOf(ctx, input), scratch_raw, scratch_bytes, tiles);
     }
 #endif
-    if (!round_in_kernel) Bf16RoundRows(ctx, x, 0, x.size(1));
+    if (!round_in_kernel && input == LinearInput::kBf16) Bf16RoundRows(ctx, x, 0, x.size(1));
   }
   // The profile names quantized (FP8 / FP4) and dense (BF16 / F32) weights apart: their kernels and
   // ceilings differ (bench/step_bench.cpp counts both as linear layers).
@@ -172,7 +176,9 @@ size_t LinearsOfOneInputScratchBytes(const OpContext& ctx, int64_t rows, const s
 }
 
 void LinearsOfOneInput(const OpContext& ctx, const TensorView& x, const std::vector<LinearProduct>& products,
-                       const TensorView& scratch) {
+                       const TensorView& scratch, LinearInput input) {
+  DI_CHECK(input == LinearInput::kAsIs || input == LinearInput::kBf16Values,
+           "linears of one input: the input is as it is or BF16 values");
   for (const LinearProduct& product : products) {
     DI_CHECK(product.w != nullptr, "linears of one input: a null weight");
     CheckDevice(ctx, "linear", {&x, &product.w->data, &product.y, &scratch});
@@ -195,9 +201,9 @@ void LinearsOfOneInput(const OpContext& ctx, const TensorView& x, const std::vec
   // Profiled as Linear names its products: dense (BF16 / F32) weights apart from quantized ones.
   DI_ON_CUDA(ctx, dense ? "dense_linear" : "linear",
              cuda::LinearsOfOneInput(x.data<float>(), x.stride(0), x.size(0), outputs.data(),
-                                     static_cast<int>(outputs.size()), ctx.stream, MathOf(ctx, LinearInput::kAsIs),
-                                     scratch.empty() ? nullptr : scratch.raw(),
-                                     scratch.empty() ? 0 : scratch.nbytes()));
+                                     static_cast<int>(outputs.size()), ctx.stream, MathOf(ctx, input),
+                                     scratch.empty() ? nullptr : scratch.raw(), scratch.empty() ? 0 : scratch.nbytes(),
+                                     input == LinearInput::kBf16Values));
   for (const LinearProduct& product : products) cpu::Linear(x, *product.w, product.y);
 }
 

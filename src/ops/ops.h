@@ -28,7 +28,9 @@ using cpu::RouterScore;
 
 // ids: I32 [M]; table [V, D] BF16/F16/F32; y [M, D] f32.
 void Embedding(const OpContext& ctx, const TensorView& ids, const TensorView& table, const TensorView& y);
-void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y);
+// bf16_out: y's values rounded to BF16 (nearest even, as Bf16RoundRows) as they are stored.
+void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight, float eps, const TensorView& y,
+             bool bf16_out = false);
 // What a linear's input went through: kAsIs, or kFp8Blocks (the reference's act_quant: e4m3 per
 // row and 128 columns, power-of-two scales; Fp8RoundTripRows). With ctx.tensor_core_linears, a
 // kFp8Blocks input of an FP8 / FP4 weight runs e4m3 MMAs on the codes (cuda::LinearMath::kFp8Act),
@@ -36,7 +38,10 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
 // then skip the rounding); the CPU and the SIMT kernels compute the same f32 math either way.
 // kBf16 (Linear and GroupedLinear): the op rounds x to BF16 (nearest even, as Bf16RoundRows) before
 // multiplying, and x is consumed; see there.
-enum class LinearInput : uint8_t { kAsIs, kFp8Blocks, kBf16 };
+// kBf16Values (Linear and LinearsOfOneInput): x's values are BF16 already (a norm's bf16_out), so
+// y = W · x as kAsIs computes it; the GPU's dense warp-specialized kernels then multiply x as one
+// BF16 part instead of three (the other two are zeros: the same products), and x is not written.
+enum class LinearInput : uint8_t { kAsIs, kFp8Blocks, kBf16, kBf16Values };
 // Whether Linear and ExpertsLinear round a kFp8Blocks input of `w` through act_quant in their
 // kernels, with the bits of an input rounded first (Fp8RoundTripRows): on CUDA with
 // ctx.tensor_core_linears, FP8 / FP4 weights (cuda::QuantizesFp8Input). False on the CPU.
@@ -75,8 +80,9 @@ struct LinearProduct {
   const LinearWeight* w;
   TensorView y;
 };
+// input: kAsIs or kBf16Values (as Linear takes it).
 void LinearsOfOneInput(const OpContext& ctx, const TensorView& x, const std::vector<LinearProduct>& products,
-                       const TensorView& scratch = TensorView());
+                       const TensorView& scratch = TensorView(), LinearInput input = LinearInput::kAsIs);
 size_t LinearsOfOneInputScratchBytes(const OpContext& ctx, int64_t rows, const std::vector<LinearProduct>& products);
 // y[r, g, :] = W_g · x[r, g, :]. With input kBf16, y = W · bf16(x): the CUDA warpgroup-MMA kernels
 // round x as they read it, on one BF16 part instead of three (cuda::GroupedRoundsXToBf16); elsewhere

@@ -114,6 +114,36 @@ TEST(CudaRmsNorm, RowsInRegistersGiveTheLoopsBits) {
   }
 }
 
+// bf16_out (the blocks' norms under Numerics::bf16_norm_outputs): each kernel's own values rounded
+// to BF16 as it stores them, the bits of the same norm followed by Bf16RoundRows: rows of a warp
+// (512), in registers (4096) and of the loop kernel (9000, and 4096 with the registers off); and
+// the rounding took place (some value differs from the unrounded norm's).
+TEST(CudaRmsNorm, Bf16OutputsEqualTheNormRounded) {
+  DI_REQUIRE_GPU();
+  struct Reset {
+    ~Reset() { cuda::SetRmsNormRowsInRegistersForTesting(-1); }
+  } reset;
+  const std::pair<int64_t, int> cases[] = {{512, -1}, {4096, 1}, {4096, 0}, {9000, -1}};  // n, registers mode
+  for (const auto& [n, registers] : cases) {
+    SCOPED_TRACE(testing::Message() << "n " << n << " registers " << registers);
+    cuda::SetRmsNormRowsInRegistersForTesting(registers);
+    const int64_t m = 6, ld = n + 5;
+    const std::vector<float> x = Pad(RandomFloats(m * n, 21, -3.f, 3.f), m, n, ld);
+    std::vector<uint16_t> w16(static_cast<size_t>(n));
+    const std::vector<float> wf = RandomFloats(n, 22, 0.5f, 1.5f);
+    for (int64_t i = 0; i < n; ++i) w16[i] = F32ToBf16(wf[i]);
+    DeviceArray<uint16_t> dw(w16);
+    DeviceArray<float> dx(x), plain(m * ld), rounded(m * ld);
+    cuda::RmsNorm(dx.get(), ld, m, n, dw.get(), DType::kBF16, 1e-6f, plain.get(), ld, nullptr);
+    const std::vector<float> unrounded = Unpad(plain.ToHost(), m, n, ld);
+    cuda::Bf16RoundRows(plain.get(), ld, m, 0, n, nullptr);
+    cuda::RmsNorm(dx.get(), ld, m, n, dw.get(), DType::kBF16, 1e-6f, rounded.get(), ld, nullptr, true);
+    const std::vector<float> got = Unpad(rounded.ToHost(), m, n, ld);
+    EXPECT_TRUE(AllEqual(got, Unpad(plain.ToHost(), m, n, ld), "the norm, then Bf16RoundRows"));
+    EXPECT_FALSE(AllEqual(got, unrounded)) << "nothing was rounded";
+  }
+}
+
 TEST(CudaRmsNorm, WithoutWeightMatchesCpu) {
   DI_REQUIRE_GPU();
   const int64_t m = 33, n = 512;  // the per-head q normalization: rows of head_dim, no weight

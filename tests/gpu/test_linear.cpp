@@ -294,10 +294,11 @@ std::vector<float> Rows(const std::vector<float>& y, int64_t width, int64_t r0, 
 
 // Runs cuda::LinearsOfOneInput on the first m rows of x [m, in] through the first `count` weights
 // (all of them where count is 0), with the scratch LinearScratchBytes asks for, and returns each
-// product's y [m, out] (NaN where nothing was written).
+// product's y [m, out] (NaN where nothing was written). x_is_bf16: LinearsOfOneInput's (x must hold
+// BF16 values).
 std::vector<std::vector<float>> RunLinearsOfOneInput(const std::vector<TestWeight>& weights,
                                                      const DeviceArray<float>& dx, int64_t in, int64_t m,
-                                                     size_t count = 0) {
+                                                     size_t count = 0, bool x_is_bf16 = false) {
   if (count == 0) count = weights.size();
   std::vector<DeviceArray<float>> ys;
   std::vector<cuda::DeviceWeight> device_weights;
@@ -313,7 +314,7 @@ std::vector<std::vector<float>> RunLinearsOfOneInput(const std::vector<TestWeigh
   for (size_t i = 0; i < count; ++i) outputs.push_back({&device_weights[i], ys[i].get(), weights[i].out});
   DeviceArray<uint8_t> scratch(scratch_bytes);
   cuda::LinearsOfOneInput(dx.get(), in, m, outputs.data(), static_cast<int>(count), nullptr, TestLinearMath(),
-                          scratch.get(), scratch_bytes);
+                          scratch.get(), scratch_bytes, x_is_bf16);
   std::vector<std::vector<float>> out;
   for (const auto& y : ys) out.push_back(y.ToHost());
   return out;
@@ -1282,6 +1283,53 @@ TEST(CudaLinearMma, LinearsOfOneInputEqualLinear) {
     for (size_t i = 0; i < count; ++i) {
       EXPECT_TRUE(AllEqual(ys[i], RunRows(weights[i], dx, 0, kRows),
                            "product " + std::to_string(i) + " against Linear alone"));
+    }
+  }
+}
+
+// LinearsOfOneInput on BF16 values (a block's norm output under Numerics::bf16_norm_outputs): the
+// products the dense warp-specialized kernels run multiply x as one part, shared (at 1024 rows the
+// three wide ones: [1024 -> 4096], [1024 -> 2048], [1024 -> 20480]) or alone (at 100 rows the
+// widest on the 64-token kernel; at 1 and 8 rows each where LinearRoundsXToBf16 says so), and every
+// product has the bits it has on the same x taken as it is (three parts, two of them zeros), the
+// narrow [1024 -> 64] (K slices over a cluster) included.
+TEST(CudaLinearMma, LinearsOfOneInputOnBf16ValuesEqualThreeParts) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
+    GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  }
+  constexpr cuda::LinearMath kSplit = cuda::LinearMath::kSplitBf16;
+  ScopedLinearMath math(kSplit);
+  ScopedDenseSplit on(1);
+  constexpr int64_t kIn = 1024;
+  uint64_t seed = 8100;
+  std::vector<TestWeight> weights;
+  for (const int64_t out : {int64_t{4096}, int64_t{64}, int64_t{2048}, int64_t{20480}}) {
+    weights.push_back(RandomWeight(kBf16, out, kIn, ++seed));
+  }
+  for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{100}, int64_t{1024}}) {
+    SCOPED_TRACE(testing::Message() << "M=" << m);
+    std::vector<float> x = RandomFloats(static_cast<size_t>(m * kIn), ++seed);
+    cpu::Bf16Round(x.data(), static_cast<int64_t>(x.size()));
+    const DeviceArray<float> dx(x);
+    uint64_t alone_on_one_part = 0;  // products that Linear would run on one part
+    for (const TestWeight& w : weights) {
+      const size_t bytes = cuda::LinearScratchBytes(m, w.Device(), kSplit);
+      DeviceArray<uint8_t> scratch(bytes);
+      DeviceArray<float> dy(static_cast<size_t>(m * w.out));
+      alone_on_one_part += cuda::LinearRoundsXToBf16(dx.get(), kIn, m, w.Device(), dy.get(), w.out, kSplit,
+                                                     scratch.get(), bytes, nullptr);
+    }
+    const std::vector<std::vector<float>> three_parts = RunLinearsOfOneInput(weights, dx, kIn, m);
+    const uint64_t shared = cuda::SharedXPartsLaunchesForTesting();
+    const uint64_t one_part = cuda::DenseRoundedXLaunchesForTesting();
+    const std::vector<std::vector<float>> ys = RunLinearsOfOneInput(weights, dx, kIn, m, 0, true);
+    const uint64_t shared_launches = cuda::SharedXPartsLaunchesForTesting() - shared;
+    EXPECT_EQ(shared_launches, m == 1024 ? 3u : 0u);
+    EXPECT_EQ(cuda::DenseRoundedXLaunchesForTesting() - one_part, m == 1024 ? 3u : alone_on_one_part);
+    if (m == 100) EXPECT_EQ(alone_on_one_part, 1u) << "the widest product on the 64-token kernel";
+    for (size_t i = 0; i < weights.size(); ++i) {
+      EXPECT_TRUE(AllEqual(ys[i], three_parts[i], "product " + std::to_string(i) + " on one part against three"));
     }
   }
 }

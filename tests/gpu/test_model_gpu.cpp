@@ -533,10 +533,10 @@ std::vector<int32_t> FlashPrompt(int64_t vocab) {
 }
 
 // The reference's roundings: FP8 activations, FP8 KV rows (BF16 rope), FP4 indexer, the attention
-// output, q and the probabilities, and the head's input in BF16.
+// output, q and the probabilities, the blocks' norm outputs and the head's input in BF16.
 void SetReferenceRoundings(Numerics& n, bool on) {
   n.fp8_activations = n.kv_fp8 = n.indexer_fp4 = n.bf16_attention_output = n.bf16_attention_inputs = on;
-  n.bf16_head_input = on;
+  n.bf16_head_input = n.bf16_norm_outputs = on;
 }
 
 const CpuFlashTrack& CpuFlashLogits(bool reference_roundings) {

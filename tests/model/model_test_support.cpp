@@ -90,6 +90,7 @@ LoadOptions WithEveryReferenceRounding(LoadOptions options) {
   options.numerics.bf16_attention_output = true;
   options.numerics.bf16_attention_inputs = true;
   options.numerics.bf16_head_input = true;
+  options.numerics.bf16_norm_outputs = true;
   return options;
 }
 

@@ -47,7 +47,7 @@ class SequenceDriver {
 };
 
 // `options` with every rounding of the reference on (Numerics: fp8_activations, kv_fp8,
-// indexer_fp4, bf16_attention_output, bf16_attention_inputs, bf16_head_input).
+// indexer_fp4, bf16_attention_output, bf16_attention_inputs, bf16_head_input, bf16_norm_outputs).
 LoadOptions WithEveryReferenceRounding(LoadOptions options = {});
 
 int32_t Argmax(const std::vector<float>& v);

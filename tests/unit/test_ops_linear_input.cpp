@@ -1,5 +1,6 @@
 // ops::Linear and ops::GroupedLinear with a kBf16 input on the host: y = W · bf16(x), x rounded to
-// the nearest BF16 (ties to even) in place first, so x is consumed; kAsIs multiplies x as it is.
+// the nearest BF16 (ties to even) in place first, so x is consumed; kAsIs multiplies x as it is;
+// kBf16Values (x's values BF16 already) as kAsIs, x untouched; RmsNorm's bf16_out.
 // Values are chosen so that every rounding and every sum is exact in f32: the expected outputs are
 // exact, and an unrounded or wrongly rounded x gives other ones.
 #include <gtest/gtest.h>
@@ -70,6 +71,45 @@ TEST(OpsLinearInput, Bf16InputOfAGroupedLinearToo) {
                      TensorView(y.data(), DType::kF32, {1, 2, 1}), ops::LinearInput::kBf16);
   EXPECT_EQ(y[0], Sum(kRounded));
   EXPECT_EQ(y[1], 2.f * Sum(kRounded));
+}
+
+// kBf16Values: x holds BF16 values already, so the products are kAsIs's and x is not written
+// (here an x that is not BF16, which such a caller must not pass, shows that nothing rounds it);
+// LinearsOfOneInput takes it too, and refuses kBf16 (which would consume an x its products share).
+TEST(OpsLinearInput, Bf16ValuesAreMultipliedAsTheyAre) {
+  const Bf16Weight weight(2);
+  std::vector<float> x = kRow, y(2, -1.f), y2(2, -1.f);
+  const TensorView xv(x.data(), DType::kF32, {1, 4});
+  ops::Linear(ops::HostContext(), xv, weight.w, TensorView(y.data(), DType::kF32, {1, 2}),
+              ops::LinearInput::kBf16Values);
+  EXPECT_EQ(x, kRow) << "x is not written";
+  EXPECT_EQ(y[0], Sum(kRow));
+  EXPECT_EQ(y[1], 2.f * Sum(kRow));
+
+  ops::LinearsOfOneInput(ops::HostContext(), xv,
+                         {{&weight.w, TensorView(y.data(), DType::kF32, {1, 2})},
+                          {&weight.w, TensorView(y2.data(), DType::kF32, {1, 2})}},
+                         TensorView(), ops::LinearInput::kBf16Values);
+  EXPECT_EQ(x, kRow);
+  EXPECT_EQ(y2[0], Sum(kRow));
+  EXPECT_EQ(y2[1], 2.f * Sum(kRow));
+  EXPECT_THROW(ops::LinearsOfOneInput(ops::HostContext(), xv, {{&weight.w, TensorView(y.data(), DType::kF32, {1, 2})}},
+                                      TensorView(), ops::LinearInput::kBf16),
+               std::exception);
+}
+
+// A norm with bf16_out stores its values rounded to BF16 (nearest even): a row of four 2s has RMS 2
+// (eps 0), so each output is its f32 weight times exactly 1, and the weights carry kRow's rounding
+// cases; without bf16_out the same norm stores kRow.
+TEST(OpsLinearInput, NormWithBf16OutputsRoundsWhatItStores) {
+  std::vector<float> weights = kRow;
+  const TensorView norm_weight(weights.data(), DType::kF32, {4});
+  std::vector<float> x = {2.f, 2.f, 2.f, 2.f}, y(4, -1.f);
+  const TensorView xv(x.data(), DType::kF32, {1, 4}), yv(y.data(), DType::kF32, {1, 4});
+  ops::RmsNorm(ops::HostContext(), xv, norm_weight, 0.f, yv, true);
+  EXPECT_EQ(y, kRounded);
+  ops::RmsNorm(ops::HostContext(), xv, norm_weight, 0.f, yv);
+  EXPECT_EQ(y, kRow);
 }
 
 }  // namespace

@@ -19,11 +19,17 @@ constexpr int kRowThreads = 256;
 // Elements a norm thread loads before using them (all in flight together).
 constexpr int kNormBatch = 4;
 
+// A norm's output value as stored: itself, or (bf16_out) rounded to BF16, nearest even, as
+// Bf16RoundKernel rounds it.
+__device__ __forceinline__ float NormOutput(float value, bool bf16_out) {
+  return bf16_out ? __bfloat162float(__float2bfloat16_rn(value)) : value;
+}
+
 // Rows of more than kWarpRowMax values, one block per row. Thread j sums x[i]² over i = j,
 // j + blockDim, ... in that order (fmaf from +0), then BlockSum; y[i] = w[i] · (x[i] · inv). Loads
 // go kNormBatch at a time ahead of use.
 __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype,
-                              float eps, float* y, int64_t ldy) {
+                              float eps, float* y, int64_t ldy, bool bf16_out) {
   PdlPrologue(PdlTriggerFirst{});
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;
@@ -52,7 +58,7 @@ __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void
 #pragma unroll
     for (int u = 0; u < kNormBatch; ++u) {
       const int64_t i = i0 + u * stride;
-      if (i < n) yr[i] = w[u] * (v[u] * inv);
+      if (i < n) yr[i] = NormOutput(w[u] * (v[u] * inv), bf16_out);
     }
   }
 }
@@ -65,7 +71,7 @@ __global__ void RmsNormKernel(const float* x, int64_t ldx, int64_t n, const void
 template <int kPerThread>
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormRowKernel(const float* x, int64_t ldx, int64_t n, const void* weight, DType weight_dtype, float eps,
-                     float* y, int64_t ldy, int64_t weight_bytes) {
+                     float* y, int64_t ldy, int64_t weight_bytes, bool bf16_out) {
   PdlPrologue(L2Range{threadIdx.x == 0 ? weight : nullptr, weight_bytes}, PdlTriggerFirst{});
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;
@@ -87,7 +93,7 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
   for (int u = 0; u < kPerThread; ++u) {
     const int64_t i = threadIdx.x + static_cast<int64_t>(u) * kRowThreads;
-    if (i < n) yr[i] = w[u] * (v[u] * inv);
+    if (i < n) yr[i] = NormOutput(w[u] * (v[u] * inv), bf16_out);
   }
 }
 constexpr int64_t kRowRegistersMax = 32 * kRowThreads;  // RmsNormRowKernel<32>'s widest row
@@ -121,7 +127,7 @@ __device__ __forceinline__ void WarpRmsNorm(const float (&v)[kWarpRowPerLane], i
 
 __global__ void __launch_bounds__(kRowThreads)
     RmsNormWarpKernel(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
-                      float eps, float* y, int64_t ldy) {
+                      float eps, float* y, int64_t ldy, bool bf16_out) {
   PdlPrologue(PdlTriggerFirst{});
   const int lane = threadIdx.x % kWarpSize;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / kWarpSize;
@@ -134,7 +140,8 @@ __global__ void __launch_bounds__(kRowThreads)
     const int64_t i = lane + static_cast<int64_t>(u) * kWarpSize;
     v[u] = i < n ? xr[i] : 0.f;
   }
-  WarpRmsNorm(v, n, lane, weight, weight_dtype, eps, [&](int, int64_t i, float value) { yr[i] = value; });
+  WarpRmsNorm(v, n, lane, weight, weight_dtype, eps,
+              [&](int, int64_t i, float value) { yr[i] = NormOutput(value, bf16_out); });
 }
 
 __global__ void EmbeddingKernel(const int32_t* ids, const void* table, DType table_dtype, int64_t vocab,
@@ -543,17 +550,17 @@ void CheckRows(int64_t m, const char* what) {
 }  // namespace
 
 void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
-             float eps, float* y, int64_t ldy, cudaStream_t stream) {
+             float eps, float* y, int64_t ldy, cudaStream_t stream, bool bf16_out) {
   if (m == 0) return;
   CheckRows(m, "rms_norm");
   if (n <= kWarpRowMax) {
     RmsNormWarpKernel<<<static_cast<unsigned>(CeilDiv(m, kWarpRowsPerBlock)), kRowThreads, 0, stream>>>(
-        x, ldx, m, n, weight, weight_dtype, eps, y, ldy);
+        x, ldx, m, n, weight, weight_dtype, eps, y, ldy, bf16_out);
   } else if (n <= kRowRegistersMax && RmsNormRowsInRegisters()) {
     const int64_t weight_bytes = weight != nullptr && PrefetchWeights() ? n * DTypeSize(weight_dtype) : 0;
     const auto launch = [&](auto kernel) {
       kernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy,
-                                                                    weight_bytes);
+                                                                    weight_bytes, bf16_out);
     };
     if (n <= 16 * kRowThreads) {
       launch(RmsNormRowKernel<16>);
@@ -562,7 +569,8 @@ void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weig
     }
     g_rms_norm_rows_in_registers_launches.fetch_add(1);
   } else {
-    RmsNormKernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy);
+    RmsNormKernel<<<static_cast<unsigned>(m), kRowThreads, 0, stream>>>(x, ldx, n, weight, weight_dtype, eps, y, ldy,
+                                                                        bf16_out);
   }
   DI_CUDA_LAUNCH_CHECK("rms_norm");
 }

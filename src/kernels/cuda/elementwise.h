@@ -11,9 +11,10 @@
 namespace deepinfer::cuda {
 
 // y[m, :] = w ⊙ x[m, :] / sqrt(mean(x[m, :]²) + eps); `weight` (BF16/F16/F32, [n]) may be null.
-// x and y may alias.
+// x and y may alias. bf16_out: each y value rounded to BF16 (nearest even, as Bf16RoundRows) as
+// it is stored.
 void RmsNorm(const float* x, int64_t ldx, int64_t m, int64_t n, const void* weight, DType weight_dtype,
-             float eps, float* y, int64_t ldy, cudaStream_t stream);
+             float eps, float* y, int64_t ldy, cudaStream_t stream, bool bf16_out = false);
 // Tests only: rows of 513-8192 values held in registers (RmsNormRowKernel; the same bits as the
 // loop kernel) on (1), off (0: the loop kernel), or as DEEPINFER_NORM_ROWS_IN_REGISTERS says (-1,
 // the default: on unless 0); and how many launches took them in this process.

@@ -6660,7 +6660,7 @@ void Linear(const float* x, int64_t ldx, int64_t m, const DeviceWeight& w, float
 }
 
 void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutput* outputs, int count,
-                       cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes) {
+                       cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes, bool x_is_bf16) {
   ReadSwitches();
   if (m < 0) Fail("negative row count");
   if (count < 0 || (count > 0 && outputs == nullptr)) Fail("bad product list");
@@ -6682,15 +6682,20 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
       continue;
     }
     kinds[i] = SetLinearParams(x, ldx, m, *outputs[i].w, outputs[i].y, outputs[i].ldy, scratch, scratch_bytes, p);
-    on_lt[i] = DenseOnCublasLt(p, kinds[i], math, stream);
+    // BF16 values: cuBLASLt's products take three parts, so they run alone, as Linear runs them.
+    on_lt[i] = !x_is_bf16 && DenseOnCublasLt(p, kinds[i], math, stream);
     shared[i] = on_lt[i] || TakesDenseWs(p, kinds[i], math, device, sms);
     sharing += shared[i];
   }
   // With fewer than two sharing, each runs as Linear runs it, in list order. Else the others
   // first (with the scratch, which they may use), then x's parts once and the products that share
-  // them.
+  // them. BF16 values: one part where a product alone takes a kernel that rounds x (their rounding
+  // is themselves), else three of which two are zeros.
   for (int i = 0; i < count; ++i) {
-    if (has_work(i) && (sharing < 2 || !shared[i])) Launch(params[i], kinds[i], 1, stream, math);
+    if (!has_work(i) || (sharing >= 2 && shared[i])) continue;
+    Params& p = params[i];
+    p.x_bf16 = x_is_bf16 && DenseRoundsXToBf16(p, kinds[i], math);
+    Launch(p, kinds[i], 1, stream, math);
   }
   if (sharing < 2) return;
   const int64_t k = outputs[0].w->in_features;
@@ -6699,7 +6704,9 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
   CUtensorMap x_map{};  // for the warp-specialized kernel's products, where there are any
   bool kernel_shares = false;
   for (int i = 0; i < count; ++i) kernel_shares = kernel_shares || (shared[i] && !on_lt[i]);
-  if (kernel_shares) {
+  if (x_is_bf16) {  // x as its one part (no cuBLASLt product shares it: on_lt is false)
+    x_map = SplitXPartsForWs<1>(x, ldx, m, k, parts, sms, stream, split_what);
+  } else if (kernel_shares) {
     x_map = SplitXPartsForWs<3>(x, ldx, m, k, parts, sms, stream, split_what);
   } else {
     SplitXParts<3>(x, ldx, m, k, parts, sms, stream, split_what);
@@ -6715,16 +6722,25 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
     const CUtensorMap w_map = Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
     const char* what = "cuda::LinearsOfOneInput split-BF16 wgmma, warp-specialized";
     // Pairs read the same parts through half boxes.
-    auto launch = [&](auto overlap) {
+    auto launch = [&](auto overlap, auto x_parts) {
       constexpr bool kOverlap = decltype(overlap)::value;
-      const bool pairs = Bf16WsPairs<3, kOverlap>(p.m, p.n, true, device);
-      const CUtensorMap half_map = pairs ? XPartsMap<3>(parts, m, k, XBoxRows(true)) : CUtensorMap{};
-      LaunchBf16Ws<3, kOverlap>(w_map, pairs ? half_map : x_map, p, 1, device, sms, stream, what, pairs);
+      constexpr int kParts = decltype(x_parts)::value;
+      const bool pairs = Bf16WsPairs<kParts, kOverlap>(p.m, p.n, true, device);
+      const CUtensorMap half_map = pairs ? XPartsMap<kParts>(parts, m, k, XBoxRows(true)) : CUtensorMap{};
+      LaunchBf16Ws<kParts, kOverlap>(w_map, pairs ? half_map : x_map, p, 1, device, sms, stream, what, pairs);
+    };
+    auto with_parts = [&](auto overlap) {
+      if (x_is_bf16) {
+        launch(overlap, std::integral_constant<int, 1>{});
+        g_dense_rounded_x_launches.fetch_add(1);
+      } else {
+        launch(overlap, std::integral_constant<int, 3>{});
+      }
     };
     if (g_dense_overlap.On()) {
-      launch(std::true_type{});
+      with_parts(std::true_type{});
     } else {
-      launch(std::false_type{});
+      with_parts(std::false_type{});
     }
     g_dense_split_launches.fetch_add(1);
     g_dense_ws_launches.fetch_add(1);

@@ -129,14 +129,18 @@ bool LinearRoundsXToBf16(const float* x, int64_t ldx, int64_t m, const DeviceWei
 // take the dense warp-specialized path (BF16 weights under kSplitBf16, m >= 256, a grid that fills
 // the GPU, scratch of LinearScratchBytes for each), the others run first (as Linear would), then
 // x's BF16 parts are split into the scratch once for all of those; else each runs as Linear, in
-// list order.
+// list order. x_is_bf16: x's values are BF16 already (the caller's contract), so the products
+// that take a kernel rounding x (LinearRoundsXToBf16) multiply x as one BF16 part, shared or
+// alone, with the bits of three parts of which two are zeros; the others run as without, and no
+// cuBLASLt product shares x's parts.
 struct LinearOutput {
   const DeviceWeight* w;
   float* y;
   int64_t ldy;
 };
 void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutput* outputs, int count,
-                       cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes);
+                       cudaStream_t stream, LinearMath math, void* scratch, size_t scratch_bytes,
+                       bool x_is_bf16 = false);
 // Tests only: how many of LinearsOfOneInput's products ran on x's parts split once for several.
 uint64_t SharedXPartsLaunchesForTesting();
 // Scratch bytes Linear can use for m rows of x (0 where no path uses scratch): for FP8 and FP4

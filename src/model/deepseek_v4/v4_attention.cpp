@@ -32,7 +32,7 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
   Workspace& ws = *ctx.ws;
 
   // wq_a and wkv read x through the activation rounding (fp8_activations); the compressors and
-  // the indexer's weights_proj read it as it is.
+  // the indexer's weights_proj read it as it is (BF16 values under bf16_norm_outputs).
   const TensorView xq = QuantizedCopy(ctx, x);
   // The norm and rope of this layer's head rows (q's heads unweighted, kv by kv_norm).
   auto norm_rope = [&](const TensorView& weight) {
@@ -99,7 +99,7 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
     if (spread) {
       std::vector<ops::LinearProduct> list;
       index_weight_product(list);
-      DenseLinearsOfOneInput(kv_ctx, x, list);
+      DenseLinearsOfOneInput(kv_ctx, x, list, NormOutputInput());
       scale_index_weights(kv_ctx);
     }
   });
@@ -108,13 +108,13 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
     branches.Add(2, [&](const StepContext& b) {
       std::vector<ops::LinearProduct> list;
       compressor_products(list);
-      DenseLinearsOfOneInput(b, x, list);
+      DenseLinearsOfOneInput(b, x, list, NormOutputInput());
       Compress(b, w, false, ckv, cscore);
     });
     branches.Add(3, [&](const StepContext& b) {
       std::vector<ops::LinearProduct> list;
       indexer_products(list);
-      DenseLinearsOfOneInput(b, x, list);
+      DenseLinearsOfOneInput(b, x, list, NormOutputInput());
       Compress(b, w, true, ikv, iscore);
     });
   } else if (x_products_exist) {
@@ -127,7 +127,7 @@ TensorView V4Model::Attention(const StepContext& ctx, const BlockWeights& w, con
         index_weight_product(list);
         indexer_products(list);
       }
-      DenseLinearsOfOneInput(b, x, list);
+      DenseLinearsOfOneInput(b, x, list, NormOutputInput());
       if (aw.compressor) Compress(b, w, false, ckv, cscore);
       if (aw.indexer) {
         scale_index_weights(b);

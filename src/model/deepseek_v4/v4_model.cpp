@@ -536,19 +536,21 @@ void V4Model::QuantizedLinear(const StepContext& ctx, const TensorView& x, const
   ops::Linear(ctx.op, x, w, y, input, scratch);
 }
 
-void V4Model::DenseLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w,
-                          const TensorView& y) const {
+void V4Model::DenseLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
+                          ops::LinearInput input) const {
+  DI_CHECK(input == ops::LinearInput::kAsIs || input == ops::LinearInput::kBf16Values,
+           "dense linear: an input as it is or of BF16 values");
   const size_t bytes = ops::LinearScratchBytes(ctx.op, x.size(0), w, ops::LinearInput::kAsIs);
   const TensorView scratch = bytes == 0 ? TensorView() : ctx.ws->Alloc(DType::kI8, {static_cast<int64_t>(bytes)});
-  ops::Linear(ctx.op, x, w, y, ops::LinearInput::kAsIs, scratch);
+  ops::Linear(ctx.op, x, w, y, input, scratch);
 }
 
 void V4Model::DenseLinearsOfOneInput(const StepContext& ctx, const TensorView& x,
-                                     const std::vector<ops::LinearProduct>& products) const {
+                                     const std::vector<ops::LinearProduct>& products, ops::LinearInput input) const {
   if (products.empty()) return;
   const size_t bytes = ops::LinearsOfOneInputScratchBytes(ctx.op, x.size(0), products);
   const TensorView scratch = bytes == 0 ? TensorView() : ctx.ws->Alloc(DType::kI8, {static_cast<int64_t>(bytes)});
-  ops::LinearsOfOneInput(ctx.op, x, products, scratch);
+  ops::LinearsOfOneInput(ctx.op, x, products, scratch, input);
 }
 
 void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorView& streams) const {
@@ -561,7 +563,7 @@ void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorV
                    mid = ws.Alloc(DType::kF32, {tokens, s, d});
 
   ops::HcPre(ctx.op, streams, HcParamsFor(w.hc_attn, c), a, post, comb);
-  ops::RmsNorm(ctx.op, a, w.attn_norm, eps, a);
+  ops::RmsNorm(ctx.op, a, w.attn_norm, eps, a, numerics_.bf16_norm_outputs);
   const TensorView heads_out = Attention(ctx, w, a);
   // Only now may the chunks' rows enter the rings: their earlier queries read older rows there.
   // Nothing else in the layer reads the ring or writes the fresh rows, so the copy runs beside the
@@ -573,7 +575,7 @@ void V4Model::Block(const StepContext& ctx, const BlockWeights& w, const TensorV
     ops::HcPost(layer_ctx.op, o, streams, post, comb, mid);
 
     ops::HcPre(layer_ctx.op, mid, HcParamsFor(w.hc_ffn, c), a, post, comb);
-    ops::RmsNorm(layer_ctx.op, a, w.ffn_norm, eps, a);
+    ops::RmsNorm(layer_ctx.op, a, w.ffn_norm, eps, a, numerics_.bf16_norm_outputs);
     Moe(layer_ctx, w, a, o);
     ops::HcPost(layer_ctx.op, o, mid, post, comb, streams);
   });
@@ -588,7 +590,7 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const float limit = static_cast<float>(c.swiglu_limit);
   Workspace& ws = *ctx.ws;
 
-  // The router reads x as it is; the experts' FP8/FP4 linears read it (and their w2 inputs)
+  // The router reads x as it is (BF16 values under bf16_norm_outputs); the experts' FP8/FP4 linears read it (and their w2 inputs)
   // through the reference's activation rounding when fp8_activations is on.
   const TensorView xq = QuantizedCopy(ctx, x);
   // The shared expert (branch 1) runs beside the router and the routed experts (branch 0).
@@ -629,7 +631,7 @@ void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const
   Workspace& ws = *ctx.ws;
 
   const TensorView gate_logits = ws.Alloc(DType::kF32, {tokens, num_experts});
-  DenseLinear(ctx, x, m.gate, gate_logits);
+  DenseLinear(ctx, x, m.gate, gate_logits, NormOutputInput());
   ops::RouterParams rp;
   rp.score = c.scoring_func == ScoringFunc::kSqrtSoftplus ? ops::RouterScore::kSqrtSoftplus
              : c.scoring_func == ScoringFunc::kSigmoid    ? ops::RouterScore::kSigmoid
@@ -685,8 +687,8 @@ void V4Model::RoutedExperts(const StepContext& ctx, const BlockWeights& w, const
   // Else, on the FP8-input path (DEEPINFER_EXPERTS_X_CODES), the gather and the SwiGLU write the e4m3
   // codes that each call would act_quant its f32 rows into (where the kernels round x themselves:
   // no model-side rounding comes between).
-  auto takes_fp8_codes = [&](const ops::ExpertsWeight& w) {
-    return act_quant_in_kernels_ && ops::ExpertsLinearTakesFp8Codes(ctx.op, bound, w, QuantizedInput(), codes);
+  auto takes_fp8_codes = [&](const ops::ExpertsWeight& weight) {
+    return act_quant_in_kernels_ && ops::ExpertsLinearTakesFp8Codes(ctx.op, bound, weight, QuantizedInput(), codes);
   };
   const bool x_in_fp8 = !x_in_bf16 && takes_fp8_codes(first) && (joined || takes_fp8_codes(experts.w3));
   const bool x_in_codes = x_in_bf16 || x_in_fp8;

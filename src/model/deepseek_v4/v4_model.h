@@ -147,14 +147,22 @@ class V4Model : public Model {
   // ops::Linear of an input rounded as above (QuantizedInput), with the scratch the GPU's FP8 GEMM
   // quantizes it into, from the step's workspace.
   void QuantizedLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y) const;
-  // ops::Linear of an input taken as it is (the compressors', the indexer's BF16 weights), with the
-  // scratch a GPU kernel uses where it wants one (x's BF16 parts, split once per call for the
-  // warp-specialized GEMM: the same bits as without), from the step's workspace.
-  void DenseLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y) const;
+  // How a block's norm outputs (attn_norm's, ffn_norm's) reach their unquantized linears:
+  // kBf16Values when bf16_norm_outputs rounds them (then, with tensor_core_linears, one BF16 part
+  // where the warp-specialized kernels run the product), else kAsIs.
+  ops::LinearInput NormOutputInput() const {
+    return numerics_.bf16_norm_outputs ? ops::LinearInput::kBf16Values : ops::LinearInput::kAsIs;
+  }
+  // ops::Linear of an unquantized input (kAsIs, or kBf16Values: NormOutputInput) on a BF16 weight
+  // (the compressors', the indexer's, the gate's), with the scratch a GPU kernel uses where it
+  // wants one (x's BF16 parts, split once per call for the warp-specialized GEMM: the same bits as
+  // without), from the step's workspace.
+  void DenseLinear(const StepContext& ctx, const TensorView& x, const LinearWeight& w, const TensorView& y,
+                   ops::LinearInput input) const;
   // DenseLinear of one x for several weights (ops::LinearsOfOneInput: x's parts split once for the
   // products that use them).
   void DenseLinearsOfOneInput(const StepContext& ctx, const TensorView& x,
-                              const std::vector<ops::LinearProduct>& products) const;
+                              const std::vector<ops::LinearProduct>& products, ops::LinearInput input) const;
   void UploadWeights();
   // The routed experts of every block as ops::ExpertsWeight, pointing at the weights where they
   // live (after UploadWeights on a CUDA device).
