@@ -1551,6 +1551,54 @@ TEST(CudaLinearMma, DenseRoundingElsewhereIsAnError) {
       << "the case the others depart from";
 }
 
+// DEEPINFER_DENSE_WS_TOKENS_FASTEST: the dense products of 2-4 128-token tiles without pairs, the
+// walk taking token tiles fastest, give the bits of the default walk (pairs, row blocks fastest):
+// on a head-like [34000 -> 4096] at 256, 300 and 512 rows, x as three parts and as one rounded part,
+// from the weight's rows and its tiles; one launch each takes the order, and none at 128 rows (one
+// token tile) or 600 (five).
+TEST(CudaLinearMma, DenseTokensFastestGivesTheSameBits) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
+    GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  }
+  constexpr cuda::LinearMath kSplit = cuda::LinearMath::kSplitBf16;
+  ScopedLinearMath math(kSplit);
+  ScopedDenseSplit on(1);
+  ScopedDenseTiles tiles_on(1);
+  constexpr int64_t kOut = 34000, kIn = 4096;
+  uint64_t seed = 8200;
+  const TestWeight w = RandomWeight(kBf16, kOut, kIn, ++seed);
+  const cuda::DeviceWeight rows = w.Device();
+  const size_t tile_bytes = cuda::DenseTilesBytes(rows, kSplit);
+  ASSERT_GT(tile_bytes, 0u);
+  DeviceArray<uint8_t> tiles(tile_bytes);
+  cuda::WriteDenseTiles(rows, tiles.get(), tile_bytes, nullptr);
+  for (const int64_t m : {int64_t{128}, int64_t{256}, int64_t{300}, int64_t{512}, int64_t{600}}) {
+    const DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * kIn), ++seed));
+    const size_t scratch_bytes = cuda::LinearScratchBytes(m, rows, kSplit);
+    DeviceArray<uint8_t> scratch(scratch_bytes);
+    DeviceArray<float> dy(static_cast<size_t>(m * kOut));
+    const uint64_t expected = m >= 129 && m <= 512 ? 1 : 0;
+    for (const bool round : {false, true}) {
+      for (const void* weight_tiles : {static_cast<const void*>(nullptr), static_cast<const void*>(tiles.get())}) {
+        SCOPED_TRACE(testing::Message() << "M=" << m << (round ? " one part" : " three parts")
+                                        << (weight_tiles != nullptr ? " tiles" : " rows"));
+        auto run = [&](int mode) {
+          const ScopedSwitch<cuda::SetDenseWsTokensFastestForTesting> order(mode);
+          dy.Fill(0xff);  // NaN: an output the kernel skips does not pass
+          const uint64_t before = cuda::DenseWsTokensFastestLaunchesForTesting();
+          cuda::Linear(dx.get(), kIn, m, rows, dy.get(), kOut, nullptr, kSplit, scratch.get(), scratch_bytes,
+                       weight_tiles, round);
+          EXPECT_EQ(cuda::DenseWsTokensFastestLaunchesForTesting() - before, mode == 1 ? expected : 0u);
+          return dy.ToHost();
+        };
+        const std::vector<float> rows_fastest = run(0);
+        EXPECT_TRUE(AllEqual(run(1), rows_fastest, "token tiles fastest against the default walk"));
+      }
+    }
+  }
+}
+
 TEST(CudaLinearMma, BatchInvariantAndDeterministic) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);

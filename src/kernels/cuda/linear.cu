@@ -110,6 +110,10 @@ struct Params {
   // The kernels that take PdlPrologue(L2Range) ask L2 for their block's weight bytes before their
   // PDL wait (set by Launch, through which every such kernel goes: PrefetchWeights()).
   bool prefetch_w = false;
+  // GroupedBf16WsKernel without pairs: its walk takes token tiles fastest at 128-token tiles too
+  // (it always does at 64), so a weight row block's token tiles run side by side
+  // (DEEPINFER_DENSE_WS_TOKENS_FASTEST).
+  bool ws_tokens_fastest = false;
 };
 
 // The raw bits of one weight chunk (little-endian, column order) and its block scale.
@@ -4445,22 +4449,40 @@ bool DenseWs64Runs(const Params& p) {
 // Launches of the dense warp-specialized kernels on x rounded to BF16 (Linear's round_x_to_bf16; tests).
 std::atomic<uint64_t> g_dense_rounded_x_launches{0};
 
+// DEEPINFER_DENSE_WS_TOKENS_FASTEST (read once; unset or 0: off, 1: on): the dense products of 2-4
+// 128-token tiles (the head at decode batches 129-512) on GroupedBf16WsKernel without pairs, its
+// walk taking token tiles fastest, so that a weight row block's token tiles run side by side on
+// neighbouring SMs and the weight leaves DRAM once instead of once a token tile (pairs share x and
+// walk row blocks fastest). Every tile's products and sums are its own: the same bits. Written
+// for the head on one BF16 part (--head-in-bf16), whose MMAs at batch 256 take about as long as
+// reading its 1.06 GB twice. Tests override it (SetDenseWsTokensFastestForTesting).
+KernelSwitch g_dense_ws_tokens_fastest{"DEEPINFER_DENSE_WS_TOKENS_FASTEST", 0};
+std::atomic<uint64_t> g_dense_ws_tokens_fastest_launches{0};
+constexpr int64_t kTokensFastestMaxTiles = 4;
+
 // x's three parts (or, with p.x_bf16, x rounded to BF16 as the one part) split into the scratch,
 // then GroupedBf16WsKernel on kTok-token tiles (128: the products DenseWsRuns takes, in pairs where
-// Bf16WsPairs says; 8: DenseWs8Runs's; 64: DenseWs64Runs's); the weight from its tiles where
-// p.w_tiles has them (the same bits).
+// Bf16WsPairs says, or token tiles fastest under DEEPINFER_DENSE_WS_TOKENS_FASTEST; 8: DenseWs8Runs's;
+// 64: DenseWs64Runs's); the weight from its tiles where p.w_tiles has them (the same bits).
 template <bool kOverlap, int kTok = 128>
 void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
+  const int64_t tok_blocks = CeilDiv(p.m, int64_t{kTok});
+  const bool tokens_fastest =
+      kTok == 128 && tok_blocks >= 2 && tok_blocks <= kTokensFastestMaxTiles && g_dense_ws_tokens_fastest.On();
   auto launch = [&](auto tiles, auto parts) {
     constexpr bool kTiles = decltype(tiles)::value;
     constexpr int kParts = decltype(parts)::value;
-    const bool pairs = kTok == 128 && Bf16WsPairs<kParts, kOverlap, kTiles>(p.m, p.n, true, device);
+    const bool pairs =
+        kTok == 128 && !tokens_fastest && Bf16WsPairs<kParts, kOverlap, kTiles>(p.m, p.n, true, device);
     const CUtensorMap x_map = SplitXPartsForWs<kParts>(p.x, p.ldx, p.m, p.k, static_cast<uint16_t*>(p.scratch), sms,
                                                        stream, "cuda::Linear split-BF16 x parts",
                                                        kTok == 128 ? XBoxRows(pairs) : kTok);
     const CUtensorMap w_map = kTiles ? Bf16TilesMap(p.w_tiles, p.n, p.k) : Bf16WeightMap(p.w, p.n, p.k, p.w_row_bytes);
-    LaunchBf16Ws<kParts, kOverlap, kTiles, kTok>(w_map, x_map, p, 1, device, sms, stream,
+    Params walk = p;
+    walk.ws_tokens_fastest = tokens_fastest;
+    LaunchBf16Ws<kParts, kOverlap, kTiles, kTok>(w_map, x_map, walk, 1, device, sms, stream,
                                                  "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
+    if (tokens_fastest) g_dense_ws_tokens_fastest_launches.fetch_add(1);
   };
   auto with_parts = [&](auto tiles) {
     if (p.x_bf16) {
@@ -6426,6 +6448,10 @@ void SetDenseWsForTesting(int mode) { g_dense_ws.SetForTesting(mode, "SetDenseWs
 void SetDenseWs8ForTesting(int mode) { g_dense_ws8.SetForTesting(mode, "SetDenseWs8ForTesting"); }
 
 void SetDenseWs64ForTesting(int mode) { g_dense_ws64.SetForTesting(mode, "SetDenseWs64ForTesting"); }
+void SetDenseWsTokensFastestForTesting(int mode) {
+  g_dense_ws_tokens_fastest.SetForTesting(mode, "SetDenseWsTokensFastestForTesting");
+}
+uint64_t DenseWsTokensFastestLaunchesForTesting() { return g_dense_ws_tokens_fastest_launches.load(); }
 
 uint64_t DenseWs64LaunchesForTesting() { return g_dense_ws64_launches.load(); }
 

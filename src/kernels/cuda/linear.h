@@ -318,6 +318,11 @@ uint64_t DenseWs8LaunchesForTesting();
 // fewest ran on its 64-token tiles.
 void SetDenseWs64ForTesting(int mode);
 uint64_t DenseWs64LaunchesForTesting();
+// Tests only: DEEPINFER_DENSE_WS_TOKENS_FASTEST (the dense products of 2-4 128-token tiles without
+// pairs, token tiles fastest; the same bits) on (1), off (0) or as the environment says (-1); and
+// how many launches took it in this process.
+void SetDenseWsTokensFastestForTesting(int mode);
+uint64_t DenseWsTokensFastestLaunchesForTesting();
 void SetDenseWsMinRowsForTesting(int64_t rows);
 uint64_t DenseWsLaunchesForTesting();
 // Tests only: how many of those dense warp-specialized launches (8-, 64- and 128-token) multiplied x

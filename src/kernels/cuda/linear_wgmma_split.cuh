@@ -736,16 +736,16 @@ __device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[kTok / 2], ui
 
 // Unit `unit` of GroupedBf16WsKernel's walk: its weight row block (kPairs: the pair's first two
 // row blocks' index times two, plus the block's rank), token tile and group. Weight row blocks
-// fastest, then token tiles, then groups; kTokensFastest (one block per unit, no pairs): token
-// tiles fastest, so a row block's token tiles run side by side and its weight leaves DRAM once.
+// fastest, then token tiles, then groups; tokens_fastest (one block per unit, never with pairs):
+// token tiles fastest, so a row block's token tiles run side by side and its weight leaves DRAM
+// once.
 struct GroupedBf16WsUnit {
   int row_block, tok_block, group;
 };
-template <bool kPairs, bool kTokensFastest>
+template <bool kPairs>
 __device__ __forceinline__ GroupedBf16WsUnit GroupedBf16WsUnitOf(int unit, int units_per_row, int tok_blocks,
-                                                                 int rank) {
-  static_assert(!(kPairs && kTokensFastest), "pairs walk row blocks fastest");
-  if constexpr (kTokensFastest) {
+                                                                 int rank, bool tokens_fastest) {
+  if (!kPairs && tokens_fastest) {
     const int rest = unit / tok_blocks;
     return GroupedBf16WsUnit{rest % units_per_row, unit % tok_blocks, rest / units_per_row};
   }
@@ -764,8 +764,8 @@ static_assert(kGroupedBf16ProducerRegisters * 128 + kGroupedBf16ConsumerRegister
 // Grid: at most one block per SM; tma::kWsThreads threads; GroupedBf16Layout<kParts>::kBytes of
 // dynamic shared memory. Block b takes tiles b, b + gridDim.x, ... of groups × tok_blocks × n_blocks
 // (weight row blocks fastest, then token blocks: a wave shares x's tiles and one group's weight
-// in L2; at kTok = 64 token tiles fastest, GroupedBf16WsUnitOf); load j of the ring is the j-th
-// (tile, chunk) of that walk.
+// in L2; at kTok = 64, and where p.ws_tokens_fastest, token tiles fastest: GroupedBf16WsUnitOf);
+// load j of the ring is the j-th (tile, chunk) of that walk.
 // w_map: the BF16 weight [groups · n rows][K], boxes of 128 rows × 64 values; x_map: the parts,
 // BF16 [kParts][m][groups · K], boxes of 1 × 128 rows × 64 values (zeros past m); both 128-byte
 // swizzle. p: y, ldy, y_group_stride, m, n (rows per group), k.
@@ -813,6 +813,9 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
   const int units_per_row = kPairs ? (n_blocks + 1) / 2 : n_blocks;
   const int first_unit = kPairs ? static_cast<int>(blockIdx.x) / 2 : static_cast<int>(blockIdx.x);
   const int unit_step = kPairs ? static_cast<int>(gridDim.x) / 2 : static_cast<int>(gridDim.x);
+  // The walk's order (GroupedBf16WsUnitOf): token tiles fastest at 64-token tiles, and at 128 where
+  // the host asks (Params::ws_tokens_fastest, never with pairs).
+  const bool tokens_fastest = !kPairs && (kTok == 64 || p.ws_tokens_fastest);
   if (tid == 0) {
     tma::PrefetchTensorMap(&w_map);
     tma::PrefetchTensorMap(&x_map);
@@ -833,7 +836,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     if (tid == tma::kThreads) {
       int64_t j = 0;
       for (int unit = first_unit; unit < tiles; unit += unit_step) {
-        const GroupedBf16WsUnit u = GroupedBf16WsUnitOf<kPairs, kTok == 64>(unit, units_per_row, tok_blocks, rank);
+        const GroupedBf16WsUnit u = GroupedBf16WsUnitOf<kPairs>(unit, units_per_row, tok_blocks, rank, tokens_fastest);
         const int nb = u.row_block, t0 = u.tok_block * L::kTok, g = u.group;
         // Past n_blocks (kPairs, odd n_blocks): the next group's rows, or zeros past the weight.
         const int x_col = g * static_cast<int>(p.k);
@@ -892,7 +895,7 @@ __global__ void __launch_bounds__(tma::kWsThreads, 1)
     }
   };
   for (int unit = first_unit; unit < tiles; unit += unit_step) {
-    const GroupedBf16WsUnit u = GroupedBf16WsUnitOf<kPairs, kTok == 64>(unit, units_per_row, tok_blocks, rank);
+    const GroupedBf16WsUnit u = GroupedBf16WsUnitOf<kPairs>(unit, units_per_row, tok_blocks, rank, tokens_fastest);
     const int nb = u.row_block;
     const int64_t t0 = static_cast<int64_t>(u.tok_block) * L::kTok, g = u.group;
     for (int s0 = 0; s0 < chunks; s0 += kSliceChunks) {
