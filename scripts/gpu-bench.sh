@@ -12,8 +12,9 @@
 # and a PNG plot (tools/plot_bench.py, if matplotlib is there), then again with --tensor-cores, with
 # --tensor-cores --fp8-activations, and that once more at batch 64 and the prefills with
 # DEEPINFER_WGMMA=0 (the mma.sync kernels that the warpgroup-MMA ones replace on sm_90a), and with
-# all of the reference's roundings (--kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 too: sparse attention on
-# tensor cores, wo_a on one BF16 part),
+# all of the reference's roundings (--kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --head-in-bf16
+# --norm-out-bf16 too: sparse attention on tensor cores, wo_a, the head and the norms' BF16 products on
+# one BF16 part),
 # that at batch 64 and the prefills with the FP4 experts pre-folded instead of converted in the
 # GEMM's blocks (DEEPINFER_FP4_IN_BLOCK=0) and never pre-folded (DEEPINFER_FP4_PREFOLD=0),
 # with the dense FP8 linears never on the TMA kernel (DEEPINFER_TMA=0: version 14's comparison)
@@ -51,9 +52,11 @@ if [[ ${1:-} == --steps ]]; then
   DEEPINFER_WGMMA=0 timeout 200 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
     --fp8-activations --no-ceilings --batches 64 --contexts 8192 --json "$out/steps-tc-fp8-mma.json" \
     2>>"$out/bench.log" || status=1
-  echo "== every rounding of the reference (--fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16): sparse attention on tensor cores too"
+  echo "== every rounding of the reference (--fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16" \
+    "--head-in-bf16 --norm-out-bf16): sparse attention on tensor cores too"
   timeout 330 $bin bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
-    --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --no-ceilings --json "$out/steps-tc-ref.json" "$@" 2>>"$out/bench.log" || status=1
+    --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --head-in-bf16 --norm-out-bf16 --no-ceilings \
+    --json "$out/steps-tc-ref.json" "$@" 2>>"$out/bench.log" || status=1
   # (The split-BF16 attention's blocks per query, DEEPINFER_ATTENTION_SPLIT=1/8 against the default 2,
   # were swept in the runs of 2026-12-01/02: docs/performance.md, version 11's follow-ups.)
   variants=()

@@ -28,7 +28,7 @@
 # --quick: one call of ~200 s (2026-12-02: 119 s plus the machine's start), for a change's first
 # check when device time is short: the tensor-core suites, the model, golden and engine tests and
 # the 2-layer Flash-shaped check on e4m3 tensor cores (gpu-run.sh --no-reruns), then `bench steps`
-# with every reference rounding at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
+# with every reference rounding (reference_roundings) at batches 1, 64 and 256 and an 8k prompt ($OUT/steps.json,
 # bench.txt), after `bench read-patterns`, `bench phases` and `bench ceilings --prefill-tokens
 # 8192` (their text in $OUT/micro.txt, their JSON in $OUT/data.tar.xz).
 # DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
@@ -79,6 +79,17 @@ if [[ ${quick:-0} -eq 1 ]]; then
     tail -16
   [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
   source scripts/gpu-env.sh
+  # Every rounding of the reference on tensor cores that binary $1 takes: --head-in-bf16 and
+  # --norm-out-bf16 (versions 71-72) where it knows them, so that an older base binary runs too
+  # (its column then lacks them; each steps JSON records its flags under "model").
+  reference_roundings() {
+    local flags="--tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16" help flag
+    help=$("$1" bench steps --help 2>/dev/null)
+    for flag in --head-in-bf16 --norm-out-bf16; do
+      if grep -q -- "$flag" <<<"$help"; then flags+=" $flag"; fi
+    done
+    echo "$flags"
+  }
   # The device tool returns at most 8 files: the micro-benchmarks' text goes to one file (micro.txt),
   # their JSON and the variants' into data.tar.xz at the end.
   data=$(mktemp -d)
@@ -93,8 +104,8 @@ if [[ ${quick:-0} -eq 1 ]]; then
       status=1
   } >"$final/micro.txt"
   grep -vE "^(head|experts)_[a-z_]+: |^(bf16|fp8)" "$final/micro.txt" 2>/dev/null
-  timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores \
-    --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --batches $quick_batches --contexts 8192 --prompts 8192 \
+  timeout 150 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy \
+    $(reference_roundings "$dist/deepinfer") --batches $quick_batches --contexts 8192 --prompts 8192 \
     --json "$final/steps.json" "${bench_args[@]}" >"$final/bench.txt" 2>&1 || status=1
   grep -vE "^\[v4" "$final/bench.txt" | tail -14
   if [[ ${#variants[@]} -gt 0 ]]; then
@@ -107,7 +118,7 @@ if [[ ${quick:-0} -eq 1 ]]; then
         (DEEPINFER_DIST=$variant_dist; source scripts/gpu-env.sh) && binary=$variant_dist/deepinfer
       fi
       env $environment timeout 120 "$binary" bench steps bench/configs/v4-flash-3layer --load-format dummy \
-        --tensor-cores --fp8-activations --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --no-ceilings --batches $quick_batches \
+        $(reference_roundings "$binary") --no-ceilings --batches $quick_batches \
         --contexts 8192 --prompts 8192 --json "$work/steps-$name.json" $flags "${bench_args[@]}" \
         >>"$final/bench.txt" 2>&1 || status=1
       columns+=("$name=$work/steps-$name.json")
@@ -121,8 +132,8 @@ if [[ ${quick:-0} -eq 1 ]]; then
   if [[ ${QUICK_TRACE:-0} -eq 1 ]]; then
     rm -f "$data/trace-b1.txt" "$data/graph-b1.txt"
     DEEPINFER_KERNEL_TRACE=$data/trace-b1.txt DEEPINFER_GRAPH_KERNELS=$data/graph-b1.txt timeout 90 \
-      "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy --tensor-cores --fp8-activations \
-      --kv-fp8 --indexer-fp4 --attn-out-bf16 --attn-in-bf16 --no-ceilings --batches 1 --contexts 8192 --no-prefill \
+      "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy \
+      $(reference_roundings "$dist/deepinfer") --no-ceilings --batches 1 --contexts 8192 --no-prefill \
       "${bench_args[@]}" >"$data/trace-bench.txt" 2>&1 || { status=1; tail -5 "$data/trace-bench.txt"; }
     python3 tools/kernel_trace.py "$data/trace-b1.txt" "$data/graph-b1.txt" --label 'replay 2' |
       tee "$data/trace-summary.txt" | tail -30 || status=1

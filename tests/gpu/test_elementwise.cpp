@@ -533,6 +533,41 @@ TEST(CudaRoute, RouteAndAlignInOneLaunchEqualsTheTwoKernels) {
   }
 }
 
+// The kernel's top-k runs in one warp, lane l holding experts l, l + 32, …: the best keys all in
+// one lane (each round rescans it), and expert counts of 8 (lanes without experts) and 1024 (32 a
+// lane), against the CPU's order.
+TEST(CudaRoute, TopKFromOneLaneAndOddExpertCounts) {
+  DI_REQUIRE_GPU();
+  struct Case {
+    int64_t e, k;
+    bool one_lane;
+  };
+  for (const Case& c : {Case{256, 8, true}, Case{8, 6, false}, Case{1024, 32, false}, Case{1024, 16, true}}) {
+    SCOPED_TRACE(testing::Message() << "E " << c.e << ", k " << c.k << (c.one_lane ? ", one lane" : ""));
+    const int64_t m = 5;
+    std::vector<float> logits = RandomFloats(m * c.e, 21, -4.f, 4.f);
+    if (c.one_lane) {  // experts 3, 35, 67, … of every token above all others, rising with the id
+      for (int64_t t = 0; t < m; ++t) {
+        for (int64_t i = 3; i < c.e; i += 32) logits[t * c.e + i] = 5.f + 0.01f * static_cast<float>(i);
+      }
+    }
+    cpu::RouterParams cp;
+    cp.score = cpu::RouterScore::kSqrtSoftplus, cp.num_experts = c.e, cp.top_k = c.k, cp.route_scale = 1.5f;
+    std::vector<int32_t> want_ids(m * c.k);
+    std::vector<float> want_w(m * c.k);
+    cpu::Route(logits.data(), m, nullptr, cp, want_ids.data(), want_w.data());
+    DeviceArray<float> dl(logits), dw(m * c.k);
+    DeviceArray<int32_t> dids(m * c.k);
+    cuda::DeviceRouterParams gp;
+    gp.num_experts = c.e, gp.top_k = c.k, gp.route_scale = 1.5f;
+    cuda::Route(dl.get(), m, nullptr, gp, dids.get(), dw.get(), nullptr);
+    const std::vector<int32_t> got = dids.ToHost();
+    EXPECT_TRUE(AllEqual(got, want_ids, "expert ids"));
+    if (c.one_lane) EXPECT_EQ(got[0], static_cast<int32_t>(c.e - 32 + 3)) << "the highest of lane 3's experts first";
+    EXPECT_TRUE(AllClose(dw.ToHost(), want_w, 1e-6f, 2e-6f, "expert weights"));
+  }
+}
+
 TEST(CudaRoute, TiesGoToTheLowerExpertId) {
   DI_REQUIRE_GPU();
   // Every logit equal: the CPU's partial_sort tie rule picks experts 0..k-1.

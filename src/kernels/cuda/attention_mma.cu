@@ -307,17 +307,33 @@ __global__ void __cluster_dims__(kSplit, 1, 1)
   if (row_begin < row_end) {  // uniform over the block; the first tile's wait completes the copies
     const float* q_m = a.q + m * a.q_stride + static_cast<int64_t>(head0) * kD;
     constexpr int kD4 = kD / 4;
-    for (int e4 = tid; e4 < S::kHeads * kD4; e4 += S::kThreads) {
-      const int h = e4 / kD4, c4 = e4 % kD4;
-      if constexpr (kBf16) {  // rounded to nearest once per block; the first tile's barrier covers it
-        const float4 v = head0 + h < a.num_heads ? __ldg(reinterpret_cast<const float4*>(q_m + h * kD) + c4)
-                                                 : make_float4(0.f, 0.f, 0.f, 0.f);
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-        uint2 packed;
-        packed.x = *reinterpret_cast<const uint32_t*>(&lo);
-        packed.y = *reinterpret_cast<const uint32_t*>(&hi);
-        *reinterpret_cast<uint2*>(qs_bf16 + h * S::kRStride + 4 * c4) = packed;
-      } else {
+    if constexpr (kBf16) {  // rounded to nearest once per block; the first tile's barrier covers it
+      // kD / 16 float4 a thread (kHeads·kD4 = kThreads·kD/16), loaded kBatch at a time before
+      // their conversions so that their latencies overlap.
+      constexpr int kPerThread = kD / 16;
+      constexpr int kBatch = kPerThread < 8 ? kPerThread : 8;
+      static_assert(kPerThread % kBatch == 0, "whole batches of q's float4");
+      for (int b0 = 0; b0 < kPerThread; b0 += kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int e4 = tid + (b0 + b) * S::kThreads, h = e4 / kD4, c4 = e4 % kD4;
+          v[b] = head0 + h < a.num_heads ? __ldg(reinterpret_cast<const float4*>(q_m + h * kD) + c4)
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int e4 = tid + (b0 + b) * S::kThreads, h = e4 / kD4, c4 = e4 % kD4;
+          const __nv_bfloat162 lo = __floats2bfloat162_rn(v[b].x, v[b].y), hi = __floats2bfloat162_rn(v[b].z, v[b].w);
+          uint2 packed;
+          packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+          packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+          *reinterpret_cast<uint2*>(qs_bf16 + h * S::kRStride + 4 * c4) = packed;
+        }
+      }
+    } else {
+      for (int e4 = tid; e4 < S::kHeads * kD4; e4 += S::kThreads) {
+        const int h = e4 / kD4, c4 = e4 % kD4;
         float* dst = qs + h * S::kQStride + 4 * c4;
         if (head0 + h < a.num_heads) {
           CpAsync16(dst, q_m + static_cast<int64_t>(h) * kD + 4 * c4);

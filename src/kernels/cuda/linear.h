@@ -319,8 +319,8 @@ uint64_t DenseWs8LaunchesForTesting();
 void SetDenseWs64ForTesting(int mode);
 uint64_t DenseWs64LaunchesForTesting();
 // Tests only: DEEPINFER_DENSE_WS_TOKENS_FASTEST (the dense products of 2-4 128-token tiles without
-// pairs, token tiles fastest; the same bits) on (1), off (0) or as the environment says (-1); and
-// how many launches took it in this process.
+// pairs, token tiles fastest; the same bits) on (1), off (0) or as the environment says (-1; unset:
+// on for x as one rounded part); and how many launches took it in this process.
 void SetDenseWsTokensFastestForTesting(int mode);
 uint64_t DenseWsTokensFastestLaunchesForTesting();
 void SetDenseWsMinRowsForTesting(int64_t rows);

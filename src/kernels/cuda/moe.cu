@@ -53,7 +53,7 @@ __device__ void RouteWeights(const int32_t* ids, const float* p, const DeviceRou
 }
 
 // One block per token. p (unbiased scores) and the biased keys live in shared memory; the top-k
-// is k rounds of a block arg-max over (key desc, id asc), which reproduces the CPU's
+// is k rounds of an arg-max over (key desc, id asc) in warp 0, which reproduces the CPU's
 // partial_sort order exactly.
 __global__ void RouteKernel(const float* logits, const int32_t* token_ids, DeviceRouterParams params,
                             int32_t* expert_ids, float* expert_weights) {
@@ -63,8 +63,6 @@ __global__ void RouteKernel(const float* logits, const int32_t* token_ids, Devic
   const int k = static_cast<int>(params.top_k);
   float* p = shared;       // [E]
   float* key = shared + e; // [E], −inf once taken
-  __shared__ float red_val[32];
-  __shared__ int red_id[32];
   __shared__ int chosen[kMaxTopK];
   __shared__ float scratch[32];
   const float* lr = logits + static_cast<int64_t>(blockIdx.x) * e;
@@ -100,24 +98,27 @@ __global__ void RouteKernel(const float* logits, const int32_t* token_ids, Devic
   } else {
     for (int i = threadIdx.x; i < e; i += blockDim.x) key[i] = p[i] + (params.bias != nullptr ? params.bias[i] : 0.f);
     __syncthreads();
-    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-    for (int round = 0; round < k; ++round) {
+    // Warp 0 alone, without block barriers: lane l keeps the best of its keys l, l + 32, …; each
+    // round the warp's best of those is chosen (an exact arg-max, so the order of the reduction
+    // does not matter), its key becomes −inf and only its lane rescans (E >= k: checked on the host).
+    const int lane = threadIdx.x % kWarpSize;
+    if (threadIdx.x < kWarpSize) {
       float best = -INFINITY;
       int best_id = 0x7fffffff;
-      for (int i = threadIdx.x; i < e; i += blockDim.x) KeepBetter(key[i], i, best, best_id);
-      WarpBest(best, best_id);
-      if (lane == 0) red_val[warp] = best, red_id[warp] = best_id;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        const int warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
-        float b = red_val[0];
-        int bi = red_id[0];
-        for (int w = 1; w < warps; ++w) KeepBetter(red_val[w], red_id[w], b, bi);
-        chosen[round] = bi;
-        key[bi] = -INFINITY;
-        // All keys −inf (E < k cannot happen: checked on the host), so bi is a real id.
+      for (int i = lane; i < e; i += kWarpSize) KeepBetter(key[i], i, best, best_id);
+      for (int round = 0; round < k; ++round) {
+        float b = best;
+        int bi = best_id;
+        WarpBest(b, bi);
+        // No key left that compares (all NaN): no expert, as RouteWeights reads -1.
+        if (lane == 0) chosen[round] = bi == 0x7fffffff ? -1 : bi;
+        if (bi != 0x7fffffff && lane == bi % kWarpSize) {
+          key[bi] = -INFINITY;
+          best = -INFINITY;
+          best_id = 0x7fffffff;
+          for (int i = lane; i < e; i += kWarpSize) KeepBetter(key[i], i, best, best_id);
+        }
       }
-      __syncthreads();
     }
   }
   __syncthreads();
