@@ -1448,6 +1448,24 @@ TEST(CudaLinearMma, GroupedRoundingElsewhereIsAnError) {
   }
 }
 
+// A head-like BF16 weight [34000 -> 4096] (266 row blocks, the last partial, so no product of it
+// takes the K slices) and its tiles (WriteDenseTiles; empty where the device has no tiles' kernels),
+// for the dense warp-specialized kernels' tests. Not copied: rows points into w.
+struct HeadLikeWeight {
+  static constexpr int64_t kOut = 34000, kIn = 4096;
+  TestWeight w;
+  cuda::DeviceWeight rows;
+  DeviceArray<uint8_t> tiles;
+  explicit HeadLikeWeight(uint64_t seed)
+      : w(RandomWeight(kBf16, kOut, kIn, seed)),
+        rows(w.Device()),
+        tiles(cuda::DenseTilesBytes(rows, cuda::LinearMath::kSplitBf16)) {
+    if (tiles.size() > 0) cuda::WriteDenseTiles(rows, tiles.get(), tiles.size(), nullptr);
+  }
+  HeadLikeWeight(const HeadLikeWeight&) = delete;
+  HeadLikeWeight& operator=(const HeadLikeWeight&) = delete;
+};
+
 // Linear's round_x_to_bf16 (the head's input under Numerics::bf16_head_input): the dense
 // warp-specialized kernels round x to BF16 as they split it and multiply that one part. On the
 // head's K (4096, 8 slices) and 266 row blocks (the last partial, so no product takes the K
@@ -1465,14 +1483,12 @@ TEST(CudaLinearMma, DenseRoundedToBf16EqualsThreePartsOnRoundedX) {
   ScopedLinearMath math(kSplit);
   ScopedDenseSplit on(1);
   ScopedDenseTiles tiles_on(1);
-  constexpr int64_t kOut = 34000, kIn = 4096;
+  constexpr int64_t kOut = HeadLikeWeight::kOut, kIn = HeadLikeWeight::kIn;
   uint64_t seed = 7900;
-  const TestWeight w = RandomWeight(kBf16, kOut, kIn, ++seed);
-  const cuda::DeviceWeight rows = w.Device();
-  const size_t tile_bytes = cuda::DenseTilesBytes(rows, kSplit);
-  ASSERT_GT(tile_bytes, 0u);
-  DeviceArray<uint8_t> tiles(tile_bytes);
-  cuda::WriteDenseTiles(rows, tiles.get(), tile_bytes, nullptr);
+  const HeadLikeWeight head(++seed);
+  const cuda::DeviceWeight& rows = head.rows;
+  const DeviceArray<uint8_t>& tiles = head.tiles;
+  ASSERT_GT(tiles.size(), 0u);
   for (const int64_t m : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{100}, int64_t{256}, int64_t{300}}) {
     std::vector<float> x = RandomFloats(static_cast<size_t>(m * kIn), ++seed);
     const DeviceArray<float> raw(x);
@@ -1565,14 +1581,12 @@ TEST(CudaLinearMma, DenseTokensFastestGivesTheSameBits) {
   ScopedLinearMath math(kSplit);
   ScopedDenseSplit on(1);
   ScopedDenseTiles tiles_on(1);
-  constexpr int64_t kOut = 34000, kIn = 4096;
+  constexpr int64_t kOut = HeadLikeWeight::kOut, kIn = HeadLikeWeight::kIn;
   uint64_t seed = 8200;
-  const TestWeight w = RandomWeight(kBf16, kOut, kIn, ++seed);
-  const cuda::DeviceWeight rows = w.Device();
-  const size_t tile_bytes = cuda::DenseTilesBytes(rows, kSplit);
-  ASSERT_GT(tile_bytes, 0u);
-  DeviceArray<uint8_t> tiles(tile_bytes);
-  cuda::WriteDenseTiles(rows, tiles.get(), tile_bytes, nullptr);
+  const HeadLikeWeight head(++seed);
+  const cuda::DeviceWeight& rows = head.rows;
+  const DeviceArray<uint8_t>& tiles = head.tiles;
+  ASSERT_GT(tiles.size(), 0u);
   for (const int64_t m : {int64_t{128}, int64_t{256}, int64_t{300}, int64_t{512}, int64_t{600}}) {
     const DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * kIn), ++seed));
     const size_t scratch_bytes = cuda::LinearScratchBytes(m, rows, kSplit);
