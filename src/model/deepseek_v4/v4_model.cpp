@@ -590,8 +590,9 @@ void V4Model::Moe(const StepContext& ctx, const BlockWeights& w, const TensorVie
   const float limit = static_cast<float>(c.swiglu_limit);
   Workspace& ws = *ctx.ws;
 
-  // The router reads x as it is (BF16 values under bf16_norm_outputs); the experts' FP8/FP4 linears read it (and their w2 inputs)
-  // through the reference's activation rounding when fp8_activations is on.
+  // The router reads x as it is (BF16 values under bf16_norm_outputs); the experts' FP8/FP4
+  // linears read it (and their w2 inputs) through the reference's activation rounding when
+  // fp8_activations is on.
   const TensorView xq = QuantizedCopy(ctx, x);
   // The shared expert (branch 1) runs beside the router and the routed experts (branch 0).
   StepBranches branches(ctx, ForkStreams(ctx), 1);
