@@ -41,7 +41,7 @@
 # beside this build; code changes without a switch measured in one call). Each variant adds ~25 s. `--tests FILTER` runs that gtest filter instead of
 # the quick suites (a kernel's own tests when device time is short). QUICK_TRACE=1 adds batch 1's
 # replayed graph under CUPTI: each kernel of its longest path with its share of the replay
-# (tools/kernel_trace.py; ~20 s).
+# (tools/kernel_trace.py; ~20 s); QUICK_TRACE_BATCH=N traces batch N's instead.
 #
 #   bash scripts/gpu-session.sh [--no-profile | --only-profile | --only-run | --only-bench |
 #                                --quick [--tests FILTER] [--variant 'NAME;ENV;FLAGS[;DIR]' ...] [-- ARGS]]
@@ -125,18 +125,19 @@ if [[ ${quick:-0} -eq 1 ]]; then
     done
     python3 tools/compare_bench.py "${columns[@]}" | tee "$final/compare.txt" || status=1
   fi
-  # QUICK_TRACE=1: batch 1's graph replayed under CUPTI (DEEPINFER_KERNEL_TRACE) with its longest
-  # kernel path listed (DEEPINFER_GRAPH_KERNELS), and each path kernel's share of the replay
-  # (tools/kernel_trace.py; its last 30 lines printed, the files and the whole summary in
-  # data.tar.xz).
+  # QUICK_TRACE=1: batch QUICK_TRACE_BATCH's (unset: 1) graph replayed under CUPTI
+  # (DEEPINFER_KERNEL_TRACE) with its longest kernel path listed (DEEPINFER_GRAPH_KERNELS), and each
+  # path kernel's share of the replay (tools/kernel_trace.py; its last 30 lines printed, the files
+  # and the whole summary in data.tar.xz, named by the batch: trace-bN.txt, graph-bN.txt).
   if [[ ${QUICK_TRACE:-0} -eq 1 ]]; then
-    rm -f "$data/trace-b1.txt" "$data/graph-b1.txt"
-    DEEPINFER_KERNEL_TRACE=$data/trace-b1.txt DEEPINFER_GRAPH_KERNELS=$data/graph-b1.txt timeout 90 \
-      "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy \
-      $(reference_roundings "$dist/deepinfer") --no-ceilings --batches 1 --contexts 8192 --no-prefill \
+    trace_batch=${QUICK_TRACE_BATCH:-1}
+    rm -f "$data/trace-b$trace_batch.txt" "$data/graph-b$trace_batch.txt"
+    DEEPINFER_KERNEL_TRACE=$data/trace-b$trace_batch.txt DEEPINFER_GRAPH_KERNELS=$data/graph-b$trace_batch.txt \
+      timeout 90 "$dist/deepinfer" bench steps bench/configs/v4-flash-3layer --load-format dummy \
+      $(reference_roundings "$dist/deepinfer") --no-ceilings --batches "$trace_batch" --contexts 8192 --no-prefill \
       "${bench_args[@]}" >"$data/trace-bench.txt" 2>&1 || { status=1; tail -5 "$data/trace-bench.txt"; }
-    python3 tools/kernel_trace.py "$data/trace-b1.txt" "$data/graph-b1.txt" --label 'replay 2' |
-      tee "$data/trace-summary.txt" | tail -30 || status=1
+    python3 tools/kernel_trace.py "$data/trace-b$trace_batch.txt" "$data/graph-b$trace_batch.txt" \
+      --label 'replay 2' | tee "$data/trace-summary.txt" | tail -30 || status=1
   fi
   tar -C "$data" -cJf "$final/data.tar.xz" . && rm -rf "$data"
   exit $status
