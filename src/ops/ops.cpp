@@ -84,9 +84,7 @@ void RmsNorm(const OpContext& ctx, const TensorView& x, const TensorView& weight
              cuda::RmsNorm(x.data<float>(), x.stride(0), Rows(x), x.size(1), weight.empty() ? nullptr : weight.raw(),
                            weight.dtype(), eps, y.data<float>(), y.stride(0), ctx.stream, bf16_out));
   cpu::RmsNorm(x, weight, eps, y);
-  if (bf16_out) {
-    for (int64_t r = 0; r < Rows(y); ++r) cpu::Bf16Round(y.data<float>() + r * y.stride(0), y.size(1));
-  }
+  if (bf16_out) Bf16RoundRows(ctx, y, 0, y.size(1));
 }
 
 size_t LinearScratchBytes(const OpContext& ctx, int64_t rows, const LinearWeight& w, LinearInput input) {
