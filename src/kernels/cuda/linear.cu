@@ -4449,6 +4449,18 @@ bool DenseWs64Runs(const Params& p) {
 // Launches of the dense warp-specialized kernels on x rounded to BF16 (Linear's round_x_to_bf16; tests).
 std::atomic<uint64_t> g_dense_rounded_x_launches{0};
 
+// launch(std::integral_constant<int, kParts>{}) for x's parts: one (x rounded to BF16; counted in
+// g_dense_rounded_x_launches) where one_part, else three.
+template <class Launch>
+void WithXParts(bool one_part, const Launch& launch) {
+  if (one_part) {
+    launch(std::integral_constant<int, 1>{});
+    g_dense_rounded_x_launches.fetch_add(1);
+  } else {
+    launch(std::integral_constant<int, 3>{});
+  }
+}
+
 // DEEPINFER_DENSE_WS_TOKENS_FASTEST (read once; 0: off, 1: on, unset: on for products of x as one
 // rounded part, p.x_bf16): the dense products of 2-4 128-token tiles (the head at decode batches
 // 129-512) on GroupedBf16WsKernel without pairs, its walk taking token tiles fastest, so that a
@@ -4487,14 +4499,7 @@ void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
                                                  "cuda::Linear split-BF16 wgmma, warp-specialized", pairs);
     if (tokens_fastest) g_dense_ws_tokens_fastest_launches.fetch_add(1);
   };
-  auto with_parts = [&](auto tiles) {
-    if (p.x_bf16) {
-      launch(tiles, std::integral_constant<int, 1>{});
-      g_dense_rounded_x_launches.fetch_add(1);
-    } else {
-      launch(tiles, std::integral_constant<int, 3>{});
-    }
-  };
+  auto with_parts = [&](auto tiles) { WithXParts(p.x_bf16, [&](auto parts) { launch(tiles, parts); }); };
   if (p.w_tiles != nullptr) {
     with_parts(std::true_type{});
     g_dense_tiles_launches.fetch_add(1);
@@ -6759,12 +6764,7 @@ void LinearsOfOneInput(const float* x, int64_t ldx, int64_t m, const LinearOutpu
       LaunchBf16Ws<kParts, kOverlap>(w_map, pairs ? half_map : x_map, p, 1, device, sms, stream, what, pairs);
     };
     auto with_parts = [&](auto overlap) {
-      if (x_is_bf16) {
-        launch(overlap, std::integral_constant<int, 1>{});
-        g_dense_rounded_x_launches.fetch_add(1);
-      } else {
-        launch(overlap, std::integral_constant<int, 3>{});
-      }
+      WithXParts(x_is_bf16, [&](auto x_parts) { launch(overlap, x_parts); });
     };
     if (g_dense_overlap.On()) {
       with_parts(std::true_type{});
