@@ -1448,18 +1448,22 @@ TEST(CudaLinearMma, GroupedRoundingElsewhereIsAnError) {
   }
 }
 
-// A head-like BF16 weight [34000 -> 4096] (266 row blocks, the last partial, so no product of it
-// takes the K slices) and its tiles (WriteDenseTiles; empty where the device has no tiles' kernels),
-// for the dense warp-specialized kernels' tests. Not copied: rows points into w.
+// The dense warp-specialized kernels' test setting: split-BF16 math, the dense split-BF16 kernels
+// and the dense tiles switched on while it lives (first, so the tiles below are written), and a
+// head-like BF16 weight [34000 -> 4096] (266 row blocks, the last partial, so no product of it
+// takes the K slices) with its tiles (WriteDenseTiles; empty where the device has no tiles'
+// kernels). Not copied: rows points into w.
 struct HeadLikeWeight {
   static constexpr int64_t kOut = 34000, kIn = 4096;
+  static constexpr cuda::LinearMath kMath = cuda::LinearMath::kSplitBf16;
+  ScopedLinearMath math{kMath};
+  ScopedDenseSplit dense_split{1};
+  ScopedDenseTiles tiles_on{1};
   TestWeight w;
   cuda::DeviceWeight rows;
   DeviceArray<uint8_t> tiles;
   explicit HeadLikeWeight(uint64_t seed)
-      : w(RandomWeight(kBf16, kOut, kIn, seed)),
-        rows(w.Device()),
-        tiles(cuda::DenseTilesBytes(rows, cuda::LinearMath::kSplitBf16)) {
+      : w(RandomWeight(kBf16, kOut, kIn, seed)), rows(w.Device()), tiles(cuda::DenseTilesBytes(rows, kMath)) {
     if (tiles.size() > 0) cuda::WriteDenseTiles(rows, tiles.get(), tiles.size(), nullptr);
   }
   HeadLikeWeight(const HeadLikeWeight&) = delete;
@@ -1479,10 +1483,7 @@ TEST(CudaLinearMma, DenseRoundedToBf16EqualsThreePartsOnRoundedX) {
   if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
     GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
   }
-  constexpr cuda::LinearMath kSplit = cuda::LinearMath::kSplitBf16;
-  ScopedLinearMath math(kSplit);
-  ScopedDenseSplit on(1);
-  ScopedDenseTiles tiles_on(1);
+  constexpr cuda::LinearMath kSplit = HeadLikeWeight::kMath;
   constexpr int64_t kOut = HeadLikeWeight::kOut, kIn = HeadLikeWeight::kIn;
   uint64_t seed = 7900;
   const HeadLikeWeight head(++seed);
@@ -1577,10 +1578,7 @@ TEST(CudaLinearMma, DenseTokensFastestGivesTheSameBits) {
   if (!cuda::Fp8ActOnWarpgroupMma() || !cuda::TmaKernelsAvailable()) {
     GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
   }
-  constexpr cuda::LinearMath kSplit = cuda::LinearMath::kSplitBf16;
-  ScopedLinearMath math(kSplit);
-  ScopedDenseSplit on(1);
-  ScopedDenseTiles tiles_on(1);
+  constexpr cuda::LinearMath kSplit = HeadLikeWeight::kMath;
   constexpr int64_t kOut = HeadLikeWeight::kOut, kIn = HeadLikeWeight::kIn;
   uint64_t seed = 8200;
   const HeadLikeWeight head(++seed);
