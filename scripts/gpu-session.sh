@@ -33,7 +33,8 @@
 # 8192` (their text in $OUT/micro.txt, their JSON in $OUT/data.tar.xz).
 # DEEPINFER_* switches in the environment apply to both; arguments after `--` go to
 # `bench steps` (e.g. -- --fold-fp4-experts). Each `--variant 'NAME;ENV;FLAGS'` (ENV e.g.
-# DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts; either may be empty) adds one more
+# DEEPINFER_STAGED_SLICES=1, FLAGS e.g. --fold-fp4-experts, or !--head-in-bf16 to drop that one of the
+# reference roundings; either may be empty) adds one more
 # bench of the same points without the ceilings (steps-NAME.json in $OUT/data.tar.xz, one
 # file whatever their number), and tools/compare_bench.py prints them beside the first
 # ($OUT/compare.txt). A fourth field, `NAME;ENV;FLAGS;DIR`, runs DIR's `deepinfer` instead (e.g.
@@ -117,9 +118,15 @@ if [[ ${quick:-0} -eq 1 ]]; then
       if [[ -n ${variant_dist:-} ]]; then  # another build, carried beside build/gpu-dist
         (DEEPINFER_DIST=$variant_dist; source scripts/gpu-env.sh) && binary=$variant_dist/deepinfer
       fi
+      # A FLAGS word !FLAG drops FLAG from the reference roundings (e.g. !--head-in-bf16: the exact head).
+      added=() dropped=() roundings=()
+      for flag in $flags; do [[ $flag == '!'* ]] && dropped+=("${flag#!}") || added+=("$flag"); done
+      for flag in $(reference_roundings "$binary"); do
+        [[ " ${dropped[*]} " == *" $flag "* ]] || roundings+=("$flag")
+      done
       env $environment timeout 120 "$binary" bench steps bench/configs/v4-flash-3layer --load-format dummy \
-        $(reference_roundings "$binary") --no-ceilings --batches $quick_batches \
-        --contexts 8192 --prompts 8192 --json "$work/steps-$name.json" $flags "${bench_args[@]}" \
+        "${roundings[@]}" --no-ceilings --batches $quick_batches \
+        --contexts 8192 --prompts 8192 --json "$work/steps-$name.json" "${added[@]}" "${bench_args[@]}" \
         >>"$final/bench.txt" 2>&1 || status=1
       columns+=("$name=$work/steps-$name.json")
     done
