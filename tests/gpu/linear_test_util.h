@@ -175,6 +175,7 @@ using ScopedGroupedHalfBlocks = ScopedSwitch<cuda::SetGroupedHalfBlocksForTestin
 using ScopedGroupedSlices = ScopedSwitch<cuda::SetGroupedSlicesForTesting>;
 using ScopedGroupedSlicesLean = ScopedSwitch<cuda::SetGroupedSlicesLeanForTesting>;
 using ScopedGroupedSlicesWide = ScopedSwitch<cuda::SetGroupedSlicesWideForTesting>;
+using ScopedGroupedSlicesUpTo64 = ScopedSwitch<cuda::SetGroupedSlicesUpTo64ForTesting>;
 using ScopedGroupedSlicesPartials = ScopedSwitch<cuda::SetGroupedSlicesPartialsForTesting>;
 using ScopedTmaWarpSpecialized = ScopedSwitch<cuda::SetTmaWarpSpecializedForTesting>;
 using ScopedTmaStore = ScopedSwitch<cuda::SetTmaStoreForTesting>;

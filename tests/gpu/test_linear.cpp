@@ -514,6 +514,7 @@ TEST(CudaLinearMma, GroupedBatchInvariant) {
 TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedGroupedSlicesUpTo64 eight_rows_only(0);  // GroupedSlicesOfUpTo64RowsEqualTheOther takes the others
   if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
   struct Case {
     int64_t groups, r, k;
@@ -591,6 +592,58 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
         EXPECT_EQ(cuda::GroupedSlicesPartialsLaunchesForTesting() - launches, sliced ? 1u : 0u) << where;
         EXPECT_TRUE(AllEqual(run(1, round), round ? rounded : other, where + ", no scratch"));
         EXPECT_EQ(cuda::GroupedSlicesPartialsLaunchesForTesting() - launches, sliced ? 1u : 0u) << where;
+      }
+    }
+  }
+}
+
+// GroupedLinear's products of 9-64 rows on the K slices (DEEPINFER_GROUPED_SLICES_UP_TO_64): tiles
+// of 16 (9-16 rows), 32 (17-32) and 64 tokens (33-64) on the lean 128-row layout give the cp.async
+// kernel's bits, with three parts and with x rounded (wo_a with --attn-out-bf16), at the Flash
+// output projection (8 groups of [4096 -> 1024]) and at 8 groups of [1152 -> 128] (3 slices, the
+// last one short). 8 rows keep the 8-token slices, and 65 rows (two 64-token tiles) the TMA-fed
+// kernel over all of K.
+TEST(CudaLinearMma, GroupedSlicesOfUpTo64RowsEqualTheOther) {
+  DI_REQUIRE_GPU();
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
+  ScopedGroupedSlices slices(1);
+  ScopedGroupedSlicesLean lean(1);
+  ScopedGroupedSlicesWide wide(1);
+  ScopedGroupedSlicesPartials partials(0);
+  int device = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  struct Case {
+    int64_t groups, r, k;
+  };
+  uint64_t seed = 3100;
+  for (const Case& c : {Case{8, 1024, 4096}, Case{8, 128, 1152}}) {
+    TestWeight w = RandomWeight(kFp8E8m0, c.groups * c.r, c.k, ++seed);
+    ASSERT_TRUE(cuda::GroupedSplitOnWarpgroupMma(w.Device(), c.groups));
+    for (const int64_t m : {int64_t{8}, int64_t{9}, int64_t{16}, int64_t{17}, int64_t{32}, int64_t{33}, int64_t{64},
+                            int64_t{65}}) {
+      const std::string what = "G=" + std::to_string(c.groups) + " [" + std::to_string(c.k) + " -> " +
+                               std::to_string(c.r) + "] M=" + std::to_string(m);
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.groups * c.k), ++seed));
+      auto run = [&](int tma, int up_to_64, bool round) {
+        ScopedTmaKernels scoped(tma);
+        ScopedGroupedSlicesUpTo64 more_rows(up_to_64);
+        DeviceArray<float> dy(static_cast<size_t>(m * c.groups * c.r));
+        dy.Fill(0xff);  // NaN: an output a kernel skips does not pass for one a previous run left
+        cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath(), round);
+        return dy.ToHost();
+      };
+      const int64_t blocks = c.r / 128 * ((m + 63) / 64) * c.groups;
+      const bool sliced = m > 8 && m <= 64 && 2 * blocks <= sms;
+      for (const bool round : {false, true}) {
+        const std::string where = what + (round ? ", rounded" : "");
+        const std::vector<float> other = run(0, 1, round);  // the cp.async kernel: no TMA, no slices
+        const uint64_t before = cuda::GroupedSlicesUpTo64LaunchesForTesting();
+        EXPECT_TRUE(AllEqual(run(1, 1, round), other, where + ", K slices"));
+        EXPECT_EQ(cuda::GroupedSlicesUpTo64LaunchesForTesting() - before, sliced ? 1u : 0u) << where;
+        EXPECT_TRUE(AllEqual(run(1, 0, round), other, where + ", switch off"));
+        EXPECT_EQ(cuda::GroupedSlicesUpTo64LaunchesForTesting() - before, sliced ? 1u : 0u) << where;
       }
     }
   }

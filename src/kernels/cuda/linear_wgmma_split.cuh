@@ -27,8 +27,8 @@
 // bytes, and x's f32 chunk, 64 × 256 bytes), converted per chunk into one swizzled BF16 weight
 // tile and three swizzled BF16 x tiles (a 128-byte row holds 64 BF16 values and a k16 step is 32
 // bytes, so linear_wgmma.cuh's descriptors apply byte for byte). 89 KiB of shared memory: 2
-// blocks per SM. Decode grids take the TMA-fed kernel below, and products of at most 8 rows its
-// K slices over a cluster (SplitBf16GroupedTmaSlicesKernel).
+// blocks per SM. Decode grids take the TMA-fed kernel below, and products of at most 8 rows (64
+// with DEEPINFER_GROUPED_SLICES_UP_TO_64) its K slices over a cluster (SplitBf16GroupedTmaSlicesKernel).
 #pragma once
 
 namespace wgmma_split {
@@ -86,6 +86,37 @@ __device__ __forceinline__ void MmaBf16M64N8K16(float (&d)[4], uint32_t a_lo, ui
       "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, da, db, p, 1, 1, 0, 0;\n"
       "}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
+}
+
+// d += A·B for one k16 step, m64n16k16 and m64n32k16 (MmaBf16M64N64K16 at 16 and 32 token columns;
+// each output column the same dot product at any width).
+__device__ __forceinline__ void MmaBf16M64N16K16(float (&d)[8], uint32_t a_lo, uint32_t b_lo, int accumulate = 1) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 da, db;\n"
+      "mov.b64 da, {%8, %10};\n"
+      "mov.b64 db, {%9, %10};\n"
+      "setp.ne.b32 p, %11, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, da, db, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
+}
+__device__ __forceinline__ void MmaBf16M64N32K16(float (&d)[16], uint32_t a_lo, uint32_t b_lo, int accumulate = 1) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 da, db;\n"
+      "mov.b64 da, {%16, %18};\n"
+      "mov.b64 db, {%17, %18};\n"
+      "setp.ne.b32 p, %19, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, da, db, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
 }
 
@@ -147,7 +178,7 @@ static_assert(kXTiles - kWTile == kTileX && kXTileBytes == kTokens * kRowBytes, 
 template <int kParts, int kPartBytes = kXTileBytes, int kConvThreads = kThreads, int kXRows = kTokens>
 __device__ __forceinline__ void ConvertXParts(const uint8_t* x_raw, uint8_t* x_tiles, bool valid) {
   static_assert(kConvThreads == kThreads || kConvThreads == kThreads / 2, "one or two rows per thread");
-  static_assert(kXRows == kTokens || kXRows == 8, "64- or 8-token tiles");
+  static_assert(kXRows == kTokens || kXRows == 8 || kXRows == 16 || kXRows == 32, "8-, 16-, 32- or 64-token tiles");
 #pragma unroll
   for (int row0 = 0; row0 < kXRows; row0 += kConvThreads / 4) {
     const int tid = threadIdx.x;
@@ -344,11 +375,11 @@ constexpr int kTmaStageBytes = GroupedTmaLayout<kBlockRows>::kStageBytes;  // 24
 constexpr int kTmaSmemBytes = GroupedTmaLayout<kBlockRows>::kBytes;
 static_assert(kTmaStageBytes == kStageBytes && GroupedTmaLayout<kBlockRows>::kTilesBytes == kTilesBytes, "the layouts");
 
-// Issues one chunk's MMAs on a tile of kTok = 64 or 8 tokens (IssueSplitChunk's order; the x
-// parts' tiles kTok · 128 bytes apart).
+// Issues one chunk's MMAs on a tile of kTok = 8, 16, 32 or 64 tokens (IssueSplitChunk's order; the
+// x parts' tiles kTok · 128 bytes apart). Each output column is the same dot product at any width.
 template <int kParts, int kTok>
 __device__ __forceinline__ void IssueGroupedChunk(float (&acc)[kTok / 2], uint32_t w_addr, uint32_t x_addr) {
-  static_assert(kTok == 8 || kTok == kTokens, "8- or 64-token tiles");
+  static_assert(kTok == 8 || kTok == 16 || kTok == 32 || kTok == kTokens, "8-, 16-, 32- or 64-token tiles");
   if constexpr (kTok == kTokens) {
     IssueSplitChunk<kParts>(acc, w_addr, x_addr);
   } else {
@@ -358,7 +389,10 @@ __device__ __forceinline__ void IssueGroupedChunk(float (&acc)[kTok / 2], uint32
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int part = 0; part < kParts; ++part) {
-        MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_lo + (part * kTok * kRowBytes + 32 * kk) / 16);
+        const uint32_t x_part = x_lo + (part * kTok * kRowBytes + 32 * kk) / 16;
+        if constexpr (kTok == 8) MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_part);
+        if constexpr (kTok == 16) MmaBf16M64N16K16(acc, w_lo + 2 * kk, x_part);
+        if constexpr (kTok == 32) MmaBf16M64N32K16(acc, w_lo + 2 * kk, x_part);
       }
     }
     wgmma::WgmmaCommit();
@@ -491,7 +525,8 @@ __device__ __forceinline__ L2Range SliceRowsPrefetch(const Params& p, int slices
 // SplitBf16GroupedTmaKernel's products with slice r of K on rank r of a cluster of kCluster blocks
 // (K has at most kCluster slices; ranks past the last slice idle): each rank's slice sum goes to
 // its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
-// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster;
+// (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster; kTok any of
+// IssueGroupedChunk's tiles (8 for products of at most 8 rows, 16, 32 or 64 past that);
 // SlicesLayout<kParts, kRows, kTok, kLean>::kBytes of dynamic shared memory. kLean: the lean
 // layout (2 stages, one tile set: 9 blocks an SM where the default's 47 KiB allow 4); the same
 // bits. At batch 1 `wo_a` is 128 clusters of 8; an H100 holds 124 at once whether 9 or 10 blocks
