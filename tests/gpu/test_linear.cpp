@@ -514,7 +514,7 @@ TEST(CudaLinearMma, GroupedBatchInvariant) {
 TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
-  ScopedGroupedSlicesUpTo64 eight_rows_only(0);  // GroupedSlicesOfUpTo64RowsEqualTheOther takes the others
+  ScopedGroupedSlicesUpTo32 eight_rows_only(0);  // GroupedSlicesOfUpTo32RowsEqualTheOther takes 9-32
   if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
   struct Case {
     int64_t groups, r, k;
@@ -597,13 +597,12 @@ TEST(CudaLinearMma, GroupedTmaKernelEqualsTheOther) {
   }
 }
 
-// GroupedLinear's products of 9-64 rows on the K slices (DEEPINFER_GROUPED_SLICES_UP_TO_64): tiles
-// of 16 (9-16 rows), 32 (17-32) and 64 tokens (33-64) on the lean 128-row layout give the cp.async
-// kernel's bits, with three parts and with x rounded (wo_a with --attn-out-bf16), at the Flash
-// output projection (8 groups of [4096 -> 1024]) and at 8 groups of [1152 -> 128] (3 slices, the
-// last one short). 8 rows keep the 8-token slices, and 65 rows (two 64-token tiles) the TMA-fed
-// kernel over all of K.
-TEST(CudaLinearMma, GroupedSlicesOfUpTo64RowsEqualTheOther) {
+// GroupedLinear's products of 9-32 rows on the K slices (DEEPINFER_GROUPED_SLICES_UP_TO_32): tiles
+// of 16 (9-16 rows) and 32 tokens (17-32) on the lean 128-row layout give the cp.async kernel's
+// bits, with three parts and with x rounded (wo_a with --attn-out-bf16), at the Flash output
+// projection (8 groups of [4096 -> 1024]) and at 8 groups of [1152 -> 128] (3 slices, the last one
+// short). 8 rows keep the 8-token slices, and 33-65 rows the TMA-fed kernel over all of K.
+TEST(CudaLinearMma, GroupedSlicesOfUpTo32RowsEqualTheOther) {
   DI_REQUIRE_GPU();
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
   if (!cuda::TmaKernelsAvailable()) GTEST_SKIP() << "no sm_90a code or tensor-map encoder for this device";
@@ -626,24 +625,24 @@ TEST(CudaLinearMma, GroupedSlicesOfUpTo64RowsEqualTheOther) {
       const std::string what = "G=" + std::to_string(c.groups) + " [" + std::to_string(c.k) + " -> " +
                                std::to_string(c.r) + "] M=" + std::to_string(m);
       DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * c.groups * c.k), ++seed));
-      auto run = [&](int tma, int up_to_64, bool round) {
+      auto run = [&](int tma, int up_to_32, bool round) {
         ScopedTmaKernels scoped(tma);
-        ScopedGroupedSlicesUpTo64 more_rows(up_to_64);
+        ScopedGroupedSlicesUpTo32 more_rows(up_to_32);
         DeviceArray<float> dy(static_cast<size_t>(m * c.groups * c.r));
         dy.Fill(0xff);  // NaN: an output a kernel skips does not pass for one a previous run left
         cuda::GroupedLinear(dx.get(), m, c.groups, w.Device(), dy.get(), nullptr, TestLinearMath(), round);
         return dy.ToHost();
       };
       const int64_t blocks = c.r / 128 * ((m + 63) / 64) * c.groups;
-      const bool sliced = m > 8 && m <= 64 && 2 * blocks <= sms;
+      const bool sliced = m > 8 && m <= 32 && 2 * blocks <= sms;
       for (const bool round : {false, true}) {
         const std::string where = what + (round ? ", rounded" : "");
         const std::vector<float> other = run(0, 1, round);  // the cp.async kernel: no TMA, no slices
-        const uint64_t before = cuda::GroupedSlicesUpTo64LaunchesForTesting();
+        const uint64_t before = cuda::GroupedSlicesUpTo32LaunchesForTesting();
         EXPECT_TRUE(AllEqual(run(1, 1, round), other, where + ", K slices"));
-        EXPECT_EQ(cuda::GroupedSlicesUpTo64LaunchesForTesting() - before, sliced ? 1u : 0u) << where;
+        EXPECT_EQ(cuda::GroupedSlicesUpTo32LaunchesForTesting() - before, sliced ? 1u : 0u) << where;
         EXPECT_TRUE(AllEqual(run(1, 0, round), other, where + ", switch off"));
-        EXPECT_EQ(cuda::GroupedSlicesUpTo64LaunchesForTesting() - before, sliced ? 1u : 0u) << where;
+        EXPECT_EQ(cuda::GroupedSlicesUpTo32LaunchesForTesting() - before, sliced ? 1u : 0u) << where;
       }
     }
   }

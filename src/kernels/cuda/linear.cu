@@ -3863,16 +3863,18 @@ std::atomic<uint64_t> g_grouped_slices_wide_launches{0};  // launches of it (tes
 KernelSwitch g_grouped_slices_partials{"DEEPINFER_GROUPED_SLICES_PARTIALS", 0};
 std::atomic<uint64_t> g_grouped_slices_partials_launches{0};  // launches of it (tests)
 
-// DEEPINFER_GROUPED_SLICES_UP_TO_64 (read once; unset or 0: off, 1: on): products of 9-64 rows take
-// the K slices too, on the lean 128-row layout, in tiles of 16 (9-16 rows), 32 (17-32) or 64 tokens
-// (33-64; one token tile each), where the slices of 8 rows would run (the switches above). Without
-// it those products run the TMA-fed kernel over all of K: at decode batch 16-64 `wo_a` is 128
-// blocks of 64 rows, each through 64 chunks in a chain (57-60 µs a launch on an H100 in session
-// 65's trace at batch 16, against 23 µs for the 8-token slices at batch 1). The same bits (each
-// output column the same dot product at any tile width, the slices added in order). Tests override
-// it (SetGroupedSlicesUpTo64ForTesting).
-KernelSwitch g_grouped_slices_up_to_64{"DEEPINFER_GROUPED_SLICES_UP_TO_64", 0};
-std::atomic<uint64_t> g_grouped_slices_up_to_64_launches{0};  // launches of it (tests)
+// DEEPINFER_GROUPED_SLICES_UP_TO_32 (read once; unset or 1: on, 0: off): products of 9-32 rows take
+// the K slices too, on the lean 128-row layout, in one token tile of 16 (9-16 rows) or 32 tokens
+// (17-32), where the slices of 8 rows would run (the switches above). Otherwise those products run
+// the TMA-fed kernel over all of K: at decode batch 16-32 `wo_a` is 128 blocks of 64 rows, each
+// through 64 chunks in a chain. Measured on an H100 (session 65, docs/performance.md version 73):
+// `grouped_linear` at batch 16 0.178 -> 0.088 ms (3 layers), at 32 0.177 -> 0.124, the steps
+// -2.4% and -1.4%; 64-token tiles at 33-64 rows were slower (0.180 -> 0.192 at batch 64: 64
+// clusters of 73 KiB blocks take two rounds), so those rows keep the TMA-fed kernel. The same bits
+// (each output column the same dot product at any tile width, the slices added in order). Tests
+// override it (SetGroupedSlicesUpTo32ForTesting).
+KernelSwitch g_grouped_slices_up_to_32{"DEEPINFER_GROUPED_SLICES_UP_TO_32", 1};
+std::atomic<uint64_t> g_grouped_slices_up_to_32_launches{0};  // launches of it (tests)
 
 // Scratch bytes of the partials path: every slice's sums [slices][m][groups · n] f32.
 int64_t GroupedSlicePartialsBytes(int64_t m, int64_t groups, int64_t n, int64_t k) {
@@ -3908,7 +3910,7 @@ void LaunchSplitGroupedTma(const Params& p, int64_t groups, unsigned tok_blocks,
 
 // SplitBf16GroupedTmaSlicesKernel<kParts, kRows, kTok, kGroupedCluster, kLean> over the grid
 // (n / kRows · kGroupedCluster, ceil(m / kTok), groups); kRows 64 (one warpgroup) or 128 (two);
-// kTok 8 for products of at most 8 rows, 16, 32 or 64 past that (DEEPINFER_GROUPED_SLICES_UP_TO_64).
+// kTok 8 for products of at most 8 rows, 16 or 32 past that (DEEPINFER_GROUPED_SLICES_UP_TO_32).
 template <int kParts, bool kLean, int kRows = wgmma::kRowsPerGroup, int kTok = 8>
 void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cudaStream_t stream) {
   constexpr auto kKernel = wgmma_split::SplitBf16GroupedTmaSlicesKernel<kParts, kRows, kTok, kGroupedCluster, kLean>;
@@ -3923,7 +3925,7 @@ void LaunchSplitGroupedTmaSlices(const Params& p, int64_t groups, int device, cu
   g_grouped_sliced_launches.fetch_add(1);
   if (kLean) g_grouped_slices_lean_launches.fetch_add(1);
   if (kRows == wgmma::kBlockRows) g_grouped_slices_wide_launches.fetch_add(1);
-  if (kTok > 8) g_grouped_slices_up_to_64_launches.fetch_add(1);
+  if (kTok > 8) g_grouped_slices_up_to_32_launches.fetch_add(1);
 }
 
 // SplitBf16GroupedTmaPartialsKernel<kParts, 64 rows, 8 tokens> over the grid (n / 64 · slices, 1,
@@ -4259,12 +4261,11 @@ void LaunchSplitGroupedParts(const Params& p, int64_t groups, cudaStream_t strea
   if (wgmma_split::TmaUsable(p, groups, blocks, sms) && EncodeTiled() != nullptr) {
     const int64_t slices = CeilDiv(p.k / wgmma_split::kChunkCols, int64_t{wgmma_split::kSliceChunks});
     const bool slices_fit = g_grouped_slices.On() && slices > 1 && slices <= kGroupedCluster && 2 * blocks <= sms;
-    if (slices_fit && p.m > 8 && p.m <= wgmma::kTokens && g_grouped_slices_up_to_64.On() &&
-        g_grouped_slices_lean.On() && g_grouped_slices_wide.On()) {
+    if (slices_fit && p.m > 8 && p.m <= 32 && g_grouped_slices_up_to_32.On() && g_grouped_slices_lean.On() &&
+        g_grouped_slices_wide.On()) {
       constexpr int kRows = wgmma::kBlockRows;
       if (p.m <= 16) return LaunchSplitGroupedTmaSlices<kParts, true, kRows, 16>(p, groups, device, stream);
-      if (p.m <= 32) return LaunchSplitGroupedTmaSlices<kParts, true, kRows, 32>(p, groups, device, stream);
-      return LaunchSplitGroupedTmaSlices<kParts, true, kRows, wgmma::kTokens>(p, groups, device, stream);
+      return LaunchSplitGroupedTmaSlices<kParts, true, kRows, 32>(p, groups, device, stream);
     }
     if (slices_fit && p.m <= 8) {
       if (g_grouped_slices_partials.On() && p.scratch != nullptr && p.y_group_stride == p.n &&
@@ -6402,10 +6403,10 @@ void SetGroupedSlicesWideForTesting(int mode) {
   g_grouped_slices_wide.SetForTesting(mode, "SetGroupedSlicesWideForTesting");
 }
 uint64_t GroupedSlicesWideLaunchesForTesting() { return g_grouped_slices_wide_launches.load(); }
-void SetGroupedSlicesUpTo64ForTesting(int mode) {
-  g_grouped_slices_up_to_64.SetForTesting(mode, "SetGroupedSlicesUpTo64ForTesting");
+void SetGroupedSlicesUpTo32ForTesting(int mode) {
+  g_grouped_slices_up_to_32.SetForTesting(mode, "SetGroupedSlicesUpTo32ForTesting");
 }
-uint64_t GroupedSlicesUpTo64LaunchesForTesting() { return g_grouped_slices_up_to_64_launches.load(); }
+uint64_t GroupedSlicesUpTo32LaunchesForTesting() { return g_grouped_slices_up_to_32_launches.load(); }
 void SetGroupedSlicesPartialsForTesting(int mode) {
   g_grouped_slices_partials.SetForTesting(mode, "SetGroupedSlicesPartialsForTesting");
 }

@@ -231,11 +231,11 @@ uint64_t GroupedSlicesLeanLaunchesForTesting();
 // many such launches this process has made.
 void SetGroupedSlicesWideForTesting(int mode);
 uint64_t GroupedSlicesWideLaunchesForTesting();
-// Tests only: the K slices also for products of 9-64 rows (16-, 32- or 64-token tiles on the lean
-// 128-row layout; the same bits) on (1), off (0), or as DEEPINFER_GROUPED_SLICES_UP_TO_64 says (-1,
-// the default: off unless 1); and how many such launches this process has made.
-void SetGroupedSlicesUpTo64ForTesting(int mode);
-uint64_t GroupedSlicesUpTo64LaunchesForTesting();
+// Tests only: the K slices also for products of 9-32 rows (16- or 32-token tiles on the lean 128-row
+// layout; the same bits) on (1), off (0), or as DEEPINFER_GROUPED_SLICES_UP_TO_32 says (-1, the
+// default: on unless 0); and how many such launches this process has made.
+void SetGroupedSlicesUpTo32ForTesting(int mode);
+uint64_t GroupedSlicesUpTo32LaunchesForTesting();
 // Tests only: those K slices without a cluster, each slice's sum through the caller's scratch and
 // SumSlicesKernel (the same bits; GroupedLinearScratchBytes asks for the scratch at 1-8 rows under
 // the switch) on (1), off (0), or as DEEPINFER_GROUPED_SLICES_PARTIALS says (-1, the default: off

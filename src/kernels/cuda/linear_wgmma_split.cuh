@@ -27,8 +27,8 @@
 // bytes, and x's f32 chunk, 64 × 256 bytes), converted per chunk into one swizzled BF16 weight
 // tile and three swizzled BF16 x tiles (a 128-byte row holds 64 BF16 values and a k16 step is 32
 // bytes, so linear_wgmma.cuh's descriptors apply byte for byte). 89 KiB of shared memory: 2
-// blocks per SM. Decode grids take the TMA-fed kernel below, and products of at most 8 rows (64
-// with DEEPINFER_GROUPED_SLICES_UP_TO_64) its K slices over a cluster (SplitBf16GroupedTmaSlicesKernel).
+// blocks per SM. Decode grids take the TMA-fed kernel below, and products of at most 32 rows its K
+// slices over a cluster (SplitBf16GroupedTmaSlicesKernel; 9-32 under DEEPINFER_GROUPED_SLICES_UP_TO_32).
 #pragma once
 
 namespace wgmma_split {
@@ -526,7 +526,7 @@ __device__ __forceinline__ L2Range SliceRowsPrefetch(const Params& p, int slices
 // (K has at most kCluster slices; ranks past the last slice idle): each rank's slice sum goes to
 // its shared memory, and rank 0 adds P_0, P_1, ... in order: the same adds, the same bits. Grid
 // (n / kRows · kCluster, ceil(m / kTok), groups); row block blockIdx.x / kCluster; kTok any of
-// IssueGroupedChunk's tiles (8 for products of at most 8 rows, 16, 32 or 64 past that);
+// IssueGroupedChunk's tiles (8 for products of at most 8 rows, 16 or 32 up to 32 rows);
 // SlicesLayout<kParts, kRows, kTok, kLean>::kBytes of dynamic shared memory. kLean: the lean
 // layout (2 stages, one tile set: 9 blocks an SM where the default's 47 KiB allow 4); the same
 // bits. At batch 1 `wo_a` is 128 clusters of 8; an H100 holds 124 at once whether 9 or 10 blocks
