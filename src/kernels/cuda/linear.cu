@@ -4482,16 +4482,15 @@ void WithXParts(bool one_part, const Launch& launch) {
   }
 }
 
-// DEEPINFER_DENSE_WS_TOKENS_FASTEST (read once; 0: off, 1: on, unset: on for products of x as one
-// rounded part, p.x_bf16): the dense products of 2-4 128-token tiles (the head at decode batches
-// 129-512) on GroupedBf16WsKernel without pairs, its walk taking token tiles fastest, so that a
-// weight row block's token tiles run side by side on neighbouring SMs and the weight leaves DRAM
-// once instead of once a token tile (pairs share x and walk row blocks fastest). Every tile's
-// products and sums are its own: the same bits. Measured on an H100 (docs/performance.md, version
-// 72b): the head on one part (--head-in-bf16) at decode batch 256 1.124 -> 0.848 ms, the step
-// 7.110 -> 6.858; three parts, MMA-bound, were not measured and keep pairs unless 1. Tests override
-// it (SetDenseWsTokensFastestForTesting).
-KernelSwitch g_dense_ws_tokens_fastest{"DEEPINFER_DENSE_WS_TOKENS_FASTEST", -1};
+// DEEPINFER_DENSE_WS_TOKENS_FASTEST (read once; unset or 1: on, 0: off): the dense products of 2-4
+// 128-token tiles (the head at decode batches 129-512) on GroupedBf16WsKernel without pairs, its walk
+// taking token tiles fastest, so that a weight row block's token tiles run side by side on
+// neighbouring SMs and the weight leaves DRAM once instead of once a token tile (pairs share x and
+// walk row blocks fastest). Every tile's products and sums are its own: the same bits. Measured on
+// an H100 (docs/performance.md, versions 72b and 73): at decode batch 256 the head on one part
+// (--head-in-bf16) 1.124 -> 0.848 ms, the step 7.110 -> 6.858; on three parts 1.521 -> 1.437 ms,
+// the step 7.545 -> 7.441. Tests override it (SetDenseWsTokensFastestForTesting).
+KernelSwitch g_dense_ws_tokens_fastest{"DEEPINFER_DENSE_WS_TOKENS_FASTEST", 1};
 std::atomic<uint64_t> g_dense_ws_tokens_fastest_launches{0};
 constexpr int64_t kTokensFastestMaxTiles = 4;
 
@@ -4502,9 +4501,8 @@ constexpr int64_t kTokensFastestMaxTiles = 4;
 template <bool kOverlap, int kTok = 128>
 void LaunchDenseWs(const Params& p, int device, int sms, cudaStream_t stream) {
   const int64_t tok_blocks = CeilDiv(p.m, int64_t{kTok});
-  const int order = g_dense_ws_tokens_fastest.Mode();
-  const bool tokens_fastest = kTok == 128 && tok_blocks >= 2 && tok_blocks <= kTokensFastestMaxTiles &&
-                              (order < 0 ? p.x_bf16 : order == 1);
+  const bool tokens_fastest =
+      kTok == 128 && tok_blocks >= 2 && tok_blocks <= kTokensFastestMaxTiles && g_dense_ws_tokens_fastest.On();
   auto launch = [&](auto tiles, auto parts) {
     constexpr bool kTiles = decltype(tiles)::value;
     constexpr int kParts = decltype(parts)::value;

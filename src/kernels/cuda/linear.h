@@ -325,7 +325,7 @@ void SetDenseWs64ForTesting(int mode);
 uint64_t DenseWs64LaunchesForTesting();
 // Tests only: DEEPINFER_DENSE_WS_TOKENS_FASTEST (the dense products of 2-4 128-token tiles without
 // pairs, token tiles fastest; the same bits) on (1), off (0) or as the environment says (-1; unset:
-// on for x as one rounded part); and how many launches took it in this process.
+// on); and how many launches took it in this process.
 void SetDenseWsTokensFastestForTesting(int mode);
 uint64_t DenseWsTokensFastestLaunchesForTesting();
 void SetDenseWsMinRowsForTesting(int64_t rows);
