@@ -167,6 +167,7 @@ class ScopedGroupedBf16 {
 using ScopedStagedSlices = ScopedSwitch<cuda::SetStagedSlicesForTesting>;
 using ScopedDenseSplit = ScopedSwitch<cuda::SetDenseSplitForTesting>;
 using ScopedDenseSlicesDeep = ScopedSwitch<cuda::SetDenseSlicesDeepForTesting>;
+using ScopedDenseSlicesNarrow = ScopedSwitch<cuda::SetDenseSlicesNarrowForTesting>;
 using ScopedLinearSmallTiles = ScopedSwitch<cuda::SetLinearSmallTilesForTesting>;
 using ScopedLinearFused = ScopedSwitch<cuda::SetLinearFusedForTesting>;
 using ScopedLinearSliceSumInBlock = ScopedSwitch<cuda::SetLinearSliceSumInBlockForTesting>;

@@ -996,6 +996,37 @@ TEST(CudaLinearMma, DenseSlicesDeepRingGivesTheSameBits) {
                                                        cuda::DenseSlicesDeepLaunchesForTesting, "the deep ring");
 }
 
+// Dense split-BF16 products of 9-32 rows whose K slices spread over a cluster (the router's gate
+// [4096 -> 256], 8 slices; 2 slices; 5 slices with ranks past the last idle; 8 row blocks, the last
+// partial) on 16-token (9-16 rows) or 32-token tiles (17-32; DEEPINFER_DENSE_SLICES_NARROW) give
+// the bits of the 64-token slices. Only the overlapped loop takes them; 33 rows keep 64 tokens.
+TEST(CudaLinearMma, DenseSlicesNarrowTilesGiveTheSameBits) {
+  DI_REQUIRE_GPU();
+  if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
+  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
+  ScopedDenseSplit on(1);
+  uint64_t seed = 6500;
+  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{256, 4096}, {256, 1024}, {128, 2560}, {1000, 4096}}) {
+    TestWeight w = RandomWeight(kBf16, out, in, ++seed);
+    for (const int64_t m : {int64_t{9}, int64_t{16}, int64_t{17}, int64_t{32}, int64_t{33}}) {
+      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
+      for (const int overlap : {0, 1}) {
+        SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "] M=" << m << " overlap " << overlap);
+        ScopedDenseOverlap loop(overlap);
+        std::vector<float> wide;
+        {
+          const ScopedDenseSlicesNarrow off(0);
+          wide = RunRows(w, dx, 0, m);
+        }
+        const ScopedDenseSlicesNarrow narrow(1);
+        const uint64_t before = cuda::DenseSlicesNarrowLaunchesForTesting();
+        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), wide, "narrow tiles against 64-token tiles"));
+        EXPECT_EQ(cuda::DenseSlicesNarrowLaunchesForTesting() - before, overlap == 1 && m <= 32 ? 1u : 0u);
+      }
+    }
+  }
+}
+
 // Dense split-BF16 products of 9-255 rows (DEEPINFER_DENSE_WS64: x's parts and the 64-token
 // warp-specialized kernel, its blocks walking the tiles) give the bits of the 64-token block kernels
 // (DensePartsKernel, DenseSplitKernel<64> where the loop is not overlapped) in both loop forms:

@@ -4564,6 +4564,27 @@ void LaunchDenseSplitSlices(const Params& p, int64_t row_blocks, int64_t tok_blo
                                                                                    stream);
 }
 
+// DEEPINFER_DENSE_SLICES_NARROW (read once; unset or 0: off, 1: on): the dense K slices of products
+// of 9-32 rows (the router's gate, the compressors' and the indexer's weights at decode batches
+// 9-32) on 16-token (9-16 rows) or 32-token tiles (17-32) instead of 64, in the overlapped loop,
+// where the 64-token tiles would take the slices (DenseTakesSlices<64>: the same grid of one token
+// tile). Session 65's trace at batch 16 had the 64-token slices at 23 µs a launch (5 on the path)
+// against 16 for the 8-token ones at batch 1: a 64-row x converted into three parts and MMAs 8
+// times as wide per chunk for at most 32 rows. The same bits (each output column the same dot
+// product at any tile width). Written in session 65 after the device time; not yet measured, so
+// off. Tests override it (SetDenseSlicesNarrowForTesting).
+KernelSwitch g_dense_slices_narrow{"DEEPINFER_DENSE_SLICES_NARROW", 0};
+std::atomic<uint64_t> g_dense_slices_narrow_launches{0};
+
+// DenseSplitSlicesKernel<kTok, 2, 4 or 8 ranks, kOverlap> for K's `slices` 512-column slices.
+template <int kTok, bool kOverlap>
+void LaunchDenseSlicesOverK(const Params& p, int64_t slices, int64_t row_blocks, int64_t tok_blocks, int device,
+                            cudaStream_t stream) {
+  if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+  if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+  LaunchDenseSplitSlices<kTok, 8, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+}
+
 // Whether LaunchDenseSplitTiles<kTok> spreads p's K slices over clusters: its one-block grid leaves
 // SMs idle and K has 2-8 slices of 512 columns.
 template <int kTok>
@@ -4592,9 +4613,14 @@ void LaunchDenseSplitTiles(const Params& p, cudaStream_t stream) {
   g_dense_split_launches.fetch_add(1);
   if (DenseTakesSlices<kTok>(p, device, sms)) {
     if (p.x_bf16) Fail(kDenseDoesNotRoundX);
-    if (slices <= 2) return LaunchDenseSplitSlices<kTok, 2, kOverlap>(p, row_blocks, tok_blocks, device, stream);
-    if (slices <= 4) return LaunchDenseSplitSlices<kTok, 4, kOverlap>(p, row_blocks, tok_blocks, device, stream);
-    return LaunchDenseSplitSlices<kTok, 8, kOverlap>(p, row_blocks, tok_blocks, device, stream);
+    if constexpr (kTok == 64 && kOverlap) {
+      if (p.m <= 32 && g_dense_slices_narrow.On()) {
+        g_dense_slices_narrow_launches.fetch_add(1);
+        if (p.m <= 16) return LaunchDenseSlicesOverK<16, kOverlap>(p, slices, row_blocks, 1, device, stream);
+        return LaunchDenseSlicesOverK<32, kOverlap>(p, slices, row_blocks, 1, device, stream);
+      }
+    }
+    return LaunchDenseSlicesOverK<kTok, kOverlap>(p, slices, row_blocks, tok_blocks, device, stream);
   }
   if constexpr (kTok == 64) {
     if (DenseWsRuns(p)) return LaunchDenseWs<kOverlap>(p, device, sms, stream);
@@ -6401,6 +6427,10 @@ void SetGroupedSlicesWideForTesting(int mode) {
   g_grouped_slices_wide.SetForTesting(mode, "SetGroupedSlicesWideForTesting");
 }
 uint64_t GroupedSlicesWideLaunchesForTesting() { return g_grouped_slices_wide_launches.load(); }
+void SetDenseSlicesNarrowForTesting(int mode) {
+  g_dense_slices_narrow.SetForTesting(mode, "SetDenseSlicesNarrowForTesting");
+}
+uint64_t DenseSlicesNarrowLaunchesForTesting() { return g_dense_slices_narrow_launches.load(); }
 void SetGroupedSlicesUpTo32ForTesting(int mode) {
   g_grouped_slices_up_to_32.SetForTesting(mode, "SetGroupedSlicesUpTo32ForTesting");
 }

@@ -236,6 +236,11 @@ uint64_t GroupedSlicesWideLaunchesForTesting();
 // default: on unless 0); and how many such launches this process has made.
 void SetGroupedSlicesUpTo32ForTesting(int mode);
 uint64_t GroupedSlicesUpTo32LaunchesForTesting();
+// Tests only: the dense K slices of 9-32 rows on 16- or 32-token tiles (the same bits) on (1), off
+// (0), or as DEEPINFER_DENSE_SLICES_NARROW says (-1, the default: off unless 1); and how many such
+// launches this process has made.
+void SetDenseSlicesNarrowForTesting(int mode);
+uint64_t DenseSlicesNarrowLaunchesForTesting();
 // Tests only: those K slices without a cluster, each slice's sum through the caller's scratch and
 // SumSlicesKernel (the same bits; GroupedLinearScratchBytes asks for the scratch at 1-8 rows under
 // the switch) on (1), off (0), or as DEEPINFER_GROUPED_SLICES_PARTIALS says (-1, the default: off

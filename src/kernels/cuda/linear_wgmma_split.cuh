@@ -1037,8 +1037,8 @@ constexpr int kDeepDenseStages = kSliceChunks + 1;
 
 // Shared memory of the dense kernels on kTok-token tiles: kStages stages (the weight tile, then x's
 // raw floats, kTok rows of 256 bytes), then two sets of x's part tiles (hi, mid, lo of kTok rows of
-// 128 bytes). 64 tokens: 177 KiB, one block per SM; 8 tokens: 79 KiB, two; 8 tokens at
-// kDeepDenseStages (a whole slice in flight): 169 KiB, one.
+// 128 bytes). 64 tokens: 177 KiB, one block per SM; 32 tokens: 121 KiB, one; 16 tokens: 93 KiB,
+// two; 8 tokens: 79 KiB, two; 8 tokens at kDeepDenseStages (a whole slice in flight): 169 KiB, one.
 template <int kTok, int kStages = kDenseStages>
 struct DenseSmem {
   static constexpr int kStageBytes = kDenseWBytes + kTok * kXRawRowBytes;
@@ -1046,18 +1046,19 @@ struct DenseSmem {
   static constexpr int kXSetBytes = 3 * kPartBytes;
   static constexpr int kXTiles = kStages * kStageBytes;
   static constexpr int kBytes = kXTiles + 2 * kXSetBytes + 1024;  // + base alignment
-  static constexpr int kBlocksPerSm = kTok == 8 && kStages == kDenseStages ? 2 : 1;
+  static constexpr int kBlocksPerSm = kTok <= 16 && kStages == kDenseStages ? 2 : 1;
   static_assert(kBlocksPerSm * kBytes <= 227 * 1024, "Hopper's shared memory per SM");
   static_assert(kStageBytes % 1024 == 0 && kPartBytes % 1024 == 0, "1024-byte aligned tiles");
   static_assert(kThreads * (kTok / 2) * 4 <= kXTiles, "a rank's slice sum fits its stages");
 };
 
-// IssueSplitChunk<3> on a tile of kTok = 64 or 8 tokens (acc of kTok / 2); `fresh`: the chunk's
-// first MMA ignores d (wgmma's scale-d = 0) instead of adding to it, the others accumulate.
+// IssueSplitChunk<3> on a tile of kTok = 64, 32, 16 or 8 tokens (acc of kTok / 2; each output
+// column the same dot product at any width); `fresh`: the chunk's first MMA ignores d (wgmma's
+// scale-d = 0) instead of adding to it, the others accumulate.
 template <int kTok>
 __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t w_addr, uint32_t x_addr,
                                                 bool fresh = false) {
-  static_assert(kTok == 8 || kTok == 64, "8- or 64-token tiles");
+  static_assert(kTok == 8 || kTok == 16 || kTok == 32 || kTok == 64, "8-, 16-, 32- or 64-token tiles");
   if constexpr (kTok == 64) {
     if (!fresh) return IssueSplitChunk<3>(acc, w_addr, x_addr);
     const uint32_t w_lo = wgmma::DescriptorLow(w_addr), x_lo = wgmma::DescriptorLow(x_addr);
@@ -1077,8 +1078,11 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int part = 0; part < 3; ++part) {
-        MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_lo + (part * DenseSmem<8>::kPartBytes + 32 * kk) / 16,
-                        !fresh || kk + part > 0);
+        const uint32_t x_part = x_lo + (part * DenseSmem<kTok>::kPartBytes + 32 * kk) / 16;
+        const int accumulate = !fresh || kk + part > 0;
+        if constexpr (kTok == 8) MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_part, accumulate);
+        if constexpr (kTok == 16) MmaBf16M64N16K16(acc, w_lo + 2 * kk, x_part, accumulate);
+        if constexpr (kTok == 32) MmaBf16M64N32K16(acc, w_lo + 2 * kk, x_part, accumulate);
       }
     }
     wgmma::WgmmaCommit();
