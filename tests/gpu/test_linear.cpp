@@ -945,17 +945,20 @@ TEST(CudaLinearMma, DenseWsKernelEqualsTheOther) {
   }
 }
 
-// Dense split-BF16 products of 1, 3 and 8 rows through each [in -> out] weight (as {out, in}), in
-// both loop forms: Linear's bits with a kernel switch (Scoped: its test override) on equal those
-// with it off, and `launches` (the switched kernel's count) rose by one.
+// Dense split-BF16 products of `rows` rows (1, 3 and 8 unless given) through each [in -> out] weight
+// (as {out, in}), in both loop forms: Linear's bits with a kernel switch (Scoped: its test
+// override) on equal those with it off, and `launches` (the switched kernel's count) rose by one
+// where `takes(m, overlap)` says the switch applies (null: everywhere), else by none.
 template <class Scoped>
 void ExpectDenseSwitchKeepsTheBits(std::initializer_list<std::pair<int64_t, int64_t>> shapes, uint64_t seed,
-                                   uint64_t (*launches)(), const std::string& what) {
+                                   uint64_t (*launches)(), const std::string& what,
+                                   std::initializer_list<int64_t> rows = {1, 3, 8},
+                                   bool (*takes)(int64_t m, int overlap) = nullptr) {
   ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
   ScopedDenseSplit on(1);
   for (const auto& [out, in] : shapes) {
     TestWeight w = RandomWeight(kBf16, out, in, ++seed);
-    for (const int64_t m : {int64_t{1}, int64_t{3}, int64_t{8}}) {
+    for (const int64_t m : rows) {
       DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
       for (const int overlap : {0, 1}) {
         SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "] M=" << m << " overlap " << overlap);
@@ -968,7 +971,7 @@ void ExpectDenseSwitchKeepsTheBits(std::initializer_list<std::pair<int64_t, int6
         const Scoped switched_on(1);
         const uint64_t before = launches();
         EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), switched_off, what + " against the default kernel"));
-        EXPECT_EQ(launches() - before, 1u) << what << " did not run";
+        EXPECT_EQ(launches() - before, takes == nullptr || takes(m, overlap) ? 1u : 0u) << what;
       }
     }
   }
@@ -1003,28 +1006,9 @@ TEST(CudaLinearMma, DenseSlicesDeepRingGivesTheSameBits) {
 TEST(CudaLinearMma, DenseSlicesNarrowTilesGiveTheSameBits) {
   DI_REQUIRE_GPU();
   if (!cuda::Fp8ActOnWarpgroupMma()) GTEST_SKIP() << "no sm_90a code for this device or DEEPINFER_WGMMA=0";
-  ScopedLinearMath math(cuda::LinearMath::kSplitBf16);
-  ScopedDenseSplit on(1);
-  uint64_t seed = 6500;
-  for (const auto& [out, in] : {std::pair<int64_t, int64_t>{256, 4096}, {256, 1024}, {128, 2560}, {1000, 4096}}) {
-    TestWeight w = RandomWeight(kBf16, out, in, ++seed);
-    for (const int64_t m : {int64_t{9}, int64_t{16}, int64_t{17}, int64_t{32}, int64_t{33}}) {
-      DeviceArray<float> dx(RandomFloats(static_cast<size_t>(m * in), ++seed));
-      for (const int overlap : {0, 1}) {
-        SCOPED_TRACE(testing::Message() << "[" << in << " -> " << out << "] M=" << m << " overlap " << overlap);
-        ScopedDenseOverlap loop(overlap);
-        std::vector<float> wide;
-        {
-          const ScopedDenseSlicesNarrow off(0);
-          wide = RunRows(w, dx, 0, m);
-        }
-        const ScopedDenseSlicesNarrow narrow(1);
-        const uint64_t before = cuda::DenseSlicesNarrowLaunchesForTesting();
-        EXPECT_TRUE(AllEqual(RunRows(w, dx, 0, m), wide, "narrow tiles against 64-token tiles"));
-        EXPECT_EQ(cuda::DenseSlicesNarrowLaunchesForTesting() - before, overlap == 1 && m <= 32 ? 1u : 0u);
-      }
-    }
-  }
+  ExpectDenseSwitchKeepsTheBits<ScopedDenseSlicesNarrow>(
+      {{256, 4096}, {256, 1024}, {128, 2560}, {1000, 4096}}, 6500, cuda::DenseSlicesNarrowLaunchesForTesting,
+      "16- or 32-token slices", {9, 16, 17, 32, 33}, [](int64_t m, int overlap) { return overlap == 1 && m <= 32; });
 }
 
 // Dense split-BF16 products of 9-255 rows (DEEPINFER_DENSE_WS64: x's parts and the 64-token
