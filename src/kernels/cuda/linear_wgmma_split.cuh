@@ -120,6 +120,45 @@ __device__ __forceinline__ void MmaBf16M64N32K16(float (&d)[16], uint32_t a_lo, 
       : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
 }
 
+// d += A·B for one k16 step, m64n128k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 128 token columns);
+// accumulate = 0: d = A·B (scale-d = 0).
+__device__ __forceinline__ void MmaBf16M64N128K16(float (&d)[64], uint32_t a_lo, uint32_t b_lo, int accumulate = 1) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b64 da, db;\n"
+      "mov.b64 da, {%64, %66};\n"
+      "mov.b64 db, {%65, %66};\n"
+      "setp.ne.b32 p, %67, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "da, db, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
+}
+
+// The m64nNk16 BF16 MMA of N = kN token columns (8, 16, 32, 64 or 128), as the chunk issuers pick
+// it by their tile's width.
+template <int kN>
+__device__ __forceinline__ void MmaBf16M64NK16(float (&d)[kN / 2], uint32_t a_lo, uint32_t b_lo, int accumulate = 1) {
+  static_assert(kN == 8 || kN == 16 || kN == 32 || kN == 64 || kN == 128, "8- to 128-token tiles");
+  if constexpr (kN == 8) MmaBf16M64N8K16(d, a_lo, b_lo, accumulate);
+  if constexpr (kN == 16) MmaBf16M64N16K16(d, a_lo, b_lo, accumulate);
+  if constexpr (kN == 32) MmaBf16M64N32K16(d, a_lo, b_lo, accumulate);
+  if constexpr (kN == 64) MmaBf16M64N64K16(d, a_lo, b_lo, accumulate);
+  if constexpr (kN == 128) MmaBf16M64N128K16(d, a_lo, b_lo, accumulate);
+}
+
 // Issues one chunk's MMAs into acc (one group): per k16 step kk = 0..3 the MMAs of x's first
 // kParts parts (hi, mid, lo) against the weight tile at w_addr (the parts' tiles from x_addr,
 // kXTileBytes apart).
@@ -389,10 +428,7 @@ __device__ __forceinline__ void IssueGroupedChunk(float (&acc)[kTok / 2], uint32
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int part = 0; part < kParts; ++part) {
-        const uint32_t x_part = x_lo + (part * kTok * kRowBytes + 32 * kk) / 16;
-        if constexpr (kTok == 8) MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_part);
-        if constexpr (kTok == 16) MmaBf16M64N16K16(acc, w_lo + 2 * kk, x_part);
-        if constexpr (kTok == 32) MmaBf16M64N32K16(acc, w_lo + 2 * kk, x_part);
+        MmaBf16M64NK16<kTok>(acc, w_lo + 2 * kk, x_lo + (part * kTok * kRowBytes + 32 * kk) / 16);
       }
     }
     wgmma::WgmmaCommit();
@@ -665,33 +701,6 @@ inline bool Usable(const Params& p, Kind kind, int64_t groups) {
 // kernels' (per 512-column slice an accumulator from +0, per chunk the k16 steps, per step the
 // parts hi, mid, lo; total = P_0, total += P_1, ...): the same bits.
 
-// d += A·B for one k16 step, m64n128k16, bf16 × bf16 → f32 (MmaBf16M64N64K16 at 128 token columns);
-// accumulate = 0: d = A·B (scale-d = 0).
-__device__ __forceinline__ void MmaBf16M64N128K16(float (&d)[64], uint32_t a_lo, uint32_t b_lo, int accumulate = 1) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      ".reg .b64 da, db;\n"
-      "mov.b64 da, {%64, %66};\n"
-      "mov.b64 db, {%65, %66};\n"
-      "setp.ne.b32 p, %67, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
-      "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "da, db, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a_lo), "r"(b_lo), "r"(wgmma::DescriptorHigh()), "r"(accumulate));
-}
-
 // Thread per 16 weight columns: row r of the FP8 weight [rows][k] (rows 16-byte aligned,
 // w_row_bytes apart) times its e8m0 block scale (scale[(r / 128) · scale_row_stride + col / 128])
 // into BF16 [rows][k], contiguous. Exact: an e4m3 value times a power of two within BF16's range.
@@ -757,13 +766,7 @@ __device__ __forceinline__ void IssueGroupedBf16Chunk(float (&acc)[kTok / 2], ui
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
     for (int part = 0; part < kParts; ++part) {
-      if constexpr (kTok == 8) {
-        MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
-      } else if constexpr (kTok == 64) {
-        MmaBf16M64N64K16(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
-      } else {
-        MmaBf16M64N128K16(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
-      }
+      MmaBf16M64NK16<kTok>(acc, w_lo + 2 * kk, x_lo + (part * kPartBytes + 32 * kk) / 16, !fresh || kk + part > 0);
     }
   }
   wgmma::WgmmaCommit();
@@ -1078,11 +1081,8 @@ __device__ __forceinline__ void IssueDenseChunk(float (&acc)[kTok / 2], uint32_t
     for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
       for (int part = 0; part < 3; ++part) {
-        const uint32_t x_part = x_lo + (part * DenseSmem<kTok>::kPartBytes + 32 * kk) / 16;
-        const int accumulate = !fresh || kk + part > 0;
-        if constexpr (kTok == 8) MmaBf16M64N8K16(acc, w_lo + 2 * kk, x_part, accumulate);
-        if constexpr (kTok == 16) MmaBf16M64N16K16(acc, w_lo + 2 * kk, x_part, accumulate);
-        if constexpr (kTok == 32) MmaBf16M64N32K16(acc, w_lo + 2 * kk, x_part, accumulate);
+        MmaBf16M64NK16<kTok>(acc, w_lo + 2 * kk, x_lo + (part * DenseSmem<kTok>::kPartBytes + 32 * kk) / 16,
+                             !fresh || kk + part > 0);
       }
     }
     wgmma::WgmmaCommit();
